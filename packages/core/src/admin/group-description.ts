@@ -1,0 +1,108 @@
+import type {
+  GroupDescription,
+  GroupState,
+  MemberMetadata,
+  MemberState,
+  ShardDescription,
+  ShardRef,
+} from '../protocol/records';
+import { parseShardCsv } from '../redis/responses';
+
+export interface ShardStats {
+  lag: number;
+  pending: number;
+}
+
+/** The raw snapshot `describeGroup-11.lua` returns, as maps. */
+export interface GroupSnapshot {
+  streamPrefix: string;
+  consumerGroup: string;
+  stream: Map<string, string>;
+  group: Map<string, string>;
+  members: [string, string][];
+  leases: Map<string, string>;
+  target: [string, string][];
+  owners: Map<string, string>;
+  state: string;
+  shardStats: Map<number, ShardStats>;
+}
+
+/** The stored member record (see includes/members.lua). */
+interface StoredMember {
+  id: string;
+  name: string;
+  state: MemberState;
+  epoch: number;
+  mv: number;
+  rmc: number;
+  acw: number;
+  weight: number;
+  st: number;
+  owned: string;
+  revoking: string;
+  lastHb: number;
+  leaseExp: number;
+}
+
+const iso = (ms: number): string => new Date(ms).toISOString();
+const refs = (csv: string | undefined): ShardRef[] => parseShardCsv(csv).map((shardIndex) => ({ shardIndex }));
+
+function toMember(record: StoredMember, leaseScore: string | undefined): MemberMetadata {
+  // An ACTIVE member's lease lives in the leases index (the steady-state heartbeat writes only that).
+  const leaseExpiresAt = record.state === 'ACTIVE' && leaseScore !== undefined ? Number(leaseScore) : record.leaseExp;
+  return {
+    memberId: record.id,
+    memberName: record.name,
+    state: record.state,
+    memberEpoch: record.epoch,
+    metadataVersion: record.mv,
+    runtimeMaxConcurrency: record.rmc,
+    activeConsumerWorkers: record.acw,
+    weight: record.weight,
+    currentAssignment: refs(record.owned),
+    revoking: refs(record.revoking),
+    lastHeartbeatAt: iso(leaseExpiresAt - record.st),
+    memberLeaseExpiresAt: iso(leaseExpiresAt),
+  };
+}
+
+/** Builds the SPEC section 2 JSON shapes from a snapshot. Pure. */
+export function toGroupDescription(s: GroupSnapshot): GroupDescription {
+  const members = s.members
+    .map(([, json]) => JSON.parse(json) as StoredMember)
+    .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
+    .map((record) => toMember(record, s.leases.get(record.id)));
+  const byId = new Map(members.map((m) => [m.memberId, m]));
+  const readableShardSet = parseShardCsv(s.stream.get('readableShardSet'));
+  const assignmentEpoch = Number(s.group.get('assignmentEpoch'));
+
+  const shards: ShardDescription[] = readableShardSet.map((shardIndex) => {
+    const owner = s.owners.get(String(shardIndex)) ?? null;
+    const revoking = owner !== null && byId.get(owner)?.revoking.some((r) => r.shardIndex === shardIndex);
+    const stats = s.shardStats.get(shardIndex) ?? { lag: 0, pending: 0 };
+    return { shardIndex, owner, state: owner === null ? 'UNOWNED' : revoking ? 'REVOKING' : 'OWNED', ...stats };
+  });
+
+  return {
+    group: {
+      streamPrefix: s.streamPrefix,
+      consumerGroup: s.consumerGroup,
+      groupEpoch: Number(s.group.get('groupEpoch')),
+      metadataVersion: Number(s.stream.get('metadataVersion')),
+      assignmentEpoch,
+      state: s.state as GroupState,
+      shardCount: Number(s.stream.get('shardCount')),
+      readableShardSet,
+      updatedAt: iso(Number(s.group.get('updatedAt'))),
+    },
+    members,
+    targetAssignment: {
+      streamPrefix: s.streamPrefix,
+      consumerGroup: s.consumerGroup,
+      assignmentEpoch,
+      groupEpoch: assignmentEpoch,
+      members: Object.fromEntries(s.target.map(([memberId, csv]) => [memberId, refs(csv)])),
+    },
+    shards,
+  };
+}

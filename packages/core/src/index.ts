@@ -1,0 +1,13 @@
+export * from './protocol/error-codes';
+export * from './protocol/errors';
+export * from './protocol/heartbeat';
+export * from './protocol/records';
+export * from './protocol/names';
+export type { ShardAssignor } from './assignor/assignor';
+export { StickyAssignor } from './assignor/sticky-assignor';
+export { findPlanViolation } from './assignor/validate-plan';
+export { KeyBuilder, DEFAULT_KEY_PREFIX } from './redis/keys';
+export type { RedisClient } from './redis/scripts';
+export type { CoordinatorOptions } from './redis/coordinator-options';
+export { CoordinatorClient, DEFAULT_SESSION_TIMEOUT_MS, DEFAULT_REBALANCE_TIMEOUT_MS } from './redis/coordinator-client';
+export { CoordinatorAdmin, MAX_SHARD_COUNT, type CreateStreamOptions } from './admin/coordinator-admin';

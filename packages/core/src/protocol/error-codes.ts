@@ -1,0 +1,36 @@
+/**
+ * Protocol outcome codes. The Lua scripts return the numeric value (mirrored in
+ * `redis/lua/includes/errorCodes.lua`, checked by a test); the TypeScript API speaks the names.
+ */
+export const ErrorCode = {
+  NONE: 'NONE',
+  UNKNOWN_MEMBER_ID: 'UNKNOWN_MEMBER_ID',
+  FENCED_MEMBER_EPOCH: 'FENCED_MEMBER_EPOCH',
+  INVALID_REQUEST: 'INVALID_REQUEST',
+  GROUP_NOT_FOUND: 'GROUP_NOT_FOUND',
+  STALE_GROUP_EPOCH: 'STALE_GROUP_EPOCH',
+  INVALID_ASSIGNMENT: 'INVALID_ASSIGNMENT',
+  SHARD_COUNT_CONFLICT: 'SHARD_COUNT_CONFLICT',
+} as const;
+
+export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
+
+/** Numeric wire values, in the order the Lua mirror defines them. */
+export const ERROR_CODE_BY_NUMBER: readonly ErrorCode[] = [
+  ErrorCode.NONE,
+  ErrorCode.UNKNOWN_MEMBER_ID,
+  ErrorCode.FENCED_MEMBER_EPOCH,
+  ErrorCode.INVALID_REQUEST,
+  ErrorCode.GROUP_NOT_FOUND,
+  ErrorCode.STALE_GROUP_EPOCH,
+  ErrorCode.INVALID_ASSIGNMENT,
+  ErrorCode.SHARD_COUNT_CONFLICT,
+];
+
+export function errorCodeFromWire(value: unknown): ErrorCode {
+  const code = ERROR_CODE_BY_NUMBER[Number(value)];
+  if (code === undefined) {
+    throw new Error(`coordinator script returned an unknown error code ${String(value)}`);
+  }
+  return code;
+}

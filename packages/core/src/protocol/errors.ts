@@ -1,0 +1,76 @@
+import { ErrorCode } from './error-codes';
+
+/** Base class of every protocol outcome other than NONE; `code` is the protocol's own name. */
+export class CoordinatorError extends Error {
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+  ) {
+    super(message);
+    this.name = new.target.name;
+  }
+}
+
+/** The member is not (or no longer) an ACTIVE member of the group: rejoin with epoch 0. */
+export class UnknownMemberIdError extends CoordinatorError {
+  constructor(message: string) {
+    super(ErrorCode.UNKNOWN_MEMBER_ID, message);
+  }
+}
+
+/** The member's epoch or ownership report is stale or false: drop ownership, rejoin with epoch 0. */
+export class FencedMemberEpochError extends CoordinatorError {
+  constructor(message: string) {
+    super(ErrorCode.FENCED_MEMBER_EPOCH, message);
+  }
+}
+
+/** A field of the request is malformed; the message names it. Nothing was changed. */
+export class InvalidRequestError extends CoordinatorError {
+  constructor(message: string) {
+    super(ErrorCode.INVALID_REQUEST, message);
+  }
+}
+
+/** The stream prefix has no metadata: create it with `CoordinatorAdmin.createStream` first. */
+export class GroupNotFoundError extends CoordinatorError {
+  constructor(message: string) {
+    super(ErrorCode.GROUP_NOT_FOUND, message);
+  }
+}
+
+/** A target assignment was computed for a groupEpoch that is no longer current. */
+export class StaleGroupEpochError extends CoordinatorError {
+  constructor(message: string) {
+    super(ErrorCode.STALE_GROUP_EPOCH, message);
+  }
+}
+
+/** A target assignment breaks invariant 5 (only ACTIVE members, every readable shard exactly once). */
+export class InvalidAssignmentError extends CoordinatorError {
+  constructor(message: string) {
+    super(ErrorCode.INVALID_ASSIGNMENT, message);
+  }
+}
+
+/** `createStream` was called with a shard count other than the stream's. */
+export class ShardCountConflictError extends CoordinatorError {
+  constructor(message: string) {
+    super(ErrorCode.SHARD_COUNT_CONFLICT, message);
+  }
+}
+
+const ERROR_CLASSES: Record<Exclude<ErrorCode, 'NONE'>, new (message: string) => CoordinatorError> = {
+  UNKNOWN_MEMBER_ID: UnknownMemberIdError,
+  FENCED_MEMBER_EPOCH: FencedMemberEpochError,
+  INVALID_REQUEST: InvalidRequestError,
+  GROUP_NOT_FOUND: GroupNotFoundError,
+  STALE_GROUP_EPOCH: StaleGroupEpochError,
+  INVALID_ASSIGNMENT: InvalidAssignmentError,
+  SHARD_COUNT_CONFLICT: ShardCountConflictError,
+};
+
+/** The one place that turns a protocol code into its typed error. */
+export function toCoordinatorError(code: Exclude<ErrorCode, 'NONE'>, message: string): CoordinatorError {
+  return new ERROR_CLASSES[code](message);
+}

@@ -1,0 +1,75 @@
+import type { ErrorCode } from './error-codes';
+import type { GroupState } from './records';
+
+/** Epoch values with a protocol meaning of their own (SPEC section 3). */
+export const JOIN_EPOCH = 0;
+export const LEAVE_EPOCH = -1;
+
+/** One protocol step of one member (SPEC section 3). Shard lists are plain shard indices. */
+export interface HeartbeatRequest {
+  streamPrefix: string;
+  consumerGroup: string;
+  memberId: string;
+  /** 0 = join or rejoin with a full report, -1 = leave, > 0 = normal heartbeat. */
+  memberEpoch: number;
+  memberName?: string;
+  runtimeMaxConcurrency?: number;
+  activeConsumerWorkers?: number;
+  weight?: number;
+  sessionTimeoutMs?: number;
+  rebalanceTimeoutMs?: number;
+  /** The stream metadata version the member runs with (0 before it has seen any). */
+  metadataVersion?: number;
+  owned?: number[];
+  revoking?: number[];
+  ackedRevocations?: number[];
+}
+
+export interface HeartbeatResponse {
+  errorCode: ErrorCode;
+  /** Why the request was refused; empty for NONE. */
+  errorMessage: string;
+  memberEpoch: number;
+  heartbeatIntervalMs: number;
+  sessionTimeoutMs: number;
+  /** The shards the member may own now. */
+  assignedShards: number[];
+  /** The shards the member must stop reading and acknowledge in `ackedRevocations`. */
+  revokeShards: number[];
+  /** Target shards not yet released by their previous owners. */
+  pendingShards: number[];
+  groupEpoch: number;
+  assignmentEpoch: number;
+  state: GroupState;
+  metadataVersion: number;
+  shardCount: number;
+  /**
+   * The shards consumers must read. Sent only when the request's `metadataVersion` differs from
+   * the stream's (the set can be large and changes only with the metadata version); otherwise
+   * `undefined`, meaning "unchanged since the version you reported".
+   */
+  readableShardSet?: number[];
+  /** True when this member holds the assignment lease and must compute the target. */
+  computeAssignment: boolean;
+  /** Present when `computeAssignment` is true: the assignor's input, read atomically at `groupEpoch`. */
+  assignmentInput?: AssignmentInput;
+}
+
+export interface AssignmentMember {
+  memberId: string;
+  weight: number;
+}
+
+/** What an assignor sees: everything it needs, nothing it could use to do IO. */
+export interface AssignmentInput {
+  groupEpoch: number;
+  /** ACTIVE members, sorted by memberId. */
+  members: AssignmentMember[];
+  /** Sorted ascending. */
+  readableShardSet: number[];
+  /** The persisted target (possibly naming members that are gone), memberId -> shard indices. */
+  previousTarget: Record<string, number[]>;
+}
+
+/** memberId -> shard indices. Members without shards may be absent or map to `[]`. */
+export type AssignmentPlan = Record<string, number[]>;

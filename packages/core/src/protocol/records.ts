@@ -1,0 +1,87 @@
+/**
+ * The stored records of SPEC section 2, in the JSON shapes `CoordinatorAdmin.describeGroup` returns.
+ * Epochs and versions are integers; times are ISO 8601 UTC strings.
+ */
+
+export type GroupState = 'EMPTY' | 'ASSIGNING' | 'RECONCILING' | 'STABLE';
+export type MemberState = 'ACTIVE' | 'LEFT' | 'EXPIRED';
+
+export interface ShardRef {
+  shardIndex: number;
+}
+
+export interface GroupMetadata {
+  streamPrefix: string;
+  consumerGroup: string;
+  groupEpoch: number;
+  metadataVersion: number;
+  assignmentEpoch: number;
+  state: GroupState;
+  shardCount: number;
+  readableShardSet: number[];
+  updatedAt: string;
+}
+
+export interface MemberMetadata {
+  memberId: string;
+  memberName: string;
+  state: MemberState;
+  memberEpoch: number;
+  metadataVersion: number;
+  runtimeMaxConcurrency: number;
+  activeConsumerWorkers: number;
+  weight: number;
+  currentAssignment: ShardRef[];
+  revoking: ShardRef[];
+  lastHeartbeatAt: string;
+  memberLeaseExpiresAt: string;
+}
+
+export interface TargetAssignment {
+  streamPrefix: string;
+  consumerGroup: string;
+  assignmentEpoch: number;
+  groupEpoch: number;
+  members: Record<string, ShardRef[]>;
+}
+
+export interface CurrentAssignment {
+  memberId: string;
+  memberEpoch: number;
+  owned: ShardRef[];
+  revoking: ShardRef[];
+  ackedRevocations: ShardRef[];
+}
+
+/**
+ * Who holds a shard right now. OWNED: granted to `owner`; REVOKING: `owner` was asked to give it up
+ * and has not acknowledged yet; UNOWNED: free (waiting for a target owner to pick it up).
+ */
+export type ShardOwnershipState = 'OWNED' | 'REVOKING' | 'UNOWNED';
+
+export interface ShardDescription {
+  shardIndex: number;
+  owner: string | null;
+  state: ShardOwnershipState;
+  /** Entries in the shard stream not yet delivered to the group (Redis `XINFO GROUPS` lag). */
+  lag: number;
+  /** Entries delivered to the group and not yet acknowledged. */
+  pending: number;
+}
+
+export interface GroupDescription {
+  group: GroupMetadata;
+  members: MemberMetadata[];
+  targetAssignment: TargetAssignment;
+  shards: ShardDescription[];
+}
+
+export interface StreamMetadata {
+  streamPrefix: string;
+  shardCount: number;
+  metadataVersion: number;
+  readableShardSet: number[];
+  writableShardSet: number[];
+  createdAt: string;
+  updatedAt: string;
+}

@@ -1,0 +1,100 @@
+import { findPlanViolation } from '../assignor/validate-plan';
+import { ErrorCode } from '../protocol/error-codes';
+import { InvalidAssignmentError, toCoordinatorError } from '../protocol/errors';
+import type { AssignmentPlan, HeartbeatRequest, HeartbeatResponse } from '../protocol/heartbeat';
+import { type CoordinatorOptions, configArgs, type ResolvedCoordinatorOptions, resolveCoordinatorOptions } from './coordinator-options';
+import { KeyBuilder } from './keys';
+import { parseCommitReply, parseHeartbeatReply, toShardCsv } from './responses';
+import { type RedisClient, runScript } from './scripts';
+
+export const DEFAULT_SESSION_TIMEOUT_MS = 15_000;
+export const DEFAULT_REBALANCE_TIMEOUT_MS = 30_000;
+
+/** A new target can be made stale by another join while it is computed; try this often, then answer. */
+const MAX_COMMIT_ATTEMPTS = 3;
+
+/**
+ * The coordinator protocol for one caller: each `heartbeat` is one atomic step in Redis (SPEC
+ * section 3). When the answer asks this caller to compute the target, the client runs the assignor,
+ * commits the target with a compare-and-set, and returns the member's reconciled answer, so that a
+ * member sees one call per step.
+ *
+ * @example
+ * const coordinator = new CoordinatorClient(redis);
+ * const joined = await coordinator.heartbeat({
+ *   streamPrefix: 'summary', consumerGroup: 'summary-group', memberId: 'a', memberEpoch: 0,
+ * });
+ * // joined.assignedShards -> the shards member 'a' may read now
+ */
+export class CoordinatorClient {
+  readonly options: ResolvedCoordinatorOptions;
+  readonly keys: KeyBuilder;
+  private readonly config: number[];
+
+  constructor(
+    private readonly redis: RedisClient,
+    options: CoordinatorOptions = {},
+  ) {
+    this.options = resolveCoordinatorOptions(options);
+    this.keys = new KeyBuilder(this.options.keyPrefix);
+    this.config = configArgs(this.options);
+  }
+
+  async heartbeat(request: HeartbeatRequest): Promise<HeartbeatResponse> {
+    const keys = this.keys.groupKeys(request.streamPrefix, request.consumerGroup);
+    const reply = await runScript(this.redis, 'heartbeat', keys, [
+      ...this.config,
+      request.consumerGroup,
+      request.memberId,
+      String(request.memberEpoch),
+      request.memberName ?? request.memberId,
+      String(request.runtimeMaxConcurrency ?? 1),
+      String(request.activeConsumerWorkers ?? 0),
+      String(request.weight ?? 1),
+      String(request.sessionTimeoutMs ?? DEFAULT_SESSION_TIMEOUT_MS),
+      String(request.rebalanceTimeoutMs ?? DEFAULT_REBALANCE_TIMEOUT_MS),
+      String(request.metadataVersion ?? 0),
+      toShardCsv(request.owned),
+      toShardCsv(request.revoking),
+      toShardCsv(request.ackedRevocations),
+    ]);
+    let response = parseHeartbeatReply(reply);
+    for (let attempt = 0; response.computeAssignment && attempt < MAX_COMMIT_ATTEMPTS; attempt++) {
+      response = await this.computeAndCommit(keys, request, response);
+    }
+    return response;
+  }
+
+  /** Runs the assignor on the input read at `groupEpoch` and commits it (compare-and-set). */
+  private async computeAndCommit(keys: string[], request: HeartbeatRequest, asked: HeartbeatResponse): Promise<HeartbeatResponse> {
+    const input = asked.assignmentInput!;
+    const plan = this.options.assignor.assign(input);
+    const violation = findPlanViolation(input, plan);
+    if (violation) {
+      throw new InvalidAssignmentError(`assignor "${this.options.assignor.name}" broke invariant 5: ${violation}`);
+    }
+    const reply = await runScript(this.redis, 'commitAssignment', keys, [
+      ...this.config,
+      request.consumerGroup,
+      request.memberId,
+      String(asked.memberEpoch),
+      String(input.groupEpoch),
+      encodePlan(plan),
+      String(request.metadataVersion ?? 0),
+    ]);
+    const { response, commitResult, commitMessage } = parseCommitReply(reply);
+    if (commitResult === ErrorCode.INVALID_ASSIGNMENT) {
+      throw toCoordinatorError(commitResult, commitMessage);
+    }
+    // The readable set travels only once per metadata version; keep it when the commit answer omits it.
+    response.readableShardSet ??= asked.readableShardSet;
+    return response;
+  }
+}
+
+/** The commit script's target form: JSON { memberId: "canonical shard CSV" }. */
+function encodePlan(plan: AssignmentPlan): string {
+  const encoded: Record<string, string> = {};
+  for (const [memberId, shards] of Object.entries(plan)) encoded[memberId] = toShardCsv(shards);
+  return JSON.stringify(encoded);
+}

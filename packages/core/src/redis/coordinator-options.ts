@@ -1,0 +1,68 @@
+import { assertIntegerInRange } from '../protocol/names';
+import type { ShardAssignor } from '../assignor/assignor';
+import { StickyAssignor } from '../assignor/sticky-assignor';
+import { DEFAULT_KEY_PREFIX } from './keys';
+
+/** Settings of the coordinator itself; every member of a group should use the same ones. */
+export interface CoordinatorOptions {
+  /** First segment of every key. Default `rsc`. */
+  keyPrefix?: string;
+  /** Heartbeat interval told to members in a steady group. Default 3000 ms. */
+  heartbeatIntervalMs?: number;
+  /** Interval told to members with revocations or pending shards, or while a target is due. Default 50 ms. */
+  fastHeartbeatIntervalMs?: number;
+  /** How long the member asked to compute a target may take before another member is asked. Default 5000 ms. */
+  assignmentTimeoutMs?: number;
+  /** Wait this long after a group epoch change before computing a target, to batch a burst of joins. Default 0. */
+  assignmentDelayMs?: number;
+  /** How long LEFT and EXPIRED member records are kept. Default 24 h. */
+  retentionMs?: number;
+  /** At most this many LEFT and EXPIRED member records are kept. Default 1000. */
+  retentionMaxCount?: number;
+  /** Approximate length cap of the group's event stream. Default 10000. */
+  eventLogMaxLen?: number;
+  /** Computes targets. Default: the sticky assignor of SPEC section 4. */
+  assignor?: ShardAssignor;
+}
+
+export type ResolvedCoordinatorOptions = Required<CoordinatorOptions>;
+
+const DAY_MS = 86_400_000;
+
+export function resolveCoordinatorOptions(options: CoordinatorOptions = {}): ResolvedCoordinatorOptions {
+  const resolved: ResolvedCoordinatorOptions = {
+    keyPrefix: options.keyPrefix ?? DEFAULT_KEY_PREFIX,
+    heartbeatIntervalMs: options.heartbeatIntervalMs ?? 3000,
+    fastHeartbeatIntervalMs: options.fastHeartbeatIntervalMs ?? 50,
+    assignmentTimeoutMs: options.assignmentTimeoutMs ?? 5000,
+    assignmentDelayMs: options.assignmentDelayMs ?? 0,
+    retentionMs: options.retentionMs ?? DAY_MS,
+    retentionMaxCount: options.retentionMaxCount ?? 1000,
+    eventLogMaxLen: options.eventLogMaxLen ?? 10_000,
+    assignor: options.assignor ?? new StickyAssignor(),
+  };
+  assertIntegerInRange('heartbeatIntervalMs', resolved.heartbeatIntervalMs, 1, DAY_MS);
+  assertIntegerInRange('fastHeartbeatIntervalMs', resolved.fastHeartbeatIntervalMs, 1, DAY_MS);
+  assertIntegerInRange('assignmentTimeoutMs', resolved.assignmentTimeoutMs, 1, DAY_MS);
+  assertIntegerInRange('assignmentDelayMs', resolved.assignmentDelayMs, 0, DAY_MS);
+  assertIntegerInRange('retentionMs', resolved.retentionMs, 0, 365 * DAY_MS);
+  assertIntegerInRange('retentionMaxCount', resolved.retentionMaxCount, 0, 1_000_000);
+  assertIntegerInRange('eventLogMaxLen', resolved.eventLogMaxLen, 1, 10_000_000);
+  if (typeof resolved.assignor?.assign !== 'function') {
+    throw new TypeError('assignor must be an object with an assign(input) method');
+  }
+  return resolved;
+}
+
+/** ARGV[1..7] of every group script, in the order `includes/config.lua` reads them. */
+export function configArgs(options: ResolvedCoordinatorOptions): number[] {
+  return [
+    options.heartbeatIntervalMs,
+    options.fastHeartbeatIntervalMs,
+    options.assignmentTimeoutMs,
+    options.assignmentDelayMs,
+    options.retentionMs,
+    options.retentionMaxCount,
+    options.eventLogMaxLen,
+  ];
+}

@@ -1,0 +1,64 @@
+import { assertConsumerGroup, assertKeyPrefix, assertStreamPrefix } from '../protocol/names';
+
+export const DEFAULT_KEY_PREFIX = 'rsc';
+
+/**
+ * The one key builder (SPEC section 7). Every coordinator key of a stream prefix carries the hash tag
+ * `{<streamPrefix>}`, so one script can touch all of them atomically on Redis Cluster; shard streams
+ * carry a tag of their own per shard, so a cluster spreads their data and load over its slots, and a
+ * shard's fencing token sits in its stream's slot. Names are validated here, before they reach Redis.
+ */
+export class KeyBuilder {
+  readonly keyPrefix: string;
+
+  constructor(keyPrefix: string = DEFAULT_KEY_PREFIX) {
+    this.keyPrefix = assertKeyPrefix(keyPrefix);
+  }
+
+  private coordinatorTag(streamPrefix: string): string {
+    return `${this.keyPrefix}:{${assertStreamPrefix(streamPrefix)}}`;
+  }
+
+  streamMeta(streamPrefix: string): string {
+    return `${this.coordinatorTag(streamPrefix)}:meta`;
+  }
+
+  streamGroups(streamPrefix: string): string {
+    return `${this.coordinatorTag(streamPrefix)}:groups`;
+  }
+
+  /** The eleven keys every group script takes, in the order `includes/groupKeys.lua` names them. */
+  groupKeys(streamPrefix: string, consumerGroup: string): string[] {
+    const group = `${this.coordinatorTag(streamPrefix)}:g:${assertConsumerGroup(consumerGroup)}`;
+    return [
+      this.streamMeta(streamPrefix),
+      this.streamGroups(streamPrefix),
+      `${group}:meta`,
+      `${group}:members`,
+      `${group}:leases`,
+      `${group}:target`,
+      `${group}:owners`,
+      `${group}:unconverged`,
+      `${group}:deadlines`,
+      `${group}:retained`,
+      `${group}:events`,
+    ];
+  }
+
+  groupEvents(streamPrefix: string, consumerGroup: string): string {
+    return this.groupKeys(streamPrefix, consumerGroup)[10];
+  }
+
+  shardStream(streamPrefix: string, shardIndex: number): string {
+    return `${this.keyPrefix}:shard:{${assertStreamPrefix(streamPrefix)}:${shardIndex}}`;
+  }
+
+  /** The fencing token of one group on one shard, in the same slot as the shard stream. */
+  shardFence(streamPrefix: string, shardIndex: number, consumerGroup: string): string {
+    return `${this.shardStream(streamPrefix, shardIndex)}:fence:${assertConsumerGroup(consumerGroup)}`;
+  }
+
+  deadLetterStream(streamPrefix: string, consumerGroup: string): string {
+    return `${this.keyPrefix}:dead-letter:{${assertStreamPrefix(streamPrefix)}:${assertConsumerGroup(consumerGroup)}}`;
+  }
+}

@@ -1,0 +1,43 @@
+-- Time-driven removals, checked against Redis TIME by every coordinator call: members whose lease
+-- ran out, and members that did not acknowledge a revocation within their rebalance timeout (so a
+-- stuck handler cannot hold a shard hostage). Bounded per call; the rest go on the next call.
+local EXPIRY_BATCH = 100
+
+local function expireMembers(K, cfg, g, now)
+  local expired = redis.call('ZRANGEBYSCORE', K.leases, '-inf', now, 'LIMIT', 0, EXPIRY_BATCH)
+  for i = 1, #expired do
+    local rec = loadMember(K, expired[i])
+    if rec then removeMember(K, cfg, g, rec, 'EXPIRED', now, 'session-timeout') end
+  end
+  local overdue = redis.call('ZRANGEBYSCORE', K.deadlines, '-inf', now, 'LIMIT', 0, EXPIRY_BATCH)
+  for i = 1, #overdue do
+    local rec = loadMember(K, overdue[i])
+    if rec and rec.state == 'ACTIVE' then
+      removeMember(K, cfg, g, rec, 'EXPIRED', now, 'rebalance-timeout')
+    else
+      redis.call('ZREM', K.deadlines, overdue[i])
+    end
+  end
+end
+
+-- LEFT and EXPIRED records are history: kept for retentionMs and at most retentionMaxCount of them.
+local function forgetMember(K, cfg, g, memberId)
+  redis.call('ZREM', K.retained, memberId)
+  local rec = loadMember(K, memberId)
+  if rec and rec.state ~= 'ACTIVE' then
+    redis.call('HDEL', K.members, memberId)
+    appendEvent(K, cfg, g, 'MEMBER_FORGOTTEN', memberId, rec.state)
+  end
+end
+
+local function trimRetained(K, cfg, g, now)
+  local count = redis.call('ZCARD', K.retained)
+  if count == 0 then return end
+  local old = redis.call('ZRANGEBYSCORE', K.retained, '-inf', now - cfg.retentionMs, 'LIMIT', 0, EXPIRY_BATCH)
+  for i = 1, #old do forgetMember(K, cfg, g, old[i]) end
+  local excess = count - #old - cfg.retentionMaxCount
+  if excess > 0 then
+    local oldest = redis.call('ZRANGE', K.retained, 0, math.min(excess, EXPIRY_BATCH) - 1)
+    for i = 1, #oldest do forgetMember(K, cfg, g, oldest[i]) end
+  end
+end

@@ -1,0 +1,62 @@
+-- The end of every successful member call: hand out the assignment lease when a target is due,
+-- remember which epoch the member was told, and build the heartbeat response.
+--
+-- Response array (parsed by redis/responses.ts):
+--  1 errorCode  2 errorMessage  3 memberEpoch  4 heartbeatIntervalMs  5 sessionTimeoutMs
+--  6 assigned   7 revoke        8 pending      9 groupEpoch          10 assignmentEpoch
+-- 11 state     12 metadataVersion             13 shardCount          14 readableShardSet or nil
+-- 15 computeAssignment (0/1)   16 assignment input (JSON) or ''
+
+local function assignmentInput(K, g, stream)
+  local ids = redis.call('ZRANGE', K.leases, 0, -1)
+  local members = {}
+  for i = 1, #ids do
+    local rec = loadMember(K, ids[i])
+    members[#members + 1] = ids[i]
+    members[#members + 1] = rec and rec.weight or 1
+  end
+  return cjson.encode({
+    groupEpoch = g.groupEpoch,
+    members = members,
+    readableShardSet = stream.readable or loadReadable(K, stream),
+    previousTarget = redis.call('HGETALL', K.target),
+  })
+end
+
+local function errorResponse(code, message)
+  return { code, message }
+end
+
+local function memberResponse(K, cfg, g, rec, stream, reportedMv, now, dirty)
+  local state = groupState(K, g)
+  local compute = 0
+  local interval = cfg.heartbeatIntervalMs
+  if state == 'ASSIGNING' then
+    interval = cfg.fastHeartbeatIntervalMs
+    local leaseFree = g.leaseOwner == '' or g.leaseExpiresAt <= now or g.leaseOwner == rec.id
+    local dueAt = g.epochBumpedAt + cfg.assignmentDelayMs
+    if leaseFree and now >= dueAt then
+      setAssignmentLease(K, g, rec.id, now + cfg.assignmentTimeoutMs)
+      compute = 1
+    elseif now < dueAt then
+      interval = math.min(interval, math.max(1, dueAt - now))
+    end
+  elseif rec.revoking ~= '' or rec.pending ~= '' then
+    interval = cfg.fastHeartbeatIntervalMs
+  end
+  interval = math.max(1, math.min(interval, math.floor(rec.st / 3)))
+
+  if rec.known ~= rec.epoch then
+    rec.known = rec.epoch
+    dirty = true
+  end
+  if dirty then saveMember(K, rec) end
+
+  local readable = false
+  if reportedMv ~= stream.metadataVersion then readable = stream.readable or loadReadable(K, stream) end
+  local input = ''
+  if compute == 1 then input = assignmentInput(K, g, stream) end
+  return { ERR_NONE, '', rec.epoch, interval, rec.st, rec.owned, rec.revoking, rec.pending,
+    g.groupEpoch, g.assignmentEpoch, state, stream.metadataVersion, stream.shardCount, readable,
+    compute, input }
+end

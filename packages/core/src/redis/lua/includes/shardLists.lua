@@ -1,0 +1,25 @@
+-- Shard lists travel and are stored as canonical CSV: ascending, no duplicates ("1,3,8"; "" = none).
+-- Canonical form lets the steady-state heartbeat compare a report with the stored list as strings.
+local function csvToList(csv)
+  local list = {}
+  if not csv or csv == '' then return list end
+  for n in string.gmatch(csv, '%d+') do list[#list + 1] = tonumber(n) end
+  return list
+end
+
+local function listToCsv(list)
+  table.sort(list)
+  return table.concat(list, ',')
+end
+
+local function listToSet(list)
+  local set = {}
+  for i = 1, #list do set[list[i]] = true end
+  return set
+end
+
+local function rangeCsv(count)
+  local list = {}
+  for i = 0, count - 1 do list[#list + 1] = i end
+  return table.concat(list, ',')
+end

@@ -1,0 +1,93 @@
+import { ErrorCode, errorCodeFromWire } from '../protocol/error-codes';
+import type { AssignmentInput, HeartbeatResponse } from '../protocol/heartbeat';
+import type { GroupState } from '../protocol/records';
+
+/** "1,3,8" -> [1, 3, 8]; the wire and storage form of shard lists (canonical CSV). */
+export function parseShardCsv(csv: unknown): number[] {
+  if (typeof csv !== 'string' || csv === '') return [];
+  return csv.split(',').map(Number);
+}
+
+/** [3, 1, 8] -> "1,3,8": sorted, as the scripts expect; non-integers pass through for them to refuse. */
+export function toShardCsv(shards: readonly number[] | undefined): string {
+  if (!shards || shards.length === 0) return '';
+  return [...shards].sort((a, b) => a - b).join(',');
+}
+
+/** Flat [k1, v1, k2, v2] (HGETALL, WITHSCORES) -> object; cjson encodes an empty table as {}. */
+export function pairs(flat: unknown): [string, string][] {
+  if (!Array.isArray(flat)) return [];
+  const out: [string, string][] = [];
+  for (let i = 0; i + 1 < flat.length; i += 2) out.push([String(flat[i]), String(flat[i + 1])]);
+  return out;
+}
+
+function parseAssignmentInput(json: string): AssignmentInput {
+  const raw = JSON.parse(json) as {
+    groupEpoch: number;
+    members: unknown;
+    readableShardSet: string;
+    previousTarget: unknown;
+  };
+  return {
+    groupEpoch: raw.groupEpoch,
+    members: pairs(raw.members)
+      .map(([memberId, weight]) => ({ memberId, weight: Number(weight) }))
+      .sort((a, b) => (a.memberId < b.memberId ? -1 : a.memberId > b.memberId ? 1 : 0)),
+    readableShardSet: parseShardCsv(raw.readableShardSet),
+    previousTarget: Object.fromEntries(pairs(raw.previousTarget).map(([id, csv]) => [id, parseShardCsv(csv)])),
+  };
+}
+
+/** Parses the array that `includes/respond.lua` builds (or the two-element error form). */
+export function parseHeartbeatReply(reply: unknown): HeartbeatResponse {
+  const r = reply as unknown[];
+  const errorCode = errorCodeFromWire(r[0]);
+  if (errorCode !== ErrorCode.NONE) {
+    return {
+      errorCode,
+      errorMessage: String(r[1]),
+      memberEpoch: -1,
+      heartbeatIntervalMs: 0,
+      sessionTimeoutMs: 0,
+      assignedShards: [],
+      revokeShards: [],
+      pendingShards: [],
+      groupEpoch: -1,
+      assignmentEpoch: -1,
+      state: 'EMPTY',
+      metadataVersion: -1,
+      shardCount: 0,
+      computeAssignment: false,
+    };
+  }
+  const computeAssignment = Number(r[14]) === 1;
+  return {
+    errorCode,
+    errorMessage: '',
+    memberEpoch: Number(r[2]),
+    heartbeatIntervalMs: Number(r[3]),
+    sessionTimeoutMs: Number(r[4]),
+    assignedShards: parseShardCsv(r[5]),
+    revokeShards: parseShardCsv(r[6]),
+    pendingShards: parseShardCsv(r[7]),
+    groupEpoch: Number(r[8]),
+    assignmentEpoch: Number(r[9]),
+    state: String(r[10]) as GroupState,
+    metadataVersion: Number(r[11]),
+    shardCount: Number(r[12]),
+    readableShardSet: r[13] == null ? undefined : parseShardCsv(r[13]),
+    computeAssignment,
+    assignmentInput: computeAssignment ? parseAssignmentInput(String(r[15])) : undefined,
+  };
+}
+
+/** The commit script answers with the member's heartbeat response plus the commit's own outcome. */
+export function parseCommitReply(reply: unknown): { response: HeartbeatResponse; commitResult: ErrorCode; commitMessage: string } {
+  const r = reply as unknown[];
+  const response = parseHeartbeatReply(r);
+  if (response.errorCode !== ErrorCode.NONE) {
+    return { response, commitResult: ErrorCode.NONE, commitMessage: '' };
+  }
+  return { response, commitResult: errorCodeFromWire(r[16]), commitMessage: String(r[17]) };
+}

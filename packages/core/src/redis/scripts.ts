@@ -1,0 +1,73 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import type { Cluster, Redis } from 'ioredis';
+
+/** Either client: they share one command surface, so everything here works on both. */
+export type RedisClient = Redis | Cluster;
+
+const LUA_DIR = path.join(__dirname, 'lua');
+const INCLUDE = /^--- @include "([\w/]+)"\s*$/;
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const VERSION: string = require('../../package.json').version;
+
+/** Script name -> file; the file name carries the number of keys it takes. */
+const SCRIPT_FILES = {
+  heartbeat: 'heartbeat-11.lua',
+  commitAssignment: 'commitAssignment-11.lua',
+  describeGroup: 'describeGroup-11.lua',
+  createStream: 'createStream-1.lua',
+} as const;
+
+export type ScriptName = keyof typeof SCRIPT_FILES;
+
+/** Resolves `--- @include "includes/x"` lines, each include pulled in once, so nothing is copied. */
+export function loadScriptSource(file: string): string {
+  const seen = new Set<string>();
+  const expand = (relative: string): string =>
+    fs
+      .readFileSync(path.join(LUA_DIR, relative), 'utf8')
+      .split('\n')
+      .map((line) => {
+        const include = INCLUDE.exec(line);
+        if (!include) return line;
+        if (seen.has(include[1])) return '';
+        seen.add(include[1]);
+        return expand(`${include[1]}.lua`);
+      })
+      .join('\n');
+  return expand(file);
+}
+
+function keyCount(file: string): number {
+  return Number(/-(\d+)\.lua$/.exec(file)?.[1]);
+}
+
+/** Command names carry the library version, so two versions sharing one client cannot clash. */
+function commandName(script: ScriptName): string {
+  return `rsc_${VERSION.replace(/\W/g, '_')}_${script}`;
+}
+
+let sources: Map<ScriptName, string> | undefined;
+const defined = new WeakSet<object>();
+
+/**
+ * Defines the coordinator scripts on a client (once per client) with ioredis `defineCommand`:
+ * EVALSHA, with a transparent reload after `NOSCRIPT` (e.g. after a Redis restart or SCRIPT FLUSH).
+ */
+export function runScript(client: RedisClient, script: ScriptName, keys: string[], args: (string | number)[]): Promise<unknown> {
+  if (!defined.has(client)) {
+    sources ??= new Map(
+      (Object.keys(SCRIPT_FILES) as ScriptName[]).map((name) => [name, loadScriptSource(SCRIPT_FILES[name])]),
+    );
+    for (const [name, lua] of sources) {
+      client.defineCommand(commandName(name), {
+        lua,
+        numberOfKeys: keyCount(SCRIPT_FILES[name]),
+        readOnly: name === 'describeGroup',
+      });
+    }
+    defined.add(client);
+  }
+  const command = (client as unknown as Record<string, (...a: (string | number)[]) => Promise<unknown>>)[commandName(script)];
+  return command.call(client, ...keys, ...args);
+}

@@ -1,0 +1,41 @@
+import { Redis, type RedisOptions } from 'ioredis';
+import { afterAll, beforeAll } from 'vitest';
+import { RedisServer, type RedisServerOptions } from '@redis-stream-coordinator/core/testing';
+
+export interface RedisFixture {
+  server: RedisServer;
+  /** A client of the server, disconnected after the file. */
+  client(options?: RedisOptions): Redis;
+}
+
+/**
+ * Starts a private redis-server for the calling test file and stops it (and every client made here)
+ * after the file, pass or fail.
+ */
+export function useRedisServer(options: RedisServerOptions = {}): RedisFixture {
+  const clients = new Set<Redis>();
+  const fixture: RedisFixture = {
+    server: undefined as unknown as RedisServer,
+    client(clientOptions = {}) {
+      const client = new Redis(fixture.server.url, { maxRetriesPerRequest: 3, ...clientOptions });
+      clients.add(client);
+      return client;
+    },
+  };
+  beforeAll(async () => {
+    fixture.server = await RedisServer.start(options);
+  });
+  afterAll(async () => {
+    for (const client of clients) client.disconnect();
+    await fixture.server?.stop();
+  });
+  return fixture;
+}
+
+let counter = 0;
+
+/** A name no other test of this process uses, so tests sharing a server never collide. */
+export function uniqueName(label: string): string {
+  counter += 1;
+  return `${label}-${process.pid}-${counter}`;
+}

@@ -16,6 +16,8 @@ export class ProtocolMember {
   memberEpoch = JOIN_EPOCH;
   owned: number[] = [];
   revoking: number[] = [];
+  /** The stream metadata version of the last successful answer. */
+  metadataVersion = 0;
   last: HeartbeatResponse | undefined;
 
   constructor(
@@ -35,7 +37,7 @@ export class ProtocolMember {
       owned: this.owned,
       revoking: this.revoking,
       ackedRevocations: this.revoking,
-      metadataVersion: this.last?.metadataVersion ?? 0,
+      metadataVersion: this.metadataVersion,
       ...this.extra,
       ...overrides,
     };
@@ -74,6 +76,7 @@ export class ProtocolMember {
       this.reset();
     } else if (response.errorCode === ErrorCode.NONE) {
       this.memberEpoch = response.memberEpoch;
+      this.metadataVersion = response.metadataVersion;
       this.owned = response.assignedShards;
       this.revoking = response.revokeShards;
     }

@@ -9,5 +9,6 @@ export { findPlanViolation } from './assignor/validate-plan';
 export { KeyBuilder, DEFAULT_KEY_PREFIX } from './redis/keys';
 export type { RedisClient } from './redis/scripts';
 export type { CoordinatorOptions } from './redis/coordinator-options';
+export type { CommitResult } from './redis/responses';
 export { CoordinatorClient, DEFAULT_SESSION_TIMEOUT_MS, DEFAULT_REBALANCE_TIMEOUT_MS } from './redis/coordinator-client';
 export { CoordinatorAdmin, MAX_SHARD_COUNT, type CreateStreamOptions } from './admin/coordinator-admin';

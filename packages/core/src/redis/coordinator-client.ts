@@ -4,7 +4,7 @@ import { InvalidAssignmentError, toCoordinatorError } from '../protocol/errors';
 import type { AssignmentPlan, HeartbeatRequest, HeartbeatResponse } from '../protocol/heartbeat';
 import { type CoordinatorOptions, configArgs, type ResolvedCoordinatorOptions, resolveCoordinatorOptions } from './coordinator-options';
 import { KeyBuilder } from './keys';
-import { parseCommitReply, parseHeartbeatReply, toShardCsv } from './responses';
+import { type CommitResult, parseCommitReply, parseHeartbeatReply, toShardCsv } from './responses';
 import { type RedisClient, runScript } from './scripts';
 
 export const DEFAULT_SESSION_TIMEOUT_MS = 15_000;
@@ -41,8 +41,31 @@ export class CoordinatorClient {
   }
 
   async heartbeat(request: HeartbeatRequest): Promise<HeartbeatResponse> {
-    const keys = this.keys.groupKeys(request.streamPrefix, request.consumerGroup);
-    const reply = await runScript(this.redis, 'heartbeat', keys, [
+    let response = await this.heartbeatOnce(request);
+    for (let attempt = 0; response.computeAssignment && attempt < MAX_COMMIT_ATTEMPTS; attempt++) {
+      const input = response.assignmentInput!;
+      const plan = this.options.assignor.assign(input);
+      const violation = findPlanViolation(input, plan);
+      if (violation) {
+        throw new InvalidAssignmentError(`assignor "${this.options.assignor.name}" broke invariant 5: ${violation}`);
+      }
+      const commit = await this.commitAssignment({ ...request, memberEpoch: response.memberEpoch }, input.groupEpoch, plan);
+      if (commit.commitResult === ErrorCode.INVALID_ASSIGNMENT) {
+        throw toCoordinatorError(commit.commitResult, commit.commitMessage);
+      }
+      // The readable set travels once per metadata version; keep it when the commit answer omits it.
+      commit.response.readableShardSet ??= response.readableShardSet;
+      response = commit.response;
+    }
+    return response;
+  }
+
+  /**
+   * One heartbeat script call and nothing more: when `computeAssignment` is true the caller must
+   * compute the target itself and call `commitAssignment`. For callers with their own assignment flow.
+   */
+  async heartbeatOnce(request: HeartbeatRequest): Promise<HeartbeatResponse> {
+    const reply = await runScript(this.redis, 'heartbeat', this.keys.groupKeys(request.streamPrefix, request.consumerGroup), [
       ...this.config,
       request.consumerGroup,
       request.memberId,
@@ -58,37 +81,30 @@ export class CoordinatorClient {
       toShardCsv(request.revoking),
       toShardCsv(request.ackedRevocations),
     ]);
-    let response = parseHeartbeatReply(reply);
-    for (let attempt = 0; response.computeAssignment && attempt < MAX_COMMIT_ATTEMPTS; attempt++) {
-      response = await this.computeAndCommit(keys, request, response);
-    }
-    return response;
+    return parseHeartbeatReply(reply);
   }
 
-  /** Runs the assignor on the input read at `groupEpoch` and commits it (compare-and-set). */
-  private async computeAndCommit(keys: string[], request: HeartbeatRequest, asked: HeartbeatResponse): Promise<HeartbeatResponse> {
-    const input = asked.assignmentInput!;
-    const plan = this.options.assignor.assign(input);
-    const violation = findPlanViolation(input, plan);
-    if (violation) {
-      throw new InvalidAssignmentError(`assignor "${this.options.assignor.name}" broke invariant 5: ${violation}`);
-    }
-    const reply = await runScript(this.redis, 'commitAssignment', keys, [
+  /**
+   * Commits a target computed for `groupEpoch` (compare-and-set, validated against invariant 5 in
+   * Redis) and answers with the member's reconciled heartbeat response. `commitResult` is NONE,
+   * STALE_GROUP_EPOCH (nothing changed; the response may hand out the lease for the new epoch) or
+   * INVALID_ASSIGNMENT (nothing changed).
+   */
+  async commitAssignment(
+    member: Pick<HeartbeatRequest, 'streamPrefix' | 'consumerGroup' | 'memberId' | 'memberEpoch' | 'metadataVersion'>,
+    groupEpoch: number,
+    plan: AssignmentPlan,
+  ): Promise<CommitResult> {
+    const reply = await runScript(this.redis, 'commitAssignment', this.keys.groupKeys(member.streamPrefix, member.consumerGroup), [
       ...this.config,
-      request.consumerGroup,
-      request.memberId,
-      String(asked.memberEpoch),
-      String(input.groupEpoch),
+      member.consumerGroup,
+      member.memberId,
+      String(member.memberEpoch),
+      String(groupEpoch),
       encodePlan(plan),
-      String(request.metadataVersion ?? 0),
+      String(member.metadataVersion ?? 0),
     ]);
-    const { response, commitResult, commitMessage } = parseCommitReply(reply);
-    if (commitResult === ErrorCode.INVALID_ASSIGNMENT) {
-      throw toCoordinatorError(commitResult, commitMessage);
-    }
-    // The readable set travels only once per metadata version; keep it when the commit answer omits it.
-    response.readableShardSet ??= asked.readableShardSet;
-    return response;
+    return parseCommitReply(reply);
   }
 }
 

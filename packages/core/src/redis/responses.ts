@@ -82,8 +82,15 @@ export function parseHeartbeatReply(reply: unknown): HeartbeatResponse {
   };
 }
 
+export interface CommitResult {
+  /** The committing member's heartbeat response (its own errorCode refers to the member, not the commit). */
+  response: HeartbeatResponse;
+  commitResult: ErrorCode;
+  commitMessage: string;
+}
+
 /** The commit script answers with the member's heartbeat response plus the commit's own outcome. */
-export function parseCommitReply(reply: unknown): { response: HeartbeatResponse; commitResult: ErrorCode; commitMessage: string } {
+export function parseCommitReply(reply: unknown): CommitResult {
   const r = reply as unknown[];
   const response = parseHeartbeatReply(r);
   if (response.errorCode !== ErrorCode.NONE) {

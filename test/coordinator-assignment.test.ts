@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { ErrorCode, InvalidAssignmentError, type ShardAssignor } from '@redis-stream-coordinator/core';
 import { aGroup, type GroupFixture, ownership } from './support/group-fixture';
 import { pollUntil } from './support/poll';
-import { type ProtocolMember, settle } from './support/protocol-member';
+import { type ProtocolMember, settle } from '@redis-stream-coordinator/core/testing';
 import { useRedisServer } from './support/vitest-redis';
 
 const redis = useRedisServer();

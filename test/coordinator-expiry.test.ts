@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { aGroup, type GroupFixture, ownership } from './support/group-fixture';
 import { pollUntil } from './support/poll';
-import { settle } from './support/protocol-member';
+import { settle } from '@redis-stream-coordinator/core/testing';
 import { useRedisServer } from './support/vitest-redis';
 
 const redis = useRedisServer();

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { ErrorCode, type HeartbeatRequest, InvalidRequestError } from '@redis-stream-coordinator/core';
 import { aGroup, type GroupFixture } from './support/group-fixture';
 import { pollUntil } from './support/poll';
-import { settle } from './support/protocol-member';
+import { settle } from '@redis-stream-coordinator/core/testing';
 import { useRedisServer } from './support/vitest-redis';
 
 const redis = useRedisServer();

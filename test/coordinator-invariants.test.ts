@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { ErrorCode, type GroupDescription, GroupNotFoundError } from '@redis-stream-coordinator/core';
 import { aGroup, type GroupFixture } from './support/group-fixture';
-import { type ProtocolMember, settle } from './support/protocol-member';
+import { type ProtocolMember, settle } from '@redis-stream-coordinator/core/testing';
 import { useRedisServer } from './support/vitest-redis';
 
 const redis = useRedisServer();

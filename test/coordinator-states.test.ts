@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { GroupNotFoundError } from '@redis-stream-coordinator/core';
 import { aGroup } from './support/group-fixture';
-import { settle } from './support/protocol-member';
+import { settle } from '@redis-stream-coordinator/core/testing';
 import { useRedisServer } from './support/vitest-redis';
 
 const redis = useRedisServer();

@@ -1,7 +1,7 @@
 import { CoordinatorAdmin, CoordinatorClient, type CoordinatorOptions, type GroupDescription, type HeartbeatRequest } from '@redis-stream-coordinator/core';
 import type { RedisFixture } from './vitest-redis';
 import { uniqueName } from './vitest-redis';
-import { ProtocolMember } from './protocol-member';
+import { ProtocolMember } from '@redis-stream-coordinator/core/testing';
 
 /** A fresh stream and group on the file's server, with helpers to make members and look at them. */
 export interface GroupFixture {

@@ -13,7 +13,7 @@ export interface ShardStats {
   pending: number;
 }
 
-/** The raw snapshot `describeGroup-11.lua` returns, as maps. */
+/** The raw snapshot `describeGroup-13.lua` returns, as maps. */
 export interface GroupSnapshot {
   streamPrefix: string;
   consumerGroup: string;

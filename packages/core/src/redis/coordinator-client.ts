@@ -108,7 +108,7 @@ export class CoordinatorClient {
   }
 }
 
-/** The commit script's target form: JSON { memberId: "canonical shard CSV" }. */
+/** The commit script's target form: JSON { memberId: "ascending shard CSV" }, the stored form. */
 function encodePlan(plan: AssignmentPlan): string {
   const encoded: Record<string, string> = {};
   for (const [memberId, shards] of Object.entries(plan)) encoded[memberId] = toShardCsv(shards);

@@ -27,7 +27,7 @@ export class KeyBuilder {
     return `${this.coordinatorTag(streamPrefix)}:groups`;
   }
 
-  /** The eleven keys every group script takes, in the order `includes/groupKeys.lua` names them. */
+  /** The thirteen keys every group script takes, in the order `includes/groupKeys.lua` names them. */
   groupKeys(streamPrefix: string, consumerGroup: string): string[] {
     const group = `${this.coordinatorTag(streamPrefix)}:g:${assertConsumerGroup(consumerGroup)}`;
     return [
@@ -42,6 +42,8 @@ export class KeyBuilder {
       `${group}:deadlines`,
       `${group}:retained`,
       `${group}:events`,
+      `${group}:weights`,
+      `${group}:steady`,
     ];
   }
 

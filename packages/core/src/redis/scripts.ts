@@ -12,9 +12,9 @@ const VERSION: string = require('../../package.json').version;
 
 /** Script name -> file; the file name carries the number of keys it takes. */
 const SCRIPT_FILES = {
-  heartbeat: 'heartbeat-11.lua',
-  commitAssignment: 'commitAssignment-11.lua',
-  describeGroup: 'describeGroup-11.lua',
+  heartbeat: 'heartbeat-13.lua',
+  commitAssignment: 'commitAssignment-13.lua',
+  describeGroup: 'describeGroup-13.lua',
   createStream: 'createStream-1.lua',
 } as const;
 

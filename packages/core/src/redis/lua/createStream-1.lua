@@ -21,5 +21,5 @@ end
 local now = nowMs()
 local all = rangeCsv(shardCount)
 redis.call('HSET', KEYS[1], 'shardCount', shardCount, 'metadataVersion', 1, 'readableShardSet', all,
-  'writableShardSet', all, 'createdAt', now, 'updatedAt', now)
+  'writableShardSet', all, 'readableIsFullRange', 1, 'createdAt', now, 'updatedAt', now)
 return { ERR_NONE, '', 1, redis.call('HGETALL', KEYS[1]) }

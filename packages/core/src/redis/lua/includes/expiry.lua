@@ -3,20 +3,28 @@
 -- stuck handler cannot hold a shard hostage). Bounded per call; the rest go on the next call.
 local EXPIRY_BATCH = 100
 
-local function expireMembers(K, cfg, g, now)
-  local expired = redis.call('ZRANGEBYSCORE', K.leases, '-inf', now, 'LIMIT', 0, EXPIRY_BATCH)
-  for i = 1, #expired do
-    local rec = loadMember(K, expired[i])
-    if rec then removeMember(K, cfg, g, rec, 'EXPIRED', now, 'session-timeout') end
-  end
-  local overdue = redis.call('ZRANGEBYSCORE', K.deadlines, '-inf', now, 'LIMIT', 0, EXPIRY_BATCH)
-  for i = 1, #overdue do
-    local rec = loadMember(K, overdue[i])
-    if rec and rec.state == 'ACTIVE' then
-      removeMember(K, cfg, g, rec, 'EXPIRED', now, 'rebalance-timeout')
-    else
-      redis.call('ZREM', K.deadlines, overdue[i])
+-- `minLease` is earliestLease(K) as read before; a steady group pays one read for both checks.
+local function expireMembers(K, cfg, g, now, minLease)
+  if minLease and minLease <= now then
+    local expired = redis.call('ZRANGEBYSCORE', K.leases, '-inf', now, 'LIMIT', 0, EXPIRY_BATCH)
+    for i = 1, #expired do
+      local rec = loadMember(K, expired[i])
+      if rec then removeMember(K, cfg, g, rec, 'EXPIRED', now, 'session-timeout') end
     end
+  end
+  if g.nextDeadlineAt ~= 0 and g.nextDeadlineAt <= now then
+    local overdue = redis.call('ZRANGEBYSCORE', K.deadlines, '-inf', now, 'LIMIT', 0, EXPIRY_BATCH)
+    for i = 1, #overdue do
+      local rec = loadMember(K, overdue[i])
+      if rec and rec.state == 'ACTIVE' then
+        removeMember(K, cfg, g, rec, 'EXPIRED', now, 'rebalance-timeout')
+      else
+        redis.call('ZREM', K.deadlines, overdue[i])
+      end
+    end
+    local first = redis.call('ZRANGE', K.deadlines, 0, 0, 'WITHSCORES')
+    g.nextDeadlineAt = tonumber(first[2]) or 0
+    redis.call('HSET', K.groupMeta, 'nextDeadlineAt', g.nextDeadlineAt)
   end
 end
 
@@ -26,13 +34,16 @@ local function forgetMember(K, cfg, g, memberId)
   local rec = loadMember(K, memberId)
   if rec and rec.state ~= 'ACTIVE' then
     redis.call('HDEL', K.members, memberId)
+    redis.call('HDEL', K.steady, memberId)
     appendEvent(K, cfg, g, 'MEMBER_FORGOTTEN', memberId, rec.state)
   end
 end
 
+-- The count bound is kept whenever a record is added; the age bound when the oldest record is due
+-- (the group's retainedNextAt, read with the group, so a steady heartbeat pays nothing for this).
 local function trimRetained(K, cfg, g, now)
+  if g.retainedNextAt == 0 then return end
   local count = redis.call('ZCARD', K.retained)
-  if count == 0 then return end
   local old = redis.call('ZRANGEBYSCORE', K.retained, '-inf', now - cfg.retentionMs, 'LIMIT', 0, EXPIRY_BATCH)
   for i = 1, #old do forgetMember(K, cfg, g, old[i]) end
   local excess = count - #old - cfg.retentionMaxCount
@@ -40,4 +51,7 @@ local function trimRetained(K, cfg, g, now)
     local oldest = redis.call('ZRANGE', K.retained, 0, math.min(excess, EXPIRY_BATCH) - 1)
     for i = 1, #oldest do forgetMember(K, cfg, g, oldest[i]) end
   end
+  local first = redis.call('ZRANGE', K.retained, 0, 0, 'WITHSCORES')
+  g.retainedNextAt = first[2] and (tonumber(first[2]) + cfg.retentionMs) or 0
+  redis.call('HSET', K.groupMeta, 'retainedNextAt', g.retainedNextAt)
 end

@@ -1,6 +1,7 @@
 -- Group metadata: epochs, the assignment lease, and the group state derived from the member indexes.
 local function loadGroup(K)
-  local v = redis.call('HMGET', K.groupMeta, 'groupEpoch', 'assignmentEpoch', 'epochBumpedAt', 'leaseOwner', 'leaseExpiresAt')
+  local v = redis.call('HMGET', K.groupMeta, 'groupEpoch', 'assignmentEpoch', 'epochBumpedAt', 'leaseOwner',
+    'leaseExpiresAt', 'retainedNextAt', 'nextDeadlineAt')
   if not v[1] then return nil end
   return {
     groupEpoch = tonumber(v[1]),
@@ -8,6 +9,10 @@ local function loadGroup(K)
     epochBumpedAt = tonumber(v[3]) or 0,
     leaseOwner = v[4] or '',
     leaseExpiresAt = tonumber(v[5]) or 0,
+    -- when the oldest LEFT/EXPIRED record is due to be forgotten (0: none retained)
+    retainedNextAt = tonumber(v[6]) or 0,
+    -- no revocation deadline falls before this (0: none pending); may be early, never late
+    nextDeadlineAt = tonumber(v[7]) or 0,
   }
 end
 
@@ -15,7 +20,7 @@ local function createGroup(K, groupName, now)
   redis.call('HSET', K.groupMeta, 'groupEpoch', 0, 'assignmentEpoch', 0, 'epochBumpedAt', now,
     'leaseOwner', '', 'leaseExpiresAt', 0, 'createdAt', now, 'updatedAt', now)
   redis.call('SADD', K.groups, groupName)
-  return { groupEpoch = 0, assignmentEpoch = 0, epochBumpedAt = now, leaseOwner = '', leaseExpiresAt = 0 }
+  return { groupEpoch = 0, assignmentEpoch = 0, epochBumpedAt = now, leaseOwner = '', leaseExpiresAt = 0, retainedNextAt = 0, nextDeadlineAt = 0 }
 end
 
 -- Every change of the assignment's input (join, rejoin, leave, expiry, weight) needs a new target.
@@ -33,9 +38,25 @@ end
 
 -- SPEC 2.2, derived rather than stored: EMPTY without live members or owners; ASSIGNING while the
 -- target lags the group epoch; RECONCILING while some member has not converged; else STABLE.
-local function groupState(K, g)
-  if redis.call('ZCARD', K.leases) == 0 and redis.call('HLEN', K.owners) == 0 then return 'EMPTY' end
+-- `hasLiveMember` skips the EMPTY check when the caller is itself an ACTIVE member.
+local function groupState(K, g, hasLiveMember)
+  if not hasLiveMember and redis.call('ZCARD', K.leases) == 0 and redis.call('HLEN', K.owners) == 0 then
+    return 'EMPTY'
+  end
   if g.groupEpoch > g.assignmentEpoch then return 'ASSIGNING' end
   if redis.call('SCARD', K.unconverged) > 0 then return 'RECONCILING' end
   return 'STABLE'
+end
+
+-- The earliest lease expiry of the group, or nil: one read tells whether anyone has expired.
+local function earliestLease(K)
+  local first = redis.call('ZRANGE', K.leases, 0, 0, 'WITHSCORES')
+  return tonumber(first[2])
+end
+
+local function setRevocationDeadline(K, g, memberId, deadline)
+  if redis.call('ZADD', K.deadlines, 'NX', deadline, memberId) == 1 and (g.nextDeadlineAt == 0 or deadline < g.nextDeadlineAt) then
+    g.nextDeadlineAt = deadline
+    redis.call('HSET', K.groupMeta, 'nextDeadlineAt', deadline)
+  end
 end

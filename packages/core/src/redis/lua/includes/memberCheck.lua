@@ -1,16 +1,21 @@
 -- Whether a member call may proceed (SPEC section 3, as in KIP-848): the member must be ACTIVE with
 -- a live lease, and its epoch must be current, or its previous epoch (the answer carrying the new one
 -- may have been lost). Pure: an error here changes no state (invariant 4).
-local function isAlive(K, rec, now)
+local function isAlive(K, rec, now, minLease)
   if not rec or rec.state ~= 'ACTIVE' then return false end
-  local lease = tonumber(redis.call('ZSCORE', K.leases, rec.id))
-  if not lease or lease <= now then return false end
+  -- every ACTIVE member has a lease; when the earliest one is still running, so is this one
+  if not minLease or minLease <= now then
+    local lease = tonumber(redis.call('ZSCORE', K.leases, rec.id))
+    if not lease or lease <= now then return false end
+  end
+  -- a revocation deadline exists only while the member is revoking
+  if rec.revoking == '' then return true end
   local deadline = tonumber(redis.call('ZSCORE', K.deadlines, rec.id))
   return deadline == nil or deadline > now
 end
 
-local function checkMemberEpoch(K, rec, memberId, memberEpoch, now)
-  if not isAlive(K, rec, now) then
+local function checkMemberEpoch(K, rec, memberId, memberEpoch, now, minLease)
+  if not isAlive(K, rec, now, minLease) then
     local state = rec and rec.state or 'unknown'
     if rec and state == 'ACTIVE' then state = 'lease expired' end
     return ERR_UNKNOWN_MEMBER_ID, 'member ' .. memberId .. ' is not an active member of the group (' .. state .. '); rejoin with memberEpoch 0'

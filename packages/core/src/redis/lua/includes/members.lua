@@ -8,8 +8,34 @@ local function loadMember(K, memberId)
   return cjson.decode(raw)
 end
 
+-- The request fields of a steady-state heartbeat, joined as the client sends them. A member has a
+-- signature only while a heartbeat repeating it needs nothing but a lease renewal (see heartbeat-13).
+-- Stored fields never contain a newline, so an equal request string means equal fields.
+local function steadySignature(rec)
+  return table.concat({ rec.epoch, rec.name, rec.rmc, rec.acw, rec.weight, rec.st, rec.rt, rec.mv, rec.owned }, '\n')
+end
+
 local function saveMember(K, rec)
   redis.call('HSET', K.members, rec.id, cjson.encode(rec))
+  if rec.state == 'ACTIVE' and rec.revoking == '' and rec.pending == '' and rec.known == rec.epoch then
+    redis.call('HSET', K.steady, rec.id, steadySignature(rec))
+  else
+    redis.call('HDEL', K.steady, rec.id)
+  end
+end
+
+-- Weights other than 1 are indexed, so the assignor's input needs no member record.
+local function indexWeight(K, memberId, weight)
+  if weight == 1 then
+    redis.call('HDEL', K.weights, memberId)
+  else
+    redis.call('HSET', K.weights, memberId, weight)
+  end
+end
+
+-- In a STABLE group nobody is unconverged: one SCARD answers for everyone.
+local function isUnconverged(K, memberId)
+  return redis.call('SCARD', K.unconverged) > 0 and redis.call('SISMEMBER', K.unconverged, memberId) == 1
 end
 
 -- Moves a member to a new epoch. The epoch it knew stays acceptable as its previous epoch, so a
@@ -40,9 +66,14 @@ local function removeMember(K, cfg, g, rec, state, now, reason)
   rec.lastHb = leaseExp - rec.st
   rec.endedAt = now
   redis.call('ZREM', K.leases, rec.id)
+  redis.call('HDEL', K.weights, rec.id)
   redis.call('ZREM', K.deadlines, rec.id)
   redis.call('SREM', K.unconverged, rec.id)
   redis.call('ZADD', K.retained, now, rec.id)
+  if g.retainedNextAt == 0 or g.retainedNextAt > now + cfg.retentionMs then
+    g.retainedNextAt = now + cfg.retentionMs
+    redis.call('HSET', K.groupMeta, 'retainedNextAt', g.retainedNextAt)
+  end
   saveMember(K, rec)
   if g.leaseOwner == rec.id then setAssignmentLease(K, g, '', 0) end
   bumpGroupEpoch(K, g, now)

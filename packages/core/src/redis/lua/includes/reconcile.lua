@@ -34,7 +34,7 @@ local function reconcileMember(K, cfg, g, rec, now)
 
   local pending = {}
   if #revoking > 0 then
-    redis.call('ZADD', K.deadlines, 'NX', now + rec.rt, rec.id)
+    setRevocationDeadline(K, g, rec.id, now + rec.rt)
     pending = wanted
   else
     redis.call('ZREM', K.deadlines, rec.id)

@@ -9,11 +9,13 @@
 
 local function assignmentInput(K, g, stream)
   local ids = redis.call('ZRANGE', K.leases, 0, -1)
+  local weights = {}
+  local flat = redis.call('HGETALL', K.weights)
+  for i = 1, #flat, 2 do weights[flat[i]] = tonumber(flat[i + 1]) end
   local members = {}
   for i = 1, #ids do
-    local rec = loadMember(K, ids[i])
     members[#members + 1] = ids[i]
-    members[#members + 1] = rec and rec.weight or 1
+    members[#members + 1] = weights[ids[i]] or 1
   end
   return cjson.encode({
     groupEpoch = g.groupEpoch,
@@ -28,7 +30,7 @@ local function errorResponse(code, message)
 end
 
 local function memberResponse(K, cfg, g, rec, stream, reportedMv, now, dirty)
-  local state = groupState(K, g)
+  local state = groupState(K, g, true)
   local compute = 0
   local interval = cfg.heartbeatIntervalMs
   if state == 'ASSIGNING' then

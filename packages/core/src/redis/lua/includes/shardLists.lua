@@ -1,10 +1,10 @@
 -- Shard lists travel and are stored as canonical CSV: ascending, no duplicates ("1,3,8"; "" = none).
 -- Canonical form lets the steady-state heartbeat compare a report with the stored list as strings.
+-- A CSV of numbers in brackets is a JSON array, and cjson parses it in C: many times faster than
+-- a Lua loop over string.gmatch, which matters for lists of thousands of shards.
 local function csvToList(csv)
-  local list = {}
-  if not csv or csv == '' then return list end
-  for n in string.gmatch(csv, '%d+') do list[#list + 1] = tonumber(n) end
-  return list
+  if not csv or csv == '' then return {} end
+  return cjson.decode('[' .. csv .. ']')
 end
 
 local function listToCsv(list)

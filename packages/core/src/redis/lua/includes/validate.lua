@@ -1,36 +1,50 @@
 -- Request validation: pure, runs before any write, and names the field it refuses.
+-- tonumber and arithmetic rather than a pattern: patterns cost a microsecond each here, and this
+-- runs for seven fields of every heartbeat. (n ~= n is NaN.)
 local function parseInteger(field, value, min, max)
-  if type(value) ~= 'string' or #value > 16 or not string.match(value, '^%-?%d+$') then
+  local n = type(value) == 'string' and #value <= 16 and tonumber(value)
+  if not n or n ~= n or n ~= math.floor(n) then
     return nil, field .. ' must be an integer, got "' .. tostring(value) .. '"'
   end
-  local n = tonumber(value)
   if n < min or n > max then
     return nil, field .. ' must be from ' .. min .. ' to ' .. max .. ', got ' .. value
   end
   return n
 end
 
+-- Checks a decoded list of shard indices: integers in [0, shardCount), at most shardCount of them,
+-- none twice. Sorts it in place. Returns the list, or nil and the message naming the field.
+local function checkShardList(field, list, shardCount)
+  if type(list) ~= 'table' or #list > shardCount then
+    return nil, field .. ' must be a list of at most ' .. shardCount .. ' shard indices'
+  end
+  for i = 1, #list do
+    local shard = list[i]
+    if type(shard) ~= 'number' or shard ~= math.floor(shard) or shard < 0 then
+      return nil, field .. ' must be a comma-separated list of at most ' .. shardCount .. ' shard indices'
+    end
+    if shard >= shardCount then
+      return nil, field .. ': shard index ' .. shard .. ' is outside the readable shard set (0..' .. (shardCount - 1) .. ')'
+    end
+  end
+  table.sort(list)
+  for i = 2, #list do
+    if list[i] == list[i - 1] then return nil, field .. ': shard index ' .. list[i] .. ' is listed twice' end
+  end
+  return list
+end
+
 -- Parses "1,3,8" into a sorted list of distinct indices below shardCount; at most shardCount of them.
 local function parseShardList(field, value, shardCount)
   if value == '' then return {} end
-  if type(value) ~= 'string' or #value > shardCount * 7 + 7 or not string.match(value, '^%d[%d,]*$')
-      or string.find(value, ',,', 1, true) or string.sub(value, -1) == ',' then
+  if type(value) ~= 'string' or #value > shardCount * 7 + 7 then
     return nil, field .. ' must be a comma-separated list of at most ' .. shardCount .. ' shard indices'
   end
-  local list, seen = {}, {}
-  for n in string.gmatch(value, '%d+') do
-    local shard = tonumber(n)
-    if shard >= shardCount then
-      return nil, field .. ': shard index ' .. n .. ' is outside the readable shard set (0..' .. (shardCount - 1) .. ')'
-    end
-    if seen[shard] then
-      return nil, field .. ': shard index ' .. n .. ' is listed twice'
-    end
-    seen[shard] = true
-    list[#list + 1] = shard
+  local ok, list = pcall(cjson.decode, '[' .. value .. ']')
+  if not ok then
+    return nil, field .. ' must be a comma-separated list of at most ' .. shardCount .. ' shard indices'
   end
-  table.sort(list)
-  return list
+  return checkShardList(field, list, shardCount)
 end
 
 local function isValidMemberId(value)

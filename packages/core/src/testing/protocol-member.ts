@@ -5,7 +5,7 @@ import {
   type HeartbeatResponse,
   JOIN_EPOCH,
   LEAVE_EPOCH,
-} from '@redis-stream-coordinator/core';
+} from '../index';
 
 /**
  * A well-behaved member at the protocol level, without reading streams: it applies each answer
@@ -70,7 +70,8 @@ export class ProtocolMember {
     this.revoking = [];
   }
 
-  private apply(response: HeartbeatResponse): HeartbeatResponse {
+  /** Applies an answer, also one obtained outside this object (heartbeatOnce, commitAssignment). */
+  apply(response: HeartbeatResponse): HeartbeatResponse {
     this.last = response;
     if (response.errorCode === ErrorCode.UNKNOWN_MEMBER_ID || response.errorCode === ErrorCode.FENCED_MEMBER_EPOCH) {
       this.reset();

@@ -1,9 +1,9 @@
 --[[
-  heartbeat-11: one protocol step of one member (SPEC section 3): join (memberEpoch 0), rejoin,
+  heartbeat-13: one protocol step of one member (SPEC section 3): join (memberEpoch 0), rejoin,
   normal heartbeat (> 0) and leave (-1), with lease expiry of other members, reconciliation and the
   assignment lease, atomically.
 
-  KEYS[1..11]  the group's coordinator keys (includes/groupKeys.lua)
+  KEYS[1..13]  the group's coordinator keys (includes/groupKeys.lua)
   ARGV[1..7]   coordinator settings (includes/config.lua)
   ARGV[8]  consumerGroup           ARGV[9]  memberId               ARGV[10] memberEpoch
   ARGV[11] memberName              ARGV[12] runtimeMaxConcurrency  ARGV[13] activeConsumerWorkers
@@ -14,11 +14,43 @@
   Output: the heartbeat response (includes/respond.lua), or { errorCode, message } when the request
   was refused; a refused request changed nothing.
 
-  The steady-state path (current epoch, report equal to the stored assignment, member converged)
-  decodes only the caller's record and writes only its lease.
+  The steady-state heartbeat (current epoch, report equal to the stored assignment, nothing changed,
+  group STABLE) is answered before the rest of the script is even defined: it decodes only the
+  caller's record and writes only its lease.
 ]]
 --- @include "includes/errorCodes"
 --- @include "includes/groupKeys"
+
+--[[ Steady state. The member's stored signature (includes/members.lua) equals this request, and
+  the group is STABLE at the member's epoch with nothing due: the full path would only renew the
+  lease and answer with the stored assignment, so this does exactly that. It runs before the helpers
+  of the full path are defined, because on this path Lua's cost (creating those closures, decoding
+  the record) outweighs the Redis commands. Anything else, including a malformed request, falls
+  through to the full path, which validates it. ]]
+do
+  local signature = redis.call('HGET', K.steady, ARGV[9])
+  if signature and signature == table.concat({ ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14], ARGV[15], ARGV[16], ARGV[17], ARGV[18] }, '\n')
+      and ARGV[19] == '' and ARGV[20] == '' then
+    local g = redis.call('HMGET', K.groupMeta, 'groupEpoch', 'assignmentEpoch', 'nextDeadlineAt', 'retainedNextAt')
+    local stream = redis.call('HMGET', K.streamMeta, 'shardCount', 'metadataVersion')
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local minLease = redis.call('ZRANGE', K.leases, 0, 0, 'WITHSCORES')
+    local nextDeadlineAt = tonumber(g[3]) or 0
+    local retainedNextAt = tonumber(g[4]) or 0
+    if g[1] == ARGV[10] and g[2] == ARGV[10] and stream[2] == ARGV[17]
+        and minLease[2] and tonumber(minLease[2]) > now
+        and (nextDeadlineAt == 0 or nextDeadlineAt > now) and (retainedNextAt == 0 or retainedNextAt > now)
+        and redis.call('SCARD', K.unconverged) == 0 then
+      local sessionTimeoutMs = tonumber(ARGV[15])
+      redis.call('ZADD', K.leases, now + sessionTimeoutMs, ARGV[9])
+      local interval = math.max(1, math.min(tonumber(ARGV[1]), math.floor(sessionTimeoutMs / 3)))
+      return { ERR_NONE, '', tonumber(ARGV[10]), interval, sessionTimeoutMs, ARGV[18], '', '', tonumber(g[1]),
+        tonumber(g[2]), 'STABLE', tonumber(stream[2]), tonumber(stream[1]), false, 0, '' }
+    end
+  end
+end
+
 --- @include "includes/config"
 --- @include "includes/time"
 --- @include "includes/shardLists"
@@ -59,26 +91,37 @@ local stream = loadStream(K)
 if not stream then
   return errorResponse(ERR_GROUP_NOT_FOUND, 'the stream prefix has no metadata: create it with CoordinatorAdmin.createStream')
 end
-local owned, revokingReport, acked
-owned, err = parseShardList('owned', rawOwned, stream.shardCount)
-if not owned then return errorResponse(ERR_INVALID_REQUEST, err) end
-revokingReport, err = parseShardList('revoking', ARGV[19], stream.shardCount)
-if not revokingReport then return errorResponse(ERR_INVALID_REQUEST, err) end
-acked, err = parseShardList('ackedRevocations', ARGV[20], stream.shardCount)
-if not acked then return errorResponse(ERR_INVALID_REQUEST, err) end
-
 local memberEpoch = req.memberEpoch
 local now = nowMs()
 local g = loadGroup(K)
 local rec = nil
-if g then rec = loadMember(K, memberId) end
+local minLease = nil
+if g then
+  rec = loadMember(K, memberId)
+  minLease = earliestLease(K)
+end
+
+-- The steady-state report repeats the stored list exactly (canonical CSV): it is valid and true as
+-- it stands, so it needs neither parsing nor the ownership check.
+local steadyReport = memberEpoch > 0 and rec ~= nil and rawOwned == rec.owned and ARGV[19] == '' and ARGV[20] == ''
+local owned, revokingReport, acked = {}, {}, {}
+if not steadyReport then
+  owned, err = parseShardList('owned', rawOwned, stream.shardCount)
+  if not owned then return errorResponse(ERR_INVALID_REQUEST, err) end
+  revokingReport, err = parseShardList('revoking', ARGV[19], stream.shardCount)
+  if not revokingReport then return errorResponse(ERR_INVALID_REQUEST, err) end
+  acked, err = parseShardList('ackedRevocations', ARGV[20], stream.shardCount)
+  if not acked then return errorResponse(ERR_INVALID_REQUEST, err) end
+end
 
 -- 2. Epoch and ownership checks of a normal heartbeat: an error changes no state.
 if memberEpoch > 0 then
-  local code, message = checkMemberEpoch(K, rec, memberId, memberEpoch, now)
+  local code, message = checkMemberEpoch(K, rec, memberId, memberEpoch, now, minLease)
   if code ~= ERR_NONE then return errorResponse(code, message) end
-  local violation = ownershipViolation(K, rec, owned)
-  if violation then return errorResponse(ERR_FENCED_MEMBER_EPOCH, violation) end
+  if not steadyReport then
+    local violation = ownershipViolation(K, rec, owned)
+    if violation then return errorResponse(ERR_FENCED_MEMBER_EPOCH, violation) end
+  end
 end
 
 -- 3. Accepted. Time-driven removals of other members come first, so this step sees them.
@@ -90,13 +133,18 @@ if not g then
   g = createGroup(K, groupName, now)
 end
 local groupEpochBefore = g.groupEpoch
-expireMembers(K, cfg, g, now)
-trimRetained(K, cfg, g, now)
+expireMembers(K, cfg, g, now, minLease)
+if g.groupEpoch ~= groupEpochBefore or (g.retainedNextAt ~= 0 and g.retainedNextAt <= now) then
+  trimRetained(K, cfg, g, now)
+end
 if g.groupEpoch ~= groupEpochBefore then rec = loadMember(K, memberId) end
 
 -- Leave: shards are free at once; the record stays as LEFT until retention ends.
 if memberEpoch == -1 then
-  if rec and rec.state == 'ACTIVE' then removeMember(K, cfg, g, rec, 'LEFT', now, 'leave') end
+  if rec and rec.state == 'ACTIVE' then
+    removeMember(K, cfg, g, rec, 'LEFT', now, 'leave')
+    trimRetained(K, cfg, g, now)
+  end
   return { ERR_NONE, '', -1, cfg.heartbeatIntervalMs, req.sessionTimeoutMs, '', '', '', g.groupEpoch,
     g.assignmentEpoch, groupState(K, g), stream.metadataVersion, stream.shardCount, false, 0, '' }
 end
@@ -113,6 +161,7 @@ if memberEpoch == 0 then
       rt = req.rebalanceTimeoutMs, owned = '', revoking = '', pending = '', lastHb = now,
       leaseExp = now + req.sessionTimeoutMs,
     }
+    indexWeight(K, memberId, req.weight)
     appendEvent(K, cfg, g, 'MEMBER_JOINED', memberId, memberName)
   elseif rec.state == 'ACTIVE' and rec.epoch == 0 and rec.owned == '' and rec.revoking == '' then
     -- The same join again (its answer was lost): the member holds nothing that a rejoin would drop.
@@ -128,6 +177,7 @@ if memberEpoch == 0 then
       redis.call('ZREM', K.retained, memberId)
     end
     rec.state, rec.owned, rec.revoking, rec.pending, rec.endedAt = 'ACTIVE', '', '', '', nil
+    indexWeight(K, memberId, rec.weight)
     bumpGroupEpoch(K, g, now)
     rec.joinEpoch = g.groupEpoch
     appendEvent(K, cfg, g, 'MEMBER_REJOINED', memberId, previousState)
@@ -144,6 +194,7 @@ if rec.name ~= memberName or rec.rmc ~= req.runtimeMaxConcurrency or rec.acw ~= 
     bumpGroupEpoch(K, g, now)
     appendEvent(K, cfg, g, 'MEMBER_WEIGHT_CHANGED', memberId, tostring(req.weight))
   end
+  if rec.weight ~= req.weight then indexWeight(K, memberId, req.weight) end
   rec.name, rec.rmc, rec.acw, rec.mv = memberName, req.runtimeMaxConcurrency, req.activeConsumerWorkers, req.metadataVersion
   rec.st, rec.rt, rec.weight = req.sessionTimeoutMs, req.rebalanceTimeoutMs, req.weight
   dirty = true
@@ -165,8 +216,9 @@ if #acked > 0 and rec.revoking ~= '' then
   end
 end
 
--- 6. Reconcile unless the member already matches the target.
-if mustReconcile or redis.call('SISMEMBER', K.unconverged, memberId) == 1 then
+-- 6. Reconcile unless the member already matches the target at the assignment epoch. A member
+-- whose target did not change in a commit stays converged and moves to the new epoch here.
+if mustReconcile or rec.epoch < g.assignmentEpoch or isUnconverged(K, memberId) then
   reconcileMember(K, cfg, g, rec, now)
   dirty = true
 end

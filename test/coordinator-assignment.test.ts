@@ -106,6 +106,9 @@ describe('committing a target (compare-and-set)', () => {
     ['a shard assigned to nobody', { a: [0, 1], b: [2] }, /readable shard 3 is assigned to no member/],
     ['a member that is not ACTIVE', { a: [0, 1], ghost: [2, 3] }, /member ghost is not an ACTIVE member/],
     ['a shard outside the readable set', { a: [0, 1, 9], b: [2, 3] }, /outside the readable shard set/],
+    ['a negative shard index', { a: [-1, 0, 1], b: [2, 3] }, /negative shard index/],
+    ['a fractional shard index', { a: [0, 1, 1.5], b: [2, 3] }, /not a strictly ascending list of shard indices/],
+    ['a list that is not numbers', { a: ['x'] as unknown as number[], b: [0, 1, 2, 3] }, /not a set of shard index lists/],
   ])('a target with %s is refused and changes nothing', async (_name, plan, message) => {
     const group = await aGroup(redis, 4);
     const a = group.member('a');

@@ -57,57 +57,69 @@ if code ~= ERR_NONE then return errorResponse(code, message) end
 -- Invariant 5, checked against the group as it is now: every member ACTIVE, every list strictly
 -- ascending (so canonical and without repeats), every shard readable and in one list only, and every
 -- readable shard covered. Returns the plan as { memberId = CSV }, or nil and what is wrong.
--- This runs over every shard of the group while Redis waits, so it avoids what is slow in Lua here:
--- one pattern per list (not per shard), C-side cjson for the numbers, no number-to-string work.
-local function validatePlan(raw, active)
-  local ok, plan = pcall(cjson.decode, raw)
-  if not ok or type(plan) ~= 'table' then return nil, 'the target must be a JSON object of memberId -> shard CSV' end
+--
+-- This visits every shard of the group while Redis waits, so it avoids what is slow in Lua: all lists
+-- are parsed by one cjson call (C), joined with -1 as the boundary marker (no shard index is
+-- negative, so a list that smuggles in a -1 changes the marker count and is refused); elements that
+-- are not numbers fail the comparisons (caught below); nothing is converted back to strings.
+local function checkPlan(plan, active)
   local shardCount = stream.shardCount
   local fullRange = stream.readableIsFullRange
-  local isReadable = nil
-  local readableCount = shardCount
+  local isReadable, readableCount = nil, shardCount
   if not fullRange then
     local readable = csvToList(loadReadable(K, stream))
-    isReadable = listToSet(readable)
-    readableCount = #readable
+    isReadable, readableCount = listToSet(readable), #readable
   end
-  local seen, covered = {}, 0
+  local ids, parts = {}, {}
   for id, csv in pairs(plan) do
-    if type(id) ~= 'string' or type(csv) ~= 'string' or string.find(csv, '[^%d,]') then
-      return nil, 'the target must map memberIds to shard CSV strings (digits and commas)'
-    end
+    if type(id) ~= 'string' or type(csv) ~= 'string' then return nil, 'the target must map memberIds to shard CSV strings' end
     if not active[id] then return nil, 'member ' .. id .. ' is not an ACTIVE member of the group' end
     if csv ~= '' then
-      local parsed, list = pcall(cjson.decode, '[' .. csv .. ']')
-      if not parsed or #list > shardCount then return nil, 'target of ' .. id .. ' is not a list of shard indices' end
-      local previous = -1
-      for i = 1, #list do
-        local shard = list[i]
-        if shard <= previous then return nil, 'target of ' .. id .. ' is not strictly ascending at shard ' .. shard end
-        if (fullRange and shard >= shardCount) or (not fullRange and not isReadable[shard]) then
-          return nil, 'shard ' .. shard .. ' (member ' .. id .. ') is outside the readable shard set'
-        end
-        if seen[shard] then return nil, 'shard ' .. shard .. ' is assigned to both ' .. seen[shard] .. ' and ' .. id end
-        seen[shard] = id
-        previous = shard
-      end
-      covered = covered + #list
+      ids[#ids + 1] = id
+      parts[#parts + 1] = csv
     end
   end
+  local shards = cjson.decode('[' .. table.concat(parts, ',-1,') .. ']')
+  local seen, member, previous, covered = {}, 1, -1, 0
+  for i = 1, #shards do
+    local shard = shards[i]
+    if shard == -1 then
+      member, previous = member + 1, -1
+      if member > #ids then return nil, 'the target contains a negative shard index' end
+    else
+      local id = ids[member]
+      if shard <= previous or shard % 1 ~= 0 then
+        return nil, 'target of ' .. id .. ' is not a strictly ascending list of shard indices at ' .. tostring(shard)
+      end
+      if (fullRange and shard >= shardCount) or (not fullRange and not isReadable[shard]) then
+        return nil, 'shard ' .. shard .. ' (member ' .. id .. ') is outside the readable shard set'
+      end
+      if seen[shard] then return nil, 'shard ' .. shard .. ' is assigned to both ' .. seen[shard] .. ' and ' .. id end
+      seen[shard], previous, covered = id, shard, covered + 1
+    end
+  end
+  if member ~= math.max(#ids, 1) then return nil, 'the target contains a negative shard index' end
   if covered < readableCount and next(active) ~= nil then
-    local readable = csvToList(loadReadable(K, stream))
-    for _, shard in ipairs(readable) do
+    for _, shard in ipairs(csvToList(loadReadable(K, stream))) do
       if not seen[shard] then return nil, 'readable shard ' .. shard .. ' is assigned to no member' end
     end
   end
   return plan
 end
 
+local function validatePlan(raw, active)
+  local decoded, plan = pcall(cjson.decode, raw)
+  if not decoded or type(plan) ~= 'table' then return nil, 'the target must be a JSON object of memberId -> shard CSV' end
+  local ok, checked, problem = pcall(checkPlan, plan, active)
+  if not ok then return nil, 'the target is not a set of shard index lists (' .. tostring(checked) .. ')' end
+  return checked, problem
+end
+
 local function persistTarget(plan, groupEpoch, activeIds)
-  -- A converged member (holding exactly its old target, nothing revoking or pending) whose target
-  -- did not change stays converged: it takes the new epoch at its next heartbeat, without a
-  -- reconciliation step and without this commit decoding any member record. Every member whose
-  -- target changed must reconcile.
+  -- Only the entries that change are written. A converged member (holding exactly its old target,
+  -- nothing revoking or pending) whose target did not change stays converged: it takes the new epoch
+  -- at its next heartbeat, without a reconciliation step and without this commit decoding any member
+  -- record. Every member whose target changed must reconcile.
   local previous = {}
   local flat = redis.call('HGETALL', K.target)
   for i = 1, #flat, 2 do previous[flat[i]] = flat[i + 1] end
@@ -115,21 +127,22 @@ local function persistTarget(plan, groupEpoch, activeIds)
   for _, id in ipairs(activeIds) do
     if (plan[id] or '') ~= (previous[id] or '') then changed[#changed + 1] = id end
   end
-
-  redis.call('DEL', K.target)
-  local args, total = {}, 0
+  local gone = {}
+  for id in pairs(previous) do
+    if (plan[id] or '') == '' then gone[#gone + 1] = id end
+  end
+  local writes, total = {}, 0
   for id, csv in pairs(plan) do
     if csv ~= '' then
-      args[#args + 1] = id
-      args[#args + 1] = csv
       total = total + 1
-      if #args >= 1000 then
-        redis.call('HSET', K.target, unpack(args))
-        args = {}
+      if csv ~= previous[id] then
+        writes[#writes + 1] = id
+        writes[#writes + 1] = csv
       end
     end
   end
-  if #args > 0 then redis.call('HSET', K.target, unpack(args)) end
+  for i = 1, #gone, 500 do redis.call('HDEL', K.target, unpack(gone, i, math.min(i + 499, #gone))) end
+  for i = 1, #writes, 1000 do redis.call('HSET', K.target, unpack(writes, i, math.min(i + 999, #writes))) end
   for i = 1, #changed, 500 do
     redis.call('SADD', K.unconverged, unpack(changed, i, math.min(i + 499, #changed)))
   end

@@ -31,10 +31,10 @@ export function assertKeyPrefix(value: unknown, field = 'keyPrefix'): string {
   return check(field, value, KEY_PREFIX_PATTERN, 'use 1-64 characters of A-Z a-z 0-9 . _ : -');
 }
 
-/** A positive integer option, or a clear error naming it. */
+/** An integer option within a range, or a RangeError naming the option and the value. */
 export function assertIntegerInRange(field: string, value: unknown, min: number, max: number): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
-    throw new InvalidRequestError(`${field} must be an integer from ${min} to ${max}, got ${JSON.stringify(value)}`);
+    throw new RangeError(`${field} must be an integer from ${min} to ${max}, got ${JSON.stringify(value)}`);
   }
   return value;
 }

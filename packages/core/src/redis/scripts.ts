@@ -16,6 +16,9 @@ const SCRIPT_FILES = {
   commitAssignment: 'commitAssignment-13.lua',
   describeGroup: 'describeGroup-13.lua',
   createStream: 'createStream-1.lua',
+  claimShard: 'claimShard-2.lua',
+  ackFenced: 'ackFenced-2.lua',
+  claimPending: 'claimPending-2.lua',
 } as const;
 
 export type ScriptName = keyof typeof SCRIPT_FILES;

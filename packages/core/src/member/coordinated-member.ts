@@ -1,0 +1,327 @@
+import { EventEmitter } from 'node:events';
+import type { Redis } from 'ioredis';
+import { CoordinatorAdmin } from '../admin/coordinator-admin';
+import { ErrorCode } from '../protocol/error-codes';
+import { toCoordinatorError } from '../protocol/errors';
+import { type HeartbeatRequest, type HeartbeatResponse, JOIN_EPOCH, LEAVE_EPOCH } from '../protocol/heartbeat';
+import { CoordinatorClient } from '../redis/coordinator-client';
+import type { RedisClient } from '../redis/scripts';
+import { ShardClient } from '../redis/shard-client';
+import { sleep } from './abortable-sleep';
+import { type CoordinatedMemberOptions, type ResolvedMemberOptions, resolveMemberOptions } from './member-options';
+import { type ShardError, ShardPoller } from './shard-poller';
+
+export interface ShardsEvent {
+  shards: number[];
+  memberEpoch: number;
+}
+
+export interface MemberEvents {
+  /** Shards this member may now read (after taking over their pending entries). */
+  assigned: [ShardsEvent];
+  /** Shards this member gave up (its in-flight work on them finished or timed out). */
+  revoked: [ShardsEvent];
+  /** The coordinator refused this member (UNKNOWN_MEMBER_ID or FENCED_MEMBER_EPOCH): it dropped everything and rejoins. */
+  fenced: [{ errorCode: ErrorCode; message: string; shards: number[]; memberEpoch: number }];
+  /** No heartbeat succeeded for too long: the member stopped before its lease could be given away, and rejoins. */
+  'lease-lost': [{ shards: number[]; memberEpoch: number; sinceLastHeartbeatMs: number }];
+  error: [Error];
+  'dead-letter': [{ shardIndex: number; id: string; reason: string; attempts: number }];
+}
+
+type Lifecycle = 'new' | 'running' | 'stopping' | 'stopped';
+
+/**
+ * One member of a consumer group (SPEC sections 3-5): heartbeats at the interval the coordinator
+ * asks for, reconciles its shards with each answer (revoke before the next owner reads), polls and
+ * acknowledges under shard fencing, and rejoins when fenced.
+ *
+ * @example
+ * const member = new CoordinatedMember(redis, {
+ *   streamPrefix: 'summary', consumerGroup: 'summary-group', runtimeMaxConcurrency: 4,
+ *   handler: async (message) => console.log(message.key, message.payload),
+ * });
+ * await member.start();
+ * // ...
+ * await member.stop(); // drains, acknowledges, leaves the group
+ */
+export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
+  readonly options: ResolvedMemberOptions<T>;
+  readonly coordinator: CoordinatorClient;
+  private readonly reader: Redis;
+  private readonly poller: ShardPoller;
+  private lifecycle: Lifecycle = 'new';
+  private memberEpoch = JOIN_EPOCH;
+  private metadataVersion = 0;
+  /** shardIndex -> the epoch it was granted at (its fencing token). */
+  private readonly owned = new Map<number, number>();
+  private readonly revoking = new Set<number>();
+  private readonly revoked = new Set<number>();
+  private heartbeatTimer: NodeJS.Timeout | undefined;
+  private heartbeatRunning: Promise<void> | undefined;
+  private heartbeatAgain = false;
+  /** When the last successful heartbeat was sent (monotonic ms): the lease started no earlier. */
+  private lastGoodHeartbeatSentAt = 0;
+  private joined: { resolve: () => void; reject: (error: Error) => void } | undefined;
+
+  constructor(
+    private readonly redis: RedisClient,
+    options: CoordinatedMemberOptions<T>,
+  ) {
+    super();
+    this.options = resolveMemberOptions(options);
+    this.coordinator = new CoordinatorClient(redis, this.options.coordinator);
+    // Blocking reads need a connection of their own (same options: password, ACL user, TLS).
+    this.reader = (redis as Redis).duplicate();
+    this.reader.on('error', () => undefined); // reported through the read loop
+    const shardClient = new ShardClient(redis, this.coordinator.keys, this.options.streamPrefix, this.options.consumerGroup, this.options.memberId);
+    this.poller = new ShardPoller(shardClient, redis as Redis, this.reader, this.options as ResolvedMemberOptions, () => this.leaseIsSafe());
+    this.poller.on('error', (error: ShardError) => this.emit('error', error));
+    this.poller.on('dead-letter', (event) => this.emit('dead-letter', event));
+  }
+
+  get memberId(): string {
+    return this.options.memberId;
+  }
+
+  /** The shards this member reads now. */
+  ownedShards(): number[] {
+    return [...this.owned.keys()].sort((a, b) => a - b);
+  }
+
+  currentMemberEpoch(): number {
+    return this.memberEpoch;
+  }
+
+  /** Joins the group and starts polling; resolves after the first successful heartbeat. */
+  async start(): Promise<void> {
+    if (this.lifecycle !== 'new') throw new Error(`member ${this.memberId} was already started`);
+    this.lifecycle = 'running';
+    if (this.options.shardCount !== undefined) {
+      await new CoordinatorAdmin(this.redis, { keyPrefix: this.coordinator.options.keyPrefix }).createStream({
+        streamPrefix: this.options.streamPrefix,
+        shardCount: this.options.shardCount,
+      });
+    }
+    const joined = new Promise<void>((resolve, reject) => (this.joined = { resolve, reject }));
+    this.poller.start();
+    this.requestHeartbeat();
+    await joined;
+  }
+
+  /** Stops reading, finishes in-flight handlers (bounded), acknowledges, and leaves the group. */
+  async stop(): Promise<void> {
+    if (this.lifecycle === 'stopped' || this.lifecycle === 'stopping') return;
+    const wasRunning = this.lifecycle === 'running';
+    this.lifecycle = 'stopping';
+    clearTimeout(this.heartbeatTimer);
+    this.joined?.reject(new Error(`member ${this.memberId} stopped before it joined`));
+    await this.heartbeatRunning?.catch(() => undefined);
+    await this.poller.stop(this.options.shutdownTimeoutMs);
+    if (wasRunning && this.memberEpoch !== JOIN_EPOCH) {
+      try {
+        await this.coordinator.heartbeat(this.request(LEAVE_EPOCH));
+      } catch (error) {
+        this.emit('error', new Error(`member ${this.memberId} could not leave the group: ${(error as Error).message}`));
+      }
+    }
+    this.owned.clear();
+    this.reader.disconnect();
+    this.lifecycle = 'stopped';
+  }
+
+  /**
+   * Stops at once, as if the process died: no draining, no acknowledgements, no leave; the blocking
+   * connection is cut and the timers stop. The coordinator expires the member after its session
+   * timeout. For tests and emergency shutdown.
+   */
+  abort(): void {
+    this.lifecycle = 'stopped';
+    clearTimeout(this.heartbeatTimer);
+    this.joined?.reject(new Error(`member ${this.memberId} aborted`));
+    this.poller.dropAll();
+    void this.poller.stop(0);
+    this.reader.disconnect();
+  }
+
+  // ---- heartbeats -----------------------------------------------------------------------------------
+
+  private request(memberEpoch = this.memberEpoch): HeartbeatRequest {
+    return {
+      streamPrefix: this.options.streamPrefix,
+      consumerGroup: this.options.consumerGroup,
+      memberId: this.memberId,
+      memberEpoch,
+      memberName: this.options.memberName,
+      runtimeMaxConcurrency: this.options.runtimeMaxConcurrency,
+      // Workers this member can keep busy: one per owned shard, up to its capacity. Stable between
+      // rebalances, so a steady member's heartbeat stays on the coordinator's cheap path.
+      activeConsumerWorkers: Math.min(this.options.runtimeMaxConcurrency, this.owned.size),
+      weight: this.options.weight,
+      sessionTimeoutMs: this.options.sessionTimeoutMs,
+      rebalanceTimeoutMs: this.options.rebalanceTimeoutMs,
+      metadataVersion: this.metadataVersion,
+      owned: this.ownedShards(),
+      revoking: [...this.revoking],
+      ackedRevocations: [...this.revoked],
+    };
+  }
+
+  /** An out-of-cycle heartbeat as soon as possible (coalesced with one in flight). */
+  private requestHeartbeat(): void {
+    if (this.lifecycle !== 'running') return;
+    if (this.heartbeatRunning) {
+      this.heartbeatAgain = true;
+      return;
+    }
+    clearTimeout(this.heartbeatTimer);
+    this.heartbeatRunning = this.heartbeat().finally(() => {
+      this.heartbeatRunning = undefined;
+      if (this.heartbeatAgain) {
+        this.heartbeatAgain = false;
+        this.requestHeartbeat();
+      }
+    });
+  }
+
+  private schedule(intervalMs: number): void {
+    if (this.lifecycle !== 'running') return;
+    clearTimeout(this.heartbeatTimer);
+    // Jitter, never later than asked: members spread out instead of heartbeating in lockstep.
+    const delay = Math.max(1, Math.round(intervalMs * (0.85 + 0.15 * Math.random())));
+    this.heartbeatTimer = setTimeout(() => this.requestHeartbeat(), delay);
+  }
+
+  private async heartbeat(): Promise<void> {
+    const request = this.request();
+    const sentAt = performance.now();
+    let response: HeartbeatResponse;
+    try {
+      response = await this.withTimeout(this.coordinator.heartbeat(request), Math.max(100, Math.floor(this.options.sessionTimeoutMs / 3)));
+    } catch (error) {
+      this.emit('error', new Error(`member ${this.memberId}: heartbeat failed: ${(error as Error).message}`));
+      this.checkLease();
+      this.schedule(Math.min(1000, Math.floor(this.options.sessionTimeoutMs / 5)));
+      return;
+    }
+    if (this.lifecycle !== 'running') return;
+    if (response.errorCode === ErrorCode.UNKNOWN_MEMBER_ID || response.errorCode === ErrorCode.FENCED_MEMBER_EPOCH) {
+      this.lastGoodHeartbeatSentAt = sentAt;
+      this.emit('fenced', { errorCode: response.errorCode, message: response.errorMessage, shards: this.ownedShards(), memberEpoch: this.memberEpoch });
+      this.dropEverything();
+      this.requestHeartbeatSoon();
+      return;
+    }
+    if (response.errorCode !== ErrorCode.NONE) {
+      const error = toCoordinatorError(response.errorCode, `member ${this.memberId}: ${response.errorMessage}`);
+      this.emit('error', error);
+      this.schedule(Math.min(5000, Math.floor(this.options.sessionTimeoutMs / 3)));
+      return;
+    }
+    this.lastGoodHeartbeatSentAt = sentAt;
+    for (const shard of request.ackedRevocations ?? []) this.revoked.delete(shard);
+    this.apply(response);
+    this.joined?.resolve();
+    this.joined = undefined;
+    this.schedule(response.heartbeatIntervalMs);
+  }
+
+  private requestHeartbeatSoon(): void {
+    this.heartbeatAgain = true;
+  }
+
+  private withTimeout<R>(promise: Promise<R>, ms: number): Promise<R> {
+    return Promise.race([
+      promise,
+      sleep(ms).then(() => {
+        throw new Error(`no answer within ${ms} ms`);
+      }),
+    ]);
+  }
+
+  // ---- reconciliation ------------------------------------------------------------------------------
+
+  private apply(response: HeartbeatResponse): void {
+    this.memberEpoch = response.memberEpoch;
+    this.metadataVersion = response.metadataVersion;
+    const assigned = new Set(response.assignedShards);
+    const toRevoke = new Set(response.revokeShards);
+
+    const revokedNow: number[] = [];
+    for (const shard of toRevoke) {
+      if (this.owned.has(shard)) {
+        this.owned.delete(shard);
+        this.revoking.add(shard);
+        revokedNow.push(shard);
+      } else if (!this.revoking.has(shard)) {
+        // Finished earlier, but the answer to the heartbeat that reported it was lost: report again.
+        this.revoked.add(shard);
+      }
+    }
+    // A shard the coordinator no longer counts as ours at all (e.g. after a rejoin): stop at once.
+    for (const shard of [...this.owned.keys()]) {
+      if (!assigned.has(shard) && !toRevoke.has(shard)) {
+        this.owned.delete(shard);
+        void this.poller.releaseShard(shard, 0);
+      }
+    }
+    if (revokedNow.length > 0) void this.revoke(revokedNow, response.memberEpoch);
+
+    const gained: number[] = [];
+    for (const shard of assigned) {
+      if (!this.owned.has(shard) && !this.revoking.has(shard)) {
+        this.owned.set(shard, response.memberEpoch);
+        this.poller.addShard(shard, response.memberEpoch);
+        gained.push(shard);
+      }
+    }
+    if (gained.length > 0) {
+      this.emit('assigned', { shards: gained.sort((a, b) => a - b), memberEpoch: response.memberEpoch });
+      this.requestHeartbeatSoon(); // report the new ownership (and the new activeConsumerWorkers) at once
+    }
+  }
+
+  /** Revoke-before-assign: stop, let in-flight work finish (bounded), acknowledge, then report at once. */
+  private async revoke(shards: number[], memberEpoch: number): Promise<void> {
+    await Promise.all(shards.map((shard) => this.poller.releaseShard(shard, this.options.revocationTimeoutMs)));
+    for (const shard of shards) {
+      if (this.revoking.delete(shard)) this.revoked.add(shard);
+    }
+    this.emit('revoked', { shards: [...shards].sort((a, b) => a - b), memberEpoch });
+    this.requestHeartbeat();
+  }
+
+  /** Local ownership is no longer valid: stop reading and acking, clear everything, rejoin with epoch 0. */
+  private dropEverything(): void {
+    this.poller.dropAll();
+    this.owned.clear();
+    this.revoking.clear();
+    this.revoked.clear();
+    this.memberEpoch = JOIN_EPOCH;
+  }
+
+  // ---- lease ---------------------------------------------------------------------------------------
+
+  /**
+   * The coordinator's lease on this member started no earlier than the send time of the last
+   * successful heartbeat; stopping a margin before it can end means no handler starts after the
+   * shard could have been given to someone else, whatever the clocks say.
+   */
+  private leaseIsSafe(): boolean {
+    if (this.lastGoodHeartbeatSentAt === 0) return this.owned.size === 0;
+    return performance.now() - this.lastGoodHeartbeatSentAt < this.leaseBudgetMs();
+  }
+
+  private leaseBudgetMs(): number {
+    const margin = Math.min(1000, Math.floor(this.options.sessionTimeoutMs / 5));
+    return this.options.sessionTimeoutMs - margin;
+  }
+
+  private checkLease(): void {
+    if (this.owned.size === 0 && this.revoking.size === 0) return;
+    const since = performance.now() - this.lastGoodHeartbeatSentAt;
+    if (since < this.leaseBudgetMs()) return;
+    this.emit('lease-lost', { shards: this.ownedShards(), memberEpoch: this.memberEpoch, sinceLastHeartbeatMs: Math.round(since) });
+    this.dropEverything();
+  }
+}

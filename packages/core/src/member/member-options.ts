@@ -1,0 +1,114 @@
+import { v7 as uuidv7 } from 'uuid';
+import { type PayloadCodec, type StreamMessage, jsonCodec } from '../protocol/entry-format';
+import { assertConsumerGroup, assertIntegerInRange, assertMemberId, assertStreamPrefix } from '../protocol/names';
+import type { CoordinatorOptions } from '../redis/coordinator-options';
+
+export type MessageHandler<T = unknown> = (message: StreamMessage<T>) => unknown;
+
+/** Options of one coordinated member (SPEC section 8). Only `streamPrefix`, `consumerGroup` and `handler` are required. */
+export interface CoordinatedMemberOptions<T = unknown> {
+  streamPrefix: string;
+  consumerGroup: string;
+  handler: MessageHandler<T>;
+  /** UUIDv7 by default. Also the member's Redis consumer name. */
+  memberId?: string;
+  /** A label for people (dashboards, describeGroup). Defaults to the memberId. */
+  memberName?: string;
+  /** Handlers this member runs at once, across its shards (one at a time per shard). Default 1. */
+  runtimeMaxConcurrency?: number;
+  /** Relative share of shards (SPEC section 4). Default 1. */
+  weight?: number;
+  /** Creates the stream with this many shards if it has no metadata yet (idempotent). */
+  shardCount?: number;
+  /** The member is expired this long after its last successful heartbeat. Default 15000 ms. */
+  sessionTimeoutMs?: number;
+  /** The member must acknowledge a revocation within this time or be removed. Default 30000 ms. */
+  rebalanceTimeoutMs?: number;
+  /** How long a revoked shard waits for its in-flight handler before it is released anyway. Default: half the rebalance timeout. */
+  revocationTimeoutMs?: number;
+  /** How long `stop()` waits for in-flight handlers. Default 30000 ms. */
+  shutdownTimeoutMs?: number;
+  /** Tries per entry (in place, keeping order) before it goes to the dead-letter stream. Default 3. */
+  maxAttempts?: number;
+  /** First retry delay; doubles per attempt up to `retryBackoffMaxMs`. Default 100 ms. */
+  retryBackoffMs?: number;
+  retryBackoffMaxMs?: number;
+  /** Entries read per shard and read. Default 100. */
+  batchSize?: number;
+  /** At most this many entries read and not yet handled (backpressure). Default 1000. */
+  maxBufferedEntries?: number;
+  /** How long an idle read blocks. Default 2000 ms. */
+  blockMs?: number;
+  /** How often an owned shard is swept for entries pending at other consumers (zombie reads). Default 5000 ms. */
+  sweepIntervalMs?: number;
+  /** Payload codec. Default JSON. */
+  codec?: PayloadCodec;
+  /** Coordinator settings (key prefix, intervals, assignor); the same for every member of a group. */
+  coordinator?: CoordinatorOptions;
+}
+
+export type ResolvedMemberOptions<T = unknown> = Required<Omit<CoordinatedMemberOptions<T>, 'shardCount' | 'coordinator'>> &
+  Pick<CoordinatedMemberOptions<T>, 'shardCount' | 'coordinator'>;
+
+const DAY_MS = 86_400_000;
+
+/** Fills defaults and checks every option; a bad one is an error naming the option and the value. */
+export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T>): ResolvedMemberOptions<T> {
+  if (options === null || typeof options !== 'object') throw new TypeError('CoordinatedMember options must be an object');
+  assertStreamPrefix(options.streamPrefix);
+  assertConsumerGroup(options.consumerGroup);
+  if (typeof options.handler !== 'function') {
+    throw new TypeError(`handler must be a function, got ${options.handler === null ? 'null' : typeof options.handler}`);
+  }
+  const memberId = assertMemberId(options.memberId ?? uuidv7());
+  const rebalanceTimeoutMs = options.rebalanceTimeoutMs ?? 30_000;
+  const resolved: ResolvedMemberOptions<T> = {
+    streamPrefix: options.streamPrefix,
+    consumerGroup: options.consumerGroup,
+    handler: options.handler,
+    memberId,
+    memberName: options.memberName ?? memberId,
+    runtimeMaxConcurrency: options.runtimeMaxConcurrency ?? 1,
+    weight: options.weight ?? 1,
+    shardCount: options.shardCount,
+    sessionTimeoutMs: options.sessionTimeoutMs ?? 15_000,
+    rebalanceTimeoutMs,
+    revocationTimeoutMs: options.revocationTimeoutMs ?? Math.floor(rebalanceTimeoutMs / 2),
+    shutdownTimeoutMs: options.shutdownTimeoutMs ?? 30_000,
+    maxAttempts: options.maxAttempts ?? 3,
+    retryBackoffMs: options.retryBackoffMs ?? 100,
+    retryBackoffMaxMs: options.retryBackoffMaxMs ?? 10_000,
+    batchSize: options.batchSize ?? 100,
+    maxBufferedEntries: options.maxBufferedEntries ?? 1000,
+    blockMs: options.blockMs ?? 2000,
+    sweepIntervalMs: options.sweepIntervalMs ?? 5000,
+    codec: options.codec ?? jsonCodec,
+    coordinator: options.coordinator,
+  };
+  if (typeof resolved.memberName !== 'string' || resolved.memberName.length === 0 || resolved.memberName.length > 256 || /[\x00-\x1f\x7f]/.test(resolved.memberName)) {
+    throw new RangeError(`memberName must be 1-256 printable characters, got ${JSON.stringify(resolved.memberName)}`);
+  }
+  assertIntegerInRange('runtimeMaxConcurrency', resolved.runtimeMaxConcurrency, 1, 10_000);
+  assertIntegerInRange('weight', resolved.weight, 1, 1_000_000);
+  if (resolved.shardCount !== undefined) assertIntegerInRange('shardCount', resolved.shardCount, 1, 65_536);
+  assertIntegerInRange('sessionTimeoutMs', resolved.sessionTimeoutMs, 100, DAY_MS);
+  assertIntegerInRange('rebalanceTimeoutMs', resolved.rebalanceTimeoutMs, 100, DAY_MS);
+  assertIntegerInRange('revocationTimeoutMs', resolved.revocationTimeoutMs, 0, resolved.rebalanceTimeoutMs);
+  assertIntegerInRange('shutdownTimeoutMs', resolved.shutdownTimeoutMs, 0, DAY_MS);
+  assertIntegerInRange('maxAttempts', resolved.maxAttempts, 1, 1000);
+  assertIntegerInRange('retryBackoffMs', resolved.retryBackoffMs, 0, DAY_MS);
+  assertIntegerInRange('retryBackoffMaxMs', resolved.retryBackoffMaxMs, resolved.retryBackoffMs, DAY_MS);
+  assertIntegerInRange('batchSize', resolved.batchSize, 1, 10_000);
+  assertIntegerInRange('maxBufferedEntries', resolved.maxBufferedEntries, 1, 1_000_000);
+  assertIntegerInRange('blockMs', resolved.blockMs, 1, 60_000);
+  assertIntegerInRange('sweepIntervalMs', resolved.sweepIntervalMs, 1, DAY_MS);
+  if (typeof resolved.codec?.encode !== 'function' || typeof resolved.codec?.decode !== 'function') {
+    throw new TypeError('codec must have encode(payload) and decode(raw) functions');
+  }
+  return resolved;
+}
+
+/** Delay before retry `attempt` (1-based: the delay after the first failure is `base`). */
+export function retryDelayMs(attempt: number, base: number, max: number): number {
+  return Math.min(max, base * 2 ** (attempt - 1));
+}

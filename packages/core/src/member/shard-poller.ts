@@ -1,0 +1,394 @@
+import { EventEmitter } from 'node:events';
+import type { Redis } from 'ioredis';
+import { decodeEntry, type StreamMessage } from '../protocol/entry-format';
+import type { RawEntry, ShardClient } from '../redis/shard-client';
+import { sleep, Wakeup } from './abortable-sleep';
+import { type ResolvedMemberOptions, retryDelayMs } from './member-options';
+
+type Phase = 'claiming' | 'takeover' | 'reading' | 'released';
+
+interface QueuedEntry {
+  entry: RawEntry;
+  /** Redis' delivery count when it was read (1 for a first read). */
+  deliveries: number;
+}
+
+/** One owned shard, as the poller works on it. */
+interface ShardState {
+  index: number;
+  /** The member epoch the shard was granted at: its fencing token. */
+  grantEpoch: number;
+  phase: Phase;
+  queue: QueuedEntry[];
+  inFlight: Promise<void> | null;
+  takeoverCursor: string;
+  lastSweepAt: number;
+  /** Aborted when the shard is released: stops retries and backoffs of its entries. */
+  released: AbortController;
+}
+
+/** Something went wrong on a shard; the poller goes on. `shardIndex` is set where it applies. */
+export class ShardError extends Error {
+  constructor(
+    message: string,
+    readonly shardIndex?: number,
+    cause?: unknown,
+  ) {
+    super(message, cause === undefined ? undefined : { cause });
+    this.name = 'ShardError';
+  }
+}
+
+export interface PollerEvents {
+  error: [ShardError];
+  /** An entry went to the dead-letter stream. */
+  'dead-letter': [{ shardIndex: number; id: string; reason: string; attempts: number }];
+}
+
+/**
+ * The polling adapter of one member (SPEC sections 4 and 5): reads its shards, keeps at most one
+ * handler in flight per shard and at most `runtimeMaxConcurrency` in all, serves shards round-robin
+ * so that none starves, retries in place, dead-letters, and acknowledges under the shard's fencing
+ * token. On gaining a shard it first installs its token and takes over the entries still pending
+ * there, in ID order, before reading new ones.
+ */
+export class ShardPoller extends EventEmitter<PollerEvents> {
+  private readonly shards = new Map<number, ShardState>();
+  private order: number[] = [];
+  private cursor = -1;
+  private busy = 0;
+  private buffered = 0;
+  private running = false;
+  private loop: Promise<void> | undefined;
+  private readonly wakeup = new Wakeup();
+  private currentRead: { shards: Set<number>; done: Promise<unknown> } | undefined;
+  private readerId: number | undefined;
+  private readonly acks = new Map<number, { grantEpoch: number; ids: string[] }>();
+  private ackFlush: Promise<void> | undefined;
+
+  constructor(
+    private readonly client: ShardClient,
+    private readonly command: { client(subcommand: 'UNBLOCK', id: number): Promise<unknown> },
+    private readonly reader: Redis,
+    private readonly options: ResolvedMemberOptions,
+    /** False while the member's lease may be lost: no handler may start then. */
+    private readonly mayStartHandlers: () => boolean,
+  ) {
+    super();
+    reader.on('ready', () => void this.refreshReaderId());
+  }
+
+  /** Handlers running now. */
+  get activeHandlers(): number {
+    return this.busy;
+  }
+
+  get bufferedEntries(): number {
+    return this.buffered;
+  }
+
+  ownedShards(): number[] {
+    return [...this.order];
+  }
+
+  start(): void {
+    if (this.running) return;
+    this.running = true;
+    this.loop = this.readLoop();
+  }
+
+  /** A shard granted at `grantEpoch`: claim its token, take over its pending entries, then read it. */
+  addShard(shardIndex: number, grantEpoch: number): void {
+    const existing = this.shards.get(shardIndex);
+    if (existing && existing.phase !== 'released') return;
+    this.shards.set(shardIndex, {
+      index: shardIndex,
+      grantEpoch,
+      phase: 'claiming',
+      queue: [],
+      inFlight: null,
+      takeoverCursor: '0-0',
+      lastSweepAt: Date.now(),
+      released: new AbortController(),
+    });
+    this.order = [...this.shards.keys()].sort((a, b) => a - b);
+    this.interruptRead();
+  }
+
+  /**
+   * Stops reading a shard and waits, at most `revocationTimeoutMs`, for its in-flight handler; then
+   * acknowledges what finished. Entries read but not started stay pending for the next owner.
+   */
+  async releaseShard(shardIndex: number, waitForHandlerMs: number): Promise<void> {
+    const state = this.shards.get(shardIndex);
+    if (!state) return;
+    this.release(state);
+    const read = this.currentRead;
+    if (read?.shards.has(shardIndex)) {
+      this.interruptRead();
+      await read.done.catch(() => undefined);
+    }
+    if (state.inFlight) {
+      await Promise.race([state.inFlight, sleep(waitForHandlerMs)]);
+    }
+    await this.flushAcks();
+  }
+
+  /** Drops every shard at once (lease lost, fenced): nothing new starts; in-flight acks may be refused. */
+  dropAll(): void {
+    for (const state of this.shards.values()) this.release(state);
+    this.interruptRead();
+  }
+
+  /** Stops reading, waits (bounded) for in-flight handlers, flushes acknowledgements. */
+  async stop(timeoutMs: number): Promise<void> {
+    this.running = false;
+    this.interruptRead();
+    this.wakeup.notify();
+    const inFlight = [...this.shards.values()].map((s) => s.inFlight).filter((p): p is Promise<void> => p !== null);
+    await Promise.race([Promise.all(inFlight), sleep(timeoutMs)]);
+    await this.loop?.catch(() => undefined);
+    for (const state of this.shards.values()) this.release(state);
+    await this.flushAcks();
+  }
+
+  private release(state: ShardState): void {
+    if (state.phase === 'released') return;
+    state.phase = 'released';
+    state.released.abort();
+    this.buffered -= state.queue.length;
+    state.queue = [];
+    this.shards.delete(state.index);
+    this.order = this.order.filter((s) => s !== state.index);
+  }
+
+  // ---- reading ---------------------------------------------------------------------------------
+
+  private async refreshReaderId(): Promise<void> {
+    try {
+      this.readerId = Number(await this.reader.client('ID'));
+    } catch {
+      this.readerId = undefined;
+    }
+  }
+
+  /** Cuts a blocked read short (CLIENT UNBLOCK), so the next read sees the new set of shards. */
+  private interruptRead(): void {
+    this.wakeup.notify();
+    if (this.currentRead && this.readerId !== undefined) {
+      this.command.client('UNBLOCK', this.readerId).catch(() => undefined);
+    }
+  }
+
+  private async readLoop(): Promise<void> {
+    if (this.readerId === undefined) await this.refreshReaderId();
+    while (this.running) {
+      try {
+        await this.claimNewShards();
+        await this.takeOverPending();
+        await this.sweepOtherConsumers();
+        this.dispatch();
+        const readable = this.order.filter((s) => {
+          const state = this.shards.get(s)!;
+          return state.phase === 'reading' && state.queue.length < this.options.batchSize;
+        });
+        const budget = this.options.maxBufferedEntries - this.buffered;
+        if (readable.length === 0 || budget <= 0 || !this.mayStartHandlers()) {
+          await this.wakeup.wait(this.options.blockMs);
+          continue;
+        }
+        const count = Math.max(1, Math.min(this.options.batchSize, Math.floor(budget / readable.length)));
+        const done = this.client.readNew(this.reader, readable, count, this.options.blockMs);
+        this.currentRead = { shards: new Set(readable), done };
+        let result: Map<number, RawEntry[]>;
+        try {
+          result = await done;
+        } finally {
+          this.currentRead = undefined;
+        }
+        for (const [shardIndex, entries] of result) {
+          // Entries of a shard released meanwhile stay pending: its next owner takes them over.
+          this.enqueue(shardIndex, entries.map((entry) => ({ entry, deliveries: 1 })));
+        }
+        this.dispatch();
+      } catch (error) {
+        if (!this.running) break;
+        this.emit('error', new ShardError(`reading shards failed: ${(error as Error).message}`, undefined, error));
+        await this.wakeup.wait(Math.min(1000, this.options.blockMs));
+      }
+    }
+  }
+
+  private enqueue(shardIndex: number, entries: QueuedEntry[]): void {
+    const state = this.shards.get(shardIndex);
+    if (!state || state.phase === 'released' || entries.length === 0) return;
+    state.queue.push(...entries);
+    this.buffered += entries.length;
+  }
+
+  private async claimNewShards(): Promise<void> {
+    for (const state of [...this.shards.values()]) {
+      if (state.phase !== 'claiming') continue;
+      const claimed = await this.client.claimShard(state.index, state.grantEpoch);
+      if (state.phase !== 'claiming') continue;
+      if (claimed) {
+        state.phase = 'takeover';
+      } else {
+        this.release(state);
+        this.emit('error', new ShardError(`shard ${state.index}: a newer owner holds its fencing token; not reading it`, state.index));
+      }
+    }
+  }
+
+  /** Pending entries of a newly gained shard come first, in ID order, page by page as room allows. */
+  private async takeOverPending(): Promise<void> {
+    for (const state of [...this.shards.values()]) {
+      while (state.phase === 'takeover' && state.queue.length < this.options.batchSize) {
+        const page = await this.client.claimPending(state.index, state.grantEpoch, 'all', state.takeoverCursor, this.options.batchSize);
+        if (page.fenced) {
+          this.release(state);
+          this.emit('error', new ShardError(`shard ${state.index}: lost while taking over its pending entries`, state.index));
+          break;
+        }
+        this.enqueue(state.index, await this.withDeliveryCounts(state.index, page.entries));
+        state.takeoverCursor = page.cursor;
+        if (page.cursor === '0-0') state.phase = 'reading';
+      }
+    }
+  }
+
+  /**
+   * Entries that Redis handed to another consumer of the group after this member took the shard (a
+   * zombie's blocked read) would otherwise wait forever in that consumer's pending list.
+   */
+  private async sweepOtherConsumers(): Promise<void> {
+    const now = Date.now();
+    for (const state of [...this.shards.values()]) {
+      if (state.phase !== 'reading' || now - state.lastSweepAt < this.options.sweepIntervalMs) continue;
+      state.lastSweepAt = now;
+      const page = await this.client.claimPending(state.index, state.grantEpoch, 'others', '0-0', this.options.batchSize);
+      if (page.fenced) {
+        this.release(state);
+        this.emit('error', new ShardError(`shard ${state.index}: lost (fencing token changed)`, state.index));
+      } else {
+        this.enqueue(state.index, await this.withDeliveryCounts(state.index, page.entries));
+      }
+    }
+  }
+
+  private async withDeliveryCounts(shardIndex: number, entries: RawEntry[]): Promise<QueuedEntry[]> {
+    if (entries.length === 0) return [];
+    const counts = await this.client.deliveryCounts(shardIndex, entries[0].id, entries[entries.length - 1].id, entries.length);
+    return entries.map((entry) => ({ entry, deliveries: counts.get(entry.id) ?? 1 }));
+  }
+
+  // ---- dispatching -----------------------------------------------------------------------------
+
+  /** Round-robin from the shard after the last one served: every owned shard keeps making progress. */
+  private nextShard(): ShardState | undefined {
+    const n = this.order.length;
+    for (let step = 1; step <= n; step++) {
+      const position = (this.cursor + step) % n;
+      const state = this.shards.get(this.order[position]);
+      if (state && state.queue.length > 0 && state.inFlight === null && state.phase !== 'released') {
+        this.cursor = position;
+        return state;
+      }
+    }
+    return undefined;
+  }
+
+  private dispatch(): void {
+    while (this.busy < this.options.runtimeMaxConcurrency && this.mayStartHandlers()) {
+      const state = this.nextShard();
+      if (!state) return;
+      const queued = state.queue.shift()!;
+      this.buffered -= 1;
+      this.busy += 1;
+      state.inFlight = this.process(state, queued).finally(() => {
+        this.busy -= 1;
+        state.inFlight = null;
+        if (state.queue.length < this.options.batchSize) this.wakeup.notify();
+        this.dispatch();
+      });
+    }
+  }
+
+  private async process(state: ShardState, queued: QueuedEntry): Promise<void> {
+    const { entry } = queued;
+    const decoded = decodeEntry(entry.fields, this.options.codec);
+    if (!decoded.ok) {
+      await this.deadLetter(state, entry, decoded.reason, 0);
+      return;
+    }
+    let lastError: unknown;
+    for (let attempt = 1; attempt <= this.options.maxAttempts; attempt++) {
+      if (state.released.signal.aborted || !this.mayStartHandlers()) return; // stays pending for the next owner
+      const message: StreamMessage = {
+        id: entry.id,
+        streamPrefix: this.options.streamPrefix,
+        shardIndex: state.index,
+        key: decoded.key,
+        payload: decoded.payload,
+        headers: decoded.headers,
+        deliveryCount: queued.deliveries + attempt - 1,
+      };
+      try {
+        await this.options.handler(message);
+        this.queueAck(state, entry.id);
+        return;
+      } catch (error) {
+        lastError = error;
+        if (attempt < this.options.maxAttempts) {
+          const delay = retryDelayMs(attempt, this.options.retryBackoffMs, this.options.retryBackoffMaxMs);
+          if (!(await sleep(delay, state.released.signal))) return;
+        }
+      }
+    }
+    const reason = lastError instanceof Error ? `${lastError.name}: ${lastError.message}` : String(lastError);
+    await this.deadLetter(state, entry, reason, this.options.maxAttempts);
+  }
+
+  private async deadLetter(state: ShardState, entry: RawEntry, reason: string, attempts: number): Promise<void> {
+    try {
+      await this.client.deadLetter(state.index, entry, reason, attempts);
+      this.emit('dead-letter', { shardIndex: state.index, id: entry.id, reason, attempts });
+      this.queueAck(state, entry.id);
+    } catch (error) {
+      // Not acknowledged: the entry stays pending and is retried by whoever owns the shard next.
+      this.emit('error', new ShardError(`shard ${state.index}: writing dead letter ${entry.id} failed`, state.index, error));
+    }
+  }
+
+  // ---- acknowledging -------------------------------------------------------------------------------
+
+  /** Acks are batched per shard and sent together (pipelined) once the current burst of work settles. */
+  private queueAck(state: ShardState, id: string): void {
+    let batch = this.acks.get(state.index);
+    if (!batch || batch.grantEpoch !== state.grantEpoch) {
+      if (batch) void this.flushAcks();
+      batch = { grantEpoch: state.grantEpoch, ids: [] };
+      this.acks.set(state.index, batch);
+    }
+    batch.ids.push(id);
+    if (!this.ackFlush) this.ackFlush = new Promise<void>((resolve) => setImmediate(resolve)).then(() => this.flushAcks());
+  }
+
+  async flushAcks(): Promise<void> {
+    this.ackFlush = undefined;
+    const batches = [...this.acks];
+    this.acks.clear();
+    await Promise.all(
+      batches.map(async ([shardIndex, { grantEpoch, ids }]) => {
+        try {
+          const acked = await this.client.ack(shardIndex, grantEpoch, ids);
+          if (acked === -1) {
+            this.emit('error', new ShardError(`shard ${shardIndex}: ${ids.length} acknowledgement(s) refused, the shard has a new owner; it will process them again`, shardIndex));
+          }
+        } catch (error) {
+          this.emit('error', new ShardError(`shard ${shardIndex}: acknowledging ${ids.length} entries failed`, shardIndex, error));
+        }
+      }),
+    );
+  }
+}

@@ -1,0 +1,92 @@
+/**
+ * How an entry is laid out in a shard stream, shared by the producer and the member runtime.
+ * Fields: `p` the encoded payload (required), `k` the routing key (optional), `h` the headers as
+ * JSON (optional). Anything else in an entry is ignored; an entry without `p` was not written by
+ * a producer of this library and goes to the dead-letter stream.
+ */
+export const ENTRY_FIELD = { payload: 'p', key: 'k', headers: 'h' } as const;
+
+/** Turns payloads into stream field values and back. The default is JSON. */
+export interface PayloadCodec {
+  readonly name: string;
+  encode(payload: unknown): string;
+  decode(raw: string): unknown;
+}
+
+export const jsonCodec: PayloadCodec = {
+  name: 'json',
+  encode: (payload) => {
+    const encoded = JSON.stringify(payload);
+    if (encoded === undefined) throw new TypeError(`payload of type ${typeof payload} cannot be encoded as JSON`);
+    return encoded;
+  },
+  decode: (raw) => JSON.parse(raw),
+};
+
+/** A message as a handler sees it. */
+export interface StreamMessage<T = unknown> {
+  /** The entry id in its shard stream. */
+  id: string;
+  streamPrefix: string;
+  shardIndex: number;
+  key: string | undefined;
+  payload: T;
+  headers: Record<string, string>;
+  /**
+   * How many times this entry has been handed to a handler, counting deliveries to members that
+   * crashed or lost the shard (Redis' delivery count) and retries in place. 1 on the first try.
+   */
+  deliveryCount: number;
+}
+
+export interface OutgoingMessage<T = unknown> {
+  /** Routes the entry: all entries of one key go to one shard, in order. */
+  key?: string;
+  payload: T;
+  headers?: Record<string, string>;
+  /** Writes to this shard instead of routing by key. */
+  shardIndex?: number;
+}
+
+export type DecodedEntry =
+  | { ok: true; key: string | undefined; payload: unknown; headers: Record<string, string> }
+  | { ok: false; reason: string; key: string | undefined };
+
+/** Decodes a raw entry (flat field list). Never throws: a bad entry is a reason to dead-letter it. */
+export function decodeEntry(fields: readonly string[], codec: PayloadCodec): DecodedEntry {
+  let payload: string | undefined;
+  let key: string | undefined;
+  let headers: string | undefined;
+  for (let i = 0; i + 1 < fields.length; i += 2) {
+    const name = fields[i];
+    if (name === ENTRY_FIELD.payload) payload = fields[i + 1];
+    else if (name === ENTRY_FIELD.key) key = fields[i + 1];
+    else if (name === ENTRY_FIELD.headers) headers = fields[i + 1];
+  }
+  if (payload === undefined) return { ok: false, reason: `the entry has no "${ENTRY_FIELD.payload}" field: not written by a StreamProducer`, key };
+  let decodedHeaders: Record<string, string> = {};
+  if (headers !== undefined) {
+    try {
+      const parsed: unknown = JSON.parse(headers);
+      if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error('not an object');
+      decodedHeaders = parsed as Record<string, string>;
+    } catch (error) {
+      return { ok: false, reason: `the headers cannot be decoded: ${(error as Error).message}`, key };
+    }
+  }
+  try {
+    return { ok: true, key, payload: codec.decode(payload), headers: decodedHeaders };
+  } catch (error) {
+    return { ok: false, reason: `the payload cannot be decoded by codec "${codec.name}": ${(error as Error).message}`, key };
+  }
+}
+
+/** The flat field list of an entry, ready for XADD. */
+export function encodeEntry(message: OutgoingMessage, codec: PayloadCodec): string[] {
+  const fields: string[] = [ENTRY_FIELD.payload, codec.encode(message.payload)];
+  if (message.key !== undefined) fields.push(ENTRY_FIELD.key, message.key);
+  if (message.headers !== undefined && Object.keys(message.headers).length > 0) {
+    fields.push(ENTRY_FIELD.headers, JSON.stringify(message.headers));
+  }
+  return fields;
+}

@@ -1,0 +1,22 @@
+--[[
+  claimShard-2: a member that was granted a shard installs its fencing token, unless a newer
+  owner's token is already there (then this grant is stale and the member must not read the shard),
+  and makes sure the group's consumer group exists on the shard stream.
+
+  KEYS[1]  the shard's fencing token (string)   KEYS[2]  the shard stream
+  ARGV[1]  consumerGroup   ARGV[2]  token "<grantEpoch>:<memberId>"   ARGV[3]  grantEpoch
+  Output: { 1 } when installed, { 0, current token } when a newer owner holds the shard.
+]]
+local current = redis.call('GET', KEYS[1])
+if current then
+  local currentEpoch = tonumber(string.match(current, '^(%d+):'))
+  if currentEpoch and currentEpoch > tonumber(ARGV[3]) then return { 0, current } end
+end
+redis.call('SET', KEYS[1], ARGV[2])
+-- '0': a group created now reads everything already in the stream, so nothing written before
+-- the first member arrived is skipped.
+local created = redis.pcall('XGROUP', 'CREATE', KEYS[2], ARGV[1], '0', 'MKSTREAM')
+if type(created) == 'table' and created.err and not string.find(created.err, 'BUSYGROUP', 1, true) then
+  return redis.error_reply(created.err)
+end
+return { 1 }

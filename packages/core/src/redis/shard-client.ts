@@ -1,0 +1,118 @@
+import type { Redis } from 'ioredis';
+import type { KeyBuilder } from './keys';
+import { type RedisClient, runScript } from './scripts';
+
+/** A raw stream entry: id and flat field list. */
+export interface RawEntry {
+  id: string;
+  fields: string[];
+}
+
+export type ClaimResult = { fenced: true } | { fenced: false; cursor: string; entries: RawEntry[] };
+
+export function fenceToken(grantEpoch: number, memberId: string): string {
+  return `${grantEpoch}:${memberId}`;
+}
+
+function toEntries(raw: unknown): RawEntry[] {
+  const out: RawEntry[] = [];
+  for (const item of (raw as [string, string[] | null][]) ?? []) {
+    if (item && item[1]) out.push({ id: String(item[0]), fields: item[1].map(String) });
+  }
+  return out;
+}
+
+/**
+ * The shard-side operations of one member on one group: fencing, reading, acknowledging, taking over
+ * pending work, dead-lettering. Every call touches keys of one shard's hash slot only (Cluster-safe),
+ * except `readNew`, which reads several shards in one blocking XREADGROUP on a single Redis.
+ */
+export class ShardClient {
+  constructor(
+    private readonly redis: RedisClient,
+    private readonly keys: KeyBuilder,
+    readonly streamPrefix: string,
+    readonly consumerGroup: string,
+    readonly memberId: string,
+  ) {}
+
+  private shardKeys(shardIndex: number): [string, string] {
+    return [this.keys.shardStream(this.streamPrefix, shardIndex), this.keys.shardFence(this.streamPrefix, shardIndex, this.consumerGroup)];
+  }
+
+  /** Installs this member's token for a shard it was granted; false when a newer owner holds it. */
+  async claimShard(shardIndex: number, grantEpoch: number): Promise<boolean> {
+    const [stream, fence] = this.shardKeys(shardIndex);
+    const reply = (await runScript(this.redis, 'claimShard', [fence, stream], [this.consumerGroup, fenceToken(grantEpoch, this.memberId), grantEpoch])) as unknown[];
+    return Number(reply[0]) === 1;
+  }
+
+  /** XACK under the fencing token: the number acknowledged, or -1 when the shard was lost. */
+  async ack(shardIndex: number, grantEpoch: number, ids: string[]): Promise<number> {
+    const [stream, fence] = this.shardKeys(shardIndex);
+    return Number(await runScript(this.redis, 'ackFenced', [stream, fence], [this.consumerGroup, fenceToken(grantEpoch, this.memberId), ...ids]));
+  }
+
+  /** One page of a fenced takeover (see claimPending-2.lua for the two modes). */
+  async claimPending(shardIndex: number, grantEpoch: number, mode: 'all' | 'others', cursor: string, count: number): Promise<ClaimResult> {
+    const [stream, fence] = this.shardKeys(shardIndex);
+    const reply = (await runScript(this.redis, 'claimPending', [stream, fence], [
+      this.consumerGroup,
+      fenceToken(grantEpoch, this.memberId),
+      this.memberId,
+      mode,
+      cursor,
+      count,
+    ])) as unknown[];
+    if (Number(reply[0]) === -1) return { fenced: true };
+    return { fenced: false, cursor: String(reply[1]), entries: toEntries(reply[2]) };
+  }
+
+  /** Redis' delivery counts of pending entries of this member on a shard (for redelivered entries). */
+  async deliveryCounts(shardIndex: number, fromId: string, toId: string, count: number): Promise<Map<string, number>> {
+    const [stream] = this.shardKeys(shardIndex);
+    const pending = (await this.redis.xpending(stream, this.consumerGroup, fromId, toId, count, this.memberId)) as [string, string, number, number][];
+    return new Map(pending.map(([id, , , deliveries]) => [String(id), Number(deliveries)]));
+  }
+
+  /**
+   * Blocking XREADGROUP of new entries ('>') of several shards, on a connection of its own.
+   * Returns shardIndex -> entries; empty after the block timed out or was cut short (CLIENT UNBLOCK).
+   */
+  async readNew(reader: Redis, shards: number[], countPerShard: number, blockMs: number): Promise<Map<number, RawEntry[]>> {
+    const streams = shards.map((s) => this.keys.shardStream(this.streamPrefix, s));
+    const reply = (await reader.xreadgroup(
+      'GROUP',
+      this.consumerGroup,
+      this.memberId,
+      'COUNT',
+      countPerShard,
+      'BLOCK',
+      blockMs,
+      'STREAMS',
+      ...streams,
+      ...shards.map(() => '>'),
+    )) as [string, [string, string[]][]][] | null;
+    const out = new Map<number, RawEntry[]>();
+    if (!reply) return out;
+    for (const [stream, entries] of reply) {
+      const shardIndex = shards[streams.indexOf(String(stream))];
+      out.set(shardIndex, toEntries(entries));
+    }
+    return out;
+  }
+
+  /** Appends a dead letter: the entry, why it failed, and how often it was tried. */
+  async deadLetter(shardIndex: number, entry: RawEntry, error: string, attempts: number): Promise<void> {
+    await this.redis.xadd(
+      this.keys.deadLetterStream(this.streamPrefix, this.consumerGroup),
+      '*',
+      'shardIndex', String(shardIndex),
+      'entryId', entry.id,
+      'memberId', this.memberId,
+      'error', error,
+      'attempts', String(attempts),
+      'fields', JSON.stringify(entry.fields),
+    );
+  }
+}

@@ -1,0 +1,61 @@
+import type { Redis } from 'ioredis';
+import { afterEach, describe, expect, it } from 'vitest';
+import { CoordinatedMember, type CoordinatedMemberOptions, CoordinatorAdmin, StreamProducer } from '@redis-stream-coordinator/core';
+import { HandlerRecorder, keyedMessages, type KeyedPayload } from './support/handler-recorder';
+import { pollUntil } from './support/poll';
+import { uniqueName, useRedisServer } from './support/vitest-redis';
+
+const redis = useRedisServer();
+const started: CoordinatedMember<KeyedPayload>[] = [];
+
+afterEach(async () => {
+  await Promise.all(started.splice(0).map((m) => m.stop().catch(() => undefined)));
+});
+
+/** A member on a connection of its own (so a test can cut it), stopped after the test. */
+function aMember(options: Omit<CoordinatedMemberOptions<KeyedPayload>, 'consumerGroup'> & { consumerGroup?: string }, connection: Redis = redis.client()) {
+  const member = new CoordinatedMember<KeyedPayload>(connection, {
+    consumerGroup: 'group',
+    coordinator: { heartbeatIntervalMs: 200 },
+    ...options,
+  });
+  member.on('error', () => undefined);
+  started.push(member);
+  return member;
+}
+
+async function produce(streamPrefix: string, messages: { key: string; payload: KeyedPayload }[]) {
+  const producer = new StreamProducer(redis.client(), { streamPrefix });
+  for (let i = 0; i < messages.length; i += 1000) await producer.sendBatch(messages.slice(i, i + 1000));
+}
+
+async function stableWithAllShardsOwned(streamPrefix: string, shardCount: number) {
+  const admin = new CoordinatorAdmin(redis.client());
+  return pollUntil('a STABLE group with every shard owned', async () => {
+    const description = await admin.describeGroup(streamPrefix, 'group');
+    return description.group.state === 'STABLE' && description.shards.filter((s) => s.state === 'OWNED').length === shardCount && description;
+  });
+}
+
+describe('CoordinatedMember', () => {
+  it('3 members, 12 shards, 30,000 keyed entries: each handled once, in key order, one handler per shard at a time, balanced', async () => {
+    const streamPrefix = uniqueName('orders');
+    const recorder = new HandlerRecorder();
+    const members = ['a', 'b', 'c'].map((id) =>
+      aMember({ streamPrefix, memberId: id, shardCount: 12, runtimeMaxConcurrency: 4, handler: recorder.handler(id) }),
+    );
+    await Promise.all(members.map((m) => m.start()));
+    const description = await stableWithAllShardsOwned(streamPrefix, 12);
+    expect(description.members.map((m) => m.currentAssignment.length)).toEqual([4, 4, 4]);
+
+    await produce(streamPrefix, keyedMessages(300, 100));
+    await pollUntil('30,000 entries handled', async () => recorder.distinctEntries() === 30_000, { timeoutMs: 60_000 });
+
+    expect(recorder.runs).toHaveLength(30_000);
+    expect(recorder.duplicates()).toEqual([]);
+    expect(recorder.orderViolations()).toEqual([]);
+    expect(recorder.overlaps()).toEqual([]);
+    const after = await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group');
+    expect(after.shards.map((s) => s.pending + s.lag)).toEqual(Array(12).fill(0));
+  }, 90_000);
+});

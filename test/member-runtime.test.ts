@@ -58,4 +58,46 @@ describe('CoordinatedMember', () => {
     const after = await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group');
     expect(after.shards.map((s) => s.pending + s.lag)).toEqual(Array(12).fill(0));
   }, 90_000);
+
+  it('under load: a member joins, one stops gracefully, one dies; nothing is lost, key order holds, duplicates only from the death', async () => {
+    const streamPrefix = uniqueName('load');
+    const recorder = new HandlerRecorder();
+    const work = () => new Promise<void>((resolve) => setTimeout(resolve, 1));
+    const fast = { sessionTimeoutMs: 1000, runtimeMaxConcurrency: 4, shardCount: 12 };
+    const doomedConnection = redis.client();
+    const doomed = aMember({ streamPrefix, memberId: 'doomed', ...fast, handler: recorder.handler('doomed', work) }, doomedConnection);
+    const leaver = aMember({ streamPrefix, memberId: 'leaver', ...fast, handler: recorder.handler('leaver', work) });
+    const joiner = aMember({ streamPrefix, memberId: 'joiner', ...fast, handler: recorder.handler('joiner', work) });
+    await Promise.all([doomed.start(), leaver.start()]);
+
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    let produced = 0;
+    let deathAt = Number.POSITIVE_INFINITY;
+    for (let round = 1; round <= 200; round++) {
+      await producer.sendBatch(Array.from({ length: 50 }, (_, k) => ({ key: `key-${k}`, payload: { seq: round } })));
+      produced += 50;
+      if (round === 50) await joiner.start();
+      if (round === 100) await leaver.stop();
+      if (round === 150) {
+        deathAt = performance.now();
+        doomed.abort();
+        doomedConnection.disconnect();
+      }
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    await pollUntil('every entry handled', async () => recorder.distinctEntries() === produced, { timeoutMs: 60_000 });
+
+    expect(recorder.orderViolations()).toEqual([]);
+    const duplicates = recorder.duplicates();
+    for (const duplicate of duplicates) {
+      const first = recorder.runs.find((r) => r.shardIndex === duplicate.shardIndex && r.id === duplicate.id)!;
+      expect(first.memberId).toBe('doomed');
+      expect(first.start).toBeLessThan(deathAt);
+    }
+    expect(duplicates.length).toBeLessThanOrEqual(50);
+    expect(recorder.runs.filter((r) => r.memberId === 'joiner').length).toBeGreaterThan(0);
+    const description = await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group');
+    expect(Object.fromEntries(description.members.map((m) => [m.memberId, m.state]))).toEqual({ doomed: 'EXPIRED', joiner: 'ACTIVE', leaver: 'LEFT' });
+  }, 90_000);
 });
+

@@ -6,6 +6,8 @@ export interface RedisFixture {
   server: RedisServer;
   /** A client of the server, disconnected after the file. */
   client(options?: RedisOptions): Redis;
+  /** A client of another address (e.g. a proxy in front of the server), disconnected after the file. */
+  clientAt(url: string, options?: RedisOptions): Redis;
 }
 
 /**
@@ -17,7 +19,10 @@ export function useRedisServer(options: RedisServerOptions = {}): RedisFixture {
   const fixture: RedisFixture = {
     server: undefined as unknown as RedisServer,
     client(clientOptions = {}) {
-      const client = new Redis(fixture.server.url, { maxRetriesPerRequest: 3, ...clientOptions });
+      return fixture.clientAt(fixture.server.url, clientOptions);
+    },
+    clientAt(url, clientOptions = {}) {
+      const client = new Redis(url, { maxRetriesPerRequest: 3, ...clientOptions });
       clients.add(client);
       return client;
     },

@@ -308,10 +308,21 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
       state.inFlight = this.process(state, queued).finally(() => {
         this.busy -= 1;
         state.inFlight = null;
-        if (state.queue.length < this.options.batchSize) this.wakeup.notify();
+        if (state.queue.length === 0) this.onDrained(state);
         this.dispatch();
       });
     }
+  }
+
+  /**
+   * A shard ran out of work. If the current blocking read does not cover it (it is still taking
+   * over pending entries, or it was left out for want of buffer room), cut the read short so it is
+   * not starved for a whole block timeout while other shards are idle.
+   */
+  private onDrained(state: ShardState): void {
+    if (state.phase === 'released') return;
+    if (this.currentRead && !this.currentRead.shards.has(state.index)) this.interruptRead();
+    else this.wakeup.notify();
   }
 
   private async process(state: ShardState, queued: QueuedEntry): Promise<void> {

@@ -1,0 +1,211 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import {
+  CoordinatedMember,
+  type CoordinatedMemberOptions,
+  CoordinatorAdmin,
+  KeyBuilder,
+  ShardError,
+  StreamProducer,
+  type StreamMessage,
+} from '@redis-stream-coordinator/core';
+import { HandlerRecorder, type KeyedPayload } from './support/handler-recorder';
+import { pollUntil } from './support/poll';
+import { TcpProxy } from './support/tcp-proxy';
+import { uniqueName, useRedisServer } from './support/vitest-redis';
+
+const redis = useRedisServer();
+const started: CoordinatedMember<KeyedPayload>[] = [];
+const proxies: TcpProxy[] = [];
+
+afterEach(async () => {
+  await Promise.all(started.splice(0).map((m) => m.stop().catch(() => undefined)));
+  await Promise.all(proxies.splice(0).map((p) => p.stop()));
+});
+
+function aMember(options: Omit<CoordinatedMemberOptions<KeyedPayload>, 'consumerGroup'>, connection = redis.client()) {
+  const member = new CoordinatedMember<KeyedPayload>(connection, {
+    consumerGroup: 'group',
+    coordinator: { heartbeatIntervalMs: 200 },
+    retryBackoffMs: 1,
+    ...options,
+  });
+  member.on('error', () => undefined);
+  started.push(member);
+  return member;
+}
+
+async function deadLetters(streamPrefix: string) {
+  const entries = await redis.client().xrange(new KeyBuilder().deadLetterStream(streamPrefix, 'group'), '-', '+');
+  return entries.map(([, fields]) => Object.fromEntries(Array.from({ length: fields.length / 2 }, (_, i) => [fields[2 * i], fields[2 * i + 1]])));
+}
+
+async function settledShard(streamPrefix: string, shardIndex: number) {
+  return pollUntil(`shard ${shardIndex} fully acknowledged`, async () => {
+    const { shards } = await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group');
+    const shard = shards[shardIndex];
+    return shard.pending === 0 && shard.lag === 0 && shard;
+  });
+}
+
+describe('retries and dead letters', () => {
+  it('retries in place with the delivery count visible, and keeps the shard order', async () => {
+    const streamPrefix = uniqueName('retry');
+    const seen: { seq: number; deliveryCount: number }[] = [];
+    let failuresLeft = 2;
+    const member = aMember({
+      streamPrefix,
+      shardCount: 1,
+      maxAttempts: 3,
+      handler: (message: StreamMessage<KeyedPayload>) => {
+        seen.push({ seq: message.payload.seq, deliveryCount: message.deliveryCount });
+        if (message.payload.seq === 1 && failuresLeft-- > 0) throw new Error('flaky');
+      },
+    });
+    await member.start();
+    await new StreamProducer(redis.client(), { streamPrefix }).sendBatch([1, 2, 3].map((seq) => ({ key: 'k', payload: { seq } })));
+    await settledShard(streamPrefix, 0);
+    expect(seen).toEqual([
+      { seq: 1, deliveryCount: 1 },
+      { seq: 1, deliveryCount: 2 },
+      { seq: 1, deliveryCount: 3 },
+      { seq: 2, deliveryCount: 1 },
+      { seq: 3, deliveryCount: 1 },
+    ]);
+    expect(await deadLetters(streamPrefix)).toEqual([]);
+  });
+
+  it('after maxAttempts the entry, its error and attempt count go to the dead-letter stream and it is acknowledged', async () => {
+    const streamPrefix = uniqueName('poison');
+    const handled: number[] = [];
+    const member = aMember({
+      streamPrefix,
+      shardCount: 1,
+      maxAttempts: 4,
+      handler: (message: StreamMessage<KeyedPayload>) => {
+        if (message.payload.seq === 2) throw new TypeError('cannot handle 2');
+        handled.push(message.payload.seq);
+      },
+    });
+    const letters: unknown[] = [];
+    member.on('dead-letter', (event) => letters.push(event));
+    await member.start();
+    const [, poison] = await new StreamProducer(redis.client(), { streamPrefix }).sendBatch([1, 2, 3].map((seq) => ({ key: 'k', payload: { seq } })));
+    await settledShard(streamPrefix, 0);
+    expect(handled).toEqual([1, 3]);
+    const [letter] = await deadLetters(streamPrefix);
+    expect(letter).toMatchObject({ shardIndex: '0', entryId: poison.id, error: 'TypeError: cannot handle 2', attempts: '4', memberId: member.memberId });
+    expect(JSON.parse(letter.fields)).toEqual(['p', '{"seq":2}', 'k', 'k']);
+    expect(letters).toHaveLength(1);
+  });
+
+  it('entries that cannot be decoded, or were not written by a producer, go to the dead-letter stream at once', async () => {
+    const streamPrefix = uniqueName('garbage');
+    const handled: number[] = [];
+    const member = aMember({ streamPrefix, shardCount: 1, handler: (m: StreamMessage<KeyedPayload>) => void handled.push(m.payload.seq) });
+    await member.start();
+    const stream = new KeyBuilder().shardStream(streamPrefix, 0);
+    const client = redis.client();
+    await client.xadd(stream, '*', 'p', '{not json');
+    await client.xadd(stream, '*', 'something', 'else');
+    await client.xadd(stream, '*', 'p', '{"seq":1}', 'h', '[1,2]');
+    await client.xadd(stream, '*', 'p', Buffer.from([0xff, 0xfe, 0x00]));
+    await client.xadd(stream, '*', 'p', '{"seq":7}');
+    await settledShard(streamPrefix, 0);
+    expect(handled).toEqual([7]);
+    const letters = await deadLetters(streamPrefix);
+    expect(letters.map((l) => [l.attempts, l.error.replace(/: .*$/s, '')])).toEqual([
+      ['0', 'the payload cannot be decoded by codec "json"'],
+      ['0', 'the entry has no "p" field'],
+      ['0', 'the headers cannot be decoded'],
+      ['0', 'the payload cannot be decoded by codec "json"'],
+    ]);
+  });
+});
+
+describe('fairness', () => {
+  it('1 worker, 16 shards with a backlog each: every shard progresses, the most served within 2x of the least', async () => {
+    const streamPrefix = uniqueName('fair');
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 16 });
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    for (let shardIndex = 0; shardIndex < 16; shardIndex++) {
+      await producer.sendBatch(Array.from({ length: 300 }, (_, seq) => ({ shardIndex, payload: { seq } })));
+    }
+    const recorder = new HandlerRecorder();
+    const member = aMember({ streamPrefix, runtimeMaxConcurrency: 1, batchSize: 20, maxBufferedEntries: 100, handler: recorder.handler('solo') });
+    await member.start();
+    await pollUntil('a window of 1,600 entries', async () => recorder.runs.length >= 1600, { timeoutMs: 30_000 });
+    const window = recorder.runs.slice(0, 1600);
+    const perShard = Array.from({ length: 16 }, (_, shard) => window.filter((r) => r.shardIndex === shard).length);
+    expect(Math.min(...perShard)).toBeGreaterThan(0);
+    expect(Math.max(...perShard)).toBeLessThanOrEqual(2 * Math.min(...perShard));
+  });
+});
+
+describe('a zombie', () => {
+  it('paused past its session timeout, then resumed, cannot acknowledge entries of a shard that moved; the new owner processes them', async () => {
+    const streamPrefix = uniqueName('zombie');
+    const proxy = await TcpProxy.start(redis.server.port);
+    proxies.push(proxy);
+    let releaseZombie: () => void = () => undefined;
+    const zombieHolds = new Promise<void>((resolve) => (releaseZombie = resolve));
+    const zombieHandled: string[] = [];
+    const zombie = aMember(
+      {
+        streamPrefix,
+        memberId: 'zombie',
+        shardCount: 1,
+        sessionTimeoutMs: 600,
+        shutdownTimeoutMs: 100,
+        handler: async (message: StreamMessage<KeyedPayload>) => {
+          await zombieHolds; // "paused" in the middle of its work
+          zombieHandled.push(message.id);
+        },
+      },
+      redis.clientAt(proxy.url),
+    );
+    const zombieErrors: Error[] = [];
+    zombie.on('error', (error) => zombieErrors.push(error));
+    await zombie.start();
+    const [entry] = await new StreamProducer(redis.client(), { streamPrefix }).sendBatch([{ key: 'k', payload: { seq: 1 } }]);
+    await pollUntil('the zombie to hold the entry', async () => {
+      const { shards } = await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group');
+      return shards[0].pending === 1;
+    });
+
+    proxy.freeze(); // the zombie's heartbeats and acks stop reaching Redis
+    const recorder = new HandlerRecorder();
+    const heir = aMember({ streamPrefix, memberId: 'heir', sessionTimeoutMs: 5000, handler: recorder.handler('heir') });
+    await heir.start();
+    await pollUntil('the heir to process the entry', async () => recorder.runs.some((r) => r.id === entry.id), { timeoutMs: 15_000 });
+    expect(recorder.runs[0]).toMatchObject({ id: entry.id, deliveryCount: 2 });
+
+    releaseZombie();
+    proxy.thaw();
+    await pollUntil('the zombie to try to acknowledge', async () => zombieHandled.length === 1);
+    await pollUntil('its acknowledgement to be refused', async () =>
+      zombieErrors.some((e) => e instanceof ShardError && /acknowledgement\(s\) refused, the shard has a new owner/.test(e.message)),
+    );
+    await settledShard(streamPrefix, 0);
+    const { members } = await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group');
+    expect(members.find((m) => m.memberId === 'heir')!.currentAssignment).toEqual([{ shardIndex: 0 }]);
+  });
+});
+
+describe('bad options fail at construction, naming the option', () => {
+  const base = { streamPrefix: 's', consumerGroup: 'g', handler: () => undefined };
+  it.each([
+    [{ runtimeMaxConcurrency: 0 }, /runtimeMaxConcurrency must be an integer from 1 to 10000, got 0/],
+    [{ runtimeMaxConcurrency: 2.5 }, /runtimeMaxConcurrency must be an integer/],
+    [{ maxAttempts: 0 }, /maxAttempts must be an integer from 1/],
+    [{ sessionTimeoutMs: 5 }, /sessionTimeoutMs must be an integer from 100/],
+    [{ batchSize: -1 }, /batchSize/],
+    [{ streamPrefix: 'has space' }, /streamPrefix "has space" is invalid/],
+    [{ consumerGroup: '' }, /consumerGroup "" is invalid/],
+    [{ handler: undefined }, /handler must be a function, got undefined/],
+    [{ memberId: 'a{b}' }, /memberId "a\{b\}" is invalid/],
+    [{ memberName: 'line\nbreak' }, /memberName must be 1-256 printable characters/],
+    [{ codec: { name: 'x' } }, /codec must have encode\(payload\) and decode\(raw\) functions/],
+  ])('%o', (override, message) => {
+    expect(() => new CoordinatedMember(redis.client(), { ...base, ...override } as never)).toThrow(message);
+  });
+});

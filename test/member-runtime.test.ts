@@ -99,5 +99,22 @@ describe('CoordinatedMember', () => {
     const description = await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group');
     expect(Object.fromEntries(description.members.map((m) => [m.memberId, m.state]))).toEqual({ doomed: 'EXPIRED', joiner: 'ACTIVE', leaver: 'LEFT' });
   }, 90_000);
+
+  it('wakes members up: with a 60 s heartbeat interval a join still rebalances at once', async () => {
+    // (the interval a member is told is at most a third of its session timeout, hence 600 s)
+    const streamPrefix = uniqueName('wake');
+    const slow = { heartbeatIntervalMs: 60_000 };
+    const members = ['a', 'b'].map((id) =>
+      aMember({ streamPrefix, memberId: id, shardCount: 6, sessionTimeoutMs: 600_000, coordinator: slow, handler: () => undefined }),
+    );
+    for (const m of members) await m.start();
+    await stableWithAllShardsOwned(streamPrefix, 6);
+    const late = aMember({ streamPrefix, memberId: 'c', sessionTimeoutMs: 600_000, coordinator: slow, handler: () => undefined });
+    await late.start();
+    // Without the wake-up, a and b would hear of c only at their next heartbeat, a minute away.
+    const description = await stableWithAllShardsOwned(streamPrefix, 6);
+    expect(description.members.map((m) => m.currentAssignment.length)).toEqual([2, 2, 2]);
+    expect(late.ownedShards()).toHaveLength(2);
+  });
 });
 

@@ -7,6 +7,7 @@ import { type HeartbeatRequest, type HeartbeatResponse, JOIN_EPOCH, LEAVE_EPOCH 
 import { CoordinatorClient } from '../redis/coordinator-client';
 import type { RedisClient } from '../redis/scripts';
 import { ShardClient } from '../redis/shard-client';
+import { WakeHub } from '../redis/wake-hub';
 import { sleep } from './abortable-sleep';
 import { type CoordinatedMemberOptions, type ResolvedMemberOptions, resolveMemberOptions } from './member-options';
 import { type ShardError, ShardPoller } from './shard-poller';
@@ -63,6 +64,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   /** When the last successful heartbeat was sent (monotonic ms): the lease started no earlier. */
   private lastGoodHeartbeatSentAt = 0;
   private joined: { resolve: () => void; reject: (error: Error) => void } | undefined;
+  private stopListening: (() => Promise<void>) | undefined;
 
   constructor(
     private readonly redis: RedisClient,
@@ -104,6 +106,17 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
       });
     }
     const joined = new Promise<void>((resolve, reject) => (this.joined = { resolve, reject }));
+    try {
+      this.stopListening = await WakeHub.for(this.redis).listen(
+        this.coordinator.keys.groupWakeChannel(this.options.streamPrefix, this.options.consumerGroup),
+        (publisher) => {
+          if (publisher !== this.memberId) this.requestHeartbeat();
+        },
+      );
+    } catch (error) {
+      // Without wake-ups the member still works; rebalances just wait for heartbeat intervals.
+      this.emit('error', new Error(`member ${this.memberId}: cannot listen for wake-ups: ${(error as Error).message}`));
+    }
     this.poller.start();
     this.requestHeartbeat();
     await joined;
@@ -127,6 +140,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     }
     this.owned.clear();
     this.reader.disconnect();
+    await this.stopListening?.();
     this.lifecycle = 'stopped';
   }
 
@@ -142,6 +156,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.poller.dropAll();
     void this.poller.stop(0);
     this.reader.disconnect();
+    void this.stopListening?.();
   }
 
   // ---- heartbeats -----------------------------------------------------------------------------------

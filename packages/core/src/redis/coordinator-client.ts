@@ -67,6 +67,7 @@ export class CoordinatorClient {
   async heartbeatOnce(request: HeartbeatRequest): Promise<HeartbeatResponse> {
     const reply = await runScript(this.redis, 'heartbeat', this.keys.groupKeys(request.streamPrefix, request.consumerGroup), [
       ...this.config,
+      this.keys.groupWakeChannel(request.streamPrefix, request.consumerGroup),
       request.consumerGroup,
       request.memberId,
       String(request.memberEpoch),
@@ -97,6 +98,7 @@ export class CoordinatorClient {
   ): Promise<CommitResult> {
     const reply = await runScript(this.redis, 'commitAssignment', this.keys.groupKeys(member.streamPrefix, member.consumerGroup), [
       ...this.config,
+      this.keys.groupWakeChannel(member.streamPrefix, member.consumerGroup),
       member.consumerGroup,
       member.memberId,
       String(member.memberEpoch),

@@ -54,7 +54,7 @@ export function resolveCoordinatorOptions(options: CoordinatorOptions = {}): Res
   return resolved;
 }
 
-/** ARGV[1..7] of every group script, in the order `includes/config.lua` reads them. */
+/** ARGV[1..7] of every group script, in the order `includes/config.lua` reads them (ARGV[8] is the group's wake channel). */
 export function configArgs(options: ResolvedCoordinatorOptions): number[] {
   return [
     options.heartbeatIntervalMs,

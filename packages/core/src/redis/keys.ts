@@ -51,6 +51,11 @@ export class KeyBuilder {
     return this.groupKeys(streamPrefix, consumerGroup)[10];
   }
 
+  /** The group's pub/sub channel on which the coordinator tells members to heartbeat now. */
+  groupWakeChannel(streamPrefix: string, consumerGroup: string): string {
+    return `${this.coordinatorTag(streamPrefix)}:g:${assertConsumerGroup(consumerGroup)}:wake`;
+  }
+
   shardStream(streamPrefix: string, shardIndex: number): string {
     return `${this.keyPrefix}:shard:{${assertStreamPrefix(streamPrefix)}:${shardIndex}}`;
   }

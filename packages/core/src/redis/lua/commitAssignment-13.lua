@@ -6,9 +6,9 @@
   ahead of them; the others stay converged and take the new epoch at their next heartbeat.
 
   KEYS[1..13]  the group's coordinator keys (includes/groupKeys.lua)
-  ARGV[1..7]   coordinator settings (includes/config.lua)
-  ARGV[8]  consumerGroup   ARGV[9]  memberId   ARGV[10] memberEpoch   ARGV[11] groupEpoch G
-  ARGV[12] target as JSON { memberId: "ascending shard CSV" }   ARGV[13] metadataVersion the member runs with
+  ARGV[1..8]   coordinator settings and the group's wake channel (includes/config.lua)
+  ARGV[9]  consumerGroup   ARGV[10]  memberId   ARGV[11] memberEpoch   ARGV[12] groupEpoch G
+  ARGV[13] target as JSON { memberId: "ascending shard CSV" }   ARGV[14] metadataVersion the member runs with
 
   Output: the committing member's heartbeat response (includes/respond.lua) followed by
   17 commitResult (ERR_NONE, ERR_STALE_GROUP_EPOCH or ERR_INVALID_ASSIGNMENT) and 18 its message;
@@ -21,6 +21,7 @@
 --- @include "includes/shardLists"
 --- @include "includes/validate"
 --- @include "includes/events"
+--- @include "includes/wake"
 --- @include "includes/stream"
 --- @include "includes/group"
 --- @include "includes/members"
@@ -29,14 +30,14 @@
 --- @include "includes/memberCheck"
 --- @include "includes/respond"
 
-local memberId = ARGV[9]
+local memberId = ARGV[10]
 if not isValidMemberId(memberId) then
   return errorResponse(ERR_INVALID_REQUEST, 'memberId must be 1-128 characters of A-Z a-z 0-9 . _ -')
 end
 local req, err = parseIntegers({
-  { 'memberEpoch', 10, 0, MAX_EPOCH },
-  { 'groupEpoch', 11, 1, MAX_EPOCH },
-  { 'metadataVersion', 13, 0, MAX_EPOCH },
+  { 'memberEpoch', 11, 0, MAX_EPOCH },
+  { 'groupEpoch', 12, 1, MAX_EPOCH },
+  { 'metadataVersion', 14, 0, MAX_EPOCH },
 })
 if not req then return errorResponse(ERR_INVALID_REQUEST, err) end
 local stream = loadStream(K)
@@ -150,6 +151,7 @@ local function persistTarget(plan, groupEpoch, activeIds)
   redis.call('HSET', K.groupMeta, 'assignmentEpoch', groupEpoch, 'updatedAt', now)
   setAssignmentLease(K, g, '', 0)
   appendEvent(K, cfg, g, 'TARGET_COMMITTED', memberId, total .. ' members, ' .. #changed .. ' changed')
+  if #changed > 0 then wakeMembers(cfg, memberId) end
 end
 
 expireMembers(K, cfg, g, now, minLease)
@@ -162,7 +164,7 @@ if req.groupEpoch ~= g.groupEpoch or g.assignmentEpoch >= req.groupEpoch then
     .. g.groupEpoch .. ' with assignmentEpoch ' .. g.assignmentEpoch
 else
   local activeIds = redis.call('ZRANGE', K.leases, 0, -1)
-  local plan, planErr = validatePlan(ARGV[12], listToSet(activeIds))
+  local plan, planErr = validatePlan(ARGV[13], listToSet(activeIds))
   if plan then
     persistTarget(plan, req.groupEpoch, activeIds)
   else

@@ -4,12 +4,12 @@
   assignment lease, atomically.
 
   KEYS[1..13]  the group's coordinator keys (includes/groupKeys.lua)
-  ARGV[1..7]   coordinator settings (includes/config.lua)
-  ARGV[8]  consumerGroup           ARGV[9]  memberId               ARGV[10] memberEpoch
-  ARGV[11] memberName              ARGV[12] runtimeMaxConcurrency  ARGV[13] activeConsumerWorkers
-  ARGV[14] weight                  ARGV[15] sessionTimeoutMs       ARGV[16] rebalanceTimeoutMs
-  ARGV[17] metadataVersion         ARGV[18] owned (CSV)            ARGV[19] revoking (CSV)
-  ARGV[20] ackedRevocations (CSV)
+  ARGV[1..8]   coordinator settings and the group's wake channel (includes/config.lua)
+  ARGV[9]  consumerGroup           ARGV[10]  memberId               ARGV[11] memberEpoch
+  ARGV[12] memberName              ARGV[13] runtimeMaxConcurrency  ARGV[14] activeConsumerWorkers
+  ARGV[15] weight                  ARGV[16] sessionTimeoutMs       ARGV[17] rebalanceTimeoutMs
+  ARGV[18] metadataVersion         ARGV[19] owned (CSV)            ARGV[20] revoking (CSV)
+  ARGV[21] ackedRevocations (CSV)
 
   Output: the heartbeat response (includes/respond.lua), or { errorCode, message } when the request
   was refused; a refused request changed nothing.
@@ -28,9 +28,9 @@
   the record) outweighs the Redis commands. Anything else, including a malformed request, falls
   through to the full path, which validates it. ]]
 do
-  local signature = redis.call('HGET', K.steady, ARGV[9])
-  if signature and signature == table.concat({ ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14], ARGV[15], ARGV[16], ARGV[17], ARGV[18] }, '\n')
-      and ARGV[19] == '' and ARGV[20] == '' then
+  local signature = redis.call('HGET', K.steady, ARGV[10])
+  if signature and signature == table.concat({ ARGV[11], ARGV[12], ARGV[13], ARGV[14], ARGV[15], ARGV[16], ARGV[17], ARGV[18], ARGV[19] }, '\n')
+      and ARGV[20] == '' and ARGV[21] == '' then
     local g = redis.call('HMGET', K.groupMeta, 'groupEpoch', 'assignmentEpoch', 'nextDeadlineAt', 'retainedNextAt')
     local stream = redis.call('HMGET', K.streamMeta, 'shardCount', 'metadataVersion')
     local t = redis.call('TIME')
@@ -38,14 +38,14 @@ do
     local minLease = redis.call('ZRANGE', K.leases, 0, 0, 'WITHSCORES')
     local nextDeadlineAt = tonumber(g[3]) or 0
     local retainedNextAt = tonumber(g[4]) or 0
-    if g[1] == ARGV[10] and g[2] == ARGV[10] and stream[2] == ARGV[17]
+    if g[1] == ARGV[11] and g[2] == ARGV[11] and stream[2] == ARGV[18]
         and minLease[2] and tonumber(minLease[2]) > now
         and (nextDeadlineAt == 0 or nextDeadlineAt > now) and (retainedNextAt == 0 or retainedNextAt > now)
         and redis.call('SCARD', K.unconverged) == 0 then
-      local sessionTimeoutMs = tonumber(ARGV[15])
-      redis.call('ZADD', K.leases, now + sessionTimeoutMs, ARGV[9])
+      local sessionTimeoutMs = tonumber(ARGV[16])
+      redis.call('ZADD', K.leases, now + sessionTimeoutMs, ARGV[10])
       local interval = math.max(1, math.min(tonumber(ARGV[1]), math.floor(sessionTimeoutMs / 3)))
-      return { ERR_NONE, '', tonumber(ARGV[10]), interval, sessionTimeoutMs, ARGV[18], '', '', tonumber(g[1]),
+      return { ERR_NONE, '', tonumber(ARGV[11]), interval, sessionTimeoutMs, ARGV[19], '', '', tonumber(g[1]),
         tonumber(g[2]), 'STABLE', tonumber(stream[2]), tonumber(stream[1]), false, 0, '' }
     end
   end
@@ -56,6 +56,7 @@ end
 --- @include "includes/shardLists"
 --- @include "includes/validate"
 --- @include "includes/events"
+--- @include "includes/wake"
 --- @include "includes/stream"
 --- @include "includes/group"
 --- @include "includes/members"
@@ -64,10 +65,10 @@ end
 --- @include "includes/memberCheck"
 --- @include "includes/respond"
 
-local groupName = ARGV[8]
-local memberId = ARGV[9]
-local memberName = ARGV[11]
-local rawOwned = ARGV[18]
+local groupName = ARGV[9]
+local memberId = ARGV[10]
+local memberName = ARGV[12]
+local rawOwned = ARGV[19]
 
 -- 1. Validate everything before touching anything.
 if not isValidMemberId(memberId) then
@@ -77,13 +78,13 @@ if type(memberName) ~= 'string' or #memberName < 1 or #memberName > 256 or strin
   return errorResponse(ERR_INVALID_REQUEST, 'memberName must be 1-256 printable characters')
 end
 local req, err = parseIntegers({
-  { 'memberEpoch', 10, -1, MAX_EPOCH },
-  { 'runtimeMaxConcurrency', 12, 1, 1000000 },
-  { 'activeConsumerWorkers', 13, 0, 1000000 },
-  { 'weight', 14, 1, 1000000 },
-  { 'sessionTimeoutMs', 15, 10, MAX_TIMEOUT_MS },
-  { 'rebalanceTimeoutMs', 16, 10, MAX_TIMEOUT_MS },
-  { 'metadataVersion', 17, 0, MAX_EPOCH },
+  { 'memberEpoch', 11, -1, MAX_EPOCH },
+  { 'runtimeMaxConcurrency', 13, 1, 1000000 },
+  { 'activeConsumerWorkers', 14, 0, 1000000 },
+  { 'weight', 15, 1, 1000000 },
+  { 'sessionTimeoutMs', 16, 10, MAX_TIMEOUT_MS },
+  { 'rebalanceTimeoutMs', 17, 10, MAX_TIMEOUT_MS },
+  { 'metadataVersion', 18, 0, MAX_EPOCH },
 })
 if not req then return errorResponse(ERR_INVALID_REQUEST, err) end
 
@@ -103,14 +104,14 @@ end
 
 -- The steady-state report repeats the stored list exactly (canonical CSV): it is valid and true as
 -- it stands, so it needs neither parsing nor the ownership check.
-local steadyReport = memberEpoch > 0 and rec ~= nil and rawOwned == rec.owned and ARGV[19] == '' and ARGV[20] == ''
+local steadyReport = memberEpoch > 0 and rec ~= nil and rawOwned == rec.owned and ARGV[20] == '' and ARGV[21] == ''
 local owned, revokingReport, acked = {}, {}, {}
 if not steadyReport then
   owned, err = parseShardList('owned', rawOwned, stream.shardCount)
   if not owned then return errorResponse(ERR_INVALID_REQUEST, err) end
-  revokingReport, err = parseShardList('revoking', ARGV[19], stream.shardCount)
+  revokingReport, err = parseShardList('revoking', ARGV[20], stream.shardCount)
   if not revokingReport then return errorResponse(ERR_INVALID_REQUEST, err) end
-  acked, err = parseShardList('ackedRevocations', ARGV[20], stream.shardCount)
+  acked, err = parseShardList('ackedRevocations', ARGV[21], stream.shardCount)
   if not acked then return errorResponse(ERR_INVALID_REQUEST, err) end
 end
 
@@ -137,6 +138,7 @@ expireMembers(K, cfg, g, now, minLease)
 if g.groupEpoch ~= groupEpochBefore or (g.retainedNextAt ~= 0 and g.retainedNextAt <= now) then
   trimRetained(K, cfg, g, now)
 end
+if g.groupEpoch ~= groupEpochBefore then wakeMembers(cfg, memberId) end -- someone expired
 if g.groupEpoch ~= groupEpochBefore then rec = loadMember(K, memberId) end
 
 -- Leave: shards are free at once; the record stays as LEFT until retention ends.
@@ -144,6 +146,7 @@ if memberEpoch == -1 then
   if rec and rec.state == 'ACTIVE' then
     removeMember(K, cfg, g, rec, 'LEFT', now, 'leave')
     trimRetained(K, cfg, g, now)
+    wakeMembers(cfg, memberId)
   end
   return { ERR_NONE, '', -1, cfg.heartbeatIntervalMs, req.sessionTimeoutMs, '', '', '', g.groupEpoch,
     g.assignmentEpoch, groupState(K, g), stream.metadataVersion, stream.shardCount, false, 0, '' }
@@ -212,6 +215,7 @@ if #acked > 0 and rec.revoking ~= '' then
     releaseShards(K, memberId, released)
     rec.revoking = listToCsv(still)
     appendEvent(K, cfg, g, 'SHARDS_RELEASED', memberId, listToCsv(released))
+    wakeMembers(cfg, memberId)
     dirty, mustReconcile = true, true
   end
 end

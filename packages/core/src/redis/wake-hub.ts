@@ -1,0 +1,61 @@
+import type { Redis } from 'ioredis';
+import type { RedisClient } from './scripts';
+
+type Listener = (publisher: string) => void;
+
+/**
+ * One subscriber connection per base client, shared by every member made from that client, for the
+ * coordinator's wake channels (see lua/includes/wake.lua). A member that hears its group's channel
+ * heartbeats at once instead of at its next interval, so a rebalance takes round trips, not intervals.
+ */
+export class WakeHub {
+  private static readonly hubs = new WeakMap<object, WakeHub>();
+  private readonly listeners = new Map<string, Set<Listener>>();
+  private connection: Redis | undefined;
+
+  private constructor(private readonly base: RedisClient) {}
+
+  static for(base: RedisClient): WakeHub {
+    let hub = WakeHub.hubs.get(base);
+    if (!hub) {
+      hub = new WakeHub(base);
+      WakeHub.hubs.set(base, hub);
+    }
+    return hub;
+  }
+
+  /** Listens on `channel`; returns the function that stops listening. */
+  async listen(channel: string, listener: Listener): Promise<() => Promise<void>> {
+    let set = this.listeners.get(channel);
+    if (!set) {
+      set = new Set();
+      this.listeners.set(channel, set);
+      await this.subscriber().subscribe(channel);
+    }
+    set.add(listener);
+    return async () => {
+      set.delete(listener);
+      if (set.size > 0 || this.listeners.get(channel) !== set) return;
+      this.listeners.delete(channel);
+      if (this.listeners.size === 0) {
+        const connection = this.connection;
+        this.connection = undefined;
+        connection?.disconnect();
+      } else {
+        await this.connection?.unsubscribe(channel).catch(() => undefined);
+      }
+    };
+  }
+
+  private subscriber(): Redis {
+    if (!this.connection) {
+      const connection = (this.base as Redis).duplicate();
+      connection.on('error', () => undefined); // a lost wake-up only costs one heartbeat interval
+      connection.on('message', (channel: string, publisher: string) => {
+        for (const listener of this.listeners.get(channel) ?? []) listener(publisher);
+      });
+      this.connection = connection;
+    }
+    return this.connection;
+  }
+}

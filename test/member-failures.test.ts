@@ -165,6 +165,8 @@ describe('a zombie', () => {
     );
     const zombieErrors: Error[] = [];
     zombie.on('error', (error) => zombieErrors.push(error));
+    const leaseLost: unknown[] = [];
+    zombie.on('lease-lost', (event) => leaseLost.push(event));
     await zombie.start();
     const [entry] = await new StreamProducer(redis.client(), { streamPrefix }).sendBatch([{ key: 'k', payload: { seq: 1 } }]);
     await pollUntil('the zombie to hold the entry', async () => {
@@ -178,6 +180,9 @@ describe('a zombie', () => {
     await heir.start();
     await pollUntil('the heir to process the entry', async () => recorder.runs.some((r) => r.id === entry.id), { timeoutMs: 15_000 });
     expect(recorder.runs[0]).toMatchObject({ id: entry.id, deliveryCount: 2 });
+    // the zombie noticed it could not heartbeat and fenced itself (while still "paused" in its handler)
+    await pollUntil('the zombie to give up its lease', async () => leaseLost.length > 0);
+    expect(leaseLost[0]).toMatchObject({ shards: [0] });
 
     releaseZombie();
     proxy.thaw();

@@ -11,8 +11,10 @@ import path from 'node:path';
 import { Redis } from 'ioredis';
 import { RedisServer } from '@redis-stream-coordinator/core/testing';
 import { type CoordinatorFigures, measureCoordinator } from './coordinator-bench';
+import { latency, rebalance, throughput } from './member-bench';
 import { redisVersion } from './redis-stats';
-import { coordinatorReport, type Environment } from './report';
+import { coordinatorReport, type Environment, type MemberFigures, memberReport } from './report';
+import { spread } from './stats';
 
 const args = new Set(process.argv.slice(2));
 const quick = args.has('--quick');
@@ -48,11 +50,34 @@ async function main(): Promise<void> {
         }),
       );
     }
-    const report = coordinatorReport(environment, figures);
+    const runs = quick ? 1 : 3;
+    const total = quick ? 40_000 : 200_000;
+    progress(`throughput: ${total} entries over 8 shards, ${runs} run(s)`);
+    const tput: { raw: number; member: number }[] = [];
+    for (let run = 0; run < runs; run++) tput.push(await throughput(server.url, run, total, progress));
+    progress('latency at 5,000 entries/s');
+    const lat = await latency(server.url, 5000, quick ? 3 : 10);
+    const rebalances: MemberFigures['rebalanceMs'] = [];
+    for (const members of [4, 16, 64]) {
+      progress(`rebalance: ${members} members`);
+      const samples: number[] = [];
+      for (let run = 0; run < runs; run++) samples.push(await rebalance(server.url, members));
+      rebalances.push({ members, shards: members * 4, ms: spread(samples) });
+    }
+    const memberFigures: MemberFigures = {
+      total,
+      runs,
+      raw: spread(tput.map((t) => t.raw)),
+      member: spread(tput.map((t) => t.member)),
+      ratio: spread(tput.map((t) => t.member / t.raw)),
+      latency: lat,
+      rebalanceMs: rebalances,
+    };
+    const report = coordinatorReport(environment, figures) + memberReport(memberFigures);
     const target = path.resolve(__dirname, '../../docs/benchmarks.md');
     fs.writeFileSync(target, report);
     progress(`wrote ${path.relative(process.cwd(), target)}`);
-    if (json) process.stdout.write(`${JSON.stringify({ environment, coordinator: figures }, null, 2)}\n`);
+    if (json) process.stdout.write(`${JSON.stringify({ environment, coordinator: figures, members: memberFigures }, null, 2)}\n`);
   } finally {
     redis.disconnect();
     await server.stop();

@@ -1,4 +1,15 @@
 import type { CoordinatorFigures } from './coordinator-bench';
+import type { Spread } from './stats';
+
+export interface MemberFigures {
+  total: number;
+  runs: number;
+  raw: Spread;
+  member: Spread;
+  ratio: Spread;
+  latency: { p50: number; p99: number; samples: number };
+  rebalanceMs: { members: number; shards: number; ms: Spread }[];
+}
 
 export interface Environment {
   date: string;
@@ -79,4 +90,55 @@ export function coordinatorReport(env: Environment, figures: CoordinatorFigures[
     '',
   ];
   return lines.filter((line, i, all) => line !== '' || all[i - 1] !== '').join('\n');
+}
+
+const rate = (s: Spread) => `${Math.round(s.median).toLocaleString('en-US')}/s (${Math.round(s.min).toLocaleString('en-US')}–${Math.round(s.max).toLocaleString('en-US')})`;
+const msSpread = (s: Spread) => `${ms(s.median)} (${s.min.toFixed(1)}–${s.max.toFixed(1)})`;
+
+/** The member runtime's section: throughput against the raw limit, latency, rebalance time. */
+export function memberReport(f: MemberFigures): string {
+  const sixteen = f.rebalanceMs.find((r) => r.members === 16);
+  const lines = [
+    '',
+    '## Member runtime',
+    '',
+    `### Throughput: no-op handler, ${f.total.toLocaleString('en-US')} pre-filled entries, 8 shards, one member`,
+    '',
+    'Against the raw limit: one connection running `XREADGROUP COUNT 100` over the same 8 streams and a',
+    'pipelined `XACK` per batch, on the same Redis, in the same run. The member runs 8 workers (one per',
+    'shard), batch size 100, and is timed from `start()` (join included) to its last acknowledgement.',
+    `Median and min–max of ${f.runs} run(s).`,
+    '',
+    row(['raw XREADGROUP/XACK loop', 'CoordinatedMember', 'member / raw']),
+    row(['---', '---', '---']),
+    row([rate(f.raw), rate(f.member), `${(f.ratio.median * 100).toFixed(0)} % (${(f.ratio.min * 100).toFixed(0)}–${(f.ratio.max * 100).toFixed(0)} %)`]),
+    '',
+    '### Latency at a steady 5,000 entries/s',
+    '',
+    'From `send` to the handler starting, same process, 8 shards, one member with 8 workers; the first',
+    `tenth of the run is left out as warm-up (${f.latency.samples.toLocaleString('en-US')} samples).`,
+    '',
+    row(['p50', 'p99']),
+    row(['---', '---']),
+    row([ms(f.latency.p50), ms(f.latency.p99)]),
+    '',
+    '### Rebalance after a join',
+    '',
+    'N - 1 members own 4 shards each; time from the N-th member\'s `start()` until the group is STABLE',
+    `with every shard owned and every member holding its 4 shards. Median and min–max of ${f.runs} run(s).`,
+    '',
+    row(['members', 'shards', 'rebalance']),
+    row(['---', '---', '---']),
+    ...f.rebalanceMs.map((r) => row([r.members, r.shards, msSpread(r.ms)])),
+    '',
+    '### Targets',
+    '',
+    row(['target', 'measured', 'verdict']),
+    row(['---', '---', '---']),
+    row(['throughput ≥ 80 % of the raw limit', `${(f.ratio.median * 100).toFixed(0)} %`, f.ratio.median >= 0.8 ? 'met' : `**missed** (${(f.ratio.median * 100).toFixed(0)} % < 80 %)`]),
+    row(['p99 latency < 10 ms at 5,000 entries/s', ms(f.latency.p99), verdict(f.latency.p99, 10)]),
+    sixteen ? row(['rebalance < 100 ms for 16 members on loopback', ms(sixteen.ms.median), verdict(sixteen.ms.median, 100)]) : '',
+    '',
+  ];
+  return lines.join('\n');
 }

@@ -64,6 +64,8 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   /** When the last successful heartbeat was sent (monotonic ms): the lease started no earlier. */
   private lastGoodHeartbeatSentAt = 0;
   private joined: { resolve: () => void; reject: (error: Error) => void } | undefined;
+  /** Whether the coordinator knows this member (it must leave on stop, whatever its epoch). */
+  private hasJoined = false;
   private stopListening: (() => Promise<void>) | undefined;
 
   constructor(
@@ -93,6 +95,17 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
 
   currentMemberEpoch(): number {
     return this.memberEpoch;
+  }
+
+  /** What the member is doing now: for health checks, dashboards and tests. */
+  stats(): { memberEpoch: number; ownedShards: number[]; revokingShards: number[]; activeHandlers: number; bufferedEntries: number } {
+    return {
+      memberEpoch: this.memberEpoch,
+      ownedShards: this.ownedShards(),
+      revokingShards: [...this.revoking].sort((a, b) => a - b),
+      activeHandlers: this.poller.activeHandlers,
+      bufferedEntries: this.poller.bufferedEntries,
+    };
   }
 
   /** Joins the group and starts polling; resolves after the first successful heartbeat. */
@@ -131,7 +144,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.joined?.reject(new Error(`member ${this.memberId} stopped before it joined`));
     await this.heartbeatRunning?.catch(() => undefined);
     await this.poller.stop(this.options.shutdownTimeoutMs);
-    if (wasRunning && this.memberEpoch !== JOIN_EPOCH) {
+    if (wasRunning && this.hasJoined) {
       try {
         await this.coordinator.heartbeat(this.request(LEAVE_EPOCH));
       } catch (error) {
@@ -234,6 +247,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
       return;
     }
     this.lastGoodHeartbeatSentAt = sentAt;
+    this.hasJoined = true;
     for (const shard of request.ackedRevocations ?? []) this.revoked.delete(shard);
     this.apply(response);
     this.joined?.resolve();

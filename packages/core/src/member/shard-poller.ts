@@ -1,11 +1,16 @@
 import { EventEmitter } from 'node:events';
 import type { Redis } from 'ioredis';
-import { decodeEntry, type StreamMessage } from '../protocol/entry-format';
+import { type DecodedEntry, decodeEntry, type StreamMessage } from '../protocol/entry-format';
 import type { RawEntry, ShardClient } from '../redis/shard-client';
 import { sleep, Wakeup } from './abortable-sleep';
 import { type ResolvedMemberOptions, retryDelayMs } from './member-options';
 
 type Phase = 'claiming' | 'takeover' | 'reading' | 'released';
+type DecodedPayload = Extract<DecodedEntry, { ok: true }>;
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return value !== null && (typeof value === 'object' || typeof value === 'function') && typeof (value as PromiseLike<unknown>).then === 'function';
+}
 
 interface QueuedEntry {
   entry: RawEntry;
@@ -304,8 +309,14 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
       if (!state) return;
       const queued = state.queue.shift()!;
       this.buffered -= 1;
+      const pending = this.process(state, queued);
+      if (pending === undefined) {
+        // A synchronous handler finished: no promise, no microtask, on to the next entry.
+        if (state.queue.length === 0) this.onDrained(state);
+        continue;
+      }
       this.busy += 1;
-      state.inFlight = this.process(state, queued).finally(() => {
+      state.inFlight = pending.finally(() => {
         this.busy -= 1;
         state.inFlight = null;
         if (state.queue.length === 0) this.onDrained(state);
@@ -325,39 +336,50 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     else this.wakeup.notify();
   }
 
-  private async process(state: ShardState, queued: QueuedEntry): Promise<void> {
+  /** Handles one entry; returns undefined when it completed synchronously, else a promise. */
+  private process(state: ShardState, queued: QueuedEntry): Promise<void> | undefined {
+    const decoded = decodeEntry(queued.entry.fields, this.options.codec);
+    if (!decoded.ok) return this.deadLetter(state, queued.entry, decoded.reason, 0);
+    return this.attempt(state, queued, decoded, 1);
+  }
+
+  private attempt(state: ShardState, queued: QueuedEntry, decoded: DecodedPayload, attempt: number): Promise<void> | undefined {
+    if (state.released.signal.aborted || !this.mayStartHandlers()) return undefined; // stays pending for the next owner
     const { entry } = queued;
-    const decoded = decodeEntry(entry.fields, this.options.codec);
-    if (!decoded.ok) {
-      await this.deadLetter(state, entry, decoded.reason, 0);
-      return;
+    const message: StreamMessage = {
+      id: entry.id,
+      streamPrefix: this.options.streamPrefix,
+      shardIndex: state.index,
+      key: decoded.key,
+      payload: decoded.payload,
+      headers: decoded.headers,
+      deliveryCount: queued.deliveries + attempt - 1,
+    };
+    let result: unknown;
+    try {
+      result = this.options.handler(message);
+    } catch (error) {
+      return this.failed(state, queued, decoded, attempt, error);
     }
-    let lastError: unknown;
-    for (let attempt = 1; attempt <= this.options.maxAttempts; attempt++) {
-      if (state.released.signal.aborted || !this.mayStartHandlers()) return; // stays pending for the next owner
-      const message: StreamMessage = {
-        id: entry.id,
-        streamPrefix: this.options.streamPrefix,
-        shardIndex: state.index,
-        key: decoded.key,
-        payload: decoded.payload,
-        headers: decoded.headers,
-        deliveryCount: queued.deliveries + attempt - 1,
-      };
-      try {
-        await this.options.handler(message);
-        this.queueAck(state, entry.id);
-        return;
-      } catch (error) {
-        lastError = error;
-        if (attempt < this.options.maxAttempts) {
-          const delay = retryDelayMs(attempt, this.options.retryBackoffMs, this.options.retryBackoffMaxMs);
-          if (!(await sleep(delay, state.released.signal))) return;
-        }
-      }
+    if (isThenable(result)) {
+      return Promise.resolve(result).then(
+        () => this.queueAck(state, entry.id),
+        (error: unknown) => this.failed(state, queued, decoded, attempt, error),
+      );
     }
-    const reason = lastError instanceof Error ? `${lastError.name}: ${lastError.message}` : String(lastError);
-    await this.deadLetter(state, entry, reason, this.options.maxAttempts);
+    this.queueAck(state, entry.id);
+    return undefined;
+  }
+
+  /** Retry in place (order is kept) with backoff, then dead-letter. */
+  private async failed(state: ShardState, queued: QueuedEntry, decoded: DecodedPayload, attempt: number, error: unknown): Promise<void> {
+    if (attempt < this.options.maxAttempts) {
+      const delay = retryDelayMs(attempt, this.options.retryBackoffMs, this.options.retryBackoffMaxMs);
+      if (!(await sleep(delay, state.released.signal))) return;
+      return this.attempt(state, queued, decoded, attempt + 1);
+    }
+    const reason = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+    return this.deadLetter(state, queued.entry, reason, attempt);
   }
 
   private async deadLetter(state: ShardState, entry: RawEntry, reason: string, attempts: number): Promise<void> {

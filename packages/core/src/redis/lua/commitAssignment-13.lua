@@ -52,7 +52,10 @@ if g then
   rec = loadMember(K, memberId)
   minLease = earliestLease(K)
 end
-local code, message = checkMemberEpoch(K, rec, memberId, req.memberEpoch, now, minLease)
+-- A member waiting for its first target after a (re)join was told epoch 0 and may commit with it.
+local claimedEpoch = req.memberEpoch
+if claimedEpoch == 0 and rec and rec.waiting then claimedEpoch = rec.epoch end
+local code, message = checkMemberEpoch(K, rec, memberId, claimedEpoch, now, minLease)
 if code ~= ERR_NONE then return errorResponse(code, message) end
 
 -- Invariant 5, checked against the group as it is now: every member ACTIVE, every list strictly

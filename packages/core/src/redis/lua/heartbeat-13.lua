@@ -161,13 +161,14 @@ if memberEpoch == 0 then
       id = memberId, name = memberName, state = 'ACTIVE', epoch = 0, prevEpoch = 0, known = 0,
       joinEpoch = g.groupEpoch, mv = req.metadataVersion, rmc = req.runtimeMaxConcurrency,
       acw = req.activeConsumerWorkers, weight = req.weight, st = req.sessionTimeoutMs,
-      rt = req.rebalanceTimeoutMs, owned = '', revoking = '', pending = '', lastHb = now,
+      rt = req.rebalanceTimeoutMs, owned = '', revoking = '', pending = '', lastHb = now, waiting = true,
       leaseExp = now + req.sessionTimeoutMs,
     }
     indexWeight(K, memberId, req.weight)
     appendEvent(K, cfg, g, 'MEMBER_JOINED', memberId, memberName)
-  elseif rec.state == 'ACTIVE' and rec.epoch == 0 and rec.owned == '' and rec.revoking == '' then
-    -- The same join again (its answer was lost): the member holds nothing that a rejoin would drop.
+  elseif rec.state == 'ACTIVE' and rec.waiting and rec.owned == '' and rec.revoking == '' then
+    -- The same join again: the member was told epoch 0 (it waits for its first target after the
+    -- join) or the answer was lost. It holds nothing that a rejoin would drop.
   else
     -- A rejoin: whatever the member held is dropped first (shard fencing protects those shards),
     -- and it waits for a target computed after this join, so its next epoch is strictly higher.
@@ -180,6 +181,8 @@ if memberEpoch == 0 then
       redis.call('ZREM', K.retained, memberId)
     end
     rec.state, rec.owned, rec.revoking, rec.pending, rec.endedAt = 'ACTIVE', '', '', '', nil
+    -- The incarnation that joined before must not slip back in through the previous-epoch rule.
+    rec.prevEpoch, rec.known, rec.waiting = -1, -1, true
     indexWeight(K, memberId, rec.weight)
     bumpGroupEpoch(K, g, now)
     rec.joinEpoch = g.groupEpoch

@@ -1,7 +1,8 @@
 -- Member records. A record is small JSON (its own shard lists as CSV), so a heartbeat decodes one
 -- member, never the group. Fields: id, name, state, epoch, prevEpoch, known (the last epoch sent to
--- the member), joinEpoch (groupEpoch of its last join: it may use targets from then on), mv, rmc,
--- acw, weight, st, rt, owned, revoking, pending (CSV), lastHb, leaseExp, endedAt (ms).
+-- the member), joinEpoch (groupEpoch of its last join: it may use targets from then on), waiting
+-- (joined, told epoch 0, not yet told a real epoch), mv, rmc, acw, weight, st, rt, owned, revoking,
+-- pending (CSV), lastHb, leaseExp, endedAt (ms).
 local function loadMember(K, memberId)
   local raw = redis.call('HGET', K.members, memberId)
   if not raw then return nil end
@@ -17,7 +18,7 @@ end
 
 local function saveMember(K, rec)
   redis.call('HSET', K.members, rec.id, cjson.encode(rec))
-  if rec.state == 'ACTIVE' and rec.revoking == '' and rec.pending == '' and rec.known == rec.epoch then
+  if rec.state == 'ACTIVE' and not rec.waiting and rec.revoking == '' and rec.pending == '' and rec.known == rec.epoch then
     redis.call('HSET', K.steady, rec.id, steadySignature(rec))
   else
     redis.call('HDEL', K.steady, rec.id)

@@ -48,8 +48,13 @@ local function memberResponse(K, cfg, g, rec, stream, reportedMv, now, dirty)
   end
   interval = math.max(1, math.min(interval, math.floor(rec.st / 3)))
 
-  if rec.known ~= rec.epoch then
-    rec.known = rec.epoch
+  -- A member that (re)joined and waits for a target computed after its join is told epoch 0: after a
+  -- rejoin its stored epoch is also what its previous incarnation holds, and only that one may use it.
+  local toldEpoch = rec.epoch
+  if rec.joinEpoch > g.assignmentEpoch then
+    toldEpoch = 0
+  elseif rec.known ~= rec.epoch or rec.waiting then
+    rec.known, rec.waiting = rec.epoch, nil
     dirty = true
   end
   if dirty then saveMember(K, rec) end
@@ -58,7 +63,7 @@ local function memberResponse(K, cfg, g, rec, stream, reportedMv, now, dirty)
   if reportedMv ~= stream.metadataVersion then readable = stream.readable or loadReadable(K, stream) end
   local input = ''
   if compute == 1 then input = assignmentInput(K, g, stream) end
-  return { ERR_NONE, '', rec.epoch, interval, rec.st, rec.owned, rec.revoking, rec.pending,
+  return { ERR_NONE, '', toldEpoch, interval, rec.st, rec.owned, rec.revoking, rec.pending,
     g.groupEpoch, g.assignmentEpoch, state, stream.metadataVersion, stream.shardCount, readable,
     compute, input }
 end

@@ -1,0 +1,154 @@
+import { Redis } from 'ioredis';
+import { CoordinatedMember, CoordinatorAdmin, KeyBuilder, StreamProducer } from '@redis-stream-coordinator/core';
+import { elapsedMs, percentile } from './stats';
+
+const keys = new KeyBuilder();
+
+async function fill(redis: Redis, streamPrefix: string, shards: number, perShard: number): Promise<void> {
+  await new CoordinatorAdmin(redis).createStream({ streamPrefix, shardCount: shards });
+  const producer = new StreamProducer(redis, { streamPrefix });
+  for (let shardIndex = 0; shardIndex < shards; shardIndex++) {
+    for (let i = 0; i < perShard; i += 1000) {
+      await producer.sendBatch(Array.from({ length: Math.min(1000, perShard - i) }, (_, j) => ({ shardIndex, payload: i + j })));
+    }
+  }
+}
+
+async function until(condition: () => boolean | Promise<boolean>, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error('benchmark condition not reached in time');
+    await new Promise((resolve) => setTimeout(resolve, 1));
+  }
+}
+
+/** The raw limit: one connection, XREADGROUP COUNT batch over all shards, XACK each batch (pipelined). */
+export async function rawDrain(url: string, streamPrefix: string, shards: number, total: number, batch: number): Promise<number> {
+  const redis = new Redis(url);
+  const streams = Array.from({ length: shards }, (_, i) => keys.shardStream(streamPrefix, i));
+  for (const stream of streams) await redis.xgroup('CREATE', stream, 'raw', '0', 'MKSTREAM').catch(() => undefined);
+  const start = process.hrtime.bigint();
+  let done = 0;
+  while (done < total) {
+    const reply = (await redis.xreadgroup('GROUP', 'raw', 'raw-consumer', 'COUNT', batch, 'STREAMS', ...streams, ...streams.map(() => '>'))) as
+      | [string, [string, string[]][]][]
+      | null;
+    if (!reply) continue;
+    const pipeline = redis.pipeline();
+    for (const [stream, entries] of reply) {
+      if (entries.length === 0) continue;
+      pipeline.xack(stream, 'raw', ...entries.map(([id]) => id));
+      done += entries.length;
+    }
+    await pipeline.exec();
+  }
+  const seconds = elapsedMs(start) / 1000;
+  redis.disconnect();
+  return total / seconds;
+}
+
+/** One member, no-op handler, draining pre-filled shards: entries/s from start() to the last ack. */
+export async function memberDrain(url: string, streamPrefix: string, shards: number, total: number, batch: number): Promise<number> {
+  const redis = new Redis(url);
+  let handled = 0;
+  const member = new CoordinatedMember(redis, {
+    streamPrefix,
+    consumerGroup: 'bench',
+    runtimeMaxConcurrency: shards,
+    batchSize: batch,
+    maxBufferedEntries: batch * shards * 2,
+    handler: () => {
+      handled += 1;
+    },
+  });
+  const admin = new CoordinatorAdmin(redis);
+  const start = process.hrtime.bigint();
+  await member.start();
+  await until(() => handled >= total, 300_000);
+  await until(async () => (await admin.describeGroup(streamPrefix, 'bench')).shards.every((s) => s.pending === 0), 60_000);
+  const seconds = elapsedMs(start) / 1000;
+  await member.stop();
+  redis.disconnect();
+  return total / seconds;
+}
+
+export async function throughput(url: string, run: number, total: number, progress: (line: string) => void) {
+  const shards = 8;
+  const batch = 100;
+  const redis = new Redis(url);
+  const rawPrefix = `tput-raw-${run}`;
+  const memberPrefix = `tput-member-${run}`;
+  await fill(redis, rawPrefix, shards, total / shards);
+  await fill(redis, memberPrefix, shards, total / shards);
+  redis.disconnect();
+  const raw = await rawDrain(url, rawPrefix, shards, total, batch);
+  const member = await memberDrain(url, memberPrefix, shards, total, batch);
+  progress(`  run ${run + 1}: raw ${Math.round(raw)}/s, member ${Math.round(member)}/s`);
+  return { raw, member };
+}
+
+/** End-to-end latency (send to handler start) at a steady rate, with 8 shards and one member. */
+export async function latency(url: string, rate: number, seconds: number): Promise<{ p50: number; p99: number; samples: number }> {
+  const redis = new Redis(url);
+  const streamPrefix = `latency-${rate}-${Date.now()}`;
+  await new CoordinatorAdmin(redis).createStream({ streamPrefix, shardCount: 8 });
+  const samples: number[] = [];
+  const member = new CoordinatedMember<{ sentAt: number }>(redis, {
+    streamPrefix,
+    consumerGroup: 'bench',
+    runtimeMaxConcurrency: 8,
+    handler: (message) => {
+      samples.push(performance.now() - message.payload.sentAt);
+    },
+  });
+  await member.start();
+  const producerConnection = new Redis(url);
+  const producer = new StreamProducer(producerConnection, { streamPrefix });
+  const tickMs = 10;
+  const perTick = Math.round((rate * tickMs) / 1000);
+  const begin = performance.now();
+  let sent = 0;
+  for (let tick = 0; performance.now() - begin < seconds * 1000; tick++) {
+    const due = begin + tick * tickMs;
+    const wait = due - performance.now();
+    if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+    await producer.sendBatch(Array.from({ length: perTick }, (_, i) => ({ key: `k${sent + i}`, payload: { sentAt: performance.now() } })));
+    sent += perTick;
+  }
+  await until(() => samples.length >= sent, 30_000);
+  await member.stop();
+  producerConnection.disconnect();
+  redis.disconnect();
+  const steady = samples.slice(Math.floor(samples.length / 10)); // without the first tenth (warm-up)
+  return { p50: percentile(steady, 50), p99: percentile(steady, 99), samples: steady.length };
+}
+
+/**
+ * Rebalance: members - 1 members own 4 shards each; time from the last member's start() until the
+ * group is STABLE with every shard owned, and every member reading its shards.
+ */
+export async function rebalance(url: string, members: number): Promise<number> {
+  const redis = new Redis(url);
+  const streamPrefix = `rebalance-${members}-${Date.now()}`;
+  const shardCount = members * 4;
+  await new CoordinatorAdmin(redis).createStream({ streamPrefix, shardCount });
+  const admin = new CoordinatorAdmin(redis);
+  const make = (i: number) =>
+    new CoordinatedMember(redis, { streamPrefix, consumerGroup: 'bench', memberId: `m${i}`, runtimeMaxConcurrency: 4, handler: () => undefined });
+  const first = Array.from({ length: members - 1 }, (_, i) => make(i));
+  await Promise.all(first.map((m) => m.start()));
+  const settled = async () => {
+    const d = await admin.describeGroup(streamPrefix, 'bench');
+    return d.group.state === 'STABLE' && d.shards.every((s) => s.state === 'OWNED');
+  };
+  await until(settled, 60_000);
+  const last = make(members - 1);
+  const all = [...first, last];
+  const start = process.hrtime.bigint();
+  await last.start();
+  await until(async () => all.every((m) => m.ownedShards().length === 4) && (await settled()), 60_000);
+  const ms = elapsedMs(start);
+  await Promise.all(all.map((m) => m.stop()));
+  redis.disconnect();
+  return ms;
+}

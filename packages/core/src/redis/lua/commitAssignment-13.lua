@@ -28,30 +28,20 @@
 --- @include "includes/expiry"
 --- @include "includes/reconcile"
 --- @include "includes/memberCheck"
+--- @include "includes/callContext"
 --- @include "includes/respond"
 
 local memberId = ARGV[10]
-if not isValidMemberId(memberId) then
-  return errorResponse(ERR_INVALID_REQUEST, 'memberId must be 1-128 characters of A-Z a-z 0-9 . _ -')
-end
+if not isValidMemberId(memberId) then return errorResponse(ERR_INVALID_REQUEST, MEMBER_ID_RULE) end
 local req, err = parseIntegers({
   { 'memberEpoch', 11, 0, MAX_EPOCH },
   { 'groupEpoch', 12, 1, MAX_EPOCH },
   { 'metadataVersion', 14, 0, MAX_EPOCH },
 })
 if not req then return errorResponse(ERR_INVALID_REQUEST, err) end
-local stream = loadStream(K)
-if not stream then
-  return errorResponse(ERR_GROUP_NOT_FOUND, 'the stream prefix has no metadata: create it with CoordinatorAdmin.createStream')
-end
-local now = nowMs()
-local g = loadGroup(K)
-local rec = nil
-local minLease = nil
-if g then
-  rec = loadMember(K, memberId)
-  minLease = earliestLease(K)
-end
+local ctx = loadCallContext(K, memberId)
+if not ctx then return errorResponse(ERR_GROUP_NOT_FOUND, NO_STREAM_MESSAGE) end
+local stream, now, g, rec, minLease = ctx.stream, ctx.now, ctx.g, ctx.rec, ctx.minLease
 -- A member waiting for its first target after a (re)join was told epoch 0 and may commit with it.
 local claimedEpoch = req.memberEpoch
 if claimedEpoch == 0 and rec and rec.waiting then claimedEpoch = rec.epoch end

@@ -63,6 +63,7 @@ end
 --- @include "includes/expiry"
 --- @include "includes/reconcile"
 --- @include "includes/memberCheck"
+--- @include "includes/callContext"
 --- @include "includes/respond"
 
 local groupName = ARGV[9]
@@ -71,9 +72,7 @@ local memberName = ARGV[12]
 local rawOwned = ARGV[19]
 
 -- 1. Validate everything before touching anything.
-if not isValidMemberId(memberId) then
-  return errorResponse(ERR_INVALID_REQUEST, 'memberId must be 1-128 characters of A-Z a-z 0-9 . _ -')
-end
+if not isValidMemberId(memberId) then return errorResponse(ERR_INVALID_REQUEST, MEMBER_ID_RULE) end
 if type(memberName) ~= 'string' or #memberName < 1 or #memberName > 256 or string.find(memberName, '%c') then
   return errorResponse(ERR_INVALID_REQUEST, 'memberName must be 1-256 printable characters')
 end
@@ -88,19 +87,10 @@ local req, err = parseIntegers({
 })
 if not req then return errorResponse(ERR_INVALID_REQUEST, err) end
 
-local stream = loadStream(K)
-if not stream then
-  return errorResponse(ERR_GROUP_NOT_FOUND, 'the stream prefix has no metadata: create it with CoordinatorAdmin.createStream')
-end
+local ctx = loadCallContext(K, memberId)
+if not ctx then return errorResponse(ERR_GROUP_NOT_FOUND, NO_STREAM_MESSAGE) end
+local stream, now, g, rec, minLease = ctx.stream, ctx.now, ctx.g, ctx.rec, ctx.minLease
 local memberEpoch = req.memberEpoch
-local now = nowMs()
-local g = loadGroup(K)
-local rec = nil
-local minLease = nil
-if g then
-  rec = loadMember(K, memberId)
-  minLease = earliestLease(K)
-end
 
 -- The steady-state report repeats the stored list exactly (canonical CSV): it is valid and true as
 -- it stands, so it needs neither parsing nor the ownership check.

@@ -47,6 +47,8 @@ local function parseShardList(field, value, shardCount)
   return checkShardList(field, list, shardCount)
 end
 
+local MEMBER_ID_RULE = 'memberId must be 1-128 characters of A-Z a-z 0-9 . _ -'
+
 local function isValidMemberId(value)
   return type(value) == 'string' and #value >= 1 and #value <= 128 and string.match(value, '^[%w%._%-]+$') ~= nil
 end

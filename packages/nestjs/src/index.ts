@@ -1,5 +1,11 @@
-/**
- * NestJS starter for Redis Stream Coordinator. This package is a skeleton until the starter issue
- * lands: CoordinatorModule, @StreamListener and bean consumers build on the core member runtime.
- */
-export { CoordinatorAdmin, CoordinatorClient } from '@redis-stream-coordinator/core';
+export { CoordinatorModule } from './coordinator.module';
+export { COORDINATOR_MODULE_OPTIONS } from './coordinator.module-definition';
+export type { CoordinatorModuleOptions, MemberDefaults } from './coordinator-module-options';
+export { StreamListener, type StreamListenerOptions } from './stream-listener.decorator';
+export { CoordinatorConsumerProperties } from './coordinator-consumer-properties';
+export { StreamPublisher } from './stream-publisher';
+export { CoordinatorRegistry, type RegisteredMember } from './coordinator.registry';
+export { CoordinatorHealthIndicator, CoordinatorHealthError, type CoordinatorHealth, type MemberHealth } from './coordinator.health';
+export { COORDINATOR_CONNECTION } from './coordinator.constants';
+export { CoordinatorConnection } from './coordinator-connection';
+export { CoordinatorAdmin, type StreamMessage } from '@redis-stream-coordinator/core';

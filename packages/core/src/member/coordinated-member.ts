@@ -98,8 +98,9 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   }
 
   /** What the member is doing now: for health checks, dashboards and tests. */
-  stats(): { memberEpoch: number; ownedShards: number[]; revokingShards: number[]; activeHandlers: number; bufferedEntries: number } {
+  stats(): { joined: boolean; memberEpoch: number; ownedShards: number[]; revokingShards: number[]; activeHandlers: number; bufferedEntries: number } {
     return {
+      joined: this.hasJoined && this.lifecycle === 'running' && this.leaseIsSafe(),
       memberEpoch: this.memberEpoch,
       ownedShards: this.ownedShards(),
       revokingShards: [...this.revoking].sort((a, b) => a - b),
@@ -111,13 +112,15 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   /** Joins the group and starts polling; resolves after the first successful heartbeat. */
   async start(): Promise<void> {
     if (this.lifecycle !== 'new') throw new Error(`member ${this.memberId} was already started`);
-    this.lifecycle = 'running';
     if (this.options.shardCount !== undefined) {
+      // Before anything runs: if Redis cannot be reached yet, start() fails and may be called again.
       await new CoordinatorAdmin(this.redis, { keyPrefix: this.coordinator.options.keyPrefix }).createStream({
         streamPrefix: this.options.streamPrefix,
         shardCount: this.options.shardCount,
       });
     }
+    if (this.lifecycle !== 'new') throw new Error(`member ${this.memberId} was stopped while starting`);
+    this.lifecycle = 'running';
     const joined = new Promise<void>((resolve, reject) => (this.joined = { resolve, reject }));
     try {
       this.stopListening = await WakeHub.for(this.redis).listen(

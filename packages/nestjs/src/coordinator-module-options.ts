@@ -1,0 +1,24 @@
+import type { CoordinatedMemberOptions, CoordinatorOptions } from '@redis-stream-coordinator/core';
+import type { Redis, RedisOptions } from 'ioredis';
+import type { CoordinatorConsumerProperties } from './coordinator-consumer-properties';
+
+/** Member options that can be set once for every member of the application. */
+export type MemberDefaults = Partial<
+  Omit<CoordinatedMemberOptions, 'streamPrefix' | 'consumerGroup' | 'handler' | 'memberId' | 'memberName' | 'coordinator'>
+>;
+
+export interface CoordinatorModuleOptions {
+  /**
+   * The Redis connection: a URL and/or ioredis options (passwords, ACL users, TLS), which the module
+   * connects and closes; or an existing client, which the module uses and leaves open.
+   */
+  redis: { url?: string; options?: RedisOptions; client?: Redis };
+  /** Coordinator settings (key prefix, heartbeat intervals, assignor), the same for every member. */
+  coordinator?: CoordinatorOptions;
+  /** Defaults for every member (session timeout, max attempts, batch size…); a listener or bean overrides them. */
+  defaults?: MemberDefaults;
+  /** Bean-style consumers registered through module configuration. */
+  consumers?: CoordinatorConsumerProperties[];
+  /** How long to wait between attempts to start a member while Redis cannot be reached. Default 2000 ms. */
+  startRetryDelayMs?: number;
+}

@@ -1,0 +1,23 @@
+import { SetMetadata } from '@nestjs/common';
+import type { CoordinatedMemberOptions } from '@redis-stream-coordinator/core';
+import { STREAM_LISTENER_METADATA } from './coordinator.constants';
+
+export type StreamListenerOptions = Omit<CoordinatedMemberOptions, 'handler' | 'memberId' | 'runtimeMaxConcurrency'> & {
+  /**
+   * Logical members this listener runs, each with its own heartbeat loop, consumer name, epoch and
+   * shards: `<baseId>-m0` … `-m(N-1)`. Default 1. Each handles one entry at a time per shard.
+   */
+  concurrency?: number;
+};
+
+/**
+ * Makes a provider method the handler of `concurrency` members of a consumer group.
+ *
+ * @example
+ * @Injectable()
+ * export class SummaryHandlers {
+ *   @StreamListener({ streamPrefix: 'summary', consumerGroup: 'summary-group', concurrency: 4 })
+ *   async onSummary(message: StreamMessage<Summary>) { ... }
+ * }
+ */
+export const StreamListener = (options: StreamListenerOptions): MethodDecorator => SetMetadata(STREAM_LISTENER_METADATA, options);

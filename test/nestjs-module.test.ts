@@ -1,0 +1,153 @@
+import 'reflect-metadata';
+import { Injectable, Module } from '@nestjs/common';
+import { Test, type TestingModule } from '@nestjs/testing';
+import { afterEach, describe, expect, it } from 'vitest';
+import { CoordinatorAdmin, type StreamMessage } from '@redis-stream-coordinator/core';
+import {
+  CoordinatorConsumerProperties,
+  CoordinatorHealthIndicator,
+  CoordinatorModule,
+  StreamListener,
+  StreamPublisher,
+} from '@redis-stream-coordinator/nestjs';
+import { pollUntil } from './support/poll';
+import { uniqueName, useRedisServer } from './support/vitest-redis';
+
+const redis = useRedisServer();
+const apps: TestingModule[] = [];
+
+afterEach(async () => {
+  await Promise.all(apps.splice(0).map((app) => app.close().catch(() => undefined)));
+});
+
+/** What handled which entry: the provider class, through its injected dependency. */
+@Injectable()
+class Journal {
+  readonly entries: { by: string; seq: number }[] = [];
+  record(by: string, message: StreamMessage<{ seq: number }>) {
+    this.entries.push({ by, seq: message.payload.seq });
+  }
+}
+
+function summaryListener(streamPrefix: string, concurrency: number) {
+  @Injectable()
+  class SummaryHandlers {
+    constructor(readonly journal: Journal) {}
+
+    @StreamListener({ streamPrefix, consumerGroup: 'summary-group', concurrency, shardCount: 8 })
+    async onSummary(message: StreamMessage<{ seq: number }>) {
+      this.journal.record('SummaryHandlers.onSummary', message);
+    }
+  }
+  return SummaryHandlers;
+}
+
+async function anApp(providers: unknown[], options: Record<string, unknown> = {}) {
+  @Module({ providers: [Journal, ...(providers as never[])], exports: [Journal] })
+  class FeatureModule {}
+  const app = await Test.createTestingModule({
+    imports: [
+      CoordinatorModule.forRoot({ redis: { url: redis.server.url }, coordinator: { heartbeatIntervalMs: 200 }, ...options }),
+      FeatureModule,
+    ],
+  }).compile();
+  apps.push(app);
+  await app.init();
+  return app;
+}
+
+async function members(streamPrefix: string) {
+  return (await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'summary-group')).members;
+}
+
+async function stable(streamPrefix: string, count: number) {
+  return pollUntil(`${count} members, STABLE, every shard owned`, async () => {
+    const d = await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'summary-group').catch(() => undefined);
+    const active = d?.members.filter((m) => m.state === 'ACTIVE') ?? [];
+    return d && active.length === count && d.group.state === 'STABLE' && d.shards.every((s) => s.state === 'OWNED') && d;
+  });
+}
+
+describe('CoordinatorModule', () => {
+  it('a @StreamListener with concurrency 4 and a bean consumer with runtimeMaxConcurrency 4 are exactly five members', async () => {
+    const streamPrefix = uniqueName('summary');
+    const bean = {
+      provide: 'auditConsumer',
+      inject: [Journal],
+      useFactory: (journal: Journal) =>
+        CoordinatorConsumerProperties.consumer<{ seq: number }>({
+          streamPrefix,
+          consumerGroup: 'summary-group',
+          memberName: 'audit-a',
+          runtimeMaxConcurrency: 4,
+          handler: (m) => journal.record('auditConsumer', m),
+        }),
+    };
+    const app = await anApp([summaryListener(streamPrefix, 4), bean]);
+    const description = await stable(streamPrefix, 5);
+
+    const listenerMembers = description.members.filter((m) => m.memberName.startsWith('SummaryHandlers.onSummary-m'));
+    expect(listenerMembers.map((m) => m.memberName).sort()).toEqual([0, 1, 2, 3].map((i) => `SummaryHandlers.onSummary-m${i}`));
+    const base = listenerMembers[0].memberId.replace(/-m\d$/, '');
+    expect(listenerMembers.map((m) => m.memberId).sort()).toEqual([0, 1, 2, 3].map((i) => `${base}-m${i}`));
+    expect(listenerMembers.every((m) => m.runtimeMaxConcurrency === 1)).toBe(true);
+    const [beanMember] = description.members.filter((m) => m.memberName === 'audit-a');
+    expect(beanMember.runtimeMaxConcurrency).toBe(4);
+    expect(description.members).toHaveLength(5);
+
+    await app.get(StreamPublisher).publishBatch(streamPrefix, Array.from({ length: 200 }, (_, i) => ({ key: `k${i}`, payload: { seq: i } })));
+    const journal = app.get(Journal);
+    await pollUntil('200 entries handled', async () => journal.entries.length === 200);
+    const handlers = new Set(journal.entries.map((e) => e.by));
+    expect(handlers).toEqual(new Set(['SummaryHandlers.onSummary', 'auditConsumer']));
+    const health = app.get(CoordinatorHealthIndicator).check();
+    expect(health.coordinator.status).toBe('up');
+    expect(health.coordinator.members).toHaveLength(5);
+  });
+
+  it('two application instances share the shards sticky-balanced; closing one moves only its shards and its members leave', async () => {
+    const streamPrefix = uniqueName('two-apps');
+    await anApp([summaryListener(streamPrefix, 2)]);
+    const second = await anApp([summaryListener(streamPrefix, 2)]);
+    const before = await stable(streamPrefix, 4);
+    expect(before.members.map((m) => m.currentAssignment.length)).toEqual([2, 2, 2, 2]);
+    const secondIds = new Set(second.get(CoordinatorHealthIndicator).check().coordinator.members.map((m) => m.memberId));
+
+    await second.close();
+    apps.splice(apps.indexOf(second), 1);
+    const after = await stable(streamPrefix, 2);
+    for (const member of after.members.filter((m) => m.state === 'ACTIVE')) {
+      const earlier = before.members.find((m) => m.memberId === member.memberId)!;
+      for (const shard of earlier.currentAssignment) expect(member.currentAssignment).toContainEqual(shard);
+      expect(member.currentAssignment).toHaveLength(4);
+    }
+    expect(after.members.filter((m) => secondIds.has(m.memberId)).map((m) => m.state)).toEqual(['LEFT', 'LEFT']);
+  });
+});
+
+describe('bad configuration fails at startup, naming the option', () => {
+  it('no Redis options', async () => {
+    await expect(anApp([], { redis: undefined })).rejects.toThrow(/the "redis" option is required/);
+  });
+
+  it.each([
+    [0, /concurrency must be an integer from 1 to 1024, got 0/],
+    [1.5, /concurrency must be an integer from 1 to 1024, got 1.5/],
+  ])('concurrency %s', async (concurrency, message) => {
+    await expect(anApp([summaryListener(uniqueName('bad'), concurrency)])).rejects.toThrow(message);
+  });
+
+  it('a missing streamPrefix', async () => {
+    @Injectable()
+    class NoPrefix {
+      @StreamListener({ consumerGroup: 'g' } as never)
+      handle() {}
+    }
+    await expect(anApp([NoPrefix])).rejects.toThrow(/@StreamListener on NoPrefix.handle: streamPrefix undefined is invalid/);
+  });
+
+  it('a bean consumer with a bad option', async () => {
+    const bean = { provide: 'bad', useValue: CoordinatorConsumerProperties.consumer({ streamPrefix: 's', consumerGroup: 'g', runtimeMaxConcurrency: 0, handler: () => undefined }) };
+    await expect(anApp([bean])).rejects.toThrow(/bean bad: runtimeMaxConcurrency must be an integer from 1 to 10000, got 0/);
+  });
+});

@@ -3,6 +3,7 @@ import { Injectable, Module } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { afterEach, describe, expect, it } from 'vitest';
 import { CoordinatorAdmin, type StreamMessage } from '@redis-stream-coordinator/core';
+import { RedisServer } from '@redis-stream-coordinator/core/testing';
 import {
   CoordinatorConsumerProperties,
   CoordinatorHealthIndicator,
@@ -122,6 +123,45 @@ describe('CoordinatorModule', () => {
       expect(member.currentAssignment).toHaveLength(4);
     }
     expect(after.members.filter((m) => secondIds.has(m.memberId)).map((m) => m.state)).toEqual(['LEFT', 'LEFT']);
+  });
+});
+
+describe('an unreachable Redis at startup', () => {
+  it('does not hang or crash the start: it logs and retries, and the members join once Redis answers', async () => {
+    const server = await RedisServer.start();
+    await server.kill(); // the port is known, nothing listens there yet
+    const warnings: string[] = [];
+    const logger = { log() {}, error() {}, debug() {}, verbose() {}, warn: (message: unknown) => void warnings.push(String(message)) };
+    const streamPrefix = uniqueName('late');
+    const app = await Test.createTestingModule({
+      imports: [
+        CoordinatorModule.forRoot({
+          redis: { url: server.url },
+          startRetryDelayMs: 100,
+          defaults: { sessionTimeoutMs: 1500 },
+          coordinator: { heartbeatIntervalMs: 200 },
+        }),
+        (() => {
+          @Module({ providers: [Journal, summaryListener(streamPrefix, 2)] })
+          class LateModule {}
+          return LateModule;
+        })(),
+      ],
+    })
+      .setLogger(logger)
+      .compile();
+    apps.push(app);
+    try {
+      await app.init(); // returns although Redis is down
+      await pollUntil('a warning naming the member and the retry', async () => warnings.some((w) => /cannot start yet: .*; retrying every 100 ms/.test(w)));
+      expect(app.get(CoordinatorHealthIndicator).check().coordinator.status).toBe('down');
+      await server.restart();
+      await pollUntil('both members joined', async () => app.get(CoordinatorHealthIndicator).check().coordinator.status === 'up', { timeoutMs: 20_000 });
+    } finally {
+      await app.close();
+      apps.splice(apps.indexOf(app), 1);
+      await server.stop();
+    }
   });
 });
 

@@ -24,6 +24,12 @@ export class CoordinatorConnection {
 
   async close(): Promise<void> {
     if (!this.owned) return;
-    await this.client.quit().catch(() => this.client.disconnect());
+    // QUIT would wait in the offline queue while Redis is unreachable: then just drop the socket.
+    if (this.client.status !== 'ready') {
+      this.client.disconnect();
+      return;
+    }
+    await Promise.race([this.client.quit(), new Promise((resolve) => setTimeout(resolve, 2000))]).catch(() => undefined);
+    this.client.disconnect();
   }
 }

@@ -113,11 +113,13 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   async start(): Promise<void> {
     if (this.lifecycle !== 'new') throw new Error(`member ${this.memberId} was already started`);
     if (this.options.shardCount !== undefined) {
-      // Before anything runs: if Redis cannot be reached yet, start() fails and may be called again.
-      await new CoordinatorAdmin(this.redis, { keyPrefix: this.coordinator.options.keyPrefix }).createStream({
-        streamPrefix: this.options.streamPrefix,
-        shardCount: this.options.shardCount,
-      });
+      // Before anything runs: if Redis cannot be reached yet, start() fails (within a third of the
+      // session timeout, not after the client's own retries) and may be called again.
+      const admin = new CoordinatorAdmin(this.redis, { keyPrefix: this.coordinator.options.keyPrefix });
+      await this.withTimeout(
+        admin.createStream({ streamPrefix: this.options.streamPrefix, shardCount: this.options.shardCount }),
+        Math.max(100, Math.floor(this.options.sessionTimeoutMs / 3)),
+      );
     }
     if (this.lifecycle !== 'new') throw new Error(`member ${this.memberId} was stopped while starting`);
     this.lifecycle = 'running';

@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
-import { CoordinatedMember, type CoordinatedMemberOptions, CoordinatorAdmin, StreamProducer } from '@redis-stream-coordinator/core';
+import { CoordinatedMember, type CoordinatedMemberOptions, CoordinatorAdmin, KeyBuilder, StreamProducer } from '@redis-stream-coordinator/core';
 import { HandlerRecorder, keyedMessages, type KeyedPayload } from './support/handler-recorder';
 import { pollUntil } from './support/poll';
 import { uniqueName, useRedisServer } from './support/vitest-redis';
@@ -98,6 +98,14 @@ describe('CoordinatedMember', () => {
     expect(recorder.runs.filter((r) => r.memberId === 'joiner').length).toBeGreaterThan(0);
     const description = await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group');
     expect(Object.fromEntries(description.members.map((m) => [m.memberId, m.state]))).toEqual({ doomed: 'EXPIRED', joiner: 'ACTIVE', leaver: 'LEFT' });
+    // the consumers of the members that are gone were cleaned up once their entries were taken over
+    const consumers = await Promise.all(
+      Array.from({ length: 12 }, async (_, shard) => {
+        const list = (await redis.client().xinfo('CONSUMERS', new KeyBuilder().shardStream(streamPrefix, shard), 'group')) as string[][];
+        return list.map((c) => c[1]);
+      }),
+    );
+    expect(new Set(consumers.flat())).toEqual(new Set(['joiner']));
   }, 90_000);
 
   it('wakes members up: with a 60 s heartbeat interval a join still rebalances at once', async () => {

@@ -126,6 +126,44 @@ describe('CoordinatorModule', () => {
   });
 });
 
+describe('forRootAsync', () => {
+  it('takes options from a factory with injected dependencies, registers the consumers option, and leaves a given client open', async () => {
+    const streamPrefix = uniqueName('async');
+    const client = redis.client();
+    const handled: number[] = [];
+    @Module({ providers: [{ provide: 'SETTINGS', useValue: { streamPrefix } }], exports: ['SETTINGS'] })
+    class SettingsModule {}
+    const app = await Test.createTestingModule({
+      imports: [
+        CoordinatorModule.forRootAsync({
+          imports: [SettingsModule],
+          inject: ['SETTINGS'],
+          useFactory: (settings: { streamPrefix: string }) => ({
+            redis: { client },
+            consumers: [
+              CoordinatorConsumerProperties.consumer<{ seq: number }>({
+                streamPrefix: settings.streamPrefix,
+                consumerGroup: 'summary-group',
+                shardCount: 2,
+                handler: (m) => void handled.push(m.payload.seq),
+              }),
+            ],
+          }),
+        }),
+      ],
+    }).compile();
+    apps.push(app);
+    await app.init();
+    await stable(streamPrefix, 1);
+    await app.get(StreamPublisher).publish(streamPrefix, { key: 'k', payload: { seq: 7 } });
+    await pollUntil('the entry handled', async () => handled.length === 1);
+    await app.close();
+    apps.splice(apps.indexOf(app), 1);
+    expect(client.status).toBe('ready'); // the module did not create it, so it did not close it
+    expect(await client.ping()).toBe('PONG');
+  });
+});
+
 describe('an unreachable Redis at startup', () => {
   it('does not hang or crash the start: it logs and retries, and the members join once Redis answers', async () => {
     const server = await RedisServer.start();

@@ -17,8 +17,8 @@ export interface CoordinatorModuleOptions {
   coordinator?: CoordinatorOptions;
   /** Defaults for every member (session timeout, max attempts, batch size…); a listener or bean overrides them. */
   defaults?: MemberDefaults;
-  /** Bean-style consumers registered through module configuration. */
-  consumers?: CoordinatorConsumerProperties[];
+  /** Bean-style consumers registered through module configuration (any payload type). */
+  consumers?: CoordinatorConsumerProperties<never>[];
   /** How long to wait between attempts to start a member while Redis cannot be reached. Default 2000 ms. */
   startRetryDelayMs?: number;
 }

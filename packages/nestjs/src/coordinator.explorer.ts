@@ -37,7 +37,7 @@ export class CoordinatorExplorer implements OnModuleInit {
     const groups = new Map<string, string>();
     for (const wrapper of this.discovery.getProviders()) {
       if (wrapper.instance instanceof CoordinatorConsumerProperties) {
-        this.addBean(wrapper.instance, `bean ${String(wrapper.token?.toString?.() ?? wrapper.name)}`);
+        this.addBean(wrapper.instance as CoordinatorConsumerProperties<never>, `bean ${String(wrapper.token?.toString?.() ?? wrapper.name)}`);
         continue;
       }
       this.addListeners(wrapper, groups);
@@ -87,8 +87,8 @@ export class CoordinatorExplorer implements OnModuleInit {
     }
   }
 
-  private addBean(properties: CoordinatorConsumerProperties, where: string): void {
-    this.add(properties.options, where);
+  private addBean(properties: CoordinatorConsumerProperties<never>, where: string): void {
+    this.add(properties.options as CoordinatedMemberOptions, where);
   }
 
   private add(options: CoordinatedMemberOptions, where: string): void {

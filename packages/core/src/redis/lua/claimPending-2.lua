@@ -10,14 +10,30 @@
   KEYS[1]  the shard stream   KEYS[2]  the shard's fencing token
   ARGV[1]  consumerGroup      ARGV[2]  the caller's token   ARGV[3]  the caller's consumer name
   ARGV[4]  mode ('all' | 'others')   ARGV[5]  cursor (for 'all')   ARGV[6]  count
+  Both modes then delete the group's consumers of other members that have nothing pending here.
   Output: { 1, next cursor ('0-0' when done), entries } or { -1 } when the caller lost the shard.
 ]]
 --- @include "includes/fence"
+
+-- Consumers of other members with nothing pending here are history once this member holds the
+-- shard (SPEC 2.4: cleaned up after their pending entries were taken over). Deleting one with
+-- pending entries would drop them, so those stay until a sweep has claimed their entries. A zombie
+-- whose blocked read is served later simply comes back as a consumer, and the next sweep recovers it.
+local function forgetIdleConsumers(stream, group, me)
+  for _, consumer in ipairs(redis.call('XINFO', 'CONSUMERS', stream, group)) do
+    local name, pending
+    for i = 1, #consumer, 2 do
+      if consumer[i] == 'name' then name = consumer[i + 1] elseif consumer[i] == 'pending' then pending = consumer[i + 1] end
+    end
+    if name ~= me and pending == 0 then redis.call('XGROUP', 'DELCONSUMER', stream, group, name) end
+  end
+end
 
 if not holdsFence(KEYS[2], ARGV[2]) then return { -1 } end
 local count = tonumber(ARGV[6])
 if ARGV[4] == 'all' then
   local page = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[3], 0, ARGV[5], 'COUNT', count)
+  if page[1] == '0-0' then forgetIdleConsumers(KEYS[1], ARGV[1], ARGV[3]) end
   return { 1, page[1], page[2] }
 end
 
@@ -36,6 +52,7 @@ for _, consumer in ipairs(summary[4] or {}) do
     end
   end
 end
+forgetIdleConsumers(KEYS[1], ARGV[1], ARGV[3])
 table.sort(entries, function(a, b)
   local ams, aseq = string.match(a[1], '^(%d+)-(%d+)$')
   local bms, bseq = string.match(b[1], '^(%d+)-(%d+)$')

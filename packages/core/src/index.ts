@@ -17,4 +17,4 @@ export { shardForKey, jumpConsistentHash, fnv1a64 } from './producer/key-hash';
 export { StreamProducer, type StreamProducerOptions, type SendResult } from './producer/stream-producer';
 export { CoordinatedMember, type MemberEvents, type ShardsEvent } from './member/coordinated-member';
 export { type CoordinatedMemberOptions, type MessageHandler } from './member/member-options';
-export { ShardError } from './member/shard-poller';
+export { HandlerTimeoutError, ShardError } from './member/shard-poller';

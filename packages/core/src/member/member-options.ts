@@ -30,6 +30,12 @@ export interface CoordinatedMemberOptions<T = unknown> {
   shutdownTimeoutMs?: number;
   /** Tries per entry (in place, keeping order) before it goes to the dead-letter stream. Default 3. */
   maxAttempts?: number;
+  /**
+   * A handler call that has not settled after this long counts as failed (retried, then
+   * dead-lettered) and the shard moves on; what the call does later is ignored. 0 = no limit
+   * (default), which lets a hung handler hold its shard until the revocation timeout.
+   */
+  handlerTimeoutMs?: number;
   /** First retry delay; doubles per attempt up to `retryBackoffMaxMs`. Default 100 ms. */
   retryBackoffMs?: number;
   retryBackoffMaxMs?: number;
@@ -76,6 +82,7 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T>): R
     revocationTimeoutMs: options.revocationTimeoutMs ?? Math.floor(rebalanceTimeoutMs / 2),
     shutdownTimeoutMs: options.shutdownTimeoutMs ?? 30_000,
     maxAttempts: options.maxAttempts ?? 3,
+    handlerTimeoutMs: options.handlerTimeoutMs ?? 0,
     retryBackoffMs: options.retryBackoffMs ?? 100,
     retryBackoffMaxMs: options.retryBackoffMaxMs ?? 10_000,
     batchSize: options.batchSize ?? 100,
@@ -96,6 +103,7 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T>): R
   assertIntegerInRange('revocationTimeoutMs', resolved.revocationTimeoutMs, 0, resolved.rebalanceTimeoutMs);
   assertIntegerInRange('shutdownTimeoutMs', resolved.shutdownTimeoutMs, 0, DAY_MS);
   assertIntegerInRange('maxAttempts', resolved.maxAttempts, 1, 1000);
+  assertIntegerInRange('handlerTimeoutMs', resolved.handlerTimeoutMs, 0, DAY_MS);
   assertIntegerInRange('retryBackoffMs', resolved.retryBackoffMs, 0, DAY_MS);
   assertIntegerInRange('retryBackoffMaxMs', resolved.retryBackoffMaxMs, resolved.retryBackoffMs, DAY_MS);
   assertIntegerInRange('batchSize', resolved.batchSize, 1, 10_000);

@@ -44,6 +44,14 @@ export class ShardError extends Error {
   }
 }
 
+/** A handler call exceeded `handlerTimeoutMs`; the attempt counts as failed. */
+export class HandlerTimeoutError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'HandlerTimeoutError';
+  }
+}
+
 export interface PollerEvents {
   error: [ShardError];
   /** An entry went to the dead-letter stream. */
@@ -362,13 +370,27 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
       return this.failed(state, queued, decoded, attempt, error);
     }
     if (isThenable(result)) {
-      return Promise.resolve(result).then(
+      return this.withHandlerTimeout(Promise.resolve(result), state, entry.id).then(
         () => this.queueAck(state, entry.id),
         (error: unknown) => this.failed(state, queued, decoded, attempt, error),
       );
     }
     this.queueAck(state, entry.id);
     return undefined;
+  }
+
+  /** A handler that does not settle in `handlerTimeoutMs` fails the attempt; the shard moves on. */
+  private withHandlerTimeout(call: Promise<unknown>, state: ShardState, id: string): Promise<unknown> {
+    const limit = this.options.handlerTimeoutMs;
+    if (limit === 0) return call;
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        this.emit('error', new ShardError(`shard ${state.index}: the handler of ${id} did not settle within handlerTimeoutMs (${limit} ms)`, state.index));
+        reject(new HandlerTimeoutError(`handler did not settle within ${limit} ms`));
+      }, limit);
+    });
+    return Promise.race([call, timeout]).finally(() => clearTimeout(timer));
   }
 
   /** Retry in place (order is kept) with backoff, then dead-letter. */

@@ -4,16 +4,6 @@ import { elapsedMs, percentile } from './stats';
 
 const keys = new KeyBuilder();
 
-async function fill(redis: Redis, streamPrefix: string, shards: number, perShard: number): Promise<void> {
-  await new CoordinatorAdmin(redis).createStream({ streamPrefix, shardCount: shards });
-  const producer = new StreamProducer(redis, { streamPrefix });
-  for (let shardIndex = 0; shardIndex < shards; shardIndex++) {
-    for (let i = 0; i < perShard; i += 1000) {
-      await producer.sendBatch(Array.from({ length: Math.min(1000, perShard - i) }, (_, j) => ({ shardIndex, payload: i + j })));
-    }
-  }
-}
-
 async function until(condition: () => boolean | Promise<boolean>, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await condition())) {
@@ -72,21 +62,6 @@ export async function memberDrain(url: string, streamPrefix: string, shards: num
   return total / seconds;
 }
 
-export async function throughput(url: string, run: number, total: number, progress: (line: string) => void) {
-  const shards = 8;
-  const batch = 100;
-  const redis = new Redis(url);
-  const rawPrefix = `tput-raw-${run}`;
-  const memberPrefix = `tput-member-${run}`;
-  await fill(redis, rawPrefix, shards, total / shards);
-  await fill(redis, memberPrefix, shards, total / shards);
-  redis.disconnect();
-  const raw = await rawDrain(url, rawPrefix, shards, total, batch);
-  const member = await memberDrain(url, memberPrefix, shards, total, batch);
-  progress(`  run ${run + 1}: raw ${Math.round(raw)}/s, member ${Math.round(member)}/s`);
-  return { raw, member };
-}
-
 /** End-to-end latency (send to handler start) at a steady rate, with 8 shards and one member. */
 export async function latency(url: string, rate: number, seconds: number): Promise<{ p50: number; p99: number; samples: number }> {
   const redis = new Redis(url);
@@ -124,13 +99,12 @@ export async function latency(url: string, rate: number, seconds: number): Promi
 }
 
 /**
- * Rebalance: members - 1 members own 4 shards each; time from the last member's start() until the
- * group is STABLE with every shard owned, and every member reading its shards.
+ * Rebalance: members - 1 members own the shards; time from the last member's start() until the
+ * group is STABLE with every shard owned, and every member holding its share (scenario 4).
  */
-export async function rebalance(url: string, members: number): Promise<number> {
+export async function rebalance(url: string, members: number, shardCount = members * 4): Promise<number> {
   const redis = new Redis(url);
-  const streamPrefix = `rebalance-${members}-${Date.now()}`;
-  const shardCount = members * 4;
+  const streamPrefix = `rebalance-${members}-${shardCount}-${Date.now()}`;
   await new CoordinatorAdmin(redis).createStream({ streamPrefix, shardCount });
   const admin = new CoordinatorAdmin(redis);
   const make = (i: number) =>
@@ -144,11 +118,45 @@ export async function rebalance(url: string, members: number): Promise<number> {
   await until(settled, 60_000);
   const last = make(members - 1);
   const all = [...first, last];
+  const share = Math.floor(shardCount / members);
   const start = process.hrtime.bigint();
   await last.start();
-  await until(async () => all.every((m) => m.ownedShards().length === 4) && (await settled()), 60_000);
+  await until(async () => all.every((m) => m.ownedShards().length >= share) && (await settled()), 60_000);
   const ms = elapsedMs(start);
   await Promise.all(all.map((m) => m.stop()));
   redis.disconnect();
+  return ms;
+}
+
+/**
+ * Crash recovery (scenario 4): 4 members own 16 shards; one dies (connections cut, no leave). Time
+ * until the others own every shard and the group is STABLE: about the session timeout plus a few
+ * round trips.
+ */
+export async function crashRecovery(url: string, sessionTimeoutMs: number): Promise<number> {
+  const adminConnection = new Redis(url);
+  const admin = new CoordinatorAdmin(adminConnection);
+  const streamPrefix = `recovery-${sessionTimeoutMs}-${Date.now()}`;
+  await admin.createStream({ streamPrefix, shardCount: 16 });
+  const connections = Array.from({ length: 4 }, () => new Redis(url));
+  const members = connections.map(
+    (connection, i) =>
+      new CoordinatedMember(connection, { streamPrefix, consumerGroup: 'bench', memberId: `m${i}`, sessionTimeoutMs, handler: () => undefined }),
+  );
+  members[0].on('error', () => undefined);
+  await Promise.all(members.map((m) => m.start()));
+  const settled = async () => {
+    const d = await admin.describeGroup(streamPrefix, 'bench');
+    return d.group.state === 'STABLE' && d.shards.every((s) => s.state === 'OWNED' && s.owner !== 'm0');
+  };
+  await until(async () => members.every((m) => m.ownedShards().length === 4), 60_000);
+  const start = process.hrtime.bigint();
+  members[0].abort();
+  connections[0].disconnect();
+  await until(settled, 120_000);
+  const ms = elapsedMs(start);
+  await Promise.all(members.slice(1).map((m) => m.stop()));
+  for (const connection of connections) connection.disconnect();
+  adminConnection.disconnect();
   return ms;
 }

@@ -1,15 +1,7 @@
 import type { CoordinatorFigures } from './coordinator-bench';
-import type { Spread } from './stats';
-
-export interface MemberFigures {
-  total: number;
-  runs: number;
-  raw: Spread;
-  member: Spread;
-  ratio: Spread;
-  latency: { p50: number; p99: number; samples: number };
-  rebalanceMs: { members: number; shards: number; ms: Spread }[];
-}
+import type { DrainRepetition } from './drain-bench';
+import type { MemoryFigures } from './memory-bench';
+import { type Spread, spread } from './stats';
 
 export interface Environment {
   date: string;
@@ -18,127 +10,218 @@ export interface Environment {
   node: string;
   redis: string;
   ioredis: string;
+  bullmq: string;
   quick: boolean;
+  repetitions: number;
+}
+
+export interface IoFigures {
+  label: string;
+  ideal: number;
+  rate: Spread;
+}
+
+export interface BenchResults {
+  environment: Environment;
+  coordinator: CoordinatorFigures[];
+  drain: DrainRepetition[];
+  io: IoFigures[];
+  latency: { p50: number; p99: number; samples: number };
+  rebalance: { members: number; shards: number; ms: Spread }[];
+  recovery: { sessionTimeoutMs: number; ms: Spread }[];
+  memory: MemoryFigures;
 }
 
 const us = (n: number) => `${n.toFixed(1)} µs`;
 const ms = (n: number) => `${n.toFixed(n < 1 ? 3 : 1)} ms`;
+const int = (n: number) => Math.round(n).toLocaleString('en-US');
 const row = (cells: (string | number)[]) => `| ${cells.join(' | ')} |`;
+const header = (...cells: string[]) => [row(cells), row(cells.map(() => '---'))];
+const withRange = (s: Spread, f: (n: number) => string) => `${f(s.median)} (${f(s.min)}–${f(s.max)})`;
+const pct = (n: number) => `${(n * 100).toFixed(0)} %`;
 
-function verdict(value: number, limit: number): string {
-  return value < limit ? 'met' : `**missed** (${value.toFixed(1)} ≥ ${limit})`;
+function verdict(ok: boolean, measured: string, limit: string): string {
+  return ok ? 'met' : `**missed** (${measured} vs ${limit})`;
 }
 
-/** docs/benchmarks.md: the machine, then one table per measurement, then the targets. */
-export function coordinatorReport(env: Environment, figures: CoordinatorFigures[]): string {
-  const at = (members: number) => figures.find((f) => f.members === members);
-  const hundred = at(100);
-  const thousand = at(1000);
-  const lines = [
-    '# Benchmarks',
+function drainSection(r: BenchResults): string[] {
+  const d = r.drain;
+  const pick = (f: (x: DrainRepetition) => number) => spread(d.map(f));
+  const ratio = pick((x) => x.ours / x.raw);
+  const vsBull = pick((x) => x.ours / x.bullmq50);
+  const produce = pick((x) => x.produceOurs / x.produceRaw);
+  const cpuRatio = pick((x) => x.cpuOurs / x.cpuRaw);
+  return [
+    '## 1. No-op handler: one member against the raw limit and BullMQ',
     '',
-    'Written by `npm run bench` (`npm run bench -- --quick` for a smoke run). Do not edit by hand.',
+    'Pre-filled entries over 8 shards. Raw: one connection, `XREADGROUP COUNT 100` over the 8 streams,',
+    'a pipelined `XACK` per batch, read and ack in turn. Ours: one `CoordinatedMember` with 8 workers,',
+    'timed from `start()` (join included) to its last acknowledgement. BullMQ: one `Worker` draining the',
+    'same number of jobs added with `addBulk` (`removeOnComplete`). Each repetition runs all of them in',
+    'turn on the same Redis; ratios are taken within a repetition.',
     '',
-    `Measured ${env.date} on ${env.cpus}, ${env.memoryGiB} GiB; Node ${env.node}, Redis ${env.redis}, ioredis ${env.ioredis}.` +
-      (env.quick ? ' **Quick run: fewer samples.**' : ''),
+    ...header('system', 'entries/s', 'ours / it'),
+    row(['raw XREADGROUP/XACK loop', withRange(pick((x) => x.raw), int), withRange(ratio, pct)]),
+    row(['CoordinatedMember', withRange(pick((x) => x.ours), int), '—']),
+    row(['BullMQ Worker, concurrency 50', withRange(pick((x) => x.bullmq50), int), `${withRange(vsBull, (n) => n.toFixed(1))} ×`]),
+    row(['BullMQ Worker, concurrency 1', withRange(pick((x) => x.bullmq1), int), `${withRange(pick((x) => x.ours / x.bullmq1), (n) => n.toFixed(1))} ×`]),
     '',
-    '## Coordinator cost',
+    '## 3. Producer',
     '',
-    'Groups of M members with 10 shards per member, on a private `redis-server` on loopback. Redis time is',
-    'the `usec` per call of `EVALSHA` (and `EVAL`) from `INFO commandstats`, reset before each phase: the time the',
-    'script holds Redis. Round trip (RTT) is measured by the client around each call, one call at a time.',
+    'The same entries (fields `p` and `k`) written in batches of 1,000: `StreamProducer.sendBatch` (key',
+    'hashing, JSON encoding, one pipeline) against plain pipelined `XADD`.',
     '',
-    row(['members', 'shards', 'steady heartbeat: Redis', 'RTT p50', 'RTT p99', 'join: Redis', 'join RTT p50', 'join RTT p99', 'commit: Redis', 'commit RTT']),
-    row(Array(10).fill('---')),
-    ...figures.map((f) =>
+    ...header('plain pipelined XADD', 'StreamProducer.sendBatch', 'ours / plain'),
+    row([withRange(pick((x) => x.produceRaw), int), withRange(pick((x) => x.produceOurs), int), withRange(produce, pct)]),
+    '',
+    '## 7. Redis CPU per entry',
+    '',
+    '`used_cpu_user + used_cpu_sys` from `INFO cpu` before and after producing and draining, divided by',
+    'the entries: the figure that decides how many consumers one Redis serves.',
+    '',
+    ...header('raw XADD + XREADGROUP/XACK', 'StreamProducer + CoordinatedMember', 'BullMQ (concurrency 50)', 'ours / raw'),
+    row([withRange(pick((x) => x.cpuRaw), us), withRange(pick((x) => x.cpuOurs), us), withRange(pick((x) => x.cpuBullmq50), us), withRange(cpuRatio, (n) => n.toFixed(2))]),
+    '',
+  ];
+}
+
+function ioSection(r: BenchResults): string[] {
+  return [
+    '## 2. I/O-bound handler (each call awaits ~1 ms)',
+    '',
+    '64 pre-filled shards. "Ideal" is min(shards, workers) × 1,000 entries/s. `setTimeout(1)` takes a',
+    'little over 1 ms in Node, so even an idle process stays a few percent under the ideal. BullMQ keeps',
+    'no per-key order; ours runs one entry at a time per shard.',
+    '',
+    ...header('case', 'ideal', 'entries/s', 'of ideal'),
+    ...r.io.map((c) => row([c.label, int(c.ideal), withRange(c.rate, int), pct(c.rate.median / c.ideal)])),
+    '',
+  ];
+}
+
+function coordinatorSection(r: BenchResults): string[] {
+  return [
+    '## 5. Coordinator cost as the group grows',
+    '',
+    'M members with 10 shards each. Redis time is `usec` per call of the scripts (`EVALSHA`, and `EVAL`',
+    'the first time) from `INFO commandstats`, reset before each phase; round trips are measured by the',
+    'client, one call at a time. Steady state: every member heartbeats in turn in a STABLE group (3',
+    'repetitions, median with min–max). Join: a new member\'s first heartbeat, without the target',
+    'computation it triggers. Commit: the compare-and-set of a full target after one member joined or left.',
+    '',
+    ...header('members', 'shards', 'steady heartbeat: Redis', 'RTT p50', 'RTT p99', 'join: Redis', 'commit: Redis', 'assignor (fresh)', 'assignor (one joins)'),
+    ...r.coordinator.map((f) =>
       row([
         f.members,
         f.shards,
-        `${us(f.steadyHeartbeat.redisUsPerCall)} (${f.steadyHeartbeat.redisUsSpread.min.toFixed(1)}–${f.steadyHeartbeat.redisUsSpread.max.toFixed(1)})`,
+        withRange(f.steadyHeartbeat.redisUsSpread, us),
         ms(f.steadyHeartbeat.rttP50Ms),
         ms(f.steadyHeartbeat.rttP99Ms),
         us(f.join.redisUsPerCall),
-        ms(f.join.rttP50Ms),
-        ms(f.join.rttP99Ms),
-        `${ms(f.commit.redisUsPerCall / 1000)} (${(f.commit.redisUsSpread.min / 1000).toFixed(1)}–${(f.commit.redisUsSpread.max / 1000).toFixed(1)})`,
-        ms(f.commit.rttMs),
+        withRange({ median: f.commit.redisUsSpread.median / 1000, min: f.commit.redisUsSpread.min / 1000, max: f.commit.redisUsSpread.max / 1000 }, ms),
+        ms(f.assignorMs.fresh),
+        ms(f.assignorMs.scaleOut),
       ]),
     ),
     '',
-    'Redis times are the median of the repetitions, with min–max in parentheses. ' +
-      'Steady state: every member heartbeats in turn in a STABLE group, 3 repetitions ' +
-      `(${figures.map((f) => f.steadyHeartbeat.calls).join(' / ')} calls in all). Join: a new member's first heartbeat ` +
-      '(epoch 0), without the target computation it triggers. Commit: the compare-and-set of a full target ' +
-      `after one member joined or left (median of ${figures[0]?.commit.samples} commits), including the move of the ` +
-      'unaffected members to the new epoch.',
-    '',
-    '## Assignor',
-    '',
-    'The sticky assignor alone, in Node (median of 10 runs).',
-    '',
-    row(['members', 'shards', 'fresh group', 'one member joins a balanced group']),
-    row(Array(4).fill('---')),
-    ...figures.map((f) => row([f.members, f.shards, ms(f.assignorMs.fresh), ms(f.assignorMs.scaleOut)])),
-    '',
-    '## Targets',
-    '',
-    row(['target', 'measured', 'verdict']),
-    row(['---', '---', '---']),
-    hundred ? row(['steady heartbeat < 50 µs Redis time at 100 members / 1,000 shards', us(hundred.steadyHeartbeat.redisUsPerCall), verdict(hundred.steadyHeartbeat.redisUsPerCall, 50)]) : '',
-    thousand ? row(['assignor < 50 ms for 1,000 members / 10,000 shards', ms(Math.max(thousand.assignorMs.fresh, thousand.assignorMs.scaleOut)), verdict(Math.max(thousand.assignorMs.fresh, thousand.assignorMs.scaleOut), 50)]) : '',
-    thousand ? row(['commit < 10 ms Redis time for 1,000 members / 10,000 shards', ms(thousand.commit.redisUsPerCall / 1000), verdict(thousand.commit.redisUsPerCall / 1000, 10)]) : '',
+    '![coordinator cost](benchmarks-coordinator.svg)',
     '',
   ];
-  return lines.filter((line, i, all) => line !== '' || all[i - 1] !== '').join('\n');
 }
 
-const rate = (s: Spread) => `${Math.round(s.median).toLocaleString('en-US')}/s (${Math.round(s.min).toLocaleString('en-US')}–${Math.round(s.max).toLocaleString('en-US')})`;
-const msSpread = (s: Spread) => `${ms(s.median)} (${s.min.toFixed(1)}–${s.max.toFixed(1)})`;
-
-/** The member runtime's section: throughput against the raw limit, latency, rebalance time. */
-export function memberReport(f: MemberFigures): string {
-  const sixteen = f.rebalanceMs.find((r) => r.members === 16);
-  const lines = [
+function rebalanceSection(r: BenchResults): string[] {
+  return [
+    '## 4. Rebalance and recovery',
     '',
-    '## Member runtime',
+    'N - 1 members own the shards; time from the N-th member\'s `start()` until the group is STABLE with',
+    'every shard owned and every member holding its share. Then: 4 members on 16 shards, one dies',
+    '(connections cut, no leave); time until the others own its shards in a STABLE group.',
     '',
-    `### Throughput: no-op handler, ${f.total.toLocaleString('en-US')} pre-filled entries, 8 shards, one member`,
+    ...header('members', 'shards', 'rebalance after a join'),
+    ...r.rebalance.map((x) => row([x.members, x.shards, withRange(x.ms, ms)])),
     '',
-    'Against the raw limit: one connection running `XREADGROUP COUNT 100` over the same 8 streams and a',
-    'pipelined `XACK` per batch, on the same Redis, in the same run. The member runs 8 workers (one per',
-    'shard), batch size 100, and is timed from `start()` (join included) to its last acknowledgement.',
-    `Median and min–max of ${f.runs} run(s).`,
+    ...header('sessionTimeoutMs', 'recovery after a crash'),
+    ...r.recovery.map((x) => row([int(x.sessionTimeoutMs), withRange(x.ms, ms)])),
     '',
-    row(['raw XREADGROUP/XACK loop', 'CoordinatedMember', 'member / raw']),
-    row(['---', '---', '---']),
-    row([rate(f.raw), rate(f.member), `${(f.ratio.median * 100).toFixed(0)} % (${(f.ratio.min * 100).toFixed(0)}–${(f.ratio.max * 100).toFixed(0)} %)`]),
+    '![rebalance](benchmarks-rebalance.svg)',
     '',
-    '### Latency at a steady 5,000 entries/s',
+    '## Latency',
     '',
-    'From `send` to the handler starting, same process, 8 shards, one member with 8 workers; the first',
-    `tenth of the run is left out as warm-up (${f.latency.samples.toLocaleString('en-US')} samples).`,
-    '',
-    row(['p50', 'p99']),
-    row(['---', '---']),
-    row([ms(f.latency.p50), ms(f.latency.p99)]),
-    '',
-    '### Rebalance after a join',
-    '',
-    'N - 1 members own 4 shards each; time from the N-th member\'s `start()` until the group is STABLE',
-    `with every shard owned and every member holding its 4 shards. Median and min–max of ${f.runs} run(s).`,
-    '',
-    row(['members', 'shards', 'rebalance']),
-    row(['---', '---', '---']),
-    ...f.rebalanceMs.map((r) => row([r.members, r.shards, msSpread(r.ms)])),
-    '',
-    '### Targets',
-    '',
-    row(['target', 'measured', 'verdict']),
-    row(['---', '---', '---']),
-    row(['throughput ≥ 80 % of the raw limit', `${(f.ratio.median * 100).toFixed(0)} %`, f.ratio.median >= 0.8 ? 'met' : `**missed** (${(f.ratio.median * 100).toFixed(0)} % < 80 %)`]),
-    row(['p99 latency < 10 ms at 5,000 entries/s', ms(f.latency.p99), verdict(f.latency.p99, 10)]),
-    sixteen ? row(['rebalance < 100 ms for 16 members on loopback', ms(sixteen.ms.median), verdict(sixteen.ms.median, 100)]) : '',
+    `From \`send\` to the handler starting, at a steady 5,000 entries/s, 8 shards, one member with 8 workers (${int(r.latency.samples)} samples after a tenth of warm-up): p50 ${ms(r.latency.p50)}, p99 ${ms(r.latency.p99)}.`,
     '',
   ];
-  return lines.join('\n');
+}
+
+function memorySection(r: BenchResults): string[] {
+  const m = r.memory;
+  return [
+    '## 6. Memory',
+    '',
+    ...header('what', 'measured'),
+    row(['Node heap growth, one process running 64 members', `${m.heapMiB.toFixed(1)} MiB`]),
+    row(['Node RSS growth, same', `${m.rssMiB.toFixed(1)} MiB`]),
+    row(['Redis coordinator state per member', `${int(m.redisBytesPerMember)} bytes`]),
+    row(['Redis coordinator state per shard', `${int(m.redisBytesPerShard)} bytes`]),
+    '',
+    'The 64 members share one command connection; each opens one more for its blocking reads (64',
+    'sockets), and they share one subscriber. Redis figures are `used_memory` deltas: 100 → 200',
+    'members (1,000 shards), and 1,000 → 2,000 shards (100 members), coordinator keys only.',
+    '',
+  ];
+}
+
+function targetsSection(r: BenchResults): string[] {
+  const d = r.drain;
+  const ratio = spread(d.map((x) => x.ours / x.raw)).median;
+  const vsBull = spread(d.map((x) => x.ours / x.bullmq50)).median;
+  const produce = spread(d.map((x) => x.produceOurs / x.produceRaw)).median;
+  const cpu = spread(d.map((x) => x.cpuOurs / x.cpuRaw)).median;
+  const at = (members: number) => r.coordinator.find((f) => f.members === members);
+  const hundred = at(100);
+  const thousand = at(1000);
+  const sixteen = r.rebalance.find((x) => x.members === 16 && x.shards === 256) ?? r.rebalance.find((x) => x.members === 16);
+  const lines = [
+    '## Targets',
+    '',
+    ...header('target', 'measured', 'verdict'),
+    row(['no-op throughput ≥ 80 % of the raw limit', pct(ratio), verdict(ratio >= 0.8, pct(ratio), '80 %')]),
+    row(['no-op throughput ≥ 10 × BullMQ at concurrency 50', `${vsBull.toFixed(1)} ×`, verdict(vsBull >= 10, `${vsBull.toFixed(1)} ×`, '10 ×')]),
+    row(['producer ≥ 90 % of plain pipelined XADD', pct(produce), verdict(produce >= 0.9, pct(produce), '90 %')]),
+    row(['Redis CPU per entry ≤ 1.3 × the raw loop', `${cpu.toFixed(2)} ×`, verdict(cpu <= 1.3, `${cpu.toFixed(2)} ×`, '1.3 ×')]),
+    row(['p99 latency < 10 ms at 5,000 entries/s', ms(r.latency.p99), verdict(r.latency.p99 < 10, ms(r.latency.p99), '10 ms')]),
+  ];
+  if (sixteen) lines.push(row([`rebalance after a join < 200 ms, 16 members / ${sixteen.shards} shards`, ms(sixteen.ms.median), verdict(sixteen.ms.median < 200, ms(sixteen.ms.median), '200 ms')]));
+  if (hundred) lines.push(row(['steady heartbeat < 50 µs Redis time, 100 members / 1,000 shards', us(hundred.steadyHeartbeat.redisUsPerCall), verdict(hundred.steadyHeartbeat.redisUsPerCall < 50, us(hundred.steadyHeartbeat.redisUsPerCall), '50 µs')]));
+  if (thousand) {
+    const assignor = Math.max(thousand.assignorMs.fresh, thousand.assignorMs.scaleOut);
+    const commit = thousand.commit.redisUsPerCall / 1000;
+    lines.push(row(['assignor < 50 ms, 1,000 members / 10,000 shards', ms(assignor), verdict(assignor < 50, ms(assignor), '50 ms')]));
+    lines.push(row(['commit < 10 ms Redis time, 1,000 members / 10,000 shards', ms(commit), verdict(commit < 10, ms(commit), '10 ms')]));
+  }
+  for (const io of r.io.filter((c) => !c.label.startsWith('BullMQ'))) {
+    const share = io.rate.median / io.ideal;
+    lines.push(row([`I/O-bound within 10 % of ideal: ${io.label}`, pct(share), share >= 0.9 ? 'met' : `**missed** (${pct(share)}; see scenario 2)`]));
+  }
+  lines.push('');
+  return lines;
+}
+
+/** docs/benchmarks.md */
+export function report(r: BenchResults): string {
+  const e = r.environment;
+  return [
+    '# Benchmarks',
+    '',
+    'Written by `npm run bench` (`npm run bench -- --quick` for a smoke run); do not edit by hand.',
+    '',
+    `Measured ${e.date} on ${e.cpus}, ${e.memoryGiB} GiB; Node ${e.node}, Redis ${e.redis}, ioredis ${e.ioredis}, BullMQ ${e.bullmq}.`,
+    `${e.repetitions} repetition(s) per figure: the median, with min–max in parentheses.` + (e.quick ? ' **Quick run: small sizes, one repetition.**' : ''),
+    '',
+    ...targetsSection(r),
+    ...drainSection(r),
+    ...ioSection(r),
+    ...rebalanceSection(r),
+    ...coordinatorSection(r),
+    ...memorySection(r),
+  ].join('\n');
 }

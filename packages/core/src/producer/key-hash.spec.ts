@@ -9,6 +9,17 @@ describe('key routing', () => {
     expect(fnv1a64('foobar')).toBe(0x85944171f73967e8n);
   });
 
+  it('the 32-bit-halves FNV-1a equals a plain BigInt FNV-1a for any string, ASCII or not', () => {
+    const reference = (key: string) => {
+      let hash = 0xcbf29ce484222325n;
+      for (const byte of new TextEncoder().encode(key)) hash = ((hash ^ BigInt(byte)) * 0x100000001b3n) & 0xffffffffffffffffn;
+      return hash;
+    };
+    fc.assert(fc.property(fc.oneof(fc.string(), fc.string({ unit: 'binary' })), (key) => {
+      expect(fnv1a64(key)).toBe(reference(key));
+    }), { numRuns: 3000 });
+  });
+
   it('jump consistent hash keeps every key in range and refuses a bucket count below 1', () => {
     fc.assert(fc.property(fc.bigInt({ min: 0n, max: 2n ** 64n - 1n }), fc.integer({ min: 1, max: 100_000 }), (key, n) => {
       const bucket = jumpConsistentHash(key, n);

@@ -6,6 +6,8 @@ import { KeyBuilder } from '../redis/keys';
 import type { RedisClient } from '../redis/scripts';
 import { shardForKey } from './key-hash';
 
+const ROUTE_CACHE_SIZE = 10_000;
+
 export interface StreamProducerOptions {
   streamPrefix: string;
   /** Key prefix of the coordinator keys. Default `rsc`. */
@@ -37,6 +39,10 @@ export class StreamProducer {
   private readonly codec: PayloadCodec;
   private shardCount: Promise<number> | undefined;
   private roundRobin = 0;
+  /** Recent keys' shards for the current shard count (keys repeat; hashing them is the hot path). */
+  private readonly routes = new Map<string, number>();
+  /** Shard stream key per shard index, built (and validated) once. */
+  private streams: string[] = [];
 
   constructor(
     private readonly redis: RedisClient,
@@ -59,11 +65,14 @@ export class StreamProducer {
   async sendBatch<T>(messages: OutgoingMessage<T>[]): Promise<SendResult[]> {
     if (messages.length === 0) return [];
     const shardCount = await this.currentShardCount();
+    if (this.streams.length !== shardCount) {
+      this.streams = Array.from({ length: shardCount }, (_, i) => this.keys.shardStream(this.options.streamPrefix, i));
+    }
     const pipeline = this.redis.pipeline();
+    const trim = this.options.maxLenApprox === undefined ? [] : ['MAXLEN', '~', String(this.options.maxLenApprox)];
     const shards = messages.map((message) => {
       const shardIndex = this.route(message, shardCount);
-      const trim = this.options.maxLenApprox === undefined ? [] : ['MAXLEN', '~', String(this.options.maxLenApprox)];
-      pipeline.xadd(this.keys.shardStream(this.options.streamPrefix, shardIndex), ...trim, '*', ...encodeEntry(message, this.codec));
+      pipeline.xadd(this.streams[shardIndex], ...trim, '*', ...encodeEntry(message, this.codec));
       return shardIndex;
     });
     const replies = (await pipeline.exec()) ?? [];
@@ -79,7 +88,13 @@ export class StreamProducer {
     }
     if (message.key !== undefined) {
       if (typeof message.key !== 'string') throw new TypeError(`key must be a string, got ${typeof message.key}`);
-      return shardForKey(message.key, shardCount);
+      let shard = this.routes.get(message.key);
+      if (shard === undefined) {
+        if (this.routes.size >= ROUTE_CACHE_SIZE) this.routes.clear();
+        shard = shardForKey(message.key, shardCount);
+        this.routes.set(message.key, shard);
+      }
+      return shard;
     }
     this.roundRobin = (this.roundRobin + 1) % shardCount;
     return this.roundRobin;

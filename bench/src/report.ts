@@ -159,7 +159,7 @@ function memorySection(r: BenchResults): string[] {
     '',
     ...header('what', 'measured'),
     row(['Node heap growth, one process running 64 members', `${m.heapMiB.toFixed(1)} MiB`]),
-    row(['Node RSS growth, same', `${m.rssMiB.toFixed(1)} MiB`]),
+    row(['RSS of that process (the whole benchmark process, with 64 members running)', `${m.rssMiB.toFixed(1)} MiB`]),
     row(['Redis coordinator state per member', `${int(m.redisBytesPerMember)} bytes`]),
     row(['Redis coordinator state per shard', `${int(m.redisBytesPerShard)} bytes`]),
     '',

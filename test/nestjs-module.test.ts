@@ -30,12 +30,12 @@ class Journal {
   }
 }
 
-function summaryListener(streamPrefix: string, concurrency: number) {
+function summaryListener(streamPrefix: string, concurrency: number, runtimeMaxConcurrency?: number) {
   @Injectable()
   class SummaryHandlers {
     constructor(readonly journal: Journal) {}
 
-    @StreamListener({ streamPrefix, consumerGroup: 'summary-group', concurrency, shardCount: 8 })
+    @StreamListener({ streamPrefix, consumerGroup: 'summary-group', concurrency, runtimeMaxConcurrency, shardCount: 8 })
     async onSummary(message: StreamMessage<{ seq: number }>) {
       this.journal.record('SummaryHandlers.onSummary', message);
     }
@@ -104,6 +104,13 @@ describe('CoordinatorModule', () => {
     const health = app.get(CoordinatorHealthIndicator).check();
     expect(health.coordinator.status).toBe('up');
     expect(health.coordinator.members).toHaveLength(5);
+  });
+
+  it('a listener can give each of its members several workers', async () => {
+    const streamPrefix = uniqueName('workers');
+    await anApp([summaryListener(streamPrefix, 2, 3)]);
+    const description = await stable(streamPrefix, 2);
+    expect(description.members.map((m) => m.runtimeMaxConcurrency)).toEqual([3, 3]);
   });
 
   it('two application instances share the shards sticky-balanced; closing one moves only its shards and its members leave', async () => {

@@ -81,7 +81,7 @@ export class CoordinatorExplorer implements OnModuleInit {
     const baseName = options.memberName ?? where;
     for (let i = 0; i < concurrency; i++) {
       this.add(
-        { ...options, memberId: `${baseId}-m${i}`, memberName: `${baseName}-m${i}`, runtimeMaxConcurrency: 1, handler },
+        { ...options, memberId: `${baseId}-m${i}`, memberName: `${baseName}-m${i}`, runtimeMaxConcurrency: options.runtimeMaxConcurrency ?? 1, handler },
         `@StreamListener on ${where}`,
       );
     }

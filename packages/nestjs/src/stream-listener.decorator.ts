@@ -2,12 +2,14 @@ import { SetMetadata } from '@nestjs/common';
 import type { CoordinatedMemberOptions } from '@redis-stream-coordinator/core';
 import { STREAM_LISTENER_METADATA } from './coordinator.constants';
 
-export type StreamListenerOptions = Omit<CoordinatedMemberOptions, 'handler' | 'memberId' | 'runtimeMaxConcurrency'> & {
+export type StreamListenerOptions = Omit<CoordinatedMemberOptions, 'handler' | 'memberId'> & {
   /**
    * Logical members this listener runs, each with its own heartbeat loop, consumer name, epoch and
-   * shards: `<baseId>-m0` … `-m(N-1)`. Default 1. Each handles one entry at a time per shard.
+   * shards: `<baseId>-m0` … `-m(N-1)`. Default 1.
    */
   concurrency?: number;
+  /** Workers of each of those members (one entry at a time per shard). Default 1. */
+  runtimeMaxConcurrency?: number;
 };
 
 /**

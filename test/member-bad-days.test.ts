@@ -1,35 +1,18 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
-  CoordinatedMember,
-  type CoordinatedMemberOptions,
   CoordinatorAdmin,
   KeyBuilder,
   StreamProducer,
   type StreamMessage,
 } from '@redis-stream-coordinator/core';
 import { HandlerRecorder, type KeyedPayload } from './support/handler-recorder';
+import { memberFactory } from './support/member-factory';
 import { pollUntil } from './support/poll';
 import { uniqueName, useRedisServer } from './support/vitest-redis';
 
 // AOF with appendfsync always: what Redis acknowledged survives a restart.
 const redis = useRedisServer({ persistence: 'aof' });
-const started: CoordinatedMember<KeyedPayload>[] = [];
-
-afterEach(async () => {
-  await Promise.all(started.splice(0).map((m) => m.stop().catch(() => undefined)));
-});
-
-function aMember(options: Omit<CoordinatedMemberOptions<KeyedPayload>, 'consumerGroup'>) {
-  const member = new CoordinatedMember<KeyedPayload>(redis.client({ maxRetriesPerRequest: 1 }), {
-    consumerGroup: 'group',
-    coordinator: { heartbeatIntervalMs: 200 },
-    retryBackoffMs: 1,
-    ...options,
-  });
-  member.on('error', () => undefined);
-  started.push(member);
-  return member;
-}
+const aMember = memberFactory(redis, { retryBackoffMs: 1 }, () => redis.client({ maxRetriesPerRequest: 1 }));
 
 /** Sends a batch, again and again while Redis is away (a batch may then be written twice: at-least-once). */
 async function sendSurely(producer: StreamProducer, messages: { key: string; payload: KeyedPayload }[]) {

@@ -1,7 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   CoordinatedMember,
-  type CoordinatedMemberOptions,
   CoordinatorAdmin,
   KeyBuilder,
   ShardError,
@@ -9,30 +8,18 @@ import {
   type StreamMessage,
 } from '@redis-stream-coordinator/core';
 import { HandlerRecorder, type KeyedPayload } from './support/handler-recorder';
+import { memberFactory } from './support/member-factory';
 import { pollUntil } from './support/poll';
 import { TcpProxy } from './support/tcp-proxy';
 import { uniqueName, useRedisServer } from './support/vitest-redis';
 
 const redis = useRedisServer();
-const started: CoordinatedMember<KeyedPayload>[] = [];
+const aMember = memberFactory(redis, { retryBackoffMs: 1 });
 const proxies: TcpProxy[] = [];
 
 afterEach(async () => {
-  await Promise.all(started.splice(0).map((m) => m.stop().catch(() => undefined)));
   await Promise.all(proxies.splice(0).map((p) => p.stop()));
 });
-
-function aMember(options: Omit<CoordinatedMemberOptions<KeyedPayload>, 'consumerGroup'>, connection = redis.client()) {
-  const member = new CoordinatedMember<KeyedPayload>(connection, {
-    consumerGroup: 'group',
-    coordinator: { heartbeatIntervalMs: 200 },
-    retryBackoffMs: 1,
-    ...options,
-  });
-  member.on('error', () => undefined);
-  started.push(member);
-  return member;
-}
 
 async function deadLetters(streamPrefix: string) {
   const entries = await redis.client().xrange(new KeyBuilder().deadLetterStream(streamPrefix, 'group'), '-', '+');

@@ -1,28 +1,13 @@
-import type { Redis } from 'ioredis';
-import { afterEach, describe, expect, it } from 'vitest';
-import { CoordinatedMember, type CoordinatedMemberOptions, CoordinatorAdmin, KeyBuilder, StreamProducer } from '@redis-stream-coordinator/core';
+import { describe, expect, it } from 'vitest';
+import { CoordinatorAdmin, KeyBuilder, StreamProducer } from '@redis-stream-coordinator/core';
 import { HandlerRecorder, keyedMessages, type KeyedPayload } from './support/handler-recorder';
+import { memberFactory } from './support/member-factory';
 import { pollUntil } from './support/poll';
 import { uniqueName, useRedisServer } from './support/vitest-redis';
 
 const redis = useRedisServer();
-const started: CoordinatedMember<KeyedPayload>[] = [];
-
-afterEach(async () => {
-  await Promise.all(started.splice(0).map((m) => m.stop().catch(() => undefined)));
-});
-
-/** A member on a connection of its own (so a test can cut it), stopped after the test. */
-function aMember(options: Omit<CoordinatedMemberOptions<KeyedPayload>, 'consumerGroup'> & { consumerGroup?: string }, connection: Redis = redis.client()) {
-  const member = new CoordinatedMember<KeyedPayload>(connection, {
-    consumerGroup: 'group',
-    coordinator: { heartbeatIntervalMs: 200 },
-    ...options,
-  });
-  member.on('error', () => undefined);
-  started.push(member);
-  return member;
-}
+/** Members on connections of their own (so a test can cut one), stopped after each test. */
+const aMember = memberFactory(redis);
 
 async function produce(streamPrefix: string, messages: { key: string; payload: KeyedPayload }[]) {
   const producer = new StreamProducer(redis.client(), { streamPrefix });

@@ -1,5 +1,5 @@
 import 'reflect-metadata';
-import { Injectable, Module } from '@nestjs/common';
+import { Injectable, Module, Scope } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { afterEach, describe, expect, it } from 'vitest';
 import { CoordinatorAdmin, type StreamMessage } from '@redis-stream-coordinator/core';
@@ -207,6 +207,48 @@ describe('an unreachable Redis at startup', () => {
       apps.splice(apps.indexOf(app), 1);
       await server.stop();
     }
+  });
+});
+
+describe('warnings at startup', () => {
+  async function warningsOf(providers: unknown[]) {
+    const warnings: string[] = [];
+    const logger = { log() {}, error() {}, debug() {}, verbose() {}, warn: (message: unknown) => void warnings.push(String(message)) };
+    @Module({ providers: [Journal, ...(providers as never[])] })
+    class WarnedModule {}
+    const app = await Test.createTestingModule({ imports: [CoordinatorModule.forRoot({ redis: { url: redis.server.url } }), WarnedModule] })
+      .setLogger(logger)
+      .compile();
+    apps.push(app);
+    await app.init();
+    return { app, warnings };
+  }
+
+  it('a request-scoped provider with a @StreamListener is skipped with a warning', async () => {
+    const streamPrefix = uniqueName('scoped');
+    @Injectable({ scope: Scope.REQUEST })
+    class PerRequest {
+      @StreamListener({ streamPrefix, consumerGroup: 'summary-group', shardCount: 2 })
+      handle() {}
+    }
+    const { app, warnings } = await warningsOf([PerRequest]);
+    expect(warnings).toContainEqual(expect.stringMatching(/@StreamListener on PerRequest.handle is skipped: its provider is request-scoped/));
+    expect(app.get(CoordinatorHealthIndicator).check().coordinator.members).toEqual([]);
+  });
+
+  it('two listeners on one group get a warning (their members split its shards between two handlers)', async () => {
+    const streamPrefix = uniqueName('twice');
+    @Injectable()
+    class Twice {
+      @StreamListener({ streamPrefix, consumerGroup: 'summary-group', shardCount: 2 })
+      first() {}
+
+      @StreamListener({ streamPrefix, consumerGroup: 'summary-group' })
+      second() {}
+    }
+    const { app, warnings } = await warningsOf([Twice]);
+    expect(warnings).toContainEqual(expect.stringMatching(/@StreamListener on Twice.second and on Twice.first join the same group/));
+    expect(app.get(CoordinatorHealthIndicator).check().coordinator.members).toHaveLength(2);
   });
 });
 

@@ -23,6 +23,8 @@ export function useRedisServer(options: RedisServerOptions = {}): RedisFixture {
     },
     clientAt(url, clientOptions = {}) {
       const client = new Redis(url, { maxRetriesPerRequest: 3, ...clientOptions });
+      // Tests that restart or stop Redis check behaviour, not ioredis' reconnect chatter.
+      client.on('error', () => undefined);
       clients.add(client);
       return client;
     },

@@ -124,6 +124,8 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     if (this.lifecycle !== 'new') throw new Error(`member ${this.memberId} was stopped while starting`);
     this.lifecycle = 'running';
     const joined = new Promise<void>((resolve, reject) => (this.joined = { resolve, reject }));
+    // stop() may reject it before start() awaits it; start() still sees the rejection below.
+    joined.catch(() => undefined);
     try {
       this.stopListening = await WakeHub.for(this.redis).listen(
         this.coordinator.keys.groupWakeChannel(this.options.streamPrefix, this.options.consumerGroup),

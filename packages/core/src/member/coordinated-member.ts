@@ -202,7 +202,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     };
   }
 
-  /** An out-of-cycle heartbeat as soon as possible (coalesced with one in flight). */
+  /** An out-of-cycle heartbeat as soon as possible: at once, or right after the one in flight. */
   private requestHeartbeat(): void {
     if (this.lifecycle !== 'running') return;
     if (this.heartbeatRunning) {
@@ -244,7 +244,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
       this.lastGoodHeartbeatSentAt = sentAt;
       this.emit('fenced', { errorCode: response.errorCode, message: response.errorMessage, shards: this.ownedShards(), memberEpoch: this.memberEpoch });
       this.dropEverything();
-      this.requestHeartbeatSoon();
+      this.requestHeartbeat();
       return;
     }
     if (response.errorCode !== ErrorCode.NONE) {
@@ -260,10 +260,6 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.joined?.resolve();
     this.joined = undefined;
     this.schedule(response.heartbeatIntervalMs);
-  }
-
-  private requestHeartbeatSoon(): void {
-    this.heartbeatAgain = true;
   }
 
   private withTimeout<R>(promise: Promise<R>, ms: number): Promise<R> {
@@ -313,7 +309,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     }
     if (gained.length > 0) {
       this.emit('assigned', { shards: gained.sort((a, b) => a - b), memberEpoch: response.memberEpoch });
-      this.requestHeartbeatSoon(); // report the new ownership (and the new activeConsumerWorkers) at once
+      this.requestHeartbeat(); // report the new ownership (and the new activeConsumerWorkers) at once
     }
   }
 

@@ -3,6 +3,7 @@ import { Redis } from 'ioredis';
 import { CoordinatorAdmin, KeyBuilder, StreamProducer } from '@redis-stream-coordinator/core';
 import { redisCpuSeconds } from './cpu';
 import { memberDrain, rawDrain } from './member-bench';
+import { until } from './cli';
 import { elapsedMs } from './stats';
 
 const keys = new KeyBuilder();
@@ -64,7 +65,7 @@ async function bullmq(url: string, name: string, total: number, concurrency: num
   let done = 0;
   const start = process.hrtime.bigint();
   const worker = new Worker(name, async () => void (done += 1), { connection, concurrency });
-  while (done < total) await new Promise((resolve) => setTimeout(resolve, 2));
+  await until(() => done >= total, 600_000);
   const rate = total / (elapsedMs(start) / 1000);
   const cpu = ((await redisCpuSeconds(redis)) - cpuBefore) * 1e6 / total;
   await worker.close();

@@ -1,6 +1,7 @@
 import { Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import { CoordinatedMember, CoordinatorAdmin, StreamProducer } from '@redis-stream-coordinator/core';
+import { until } from './cli';
 import { elapsedMs } from './stats';
 
 const SHARDS = 64;
@@ -15,7 +16,7 @@ export interface IoCase {
   rate: number;
 }
 
-async function fill(redis: Redis, streamPrefix: string, total: number): Promise<void> {
+export async function fill(redis: Redis, streamPrefix: string, total: number): Promise<void> {
   await new CoordinatorAdmin(redis).createStream({ streamPrefix, shardCount: SHARDS });
   const producer = new StreamProducer(redis, { streamPrefix });
   for (let i = 0; i < total; i += 1000) {
@@ -47,7 +48,7 @@ export async function ioCase(url: string, label: string, members: number, worker
   );
   const start = process.hrtime.bigint();
   await Promise.all(group.map((m) => m.start()));
-  while (handled < total) await new Promise((resolve) => setTimeout(resolve, 5));
+  await until(() => handled >= total, 600_000);
   const rate = total / (elapsedMs(start) / 1000);
   await Promise.all(group.map((m) => m.stop()));
   redis.disconnect();
@@ -71,7 +72,7 @@ export async function ioBullmq(url: string, seconds: number): Promise<IoCase> {
     await ioWork();
     done += 1;
   }, { connection, concurrency: 64 });
-  while (done < total) await new Promise((resolve) => setTimeout(resolve, 5));
+  await until(() => done >= total, 600_000);
   const rate = total / (elapsedMs(start) / 1000);
   await worker.close();
   await queue.obliterate({ force: true });

@@ -19,6 +19,7 @@ import { redisVersion } from './redis-stats';
 import { type BenchResults, type IoFigures, report } from './report';
 import { spread } from './stats';
 import { lineChart } from './svg-chart';
+import { runCli } from './cli';
 
 const args = new Set(process.argv.slice(2));
 const quick = args.has('--quick');
@@ -131,10 +132,4 @@ async function main(): Promise<void> {
   }
 }
 
-main().then(
-  () => process.exit(0),
-  (error) => {
-    console.error(error);
-    process.exit(1);
-  },
-);
+runCli(main);

@@ -1,16 +1,10 @@
 import { Redis } from 'ioredis';
 import { CoordinatedMember, CoordinatorAdmin, KeyBuilder, StreamProducer } from '@redis-stream-coordinator/core';
+import { until } from './cli';
 import { elapsedMs, percentile } from './stats';
 
 const keys = new KeyBuilder();
 
-async function until(condition: () => boolean | Promise<boolean>, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error('benchmark condition not reached in time');
-    await new Promise((resolve) => setTimeout(resolve, 1));
-  }
-}
 
 /** The raw limit: one connection, XREADGROUP COUNT batch over all shards, XACK each batch (pipelined). */
 export async function rawDrain(url: string, streamPrefix: string, shards: number, total: number, batch: number): Promise<number> {

@@ -7,8 +7,10 @@
  */
 import inspector from 'node:inspector';
 import { Redis } from 'ioredis';
-import { CoordinatedMember, CoordinatorAdmin, StreamProducer } from '@redis-stream-coordinator/core';
+import { CoordinatedMember } from '@redis-stream-coordinator/core';
 import { RedisServer } from '@redis-stream-coordinator/core/testing';
+import { runCli, until } from './cli';
+import { fill } from './io-bench';
 
 interface ProfileNode {
   id: number;
@@ -20,11 +22,7 @@ async function main(): Promise<void> {
   const redis = new Redis(server.url);
   const total = 150_000;
   process.stderr.write(`filling ${total} entries over 64 shards\n`);
-  await new CoordinatorAdmin(redis).createStream({ streamPrefix: 'io', shardCount: 64 });
-  const producer = new StreamProducer(redis, { streamPrefix: 'io' });
-  for (let i = 0; i < total; i += 1000) {
-    await producer.sendBatch(Array.from({ length: 1000 }, (_, j) => ({ key: `k${i + j}`, payload: i + j })));
-  }
+  await fill(redis, 'io', total);
   const session = new inspector.Session();
   session.connect();
   const post = <T>(method: string) =>
@@ -44,7 +42,7 @@ async function main(): Promise<void> {
   });
   const start = Date.now();
   await member.start();
-  while (handled < total) await new Promise((resolve) => setTimeout(resolve, 5));
+  await until(() => handled >= total, 600_000);
   const rate = total / ((Date.now() - start) / 1000);
   const { profile } = await post<{ profile: { nodes: ProfileNode[]; samples: number[]; timeDeltas: number[] } }>('Profiler.stop');
   const time = new Map<number, number>();
@@ -70,10 +68,4 @@ async function main(): Promise<void> {
   await server.stop();
 }
 
-main().then(
-  () => process.exit(0),
-  (error) => {
-    console.error(error);
-    process.exit(1);
-  },
-);
+runCli(main);

@@ -1,0 +1,19 @@
+/** Runs a benchmark entry point and exits: 0 when it finished, 1 (with the error) when it failed. */
+export function runCli(main: () => Promise<void>): void {
+  main().then(
+    () => process.exit(0),
+    (error) => {
+      console.error(error);
+      process.exit(1);
+    },
+  );
+}
+
+/** Polls `condition` every millisecond until it holds; fails after `timeoutMs` instead of hanging a run. */
+export async function until(condition: () => boolean | Promise<boolean>, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error('benchmark condition not reached in time');
+    await new Promise((resolve) => setTimeout(resolve, 1));
+  }
+}

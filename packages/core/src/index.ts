@@ -11,7 +11,15 @@ export type { RedisClient } from './redis/scripts';
 export type { CoordinatorOptions } from './redis/coordinator-options';
 export type { CommitResult } from './redis/responses';
 export { CoordinatorClient, DEFAULT_SESSION_TIMEOUT_MS, DEFAULT_REBALANCE_TIMEOUT_MS } from './redis/coordinator-client';
-export { CoordinatorAdmin, MAX_SHARD_COUNT, type CreateStreamOptions } from './admin/coordinator-admin';
+export {
+  CoordinatorAdmin,
+  MAX_SHARD_COUNT,
+  type CreateStreamOptions,
+  type GroupCutoverStatus,
+  type ResizeResult,
+  type ResizeShardsOptions,
+} from './admin/coordinator-admin';
+export { type Cutover, type CutoverProgress, type CutoverWait, compareStreamIds } from './admin/cutover';
 export * from './protocol/entry-format';
 export { shardForKey, jumpConsistentHash, fnv1a64 } from './producer/key-hash';
 export { StreamProducer, type StreamProducerOptions, type SendResult } from './producer/stream-producer';

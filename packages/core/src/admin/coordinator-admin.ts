@@ -2,11 +2,13 @@ import { ErrorCode, errorCodeFromWire } from '../protocol/error-codes';
 import { toCoordinatorError } from '../protocol/errors';
 import { assertIntegerInRange } from '../protocol/names';
 import type { GroupDescription, StreamMetadata } from '../protocol/records';
-import { type CoordinatorOptions, resolveCoordinatorOptions } from '../redis/coordinator-options';
+import { CoordinatorClient } from '../redis/coordinator-client';
+import { type CoordinatorOptions, type ResolvedCoordinatorOptions, resolveCoordinatorOptions } from '../redis/coordinator-options';
 import { KeyBuilder } from '../redis/keys';
 import { pairs, parseShardCsv } from '../redis/responses';
 import { type RedisClient, runScript } from '../redis/scripts';
-import { toGroupDescription, type ShardStats } from './group-description';
+import { type Cutover, type CutoverProgress, cutoverProgress, parseCutover } from './cutover';
+import { groupReadableShards, toGroupDescription, type ShardStats } from './group-description';
 
 export const MAX_SHARD_COUNT = 65_536;
 
@@ -14,6 +16,40 @@ export interface CreateStreamOptions {
   streamPrefix: string;
   shardCount: number;
 }
+
+export interface ResizeShardsOptions {
+  /**
+   * Keep per-key order across the resize (default true): new shards become readable, and surviving
+   * shards of a shrink read past the resize, only after the shards the keys came from are processed.
+   */
+  ordered?: boolean;
+  /**
+   * How long after the switch producers may still write with the old shard count: at least their
+   * `metadataRefreshMs` plus the longest write in flight. Default 2000 ms.
+   */
+  graceMs?: number;
+  /**
+   * Ordered shrink only: producers switch this long after the call, so that every member has heard
+   * (through its wake-up and heartbeat) that the surviving shards are held from then on. Default 1000 ms.
+   */
+  switchDelayMs?: number;
+}
+
+export interface ResizeResult extends StreamMetadata {
+  previousShardCount: number;
+  /** False when the stream already had `newCount` shards (nothing changed). */
+  changed: boolean;
+}
+
+export interface GroupCutoverStatus extends Partial<CutoverProgress> {
+  consumerGroup: string;
+  /** The group's pending cutover, or null when it reads every shard of the current count. */
+  cutover: Cutover | null;
+  /** True when this call completed the cutover. */
+  completed?: boolean;
+}
+
+const MAX_SCRIPT_RETRIES = 20;
 
 /**
  * Administration of streams and groups.
@@ -25,12 +61,17 @@ export interface CreateStreamOptions {
  */
 export class CoordinatorAdmin {
   readonly keys: KeyBuilder;
+  private readonly options: ResolvedCoordinatorOptions;
+  private readonly coordinator: CoordinatorClient;
 
+  /** `options` are the coordinator's (resizes append to the groups' event logs with its settings). */
   constructor(
     private readonly redis: RedisClient,
-    options: Pick<CoordinatorOptions, 'keyPrefix'> = {},
+    options: CoordinatorOptions = {},
   ) {
-    this.keys = new KeyBuilder(resolveCoordinatorOptions({ keyPrefix: options.keyPrefix }).keyPrefix);
+    this.options = resolveCoordinatorOptions(options);
+    this.keys = new KeyBuilder(this.options.keyPrefix);
+    this.coordinator = new CoordinatorClient(redis, this.options);
   }
 
   /**
@@ -43,6 +84,102 @@ export class CoordinatorAdmin {
     const code = errorCodeFromWire(reply[0]);
     if (code !== ErrorCode.NONE) throw toCoordinatorError(code, `stream "${options.streamPrefix}": ${String(reply[1])}`);
     return { ...toStreamMetadata(options.streamPrefix, pairs(reply[3])), created: Number(reply[2]) === 1 };
+  }
+
+  /**
+   * Changes the stream's shard count while producers and members run (SPEC section 6,
+   * docs/resharding.md): one atomic step that sets the new count, writable set and
+   * metadataVersion + 1, and gives every consumer group of the prefix a new groupEpoch, an event, and
+   * (unless the change needs no waiting) a cutover. Resizing to the current count changes nothing.
+   * Refused with `ResizeInProgressError` while a group still cuts over from the previous resize;
+   * cutovers that are ready are completed first.
+   */
+  async resizeShards(streamPrefix: string, newCount: number, options: ResizeShardsOptions = {}): Promise<ResizeResult> {
+    const count = assertIntegerInRange('newCount', newCount, 1, MAX_SHARD_COUNT);
+    const ordered = options.ordered ?? true;
+    if (typeof ordered !== 'boolean') throw new TypeError(`ordered must be a boolean, got ${String(ordered)}`);
+    const graceMs = assertIntegerInRange('graceMs', options.graceMs ?? 2000, 0, 3_600_000);
+    const switchDelayMs = assertIntegerInRange('switchDelayMs', options.switchDelayMs ?? 1000, 0, 3_600_000);
+    await this.completeCutovers(streamPrefix);
+    const reply = await this.withGroups(streamPrefix, (groups) => ({
+      script: 'resizeShards',
+      keys: groups.flatMap((group) => [this.keys.groupKeys(streamPrefix, group)[2], this.keys.groupEvents(streamPrefix, group)]),
+      args: [count, ordered ? 1 : 0, graceMs, switchDelayMs, this.options.eventLogMaxLen, groups.length, ...groups,
+        ...groups.map((group) => this.keys.groupWakeChannel(streamPrefix, group))],
+    }));
+    const metadata = toStreamMetadata(streamPrefix, pairs(reply[3]));
+    return { ...metadata, previousShardCount: metadata.previousShardCount ?? metadata.shardCount, changed: Number(reply[2]) === 1 };
+  }
+
+  /** Each group's pending cutover and, for those with one, what it still waits for. Read-only. */
+  async cutoverStatus(streamPrefix: string): Promise<GroupCutoverStatus[]> {
+    const groups = (await this.redis.smembers(this.keys.streamGroups(streamPrefix))).sort();
+    return Promise.all(
+      groups.map(async (consumerGroup): Promise<GroupCutoverStatus> => {
+        const cutover = parseCutover(await this.redis.hget(this.keys.groupKeys(streamPrefix, consumerGroup)[2], 'cutover'));
+        if (!cutover) return { consumerGroup, cutover };
+        return { consumerGroup, cutover, ...(await cutoverProgress(this.redis, this.keys, streamPrefix, consumerGroup, cutover)) };
+      }),
+    );
+  }
+
+  /**
+   * Completes every group's cutover that is ready. Members do this themselves while they run; this
+   * is for groups with no member running (or to finish sooner).
+   */
+  async completeCutovers(streamPrefix: string): Promise<GroupCutoverStatus[]> {
+    const statuses = await this.cutoverStatus(streamPrefix);
+    for (const status of statuses) {
+      if (status.cutover && status.ready) {
+        status.completed = await this.coordinator.completeCutover(streamPrefix, status.consumerGroup, status.cutover.version);
+      }
+    }
+    return statuses;
+  }
+
+  /**
+   * Deletes the shard streams (and their fencing tokens) that a shrink removed, once every group has
+   * drained them and no member holds them. Never automatic; refused with `ResizeInProgressError`
+   * while a group still needs one. Returns the deleted shard indices.
+   */
+  async deleteDrainedShards(streamPrefix: string): Promise<number[]> {
+    await this.completeCutovers(streamPrefix);
+    let groups: string[] = [];
+    const reply = await this.withGroups(streamPrefix, (current) => {
+      groups = current;
+      return {
+        script: 'retireShards',
+        keys: current.flatMap((group) => [this.keys.groupKeys(streamPrefix, group)[2], this.keys.groupKeys(streamPrefix, group)[6]]),
+        args: [current.length, ...current],
+      };
+    });
+    const shards: number[] = [];
+    for (let shard = Number(reply[2]); shard < Number(reply[3]); shard++) shards.push(shard);
+    for (const shard of shards) {
+      await this.redis.del(this.keys.shardStream(streamPrefix, shard));
+      for (const group of groups) await this.redis.del(this.keys.shardFence(streamPrefix, shard, group));
+    }
+    return shards;
+  }
+
+  /**
+   * Runs a script over the stream's metadata, its set of groups and keys of every group; the script
+   * answers RETRY when the set changed between reading it and the call, and the call is repeated.
+   */
+  private async withGroups(
+    streamPrefix: string,
+    call: (groups: string[]) => { script: 'resizeShards' | 'retireShards'; keys: string[]; args: (string | number)[] },
+  ): Promise<unknown[]> {
+    for (let attempt = 0; attempt < MAX_SCRIPT_RETRIES; attempt++) {
+      const groups = await this.redis.smembers(this.keys.streamGroups(streamPrefix));
+      const { script, keys, args } = call(groups);
+      const reply = (await runScript(this.redis, script, [this.keys.streamMeta(streamPrefix), this.keys.streamGroups(streamPrefix), ...keys], args)) as unknown[];
+      if (reply[0] === 'RETRY') continue;
+      const code = errorCodeFromWire(reply[0]);
+      if (code !== ErrorCode.NONE) throw toCoordinatorError(code, `stream "${streamPrefix}": ${String(reply[1])}`);
+      return reply;
+    }
+    throw new Error(`stream "${streamPrefix}": its consumer groups kept changing; try again`);
   }
 
   /** The stream's shard metadata, or null when the prefix has none. */
@@ -61,13 +198,14 @@ export class CoordinatorAdmin {
       throw toCoordinatorError(ErrorCode.GROUP_NOT_FOUND, `group "${consumerGroup}" of stream "${streamPrefix}" does not exist`);
     }
     const stream = new Map(pairs(reply[0]));
-    const readable = parseShardCsv(stream.get('readableShardSet'));
+    const group = new Map(pairs(reply[1]));
+    const readable = groupReadableShards(stream, group);
     const stats = await Promise.all(readable.map((shard) => this.shardStats(streamPrefix, shard, consumerGroup)));
     return toGroupDescription({
       streamPrefix,
       consumerGroup,
       stream,
-      group: new Map(pairs(reply[1])),
+      group,
       members: pairs(reply[2]),
       leases: new Map(pairs(reply[3])),
       target: pairs(reply[4]),
@@ -104,6 +242,9 @@ function toStreamMetadata(streamPrefix: string, entries: [string, string][]): St
     metadataVersion: Number(meta.get('metadataVersion')),
     readableShardSet: parseShardCsv(meta.get('readableShardSet')),
     writableShardSet: parseShardCsv(meta.get('writableShardSet')),
+    ...(meta.has('previousShardCount') ? { previousShardCount: Number(meta.get('previousShardCount')) } : {}),
+    ...(meta.has('switchAt') ? { switchAt: new Date(Number(meta.get('switchAt'))).toISOString() } : {}),
+    shardSpan: Math.max(Number(meta.get('shardCount')), Number(meta.get('shardSpan') ?? 0)),
     createdAt: new Date(Number(meta.get('createdAt'))).toISOString(),
     updatedAt: new Date(Number(meta.get('updatedAt'))).toISOString(),
   };

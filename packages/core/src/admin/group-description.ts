@@ -66,6 +66,16 @@ function toMember(record: StoredMember, leaseScore: string | undefined): MemberM
   };
 }
 
+/**
+ * The shards a group reads: its own set while a resize is in progress for it, else every shard of
+ * the current count (includes/stream.lua).
+ */
+export function groupReadableShards(stream: Map<string, string>, group: Map<string, string>): number[] {
+  const own = group.get('readableShardSet');
+  if (own !== undefined) return parseShardCsv(own);
+  return Array.from({ length: Number(stream.get('shardCount') ?? 0) }, (_, i) => i);
+}
+
 /** Builds the SPEC section 2 JSON shapes from a snapshot. Pure. */
 export function toGroupDescription(s: GroupSnapshot): GroupDescription {
   const members = s.members
@@ -73,7 +83,7 @@ export function toGroupDescription(s: GroupSnapshot): GroupDescription {
     .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
     .map((record) => toMember(record, s.leases.get(record.id)));
   const byId = new Map(members.map((m) => [m.memberId, m]));
-  const readableShardSet = parseShardCsv(s.stream.get('readableShardSet'));
+  const readableShardSet = groupReadableShards(s.stream, s.group);
   const assignmentEpoch = Number(s.group.get('assignmentEpoch'));
 
   const shards: ShardDescription[] = readableShardSet.map((shardIndex) => {

@@ -1,8 +1,9 @@
 import { EventEmitter } from 'node:events';
 import type { Redis } from 'ioredis';
 import { CoordinatorAdmin } from '../admin/coordinator-admin';
+import { type Cutover, cutoverProgress, readCutover } from '../admin/cutover';
 import { ErrorCode } from '../protocol/error-codes';
-import { toCoordinatorError } from '../protocol/errors';
+import { ShardCountConflictError, toCoordinatorError } from '../protocol/errors';
 import { type HeartbeatRequest, type HeartbeatResponse, JOIN_EPOCH, LEAVE_EPOCH } from '../protocol/heartbeat';
 import { CoordinatorClient } from '../redis/coordinator-client';
 import type { RedisClient } from '../redis/scripts';
@@ -67,6 +68,9 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   /** Whether the coordinator knows this member (it must leave on stop, whatever its epoch). */
   private hasJoined = false;
   private stopListening: (() => Promise<void>) | undefined;
+  /** The group's pending cutover after a resize, as of `metadataVersion`. */
+  private cutover: Cutover | null = null;
+  private cutoverTimer: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly redis: RedisClient,
@@ -98,7 +102,16 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   }
 
   /** What the member is doing now: for health checks, dashboards and tests. */
-  stats(): { joined: boolean; memberEpoch: number; ownedShards: number[]; revokingShards: number[]; activeHandlers: number; bufferedEntries: number } {
+  stats(): {
+    joined: boolean;
+    memberEpoch: number;
+    ownedShards: number[];
+    revokingShards: number[];
+    activeHandlers: number;
+    bufferedEntries: number;
+    heldEntries: number;
+    metadataVersion: number;
+  } {
     return {
       joined: this.hasJoined && this.lifecycle === 'running' && this.leaseIsSafe(),
       memberEpoch: this.memberEpoch,
@@ -106,6 +119,8 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
       revokingShards: [...this.revoking].sort((a, b) => a - b),
       activeHandlers: this.poller.activeHandlers,
       bufferedEntries: this.poller.bufferedEntries,
+      heldEntries: this.poller.heldEntries,
+      metadataVersion: this.metadataVersion,
     };
   }
 
@@ -116,10 +131,11 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
       // Before anything runs: if Redis cannot be reached yet, start() fails (within a third of the
       // session timeout, not after the client's own retries) and may be called again.
       const admin = new CoordinatorAdmin(this.redis, { keyPrefix: this.coordinator.options.keyPrefix });
-      await this.withTimeout(
-        admin.createStream({ streamPrefix: this.options.streamPrefix, shardCount: this.options.shardCount }),
-        Math.max(100, Math.floor(this.options.sessionTimeoutMs / 3)),
-      );
+      const created = admin.createStream({ streamPrefix: this.options.streamPrefix, shardCount: this.options.shardCount }).catch((error: unknown) => {
+        // The stream exists with another count: it was resized after this configuration was written.
+        if (!(error instanceof ShardCountConflictError)) throw error;
+      });
+      await this.withTimeout(created, Math.max(100, Math.floor(this.options.sessionTimeoutMs / 3)));
     }
     if (this.lifecycle !== 'new') throw new Error(`member ${this.memberId} was stopped while starting`);
     this.lifecycle = 'running';
@@ -148,6 +164,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     const wasRunning = this.lifecycle === 'running';
     this.lifecycle = 'stopping';
     clearTimeout(this.heartbeatTimer);
+    clearTimeout(this.cutoverTimer);
     this.joined?.reject(new Error(`member ${this.memberId} stopped before it joined`));
     await this.heartbeatRunning?.catch(() => undefined);
     await this.poller.stop(this.options.shutdownTimeoutMs);
@@ -172,6 +189,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   abort(): void {
     this.lifecycle = 'stopped';
     clearTimeout(this.heartbeatTimer);
+    clearTimeout(this.cutoverTimer);
     this.joined?.reject(new Error(`member ${this.memberId} aborted`));
     this.poller.dropAll();
     void this.poller.stop(0);
@@ -256,6 +274,8 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.lastGoodHeartbeatSentAt = sentAt;
     this.hasJoined = true;
     for (const shard of request.ackedRevocations ?? []) this.revoked.delete(shard);
+    if (response.metadataVersion !== this.metadataVersion) await this.syncMetadata(response.metadataVersion);
+    if (this.lifecycle !== 'running') return;
     this.apply(response);
     this.joined?.resolve();
     this.joined = undefined;
@@ -271,11 +291,55 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     ]);
   }
 
+  // ---- resharding ----------------------------------------------------------------------------------
+
+  /**
+   * The stream's metadata changed (or this member just joined): read the group's cutover, hold what
+   * it holds, and check on it until it completes (docs/resharding.md). On failure the version stays
+   * old, so the next heartbeat tries again.
+   */
+  private async syncMetadata(metadataVersion: number): Promise<void> {
+    let cutover: Cutover | null;
+    try {
+      cutover = await readCutover(this.redis, this.coordinator.keys, this.options.streamPrefix, this.options.consumerGroup);
+    } catch (error) {
+      this.emit('error', new Error(`member ${this.memberId}: reading the group's cutover failed: ${(error as Error).message}`));
+      return;
+    }
+    this.cutover = cutover;
+    const from = cutover ? `${cutover.switchAt}-0` : '';
+    this.poller.setHolds(new Map((cutover?.held ?? []).map((shard) => [shard, from])));
+    this.metadataVersion = metadataVersion;
+    clearTimeout(this.cutoverTimer);
+    if (cutover) this.scheduleCutoverCheck(cutover);
+  }
+
+  private scheduleCutoverCheck(cutover: Cutover): void {
+    if (this.lifecycle !== 'running' || this.cutover !== cutover) return;
+    const delay = Math.round(this.options.cutoverCheckIntervalMs * (0.75 + 0.5 * Math.random()));
+    this.cutoverTimer = setTimeout(() => void this.checkCutover(cutover), delay);
+  }
+
+  /** Any member of the group may complete its cutover; the script ignores all but the first. */
+  private async checkCutover(cutover: Cutover): Promise<void> {
+    try {
+      const { streamPrefix, consumerGroup } = this.options;
+      const progress = await cutoverProgress(this.redis, this.coordinator.keys, streamPrefix, consumerGroup, cutover);
+      if (progress.ready && this.cutover === cutover) {
+        await this.coordinator.completeCutover(streamPrefix, consumerGroup, cutover.version);
+        this.requestHeartbeat();
+        return;
+      }
+    } catch (error) {
+      this.emit('error', new Error(`member ${this.memberId}: checking the group's cutover failed: ${(error as Error).message}`));
+    }
+    this.scheduleCutoverCheck(cutover);
+  }
+
   // ---- reconciliation ------------------------------------------------------------------------------
 
   private apply(response: HeartbeatResponse): void {
     this.memberEpoch = response.memberEpoch;
-    this.metadataVersion = response.metadataVersion;
     const assigned = new Set(response.assignedShards);
     const toRevoke = new Set(response.revokeShards);
 

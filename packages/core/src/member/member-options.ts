@@ -18,7 +18,10 @@ export interface CoordinatedMemberOptions<T = unknown> {
   runtimeMaxConcurrency?: number;
   /** Relative share of shards (SPEC section 4). Default 1. */
   weight?: number;
-  /** Creates the stream with this many shards if it has no metadata yet (idempotent). */
+  /**
+   * Creates the stream with this many shards if it has no metadata yet. A stream that exists keeps
+   * its own count (it may have been resized since: `CoordinatorAdmin.resizeShards`).
+   */
   shardCount?: number;
   /** The member is expired this long after its last successful heartbeat. Default 15000 ms. */
   sessionTimeoutMs?: number;
@@ -47,6 +50,8 @@ export interface CoordinatedMemberOptions<T = unknown> {
   blockMs?: number;
   /** How often an owned shard is swept for entries pending at other consumers (zombie reads). Default 5000 ms. */
   sweepIntervalMs?: number;
+  /** While the group cuts over after a resize, how often this member checks whether it may complete. Default 250 ms. */
+  cutoverCheckIntervalMs?: number;
   /** Payload codec. Default JSON. */
   codec?: PayloadCodec;
   /** Coordinator settings (key prefix, intervals, assignor); the same for every member of a group. */
@@ -89,6 +94,7 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T>): R
     maxBufferedEntries: options.maxBufferedEntries ?? 1000,
     blockMs: options.blockMs ?? 2000,
     sweepIntervalMs: options.sweepIntervalMs ?? 5000,
+    cutoverCheckIntervalMs: options.cutoverCheckIntervalMs ?? 250,
     codec: options.codec ?? jsonCodec,
     coordinator: options.coordinator,
   };
@@ -110,6 +116,7 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T>): R
   assertIntegerInRange('maxBufferedEntries', resolved.maxBufferedEntries, 1, 1_000_000);
   assertIntegerInRange('blockMs', resolved.blockMs, 1, 60_000);
   assertIntegerInRange('sweepIntervalMs', resolved.sweepIntervalMs, 1, DAY_MS);
+  assertIntegerInRange('cutoverCheckIntervalMs', resolved.cutoverCheckIntervalMs, 1, DAY_MS);
   if (typeof resolved.codec?.encode !== 'function' || typeof resolved.codec?.decode !== 'function') {
     throw new TypeError('codec must have encode(payload) and decode(raw) functions');
   }

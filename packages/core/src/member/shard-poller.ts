@@ -1,6 +1,7 @@
 import { EventEmitter } from 'node:events';
 import type { Redis } from 'ioredis';
 import { type DecodedEntry, decodeEntry, type StreamMessage } from '../protocol/entry-format';
+import { compareStreamIds } from '../admin/cutover';
 import type { RawEntry, ShardClient } from '../redis/shard-client';
 import { sleep, Wakeup } from './abortable-sleep';
 import { type ResolvedMemberOptions, retryDelayMs } from './member-options';
@@ -25,6 +26,8 @@ interface ShardState {
   grantEpoch: number;
   phase: Phase;
   queue: QueuedEntry[];
+  /** Entries read at or past the shard's hold point (an ordered shrink): not handled until released. */
+  held: QueuedEntry[];
   inFlight: Promise<void> | null;
   takeoverCursor: string;
   lastSweepAt: number;
@@ -78,6 +81,8 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
   private readerId: number | undefined;
   private readonly acks = new Map<number, { grantEpoch: number; ids: string[] }>();
   private ackFlush: Promise<void> | undefined;
+  /** shardIndex -> stream id from which entries wait (ordered shrink, docs/resharding.md). */
+  private holds = new Map<number, string>();
 
   constructor(
     private readonly client: ShardClient,
@@ -119,6 +124,7 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
       grantEpoch,
       phase: 'claiming',
       queue: [],
+      held: [],
       inFlight: null,
       takeoverCursor: '0-0',
       lastSweepAt: Date.now(),
@@ -126,6 +132,32 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     });
     this.order = [...this.shards.keys()].sort((a, b) => a - b);
     this.interruptRead();
+  }
+
+  /**
+   * Entries of the given shards from `fromId` on are read but not handled until the holds are
+   * replaced; a shard stops being read once it has held entries. An empty map releases every hold.
+   */
+  setHolds(holds: Map<number, string>): void {
+    this.holds = holds;
+    for (const state of this.shards.values()) {
+      const hold = holds.get(state.index);
+      if (state.held.length === 0) continue;
+      const keep = hold === undefined ? [] : state.held.filter((q) => compareStreamIds(q.entry.id, hold) >= 0);
+      const release = hold === undefined ? state.held : state.held.filter((q) => compareStreamIds(q.entry.id, hold) < 0);
+      state.held = keep;
+      state.queue.push(...release);
+      this.buffered += release.length;
+    }
+    this.dispatch();
+    this.interruptRead();
+  }
+
+  /** Entries waiting for a hold to be released. */
+  get heldEntries(): number {
+    let count = 0;
+    for (const state of this.shards.values()) count += state.held.length;
+    return count;
   }
 
   /**
@@ -171,6 +203,7 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     state.released.abort();
     this.buffered -= state.queue.length;
     state.queue = [];
+    state.held = [];
     this.shards.delete(state.index);
     this.order = this.order.filter((s) => s !== state.index);
   }
@@ -203,7 +236,7 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
         this.dispatch();
         const readable = this.order.filter((s) => {
           const state = this.shards.get(s)!;
-          return state.phase === 'reading' && state.queue.length < this.options.batchSize;
+          return state.phase === 'reading' && state.queue.length < this.options.batchSize && state.held.length === 0;
         });
         const budget = this.options.maxBufferedEntries - this.buffered;
         if (readable.length === 0 || budget <= 0 || !this.mayStartHandlers()) {
@@ -235,6 +268,16 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
   private enqueue(shardIndex: number, entries: QueuedEntry[]): void {
     const state = this.shards.get(shardIndex);
     if (!state || state.phase === 'released' || entries.length === 0) return;
+    const hold = this.holds.get(shardIndex);
+    if (hold !== undefined) {
+      // Entries come in id order: everything from the first one at the hold point on waits.
+      const first = entries.findIndex((q) => compareStreamIds(q.entry.id, hold) >= 0);
+      if (first >= 0 || state.held.length > 0) {
+        const cut = state.held.length > 0 ? 0 : first;
+        state.held.push(...entries.slice(cut));
+        entries = entries.slice(0, cut);
+      }
+    }
     state.queue.push(...entries);
     this.buffered += entries.length;
   }

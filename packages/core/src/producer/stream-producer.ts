@@ -1,4 +1,3 @@
-import { CoordinatorAdmin } from '../admin/coordinator-admin';
 import { encodeEntry, jsonCodec, type OutgoingMessage, type PayloadCodec } from '../protocol/entry-format';
 import { GroupNotFoundError } from '../protocol/errors';
 import { assertIntegerInRange, assertStreamPrefix } from '../protocol/names';
@@ -16,6 +15,21 @@ export interface StreamProducerOptions {
   codec?: PayloadCodec;
   /** Approximate cap per shard stream (`XADD MAXLEN ~`). Default: no trimming. */
   maxLenApprox?: number;
+  /**
+   * How often the producer checks the stream's metadataVersion, so that it follows `resizeShards`
+   * without a restart. Keep it below the resizes' `graceMs`. Default 500 ms.
+   */
+  metadataRefreshMs?: number;
+}
+
+/** How the producer routes now: the shard count, and the switch time of a resize not yet in effect. */
+interface Routing {
+  shardCount: number;
+  metadataVersion: number;
+  previousShardCount: number;
+  /** Local clock time (ms) from which `shardCount` applies; before it, `previousShardCount`. */
+  switchAtLocal: number;
+  checkedAt: number;
 }
 
 export interface SendResult {
@@ -35,9 +49,11 @@ export interface SendResult {
  */
 export class StreamProducer {
   private readonly keys: KeyBuilder;
-  private readonly admin: CoordinatorAdmin;
   private readonly codec: PayloadCodec;
-  private shardCount: Promise<number> | undefined;
+  private routing: Routing | undefined;
+  private refreshing: Promise<Routing> | undefined;
+  private readonly refreshMs: number;
+  private routedCount = 0;
   private roundRobin = 0;
   /** Recent keys' shards for the current shard count (keys repeat; hashing them is the hot path). */
   private readonly routes = new Map<string, number>();
@@ -50,10 +66,10 @@ export class StreamProducer {
   ) {
     assertStreamPrefix(options?.streamPrefix);
     this.keys = new KeyBuilder(options.keyPrefix);
-    this.admin = new CoordinatorAdmin(redis, { keyPrefix: options.keyPrefix });
     this.codec = options.codec ?? jsonCodec;
     if (typeof this.codec.encode !== 'function') throw new TypeError('codec must have an encode(payload) function');
     if (options.maxLenApprox !== undefined) assertIntegerInRange('maxLenApprox', options.maxLenApprox, 1, Number.MAX_SAFE_INTEGER);
+    this.refreshMs = assertIntegerInRange('metadataRefreshMs', options.metadataRefreshMs ?? 500, 1, 3_600_000);
   }
 
   async send<T>(message: OutgoingMessage<T>): Promise<SendResult> {
@@ -64,10 +80,17 @@ export class StreamProducer {
   /** Writes many entries in one pipeline; results are in the order of `messages`. */
   async sendBatch<T>(messages: OutgoingMessage<T>[]): Promise<SendResult[]> {
     if (messages.length === 0) return [];
-    const shardCount = await this.currentShardCount();
-    if (this.streams.length !== shardCount) {
-      this.streams = Array.from({ length: shardCount }, (_, i) => this.keys.shardStream(this.options.streamPrefix, i));
+    let shardCount = await this.currentShardCount();
+    if (messages.some((m) => m.shardIndex !== undefined && m.shardIndex >= shardCount)) {
+      // Perhaps the stream grew since the last check: look again before refusing.
+      shardCount = await this.currentShardCount(true);
     }
+    if (this.routedCount !== shardCount) {
+      // Routes are only valid for the count they were computed with.
+      this.routes.clear();
+      this.routedCount = shardCount;
+    }
+    for (let i = this.streams.length; i < shardCount; i++) this.streams.push(this.keys.shardStream(this.options.streamPrefix, i));
     const pipeline = this.redis.pipeline();
     const trim = this.options.maxLenApprox === undefined ? [] : ['MAXLEN', '~', String(this.options.maxLenApprox)];
     const shards = messages.map((message) => {
@@ -100,14 +123,43 @@ export class StreamProducer {
     return this.roundRobin;
   }
 
-  private currentShardCount(): Promise<number> {
-    this.shardCount ??= this.admin.describeStream(this.options.streamPrefix).then((stream) => {
-      if (!stream) {
-        this.shardCount = undefined;
-        throw new GroupNotFoundError(`stream "${this.options.streamPrefix}" has no metadata: create it with CoordinatorAdmin.createStream`);
+  /** The shard count to route with now: checked against Redis at most every `metadataRefreshMs`. */
+  private async currentShardCount(force = false): Promise<number> {
+    let routing = this.routing;
+    if (force || !routing || Date.now() - routing.checkedAt >= this.refreshMs) routing = await this.refresh();
+    return Date.now() < routing.switchAtLocal ? routing.previousShardCount : routing.shardCount;
+  }
+
+  /** One round trip, shared by the sends waiting for it. */
+  private refresh(): Promise<Routing> {
+    this.refreshing ??= (async () => {
+      try {
+        const [meta, time] = (await this.redis
+          .pipeline()
+          .hmget(this.keys.streamMeta(this.options.streamPrefix), 'shardCount', 'metadataVersion', 'previousShardCount', 'switchAt')
+          .time()
+          .exec()) as [[Error | null, (string | null)[]], [Error | null, [string, string]]];
+        if (meta[0]) throw meta[0];
+        if (time[0]) throw time[0];
+        const [shardCount, metadataVersion, previousShardCount, switchAt] = meta[1];
+        if (shardCount === null) {
+          throw new GroupNotFoundError(`stream "${this.options.streamPrefix}" has no metadata: create it with CoordinatorAdmin.createStream`);
+        }
+        const localNow = Date.now();
+        const redisNow = Number(time[1][0]) * 1000 + Math.floor(Number(time[1][1]) / 1000);
+        this.routing = {
+          shardCount: Number(shardCount),
+          metadataVersion: Number(metadataVersion),
+          previousShardCount: Number(previousShardCount ?? shardCount),
+          // Redis time decides when a resize applies; translated to this clock once per check.
+          switchAtLocal: switchAt === null ? 0 : Number(switchAt) - redisNow + localNow,
+          checkedAt: localNow,
+        };
+        return this.routing;
+      } finally {
+        this.refreshing = undefined;
       }
-      return stream.shardCount;
-    });
-    return this.shardCount;
+    })();
+    return this.refreshing;
   }
 }

@@ -11,6 +11,7 @@ export const ErrorCode = {
   STALE_GROUP_EPOCH: 'STALE_GROUP_EPOCH',
   INVALID_ASSIGNMENT: 'INVALID_ASSIGNMENT',
   SHARD_COUNT_CONFLICT: 'SHARD_COUNT_CONFLICT',
+  RESIZE_IN_PROGRESS: 'RESIZE_IN_PROGRESS',
 } as const;
 
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
@@ -25,6 +26,7 @@ export const ERROR_CODE_BY_NUMBER: readonly ErrorCode[] = [
   ErrorCode.STALE_GROUP_EPOCH,
   ErrorCode.INVALID_ASSIGNMENT,
   ErrorCode.SHARD_COUNT_CONFLICT,
+  ErrorCode.RESIZE_IN_PROGRESS,
 ];
 
 export function errorCodeFromWire(value: unknown): ErrorCode {

@@ -60,6 +60,13 @@ export class ShardCountConflictError extends CoordinatorError {
   }
 }
 
+/** A resize was asked for while a group still cuts over (or drains) from the previous one. */
+export class ResizeInProgressError extends CoordinatorError {
+  constructor(message: string) {
+    super(ErrorCode.RESIZE_IN_PROGRESS, message);
+  }
+}
+
 const ERROR_CLASSES: Record<Exclude<ErrorCode, 'NONE'>, new (message: string) => CoordinatorError> = {
   UNKNOWN_MEMBER_ID: UnknownMemberIdError,
   FENCED_MEMBER_EPOCH: FencedMemberEpochError,
@@ -68,6 +75,7 @@ const ERROR_CLASSES: Record<Exclude<ErrorCode, 'NONE'>, new (message: string) =>
   STALE_GROUP_EPOCH: StaleGroupEpochError,
   INVALID_ASSIGNMENT: InvalidAssignmentError,
   SHARD_COUNT_CONFLICT: ShardCountConflictError,
+  RESIZE_IN_PROGRESS: ResizeInProgressError,
 };
 
 /** The one place that turns a protocol code into its typed error. */

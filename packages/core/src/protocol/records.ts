@@ -80,8 +80,15 @@ export interface StreamMetadata {
   streamPrefix: string;
   shardCount: number;
   metadataVersion: number;
+  /** What a consumer group created now reads first (every group has its own; see GroupMetadata). */
   readableShardSet: number[];
   writableShardSet: number[];
+  /** The shard count before the last resize. */
+  previousShardCount?: number;
+  /** When producers switched (or switch) from `previousShardCount` to `shardCount`. */
+  switchAt?: string;
+  /** 1 + the highest shard index whose stream may still hold entries (above shardCount after a shrink). */
+  shardSpan: number;
   createdAt: string;
   updatedAt: string;
 }

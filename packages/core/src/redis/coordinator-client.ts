@@ -1,5 +1,5 @@
 import { findPlanViolation } from '../assignor/validate-plan';
-import { ErrorCode } from '../protocol/error-codes';
+import { ErrorCode, errorCodeFromWire } from '../protocol/error-codes';
 import { InvalidAssignmentError, toCoordinatorError } from '../protocol/errors';
 import type { AssignmentPlan, HeartbeatRequest, HeartbeatResponse } from '../protocol/heartbeat';
 import { type CoordinatorOptions, configArgs, type ResolvedCoordinatorOptions, resolveCoordinatorOptions } from './coordinator-options';
@@ -107,6 +107,22 @@ export class CoordinatorClient {
       String(member.metadataVersion ?? 0),
     ]);
     return parseCommitReply(reply);
+  }
+
+  /**
+   * Ends the group's cutover of the resize that produced `metadataVersion`, after the caller checked
+   * the shard streams (`cutoverProgress`). True when this call completed it; false when it was no
+   * longer pending (completed by someone else, or replaced).
+   */
+  async completeCutover(streamPrefix: string, consumerGroup: string, metadataVersion: number): Promise<boolean> {
+    const reply = (await runScript(this.redis, 'completeCutover', this.keys.groupKeys(streamPrefix, consumerGroup), [
+      ...this.config,
+      this.keys.groupWakeChannel(streamPrefix, consumerGroup),
+      String(metadataVersion),
+    ])) as unknown[];
+    const code = errorCodeFromWire(reply[0]);
+    if (code !== ErrorCode.NONE) throw toCoordinatorError(code, `group "${consumerGroup}": ${String(reply[1])}`);
+    return Number(reply[2]) === 1;
   }
 }
 

@@ -19,6 +19,9 @@ const SCRIPT_FILES = {
   claimShard: 'claimShard-2.lua',
   ackFenced: 'ackFenced-2.lua',
   claimPending: 'claimPending-2.lua',
+  resizeShards: 'resizeShards-n.lua',
+  completeCutover: 'completeCutover-13.lua',
+  retireShards: 'retireShards-n.lua',
 } as const;
 
 export type ScriptName = keyof typeof SCRIPT_FILES;
@@ -41,8 +44,10 @@ export function loadScriptSource(file: string): string {
   return expand(file);
 }
 
-function keyCount(file: string): number {
-  return Number(/-(\d+)\.lua$/.exec(file)?.[1]);
+/** The file name carries the number of keys; `-n` means the caller passes it (variable key lists). */
+function keyCount(file: string): number | undefined {
+  const count = /-(\d+|n)\.lua$/.exec(file)?.[1];
+  return count === undefined || count === 'n' ? undefined : Number(count);
 }
 
 /** Command names carry the library version, so two versions sharing one client cannot clash. */
@@ -72,5 +77,6 @@ export function runScript(client: RedisClient, script: ScriptName, keys: string[
     defined.add(client);
   }
   const command = (client as unknown as Record<string, (...a: (string | number)[]) => Promise<unknown>>)[commandName(script)];
+  if (keyCount(SCRIPT_FILES[script]) === undefined) return command.call(client, keys.length, ...keys, ...args);
   return command.call(client, ...keys, ...args);
 }

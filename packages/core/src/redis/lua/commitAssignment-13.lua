@@ -57,7 +57,7 @@ if code ~= ERR_NONE then return errorResponse(code, message) end
 -- negative, so a list that smuggles in a -1 changes the marker count and is refused); elements that
 -- are not numbers fail the comparisons (caught below); nothing is converted back to strings.
 local function checkPlan(plan, active)
-  local shardCount = stream.shardCount
+  local shardCount = stream.count
   local fullRange = stream.readableIsFullRange
   local isReadable, readableCount = nil, shardCount
   if not fullRange then

@@ -119,9 +119,9 @@ end
 if not g then
   if memberEpoch == -1 then
     return { ERR_NONE, '', -1, cfg.heartbeatIntervalMs, req.sessionTimeoutMs, '', '', '', 0, 0, 'EMPTY',
-      stream.metadataVersion, stream.shardCount, false, 0, '' }
+      stream.metadataVersion, stream.count, false, 0, '' }
   end
-  g = createGroup(K, groupName, now)
+  g = createGroup(K, groupName, now, stream)
 end
 local groupEpochBefore = g.groupEpoch
 expireMembers(K, cfg, g, now, minLease)
@@ -139,7 +139,7 @@ if memberEpoch == -1 then
     wakeMembers(cfg, memberId)
   end
   return { ERR_NONE, '', -1, cfg.heartbeatIntervalMs, req.sessionTimeoutMs, '', '', '', g.groupEpoch,
-    g.assignmentEpoch, groupState(K, g), stream.metadataVersion, stream.shardCount, false, 0, '' }
+    g.assignmentEpoch, groupState(K, g), stream.metadataVersion, stream.count, false, 0, '' }
 end
 
 local dirty = false

@@ -16,10 +16,17 @@ local function loadGroup(K)
   }
 end
 
-local function createGroup(K, groupName, now)
+-- A group created after a resize starts from the resize's state (includes/stream.lua): it reads
+-- the shard streams from their beginning, so it must wait for the same cutover as every other group.
+local function createGroup(K, groupName, now, stream)
   redis.call('HSET', K.groupMeta, 'groupEpoch', 0, 'assignmentEpoch', 0, 'epochBumpedAt', now,
     'leaseOwner', '', 'leaseExpiresAt', 0, 'createdAt', now, 'updatedAt', now)
   redis.call('SADD', K.groups, groupName)
+  local template = redis.call('HMGET', K.streamMeta, 'cutover', 'cutoverReadable')
+  if template[1] then
+    redis.call('HSET', K.groupMeta, 'cutover', template[1], 'readableShardSet', template[2])
+    stream.readable, stream.readableIsFullRange = template[2], false
+  end
   return { groupEpoch = 0, assignmentEpoch = 0, epochBumpedAt = now, leaseOwner = '', leaseExpiresAt = 0, retainedNextAt = 0, nextDeadlineAt = 0 }
 end
 

@@ -20,7 +20,7 @@ local function assignmentInput(K, g, stream)
   return cjson.encode({
     groupEpoch = g.groupEpoch,
     members = members,
-    readableShardSet = stream.readable or loadReadable(K, stream),
+    readableShardSet = loadReadable(K, stream),
     previousTarget = redis.call('HGETALL', K.target),
   })
 end
@@ -60,10 +60,10 @@ local function memberResponse(K, cfg, g, rec, stream, reportedMv, now, dirty)
   if dirty then saveMember(K, rec) end
 
   local readable = false
-  if reportedMv ~= stream.metadataVersion then readable = stream.readable or loadReadable(K, stream) end
+  if reportedMv ~= stream.metadataVersion then readable = loadReadable(K, stream) end
   local input = ''
   if compute == 1 then input = assignmentInput(K, g, stream) end
   return { ERR_NONE, '', toldEpoch, interval, rec.st, rec.owned, rec.revoking, rec.pending,
-    g.groupEpoch, g.assignmentEpoch, state, stream.metadataVersion, stream.shardCount, readable,
+    g.groupEpoch, g.assignmentEpoch, state, stream.metadataVersion, stream.count, readable,
     compute, input }
 end

@@ -1,0 +1,132 @@
+import type { RedisClient } from '../redis/scripts';
+import type { KeyBuilder } from '../redis/keys';
+import { pairs, parseShardCsv } from '../redis/responses';
+
+/**
+ * A group's pending cutover after `resizeShards` (docs/resharding.md), as stored in its metadata.
+ * Times are Redis milliseconds; `until` is the cutover stream id's millisecond part.
+ */
+export interface Cutover {
+  /** The stream's metadataVersion the resize produced. */
+  version: number;
+  from: number;
+  to: number;
+  ordered: boolean;
+  resizedAt: number;
+  /** Producers route with `to` shards from this time on (before it, with `from`). */
+  switchAt: number;
+  /** Entries with ids up to this time may still arrive with the old routing (switchAt + graceMs). */
+  until: number;
+  /** Shards the group must process before the cutover completes. */
+  wait: number[];
+  /** 'until': processed up to `until` (growth); 'drained': nothing left at all (shrink). */
+  waitUntil: 'until' | 'drained';
+  /** Shards whose entries from `switchAt` on are held until completion (ordered shrink). */
+  held: number[];
+}
+
+export interface CutoverWait {
+  shardIndex: number;
+  /** Entries up to the cutover point not yet delivered to the group. */
+  undelivered: boolean;
+  /** Entries up to the cutover point delivered and not yet acknowledged. */
+  pending: boolean;
+}
+
+export interface CutoverProgress {
+  ready: boolean;
+  /** Milliseconds (Redis time) until entries with the old routing can no longer arrive; 0 when past. */
+  graceLeftMs: number;
+  waitingFor: CutoverWait[];
+}
+
+const MAX_SEQUENCE = '18446744073709551615';
+
+export function parseCutover(json: string | null | undefined): Cutover | null {
+  if (!json) return null;
+  const raw = JSON.parse(json) as Record<string, unknown>;
+  return {
+    version: Number(raw.version),
+    from: Number(raw.from),
+    to: Number(raw.to),
+    ordered: raw.ordered === true,
+    resizedAt: Number(raw.resizedAt),
+    switchAt: Number(raw.switchAt),
+    until: Number(raw.until),
+    wait: parseShardCsv(raw.wait),
+    waitUntil: raw.waitUntil === 'drained' ? 'drained' : 'until',
+    held: parseShardCsv(raw.held),
+  };
+}
+
+/** The group's pending cutover, or null. One HGET, same slot as the rest of the group's metadata. */
+export async function readCutover(redis: RedisClient, keys: KeyBuilder, streamPrefix: string, consumerGroup: string): Promise<Cutover | null> {
+  return parseCutover(await redis.hget(keys.groupKeys(streamPrefix, consumerGroup)[2], 'cutover'));
+}
+
+/**
+ * Checks, on the shard streams, whether the group has done what the cutover waits for: for each
+ * shard, nothing up to the cutover point left undelivered after the group's last-delivered id, and
+ * nothing up to it still pending. Read-only; two round trips however many shards.
+ */
+export async function cutoverProgress(
+  redis: RedisClient,
+  keys: KeyBuilder,
+  streamPrefix: string,
+  consumerGroup: string,
+  cutover: Cutover,
+): Promise<CutoverProgress> {
+  const [seconds, micros] = (await redis.time()) as [number | string, number | string];
+  const now = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+  const end = cutover.waitUntil === 'drained' ? '+' : `${cutover.until}-${MAX_SEQUENCE}`;
+  const streams = cutover.wait.map((shard) => keys.shardStream(streamPrefix, shard));
+
+  const info = redis.pipeline();
+  for (const stream of streams) info.xinfo('GROUPS', stream);
+  const groups = ((await info.exec()) ?? []).map(([error, reply]) => {
+    if (error) {
+      if (/no such key/i.test(String(error))) return { lastDelivered: '0-0', pending: 0 };
+      throw error;
+    }
+    for (const entry of reply as unknown[]) {
+      const fields = new Map(pairs(entry));
+      if (fields.get('name') === consumerGroup) {
+        return { lastDelivered: fields.get('last-delivered-id') ?? '0-0', pending: Number(fields.get('pending') ?? 0) };
+      }
+    }
+    // The group never read this shard: everything in it is undelivered.
+    return { lastDelivered: '0-0', pending: 0, missing: true };
+  });
+
+  const probe = redis.pipeline();
+  streams.forEach((stream, i) => {
+    probe.xrange(stream, `(${groups[i].lastDelivered}`, end, 'COUNT', 1);
+    if (groups[i].pending > 0 && !('missing' in groups[i])) probe.xpending(stream, consumerGroup, '-', end, 1);
+    else probe.echo('');
+  });
+  const probes = ((await probe.exec()) ?? []).map(([error, reply]) => {
+    if (error) throw error;
+    return reply;
+  });
+  const waitingFor: CutoverWait[] = [];
+  cutover.wait.forEach((shardIndex, i) => {
+    const undelivered = (probes[2 * i] as unknown[]).length > 0;
+    const pendingReply = probes[2 * i + 1];
+    const pending = Array.isArray(pendingReply) && pendingReply.length > 0;
+    if (undelivered || pending) waitingFor.push({ shardIndex, undelivered, pending });
+  });
+  const graceLeftMs = Math.max(0, cutover.until + 1 - now);
+  return { ready: graceLeftMs === 0 && waitingFor.length === 0, graceLeftMs, waitingFor };
+}
+
+/** Compares two stream ids ("ms-seq"). */
+export function compareStreamIds(a: string, b: string): number {
+  const dashA = a.indexOf('-');
+  const dashB = b.indexOf('-');
+  const msA = Number(dashA < 0 ? a : a.slice(0, dashA));
+  const msB = Number(dashB < 0 ? b : b.slice(0, dashB));
+  if (msA !== msB) return msA < msB ? -1 : 1;
+  const seqA = dashA < 0 ? 0 : Number(a.slice(dashA + 1));
+  const seqB = dashB < 0 ? 0 : Number(b.slice(dashB + 1));
+  return seqA === seqB ? 0 : seqA < seqB ? -1 : 1;
+}

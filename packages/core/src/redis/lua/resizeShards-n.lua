@@ -1,0 +1,119 @@
+--[[
+  resizeShards-n: changes the shard count of a stream prefix while it runs (SPEC section 6,
+  docs/resharding.md), atomically for the stream and every consumer group of it.
+
+  KEYS[1]  the stream's metadata hash           KEYS[2]  the prefix's set of consumer groups
+  KEYS[3..] per group, in the order of ARGV[7..]: its metadata hash, then its event stream
+  ARGV[1] newCount   ARGV[2] ordered (1/0)   ARGV[3] graceMs   ARGV[4] switchDelayMs
+  ARGV[5] eventLogMaxLen   ARGV[6] number of groups G
+  ARGV[7..6+G] group names   ARGV[7+G..6+2G] the groups' wake channels
+
+  Output: { errorCode, message, changed (0/1), stream metadata (flat HGETALL) }, or { 'RETRY' } when
+  the set of groups is not the one the caller passed (a group was created meanwhile: read it again).
+
+  Each group gets a new groupEpoch (the assignment's input changed), an event, and, unless the new
+  shards are readable at once, a cutover record: which shards must be processed up to which point
+  before its readable shard set changes again (completeCutover-13.lua).
+]]
+--- @include "includes/errorCodes"
+--- @include "includes/time"
+--- @include "includes/shardLists"
+--- @include "includes/events"
+
+local newCount = tonumber(ARGV[1])
+local ordered = ARGV[2] == '1'
+local graceMs, switchDelayMs = tonumber(ARGV[3]), tonumber(ARGV[4])
+local cfg = { eventLogMaxLen = tonumber(ARGV[5]) }
+local groupCount = tonumber(ARGV[6])
+
+local meta = redis.call('HMGET', KEYS[1], 'shardCount', 'metadataVersion', 'shardSpan')
+if not meta[1] then
+  return { ERR_GROUP_NOT_FOUND, 'the stream prefix has no metadata: create it with CoordinatorAdmin.createStream', 0, {} }
+end
+local oldCount, version = tonumber(meta[1]), tonumber(meta[2])
+local span = math.max(oldCount, tonumber(meta[3]) or oldCount)
+
+-- The caller read the set of groups before this call; a group created since is retried, never missed.
+if redis.call('SCARD', KEYS[2]) ~= groupCount then return { 'RETRY' } end
+for i = 1, groupCount do
+  if redis.call('SISMEMBER', KEYS[2], ARGV[6 + i]) == 0 then return { 'RETRY' } end
+end
+
+if newCount == oldCount then return { ERR_NONE, '', 0, redis.call('HGETALL', KEYS[1]) } end
+
+-- One resize at a time: a group still cutting over (or draining) from the previous one must finish.
+local busy = {}
+for i = 1, groupCount do
+  if redis.call('HEXISTS', KEYS[1 + 2 * i], 'cutover') == 1 then busy[#busy + 1] = ARGV[6 + i] end
+end
+if #busy > 0 then
+  return { ERR_RESIZE_IN_PROGRESS, 'the previous resize is still in progress for group(s) ' .. table.concat(busy, ', ')
+    .. ': wait until their cutover completes (CoordinatorAdmin.describeCutover)', 0, {} }
+end
+
+local now = nowMs()
+local growing = newCount > oldCount
+-- Producers switch to the new count at switchAt. An ordered shrink gives members switchDelayMs to
+-- learn that the surviving shards are held from that point on, before any moved key is written there.
+local switchAt = now
+if ordered and not growing then switchAt = now + switchDelayMs end
+version = version + 1
+span = math.max(span, newCount)
+
+-- What each group reads until its cutover completes, and what it waits for.
+local readableDuring, cutover = nil, nil
+local oldRange = {}
+for s = 0, oldCount - 1 do oldRange[#oldRange + 1] = s end
+if growing and ordered then
+  -- New shards stay unreadable until every old shard is processed up to `until`: keys move only
+  -- from old shards to new ones, so nothing of a moved key is read out of order.
+  readableDuring = rangeCsv(oldCount)
+  cutover = { wait = oldRange, waitUntil = 'until', held = '' }
+elseif not growing then
+  -- Removed shards take no more writes but stay readable until drained. Ordered: the surviving
+  -- shards, which receive the moved keys, are read only up to switchAt until then.
+  local removed, survivors = {}, ''
+  for s = newCount, oldCount - 1 do removed[#removed + 1] = s end
+  if ordered then survivors = rangeCsv(newCount) end
+  readableDuring = rangeCsv(oldCount)
+  cutover = { wait = removed, waitUntil = 'drained', held = survivors }
+end
+
+local cutoverJson = nil
+if cutover then
+  cutoverJson = cjson.encode({
+    version = version, from = oldCount, to = newCount, ordered = ordered, resizedAt = now,
+    switchAt = switchAt, ['until'] = switchAt + graceMs, wait = table.concat(cutover.wait, ','),
+    waitUntil = cutover.waitUntil, held = cutover.held,
+  })
+end
+
+redis.call('HSET', KEYS[1], 'shardCount', newCount, 'previousShardCount', oldCount, 'switchAt', switchAt,
+  'shardSpan', span, 'metadataVersion', version, 'writableShardSet', rangeCsv(newCount),
+  'readableShardSet', readableDuring or rangeCsv(newCount), 'updatedAt', now)
+-- Groups created later start where the existing ones start (includes/group.lua createGroup).
+if cutoverJson then
+  redis.call('HSET', KEYS[1], 'cutover', cutoverJson, 'cutoverReadable', readableDuring)
+else
+  redis.call('HDEL', KEYS[1], 'cutover', 'cutoverReadable')
+end
+
+local detail = oldCount .. ' -> ' .. newCount .. ' shards, ' .. (ordered and 'ordered' or 'unordered')
+  .. ', metadataVersion ' .. version
+for i = 1, groupCount do
+  local groupMeta, events = KEYS[1 + 2 * i], KEYS[2 + 2 * i]
+  local epochs = redis.call('HMGET', groupMeta, 'groupEpoch', 'assignmentEpoch')
+  if epochs[1] then
+    local g = { groupEpoch = tonumber(epochs[1]) + 1, assignmentEpoch = tonumber(epochs[2]) }
+    redis.call('HSET', groupMeta, 'groupEpoch', g.groupEpoch, 'epochBumpedAt', now, 'updatedAt', now)
+    if cutoverJson then
+      redis.call('HSET', groupMeta, 'cutover', cutoverJson, 'readableShardSet', readableDuring)
+    else
+      redis.call('HDEL', groupMeta, 'cutover', 'readableShardSet')
+    end
+    appendEvent({ events = events }, cfg, g, 'SHARDS_RESIZED', '', detail)
+    local channel = ARGV[6 + groupCount + i]
+    if channel ~= '' then redis.call('PUBLISH', channel, 'resize') end
+  end
+end
+return { ERR_NONE, '', 1, redis.call('HGETALL', KEYS[1]) }

@@ -1,0 +1,46 @@
+--[[
+  retireShards-n: after a shrink has drained everywhere, forgets the removed shards so that their
+  keys can be deleted (CoordinatorAdmin.deleteDrainedShards). Refused while any group still reads
+  or owns one of them.
+
+  KEYS[1]  the stream's metadata hash           KEYS[2]  the prefix's set of consumer groups
+  KEYS[3..] per group, in the order of ARGV[2..]: its metadata hash, then its owners hash
+  ARGV[1] number of groups G    ARGV[2..1+G] group names
+
+  Output: { errorCode, message, first retired shard, end (exclusive) }, or { 'RETRY' } when the set
+  of groups is not the one the caller passed.
+]]
+--- @include "includes/errorCodes"
+
+local groupCount = tonumber(ARGV[1])
+local meta = redis.call('HMGET', KEYS[1], 'shardCount', 'shardSpan')
+if not meta[1] then
+  return { ERR_GROUP_NOT_FOUND, 'the stream prefix has no metadata: create it with CoordinatorAdmin.createStream', 0, 0 }
+end
+if redis.call('SCARD', KEYS[2]) ~= groupCount then return { 'RETRY' } end
+for i = 1, groupCount do
+  if redis.call('SISMEMBER', KEYS[2], ARGV[1 + i]) == 0 then return { 'RETRY' } end
+end
+local count = tonumber(meta[1])
+local span = math.max(count, tonumber(meta[2]) or count)
+if span == count then return { ERR_NONE, '', count, count } end
+for i = 1, groupCount do
+  local group = ARGV[1 + i]
+  if redis.call('HEXISTS', KEYS[1 + 2 * i], 'cutover') == 1 then
+    return { ERR_RESIZE_IN_PROGRESS, 'group ' .. group .. ' has not drained the removed shards yet', 0, 0 }
+  end
+  for shard = count, span - 1 do
+    local owner = redis.call('HGET', KEYS[2 + 2 * i], tostring(shard))
+    if owner then
+      return { ERR_RESIZE_IN_PROGRESS, 'shard ' .. shard .. ' is still held by member ' .. owner .. ' of group ' .. group, 0, 0 }
+    end
+  end
+end
+redis.call('HSET', KEYS[1], 'shardSpan', count)
+-- A group created from now on has nothing to drain.
+local template = redis.call('HGET', KEYS[1], 'cutover')
+if template and cjson.decode(template).waitUntil == 'drained' then
+  redis.call('HDEL', KEYS[1], 'cutover', 'cutoverReadable')
+  redis.call('HSET', KEYS[1], 'readableShardSet', redis.call('HGET', KEYS[1], 'writableShardSet'))
+end
+return { ERR_NONE, '', count, span }

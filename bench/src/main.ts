@@ -15,6 +15,7 @@ import { drainRepetition, type DrainRepetition } from './drain-bench';
 import { ioBullmq, ioCase } from './io-bench';
 import { crashRecovery, latency, rebalance } from './member-bench';
 import { memory } from './memory-bench';
+import { RESIZE_CASES, resizeUnderLoad } from './resize-bench';
 import { redisVersion } from './redis-stats';
 import { type BenchResults, type IoFigures, report } from './report';
 import { spread } from './stats';
@@ -95,6 +96,14 @@ async function main(): Promise<void> {
       progress(`  crash recovery, session ${sessionTimeoutMs} ms: ${spread(runs).median.toFixed(0)} ms`);
     }
 
+    progress('scenario 8: resize 8 -> 16 shards under load');
+    const resize: BenchResults['resize'] = [];
+    for (const c of RESIZE_CASES) {
+      const runs = await repeat(repetitions, () => resizeUnderLoad(server.url, c));
+      resize.push({ label: c.label, ms: spread(runs) });
+      progress(`  ${c.label}: ${spread(runs).median.toFixed(0)} ms`);
+    }
+
     progress('scenario 5: coordinator cost curve');
     const coordinator: CoordinatorFigures[] = [];
     for (const members of quick ? [10, 100, 1000] : [10, 30, 100, 300, 1000]) {
@@ -105,7 +114,7 @@ async function main(): Promise<void> {
     progress('scenario 6: memory');
     const mem = await memory(server.url);
 
-    const results: BenchResults = { environment, coordinator, drain, io, latency: lat, rebalance: rebalances, recovery, memory: mem };
+    const results: BenchResults = { environment, coordinator, drain, io, latency: lat, rebalance: rebalances, recovery, resize, memory: mem };
     const docs = path.resolve(__dirname, '../../docs');
     fs.writeFileSync(path.join(docs, 'benchmarks.md'), report(results));
     fs.writeFileSync(

@@ -29,6 +29,7 @@ export interface BenchResults {
   latency: { p50: number; p99: number; samples: number };
   rebalance: { members: number; shards: number; ms: Spread }[];
   recovery: { sessionTimeoutMs: number; ms: Spread }[];
+  resize: { label: string; ms: Spread }[];
   memory: MemoryFigures;
 }
 
@@ -153,6 +154,21 @@ function rebalanceSection(r: BenchResults): string[] {
   ];
 }
 
+function resizeSection(r: BenchResults): string[] {
+  return [
+    '## 8. Resharding under load',
+    '',
+    '4 members (4 workers each) read 8 shards while a producer writes 2,000 keyed entries/s; time from',
+    '`resizeShards(8 -> 16)` until the group is STABLE, reads all 16 shards and owns every one. Ordered,',
+    'the new shards become readable only after `graceMs` has passed and the old shards are processed up',
+    'to the cutover point (docs/resharding.md), so `graceMs` is most of the figure, by design.',
+    '',
+    ...header('case', 'resize to STABLE on 16 shards'),
+    ...r.resize.map((x) => row([x.label, withRange(x.ms, ms)])),
+    '',
+  ];
+}
+
 function memorySection(r: BenchResults): string[] {
   const m = r.memory;
   return [
@@ -224,5 +240,6 @@ export function report(r: BenchResults): string {
     ...rebalanceSection(r),
     ...coordinatorSection(r),
     ...memorySection(r),
+    ...resizeSection(r),
   ].join('\n');
 }

@@ -37,7 +37,7 @@ import { ThrottledLogger } from './throttled-logger';
       provide: CoordinatorAdmin,
       inject: [COORDINATOR_CONNECTION, COORDINATOR_MODULE_OPTIONS],
       useFactory: (connection: CoordinatorConnection, options: CoordinatorModuleOptions) =>
-        new CoordinatorAdmin(connection.client, { keyPrefix: options.coordinator?.keyPrefix }),
+        new CoordinatorAdmin(connection.client, options.coordinator),
     },
     CoordinatorMetadataAccessor,
     CoordinatorRegistry,

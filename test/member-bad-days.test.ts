@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import {
   CoordinatorAdmin,
+  CoordinatorClient,
   KeyBuilder,
   StreamProducer,
   type StreamMessage,
@@ -8,6 +9,7 @@ import {
 import { HandlerRecorder, type KeyedPayload } from './support/handler-recorder';
 import { memberFactory } from './support/member-factory';
 import { pollUntil } from './support/poll';
+import { RedisServer } from '@redis-stream-coordinator/core/testing';
 import { uniqueName, useRedisServer } from './support/vitest-redis';
 
 // AOF with appendfsync always: what Redis acknowledged survives a restart.
@@ -75,6 +77,24 @@ describe('bad days', () => {
     });
   }, 60_000);
 
+  it('describeGroup counts the lag itself where Redis cannot tell it (after an AOF restart XINFO says null)', async () => {
+    const streamPrefix = uniqueName('lag');
+    const admin = new CoordinatorAdmin(redis.client());
+    await admin.createStream({ streamPrefix, shardCount: 1 });
+    const stream = new KeyBuilder().shardStream(streamPrefix, 0);
+    const client = redis.client();
+    await client.xgroup('CREATE', stream, 'group', '0', 'MKSTREAM');
+    for (let i = 0; i < 10; i++) await client.xadd(stream, '*', 'f', String(i));
+    await client.xreadgroup('GROUP', 'group', 'c', 'COUNT', 3, 'STREAMS', stream, '>');
+    // The coordinator group exists (a join), and nobody reads the shard.
+    await new CoordinatorClient(client).heartbeat({ streamPrefix, consumerGroup: 'group', memberId: 'describer', memberEpoch: 0 });
+    await redis.server.restart('SIGKILL');
+    const after = redis.client();
+    expect(JSON.stringify(await after.xinfo('GROUPS', stream))).toContain('"lag",null');
+    const { shards } = await new CoordinatorAdmin(after).describeGroup(streamPrefix, 'group');
+    expect(shards[0]).toMatchObject({ lag: 7, pending: 3 });
+  });
+
   it('SCRIPT FLUSH under load: the scripts are reloaded (NOSCRIPT) and work goes on', async () => {
     const streamPrefix = uniqueName('flush');
     const recorder = new HandlerRecorder();
@@ -90,5 +110,81 @@ describe('bad days', () => {
       return shards.every((s) => s.pending === 0);
     });
     expect(recorder.orderViolations()).toEqual([]);
+  });
+
+  it('OOM (maxmemory reached): the member reports it, backs off, and loses nothing once memory is back', async () => {
+    const streamPrefix = uniqueName('oom');
+    const recorder = new HandlerRecorder();
+    const member = aMember({ streamPrefix, shardCount: 4, runtimeMaxConcurrency: 4, sessionTimeoutMs: 10_000, handler: recorder.handler('m') });
+    const errors: string[] = [];
+    member.on('error', (error) => errors.push(error.message));
+    await member.start();
+    const producer = new StreamProducer(redis.client({ maxRetriesPerRequest: 1 }), { streamPrefix });
+    await producer.sendBatch(Array.from({ length: 200 }, (_, i) => ({ key: `k${i % 10}`, payload: { seq: Math.floor(i / 10) + 1 } })));
+    const admin = redis.client();
+    try {
+      await admin.config('SET', 'maxmemory', '1');
+      await pollUntil('an OOM error reported by the member', async () => errors.some((e) => /OOM/.test(e)));
+      await expect(producer.send({ key: 'k0', payload: { seq: 21 } })).rejects.toThrow(/OOM/);
+    } finally {
+      await admin.config('SET', 'maxmemory', '0');
+    }
+    await sendSurely(producer, Array.from({ length: 200 }, (_, i) => ({ key: `k${i % 10}`, payload: { seq: Math.floor(i / 10) + 21 } })));
+    await pollUntil('every entry handled', async () => new Set(recorder.runs.map((r) => `${r.key}/${r.seq}`)).size === 400);
+    await pollUntil('nothing pending', async () => {
+      const { shards } = await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group');
+      return shards.every((s) => s.pending === 0 && s.lag === 0);
+    });
+    expect(recorder.orderViolations()).toEqual([]);
+  });
+
+  it('READONLY (a replica, then promoted in a failover): the member reports it, waits, then joins and handles everything', async () => {
+    const streamPrefix = uniqueName('readonly');
+    const primaryAdmin = new CoordinatorAdmin(redis.client());
+    await primaryAdmin.createStream({ streamPrefix, shardCount: 4 });
+    await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(Array.from({ length: 100 }, (_, i) => ({ key: `k${i % 10}`, payload: { seq: Math.floor(i / 10) + 1 } })));
+    const replica = await RedisServer.start({ args: ['--replicaof', '127.0.0.1', String(redis.server.port)] });
+    try {
+      const replicaClient = redis.clientAt(replica.url);
+      await pollUntil('the replica in sync', async () => {
+        const info = await replicaClient.info('replication');
+        return /master_link_status:up/.test(info) && (await replicaClient.exists(new KeyBuilder().shardStream(streamPrefix, 0))) === 1;
+      });
+      const recorder = new HandlerRecorder();
+      const member = aMember({ streamPrefix, sessionTimeoutMs: 3000, handler: recorder.handler('m') }, redis.clientAt(replica.url, { maxRetriesPerRequest: 1 }));
+      const errors: string[] = [];
+      member.on('error', (error) => errors.push(error.message));
+      const started = member.start();
+      await pollUntil('a READONLY error reported by the member', async () => errors.some((e) => /READONLY/.test(e)));
+      expect(member.stats().joined).toBe(false);
+      await replicaClient.replicaof('NO', 'ONE');
+      await started;
+      await pollUntil('every entry handled on the promoted node', async () => recorder.distinctEntries() === 100);
+      expect(recorder.orderViolations()).toEqual([]);
+    } finally {
+      await replica.stop();
+    }
+  });
+
+  it('connection refused at start: start() waits (reporting errors) and joins once Redis is there', async () => {
+    const streamPrefix = uniqueName('refused');
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 2 });
+    await redis.server.kill();
+    let restarted = false;
+    try {
+      const recorder = new HandlerRecorder();
+      const member = aMember({ streamPrefix, handler: recorder.handler('m') });
+      const errors: string[] = [];
+      member.on('error', (error) => errors.push(error.message));
+      const started = member.start();
+      await pollUntil('a connection error reported by the member', async () => errors.some((e) => /ECONNREFUSED|Connection is closed|no answer|max retries/i.test(e)));
+      await redis.server.restart();
+      restarted = true;
+      await started;
+      await new StreamProducer(redis.client(), { streamPrefix }).send({ key: 'k', payload: { seq: 1 } });
+      await pollUntil('the entry handled', async () => recorder.distinctEntries() === 1);
+    } finally {
+      if (!restarted) await redis.server.restart();
+    }
   });
 });

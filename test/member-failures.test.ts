@@ -183,6 +183,35 @@ describe('a zombie', () => {
   });
 });
 
+describe('late reads by another consumer', () => {
+  it('entries a zombie read after the shard moved are handled before the newer ones the owner reads next', async () => {
+    const streamPrefix = uniqueName('late-read');
+    const recorder = new HandlerRecorder();
+    const errors: string[] = [];
+    const owner = aMember({ streamPrefix, memberId: 'owner', shardCount: 1, sweepIntervalMs: 60_000, handler: recorder.handler('owner') });
+    owner.on('error', (error) => errors.push(error.message));
+    await owner.start();
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.send({ key: 'k', payload: { seq: 1 } });
+    await pollUntil('the owner reading', async () => recorder.runs.length === 1);
+
+    // A read by another consumer of the group that reaches Redis late (as after a healed partition):
+    // in one transaction, so Redis serves it before the owner's blocked read.
+    const stream = new KeyBuilder().shardStream(streamPrefix, 0);
+    const late = redis.client().multi();
+    for (const seq of [2, 3, 4]) late.xadd(stream, '*', 'p', JSON.stringify({ seq }), 'k', 'k');
+    late.xreadgroup('GROUP', 'group', 'zombie', 'COUNT', 10, 'STREAMS', stream, '>');
+    await late.exec();
+    await producer.sendBatch([5, 6].map((seq) => ({ key: 'k', payload: { seq } })));
+
+    await pollUntil('all six handled', async () => recorder.distinctEntries() === 6);
+    expect(recorder.runs.map((r) => r.seq)).toEqual([1, 2, 3, 4, 5, 6]);
+    expect(recorder.runs.slice(1, 4).map((r) => r.deliveryCount)).toEqual([2, 2, 2]);
+    expect(errors.some((e) => /3 entries before .* were delivered elsewhere \(a late read\)/.test(e))).toBe(true);
+    await settledShard(streamPrefix, 0);
+  });
+});
+
 describe('bad options fail at construction, naming the option', () => {
   const base = { streamPrefix: 's', consumerGroup: 'g', handler: () => undefined };
   it.each([

@@ -19,7 +19,8 @@ export {
   type ResizeResult,
   type ResizeShardsOptions,
 } from './admin/coordinator-admin';
-export { type Cutover, type CutoverProgress, type CutoverWait, compareStreamIds } from './admin/cutover';
+export { type Cutover, type CutoverProgress, type CutoverWait } from './admin/cutover';
+export { compareStreamIds, nextStreamId } from './protocol/stream-ids';
 export * from './protocol/entry-format';
 export { shardForKey, jumpConsistentHash, fnv1a64 } from './producer/key-hash';
 export { StreamProducer, type StreamProducerOptions, type SendResult } from './producer/stream-producer';

@@ -50,6 +50,7 @@ export interface GroupCutoverStatus extends Partial<CutoverProgress> {
 }
 
 const MAX_SCRIPT_RETRIES = 20;
+const LAG_PAGE = 1000;
 
 /**
  * Administration of streams and groups.
@@ -227,10 +228,29 @@ export class CoordinatorAdmin {
     for (const entry of groups) {
       const fields = new Map(pairs(entry));
       if (fields.get('name') === consumerGroup) {
-        return { lag: Number(fields.get('lag') ?? 0) || 0, pending: Number(fields.get('pending') ?? 0) };
+        const pending = Number(fields.get('pending') ?? 0);
+        const lag = fields.get('lag');
+        if (lag !== undefined && lag !== '' && lag !== 'null') return { lag: Number(lag), pending };
+        // Redis cannot tell the lag (after deletions, trimming or a restart): count what is after
+        // the group's last-delivered id instead.
+        return { lag: await this.countAfter(streamPrefix, shardIndex, fields.get('last-delivered-id') ?? '0-0'), pending };
       }
     }
-    return { lag: 0, pending: 0 };
+    // The group has never read this shard: all of it is lag.
+    return { lag: await this.redis.xlen(this.keys.shardStream(streamPrefix, shardIndex)), pending: 0 };
+  }
+
+  /** Entries after `afterId` in a shard stream, counted a page at a time. */
+  private async countAfter(streamPrefix: string, shardIndex: number, afterId: string): Promise<number> {
+    const stream = this.keys.shardStream(streamPrefix, shardIndex);
+    let count = 0;
+    let cursor = afterId;
+    for (;;) {
+      const page = await this.redis.xrange(stream, `(${cursor}`, '+', 'COUNT', LAG_PAGE);
+      count += page.length;
+      if (page.length < LAG_PAGE) return count;
+      cursor = page[page.length - 1][0];
+    }
   }
 }
 

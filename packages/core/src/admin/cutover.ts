@@ -118,15 +118,3 @@ export async function cutoverProgress(
   const graceLeftMs = Math.max(0, cutover.until + 1 - now);
   return { ready: graceLeftMs === 0 && waitingFor.length === 0, graceLeftMs, waitingFor };
 }
-
-/** Compares two stream ids ("ms-seq"). */
-export function compareStreamIds(a: string, b: string): number {
-  const dashA = a.indexOf('-');
-  const dashB = b.indexOf('-');
-  const msA = Number(dashA < 0 ? a : a.slice(0, dashA));
-  const msB = Number(dashB < 0 ? b : b.slice(0, dashB));
-  if (msA !== msB) return msA < msB ? -1 : 1;
-  const seqA = dashA < 0 ? 0 : Number(a.slice(dashA + 1));
-  const seqB = dashB < 0 ? 0 : Number(b.slice(dashB + 1));
-  return seqA === seqB ? 0 : seqA < seqB ? -1 : 1;
-}

@@ -29,6 +29,8 @@ export interface MemberEvents {
   'lease-lost': [{ shards: number[]; memberEpoch: number; sinceLastHeartbeatMs: number }];
   error: [Error];
   'dead-letter': [{ shardIndex: number; id: string; reason: string; attempts: number }];
+  /** Acknowledgements sent for a shard; `accepted` is false when a newer owner's fencing token refused them. */
+  acknowledged: [{ shardIndex: number; grantEpoch: number; ids: string[]; accepted: boolean }];
 }
 
 type Lifecycle = 'new' | 'running' | 'stopping' | 'stopped';
@@ -86,6 +88,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.poller = new ShardPoller(shardClient, redis as Redis, this.reader, this.options as ResolvedMemberOptions, () => this.leaseIsSafe());
     this.poller.on('error', (error: ShardError) => this.emit('error', error));
     this.poller.on('dead-letter', (event) => this.emit('dead-letter', event));
+    this.poller.on('acknowledged', (event) => this.emit('acknowledged', event));
   }
 
   get memberId(): string {

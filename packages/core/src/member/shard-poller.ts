@@ -1,8 +1,8 @@
 import { EventEmitter } from 'node:events';
 import type { Redis } from 'ioredis';
 import { type DecodedEntry, decodeEntry, type StreamMessage } from '../protocol/entry-format';
-import { compareStreamIds } from '../admin/cutover';
-import type { RawEntry, ShardClient } from '../redis/shard-client';
+import { compareStreamIds, nextStreamId } from '../protocol/stream-ids';
+import type { RawEntry, ReadResult, ShardClient } from '../redis/shard-client';
 import { sleep, Wakeup } from './abortable-sleep';
 import { type ResolvedMemberOptions, retryDelayMs } from './member-options';
 
@@ -30,6 +30,8 @@ interface ShardState {
   held: QueuedEntry[];
   inFlight: Promise<void> | null;
   takeoverCursor: string;
+  /** The last id of this shard this member has accounted for (read, or the group's position when it took the shard). */
+  readCursor: string;
   lastSweepAt: number;
   /** Aborted when the shard is released: stops retries and backoffs of its entries. */
   released: AbortController;
@@ -59,6 +61,8 @@ export interface PollerEvents {
   error: [ShardError];
   /** An entry went to the dead-letter stream. */
   'dead-letter': [{ shardIndex: number; id: string; reason: string; attempts: number }];
+  /** A batch of acknowledgements was sent: `accepted` false when the shard's fencing token refused it. */
+  acknowledged: [{ shardIndex: number; grantEpoch: number; ids: string[]; accepted: boolean }];
 }
 
 /**
@@ -127,6 +131,7 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
       held: [],
       inFlight: null,
       takeoverCursor: '0-0',
+      readCursor: '0-0',
       lastSweepAt: Date.now(),
       released: new AbortController(),
     });
@@ -244,16 +249,22 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
           continue;
         }
         const count = Math.max(1, Math.min(this.options.batchSize, Math.floor(budget / readable.length)));
-        const done = this.client.readNew(this.reader, readable, count, this.options.blockMs);
+        const cursors = readable.map((s) => this.shards.get(s)!.readCursor);
+        const done = this.client.readNew(this.reader, readable, cursors, count, this.options.blockMs);
         this.currentRead = { shards: new Set(readable), done };
-        let result: Map<number, RawEntry[]>;
+        let result: ReadResult;
         try {
           result = await done;
         } finally {
           this.currentRead = undefined;
         }
-        for (const [shardIndex, entries] of result) {
+        for (const [shardIndex, entries] of result.entries) {
           // Entries of a shard released meanwhile stay pending: its next owner takes them over.
+          const state = this.shards.get(shardIndex);
+          if (!state || state.phase === 'released' || entries.length === 0) continue;
+          const first = result.firstAfter.get(shardIndex) ?? '';
+          if (first !== '' && first !== entries[0].id) await this.recoverSkipped(state, entries[0].id);
+          state.readCursor = entries[entries.length - 1].id;
           this.enqueue(shardIndex, entries.map((entry) => ({ entry, deliveries: 1 })));
         }
         this.dispatch();
@@ -287,7 +298,8 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
       if (state.phase !== 'claiming') continue;
       const claimed = await this.client.claimShard(state.index, state.grantEpoch);
       if (state.phase !== 'claiming') continue;
-      if (claimed) {
+      if (claimed !== null) {
+        state.readCursor = claimed;
         state.phase = 'takeover';
       } else {
         this.release(state);
@@ -311,6 +323,32 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
         if (page.cursor === '0-0') state.phase = 'reading';
       }
     }
+  }
+
+  /**
+   * A read returned entries of a shard, but not the first entry after what this member had accounted
+   * for: the ones in between were delivered to another consumer after this member took the shard
+   * (a zombie's read that reached Redis late, e.g. after a partition healed), or to this member in a
+   * reply that never arrived. They are taken over now, in ID order, and queued before the batch, so
+   * the shard's order holds.
+   */
+  private async recoverSkipped(state: ShardState, before: string): Promise<void> {
+    let start = nextStreamId(state.readCursor);
+    let recovered = 0;
+    for (;;) {
+      const page = await this.client.claimPending(state.index, state.grantEpoch, 'all', start, this.options.batchSize);
+      if (page.fenced) {
+        this.release(state);
+        this.emit('error', new ShardError(`shard ${state.index}: lost (fencing token changed)`, state.index));
+        return;
+      }
+      const skipped = page.entries.filter((e) => compareStreamIds(e.id, before) < 0);
+      this.enqueue(state.index, await this.withDeliveryCounts(state.index, skipped));
+      recovered += skipped.length;
+      if (skipped.length < page.entries.length || page.cursor === '0-0') break;
+      start = page.cursor;
+    }
+    this.emit('error', new ShardError(`shard ${state.index}: ${recovered} entries before ${before} were delivered elsewhere (a late read); took them over first`, state.index));
   }
 
   /**
@@ -480,6 +518,7 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
       batches.map(async ([shardIndex, { grantEpoch, ids }]) => {
         try {
           const acked = await this.client.ack(shardIndex, grantEpoch, ids);
+          this.emit('acknowledged', { shardIndex, grantEpoch, ids, accepted: acked !== -1 });
           if (acked === -1) {
             this.emit('error', new ShardError(`shard ${shardIndex}: ${ids.length} acknowledgement(s) refused, the shard has a new owner; it will process them again`, shardIndex));
           }

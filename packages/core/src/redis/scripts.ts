@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import type { Cluster, Redis } from 'ioredis';
+import type { ChainableCommander, Cluster, Redis } from 'ioredis';
 
 /** Either client: they share one command surface, so everything here works on both. */
 export type RedisClient = Redis | Cluster;
@@ -22,6 +22,7 @@ const SCRIPT_FILES = {
   resizeShards: 'resizeShards-n.lua',
   completeCutover: 'completeCutover-13.lua',
   retireShards: 'retireShards-n.lua',
+  firstAfter: 'firstAfter-n.lua',
 } as const;
 
 export type ScriptName = keyof typeof SCRIPT_FILES;
@@ -63,6 +64,27 @@ const defined = new WeakSet<object>();
  * EVALSHA, with a transparent reload after `NOSCRIPT` (e.g. after a Redis restart or SCRIPT FLUSH).
  */
 export function runScript(client: RedisClient, script: ScriptName, keys: string[], args: (string | number)[]): Promise<unknown> {
+  const command = (client as unknown as Record<string, (...a: (string | number)[]) => Promise<unknown>>)[defineScripts(client, script)];
+  return command.call(client, ...scriptArguments(script, keys, args));
+}
+
+/** Adds a script call to a pipeline of `client` (the scripts are defined on the client first). */
+export function pipelineScript(client: Redis, pipeline: ChainableCommander, script: ScriptName, keys: string[], args: (string | number)[]): void {
+  const command = (pipeline as unknown as Record<string, (...a: (string | number)[]) => unknown>)[defineScripts(client, script)];
+  command.call(pipeline, ...scriptArguments(script, keys, args));
+}
+
+function scriptArguments(script: ScriptName, keys: string[], args: (string | number)[]): (string | number)[] {
+  return keyCount(SCRIPT_FILES[script]) === undefined ? [keys.length, ...keys, ...args] : [...keys, ...args];
+}
+
+/** Defines the scripts on a client (a pipeline only has the commands its client had when it was made). */
+export function ensureScripts(client: RedisClient): void {
+  defineScripts(client, 'heartbeat');
+}
+
+/** Defines every script on the client once; returns the command name of `script`. */
+function defineScripts(client: RedisClient, script: ScriptName): string {
   if (!defined.has(client)) {
     sources ??= new Map(
       (Object.keys(SCRIPT_FILES) as ScriptName[]).map((name) => [name, loadScriptSource(SCRIPT_FILES[name])]),
@@ -71,12 +93,10 @@ export function runScript(client: RedisClient, script: ScriptName, keys: string[
       client.defineCommand(commandName(name), {
         lua,
         numberOfKeys: keyCount(SCRIPT_FILES[name]),
-        readOnly: name === 'describeGroup',
+        readOnly: name === 'describeGroup' || name === 'firstAfter',
       });
     }
     defined.add(client);
   }
-  const command = (client as unknown as Record<string, (...a: (string | number)[]) => Promise<unknown>>)[commandName(script)];
-  if (keyCount(SCRIPT_FILES[script]) === undefined) return command.call(client, keys.length, ...keys, ...args);
-  return command.call(client, ...keys, ...args);
+  return commandName(script);
 }

@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { KeyBuilder } from './keys';
-import { type RedisClient, runScript } from './scripts';
+import { ensureScripts, pipelineScript, type RedisClient, runScript } from './scripts';
 
 /** A raw stream entry: id and flat field list. */
 export interface RawEntry {
@@ -9,6 +9,13 @@ export interface RawEntry {
 }
 
 export type ClaimResult = { fenced: true } | { fenced: false; cursor: string; entries: RawEntry[] };
+
+/** What one blocking read returned per shard, and the first entry after each shard's cursor when it returned. */
+export interface ReadResult {
+  entries: Map<number, RawEntry[]>;
+  /** shardIndex -> id of the first entry after the cursor passed in ('' when none). */
+  firstAfter: Map<number, string>;
+}
 
 export function fenceToken(grantEpoch: number, memberId: string): string {
   return `${grantEpoch}:${memberId}`;
@@ -40,11 +47,14 @@ export class ShardClient {
     return [this.keys.shardStream(this.streamPrefix, shardIndex), this.keys.shardFence(this.streamPrefix, shardIndex, this.consumerGroup)];
   }
 
-  /** Installs this member's token for a shard it was granted; false when a newer owner holds it. */
-  async claimShard(shardIndex: number, grantEpoch: number): Promise<boolean> {
+  /**
+   * Installs this member's token for a shard it was granted: the group's last-delivered id on the
+   * shard (where this member reads on from), or null when a newer owner holds it.
+   */
+  async claimShard(shardIndex: number, grantEpoch: number): Promise<string | null> {
     const [stream, fence] = this.shardKeys(shardIndex);
     const reply = (await runScript(this.redis, 'claimShard', [fence, stream], [this.consumerGroup, fenceToken(grantEpoch, this.memberId), grantEpoch])) as unknown[];
-    return Number(reply[0]) === 1;
+    return Number(reply[0]) === 1 ? String(reply[1]) : null;
   }
 
   /** XACK under the fencing token: the number acknowledged, or -1 when the shard was lost. */
@@ -76,30 +86,26 @@ export class ShardClient {
   }
 
   /**
-   * Blocking XREADGROUP of new entries ('>') of several shards, on a connection of its own.
-   * Returns shardIndex -> entries; empty after the block timed out or was cut short (CLIENT UNBLOCK).
+   * Blocking XREADGROUP of new entries ('>') of several shards, on a connection of its own, with
+   * `firstAfter-n.lua` in the same pipeline: it runs the moment the read returns, and tells for each
+   * shard which entry follows `cursors[i]`, so the caller can see entries another consumer took.
+   * Entries are empty after the block timed out or was cut short (CLIENT UNBLOCK).
    */
-  async readNew(reader: Redis, shards: number[], countPerShard: number, blockMs: number): Promise<Map<number, RawEntry[]>> {
+  async readNew(reader: Redis, shards: number[], cursors: string[], countPerShard: number, blockMs: number): Promise<ReadResult> {
     const streams = shards.map((s) => this.keys.shardStream(this.streamPrefix, s));
-    const reply = (await reader.xreadgroup(
-      'GROUP',
-      this.consumerGroup,
-      this.memberId,
-      'COUNT',
-      countPerShard,
-      'BLOCK',
-      blockMs,
-      'STREAMS',
-      ...streams,
-      ...shards.map(() => '>'),
-    )) as [string, [string, string[]][]][] | null;
-    const out = new Map<number, RawEntry[]>();
-    if (!reply) return out;
-    for (const [stream, entries] of reply) {
-      const shardIndex = shards[streams.indexOf(String(stream))];
-      out.set(shardIndex, toEntries(entries));
+    ensureScripts(reader);
+    const pipeline = reader.pipeline();
+    pipeline.xreadgroup('GROUP', this.consumerGroup, this.memberId, 'COUNT', countPerShard, 'BLOCK', blockMs, 'STREAMS', ...streams, ...shards.map(() => '>'));
+    pipelineScript(reader, pipeline, 'firstAfter', streams, cursors);
+    const [[readError, reply], [checkError, firsts]] = (await pipeline.exec()) as [[Error | null, unknown], [Error | null, unknown]];
+    if (readError) throw readError;
+    if (checkError) throw checkError;
+    const entries = new Map<number, RawEntry[]>();
+    for (const [stream, list] of (reply as [string, [string, string[]][]][] | null) ?? []) {
+      entries.set(shards[streams.indexOf(String(stream))], toEntries(list));
     }
-    return out;
+    const firstAfter = new Map(shards.map((shard, i) => [shard, String((firsts as unknown[])[i] ?? '')]));
+    return { entries, firstAfter };
   }
 
   /** Appends a dead letter: the entry, why it failed, and how often it was tried. */

@@ -5,7 +5,9 @@
 
   KEYS[1]  the shard's fencing token (string)   KEYS[2]  the shard stream
   ARGV[1]  consumerGroup   ARGV[2]  token "<grantEpoch>:<memberId>"   ARGV[3]  grantEpoch
-  Output: { 1 } when installed, { 0, current token } when a newer owner holds the shard.
+  Output: { 1, last-delivered id of the group on the shard } when installed, { 0, current token }
+  when a newer owner holds the shard. The new owner reads on from that id; an entry after it that
+  it did not read itself was taken by someone else's late read (see firstAfter-n.lua).
 ]]
 local current = redis.call('GET', KEYS[1])
 if current then
@@ -19,4 +21,13 @@ local created = redis.pcall('XGROUP', 'CREATE', KEYS[2], ARGV[1], '0', 'MKSTREAM
 if type(created) == 'table' and created.err and not string.find(created.err, 'BUSYGROUP', 1, true) then
   return redis.error_reply(created.err)
 end
-return { 1 }
+for _, info in ipairs(redis.call('XINFO', 'GROUPS', KEYS[2])) do
+  for i = 1, #info, 2 do
+    if info[i] == 'name' and info[i + 1] == ARGV[1] then
+      for j = 1, #info, 2 do
+        if info[j] == 'last-delivered-id' then return { 1, info[j + 1] } end
+      end
+    end
+  end
+end
+return { 1, '0-0' }

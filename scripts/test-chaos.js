@@ -1,0 +1,43 @@
+#!/usr/bin/env node
+// npm run test:chaos -- --duration 10m --seed 42 [--report docs/reliability.md]
+// Parses the options, builds the core package (member processes run its compiled code) and runs the
+// long tier of the reliability harness (test/reliability/soak.chaos.ts) through vitest.
+'use strict';
+const { spawnSync } = require('node:child_process');
+const path = require('node:path');
+
+const usage = 'usage: npm run test:chaos -- [--duration 10m] [--seed N] [--report docs/reliability.md]';
+const options = { duration: '10m', seed: String(Math.floor(Math.random() * 2 ** 31)), report: 'docs/reliability.md' };
+const args = process.argv.slice(2);
+for (let i = 0; i < args.length; i++) {
+  const name = args[i].replace(/^--/, '');
+  if (!(name in options) || args[i + 1] === undefined) {
+    console.error(`unknown option or missing value: ${args[i]}\n${usage}`);
+    process.exit(2);
+  }
+  options[name] = args[++i];
+}
+const match = /^(\d+)(ms|s|m|h)?$/.exec(options.duration);
+if (!match) {
+  console.error(`--duration must look like 90s, 10m or 1h, got "${options.duration}"\n${usage}`);
+  process.exit(2);
+}
+const durationMs = Number(match[1]) * { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[match[2] ?? 's'];
+if (!/^\d+$/.test(options.seed)) {
+  console.error(`--seed must be a non-negative integer, got "${options.seed}"\n${usage}`);
+  process.exit(2);
+}
+
+const root = path.resolve(__dirname, '..');
+const run = (command, commandArgs, env) => {
+  const result = spawnSync(command, commandArgs, { cwd: root, stdio: 'inherit', env: { ...process.env, ...env } });
+  return result.status ?? 1;
+};
+if (run('npm', ['run', 'build', '--silent', '--workspace', 'packages/core']) !== 0) process.exit(1);
+const status = run('npx', ['vitest', 'run', '--config', 'vitest.chaos.mts'], {
+  RSC_CHAOS_DURATION_MS: String(durationMs),
+  RSC_CHAOS_SEED: options.seed,
+  RSC_CHAOS_REPORT: path.resolve(root, options.report),
+});
+if (status !== 0) console.error(`\nchaos run failed; replay it with: npm run test:chaos -- --duration ${options.duration} --seed ${options.seed}`);
+process.exit(status);

@@ -1,0 +1,30 @@
+import type { CheckReport, FaultKind } from './checker';
+
+function percentile(values: number[], p: number): number {
+  if (values.length === 0) return Number.NaN;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)];
+}
+
+/** Per fault kind: how often, and recovery p50 / p99 / max in ms. */
+export function faultTable(report: CheckReport): { kind: FaultKind; count: number; p50: number; p99: number; max: number }[] {
+  const kinds = [...new Set(report.faults.map((f) => f.kind))].sort();
+  return kinds.map((kind) => {
+    const times = report.faults.filter((f) => f.kind === kind).map((f) => f.recoveryMs ?? Number.NaN);
+    return { kind, count: times.length, p50: percentile(times, 50), p99: percentile(times, 99), max: Math.max(...times) };
+  });
+}
+
+/** A person-readable summary: the counts the checker found and the recovery times per fault kind. */
+export function formatReport(report: CheckReport): string {
+  const lines = [
+    `entries produced ${report.produced}, handled ${report.handled}, acknowledged ${report.acknowledged}, lost ${report.lost.length}, order violations ${report.orderViolations.length}, ` +
+      `overlaps ${report.overlaps.length}, duplicates ${report.duplicates} (unexplained ${report.unexplainedDuplicates.length})`,
+    ...faultTable(report).map((r) => `  ${r.kind}: ${r.count} × recovery p50 ${Math.round(r.p50)} ms, p99 ${Math.round(r.p99)} ms`),
+    ...report.lost.slice(0, 5).map((l) => `  lost ${l}`),
+    ...report.orderViolations.slice(0, 5).map((l) => `  order ${l}`),
+    ...report.overlaps.slice(0, 5).map((l) => `  overlap ${l}`),
+    ...report.unexplainedDuplicates.slice(0, 5).map((l) => `  unexplained duplicate ${l}`),
+  ];
+  return lines.join('\n');
+}

@@ -2,7 +2,7 @@ import { EventEmitter } from 'node:events';
 import type { Redis } from 'ioredis';
 import { type DecodedEntry, decodeEntry, type StreamMessage } from '../protocol/entry-format';
 import { compareStreamIds, nextStreamId } from '../protocol/stream-ids';
-import type { RawEntry, ReadResult, ShardClient } from '../redis/shard-client';
+import type { RawEntry, ShardClient } from '../redis/shard-client';
 import { sleep, Wakeup } from './abortable-sleep';
 import { type ResolvedMemberOptions, retryDelayMs } from './member-options';
 
@@ -249,21 +249,19 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
           continue;
         }
         const count = Math.max(1, Math.min(this.options.batchSize, Math.floor(budget / readable.length)));
-        const cursors = readable.map((s) => this.shards.get(s)!.readCursor);
-        const done = this.client.readNew(this.reader, readable, cursors, count, this.options.blockMs);
+        const done = this.client.readNew(this.reader, readable, count, this.options.blockMs);
         this.currentRead = { shards: new Set(readable), done };
-        let result: ReadResult;
+        let result: Map<number, RawEntry[]>;
         try {
           result = await done;
         } finally {
           this.currentRead = undefined;
         }
-        for (const [shardIndex, entries] of result.entries) {
+        await this.takeOverSkipped(result);
+        for (const [shardIndex, entries] of result) {
           // Entries of a shard released meanwhile stay pending: its next owner takes them over.
           const state = this.shards.get(shardIndex);
           if (!state || state.phase === 'released' || entries.length === 0) continue;
-          const first = result.firstAfter.get(shardIndex) ?? '';
-          if (first !== '' && first !== entries[0].id) await this.recoverSkipped(state, entries[0].id);
           state.readCursor = entries[entries.length - 1].id;
           this.enqueue(shardIndex, entries.map((entry) => ({ entry, deliveries: 1 })));
         }
@@ -326,12 +324,23 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
   }
 
   /**
-   * A read returned entries of a shard, but not the first entry after what this member had accounted
-   * for: the ones in between were delivered to another consumer after this member took the shard
-   * (a zombie's read that reached Redis late, e.g. after a partition healed), or to this member in a
-   * reply that never arrived. They are taken over now, in ID order, and queued before the batch, so
-   * the shard's order holds.
+   * Before a batch is queued: does each shard's batch start at the first entry after what this
+   * member had accounted for? If not, the ones in between were delivered to another consumer after
+   * this member took the shard (a zombie's read that reached Redis late, e.g. after a partition
+   * healed), or to this member in a reply that never arrived. They are taken over first, in ID
+   * order, so the shard's order holds. One script call per read, for the shards that returned entries.
    */
+  private async takeOverSkipped(result: Map<number, RawEntry[]>): Promise<void> {
+    const shards = [...result.keys()].filter((s) => (result.get(s)?.length ?? 0) > 0 && this.shards.get(s)?.phase === 'reading');
+    if (shards.length === 0) return;
+    const firsts = await this.client.firstAfter(shards, shards.map((s) => this.shards.get(s)!.readCursor));
+    for (const [i, shard] of shards.entries()) {
+      const state = this.shards.get(shard);
+      const batchStart = result.get(shard)![0].id;
+      if (state && state.phase !== 'released' && firsts[i] !== '' && firsts[i] !== batchStart) await this.recoverSkipped(state, batchStart);
+    }
+  }
+
   private async recoverSkipped(state: ShardState, before: string): Promise<void> {
     let start = nextStreamId(state.readCursor);
     let recovered = 0;

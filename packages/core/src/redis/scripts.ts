@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import type { ChainableCommander, Cluster, Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 
 /** Either client: they share one command surface, so everything here works on both. */
 export type RedisClient = Redis | Cluster;
@@ -68,19 +68,8 @@ export function runScript(client: RedisClient, script: ScriptName, keys: string[
   return command.call(client, ...scriptArguments(script, keys, args));
 }
 
-/** Adds a script call to a pipeline of `client` (the scripts are defined on the client first). */
-export function pipelineScript(client: Redis, pipeline: ChainableCommander, script: ScriptName, keys: string[], args: (string | number)[]): void {
-  const command = (pipeline as unknown as Record<string, (...a: (string | number)[]) => unknown>)[defineScripts(client, script)];
-  command.call(pipeline, ...scriptArguments(script, keys, args));
-}
-
 function scriptArguments(script: ScriptName, keys: string[], args: (string | number)[]): (string | number)[] {
   return keyCount(SCRIPT_FILES[script]) === undefined ? [keys.length, ...keys, ...args] : [...keys, ...args];
-}
-
-/** Defines the scripts on a client (a pipeline only has the commands its client had when it was made). */
-export function ensureScripts(client: RedisClient): void {
-  defineScripts(client, 'heartbeat');
 }
 
 /** Defines every script on the client once; returns the command name of `script`. */

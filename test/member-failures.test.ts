@@ -96,6 +96,7 @@ describe('retries and dead letters', () => {
     await client.xadd(stream, '*', 'something', 'else');
     await client.xadd(stream, '*', 'p', '{"seq":1}', 'h', '[1,2]');
     await client.xadd(stream, '*', 'p', Buffer.from([0xff, 0xfe, 0x00]));
+    await client.xadd(stream, '*', 'blob', Buffer.alloc(4 * 1024 * 1024, 0xab)); // huge, binary, foreign
     await client.xadd(stream, '*', 'p', '{"seq":7}');
     await settledShard(streamPrefix, 0);
     expect(handled).toEqual([7]);
@@ -105,6 +106,7 @@ describe('retries and dead letters', () => {
       ['0', 'the entry has no "p" field'],
       ['0', 'the headers cannot be decoded'],
       ['0', 'the payload cannot be decoded by codec "json"'],
+      ['0', 'the entry has no "p" field'],
     ]);
   });
 });
@@ -208,6 +210,34 @@ describe('late reads by another consumer', () => {
     expect(recorder.runs.slice(1, 4).map((r) => r.deliveryCount)).toEqual([2, 2, 2]);
     expect(errors.some((e) => /3 entries before .* were delivered elsewhere \(a late read\)/.test(e))).toBe(true);
     await settledShard(streamPrefix, 0);
+  });
+
+  it('entries a sweep already took over are not taken again when a later batch is checked', async () => {
+    const streamPrefix = uniqueName('swept');
+    const recorder = new HandlerRecorder();
+    const owner = aMember({
+      streamPrefix,
+      memberId: 'owner',
+      shardCount: 1,
+      sweepIntervalMs: 20,
+      handler: recorder.handler('owner', () => new Promise((resolve) => setTimeout(resolve, 100))),
+    });
+    await owner.start();
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.send({ key: 'k', payload: { seq: 1 } });
+    await pollUntil('the owner reading', async () => recorder.runs.length === 1);
+    const stream = new KeyBuilder().shardStream(streamPrefix, 0);
+    const late = redis.client().multi();
+    for (const seq of [2, 3, 4]) late.xadd(stream, '*', 'p', JSON.stringify({ seq }), 'k', 'k');
+    late.xreadgroup('GROUP', 'group', 'zombie', 'COUNT', 10, 'STREAMS', stream, '>');
+    await late.exec();
+    // The sweep takes 2, 3, 4 over; while they are still queued here, newer entries arrive.
+    await pollUntil('the sweep to take them over', async () => owner.stats().bufferedEntries + owner.stats().activeHandlers >= 2);
+    await producer.sendBatch([5, 6].map((seq) => ({ key: 'k', payload: { seq } })));
+    await pollUntil('all six handled', async () => recorder.distinctEntries() === 6);
+    await settledShard(streamPrefix, 0);
+    expect(recorder.duplicates()).toEqual([]);
+    expect(recorder.runs.map((r) => r.seq)).toEqual([1, 2, 3, 4, 5, 6]);
   });
 });
 

@@ -109,5 +109,28 @@ describe('CoordinatedMember', () => {
     expect(description.members.map((m) => m.currentAssignment.length)).toEqual([2, 2, 2]);
     expect(late.ownedShards()).toHaveLength(2);
   });
-});
 
+  it('stop() starts no handler once stopping: the in-flight ones finish and are acknowledged, the rest stay pending, nothing runs twice', async () => {
+    const streamPrefix = uniqueName('stop');
+    let stopping = false;
+    const startedWhileStopping: number[] = [];
+    const recorder = new HandlerRecorder();
+    const slowly = recorder.handler('first', async (message) => {
+      if (stopping) startedWhileStopping.push(message.payload.seq);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    });
+    const first = aMember({ streamPrefix, memberId: 'first', shardCount: 2, runtimeMaxConcurrency: 2, handler: slowly });
+    await first.start();
+    await produce(streamPrefix, keyedMessages(4, 25));
+    await pollUntil('handlers running', async () => first.stats().activeHandlers > 0);
+    stopping = true;
+    await first.stop();
+    expect(startedWhileStopping).toEqual([]);
+
+    const heir = aMember({ streamPrefix, memberId: 'heir', handler: recorder.handler('heir') });
+    await heir.start();
+    await pollUntil('all 100 handled', async () => recorder.distinctEntries() === 100);
+    expect(recorder.duplicates()).toEqual([]);
+    expect(recorder.orderViolations()).toEqual([]);
+  });
+});

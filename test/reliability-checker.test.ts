@@ -53,5 +53,8 @@ describe('reliability checker', () => {
     expect(elsewhere.unexplainedDuplicates).toHaveLength(1);
     const tooLate = check(produced.slice(0, 1), lines, [{ kind: 'redis-restart', at: 6000 }], new Set());
     expect(tooLate.unexplainedDuplicates).toHaveLength(1);
+    // A graceful stop finishes and acknowledges what it started: it explains no duplicate.
+    const graceful = check(produced.slice(0, 1), lines, [{ kind: 'graceful', target: 'p0', at: 12 }], new Set());
+    expect(graceful.unexplainedDuplicates).toHaveLength(1);
   });
 });

@@ -18,7 +18,7 @@ describe('reliability harness (short tier)', () => {
       const report = await harness.finish();
       const summary = `seed ${seed} (replay: RSC_CHAOS_SEED=${seed} npx vitest run test/reliability.test.ts)\n${formatReport(report)}`;
       console.info(summary);
-      expect(report.faults.map((f) => f.kind).sort(), summary).toEqual([...FAULT_KINDS, ...FAULT_KINDS].sort());
+      for (const kind of FAULT_KINDS) expect(report.faults.filter((f) => f.kind === kind).length, `${kind}\n${summary}`).toBeGreaterThanOrEqual(2);
       expect(report.produced, summary).toBeGreaterThan(1000);
       expect(report.lost, summary).toEqual([]);
       expect(report.orderViolations, summary).toEqual([]);

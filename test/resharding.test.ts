@@ -98,7 +98,7 @@ describe('resizeShards', () => {
     const admin = new CoordinatorAdmin(redis.client());
     const recorder = new HandlerRecorder();
     await startMembers(streamPrefix, recorder, ['a', 'b', 'c'], 4);
-    await settledAt(admin, streamPrefix, 4);
+    const four = await settledAt(admin, streamPrefix, 4);
     const load = keyedLoad(streamPrefix);
     await load.backlog();
 
@@ -111,6 +111,8 @@ describe('resizeShards', () => {
     expect(status.cutover).toMatchObject({ from: 4, to: 6, ordered: true, wait: [0, 1, 2, 3], waitUntil: 'until', held: [] });
     const six = await settledAt(admin, streamPrefix, 6);
     expect(six.group.metadataVersion).toBe(grown.metadataVersion + 1); // the cutover's completion
+    // Sticky: growing moved no existing shard, only handed out the new ones.
+    expect(six.shards.slice(0, 4).map((s) => s.owner)).toEqual(four.shards.map((s) => s.owner));
 
     await admin.resizeShards(streamPrefix, 12, quick);
     await settledAt(admin, streamPrefix, 12);

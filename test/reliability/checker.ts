@@ -67,6 +67,12 @@ export interface CheckReport {
   faults: Fault[];
 }
 
+/**
+ * Faults that may legitimately cause a redelivery (at-least-once). A graceful stop or a join must
+ * not: the leaving member finishes and acknowledges what it started before it gives shards up.
+ */
+const REDELIVERING = new Set<FaultKind>(['kill', 'pause', 'partition', 'reset', 'redis-restart']);
+
 /** How long before a first run a fault can still explain its redelivery (the run may have started just before it hit). */
 const EXPLAIN_BEFORE_MS = 1000;
 
@@ -119,7 +125,11 @@ export function check(produced: Produced[], lines: RecordLine[], faults: Fault[]
   // One reader per shard: no run by another member may start while an acknowledged run is in flight.
   const overlaps: string[] = [];
   const byShard = new Map<number, Run[]>();
-  for (const run of runs) byShard.set(run.shard, [...(byShard.get(run.shard) ?? []), run]);
+  for (const run of runs) {
+    const list = byShard.get(run.shard);
+    if (list) list.push(run);
+    else byShard.set(run.shard, [run]);
+  }
   for (const [shard, list] of byShard) {
     list.sort((a, b) => a.start - b.start);
     for (let i = 0; i < list.length; i++) {
@@ -145,9 +155,10 @@ export function check(produced: Produced[], lines: RecordLine[], faults: Fault[]
     duplicates += 1;
     const explained = faults.some(
       (f) =>
+        REDELIVERING.has(f.kind) &&
         f.at >= first.start - EXPLAIN_BEFORE_MS &&
         f.at <= run.start &&
-        (f.kind === 'redis-restart' || f.kind === 'reset' || f.target === first.member || f.target === run.member),
+        (f.kind === 'redis-restart' || f.target === first.member || f.target === run.member),
     );
     if (!explained) unexplainedDuplicates.push(`${entry}: ${first.member} at ${first.start.toFixed(0)}, again by ${run.member} at ${run.start.toFixed(0)}`);
   }

@@ -222,8 +222,12 @@ export class ChaosHarness {
       }
       case 'join': {
         fault.target = await this.spawnMember();
-        // Keep the group's size bounded: the oldest member leaves gracefully.
-        if (this.members.size > this.settings.members + 1) await this.removeMember([...this.members.keys()][0], 'SIGTERM');
+        // Keep the group's size bounded: the oldest member leaves gracefully (recorded as such).
+        if (this.members.size > this.settings.members + 1) {
+          const oldest = [...this.members.keys()][0];
+          this.faults.push({ kind: 'graceful', target: oldest, at: performance.timeOrigin + performance.now() });
+          await this.removeMember(oldest, 'SIGTERM');
+        }
         break;
       }
       case 'pause': {

@@ -10,8 +10,10 @@ function percentile(values: number[], p: number): number {
 export function faultTable(report: CheckReport): { kind: FaultKind; count: number; p50: number; p99: number; max: number }[] {
   const kinds = [...new Set(report.faults.map((f) => f.kind))].sort();
   return kinds.map((kind) => {
-    const times = report.faults.filter((f) => f.kind === kind).map((f) => f.recoveryMs ?? Number.NaN);
-    return { kind, count: times.length, p50: percentile(times, 50), p99: percentile(times, 99), max: Math.max(...times) };
+    const count = report.faults.filter((f) => f.kind === kind).length;
+    // A graceful stop that makes room for a join has no recovery of its own (the join's covers it).
+    const times = report.faults.filter((f) => f.kind === kind && f.recoveryMs !== undefined).map((f) => f.recoveryMs!);
+    return { kind, count, p50: percentile(times, 50), p99: percentile(times, 99), max: times.length ? Math.max(...times) : Number.NaN };
   });
 }
 

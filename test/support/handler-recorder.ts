@@ -78,7 +78,11 @@ export class HandlerRecorder {
   /** Pairs of runs on one shard that overlapped in time. */
   overlaps(): string[] {
     const byShard = new Map<number, HandlerRun[]>();
-    for (const run of this.runs) byShard.set(run.shardIndex, [...(byShard.get(run.shardIndex) ?? []), run]);
+    for (const run of this.runs) {
+      const list = byShard.get(run.shardIndex);
+      if (list) list.push(run);
+      else byShard.set(run.shardIndex, [run]);
+    }
     const found: string[] = [];
     for (const [shard, runs] of byShard) {
       runs.sort((a, b) => a.start - b.start);

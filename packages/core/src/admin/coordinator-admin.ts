@@ -7,7 +7,7 @@ import { type CoordinatorOptions, type ResolvedCoordinatorOptions, resolveCoordi
 import { KeyBuilder } from '../redis/keys';
 import { pairs, parseShardCsv } from '../redis/responses';
 import { type RedisClient, runScript } from '../redis/scripts';
-import { type Cutover, type CutoverProgress, cutoverProgress, parseCutover } from './cutover';
+import { type Cutover, type CutoverProgress, cutoverProgress, readCutover } from './cutover';
 import { groupReadableShards, toGroupDescription, type ShardStats } from './group-description';
 
 export const MAX_SHARD_COUNT = 65_536;
@@ -117,7 +117,7 @@ export class CoordinatorAdmin {
     const groups = (await this.redis.smembers(this.keys.streamGroups(streamPrefix))).sort();
     return Promise.all(
       groups.map(async (consumerGroup): Promise<GroupCutoverStatus> => {
-        const cutover = parseCutover(await this.redis.hget(this.keys.groupKeys(streamPrefix, consumerGroup)[2], 'cutover'));
+        const cutover = await readCutover(this.redis, this.keys, streamPrefix, consumerGroup);
         if (!cutover) return { consumerGroup, cutover };
         return { consumerGroup, cutover, ...(await cutoverProgress(this.redis, this.keys, streamPrefix, consumerGroup, cutover)) };
       }),

@@ -193,12 +193,14 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
   /** Stops reading, waits (bounded) for in-flight handlers, flushes acknowledgements. */
   async stop(timeoutMs: number): Promise<void> {
     this.running = false;
+    const inFlight = [...this.shards.values()].map((s) => s.inFlight).filter((p): p is Promise<void> => p !== null);
+    // Released first, so that no handler starts while the in-flight ones finish: an entry started
+    // now would still be running when the member leaves, and its next owner would run it again.
+    for (const state of [...this.shards.values()]) this.release(state);
     this.interruptRead();
     this.wakeup.notify();
-    const inFlight = [...this.shards.values()].map((s) => s.inFlight).filter((p): p is Promise<void> => p !== null);
     await Promise.race([Promise.all(inFlight), sleep(timeoutMs)]);
     await this.loop?.catch(() => undefined);
-    for (const state of this.shards.values()) this.release(state);
     await this.flushAcks();
   }
 
@@ -353,6 +355,7 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
       }
       const skipped = page.entries.filter((e) => compareStreamIds(e.id, before) < 0);
       this.enqueue(state.index, await this.withDeliveryCounts(state.index, skipped));
+      this.advanceCursor(state, skipped);
       recovered += skipped.length;
       if (skipped.length < page.entries.length || page.cursor === '0-0') break;
       start = page.cursor;
@@ -375,8 +378,18 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
         this.emit('error', new ShardError(`shard ${state.index}: lost (fencing token changed)`, state.index));
       } else {
         this.enqueue(state.index, await this.withDeliveryCounts(state.index, page.entries));
+        this.advanceCursor(state, page.entries);
       }
     }
+  }
+
+  /**
+   * Entries taken over from other consumers are accounted for: a later check must not take them
+   * again (they may be queued or in flight here, pending under this member's name).
+   */
+  private advanceCursor(state: ShardState, entries: RawEntry[]): void {
+    const last = entries[entries.length - 1]?.id;
+    if (last !== undefined && compareStreamIds(last, state.readCursor) > 0) state.readCursor = last;
   }
 
   private async withDeliveryCounts(shardIndex: number, entries: RawEntry[]): Promise<QueuedEntry[]> {

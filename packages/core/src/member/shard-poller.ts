@@ -251,6 +251,9 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
           continue;
         }
         const count = Math.max(1, Math.min(this.options.batchSize, Math.floor(budget / readable.length)));
+        // The states the read is for: if a shard is released and granted again while the read is
+        // out, its entries belong to the old grant (pending here, the new grant takes them over).
+        const readFor = new Map(readable.map((s) => [s, this.shards.get(s)!]));
         const done = this.client.readNew(this.reader, readable, count, this.options.blockMs);
         this.currentRead = { shards: new Set(readable), done };
         let result: Map<number, RawEntry[]>;
@@ -259,13 +262,15 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
         } finally {
           this.currentRead = undefined;
         }
-        await this.takeOverSkipped(result);
-        for (const [shardIndex, entries] of result) {
-          // Entries of a shard released meanwhile stay pending: its next owner takes them over.
-          const state = this.shards.get(shardIndex);
-          if (!state || state.phase === 'released' || entries.length === 0) continue;
+        const batches = [...result]
+          .map(([shardIndex, entries]) => ({ state: readFor.get(shardIndex)!, entries }))
+          // Entries of a shard released meanwhile stay pending: its next owner (or grant) takes them over.
+          .filter(({ state, entries }) => entries.length > 0 && this.isCurrent(state));
+        await this.takeOverSkipped(batches);
+        for (const { state, entries } of batches) {
+          if (!this.isCurrent(state)) continue;
           state.readCursor = entries[entries.length - 1].id;
-          this.enqueue(shardIndex, entries.map((entry) => ({ entry, deliveries: 1 })));
+          this.enqueue(state, entries.map((entry) => ({ entry, deliveries: 1 })));
         }
         this.dispatch();
       } catch (error) {
@@ -276,10 +281,15 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     }
   }
 
-  private enqueue(shardIndex: number, entries: QueuedEntry[]): void {
-    const state = this.shards.get(shardIndex);
-    if (!state || state.phase === 'released' || entries.length === 0) return;
-    const hold = this.holds.get(shardIndex);
+  /** Whether `state` is still this member's grant of its shard (not released, not replaced by a new grant). */
+  private isCurrent(state: ShardState): boolean {
+    return state.phase !== 'released' && this.shards.get(state.index) === state;
+  }
+
+  /** Queues entries for the grant they were read or claimed under; dropped if that grant has ended. */
+  private enqueue(state: ShardState, entries: QueuedEntry[]): void {
+    if (!this.isCurrent(state) || entries.length === 0) return;
+    const hold = this.holds.get(state.index);
     if (hold !== undefined) {
       // Entries come in id order: everything from the first one at the hold point on waits.
       const first = entries.findIndex((q) => compareStreamIds(q.entry.id, hold) >= 0);
@@ -318,7 +328,7 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
           this.emit('error', new ShardError(`shard ${state.index}: lost while taking over its pending entries`, state.index));
           break;
         }
-        this.enqueue(state.index, await this.withDeliveryCounts(state.index, page.entries));
+        this.enqueue(state, await this.withDeliveryCounts(state.index, page.entries));
         state.takeoverCursor = page.cursor;
         if (page.cursor === '0-0') state.phase = 'reading';
       }
@@ -332,14 +342,14 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
    * healed), or to this member in a reply that never arrived. They are taken over first, in ID
    * order, so the shard's order holds. One script call per read, for the shards that returned entries.
    */
-  private async takeOverSkipped(result: Map<number, RawEntry[]>): Promise<void> {
-    const shards = [...result.keys()].filter((s) => (result.get(s)?.length ?? 0) > 0 && this.shards.get(s)?.phase === 'reading');
-    if (shards.length === 0) return;
-    const firsts = await this.client.firstAfter(shards, shards.map((s) => this.shards.get(s)!.readCursor));
-    for (const [i, shard] of shards.entries()) {
-      const state = this.shards.get(shard);
-      const batchStart = result.get(shard)![0].id;
-      if (state && state.phase !== 'released' && firsts[i] !== '' && firsts[i] !== batchStart) await this.recoverSkipped(state, batchStart);
+  private async takeOverSkipped(batches: { state: ShardState; entries: RawEntry[] }[]): Promise<void> {
+    if (batches.length === 0) return;
+    const firsts = await this.client.firstAfter(
+      batches.map((b) => b.state.index),
+      batches.map((b) => b.state.readCursor),
+    );
+    for (const [i, { state, entries }] of batches.entries()) {
+      if (this.isCurrent(state) && firsts[i] !== '' && firsts[i] !== entries[0].id) await this.recoverSkipped(state, entries[0].id);
     }
   }
 
@@ -354,7 +364,7 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
         return;
       }
       const skipped = page.entries.filter((e) => compareStreamIds(e.id, before) < 0);
-      this.enqueue(state.index, await this.withDeliveryCounts(state.index, skipped));
+      this.enqueue(state, await this.withDeliveryCounts(state.index, skipped));
       this.advanceCursor(state, skipped);
       recovered += skipped.length;
       if (skipped.length < page.entries.length || page.cursor === '0-0') break;
@@ -377,7 +387,7 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
         this.release(state);
         this.emit('error', new ShardError(`shard ${state.index}: lost (fencing token changed)`, state.index));
       } else {
-        this.enqueue(state.index, await this.withDeliveryCounts(state.index, page.entries));
+        this.enqueue(state, await this.withDeliveryCounts(state.index, page.entries));
         this.advanceCursor(state, page.entries);
       }
     }

@@ -138,6 +138,45 @@ describe('bad days', () => {
     expect(recorder.orderViolations()).toEqual([]);
   });
 
+  it('an acknowledgement that fails (NOPERM while an ACL denies scripts) is retried: the finished entry does not stay pending', async () => {
+    const streamPrefix = uniqueName('ack-retry');
+    const admin = redis.client();
+    const user = uniqueName('acker');
+    await admin.acl('SETUSER', user, 'on', '>secret', '~*', '&*', '+@all');
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let started = 0;
+    const member = aMember(
+      {
+        streamPrefix,
+        shardCount: 1,
+        sessionTimeoutMs: 10_000,
+        handler: async () => {
+          started += 1;
+          await gate;
+        },
+      },
+      redis.client({ username: user, password: 'secret' }),
+    );
+    const errors: string[] = [];
+    member.on('error', (error) => errors.push(error.message));
+    await member.start();
+    await new StreamProducer(redis.client(), { streamPrefix }).send({ key: 'k', payload: { seq: 1 } });
+    await pollUntil('the handler running', async () => started === 1);
+    try {
+      await admin.acl('SETUSER', user, '-@scripting');
+      release();
+      await pollUntil('the acknowledgement failing', async () => errors.some((e) => /acknowledging 1 entries failed, retrying/.test(e)));
+    } finally {
+      await admin.acl('SETUSER', user, '+@all');
+    }
+    await pollUntil('the retried acknowledgement to land', async () => {
+      const { shards } = await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group');
+      return shards[0].pending === 0;
+    });
+    expect(started).toBe(1);
+  });
+
   it('READONLY (a replica, then promoted in a failover): the member reports it, waits, then joins and handles everything', async () => {
     const streamPrefix = uniqueName('readonly');
     const primaryAdmin = new CoordinatorAdmin(redis.client());

@@ -1,3 +1,4 @@
+import { execSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import { expect, it } from 'vitest';
@@ -38,6 +39,17 @@ it(`soak: random faults for ${Math.round(durationMs / 1000)} s (seed ${seed})`, 
   expect(report.unexplainedDuplicates, replay).toEqual([]);
 });
 
+/** The commit the run measured (with "+ changes" when the working tree differs from it). */
+function commit(): string {
+  try {
+    const head = execSync('git rev-parse --short HEAD', { encoding: 'utf8' }).trim();
+    const dirty = execSync('git status --porcelain --untracked-files=no', { encoding: 'utf8' }).trim() !== '';
+    return dirty ? `${head} + uncommitted changes` : head;
+  } catch {
+    return 'unknown';
+  }
+}
+
 function reliabilityDoc(report: CheckReport, tookMs: number): string {
   const cpus = os.cpus();
   const row = (cells: (string | number)[]) => `| ${cells.join(' | ')} |`;
@@ -49,7 +61,7 @@ function reliabilityDoc(report: CheckReport, tookMs: number): string {
     '',
     `Run ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC on ${cpus.length} × ${cpus[0]?.model ?? 'unknown'}, Node ${process.version}:`,
     `seed ${seed}, ${Math.round(durationMs / 60_000)} min of faults (${Math.round(tookMs / 1000)} s in all with start-up and the final drain).`,
-    `Replay: \`npm run test:chaos -- --duration ${Math.round(durationMs / 1000)}s --seed ${seed}\`.`,
+    `Replay: \`npm run test:chaos -- --duration ${Math.round(durationMs / 1000)}s --seed ${seed}\`. Code: commit ${commit()}.`,
     '',
     'Three member processes (4 workers each, session timeout 1 s) read 8 shards of a private',
     '`redis-server` with AOF and `appendfsync always`, each through its own loopback TCP proxy; this',
@@ -78,7 +90,7 @@ function reliabilityDoc(report: CheckReport, tookMs: number): string {
     '- **lost**: acknowledged to the producer, never handled to the end by any member (must be 0).',
     '- **order violations**: a key\'s sequence number handled for the first time after a higher one (must be 0; redeliveries do not count).',
     '- **overlaps**: two members handling entries of one shard at the same time where the earlier one\'s acknowledgement was accepted (must be 0; a zombie\'s refused acknowledgement is the allowed case).',
-    '- **duplicates**: entries handled more than once; each must follow a fault that hit the member that ran it first (or a Redis restart or reset) — at-least-once, explained.',
+    '- **duplicates**: entries handled more than once (at-least-once); each must be explained by a kill, pause, partition or reset of the member that ran it first (or ran it again), or a Redis restart, between 1 s before the first run and the second. Graceful stops and joins explain none.',
     '',
   ].join('\n');
 }

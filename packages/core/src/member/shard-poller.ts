@@ -7,6 +7,9 @@ import { sleep, Wakeup } from './abortable-sleep';
 import { type ResolvedMemberOptions, retryDelayMs } from './member-options';
 
 type Phase = 'claiming' | 'takeover' | 'reading' | 'released';
+
+/** Tries of one acknowledgement batch when Redis cannot be reached (about 10 s of backoff in all). */
+const ACK_ATTEMPTS = 8;
 type DecodedPayload = Extract<DecodedEntry, { ok: true }>;
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {
@@ -546,18 +549,27 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     this.ackFlush = undefined;
     const batches = [...this.acks];
     this.acks.clear();
-    await Promise.all(
-      batches.map(async ([shardIndex, { grantEpoch, ids }]) => {
-        try {
-          const acked = await this.client.ack(shardIndex, grantEpoch, ids);
-          this.emit('acknowledged', { shardIndex, grantEpoch, ids, accepted: acked !== -1 });
-          if (acked === -1) {
-            this.emit('error', new ShardError(`shard ${shardIndex}: ${ids.length} acknowledgement(s) refused, the shard has a new owner; it will process them again`, shardIndex));
-          }
-        } catch (error) {
-          this.emit('error', new ShardError(`shard ${shardIndex}: acknowledging ${ids.length} entries failed`, shardIndex, error));
-        }
-      }),
-    );
+    await Promise.all(batches.map(([shardIndex, { grantEpoch, ids }]) => this.sendAcks(shardIndex, grantEpoch, ids)));
+  }
+
+  /**
+   * One fenced acknowledgement batch. A failure to reach Redis is retried with backoff while the
+   * poller runs (a restart or a reset must not leave finished entries pending here for good); after
+   * the last attempt they stay pending and the shard's next owner processes them again.
+   */
+  private async sendAcks(shardIndex: number, grantEpoch: number, ids: string[], attempt = 1): Promise<void> {
+    try {
+      const acked = await this.client.ack(shardIndex, grantEpoch, ids);
+      this.emit('acknowledged', { shardIndex, grantEpoch, ids, accepted: acked !== -1 });
+      if (acked === -1) {
+        this.emit('error', new ShardError(`shard ${shardIndex}: ${ids.length} acknowledgement(s) refused, the shard has a new owner; it will process them again`, shardIndex));
+      }
+    } catch (error) {
+      const retry = this.running && attempt < ACK_ATTEMPTS;
+      this.emit('error', new ShardError(`shard ${shardIndex}: acknowledging ${ids.length} entries failed${retry ? ', retrying' : '; they stay pending'}`, shardIndex, error));
+      if (!retry) return;
+      await sleep(retryDelayMs(attempt, 50, 2000));
+      return this.sendAcks(shardIndex, grantEpoch, ids, attempt + 1);
+    }
   }
 }

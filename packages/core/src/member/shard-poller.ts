@@ -2,7 +2,7 @@ import { EventEmitter } from 'node:events';
 import type { Redis } from 'ioredis';
 import { type DecodedEntry, decodeEntry, type StreamMessage } from '../protocol/entry-format';
 import { compareStreamIds, nextStreamId } from '../protocol/stream-ids';
-import type { RawEntry, ShardClient } from '../redis/shard-client';
+import type { RawEntry, ReadResult, ShardClient } from '../redis/shard-client';
 import { sleep, Wakeup } from './abortable-sleep';
 import { type ResolvedMemberOptions, retryDelayMs } from './member-options';
 
@@ -257,20 +257,21 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
         // The states the read is for: if a shard is released and granted again while the read is
         // out, its entries belong to the old grant (pending here, the new grant takes them over).
         const readFor = new Map(readable.map((s) => [s, this.shards.get(s)!]));
-        const done = this.client.readNew(this.reader, readable, count, this.options.blockMs);
+        const cursors = readable.map((s) => readFor.get(s)!.readCursor);
+        const done = this.client.readNew(this.reader, readable, cursors, count, this.options.blockMs);
         this.currentRead = { shards: new Set(readable), done };
-        let result: Map<number, RawEntry[]>;
+        let result: ReadResult;
         try {
           result = await done;
         } finally {
           this.currentRead = undefined;
         }
-        const batches = [...result]
-          .map(([shardIndex, entries]) => ({ state: readFor.get(shardIndex)!, entries }))
+        for (const [shardIndex, entries] of result.entries) {
           // Entries of a shard released meanwhile stay pending: its next owner (or grant) takes them over.
-          .filter(({ state, entries }) => entries.length > 0 && this.isCurrent(state));
-        await this.takeOverSkipped(batches);
-        for (const { state, entries } of batches) {
+          const state = readFor.get(shardIndex)!;
+          if (entries.length === 0 || !this.isCurrent(state)) continue;
+          const first = result.firstAfter.get(shardIndex) ?? '';
+          if (first !== '' && first !== entries[0].id) await this.recoverSkipped(state, entries[0].id);
           if (!this.isCurrent(state)) continue;
           state.readCursor = entries[entries.length - 1].id;
           this.enqueue(state, entries.map((entry) => ({ entry, deliveries: 1 })));
@@ -339,23 +340,12 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
   }
 
   /**
-   * Before a batch is queued: does each shard's batch start at the first entry after what this
-   * member had accounted for? If not, the ones in between were delivered to another consumer after
-   * this member took the shard (a zombie's read that reached Redis late, e.g. after a partition
-   * healed), or to this member in a reply that never arrived. They are taken over first, in ID
-   * order, so the shard's order holds. One script call per read, for the shards that returned entries.
+   * A read returned entries of a shard, but not the first entry after what this member had accounted
+   * for (`readNew`'s check): the ones in between were delivered to another consumer after this
+   * member took the shard (a zombie's read that reached Redis late, e.g. after a partition healed),
+   * or to this member in a reply that never arrived. They are taken over now, in ID order, and queued
+   * before the batch, so the shard's order holds.
    */
-  private async takeOverSkipped(batches: { state: ShardState; entries: RawEntry[] }[]): Promise<void> {
-    if (batches.length === 0) return;
-    const firsts = await this.client.firstAfter(
-      batches.map((b) => b.state.index),
-      batches.map((b) => b.state.readCursor),
-    );
-    for (const [i, { state, entries }] of batches.entries()) {
-      if (this.isCurrent(state) && firsts[i] !== '' && firsts[i] !== entries[0].id) await this.recoverSkipped(state, entries[0].id);
-    }
-  }
-
   private async recoverSkipped(state: ShardState, before: string): Promise<void> {
     let start = nextStreamId(state.readCursor);
     let recovered = 0;

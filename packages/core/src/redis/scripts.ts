@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import type { Cluster, Redis } from 'ioredis';
+import type { ChainableCommander, Cluster, Redis } from 'ioredis';
 
 /** Either client: they share one command surface, so everything here works on both. */
 export type RedisClient = Redis | Cluster;
@@ -66,6 +66,21 @@ const defined = new WeakSet<object>();
 export function runScript(client: RedisClient, script: ScriptName, keys: string[], args: (string | number)[]): Promise<unknown> {
   const command = (client as unknown as Record<string, (...a: (string | number)[]) => Promise<unknown>>)[defineScripts(client, script)];
   return command.call(client, ...scriptArguments(script, keys, args));
+}
+
+/**
+ * Adds a script call to a pipeline. The scripts must be defined on the pipeline's client before the
+ * pipeline is made (`ensureScripts`): a pipeline only has the commands its client had then.
+ */
+export function pipelineScript(pipeline: ChainableCommander, script: ScriptName, keys: string[], args: (string | number)[]): void {
+  const command = (pipeline as unknown as Record<string, ((...a: (string | number)[]) => unknown) | undefined>)[commandName(script)];
+  if (!command) throw new Error(`script ${script} is not defined on the pipeline's client: call ensureScripts(client) first`);
+  command.call(pipeline, ...scriptArguments(script, keys, args));
+}
+
+/** Defines the scripts on a client, once. */
+export function ensureScripts(client: RedisClient): void {
+  defineScripts(client, 'heartbeat');
 }
 
 function scriptArguments(script: ScriptName, keys: string[], args: (string | number)[]): (string | number)[] {

@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { KeyBuilder } from './keys';
-import { type RedisClient, runScript } from './scripts';
+import { ensureScripts, pipelineScript, type RedisClient, runScript } from './scripts';
 
 /** A raw stream entry: id and flat field list. */
 export interface RawEntry {
@@ -9,6 +9,13 @@ export interface RawEntry {
 }
 
 export type ClaimResult = { fenced: true } | { fenced: false; cursor: string; entries: RawEntry[] };
+
+/** What one blocking read returned per shard, and each shard's first entry after its cursor. */
+export interface ReadResult {
+  entries: Map<number, RawEntry[]>;
+  /** shardIndex -> id of the first entry after the cursor passed in ('' when none). */
+  firstAfter: Map<number, string>;
+}
 
 
 export function fenceToken(grantEpoch: number, memberId: string): string {
@@ -80,41 +87,27 @@ export class ShardClient {
   }
 
   /**
-   * Blocking XREADGROUP of new entries ('>') of several shards, on a connection of its own.
-   * Returns shardIndex -> entries; empty after the block timed out or was cut short (CLIENT UNBLOCK).
+   * Blocking XREADGROUP of new entries ('>') of several shards, on a connection of its own, with
+   * `firstAfter-n.lua` in the same pipeline: it runs the moment the read returns, at no extra round
+   * trip, and tells for each shard which entry follows `cursors[i]`. When a batch does not start
+   * there, the entries in between went to another consumer of the group (a zombie's read that
+   * reached Redis late) or to this member in a reply it never got. Entries are empty after the
+   * block timed out or was cut short (CLIENT UNBLOCK).
    */
-  async readNew(reader: Redis, shards: number[], countPerShard: number, blockMs: number): Promise<Map<number, RawEntry[]>> {
+  async readNew(reader: Redis, shards: number[], cursors: string[], countPerShard: number, blockMs: number): Promise<ReadResult> {
     const streams = shards.map((s) => this.keys.shardStream(this.streamPrefix, s));
-    const reply = (await reader.xreadgroup(
-      'GROUP',
-      this.consumerGroup,
-      this.memberId,
-      'COUNT',
-      countPerShard,
-      'BLOCK',
-      blockMs,
-      'STREAMS',
-      ...streams,
-      ...shards.map(() => '>'),
-    )) as [string, [string, string[]][]][] | null;
-    const out = new Map<number, RawEntry[]>();
-    if (!reply) return out;
-    for (const [stream, entries] of reply) {
-      const shardIndex = shards[streams.indexOf(String(stream))];
-      out.set(shardIndex, toEntries(entries));
+    ensureScripts(reader);
+    const pipeline = reader.pipeline();
+    pipeline.xreadgroup('GROUP', this.consumerGroup, this.memberId, 'COUNT', countPerShard, 'BLOCK', blockMs, 'STREAMS', ...streams, ...shards.map(() => '>'));
+    pipelineScript(pipeline, 'firstAfter', streams, cursors);
+    const [[readError, reply], [checkError, firsts]] = (await pipeline.exec()) as [[Error | null, unknown], [Error | null, unknown]];
+    if (readError) throw readError;
+    if (checkError) throw checkError;
+    const entries = new Map<number, RawEntry[]>();
+    for (const [stream, list] of (reply as [string, [string, string[]][]][] | null) ?? []) {
+      entries.set(shards[streams.indexOf(String(stream))], toEntries(list));
     }
-    return out;
-  }
-
-  /**
-   * For each shard, the id of the first entry after `cursors[i]` ('' when none): when a batch this
-   * member read does not start there, the entries in between went to another consumer of the group
-   * (a zombie's read that reached Redis late) or to this member in a reply it never got. One
-   * read-only script call however many shards (they share one Redis, as the blocking read does).
-   */
-  async firstAfter(shards: number[], cursors: string[]): Promise<string[]> {
-    const streams = shards.map((s) => this.keys.shardStream(this.streamPrefix, s));
-    return ((await runScript(this.redis, 'firstAfter', streams, cursors)) as unknown[]).map((id) => String(id ?? ''));
+    return { entries, firstAfter: new Map(shards.map((shard, i) => [shard, String((firsts as unknown[])[i] ?? '')])) };
   }
 
   /** Appends a dead letter: the entry, why it failed, and how often it was tried. */

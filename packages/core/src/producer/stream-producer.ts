@@ -16,7 +16,7 @@ export interface StreamProducerOptions {
   /** Approximate cap per shard stream (`XADD MAXLEN ~`). Default: no trimming. */
   maxLenApprox?: number;
   /**
-   * How often the producer checks the stream's metadataVersion, so that it follows `resizeShards`
+   * How often the producer re-reads the stream's shard metadata, so that it follows `resizeShards`
    * without a restart. Keep it below the resizes' `graceMs`. Default 500 ms.
    */
   metadataRefreshMs?: number;
@@ -25,7 +25,6 @@ export interface StreamProducerOptions {
 /** How the producer routes now: the shard count, and the switch time of a resize not yet in effect. */
 interface Routing {
   shardCount: number;
-  metadataVersion: number;
   previousShardCount: number;
   /** Local clock time (ms) from which `shardCount` applies; before it, `previousShardCount`. */
   switchAtLocal: number;
@@ -136,12 +135,12 @@ export class StreamProducer {
       try {
         const [meta, time] = (await this.redis
           .pipeline()
-          .hmget(this.keys.streamMeta(this.options.streamPrefix), 'shardCount', 'metadataVersion', 'previousShardCount', 'switchAt')
+          .hmget(this.keys.streamMeta(this.options.streamPrefix), 'shardCount', 'previousShardCount', 'switchAt')
           .time()
           .exec()) as [[Error | null, (string | null)[]], [Error | null, [string, string]]];
         if (meta[0]) throw meta[0];
         if (time[0]) throw time[0];
-        const [shardCount, metadataVersion, previousShardCount, switchAt] = meta[1];
+        const [shardCount, previousShardCount, switchAt] = meta[1];
         if (shardCount === null) {
           throw new GroupNotFoundError(`stream "${this.options.streamPrefix}" has no metadata: create it with CoordinatorAdmin.createStream`);
         }
@@ -149,7 +148,6 @@ export class StreamProducer {
         const redisNow = Number(time[1][0]) * 1000 + Math.floor(Number(time[1][1]) / 1000);
         this.routing = {
           shardCount: Number(shardCount),
-          metadataVersion: Number(metadataVersion),
           previousShardCount: Number(previousShardCount ?? shardCount),
           // Redis time decides when a resize applies; translated to this clock once per check.
           switchAtLocal: switchAt === null ? 0 : Number(switchAt) - redisNow + localNow,

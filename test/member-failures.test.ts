@@ -185,24 +185,36 @@ describe('a zombie', () => {
 });
 
 describe('late reads by another consumer', () => {
-  it('entries a zombie read after the shard moved are handled before the newer ones the owner reads next', async () => {
-    const streamPrefix = uniqueName('late-read');
+  /** An owner of a one-shard stream that has handled seq 1 (and so is in its next blocking read). */
+  async function anOwner(label: string, sweepIntervalMs: number, work?: () => Promise<unknown>) {
+    const streamPrefix = uniqueName(label);
     const recorder = new HandlerRecorder();
+    const owner = aMember({ streamPrefix, memberId: 'owner', shardCount: 1, sweepIntervalMs, handler: recorder.handler('owner', work && (async () => void (await work()))) });
     const errors: string[] = [];
-    const owner = aMember({ streamPrefix, memberId: 'owner', shardCount: 1, sweepIntervalMs: 60_000, handler: recorder.handler('owner') });
     owner.on('error', (error) => errors.push(error.message));
     await owner.start();
     const producer = new StreamProducer(redis.client(), { streamPrefix });
     await producer.send({ key: 'k', payload: { seq: 1 } });
     await pollUntil('the owner reading', async () => recorder.runs.length === 1);
+    return { streamPrefix, recorder, owner, errors, producer };
+  }
 
-    // A read by another consumer of the group that reaches Redis late (as after a healed partition):
-    // in one transaction, so Redis serves it before the owner's blocked read.
+  /**
+   * A read by another consumer of the group that reaches Redis late (as after a healed partition):
+   * in one transaction with the entries it takes (seq 2, 3, 4), so Redis serves it before the
+   * owner's blocked read.
+   */
+  async function lateRead(streamPrefix: string) {
     const stream = new KeyBuilder().shardStream(streamPrefix, 0);
     const late = redis.client().multi();
     for (const seq of [2, 3, 4]) late.xadd(stream, '*', 'p', JSON.stringify({ seq }), 'k', 'k');
     late.xreadgroup('GROUP', 'group', 'zombie', 'COUNT', 10, 'STREAMS', stream, '>');
     await late.exec();
+  }
+
+  it('entries a zombie read after the shard moved are handled before the newer ones the owner reads next', async () => {
+    const { streamPrefix, recorder, errors, producer } = await anOwner('late-read', 60_000);
+    await lateRead(streamPrefix);
     await producer.sendBatch([5, 6].map((seq) => ({ key: 'k', payload: { seq } })));
 
     await pollUntil('all six handled', async () => recorder.distinctEntries() === 6);
@@ -213,24 +225,9 @@ describe('late reads by another consumer', () => {
   });
 
   it('entries a sweep already took over are not taken again when a later batch is checked', async () => {
-    const streamPrefix = uniqueName('swept');
-    const recorder = new HandlerRecorder();
-    const owner = aMember({
-      streamPrefix,
-      memberId: 'owner',
-      shardCount: 1,
-      sweepIntervalMs: 20,
-      handler: recorder.handler('owner', () => new Promise((resolve) => setTimeout(resolve, 100))),
-    });
-    await owner.start();
-    const producer = new StreamProducer(redis.client(), { streamPrefix });
-    await producer.send({ key: 'k', payload: { seq: 1 } });
-    await pollUntil('the owner reading', async () => recorder.runs.length === 1);
-    const stream = new KeyBuilder().shardStream(streamPrefix, 0);
-    const late = redis.client().multi();
-    for (const seq of [2, 3, 4]) late.xadd(stream, '*', 'p', JSON.stringify({ seq }), 'k', 'k');
-    late.xreadgroup('GROUP', 'group', 'zombie', 'COUNT', 10, 'STREAMS', stream, '>');
-    await late.exec();
+    const slowly = () => new Promise((resolve) => setTimeout(resolve, 100));
+    const { streamPrefix, recorder, owner, producer } = await anOwner('swept', 20, slowly);
+    await lateRead(streamPrefix);
     // The sweep takes 2, 3, 4 over; while they are still queued here, newer entries arrive.
     await pollUntil('the sweep to take them over', async () => owner.stats().bufferedEntries + owner.stats().activeHandlers >= 2);
     await producer.sendBatch([5, 6].map((seq) => ({ key: 'k', payload: { seq } })));

@@ -202,7 +202,6 @@ export class ChaosHarness {
 
   /** Injects one fault, then waits (bounded) until the group has recovered from it. */
   async inject(kind: FaultKind): Promise<Fault> {
-    const { sessionTimeoutMs } = this.settings;
     const fault: Fault = { kind, at: performance.timeOrigin + performance.now() };
     const started = performance.now();
     switch (kind) {
@@ -230,32 +229,14 @@ export class ChaosHarness {
         }
         break;
       }
-      case 'pause': {
+      case 'pause':
         // A zombie: stopped past its session, then woken up holding stale ownership.
-        const victim = this.pick();
-        fault.target = victim.memberId;
-        victim.paused = true;
-        victim.child.kill('SIGSTOP');
-        await this.waitUntilRecovered(30_000);
-        fault.recoveryMs = performance.now() - started;
-        await sleep(sessionTimeoutMs);
-        victim.child.kill('SIGCONT');
-        victim.paused = false;
+        await this.isolate(fault, started, (m) => m.child.kill('SIGSTOP'), (m) => m.child.kill('SIGCONT'));
         break;
-      }
-      case 'partition': {
+      case 'partition':
         // One member cut off from Redis (nothing delivered either way) past its session, then healed.
-        const victim = this.pick();
-        fault.target = victim.memberId;
-        victim.proxy.freeze();
-        victim.paused = true;
-        await this.waitUntilRecovered(30_000);
-        fault.recoveryMs = performance.now() - started;
-        await sleep(sessionTimeoutMs);
-        victim.proxy.thaw();
-        victim.paused = false;
+        await this.isolate(fault, started, (m) => m.proxy.freeze(), (m) => m.proxy.thaw());
         break;
-      }
       case 'reset': {
         // Every connection of one member reset at once.
         const victim = this.pick();
@@ -273,6 +254,22 @@ export class ChaosHarness {
     this.faults.push(fault);
     this.progress(`${kind}${fault.target ? ` ${fault.target}` : ''}: recovered in ${Math.round(fault.recoveryMs)} ms`);
     return fault;
+  }
+
+  /**
+   * Cuts one member off (`cut`), waits until the others own its shards (the fault's recovery), one
+   * session more, then lets it back (`heal`): it returns holding ownership that has moved on.
+   */
+  private async isolate(fault: Fault, started: number, cut: (m: MemberProcess) => void, heal: (m: MemberProcess) => void): Promise<void> {
+    const victim = this.pick();
+    fault.target = victim.memberId;
+    victim.paused = true;
+    cut(victim);
+    await this.waitUntilRecovered(30_000);
+    fault.recoveryMs = performance.now() - started;
+    await sleep(this.settings.sessionTimeoutMs);
+    heal(victim);
+    victim.paused = false;
   }
 
   /** The group is STABLE and every shard is owned by a member that is running and reachable. */

@@ -5,6 +5,7 @@ import path from 'node:path';
 import { Redis } from 'ioredis';
 import { CoordinatorAdmin, StreamProducer } from '@redis-stream-coordinator/core';
 import { RedisServer } from '@redis-stream-coordinator/core/testing';
+import { findGroupInfo } from '../../packages/core/src/redis/responses';
 import { TcpProxy } from '../support/tcp-proxy';
 import { check, type CheckReport, type Fault, type FaultKind, type Produced, type RecordLine } from './checker';
 
@@ -205,17 +206,12 @@ export class ChaosHarness {
     const fault: Fault = { kind, at: performance.timeOrigin + performance.now() };
     const started = performance.now();
     switch (kind) {
-      case 'kill': {
-        const victim = this.pick();
-        fault.target = victim.memberId;
-        await this.removeMember(victim.memberId, 'SIGKILL');
-        await this.spawnMember();
-        break;
-      }
+      case 'kill':
       case 'graceful': {
+        // SIGKILL: a crash; SIGTERM: the member drains, acknowledges and leaves. A new one replaces it.
         const victim = this.pick();
         fault.target = victim.memberId;
-        await this.removeMember(victim.memberId, 'SIGTERM');
+        await this.removeMember(victim.memberId, kind === 'kill' ? 'SIGKILL' : 'SIGTERM');
         await this.spawnMember();
         break;
       }
@@ -314,11 +310,8 @@ export class ChaosHarness {
     const outstanding = new Set<string>();
     for (let shard = 0; shard < this.settings.shards; shard++) {
       const stream = this.admin.keys.shardStream(this.streamPrefix, shard);
-      const groups = (await this.redis.xinfo('GROUPS', stream).catch(() => [])) as unknown[][];
-      const fields = groups.map((g) => new Map<string, unknown>(Array.from({ length: g.length / 2 }, (_, i) => [String(g[2 * i]), g[2 * i + 1]])));
-      const mine = fields.find((g) => g.get('name') === this.consumerGroup);
-      const lastDelivered = String(mine?.get('last-delivered-id') ?? '0-0');
-      for (const [id] of await this.redis.xrange(stream, `(${lastDelivered}`, '+')) outstanding.add(`${shard}/${id}`);
+      const mine = findGroupInfo(await this.redis.xinfo('GROUPS', stream).catch(() => []), this.consumerGroup);
+      for (const [id] of await this.redis.xrange(stream, `(${mine?.lastDelivered ?? '0-0'}`, '+')) outstanding.add(`${shard}/${id}`);
       if (mine) {
         for (const entry of (await this.redis.xpending(stream, this.consumerGroup, '-', '+', 1_000_000)) as [string][]) outstanding.add(`${shard}/${entry[0]}`);
       }

@@ -5,7 +5,7 @@ import type { GroupDescription, StreamMetadata } from '../protocol/records';
 import { CoordinatorClient } from '../redis/coordinator-client';
 import { type CoordinatorOptions, type ResolvedCoordinatorOptions, resolveCoordinatorOptions } from '../redis/coordinator-options';
 import { KeyBuilder } from '../redis/keys';
-import { pairs, parseShardCsv } from '../redis/responses';
+import { findGroupInfo, isNoSuchKey, pairs, parseShardCsv } from '../redis/responses';
 import { type RedisClient, runScript } from '../redis/scripts';
 import { type Cutover, type CutoverProgress, cutoverProgress, readCutover } from './cutover';
 import { groupReadableShards, toGroupDescription, type ShardStats } from './group-description';
@@ -218,23 +218,18 @@ export class CoordinatorAdmin {
 
   /** Lag and pending of the group on one shard stream (zero when the stream or group does not exist yet). */
   private async shardStats(streamPrefix: string, shardIndex: number, consumerGroup: string): Promise<ShardStats> {
-    let groups: unknown[];
+    let reply: unknown;
     try {
-      groups = (await this.redis.xinfo('GROUPS', this.keys.shardStream(streamPrefix, shardIndex))) as unknown[];
+      reply = await this.redis.xinfo('GROUPS', this.keys.shardStream(streamPrefix, shardIndex));
     } catch (error) {
-      if (/no such key/i.test(String(error))) return { lag: 0, pending: 0 };
+      if (isNoSuchKey(error)) return { lag: 0, pending: 0 };
       throw error;
     }
-    for (const entry of groups) {
-      const fields = new Map(pairs(entry));
-      if (fields.get('name') === consumerGroup) {
-        const pending = Number(fields.get('pending') ?? 0);
-        const lag = fields.get('lag');
-        if (lag !== undefined && lag !== '' && lag !== 'null') return { lag: Number(lag), pending };
-        // Redis cannot tell the lag (after deletions, trimming or a restart): count what is after
-        // the group's last-delivered id instead.
-        return { lag: await this.countAfter(streamPrefix, shardIndex, fields.get('last-delivered-id') ?? '0-0'), pending };
-      }
+    const info = findGroupInfo(reply, consumerGroup);
+    if (info) {
+      // Where Redis cannot tell the lag (after deletions, trimming or a restart), count what is
+      // after the group's last-delivered id instead.
+      return { lag: info.lag ?? (await this.countAfter(streamPrefix, shardIndex, info.lastDelivered)), pending: info.pending };
     }
     // The group has never read this shard: all of it is lag.
     return { lag: await this.redis.xlen(this.keys.shardStream(streamPrefix, shardIndex)), pending: 0 };

@@ -1,6 +1,6 @@
 import type { RedisClient } from '../redis/scripts';
 import type { KeyBuilder } from '../redis/keys';
-import { pairs, parseShardCsv } from '../redis/responses';
+import { findGroupInfo, isNoSuchKey, parseShardCsv } from '../redis/responses';
 
 /**
  * A group's pending cutover after `resizeShards` (docs/resharding.md), as stored in its metadata.
@@ -84,24 +84,16 @@ export async function cutoverProgress(
   const info = redis.pipeline();
   for (const stream of streams) info.xinfo('GROUPS', stream);
   const groups = ((await info.exec()) ?? []).map(([error, reply]) => {
-    if (error) {
-      if (/no such key/i.test(String(error))) return { lastDelivered: '0-0', pending: 0 };
-      throw error;
-    }
-    for (const entry of reply as unknown[]) {
-      const fields = new Map(pairs(entry));
-      if (fields.get('name') === consumerGroup) {
-        return { lastDelivered: fields.get('last-delivered-id') ?? '0-0', pending: Number(fields.get('pending') ?? 0) };
-      }
-    }
-    // The group never read this shard: everything in it is undelivered.
-    return { lastDelivered: '0-0', pending: 0, missing: true };
+    if (error && !isNoSuchKey(error)) throw error;
+    // No stream: nothing to process. No group on it: the group never read it, all of it is undelivered.
+    const found = error ? { lastDelivered: '0-0', pending: 0 } : findGroupInfo(reply, consumerGroup);
+    return found ?? { lastDelivered: '0-0', pending: 0 };
   });
 
   const probe = redis.pipeline();
   streams.forEach((stream, i) => {
     probe.xrange(stream, `(${groups[i].lastDelivered}`, end, 'COUNT', 1);
-    if (groups[i].pending > 0 && !('missing' in groups[i])) probe.xpending(stream, consumerGroup, '-', end, 1);
+    if (groups[i].pending > 0) probe.xpending(stream, consumerGroup, '-', end, 1);
     else probe.echo('');
   });
   const probes = ((await probe.exec()) ?? []).map(([error, reply]) => {

@@ -11,7 +11,7 @@ import { ShardClient } from '../redis/shard-client';
 import { WakeHub } from '../redis/wake-hub';
 import { sleep } from './abortable-sleep';
 import { type CoordinatedMemberOptions, type ResolvedMemberOptions, resolveMemberOptions } from './member-options';
-import { type ShardError, ShardPoller } from './shard-poller';
+import { type AcknowledgedEvent, type ShardError, ShardPoller } from './shard-poller';
 
 export interface ShardsEvent {
   shards: number[];
@@ -30,7 +30,7 @@ export interface MemberEvents {
   error: [Error];
   'dead-letter': [{ shardIndex: number; id: string; reason: string; attempts: number }];
   /** Acknowledgements sent for a shard; `accepted` is false when a newer owner's fencing token refused them. */
-  acknowledged: [{ shardIndex: number; grantEpoch: number; ids: string[]; accepted: boolean }];
+  acknowledged: [AcknowledgedEvent];
 }
 
 type Lifecycle = 'new' | 'running' | 'stopping' | 'stopped';

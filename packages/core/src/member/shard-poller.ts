@@ -60,12 +60,19 @@ export class HandlerTimeoutError extends Error {
   }
 }
 
+/** A batch of acknowledgements was sent: `accepted` is false when a newer owner's fencing token refused it. */
+export interface AcknowledgedEvent {
+  shardIndex: number;
+  grantEpoch: number;
+  ids: string[];
+  accepted: boolean;
+}
+
 export interface PollerEvents {
   error: [ShardError];
   /** An entry went to the dead-letter stream. */
   'dead-letter': [{ shardIndex: number; id: string; reason: string; attempts: number }];
-  /** A batch of acknowledgements was sent: `accepted` false when the shard's fencing token refused it. */
-  acknowledged: [{ shardIndex: number; grantEpoch: number; ids: string[]; accepted: boolean }];
+  acknowledged: [AcknowledgedEvent];
 }
 
 /**

@@ -15,6 +15,34 @@ export function toShardCsv(shards: readonly number[] | undefined): string {
 }
 
 /** Flat [k1, v1, k2, v2] (HGETALL, WITHSCORES) -> object; cjson encodes an empty table as {}. */
+/** A consumer group's position on one stream, as XINFO GROUPS tells it. */
+export interface StreamGroupInfo {
+  lastDelivered: string;
+  pending: number;
+  /** Undelivered entries; null where Redis cannot tell (after deletions, trimming or an AOF restart). */
+  lag: number | null;
+}
+
+/** The group's entry in an XINFO GROUPS reply, or undefined when the group has never read the stream. */
+export function findGroupInfo(reply: unknown, consumerGroup: string): StreamGroupInfo | undefined {
+  for (const entry of (reply as unknown[]) ?? []) {
+    const fields = new Map(pairs(entry));
+    if (fields.get('name') !== consumerGroup) continue;
+    const lag = fields.get('lag');
+    return {
+      lastDelivered: fields.get('last-delivered-id') ?? '0-0',
+      pending: Number(fields.get('pending') ?? 0),
+      lag: lag === undefined || lag === '' || lag === 'null' ? null : Number(lag),
+    };
+  }
+  return undefined;
+}
+
+/** XINFO on a stream that does not exist fails with "no such key". */
+export function isNoSuchKey(error: unknown): boolean {
+  return /no such key/i.test(String(error));
+}
+
 export function pairs(flat: unknown): [string, string][] {
   if (!Array.isArray(flat)) return [];
   const out: [string, string][] = [];

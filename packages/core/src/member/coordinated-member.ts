@@ -114,6 +114,12 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     bufferedEntries: number;
     heldEntries: number;
     metadataVersion: number;
+    /**
+     * What keeps this member from doing its work right now, one line each (a shard it cannot claim, a
+     * dead letter it cannot write, a configuration it cannot recover from). Empty when all is well;
+     * health checks report these.
+     */
+    problems: string[];
   } {
     return {
       joined: this.hasJoined && this.lifecycle === 'running' && this.leaseIsSafe(),
@@ -124,6 +130,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
       bufferedEntries: this.poller.bufferedEntries,
       heldEntries: this.poller.heldEntries,
       metadataVersion: this.metadataVersion,
+      problems: [...this.poller.problems()],
     };
   }
 

@@ -168,6 +168,11 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     this.interruptRead();
   }
 
+  /** Shard-level conditions that stop work and need someone's attention (see CoordinatedMember.stats). */
+  problems(): string[] {
+    return [];
+  }
+
   /** Entries waiting for a hold to be released. */
   get heldEntries(): number {
     let count = 0;

@@ -236,6 +236,33 @@ describe('warnings at startup', () => {
     expect((await app.get(CoordinatorHealthIndicator).check()).coordinator.members).toEqual([]);
   });
 
+  it('a transient provider\'s listener runs on instances with their dependencies injected, one per member', async () => {
+    const streamPrefix = uniqueName('transient');
+    const constructed: TransientHandlers[] = [];
+    @Injectable({ scope: Scope.TRANSIENT })
+    class TransientHandlers {
+      constructor(readonly journal: Journal) {
+        constructed.push(this);
+      }
+
+      @StreamListener({ streamPrefix, consumerGroup: 'summary-group', concurrency: 2, shardCount: 4, maxAttempts: 1 })
+      handle(message: StreamMessage<{ seq: number }>) {
+        this.journal.record(`TransientHandlers#${constructed.indexOf(this)}`, message);
+      }
+    }
+    const { app, warnings } = await warningsOf([TransientHandlers]);
+    expect(warnings.filter((w) => w.includes('TransientHandlers'))).toEqual([]);
+    await stable(streamPrefix, 2);
+    await app.get(StreamPublisher).publishBatch(streamPrefix, Array.from({ length: 40 }, (_, i) => ({ key: `k${i}`, payload: { seq: i } })));
+    const journal = app.get(Journal);
+    await pollUntil('40 entries handled by the transient instances', async () => journal.entries.length === 40);
+    // Each member resolved one instance of its own, with its dependency, and kept it.
+    expect(constructed).toHaveLength(2);
+    expect(constructed.every((c) => c.journal === journal)).toBe(true);
+    expect(new Set(journal.entries.map((e) => e.by))).toEqual(new Set(['TransientHandlers#0', 'TransientHandlers#1']));
+    expect((await redis.client().keys('*dead*')).filter((key) => key.includes(streamPrefix))).toEqual([]);
+  });
+
   it('two listeners on one group get a warning (their members split its shards between two handlers)', async () => {
     const streamPrefix = uniqueName('twice');
     @Injectable()

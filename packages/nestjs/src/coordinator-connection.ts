@@ -51,14 +51,12 @@ export class CoordinatorConnection {
   }
 
   /**
-   * PING with a deadline. A client that is not connected is reported at once without sending
-   * anything: the PING would wait in ioredis' offline queue and be flushed, late and useless, on
-   * reconnect. A connected client that does not answer in time (a hung or overloaded Redis, a
-   * network that drops packets) is reported when the deadline passes; its PING stays the one in
-   * flight until it settles.
+   * PING with a deadline. At most one PING per connection is in flight, shared by concurrent and
+   * later checks until it settles: while Redis is down or hung, checks every few seconds queue
+   * nothing more in ioredis (its offline queue would otherwise grow by one PING per check). A client
+   * still connecting gets the deadline to connect; past it, the reason says it is not connected.
    */
   async ping(timeoutMs = this.healthCheckTimeoutMs): Promise<PingResult> {
-    if (this.client.status !== 'ready') return { ok: false, error: `not connected (ioredis status "${this.client.status}")` };
     if (!this.pendingPing) {
       const started = Date.now();
       const ping = this.client.ping().then(() => Date.now() - started);
@@ -69,7 +67,11 @@ export class CoordinatorConnection {
     }
     let timer: NodeJS.Timeout | undefined;
     const deadline = new Promise<PingResult>((resolve) => {
-      timer = setTimeout(() => resolve({ ok: false, error: `no reply to PING within ${timeoutMs} ms` }), timeoutMs);
+      timer = setTimeout(() => {
+        const status = this.client.status;
+        const connection = status === 'ready' ? '' : `not connected (ioredis status "${status}"): `;
+        resolve({ ok: false, error: `${connection}no reply to PING within ${timeoutMs} ms` });
+      }, timeoutMs);
     });
     try {
       return await Promise.race([

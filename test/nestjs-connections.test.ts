@@ -2,7 +2,7 @@ import 'reflect-metadata';
 import { Injectable, Module } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { afterEach, describe, expect, it } from 'vitest';
-import { CoordinatorAdmin, type StreamMessage } from '@redis-stream-coordinator/core';
+import { CoordinatorAdmin, type StreamMessage, StreamProducer } from '@redis-stream-coordinator/core';
 import {
   CoordinatorConsumerProperties,
   CoordinatorModule,
@@ -54,14 +54,6 @@ describe('named connections', () => {
         handled.push(`audit ${message.payload}`);
       }
     }
-    @Injectable()
-    class Sender {
-      constructor(
-        readonly publisher: StreamPublisher,
-        @InjectStreamPublisher('audit') readonly auditPublisher: StreamPublisher,
-        @InjectCoordinatorAdmin('audit') readonly auditAdmin: CoordinatorAdmin,
-      ) {}
-    }
     const bean = {
       provide: 'auditBean',
       useValue: CoordinatorConsumerProperties.consumer<string>({
@@ -77,10 +69,19 @@ describe('named connections', () => {
         CoordinatorModule.forRoot({ redis: { url: main.server.url }, coordinator: { heartbeatIntervalMs: 200 } }),
         CoordinatorModule.forRoot({ name: 'audit', redis: { url: audit.server.url }, coordinator: { heartbeatIntervalMs: 200, keyPrefix: 'aud' } }),
       ],
-      [Handlers, Sender, bean],
+      [Handlers, bean],
     );
-
-    // Two members for the summary listener, one for the audit listener, one for the bean: never one set per root.
+    const mainAdmin = new CoordinatorAdmin(main.client());
+    const auditAdmin = new CoordinatorAdmin(audit.client(), { keyPrefix: 'aud' });
+    await pollUntil('every group has its members, on its own Redis', async () =>
+      (await activeMembers(mainAdmin, summaries, 'summary-group')).length === 2 &&
+      (await activeMembers(auditAdmin, audits, 'audit-group')).length === 1 &&
+      (await activeMembers(auditAdmin, audits, 'audit-bean-group')).length === 1,
+    );
+    // Not also registered under the other root's Redis and key prefix.
+    expect(await activeMembers(auditAdmin, summaries, 'summary-group')).toEqual([]);
+    expect(await activeMembers(mainAdmin, audits, 'audit-group')).toEqual([]);
+    expect(await activeMembers(mainAdmin, audits, 'audit-bean-group')).toEqual([]);
     const registered = app.get(CoordinatorRegistry).entries();
     expect(registered.map((r) => `${r.connection.name} ${r.source}`).sort()).toEqual([
       'audit @StreamListener on Handlers.onAudit',
@@ -88,20 +89,38 @@ describe('named connections', () => {
       'default @StreamListener on Handlers.onSummary',
       'default @StreamListener on Handlers.onSummary',
     ]);
-    const mainAdmin = app.get(CoordinatorAdmin);
-    const { auditAdmin, auditPublisher, publisher } = app.get(Sender);
-    await pollUntil('every group has its members, on its own Redis', async () =>
-      (await activeMembers(mainAdmin, summaries, 'summary-group')).length === 2 &&
-      (await activeMembers(auditAdmin, audits, 'audit-group')).length === 1 &&
-      (await activeMembers(auditAdmin, audits, 'audit-bean-group')).length === 1,
-    );
-    expect(await activeMembers(new CoordinatorAdmin(audit.client(), { keyPrefix: 'aud' }), summaries, 'summary-group')).toEqual([]);
-    expect(await activeMembers(new CoordinatorAdmin(main.client()), audits, 'audit-group')).toEqual([]);
 
-    await publisher.publish(summaries, { key: 'k', payload: 's1' });
-    await auditPublisher.publish(audits, { key: 'k', payload: 'a1' });
+    await new StreamProducer(main.client(), { streamPrefix: summaries }).send({ key: 'k', payload: 's1' });
+    await new StreamProducer(audit.client(), { streamPrefix: audits, keyPrefix: 'aud' }).send({ key: 'k', payload: 'a1' });
     await pollUntil('each entry handled by its own listener', async () => handled.length === 3);
     expect(handled.sort()).toEqual(['audit a1', 'bean a1', 'summary s1']);
+  });
+
+  it("a named root's StreamPublisher and CoordinatorAdmin are injected by name; the unnamed root's by class", async () => {
+    const streamPrefix = uniqueName('inject');
+    @Injectable()
+    class Sender {
+      constructor(
+        readonly publisher: StreamPublisher,
+        readonly admin: CoordinatorAdmin,
+        @InjectStreamPublisher('audit') readonly auditPublisher: StreamPublisher,
+        @InjectCoordinatorAdmin('audit') readonly auditAdmin: CoordinatorAdmin,
+      ) {}
+    }
+    const app = await anApp(
+      [
+        CoordinatorModule.forRoot({ redis: { url: main.server.url } }),
+        CoordinatorModule.forRoot({ name: 'audit', redis: { url: audit.server.url }, coordinator: { keyPrefix: 'aud' } }),
+      ],
+      [Sender],
+    );
+    const sender = app.get(Sender);
+    await sender.auditAdmin.createStream({ streamPrefix, shardCount: 3 });
+    expect((await new CoordinatorAdmin(audit.client(), { keyPrefix: 'aud' }).describeStream(streamPrefix))?.shardCount).toBe(3);
+    expect(await sender.admin.describeStream(streamPrefix)).toBeNull();
+    // The stream exists on the audit Redis only: its publisher writes there, the unnamed one cannot.
+    await expect(sender.auditPublisher.publish(streamPrefix, { key: 'k', payload: 'audit' })).resolves.toMatchObject({ id: expect.any(String) });
+    await expect(sender.publisher.publish(streamPrefix, { key: 'k', payload: 'main' })).rejects.toThrow();
   });
 
   it('a listener naming a connection no root has fails the startup, naming the class, the method and the connection', async () => {

@@ -10,6 +10,7 @@ import {
   CoordinatorHealthIndicator,
   type CoordinatorModuleOptions,
   CoordinatorModule,
+  CoordinatorRegistry,
   StreamListener,
 } from '@redis-stream-coordinator/nestjs';
 import { pollUntil } from './support/poll';
@@ -145,9 +146,25 @@ describe('a member id already in use by another live process', () => {
     // The other member, retrying on the same delay, has had many turns: the in-use one would have had them too.
     await pollUntil('the retrying member tried 10 times', async () => (attempts.get(unreachable) ?? 0) >= 10);
     expect(attempts.get(inUse)).toBe(1);
-    expect(errors).toEqual([expect.stringMatching(/cannot start: MemberIdInUseError: member .* is in use by another live process; it will not retry/)]);
+    expect(errors).toEqual([expect.stringMatching(/stopped for good: MemberIdInUseError: member .* is in use by another live process; it will not retry or rejoin/)]);
     const down = await health(app);
     const member = down.members.find((m) => m.streamPrefix === inUse)!;
-    expect(member.problems).toEqual([expect.stringMatching(/^cannot start: MemberIdInUseError/)]);
+    expect(member.problems).toEqual([expect.stringMatching(/^stopped for good: MemberIdInUseError/)]);
+  });
+
+  it('a running member that reports it through its error event is reported the same way, logged once', async () => {
+    const streamPrefix = uniqueName('in-use-later');
+    const errors: string[] = [];
+    const app = await anApp([{ redis: { url: redis.server.url } }], [listener(streamPrefix)], { ...quiet, error: (message: unknown) => void errors.push(String(message)) });
+    await pollUntil('health up', async () => (await health(app)).status === 'up');
+    const [member] = app.get(CoordinatorRegistry).members();
+    // What the core runtime emits when another live process takes this member id.
+    const inUse = Object.assign(new Error('another live process has this member id'), { name: 'MemberIdInUseError' });
+    member.emit('error', inUse);
+    member.emit('error', inUse);
+    const down = await health(app);
+    expect(down.status).toBe('down');
+    expect(down.members[0].problems).toContain('stopped for good: MemberIdInUseError: another live process has this member id');
+    expect(errors).toHaveLength(1);
   });
 });

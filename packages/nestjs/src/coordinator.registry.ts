@@ -7,10 +7,11 @@ import { ThrottledLogger } from './throttled-logger';
 const DEFAULT_START_RETRY_DELAY_MS = 2000;
 
 /**
- * Start errors that no retry can cure: the member gives up and health reports it. Matched by name
- * because the error classes live in the core package, which may be a different copy.
+ * Errors that no retry can cure, from start() or an 'error' event: the member gives up and health
+ * reports it. Matched by name because the error classes live in the core package, which may be a
+ * different copy.
  */
-const FATAL_START_ERRORS = new Set(['MemberIdInUseError']);
+const FATAL_MEMBER_ERRORS = new Set(['MemberIdInUseError']);
 
 export interface RegisteredMember {
   member: CoordinatedMember;
@@ -18,7 +19,7 @@ export interface RegisteredMember {
   source: string;
   /** The `forRoot` whose Redis and options the member uses (its `name`, `'default'` when unnamed). */
   connection: CoordinatorConnection;
-  /** Why the member stopped trying to start, for good; health reports it. */
+  /** Why the member stopped for good (its id is in use by another live process); health reports it. */
   fatalError?: string;
 }
 
@@ -38,10 +39,21 @@ export class CoordinatorRegistry implements OnApplicationBootstrap, BeforeApplic
   constructor(private readonly connections: CoordinatorConnections) {}
 
   register(member: CoordinatedMember, source: string, connection: CoordinatorConnection): void {
-    member.on('error', (error) => this.throttled.warn(`${member.memberId}:${error.message}`, `member ${member.memberId} (${source}): ${error.message}`));
+    const entry: RegisteredMember = { member, source, connection };
+    member.on('error', (error) => {
+      if (FATAL_MEMBER_ERRORS.has(error.name)) this.giveUp(entry, error);
+      else this.throttled.warn(`${member.memberId}:${error.message}`, `member ${member.memberId} (${source}): ${error.message}`);
+    });
     member.on('lease-lost', () => this.logger.warn(`member ${member.memberId} (${source}) lost its lease: no heartbeat got through; it rejoins when Redis answers`));
     member.on('fenced', (event) => this.logger.warn(`member ${member.memberId} (${source}) was fenced (${event.errorCode}); it rejoins`));
-    this.registered.push({ member, source, connection });
+    this.registered.push(entry);
+  }
+
+  /** A member that can never work (its id is another live process's): one error line, and health shows it. */
+  private giveUp(entry: RegisteredMember, error: Error): void {
+    if (entry.fatalError) return;
+    entry.fatalError = `stopped for good: ${error.name}: ${error.message}`;
+    this.logger.error(`member ${entry.member.memberId} (${entry.source}) ${entry.fatalError}; it will not retry or rejoin`);
   }
 
   members(): CoordinatedMember[] {
@@ -66,13 +78,11 @@ export class CoordinatorRegistry implements OnApplicationBootstrap, BeforeApplic
         return;
       } catch (error) {
         if (this.stopping) return;
-        const { name, message } = error as Error;
-        if (FATAL_START_ERRORS.has(name)) {
-          entry.fatalError = `cannot start: ${name}: ${message}`;
-          this.logger.error(`member ${member.memberId} (${source}) ${entry.fatalError}; it will not retry`);
+        if (FATAL_MEMBER_ERRORS.has((error as Error).name)) {
+          this.giveUp(entry, error as Error);
           return;
         }
-        this.throttled.warn(`start:${member.memberId}`, `member ${member.memberId} (${source}) cannot start yet: ${message}; retrying every ${delayMs} ms`);
+        this.throttled.warn(`start:${member.memberId}`, `member ${member.memberId} (${source}) cannot start yet: ${(error as Error).message}; retrying every ${delayMs} ms`);
         await new Promise((resolve) => setTimeout(resolve, delayMs));
       }
     }

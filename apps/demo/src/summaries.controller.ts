@@ -1,5 +1,5 @@
-import { BadRequestException, Body, Controller, Get, Post } from '@nestjs/common';
-import { CoordinatorAdmin, CoordinatorHealthIndicator, StreamPublisher } from '@redis-stream-coordinator/nestjs';
+import { BadRequestException, Body, Controller, Get, Post, ServiceUnavailableException } from '@nestjs/common';
+import { CoordinatorAdmin, CoordinatorHealthError, CoordinatorHealthIndicator, StreamPublisher } from '@redis-stream-coordinator/nestjs';
 import { AUDIT_GROUP, SUMMARY_GROUP, SUMMARY_STREAM, type Summary } from './summary';
 import { Stats } from './stats';
 
@@ -32,9 +32,17 @@ export class SummariesController {
     return { [SUMMARY_GROUP]: summary, [AUDIT_GROUP]: audit, thisProcess: this.stats.snapshot() };
   }
 
-  /** GET /health: each member's state, epoch and owned shards. */
+  /**
+   * GET /health: Redis answering PING, and each member's state, epoch, owned shards and problems;
+   * 503 with the reasons when something is down (what a load balancer or Kubernetes probe reads).
+   */
   @Get('health')
-  healthCheck() {
-    return this.health.check();
+  async healthCheck() {
+    try {
+      return await this.health.isHealthy();
+    } catch (error) {
+      if (error instanceof CoordinatorHealthError) throw new ServiceUnavailableException(error.causes);
+      throw error;
+    }
   }
 }

@@ -1,24 +1,28 @@
-import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
-import { DiscoveryService, MetadataScanner } from '@nestjs/core';
+import { Injectable, Logger, type OnModuleInit } from '@nestjs/common';
+import { DiscoveryService, MetadataScanner, ModuleRef } from '@nestjs/core';
 import type { InstanceWrapper } from '@nestjs/core/injector/instance-wrapper';
 import { CoordinatedMember, type CoordinatedMemberOptions, type StreamMessage } from '@redis-stream-coordinator/core';
 import { v7 as uuidv7 } from 'uuid';
-import { COORDINATOR_CONNECTION } from './coordinator.constants';
-import { COORDINATOR_MODULE_OPTIONS } from './coordinator.module-definition';
+import { DEFAULT_CONNECTION_NAME } from './coordinator.constants';
 import { CoordinatorRegistry } from './coordinator.registry';
+import { connectionName } from './coordinator.tokens';
 import type { CoordinatorConnection } from './coordinator-connection';
+import { CoordinatorConnections } from './coordinator-connections';
 import { CoordinatorConsumerProperties } from './coordinator-consumer-properties';
 import { CoordinatorMetadataAccessor } from './coordinator-metadata.accessor';
-import type { CoordinatorModuleOptions } from './coordinator-module-options';
 import type { StreamListenerOptions } from './stream-listener.decorator';
 
 const MAX_LISTENER_CONCURRENCY = 1024;
 
+type Handlers = Record<string, (message: StreamMessage) => unknown>;
+
 /**
- * Finds the members of the application at module init: every @StreamListener method (N logical
- * members for `concurrency: N`), every provider whose value is a CoordinatorConsumerProperties, and
- * every entry of the module's `consumers` (one member each). A misconfigured one is a startup error
- * that names the class, the method and the option.
+ * Finds the members of the application at module init, once for all `CoordinatorModule.forRoot`
+ * imports: every @StreamListener method (N logical members for `concurrency: N`), every provider
+ * whose value is a CoordinatorConsumerProperties, and every entry of each module's `consumers` (one
+ * member each). Each goes to the connection it names (default: the unnamed one), so none is ever
+ * registered twice. A misconfigured one is a startup error that names the class, the method and
+ * the option.
  */
 @Injectable()
 export class CoordinatorExplorer implements OnModuleInit {
@@ -29,51 +33,88 @@ export class CoordinatorExplorer implements OnModuleInit {
     private readonly scanner: MetadataScanner,
     private readonly metadata: CoordinatorMetadataAccessor,
     private readonly registry: CoordinatorRegistry,
-    @Inject(COORDINATOR_CONNECTION) private readonly connection: CoordinatorConnection,
-    @Inject(COORDINATOR_MODULE_OPTIONS) private readonly options: CoordinatorModuleOptions,
+    private readonly connections: CoordinatorConnections,
   ) {}
 
-  onModuleInit(): void {
+  async onModuleInit(): Promise<void> {
     const groups = new Map<string, string>();
+    // One provider can be reached through several wrappers (a `useExisting` alias, one value
+    // provided in two modules): it is explored once.
+    const seen = new Set<unknown>();
     for (const wrapper of this.discovery.getProviders()) {
-      if (wrapper.instance instanceof CoordinatorConsumerProperties) {
-        this.addBean(wrapper.instance as CoordinatorConsumerProperties<never>, `bean ${String(wrapper.token?.toString?.() ?? wrapper.name)}`);
+      if (wrapper.isAlias) continue;
+      const { instance } = wrapper;
+      if (!instance || typeof instance !== 'object' || seen.has(instance)) continue;
+      seen.add(instance);
+      if (instance instanceof CoordinatorConsumerProperties) {
+        const where = `bean ${String(wrapper.token?.toString?.() ?? wrapper.name)}`;
+        this.addBean(instance as CoordinatorConsumerProperties<never>, this.connectionFor(instance.connection, where), where);
         continue;
       }
-      this.addListeners(wrapper, groups);
+      await this.addListeners(wrapper, groups);
     }
-    (this.options.consumers ?? []).forEach((properties, i) => {
-      if (!(properties instanceof CoordinatorConsumerProperties)) {
-        throw new TypeError(`CoordinatorModule: consumers[${i}] must be built with CoordinatorConsumerProperties.consumer(...)`);
-      }
-      this.addBean(properties, `consumers[${i}]`);
-    });
+    for (const connection of this.connections.all()) {
+      (connection.options.consumers ?? []).forEach((properties, i) => {
+        const where = connection.name === DEFAULT_CONNECTION_NAME ? `consumers[${i}]` : `consumers[${i}] of connection "${connection.name}"`;
+        if (!(properties instanceof CoordinatorConsumerProperties)) {
+          throw new TypeError(`CoordinatorModule: ${where} must be built with CoordinatorConsumerProperties.consumer(...)`);
+        }
+        if (properties.connection !== undefined && connectionName(properties.connection) !== connection.name) {
+          throw new Error(`CoordinatorModule: ${where} names connection "${properties.connection}" but is given to the module "${connection.name}": leave its connection out`);
+        }
+        this.addBean(properties, connection, where);
+      });
+    }
   }
 
-  private addListeners(wrapper: InstanceWrapper, groups: Map<string, string>): void {
-    const { instance } = wrapper;
-    if (!instance || typeof instance !== 'object') return;
+  private async addListeners(wrapper: InstanceWrapper, groups: Map<string, string>): Promise<void> {
+    const instance = wrapper.instance as object;
     const prototype = Object.getPrototypeOf(instance) as object;
     for (const method of this.scanner.getAllMethodNames(prototype)) {
-      const listener = this.metadata.streamListener((instance as Record<string, (...args: unknown[]) => unknown>)[method]);
+      const listener = this.metadata.streamListener((instance as Handlers)[method] as (...args: unknown[]) => unknown);
       if (!listener) continue;
       const where = `${instance.constructor.name}.${method}`;
       if (!wrapper.isDependencyTreeStatic()) {
         this.logger.warn(`@StreamListener on ${where} is skipped: its provider is request-scoped, and a member lives as long as the application`);
         continue;
       }
-      const groupKey = `${listener.streamPrefix}/${listener.consumerGroup}`;
+      const connection = this.connectionFor(listener.connection, `@StreamListener on ${where}`);
+      const groupKey = `${connection.name}:${listener.streamPrefix}/${listener.consumerGroup}`;
       const earlier = groups.get(groupKey);
       if (earlier) {
-        this.logger.warn(`@StreamListener on ${where} and on ${earlier} join the same group ${groupKey}: its shards are split between two different handlers`);
+        this.logger.warn(`@StreamListener on ${where} and on ${earlier} join the same group ${listener.streamPrefix}/${listener.consumerGroup}: its shards are split between two different handlers`);
       }
       groups.set(groupKey, where);
-      this.addListener(listener, (message) => (instance as Record<string, (m: StreamMessage) => unknown>)[method](message), where);
+      await this.addListener(listener, connection, await this.handlerSource(wrapper, method), where);
     }
   }
 
-  private addListener(listener: StreamListenerOptions, handler: (message: StreamMessage) => unknown, where: string): void {
-    const { concurrency = 1, ...options } = listener;
+  /**
+   * Gives each member the instance its handler runs on. A singleton's is the one instance. A
+   * transient provider's static instance is a bare prototype that Nest never constructed (no
+   * dependencies injected), so each member resolves an instance of its own, once, which it keeps
+   * for its lifetime: what Scope.TRANSIENT promises every consumer of a provider.
+   */
+  private async handlerSource(wrapper: InstanceWrapper, method: string): Promise<() => Promise<(message: StreamMessage) => unknown>> {
+    if (!wrapper.isTransient) {
+      const instance = wrapper.instance as Handlers;
+      return async () => (message) => instance[method](message);
+    }
+    const moduleRef = wrapper.host?.getProviderByKey(ModuleRef)?.instance as ModuleRef | undefined;
+    if (!moduleRef) throw new Error(`@StreamListener on ${wrapper.name}.${method}: the module of its transient provider cannot be found`);
+    return async () => {
+      const instance = (await moduleRef.resolve(wrapper.token, undefined, { strict: true })) as Handlers;
+      return (message) => instance[method](message);
+    };
+  }
+
+  private async addListener(
+    listener: StreamListenerOptions,
+    connection: CoordinatorConnection,
+    nextHandler: () => Promise<(message: StreamMessage) => unknown>,
+    where: string,
+  ): Promise<void> {
+    const { concurrency = 1, connection: _connection, ...options } = listener;
     if (typeof concurrency !== 'number' || !Number.isInteger(concurrency) || concurrency < 1 || concurrency > MAX_LISTENER_CONCURRENCY) {
       throw new RangeError(`@StreamListener on ${where}: concurrency must be an integer from 1 to ${MAX_LISTENER_CONCURRENCY}, got ${JSON.stringify(concurrency)}`);
     }
@@ -81,23 +122,39 @@ export class CoordinatorExplorer implements OnModuleInit {
     const baseName = options.memberName ?? where;
     for (let i = 0; i < concurrency; i++) {
       this.add(
-        { ...options, memberId: `${baseId}-m${i}`, memberName: `${baseName}-m${i}`, runtimeMaxConcurrency: options.runtimeMaxConcurrency ?? 1, handler },
+        connection,
+        { ...options, memberId: `${baseId}-m${i}`, memberName: `${baseName}-m${i}`, runtimeMaxConcurrency: options.runtimeMaxConcurrency ?? 1, handler: await nextHandler() },
         `@StreamListener on ${where}`,
       );
     }
   }
 
-  private addBean(properties: CoordinatorConsumerProperties<never>, where: string): void {
-    this.add(properties.options as CoordinatedMemberOptions, where);
+  private addBean(properties: CoordinatorConsumerProperties<never>, connection: CoordinatorConnection, where: string): void {
+    this.add(connection, properties.options as CoordinatedMemberOptions, where);
   }
 
-  private add(options: CoordinatedMemberOptions, where: string): void {
+  /** The connection a listener or bean names: a name no `forRoot` has is a startup error. */
+  private connectionFor(name: string | undefined, where: string): CoordinatorConnection {
+    if (name !== undefined && (typeof name !== 'string' || name === '')) {
+      throw new TypeError(`${where}: connection must be a non-empty string, got ${JSON.stringify(name)}`);
+    }
+    const connection = this.connections.get(connectionName(name));
+    if (connection) return connection;
+    const known = this.connections.names().map((n) => `"${n}"`).join(', ');
+    throw new Error(
+      name === undefined
+        ? `${where}: it names no connection and there is no unnamed CoordinatorModule.forRoot (connections: ${known}): give it connection: "<name>"`
+        : `${where}: connection "${name}" is not the name of any CoordinatorModule.forRoot (connections: ${known})`,
+    );
+  }
+
+  private add(connection: CoordinatorConnection, options: CoordinatedMemberOptions, where: string): void {
     let member: CoordinatedMember;
     try {
-      member = new CoordinatedMember(this.connection.client, {
-        ...this.options.defaults,
+      member = new CoordinatedMember(connection.client, {
+        ...connection.options.defaults,
         ...options,
-        coordinator: { ...this.options.coordinator, ...options.coordinator },
+        coordinator: { ...connection.options.coordinator, ...options.coordinator },
       });
     } catch (error) {
       // Same error class, with where the bad option came from in front of the message.
@@ -105,6 +162,6 @@ export class CoordinatorExplorer implements OnModuleInit {
       const ErrorClass = original.constructor as new (message: string) => Error;
       throw new ErrorClass(`${where}: ${original.message}`);
     }
-    this.registry.register(member, where);
+    this.registry.register(member, where, connection);
   }
 }

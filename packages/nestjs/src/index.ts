@@ -1,11 +1,25 @@
 export { CoordinatorModule } from './coordinator.module';
 export { COORDINATOR_MODULE_OPTIONS } from './coordinator.module-definition';
-export type { CoordinatorModuleOptions, MemberDefaults } from './coordinator-module-options';
+export type { CoordinatorModuleExtras, CoordinatorModuleOptions, MemberDefaults } from './coordinator-module-options';
 export { StreamListener, type StreamListenerOptions } from './stream-listener.decorator';
-export { CoordinatorConsumerProperties } from './coordinator-consumer-properties';
+export { CoordinatorConsumerProperties, type CoordinatorConsumerOptions } from './coordinator-consumer-properties';
 export { StreamPublisher } from './stream-publisher';
 export { CoordinatorRegistry, type RegisteredMember } from './coordinator.registry';
-export { CoordinatorHealthIndicator, CoordinatorHealthError, type CoordinatorHealth, type MemberHealth } from './coordinator.health';
-export { COORDINATOR_CONNECTION } from './coordinator.constants';
-export { CoordinatorConnection } from './coordinator-connection';
+export {
+  CoordinatorHealthIndicator,
+  CoordinatorHealthError,
+  type CoordinatorHealth,
+  type ConnectionHealth,
+  type MemberHealth,
+} from './coordinator.health';
+export { COORDINATOR_CONNECTION, DEFAULT_CONNECTION_NAME } from './coordinator.constants';
+export {
+  getCoordinatorAdminToken,
+  getCoordinatorConnectionToken,
+  getStreamPublisherToken,
+  InjectCoordinatorAdmin,
+  InjectStreamPublisher,
+} from './coordinator.tokens';
+export { CoordinatorConnection, type PingResult } from './coordinator-connection';
+export { CoordinatorConnections } from './coordinator-connections';
 export { CoordinatorAdmin, type StreamMessage } from '@redis-stream-coordinator/core';

@@ -10,6 +10,11 @@ export type StreamListenerOptions = Omit<CoordinatedMemberOptions, 'handler' | '
   concurrency?: number;
   /** Workers of each of those members (one entry at a time per shard). Default 1. */
   runtimeMaxConcurrency?: number;
+  /**
+   * The `name` of the `CoordinatorModule.forRoot` whose Redis, key prefix and defaults the members
+   * use. Default: the unnamed one. A name no module has fails the startup.
+   */
+  connection?: string;
 };
 
 /**

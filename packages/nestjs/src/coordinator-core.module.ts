@@ -1,0 +1,19 @@
+import { Module } from '@nestjs/common';
+import { DiscoveryModule } from '@nestjs/core';
+import { CoordinatorExplorer } from './coordinator.explorer';
+import { CoordinatorHealthIndicator } from './coordinator.health';
+import { CoordinatorRegistry } from './coordinator.registry';
+import { CoordinatorConnections } from './coordinator-connections';
+import { CoordinatorMetadataAccessor } from './coordinator-metadata.accessor';
+
+/**
+ * What every `CoordinatorModule.forRoot` of an application shares: a static module, so Nest creates
+ * it once however many roots import it. It holds the connections by name, the one explorer (so each
+ * listener is found once and goes to the connection it names), the members, and the health check.
+ */
+@Module({
+  imports: [DiscoveryModule],
+  providers: [CoordinatorConnections, CoordinatorMetadataAccessor, CoordinatorRegistry, CoordinatorExplorer, CoordinatorHealthIndicator],
+  exports: [CoordinatorConnections, CoordinatorRegistry, CoordinatorHealthIndicator],
+})
+export class CoordinatorCoreModule {}

@@ -5,6 +5,7 @@ import type { GroupDescription, StreamMetadata } from '../protocol/records';
 import { CoordinatorClient } from '../redis/coordinator-client';
 import { type CoordinatorOptions, type ResolvedCoordinatorOptions, resolveCoordinatorOptions } from '../redis/coordinator-options';
 import { KeyBuilder } from '../redis/keys';
+import { createStreamMetadata } from '../redis/stream-metadata';
 import { findGroupInfo, isNoSuchKey, pairs, parseShardCsv } from '../redis/responses';
 import { type RedisClient, runScript } from '../redis/scripts';
 import { type Cutover, type CutoverProgress, cutoverProgress, readCutover } from './cutover';
@@ -81,10 +82,8 @@ export class CoordinatorAdmin {
    */
   async createStream(options: CreateStreamOptions): Promise<StreamMetadata & { created: boolean }> {
     const shardCount = assertIntegerInRange('shardCount', options.shardCount, 1, MAX_SHARD_COUNT);
-    const reply = (await runScript(this.redis, 'createStream', [this.keys.streamMeta(options.streamPrefix)], [shardCount])) as unknown[];
-    const code = errorCodeFromWire(reply[0]);
-    if (code !== ErrorCode.NONE) throw toCoordinatorError(code, `stream "${options.streamPrefix}": ${String(reply[1])}`);
-    return { ...toStreamMetadata(options.streamPrefix, pairs(reply[3])), created: Number(reply[2]) === 1 };
+    const { created, metadata } = await createStreamMetadata(this.redis, this.keys, options.streamPrefix, shardCount);
+    return { ...toStreamMetadata(options.streamPrefix, metadata), created };
   }
 
   /**

@@ -5,7 +5,7 @@ import type { GroupDescription, StreamMetadata } from '../protocol/records';
 import { CoordinatorClient } from '../redis/coordinator-client';
 import { type CoordinatorOptions, type ResolvedCoordinatorOptions, resolveCoordinatorOptions } from '../redis/coordinator-options';
 import { KeyBuilder } from '../redis/keys';
-import { createStreamMetadata } from '../redis/stream-metadata';
+import { createStreamMetadata, ensureRoutingMarkers } from '../redis/stream-metadata';
 import { findGroupInfo, isNoSuchKey, pairs, parseShardCsv } from '../redis/responses';
 import { type RedisClient, runScript } from '../redis/scripts';
 import { type Cutover, type CutoverProgress, cutoverProgress, readCutover } from './cutover';
@@ -107,8 +107,42 @@ export class CoordinatorAdmin {
       args: [count, ordered ? 1 : 0, graceMs, switchDelayMs, this.options.eventLogMaxLen, groups.length, ...groups,
         ...groups.map((group) => this.keys.groupWakeChannel(streamPrefix, group))],
     }));
-    const metadata = toStreamMetadata(streamPrefix, pairs(reply[3]));
-    return { ...metadata, previousShardCount: metadata.previousShardCount ?? metadata.shardCount, changed: Number(reply[2]) === 1 };
+    const raw = new Map(pairs(reply[3]));
+    const metadata = toStreamMetadata(streamPrefix, [...raw]);
+    const changed = Number(reply[2]) === 1;
+    // Also when nothing changed: calling it again repairs markers a failed write left missing.
+    if (raw.has('switchAt')) await this.writeRoutingMarkers(streamPrefix, raw);
+    return { ...metadata, previousShardCount: metadata.previousShardCount ?? metadata.shardCount, changed };
+  }
+
+  /**
+   * After a resize: every shard, old and new, gets the routing marker that refuses writes routed with
+   * an outdated count (SPEC 9.5). The resize itself cannot write them (the markers live in the
+   * shards' slots); a cutover check re-ensures them before it trusts a drain, so a failure here
+   * delays nothing that matters for order, but it is reported rather than hidden.
+   */
+  private async writeRoutingMarkers(streamPrefix: string, raw: Map<string, string>): Promise<void> {
+    const count = Number(raw.get('shardCount'));
+    const routing = {
+      version: Number(raw.get('metadataVersion')),
+      count,
+      previous: Number(raw.get('previousShardCount') ?? count),
+      switchAt: Number(raw.get('switchAt') ?? 0),
+    };
+    const span = Math.max(count, routing.previous, Number(raw.get('shardSpan') ?? count));
+    const shards = Array.from({ length: span }, (_, i) => i);
+    let lastError: unknown;
+    for (let attempt = 0; attempt < 3; attempt++) {
+      try {
+        return await ensureRoutingMarkers(this.redis, this.keys, streamPrefix, routing, shards);
+      } catch (error) {
+        lastError = error;
+      }
+    }
+    throw new Error(
+      `stream "${streamPrefix}": resized to ${count} shards (metadataVersion ${routing.version}), but the shards' routing markers ` +
+        `could not be written (${(lastError as Error).message}); the members' cutover checks write them, or call resizeShards(${count}) again`,
+    );
   }
 
   /** Each group's pending cutover and, for those with one, what it still waits for. Read-only. */
@@ -144,6 +178,7 @@ export class CoordinatorAdmin {
    */
   async deleteDrainedShards(streamPrefix: string): Promise<number[]> {
     await this.completeCutovers(streamPrefix);
+    await this.assertRemovedShardsProcessed(streamPrefix);
     let groups: string[] = [];
     const reply = await this.withGroups(streamPrefix, (current) => {
       groups = current;
@@ -160,6 +195,37 @@ export class CoordinatorAdmin {
       for (const group of groups) await this.redis.del(this.keys.shardFence(streamPrefix, shard, group));
     }
     return shards;
+  }
+
+  /**
+   * Looks at the removed shards' streams themselves before they are deleted: first makes sure their
+   * routing markers refuse every write (so nothing lands after the look), then refuses, naming the
+   * shard, the group and the count, if any group has not processed every entry of one.
+   */
+  private async assertRemovedShardsProcessed(streamPrefix: string): Promise<void> {
+    const raw = new Map(Object.entries(await this.redis.hgetall(this.keys.streamMeta(streamPrefix))));
+    if (!raw.has('shardCount')) return; // retireShards reports the missing stream
+    const count = Number(raw.get('shardCount'));
+    const span = Math.max(count, Number(raw.get('shardSpan') ?? count));
+    if (span === count) return;
+    const removed = Array.from({ length: span - count }, (_, i) => count + i);
+    await ensureRoutingMarkers(this.redis, this.keys, streamPrefix, {
+      version: Number(raw.get('metadataVersion')),
+      count,
+      previous: Number(raw.get('previousShardCount') ?? count),
+      switchAt: Number(raw.get('switchAt') ?? 0),
+    }, removed);
+    const groups = (await this.redis.smembers(this.keys.streamGroups(streamPrefix))).sort();
+    for (const shard of removed) {
+      for (const group of groups) {
+        const { lag, pending } = await this.shardStats(streamPrefix, shard, group);
+        if (lag + pending > 0) {
+          throw toCoordinatorError(ErrorCode.RESIZE_IN_PROGRESS,
+            `stream "${streamPrefix}": removed shard ${shard} still holds ${lag + pending} entr${lag + pending === 1 ? 'y' : 'ies'} ` +
+              `group ${group} has not processed (${lag} undelivered, ${pending} pending); it is not deleted`);
+        }
+      }
+    }
   }
 
   /**

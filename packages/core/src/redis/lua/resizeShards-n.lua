@@ -91,11 +91,15 @@ end
 redis.call('HSET', KEYS[1], 'shardCount', newCount, 'previousShardCount', oldCount, 'switchAt', switchAt,
   'shardSpan', span, 'metadataVersion', version, 'writableShardSet', rangeCsv(newCount),
   'readableShardSet', readableDuring or rangeCsv(newCount), 'updatedAt', now)
--- Groups created later start where the existing ones start (includes/group.lua createGroup).
-if cutoverJson then
-  redis.call('HSET', KEYS[1], 'cutover', cutoverJson, 'cutoverReadable', readableDuring)
-else
-  redis.call('HDEL', KEYS[1], 'cutover', 'cutoverReadable')
+-- Groups created later cross every ordered growth and every shrink of the stream's history in
+-- order (includes/replayCutovers.lua); an unordered growth promised no order, so it is not kept.
+-- (`cutover`/`cutoverReadable` are the single template older versions kept: gone for good.)
+redis.call('HDEL', KEYS[1], 'cutover', 'cutoverReadable')
+if ordered or not growing then
+  local raw = redis.call('HGET', KEYS[1], 'resizeHistory')
+  local history = raw and cjson.decode(raw) or {}
+  history[#history + 1] = { version = version, from = oldCount, to = newCount, switchAt = switchAt }
+  redis.call('HSET', KEYS[1], 'resizeHistory', cjson.encode(history))
 end
 
 local detail = oldCount .. ' -> ' .. newCount .. ' shards, ' .. (ordered and 'ordered' or 'unordered')

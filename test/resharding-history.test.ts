@@ -1,0 +1,61 @@
+import { describe, expect, it } from 'vitest';
+import { CoordinatorAdmin, StreamProducer, type StreamMessage } from '@redis-stream-coordinator/core';
+import { HandlerRecorder, keyedMessages, type KeyedPayload } from './support/handler-recorder';
+import { memberFactory } from './support/member-factory';
+import { pollUntil } from './support/poll';
+import { uniqueName, useRedisServer } from './support/vitest-redis';
+
+const redis = useRedisServer();
+const aMember = memberFactory(redis, { coordinator: { heartbeatIntervalMs: 200 }, sessionTimeoutMs: 1000, cutoverCheckIntervalMs: 20 });
+/** Shards 0 and 1 hold the oldest entries; handling them slowly is what lets a later shard overtake them. */
+const slowOnTheFirstShards = (message: StreamMessage<KeyedPayload>) =>
+  message.shardIndex < 2 ? new Promise<void>((resolve) => setTimeout(resolve, 3)) : undefined;
+
+/** Writes one entry per key (sequence `seq`) with a producer that follows every resize at once. */
+async function writeRound(producer: StreamProducer, keys: number, seq: number) {
+  await producer.sendBatch(keyedMessages(keys, 1).map((m) => ({ ...m, payload: { seq } })));
+}
+
+async function groupCreatedAfter(streamPrefix: string, produced: number) {
+  const recorder = new HandlerRecorder();
+  const member = aMember({ streamPrefix, memberId: 'late', runtimeMaxConcurrency: 4, handler: recorder.handler('late', slowOnTheFirstShards) });
+  await member.start();
+  await pollUntil(`${produced} entries handled`, async () => recorder.distinctEntries() >= produced, { timeoutMs: 30_000 });
+  return recorder;
+}
+
+describe('a consumer group created after resizes reads every key in order', () => {
+  it('after two ordered growths (2 -> 3 -> 4) it crosses both cutovers in turn: no per-key inversion', async () => {
+    const streamPrefix = uniqueName('history-grow');
+    const admin = new CoordinatorAdmin(redis.client());
+    await admin.createStream({ streamPrefix, shardCount: 2 });
+    const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 1 });
+    await writeRound(producer, 40, 1);
+    await admin.resizeShards(streamPrefix, 3, { graceMs: 0 });
+    await writeRound(producer, 40, 2);
+    await admin.resizeShards(streamPrefix, 4, { graceMs: 0 });
+    await writeRound(producer, 40, 3);
+
+    const recorder = await groupCreatedAfter(streamPrefix, 120);
+    expect(recorder.orderViolations()).toEqual([]);
+    expect(recorder.distinctEntries()).toBe(120);
+    const d = await admin.describeGroup(streamPrefix, 'group');
+    expect(d.group.readableShardSet).toEqual([0, 1, 2, 3]);
+  }, 40_000);
+
+  it('after a shrink and a growth that adds the removed shards back (4 -> 2 -> 4): no per-key inversion, nothing missed', async () => {
+    const streamPrefix = uniqueName('history-shrink');
+    const admin = new CoordinatorAdmin(redis.client());
+    await admin.createStream({ streamPrefix, shardCount: 4 });
+    const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 1 });
+    await writeRound(producer, 40, 1);
+    await admin.resizeShards(streamPrefix, 2, { graceMs: 0, switchDelayMs: 0 });
+    await writeRound(producer, 40, 2);
+    await admin.resizeShards(streamPrefix, 4, { graceMs: 0 });
+    await writeRound(producer, 40, 3);
+
+    const recorder = await groupCreatedAfter(streamPrefix, 120);
+    expect(recorder.orderViolations()).toEqual([]);
+    expect(recorder.distinctEntries()).toBe(120);
+  }, 40_000);
+});

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { CoordinatorAdmin, GroupNotFoundError, KeyBuilder, PartialBatchError, type PayloadCodec, StreamProducer, shardForKey } from '@redis-stream-coordinator/core';
 import { keyedMessages, type KeyedPayload } from './support/handler-recorder';
+import { pollUntil } from './support/poll';
 import { uniqueName, useRedisServer } from './support/vitest-redis';
 
 const redis = useRedisServer();
@@ -129,10 +130,17 @@ describe('StreamProducer', () => {
     await recreating.send({ key: 'a', payload: 1 });
     await plain.send({ key: 'a', payload: 1 });
     await client.del(keys.streamMeta(streamPrefix)); // what FLUSHALL does to this stream, without touching other tests' keys
-    await expect(plain.send({ key: 'a', payload: 2 })).rejects.toThrow(new RegExp(`stream "${streamPrefix}" has no metadata.*shardCount`));
-    await expect(plain.send({ key: 'a', payload: 2 })).rejects.toBeInstanceOf(GroupNotFoundError);
-    expect((await recreating.send({ key: 'a', payload: 2 })).shardIndex).toBe(shardForKey('a', 3));
-    expect(await new CoordinatorAdmin(client).describeStream(streamPrefix)).toMatchObject({ shardCount: 3, metadataVersion: 1 });
+    // The next look at the metadata (at most metadataRefreshMs later) finds none.
+    const refused = await pollUntil<Error>('the plain producer refused', () => plain.send({ key: 'a', payload: 2 }).then(() => false as const, (error: unknown) => error as Error));
+    expect(refused).toBeInstanceOf(GroupNotFoundError);
+    expect(refused.message).toMatch(new RegExp(`stream "${streamPrefix}" has no metadata.*shardCount`));
+    await expect(plain.send({ key: 'a', payload: 3 })).rejects.toBeInstanceOf(GroupNotFoundError);
+    const admin = new CoordinatorAdmin(client);
+    await pollUntil('the metadata recreated', async () => {
+      expect((await recreating.send({ key: 'a', payload: 2 })).shardIndex).toBe(shardForKey('a', 3));
+      return admin.describeStream(streamPrefix).then((d) => d ?? false);
+    });
+    expect(await admin.describeStream(streamPrefix)).toMatchObject({ shardCount: 3, metadataVersion: 1 });
     expect(() => new StreamProducer(client, { streamPrefix, shardCount: 0 })).toThrow(/shardCount must be an integer/);
   });
 });

@@ -177,8 +177,9 @@ export class CoordinatorAdmin {
    * while a group still needs one. Returns the deleted shard indices.
    */
   async deleteDrainedShards(streamPrefix: string): Promise<number[]> {
-    await this.completeCutovers(streamPrefix);
-    await this.assertRemovedShardsProcessed(streamPrefix);
+    const statuses = await this.completeCutovers(streamPrefix);
+    // A group still cutting over is refused by name by retireShards; otherwise look at the streams.
+    if (statuses.every((status) => !status.cutover || status.completed)) await this.assertRemovedShardsProcessed(streamPrefix);
     let groups: string[] = [];
     const reply = await this.withGroups(streamPrefix, (current) => {
       groups = current;
@@ -256,7 +257,8 @@ export class CoordinatorAdmin {
 
   /**
    * A consistent snapshot of one group in the JSON shapes of SPEC section 2, with per-shard owner,
-   * lag and pending counts. Throws `GroupNotFoundError` when the group has never had a member.
+   * readability, lag and pending counts for every shard that may hold entries: readable ones, and
+   * those not yet readable during an ordered cutover or still draining after a shrink (SPEC 9.6). Throws `GroupNotFoundError` when the group has never had a member.
    */
   async describeGroup(streamPrefix: string, consumerGroup: string): Promise<GroupDescription> {
     const reply = (await runScript(this.redis, 'describeGroup', this.keys.groupKeys(streamPrefix, consumerGroup), [])) as unknown[];
@@ -266,7 +268,10 @@ export class CoordinatorAdmin {
     const stream = new Map(pairs(reply[0]));
     const group = new Map(pairs(reply[1]));
     const readable = groupReadableShards(stream, group);
-    const stats = await Promise.all(readable.map((shard) => this.shardStats(streamPrefix, shard, consumerGroup)));
+    // Every shard that may hold entries, not only the readable ones (SPEC 9.6).
+    const span = Math.max(Number(stream.get('shardCount') ?? 0), Number(stream.get('shardSpan') ?? 0), ...readable.map((i) => i + 1));
+    const all = Array.from({ length: span }, (_, i) => i);
+    const stats = await Promise.all(all.map((shard) => this.shardStats(streamPrefix, shard, consumerGroup)));
     return toGroupDescription({
       streamPrefix,
       consumerGroup,
@@ -277,7 +282,7 @@ export class CoordinatorAdmin {
       target: pairs(reply[4]),
       owners: new Map(pairs(reply[5])),
       state: String(reply[6]),
-      shardStats: new Map(readable.map((shard, i) => [shard, stats[i]])),
+      shardStats: new Map(all.map((shard, i) => [shard, stats[i]])),
     });
   }
 

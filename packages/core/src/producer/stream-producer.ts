@@ -118,6 +118,14 @@ export class StreamProducer {
     if (messages.some((m) => m.shardIndex !== undefined && m.shardIndex >= shardCount)) {
       // Perhaps the stream grew since the last check: look again before refusing.
       shardCount = await this.currentShardCount(true);
+      const routing = this.routing!;
+      const wait = routing.switchAtLocal - Date.now();
+      if (wait > 0 && wait <= 50 && messages.every((m) => m.shardIndex === undefined || m.shardIndex < routing.shardCount)) {
+        // A growth switches a millisecond after the resize (so that every entry routed with the old
+        // count has an id below the switch): an entry for a new shard waits for it rather than fail.
+        await new Promise((resolve) => setTimeout(resolve, wait + 1));
+        shardCount = await this.currentShardCount();
+      }
     }
     for (const message of messages) {
       if (message.shardIndex !== undefined) assertIntegerInRange('shardIndex', message.shardIndex, 0, shardCount - 1);

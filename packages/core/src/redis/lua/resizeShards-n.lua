@@ -55,8 +55,13 @@ local now = nowMs()
 local growing = newCount > oldCount
 -- Producers switch to the new count at switchAt. An ordered shrink gives members switchDelayMs to
 -- learn that the surviving shards are held from that point on, before any moved key is written there.
+-- Never the current millisecond: an entry written just before this call can carry this very
+-- millisecond in its id, and every entry routed with the old count must have an id below switchAt
+-- (the routing markers enforce it from switchAt on; includes/replayCutovers.lua relies on it).
+-- (An unordered growth promises no order and is not replayed: it switches at once.)
 local switchAt = now
-if ordered and not growing then switchAt = now + switchDelayMs end
+if ordered and growing then switchAt = now + 1 end
+if not growing then switchAt = now + math.max(1, ordered and switchDelayMs or 0) end
 version = version + 1
 span = math.max(span, newCount)
 

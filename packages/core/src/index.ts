@@ -23,7 +23,8 @@ export { type Cutover, type CutoverProgress, type CutoverWait } from './admin/cu
 export { compareStreamIds, nextStreamId } from './protocol/stream-ids';
 export * from './protocol/entry-format';
 export { shardForKey, jumpConsistentHash, fnv1a64 } from './producer/key-hash';
-export { StreamProducer, type StreamProducerOptions, type SendResult } from './producer/stream-producer';
+export { StreamProducer, type StreamProducerOptions } from './producer/stream-producer';
+export { PartialBatchError, type FailedEntry, type SendResult, type WrittenEntry } from './producer/send-results';
 export { CoordinatedMember, type MemberEvents, type ShardsEvent } from './member/coordinated-member';
 export { type CoordinatedMemberOptions, type MessageHandler } from './member/member-options';
 export { HandlerTimeoutError, ShardError } from './member/shard-poller';

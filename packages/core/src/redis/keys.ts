@@ -65,6 +65,15 @@ export class KeyBuilder {
     return `${this.shardStream(streamPrefix, shardIndex)}:fence:${assertConsumerGroup(consumerGroup)}`;
   }
 
+  /**
+   * A shard's routing marker (the shard count in effect from when), in the shard stream's slot, so
+   * that a producer's write checks it atomically (appendEntries-2.lua). Kept when a drained shard is
+   * deleted: it is what refuses late writes to it.
+   */
+  shardRouting(streamPrefix: string, shardIndex: number): string {
+    return `${this.shardStream(streamPrefix, shardIndex)}:routing`;
+  }
+
   deadLetterStream(streamPrefix: string, consumerGroup: string): string {
     return `${this.keyPrefix}:dead-letter:{${assertStreamPrefix(streamPrefix)}:${assertConsumerGroup(consumerGroup)}}`;
   }

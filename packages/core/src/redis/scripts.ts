@@ -23,6 +23,8 @@ const SCRIPT_FILES = {
   completeCutover: 'completeCutover-13.lua',
   retireShards: 'retireShards-n.lua',
   firstAfter: 'firstAfter-n.lua',
+  appendEntries: 'appendEntries-2.lua',
+  ensureRouting: 'ensureRouting-1.lua',
 } as const;
 
 export type ScriptName = keyof typeof SCRIPT_FILES;

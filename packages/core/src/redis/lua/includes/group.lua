@@ -1,3 +1,4 @@
+--- @include "includes/replayCutovers"
 -- Group metadata: epochs, the assignment lease, and the group state derived from the member indexes.
 local function loadGroup(K)
   local v = redis.call('HMGET', K.groupMeta, 'groupEpoch', 'assignmentEpoch', 'epochBumpedAt', 'leaseOwner',
@@ -16,16 +17,21 @@ local function loadGroup(K)
   }
 end
 
--- A group created after a resize starts from the resize's state (includes/stream.lua): it reads
--- the shard streams from their beginning, so it must wait for the same cutover as every other group.
+-- A group created after resizes reads the shard streams from their beginning, so it crosses every
+-- recorded resize in order, one cutover step each (includes/replayCutovers.lua): the first step is
+-- its cutover now, the rest wait in `cutoverChain` for completeCutover-13.lua to install them.
 local function createGroup(K, groupName, now, stream)
   redis.call('HSET', K.groupMeta, 'groupEpoch', 0, 'assignmentEpoch', 0, 'epochBumpedAt', now,
     'leaseOwner', '', 'leaseExpiresAt', 0, 'createdAt', now, 'updatedAt', now)
   redis.call('SADD', K.groups, groupName)
-  local template = redis.call('HMGET', K.streamMeta, 'cutover', 'cutoverReadable')
-  if template[1] then
-    redis.call('HSET', K.groupMeta, 'cutover', template[1], 'readableShardSet', template[2])
-    stream.readable, stream.readableIsFullRange = template[2], false
+  local history = redis.call('HGET', K.streamMeta, 'resizeHistory')
+  if history then
+    local steps = replayCutovers(cjson.decode(history), stream.shardCount)
+    local first = table.remove(steps, 1)
+    first.version = stream.metadataVersion
+    redis.call('HSET', K.groupMeta, 'cutover', cjson.encode(first), 'readableShardSet', first.wait)
+    if #steps > 0 then redis.call('HSET', K.groupMeta, 'cutoverChain', cjson.encode(steps)) end
+    stream.readable, stream.readableIsFullRange = first.wait, false
   end
   return { groupEpoch = 0, assignmentEpoch = 0, epochBumpedAt = now, leaseOwner = '', leaseExpiresAt = 0, retainedNextAt = 0, nextDeadlineAt = 0 }
 end

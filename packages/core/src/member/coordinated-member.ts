@@ -1,9 +1,10 @@
+import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type { Redis } from 'ioredis';
 import { CoordinatorAdmin } from '../admin/coordinator-admin';
 import { type Cutover, cutoverProgress, readCutover } from '../admin/cutover';
 import { ErrorCode } from '../protocol/error-codes';
-import { ShardCountConflictError, toCoordinatorError } from '../protocol/errors';
+import { type CoordinatorError, ShardCountConflictError, toCoordinatorError } from '../protocol/errors';
 import { type HeartbeatRequest, type HeartbeatResponse, JOIN_EPOCH, LEAVE_EPOCH } from '../protocol/heartbeat';
 import { CoordinatorClient } from '../redis/coordinator-client';
 import type { RedisClient } from '../redis/scripts';
@@ -23,7 +24,10 @@ export interface MemberEvents {
   assigned: [ShardsEvent];
   /** Shards this member gave up (its in-flight work on them finished or timed out). */
   revoked: [ShardsEvent];
-  /** The coordinator refused this member (UNKNOWN_MEMBER_ID or FENCED_MEMBER_EPOCH): it dropped everything and rejoins. */
+  /**
+   * The coordinator refused this member (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, or GROUP_NOT_FOUND
+   * after Redis lost the group's keys): it dropped everything and rejoins.
+   */
   fenced: [{ errorCode: ErrorCode; message: string; shards: number[]; memberEpoch: number }];
   /** No heartbeat succeeded for too long: the member stopped before its lease could be given away, and rejoins. */
   'lease-lost': [{ shards: number[]; memberEpoch: number; sinceLastHeartbeatMs: number }];
@@ -70,6 +74,24 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   /** Whether the coordinator knows this member (it must leave on stop, whatever its epoch). */
   private hasJoined = false;
   private stopListening: (() => Promise<void>) | undefined;
+  /**
+   * This process's identity under `memberId` (SPEC 9.4): a join from another instance while this
+   * one's lease is live is refused with FENCED_INSTANCE_ID, and so is this one's after another took over.
+   */
+  readonly instanceId = randomUUID();
+  private readonly shardClient: ShardClient;
+  /** Set for good when this instance was refused its memberId (FencedInstanceIdError). */
+  private fatal: CoordinatorError | undefined;
+  /** True from stop() until the drain ended: heartbeats go on so the lease outlives every handler. */
+  private draining = false;
+  /** Resolves when stop()'s drain ended (handlers finished or shutdownTimeoutMs passed). */
+  private drained: Promise<void> | undefined;
+  /** Heartbeats in a row answered INVALID_REQUEST; two mean the member's view itself is bad. */
+  private invalidInARow = 0;
+  /** GROUP_NOT_FOUND answers in a row (the stream has no metadata): sets the backoff. */
+  private missingInARow = 0;
+  /** Conditions of this member (not of a shard) that keep it from working, by kind. */
+  private readonly memberProblems = new Map<'group' | 'request' | 'metadata' | 'instance', string>();
   /** The group's pending cutover after a resize, as of `metadataVersion`. */
   private cutover: Cutover | null = null;
   private cutoverTimer: NodeJS.Timeout | undefined;
@@ -85,6 +107,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.reader = (redis as Redis).duplicate();
     this.reader.on('error', () => undefined); // reported through the read loop
     const shardClient = new ShardClient(redis, this.coordinator.keys, this.options.streamPrefix, this.options.consumerGroup, this.options.memberId);
+    this.shardClient = shardClient;
     this.poller = new ShardPoller(shardClient, redis as Redis, this.reader, this.options as ResolvedMemberOptions, () => this.leaseIsSafe());
     this.poller.on('error', (error: ShardError) => this.emit('error', error));
     this.poller.on('dead-letter', (event) => this.emit('dead-letter', event));
@@ -130,12 +153,16 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
       bufferedEntries: this.poller.bufferedEntries,
       heldEntries: this.poller.heldEntries,
       metadataVersion: this.metadataVersion,
-      problems: [...this.poller.problems()],
+      problems: [...this.memberProblems.values(), ...this.poller.problems()],
     };
   }
 
-  /** Joins the group and starts polling; resolves after the first successful heartbeat. */
+  /**
+   * Joins the group and starts polling; resolves after the first successful heartbeat. Rejects with
+   * FencedInstanceIdError when another live instance holds this memberId (then and ever after).
+   */
   async start(): Promise<void> {
+    if (this.fatal) throw this.fatal;
     if (this.lifecycle !== 'new') throw new Error(`member ${this.memberId} was already started`);
     if (this.options.shardCount !== undefined) {
       // Before anything runs: if Redis cannot be reached yet, start() fails (within a third of the
@@ -168,16 +195,25 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     await joined;
   }
 
-  /** Stops reading, finishes in-flight handlers (bounded), acknowledges, and leaves the group. */
+  /**
+   * Stops reading, finishes in-flight handlers (bounded by shutdownTimeoutMs), acknowledges, and
+   * leaves the group. Until it has left, the member keeps heartbeating: its lease outlives every
+   * handler it still runs, so no other member is given those shards meanwhile. While stopping it
+   * applies revocations (after the drain, bounded by revocationTimeoutMs) and takes no new shards.
+   */
   async stop(): Promise<void> {
     if (this.lifecycle === 'stopped' || this.lifecycle === 'stopping') return;
     const wasRunning = this.lifecycle === 'running';
     this.lifecycle = 'stopping';
-    clearTimeout(this.heartbeatTimer);
+    this.draining = wasRunning && this.hasJoined;
     clearTimeout(this.cutoverTimer);
     this.joined?.reject(new Error(`member ${this.memberId} stopped before it joined`));
+    if (!this.draining) clearTimeout(this.heartbeatTimer);
+    this.drained = this.poller.stop(this.options.shutdownTimeoutMs);
+    await this.drained;
+    this.draining = false;
+    clearTimeout(this.heartbeatTimer);
     await this.heartbeatRunning?.catch(() => undefined);
-    await this.poller.stop(this.options.shutdownTimeoutMs);
     if (wasRunning && this.hasJoined) {
       try {
         await this.coordinator.heartbeat(this.request(LEAVE_EPOCH));
@@ -211,6 +247,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
 
   private request(memberEpoch = this.memberEpoch): HeartbeatRequest {
     return {
+      instanceId: this.instanceId,
       streamPrefix: this.options.streamPrefix,
       consumerGroup: this.options.consumerGroup,
       memberId: this.memberId,
@@ -230,9 +267,14 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     };
   }
 
+  /** Heartbeats run while the member runs, and while stop() drains (the lease must outlive the handlers). */
+  private heartbeating(): boolean {
+    return this.lifecycle === 'running' || (this.lifecycle === 'stopping' && this.draining);
+  }
+
   /** An out-of-cycle heartbeat as soon as possible: at once, or right after the one in flight. */
   private requestHeartbeat(): void {
-    if (this.lifecycle !== 'running') return;
+    if (!this.heartbeating()) return;
     if (this.heartbeatRunning) {
       this.heartbeatAgain = true;
       return;
@@ -248,7 +290,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   }
 
   private schedule(intervalMs: number): void {
-    if (this.lifecycle !== 'running') return;
+    if (!this.heartbeating()) return;
     clearTimeout(this.heartbeatTimer);
     // Jitter, never later than asked: members spread out instead of heartbeating in lockstep.
     const delay = Math.max(1, Math.round(intervalMs * (0.85 + 0.15 * Math.random())));
@@ -260,36 +302,150 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     const sentAt = performance.now();
     let response: HeartbeatResponse;
     try {
-      response = await this.withTimeout(this.coordinator.heartbeat(request), Math.max(100, Math.floor(this.options.sessionTimeoutMs / 3)));
+      response = await this.withTimeout(this.coordinator.heartbeat(request), this.callTimeoutMs());
     } catch (error) {
       this.emit('error', new Error(`member ${this.memberId}: heartbeat failed: ${(error as Error).message}`));
       this.checkLease();
       this.schedule(Math.min(1000, Math.floor(this.options.sessionTimeoutMs / 5)));
       return;
     }
-    if (this.lifecycle !== 'running') return;
+    if (!this.heartbeating()) return;
+    if (response.errorCode === ErrorCode.FENCED_INSTANCE_ID) {
+      this.halt(toCoordinatorError(response.errorCode, `member ${this.memberId} (instance ${this.instanceId}) stopped for good: ${response.errorMessage}`));
+      return;
+    }
     if (response.errorCode === ErrorCode.UNKNOWN_MEMBER_ID || response.errorCode === ErrorCode.FENCED_MEMBER_EPOCH) {
       this.lastGoodHeartbeatSentAt = sentAt;
+      this.invalidInARow = 0;
       this.emit('fenced', { errorCode: response.errorCode, message: response.errorMessage, shards: this.ownedShards(), memberEpoch: this.memberEpoch });
       this.dropEverything();
+      // A stopping member does not rejoin: it has nothing left to keep alive, and leaves.
+      if (this.lifecycle === 'stopping') this.draining = false;
       this.requestHeartbeat();
       return;
     }
+    if (response.errorCode === ErrorCode.GROUP_NOT_FOUND) {
+      await this.groupMissing(response.errorMessage);
+      return;
+    }
     if (response.errorCode !== ErrorCode.NONE) {
-      const error = toCoordinatorError(response.errorCode, `member ${this.memberId}: ${response.errorMessage}`);
-      this.emit('error', error);
-      this.schedule(Math.min(5000, Math.floor(this.options.sessionTimeoutMs / 3)));
+      this.refused(response.errorCode, response.errorMessage);
       return;
     }
     this.lastGoodHeartbeatSentAt = sentAt;
     this.hasJoined = true;
+    this.invalidInARow = 0;
+    this.missingInARow = 0;
+    this.memberProblems.delete('group');
+    this.memberProblems.delete('request');
+    this.shardClient.setIncarnation(response.incarnation);
     for (const shard of request.ackedRevocations ?? []) this.revoked.delete(shard);
-    if (response.metadataVersion !== this.metadataVersion) await this.syncMetadata(response.metadataVersion);
-    if (this.lifecycle !== 'running') return;
-    this.apply(response);
+    // Gains wait until the metadata is synced: a shard gained during an ordered shrink needs its hold
+    // first. Revocations never wait.
+    let synced = response.metadataVersion === this.metadataVersion;
+    if (!synced && this.lifecycle === 'running') synced = await this.syncMetadata(response.metadataVersion);
+    if (!this.heartbeating()) return;
+    this.apply(response, synced && this.lifecycle === 'running');
     this.joined?.resolve();
     this.joined = undefined;
-    this.schedule(response.heartbeatIntervalMs);
+    this.schedule(synced ? response.heartbeatIntervalMs : Math.min(response.heartbeatIntervalMs, 1000));
+  }
+
+  /** How long one coordinator call may take before the member treats it as failed. */
+  private callTimeoutMs(): number {
+    return Math.max(100, Math.floor(this.options.sessionTimeoutMs / 3));
+  }
+
+  /**
+   * INVALID_REQUEST and other refusals that are not about ownership. The lease is checked as after a
+   * failed call (nothing was renewed). A second INVALID_REQUEST in a row means the member's own view
+   * no longer fits the group (e.g. it reports shards a shrink deleted while it was paused): it drops
+   * everything and rejoins with an empty, valid report.
+   */
+  private refused(errorCode: Exclude<ErrorCode, 'NONE'>, message: string): void {
+    const error = toCoordinatorError(errorCode, `member ${this.memberId}: ${message}`);
+    this.emit('error', error);
+    this.checkLease();
+    const retryMs = Math.min(5000, Math.floor(this.options.sessionTimeoutMs / 3));
+    if (errorCode !== ErrorCode.INVALID_REQUEST) {
+      this.schedule(retryMs);
+      return;
+    }
+    this.invalidInARow += 1;
+    this.memberProblems.set('request', `the coordinator refuses this member's heartbeats: ${message}`);
+    const holdsSomething = this.owned.size > 0 || this.revoking.size > 0 || this.revoked.size > 0 || this.memberEpoch !== JOIN_EPOCH;
+    if (this.invalidInARow >= 2 && holdsSomething) {
+      this.emit('fenced', { errorCode, message, shards: this.ownedShards(), memberEpoch: this.memberEpoch });
+      this.dropEverything();
+      if (this.lifecycle === 'stopping') this.draining = false;
+      this.requestHeartbeat();
+      return;
+    }
+    this.schedule(retryMs);
+  }
+
+  /**
+   * The stream has no metadata: Redis lost its keys (restart without persistence, FLUSHALL) or an
+   * operator deleted it. Whatever this member held is gone with the group. A member configured with
+   * `shardCount` recreates the stream and rejoins; one without backs off, reports one error, and
+   * lists the problem in stats() until the stream exists again.
+   */
+  private async groupMissing(message: string): Promise<void> {
+    this.missingInARow += 1;
+    if (this.owned.size > 0 || this.revoking.size > 0 || this.memberEpoch !== JOIN_EPOCH) {
+      this.emit('fenced', { errorCode: ErrorCode.GROUP_NOT_FOUND, message, shards: this.ownedShards(), memberEpoch: this.memberEpoch });
+    }
+    this.dropEverything();
+    // Versions restart with the recreated stream: sync whatever the next answer says.
+    this.metadataVersion = 0;
+    if (this.lifecycle === 'stopping') this.draining = false;
+    const backoffMs = Math.min(30_000, 250 * 2 ** Math.min(7, this.missingInARow - 1));
+    const shardCount = this.options.shardCount;
+    if (shardCount !== undefined && this.lifecycle === 'running') {
+      const admin = new CoordinatorAdmin(this.redis, { keyPrefix: this.coordinator.options.keyPrefix });
+      try {
+        await this.withTimeout(
+          admin.createStream({ streamPrefix: this.options.streamPrefix, shardCount }).catch((error: unknown) => {
+            if (!(error instanceof ShardCountConflictError)) throw error;
+          }),
+          this.callTimeoutMs(),
+        );
+        this.emit('error', new Error(`member ${this.memberId}: stream "${this.options.streamPrefix}" had no metadata (Redis lost its keys?); recreated it with ${shardCount} shards and rejoins`));
+        this.requestHeartbeat();
+        return;
+      } catch (error) {
+        this.emit('error', new Error(`member ${this.memberId}: stream "${this.options.streamPrefix}" has no metadata and recreating it failed: ${(error as Error).message}`));
+        this.schedule(backoffMs);
+        return;
+      }
+    }
+    const problem = `stream "${this.options.streamPrefix}" has no metadata (${message}); retrying with backoff`;
+    if (!this.memberProblems.has('group')) this.emit('error', toCoordinatorError(ErrorCode.GROUP_NOT_FOUND, `member ${this.memberId}: ${problem}`));
+    this.memberProblems.set('group', problem);
+    this.schedule(backoffMs);
+  }
+
+  /**
+   * Another live instance holds this memberId: stop for good, at once. No more heartbeats, reads or
+   * acknowledgements (its shards belong to the other instance), no leave (that would end the other
+   * instance's membership); start() rejects with the error now and on every later call.
+   */
+  private halt(error: CoordinatorError): void {
+    this.fatal = error;
+    this.memberProblems.set('instance', error.message);
+    const joined = this.joined;
+    this.joined = undefined;
+    joined?.reject(error);
+    this.dropEverything();
+    this.hasJoined = false;
+    this.draining = false;
+    this.lifecycle = 'stopped';
+    clearTimeout(this.heartbeatTimer);
+    clearTimeout(this.cutoverTimer);
+    void this.poller.stop(0);
+    this.reader.disconnect();
+    void this.stopListening?.();
+    this.emit('error', error);
   }
 
   private withTimeout<R>(promise: Promise<R>, ms: number): Promise<R> {
@@ -305,23 +461,31 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
 
   /**
    * The stream's metadata changed (or this member just joined): read the group's cutover, hold what
-   * it holds, and check on it until it completes (docs/resharding.md). On failure the version stays
-   * old, so the next heartbeat tries again.
+   * it holds, and check on it until it completes (docs/resharding.md). The read is bounded (a third
+   * of the session timeout), so it cannot hold up the heartbeat loop. On failure the version stays
+   * old, the next heartbeat tries again, and false tells the caller to take no new shards meanwhile.
    */
-  private async syncMetadata(metadataVersion: number): Promise<void> {
+  private async syncMetadata(metadataVersion: number): Promise<boolean> {
     let cutover: Cutover | null;
     try {
-      cutover = await readCutover(this.redis, this.coordinator.keys, this.options.streamPrefix, this.options.consumerGroup);
+      cutover = await this.withTimeout(
+        readCutover(this.redis, this.coordinator.keys, this.options.streamPrefix, this.options.consumerGroup),
+        this.callTimeoutMs(),
+      );
     } catch (error) {
-      this.emit('error', new Error(`member ${this.memberId}: reading the group's cutover failed: ${(error as Error).message}`));
-      return;
+      const problem = `reading the group's cutover failed: ${(error as Error).message}; no new shards until it succeeds`;
+      this.memberProblems.set('metadata', problem);
+      this.emit('error', new Error(`member ${this.memberId}: ${problem}`));
+      return false;
     }
+    this.memberProblems.delete('metadata');
     this.cutover = cutover;
     const from = cutover ? `${cutover.switchAt}-0` : '';
     this.poller.setHolds(new Map((cutover?.held ?? []).map((shard) => [shard, from])));
     this.metadataVersion = metadataVersion;
     clearTimeout(this.cutoverTimer);
     if (cutover) this.scheduleCutoverCheck(cutover);
+    return true;
   }
 
   private scheduleCutoverCheck(cutover: Cutover): void {
@@ -348,7 +512,8 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
 
   // ---- reconciliation ------------------------------------------------------------------------------
 
-  private apply(response: HeartbeatResponse): void {
+  /** `takeNewShards` false: apply revocations and losses only (metadata not synced, or stopping). */
+  private apply(response: HeartbeatResponse, takeNewShards: boolean): void {
     this.memberEpoch = response.memberEpoch;
     const assigned = new Set(response.assignedShards);
     const toRevoke = new Set(response.revokeShards);
@@ -374,6 +539,8 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     if (revokedNow.length > 0) void this.revoke(revokedNow, response.memberEpoch);
 
     const gained: number[] = [];
+    // Not taken now, still granted: the next heartbeat's answer offers them again.
+    if (!takeNewShards) assigned.clear();
     for (const shard of assigned) {
       if (!this.owned.has(shard) && !this.revoking.has(shard)) {
         this.owned.set(shard, response.memberEpoch);
@@ -390,6 +557,9 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   /** Revoke-before-assign: stop, let in-flight work finish (bounded), acknowledge, then report at once. */
   private async revoke(shards: number[], memberEpoch: number): Promise<void> {
     await Promise.all(shards.map((shard) => this.poller.releaseShard(shard, this.options.revocationTimeoutMs)));
+    // While stopping, the poller already released every shard, so it cannot wait for the shard's
+    // handler: wait for the drain instead, bounded as a revocation is.
+    if (this.drained) await Promise.race([this.drained, sleep(this.options.revocationTimeoutMs)]);
     for (const shard of shards) {
       if (this.revoking.delete(shard)) this.revoked.add(shard);
     }

@@ -81,6 +81,7 @@ export class CoordinatorClient {
       toShardCsv(request.owned),
       toShardCsv(request.revoking),
       toShardCsv(request.ackedRevocations),
+      request.instanceId ?? '',
     ]);
     return parseHeartbeatReply(reply);
   }

@@ -11,7 +11,7 @@
   ARGV[13] target as JSON { memberId: "ascending shard CSV" }   ARGV[14] metadataVersion the member runs with
 
   Output: the committing member's heartbeat response (includes/respond.lua) followed by
-  17 commitResult (ERR_NONE, ERR_STALE_GROUP_EPOCH or ERR_INVALID_ASSIGNMENT) and 18 its message;
+  18 commitResult (ERR_NONE, ERR_STALE_GROUP_EPOCH or ERR_INVALID_ASSIGNMENT) and 19 its message;
   or { errorCode, message } when the member itself was refused.
 ]]
 --- @include "includes/errorCodes"

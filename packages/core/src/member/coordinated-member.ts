@@ -396,6 +396,8 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
       this.emit('fenced', { errorCode: ErrorCode.GROUP_NOT_FOUND, message, shards: this.ownedShards(), memberEpoch: this.memberEpoch });
     }
     this.dropEverything();
+    // The group is gone with the stream: nothing to leave, nothing joined until the next success.
+    this.hasJoined = false;
     // Versions restart with the recreated stream: sync whatever the next answer says.
     this.metadataVersion = 0;
     if (this.lifecycle === 'stopping') this.draining = false;

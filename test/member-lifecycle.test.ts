@@ -257,3 +257,37 @@ describe('two processes with one memberId (issue 11 #11)', () => {
     expect((await usurper.heartbeat()).errorCode).toBe(ErrorCode.NONE);
   });
 });
+
+describe('the cutover read after a metadata change (issue 11, suspected)', () => {
+  it('a read that never answers neither stalls the heartbeats nor lets the member take shards without their holds', async () => {
+    const streamPrefix = uniqueName('cutover-read');
+    const connection = redis.client();
+    const a = aMember({ streamPrefix, memberId: 'a', shardCount: 4, sessionTimeoutMs: 900, handler: () => undefined }, connection);
+    const b = aMember({ streamPrefix, memberId: 'b', sessionTimeoutMs: 900, handler: () => undefined });
+    await a.start();
+    await b.start();
+    await pollUntil('two shards each', async () => a.ownedShards().length === 2 && b.ownedShards().length === 2);
+    const cutoverErrors: Error[] = [];
+    a.on('error', (error) => {
+      if (/cutover/.test(error.message)) cutoverErrors.push(error);
+    });
+
+    // The group's cutover is the only thing the member reads with HGET: that read now never answers.
+    const hget = connection.hget.bind(connection);
+    connection.hget = (() => new Promise(() => undefined)) as unknown as typeof connection.hget;
+    await redis.client().hincrby(new KeyBuilder().streamMeta(streamPrefix), 'metadataVersion', 1);
+    await pollUntil('the failed read to show', async () => a.stats().problems.some((p) => /cutover/.test(p)));
+    await b.stop(); // a is granted b's shards now, but has no holds for them yet
+
+    // Heartbeats go on across several session timeouts; the granted shards wait for the metadata.
+    const expiredBefore = await events(streamPrefix, 'MEMBER_EXPIRED');
+    await pollUntil('several failed reads', async () => cutoverErrors.length >= 4, { timeoutMs: 15_000 });
+    expect(a.ownedShards()).toHaveLength(2);
+    expect(await events(streamPrefix, 'MEMBER_EXPIRED')).toEqual(expiredBefore);
+    expect((await memberState(streamPrefix, 'a'))!.state).toBe('ACTIVE');
+
+    connection.hget = hget;
+    await pollUntil('a to take the shards once the metadata is synced', async () => a.ownedShards().length === 4 && a.stats().problems.length === 0);
+  });
+});
+

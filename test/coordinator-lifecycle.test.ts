@@ -98,6 +98,10 @@ describe('one live instance per member id (issue 11 #11, SPEC 9.4)', () => {
     const after = await group.describe();
     expect(after.group).toEqual({ ...before.group, updatedAt: after.group.updatedAt });
     expect(ownership(after)).toEqual({ same: [0, 1, 2, 3] });
+    // A heartbeat of the second instance that repeats the first one's exactly is not taken for it
+    // (the instance id is part of the steady-state signature).
+    const copy = await second.send({ ...first.request(), instanceId: second.extra.instanceId });
+    expect(copy.errorCode).toBe(ErrorCode.FENCED_MEMBER_EPOCH);
     // The first instance is untouched and its steady heartbeats still work.
     expect((await first.heartbeat()).errorCode).toBe(ErrorCode.NONE);
     expect(first.owned).toEqual([0, 1, 2, 3]);

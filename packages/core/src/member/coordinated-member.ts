@@ -406,14 +406,22 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     if (shardCount !== undefined && this.lifecycle === 'running') {
       const admin = new CoordinatorAdmin(this.redis, { keyPrefix: this.coordinator.options.keyPrefix });
       try {
-        await this.withTimeout(
-          admin.createStream({ streamPrefix: this.options.streamPrefix, shardCount }).catch((error: unknown) => {
-            if (!(error instanceof ShardCountConflictError)) throw error;
-          }),
+        const created = await this.withTimeout(
+          admin.createStream({ streamPrefix: this.options.streamPrefix, shardCount }).then(
+            (stream) => stream.created,
+            (error: unknown) => {
+              if (!(error instanceof ShardCountConflictError)) throw error;
+              return false;
+            },
+          ),
           this.callTimeoutMs(),
         );
-        this.emit('error', new Error(`member ${this.memberId}: stream "${this.options.streamPrefix}" had no metadata (Redis lost its keys?); recreated it with ${shardCount} shards and rejoins`));
-        this.requestHeartbeat();
+        if (created) {
+          this.emit('error', new Error(`member ${this.memberId}: stream "${this.options.streamPrefix}" had no metadata (Redis lost its keys?); recreated it with ${shardCount} shards and rejoins`));
+        }
+        // Rejoin at once the first time; should the stream still be missing after that, back off.
+        if (this.missingInARow === 1) this.requestHeartbeat();
+        else this.schedule(backoffMs);
         return;
       } catch (error) {
         this.emit('error', new Error(`member ${this.memberId}: stream "${this.options.streamPrefix}" has no metadata and recreating it failed: ${(error as Error).message}`));

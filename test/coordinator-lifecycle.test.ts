@@ -129,6 +129,13 @@ describe('one live instance per member id (issue 11 #11, SPEC 9.4)', () => {
     const fenced = await old.send({ memberEpoch: fresh.memberEpoch, owned: [] });
     expect(fenced.errorCode).toBe(ErrorCode.FENCED_MEMBER_EPOCH);
     expect(fenced.errorMessage).toMatch(/another instance/);
+    // Nor may it commit a target in the new instance's name.
+    const commit = await group.coordinator.commitAssignment(
+      { streamPrefix: group.streamPrefix, consumerGroup: group.consumerGroup, memberId: 'same', memberEpoch: fresh.memberEpoch, instanceId: 'old' },
+      fresh.last!.groupEpoch,
+      { same: [0], other: [1] },
+    );
+    expect(commit.response.errorCode).toBe(ErrorCode.FENCED_MEMBER_EPOCH);
     expect((await old.join()).errorCode).toBe(ErrorCode.FENCED_INSTANCE_ID);
     // The same instance rejoins as before.
     expect((await fresh.join()).errorCode).toBe(ErrorCode.NONE);

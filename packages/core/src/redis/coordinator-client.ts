@@ -93,7 +93,7 @@ export class CoordinatorClient {
    * INVALID_ASSIGNMENT (nothing changed).
    */
   async commitAssignment(
-    member: Pick<HeartbeatRequest, 'streamPrefix' | 'consumerGroup' | 'memberId' | 'memberEpoch' | 'metadataVersion'>,
+    member: Pick<HeartbeatRequest, 'streamPrefix' | 'consumerGroup' | 'memberId' | 'memberEpoch' | 'metadataVersion' | 'instanceId'>,
     groupEpoch: number,
     plan: AssignmentPlan,
   ): Promise<CommitResult> {
@@ -106,6 +106,7 @@ export class CoordinatorClient {
       String(groupEpoch),
       encodePlan(plan),
       String(member.metadataVersion ?? 0),
+      member.instanceId ?? '',
     ]);
     return parseCommitReply(reply);
   }

@@ -2,7 +2,6 @@ import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type { Redis } from 'ioredis';
 import { CoordinatorAdmin } from '../admin/coordinator-admin';
-import { type Cutover, cutoverProgress, readCutover } from '../admin/cutover';
 import { ErrorCode } from '../protocol/error-codes';
 import { type CoordinatorError, ShardCountConflictError, toCoordinatorError } from '../protocol/errors';
 import { type HeartbeatRequest, type HeartbeatResponse, JOIN_EPOCH, LEAVE_EPOCH } from '../protocol/heartbeat';
@@ -11,31 +10,14 @@ import type { RedisClient } from '../redis/scripts';
 import { ShardClient } from '../redis/shard-client';
 import { WakeHub } from '../redis/wake-hub';
 import { sleep } from './abortable-sleep';
+import { CutoverWatch } from './cutover-watch';
+import { HeartbeatSchedule } from './heartbeat-schedule';
+import { MemberLease } from './member-lease';
 import { type CoordinatedMemberOptions, type ResolvedMemberOptions, resolveMemberOptions } from './member-options';
-import { type AcknowledgedEvent, type ShardError, ShardPoller } from './shard-poller';
+import type { MemberEvents } from './member-events';
+import { type ShardError, ShardPoller } from './shard-poller';
 
-export interface ShardsEvent {
-  shards: number[];
-  memberEpoch: number;
-}
-
-export interface MemberEvents {
-  /** Shards this member may now read (after taking over their pending entries). */
-  assigned: [ShardsEvent];
-  /** Shards this member gave up (its in-flight work on them finished or timed out). */
-  revoked: [ShardsEvent];
-  /**
-   * The coordinator refused this member (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, or GROUP_NOT_FOUND
-   * after Redis lost the group's keys): it dropped everything and rejoins.
-   */
-  fenced: [{ errorCode: ErrorCode; message: string; shards: number[]; memberEpoch: number }];
-  /** No heartbeat succeeded for too long: the member stopped before its lease could be given away, and rejoins. */
-  'lease-lost': [{ shards: number[]; memberEpoch: number; sinceLastHeartbeatMs: number }];
-  error: [Error];
-  'dead-letter': [{ shardIndex: number; id: string; reason: string; attempts: number }];
-  /** Acknowledgements sent for a shard; `accepted` is false when a newer owner's fencing token refused them. */
-  acknowledged: [AcknowledgedEvent];
-}
+export type { MemberEvents, ShardsEvent } from './member-events';
 
 type Lifecycle = 'new' | 'running' | 'stopping' | 'stopped';
 
@@ -65,11 +47,11 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   private readonly owned = new Map<number, number>();
   private readonly revoking = new Set<number>();
   private readonly revoked = new Set<number>();
-  private heartbeatTimer: NodeJS.Timeout | undefined;
-  private heartbeatRunning: Promise<void> | undefined;
-  private heartbeatAgain = false;
-  /** When the last successful heartbeat was sent (monotonic ms): the lease started no earlier. */
-  private lastGoodHeartbeatSentAt = 0;
+  private readonly heartbeats = new HeartbeatSchedule(
+    () => this.heartbeat(),
+    () => this.heartbeating(),
+  );
+  private readonly lease: MemberLease;
   private joined: { resolve: () => void; reject: (error: Error) => void } | undefined;
   /** Whether the coordinator knows this member (it must leave on stop, whatever its epoch). */
   private hasJoined = false;
@@ -92,9 +74,8 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   private missingInARow = 0;
   /** Conditions of this member (not of a shard) that keep it from working, by kind. */
   private readonly memberProblems = new Map<'group' | 'request' | 'metadata' | 'instance', string>();
-  /** The group's pending cutover after a resize, as of `metadataVersion`. */
-  private cutover: Cutover | null = null;
-  private cutoverTimer: NodeJS.Timeout | undefined;
+  /** The group's cutover after a resize, as of `metadataVersion`. */
+  private readonly cutover: CutoverWatch;
 
   constructor(
     private readonly redis: RedisClient,
@@ -109,6 +90,16 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     const shardClient = new ShardClient(redis, this.coordinator.keys, this.options.streamPrefix, this.options.consumerGroup, this.options.memberId);
     this.shardClient = shardClient;
     this.poller = new ShardPoller(shardClient, redis as Redis, this.reader, this.options as ResolvedMemberOptions, () => this.leaseIsSafe());
+    this.lease = new MemberLease(this.options.sessionTimeoutMs);
+    this.cutover = new CutoverWatch(redis, this.coordinator, {
+      streamPrefix: this.options.streamPrefix,
+      consumerGroup: this.options.consumerGroup,
+      cutoverCheckIntervalMs: this.options.cutoverCheckIntervalMs,
+      readTimeoutMs: this.callTimeoutMs(),
+      setHolds: (holds) => this.poller.setHolds(holds),
+      onCheckFailed: (error) => this.emit('error', new Error(`member ${this.memberId}: checking the group's cutover failed: ${error.message}`)),
+      onCompleted: () => this.requestHeartbeat(),
+    });
     this.poller.on('error', (error: ShardError) => this.emit('error', error));
     this.poller.on('dead-letter', (event) => this.emit('dead-letter', event));
     this.poller.on('acknowledged', (event) => this.emit('acknowledged', event));
@@ -164,16 +155,9 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   async start(): Promise<void> {
     if (this.fatal) throw this.fatal;
     if (this.lifecycle !== 'new') throw new Error(`member ${this.memberId} was already started`);
-    if (this.options.shardCount !== undefined) {
-      // Before anything runs: if Redis cannot be reached yet, start() fails (within a third of the
-      // session timeout, not after the client's own retries) and may be called again.
-      const admin = new CoordinatorAdmin(this.redis, { keyPrefix: this.coordinator.options.keyPrefix });
-      const created = admin.createStream({ streamPrefix: this.options.streamPrefix, shardCount: this.options.shardCount }).catch((error: unknown) => {
-        // The stream exists with another count: it was resized after this configuration was written.
-        if (!(error instanceof ShardCountConflictError)) throw error;
-      });
-      await this.withTimeout(created, Math.max(100, Math.floor(this.options.sessionTimeoutMs / 3)));
-    }
+    // Before anything runs: if Redis cannot be reached yet, start() fails (within a third of the
+    // session timeout, not after the client's own retries) and may be called again.
+    if (this.options.shardCount !== undefined) await this.ensureStream(this.options.shardCount);
     if (this.lifecycle !== 'new') throw new Error(`member ${this.memberId} was stopped while starting`);
     this.lifecycle = 'running';
     const joined = new Promise<void>((resolve, reject) => (this.joined = { resolve, reject }));
@@ -206,14 +190,14 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     const wasRunning = this.lifecycle === 'running';
     this.lifecycle = 'stopping';
     this.draining = wasRunning && this.hasJoined;
-    clearTimeout(this.cutoverTimer);
+    this.cutover.stop();
     this.joined?.reject(new Error(`member ${this.memberId} stopped before it joined`));
-    if (!this.draining) clearTimeout(this.heartbeatTimer);
+    if (!this.draining) this.heartbeats.cancel();
     this.drained = this.poller.stop(this.options.shutdownTimeoutMs);
     await this.drained;
     this.draining = false;
-    clearTimeout(this.heartbeatTimer);
-    await this.heartbeatRunning?.catch(() => undefined);
+    this.heartbeats.cancel();
+    await this.heartbeats.settled();
     if (wasRunning && this.hasJoined) {
       try {
         await this.coordinator.heartbeat(this.request(LEAVE_EPOCH));
@@ -234,8 +218,8 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
    */
   abort(): void {
     this.lifecycle = 'stopped';
-    clearTimeout(this.heartbeatTimer);
-    clearTimeout(this.cutoverTimer);
+    this.heartbeats.cancel();
+    this.cutover.stop();
     this.joined?.reject(new Error(`member ${this.memberId} aborted`));
     this.poller.dropAll();
     void this.poller.stop(0);
@@ -272,29 +256,12 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     return this.lifecycle === 'running' || (this.lifecycle === 'stopping' && this.draining);
   }
 
-  /** An out-of-cycle heartbeat as soon as possible: at once, or right after the one in flight. */
   private requestHeartbeat(): void {
-    if (!this.heartbeating()) return;
-    if (this.heartbeatRunning) {
-      this.heartbeatAgain = true;
-      return;
-    }
-    clearTimeout(this.heartbeatTimer);
-    this.heartbeatRunning = this.heartbeat().finally(() => {
-      this.heartbeatRunning = undefined;
-      if (this.heartbeatAgain) {
-        this.heartbeatAgain = false;
-        this.requestHeartbeat();
-      }
-    });
+    this.heartbeats.now();
   }
 
   private schedule(intervalMs: number): void {
-    if (!this.heartbeating()) return;
-    clearTimeout(this.heartbeatTimer);
-    // Jitter, never later than asked: members spread out instead of heartbeating in lockstep.
-    const delay = Math.max(1, Math.round(intervalMs * (0.85 + 0.15 * Math.random())));
-    this.heartbeatTimer = setTimeout(() => this.requestHeartbeat(), delay);
+    this.heartbeats.after(intervalMs);
   }
 
   private async heartbeat(): Promise<void> {
@@ -315,7 +282,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
       return;
     }
     if (response.errorCode === ErrorCode.UNKNOWN_MEMBER_ID || response.errorCode === ErrorCode.FENCED_MEMBER_EPOCH) {
-      this.lastGoodHeartbeatSentAt = sentAt;
+      this.lease.renewed(sentAt);
       this.invalidInARow = 0;
       this.emit('fenced', { errorCode: response.errorCode, message: response.errorMessage, shards: this.ownedShards(), memberEpoch: this.memberEpoch });
       this.dropEverything();
@@ -332,7 +299,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
       this.refused(response.errorCode, response.errorMessage);
       return;
     }
-    this.lastGoodHeartbeatSentAt = sentAt;
+    this.lease.renewed(sentAt);
     this.hasJoined = true;
     this.invalidInARow = 0;
     this.missingInARow = 0;
@@ -349,6 +316,23 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.joined?.resolve();
     this.joined = undefined;
     this.schedule(synced ? response.heartbeatIntervalMs : Math.min(response.heartbeatIntervalMs, 1000));
+  }
+
+  /**
+   * Creates the stream's metadata with `shardCount` shards unless it exists (with any count: it may
+   * have been resized after this configuration was written). True when this call created it.
+   * Bounded like a coordinator call.
+   */
+  private ensureStream(shardCount: number): Promise<boolean> {
+    const admin = new CoordinatorAdmin(this.redis, { keyPrefix: this.coordinator.options.keyPrefix });
+    const created = admin.createStream({ streamPrefix: this.options.streamPrefix, shardCount }).then(
+      (stream) => stream.created,
+      (error: unknown) => {
+        if (!(error instanceof ShardCountConflictError)) throw error;
+        return false;
+      },
+    );
+    return this.withTimeout(created, this.callTimeoutMs());
   }
 
   /** How long one coordinator call may take before the member treats it as failed. */
@@ -404,18 +388,8 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     const backoffMs = Math.min(30_000, 250 * 2 ** Math.min(7, this.missingInARow - 1));
     const shardCount = this.options.shardCount;
     if (shardCount !== undefined && this.lifecycle === 'running') {
-      const admin = new CoordinatorAdmin(this.redis, { keyPrefix: this.coordinator.options.keyPrefix });
       try {
-        const created = await this.withTimeout(
-          admin.createStream({ streamPrefix: this.options.streamPrefix, shardCount }).then(
-            (stream) => stream.created,
-            (error: unknown) => {
-              if (!(error instanceof ShardCountConflictError)) throw error;
-              return false;
-            },
-          ),
-          this.callTimeoutMs(),
-        );
+        const created = await this.ensureStream(shardCount);
         if (created) {
           this.emit('error', new Error(`member ${this.memberId}: stream "${this.options.streamPrefix}" had no metadata (Redis lost its keys?); recreated it with ${shardCount} shards and rejoins`));
         }
@@ -450,8 +424,8 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.hasJoined = false;
     this.draining = false;
     this.lifecycle = 'stopped';
-    clearTimeout(this.heartbeatTimer);
-    clearTimeout(this.cutoverTimer);
+    this.heartbeats.cancel();
+    this.cutover.stop();
     void this.poller.stop(0);
     this.reader.disconnect();
     void this.stopListening?.();
@@ -476,12 +450,8 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
    * old, the next heartbeat tries again, and false tells the caller to take no new shards meanwhile.
    */
   private async syncMetadata(metadataVersion: number): Promise<boolean> {
-    let cutover: Cutover | null;
     try {
-      cutover = await this.withTimeout(
-        readCutover(this.redis, this.coordinator.keys, this.options.streamPrefix, this.options.consumerGroup),
-        this.callTimeoutMs(),
-      );
+      await this.cutover.sync();
     } catch (error) {
       const problem = `reading the group's cutover failed: ${(error as Error).message}; no new shards until it succeeds`;
       this.memberProblems.set('metadata', problem);
@@ -489,35 +459,8 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
       return false;
     }
     this.memberProblems.delete('metadata');
-    this.cutover = cutover;
-    const from = cutover ? `${cutover.switchAt}-0` : '';
-    this.poller.setHolds(new Map((cutover?.held ?? []).map((shard) => [shard, from])));
     this.metadataVersion = metadataVersion;
-    clearTimeout(this.cutoverTimer);
-    if (cutover) this.scheduleCutoverCheck(cutover);
     return true;
-  }
-
-  private scheduleCutoverCheck(cutover: Cutover): void {
-    if (this.lifecycle !== 'running' || this.cutover !== cutover) return;
-    const delay = Math.round(this.options.cutoverCheckIntervalMs * (0.75 + 0.5 * Math.random()));
-    this.cutoverTimer = setTimeout(() => void this.checkCutover(cutover), delay);
-  }
-
-  /** Any member of the group may complete its cutover; the script ignores all but the first. */
-  private async checkCutover(cutover: Cutover): Promise<void> {
-    try {
-      const { streamPrefix, consumerGroup } = this.options;
-      const progress = await cutoverProgress(this.redis, this.coordinator.keys, streamPrefix, consumerGroup, cutover);
-      if (progress.ready && this.cutover === cutover) {
-        await this.coordinator.completeCutover(streamPrefix, consumerGroup, cutover.version);
-        this.requestHeartbeat();
-        return;
-      }
-    } catch (error) {
-      this.emit('error', new Error(`member ${this.memberId}: checking the group's cutover failed: ${(error as Error).message}`));
-    }
-    this.scheduleCutoverCheck(cutover);
   }
 
   // ---- reconciliation ------------------------------------------------------------------------------
@@ -588,26 +531,15 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
 
   // ---- lease ---------------------------------------------------------------------------------------
 
-  /**
-   * The coordinator's lease on this member started no earlier than the send time of the last
-   * successful heartbeat; stopping a margin before it can end means no handler starts after the
-   * shard could have been given to someone else, whatever the clocks say.
-   */
   private leaseIsSafe(): boolean {
-    if (this.lastGoodHeartbeatSentAt === 0) return this.owned.size === 0;
-    return performance.now() - this.lastGoodHeartbeatSentAt < this.leaseBudgetMs();
+    return this.lease.isSafe(this.owned.size > 0);
   }
 
-  private leaseBudgetMs(): number {
-    const margin = Math.min(1000, Math.floor(this.options.sessionTimeoutMs / 5));
-    return this.options.sessionTimeoutMs - margin;
-  }
-
+  /** No heartbeat got through for the lease budget: stop before the shards can be given away. */
   private checkLease(): void {
     if (this.owned.size === 0 && this.revoking.size === 0) return;
-    const since = performance.now() - this.lastGoodHeartbeatSentAt;
-    if (since < this.leaseBudgetMs()) return;
-    this.emit('lease-lost', { shards: this.ownedShards(), memberEpoch: this.memberEpoch, sinceLastHeartbeatMs: Math.round(since) });
+    if (!this.lease.isSpent()) return;
+    this.emit('lease-lost', { shards: this.ownedShards(), memberEpoch: this.memberEpoch, sinceLastHeartbeatMs: Math.round(this.lease.sinceRenewedMs()) });
     this.dropEverything();
   }
 }

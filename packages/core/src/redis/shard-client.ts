@@ -18,8 +18,13 @@ export interface ReadResult {
 }
 
 
-export function fenceToken(grantEpoch: number, memberId: string): string {
-  return `${grantEpoch}:${memberId}`;
+/**
+ * A shard's fencing token: "<incarnation>:<grantEpoch>:<memberId>". claimShard-2.lua compares
+ * (incarnation, epoch), so a recreated group (a larger incarnation) always wins over tokens of its
+ * former life and never loses to them, whatever the epochs (SPEC 9.3). The one place tokens are built.
+ */
+export function fenceToken(incarnation: string, grantEpoch: number, memberId: string): string {
+  return `${incarnation}:${grantEpoch}:${memberId}`;
 }
 
 function toEntries(raw: unknown): RawEntry[] {
@@ -44,6 +49,18 @@ export class ShardClient {
     readonly memberId: string,
   ) {}
 
+  /** The group's incarnation as of the member's last successful heartbeat (HeartbeatResponse.incarnation). */
+  private incarnation = '0';
+
+  /** Set by the member from each successful heartbeat; every later token carries it. */
+  setIncarnation(incarnation: string): void {
+    this.incarnation = incarnation;
+  }
+
+  private token(grantEpoch: number): string {
+    return fenceToken(this.incarnation, grantEpoch, this.memberId);
+  }
+
   private shardKeys(shardIndex: number): [string, string] {
     return [this.keys.shardStream(this.streamPrefix, shardIndex), this.keys.shardFence(this.streamPrefix, shardIndex, this.consumerGroup)];
   }
@@ -54,14 +71,14 @@ export class ShardClient {
    */
   async claimShard(shardIndex: number, grantEpoch: number): Promise<string | null> {
     const [stream, fence] = this.shardKeys(shardIndex);
-    const reply = (await runScript(this.redis, 'claimShard', [fence, stream], [this.consumerGroup, fenceToken(grantEpoch, this.memberId), grantEpoch])) as unknown[];
+    const reply = (await runScript(this.redis, 'claimShard', [fence, stream], [this.consumerGroup, this.token(grantEpoch)])) as unknown[];
     return Number(reply[0]) === 1 ? String(reply[1]) : null;
   }
 
   /** XACK under the fencing token: the number acknowledged, or -1 when the shard was lost. */
   async ack(shardIndex: number, grantEpoch: number, ids: string[]): Promise<number> {
     const [stream, fence] = this.shardKeys(shardIndex);
-    return Number(await runScript(this.redis, 'ackFenced', [stream, fence], [this.consumerGroup, fenceToken(grantEpoch, this.memberId), ...ids]));
+    return Number(await runScript(this.redis, 'ackFenced', [stream, fence], [this.consumerGroup, this.token(grantEpoch), ...ids]));
   }
 
   /** One page of a fenced takeover (see claimPending-2.lua for the two modes). */
@@ -69,7 +86,7 @@ export class ShardClient {
     const [stream, fence] = this.shardKeys(shardIndex);
     const reply = (await runScript(this.redis, 'claimPending', [stream, fence], [
       this.consumerGroup,
-      fenceToken(grantEpoch, this.memberId),
+      this.token(grantEpoch),
       this.memberId,
       mode,
       cursor,

@@ -2,7 +2,7 @@
 -- Group metadata: epochs, the assignment lease, and the group state derived from the member indexes.
 local function loadGroup(K)
   local v = redis.call('HMGET', K.groupMeta, 'groupEpoch', 'assignmentEpoch', 'epochBumpedAt', 'leaseOwner',
-    'leaseExpiresAt', 'retainedNextAt', 'nextDeadlineAt')
+    'leaseExpiresAt', 'retainedNextAt', 'nextDeadlineAt', 'incarnation')
   if not v[1] then return nil end
   return {
     groupEpoch = tonumber(v[1]),
@@ -14,6 +14,8 @@ local function loadGroup(K)
     retainedNextAt = tonumber(v[6]) or 0,
     -- no revocation deadline falls before this (0: none pending); may be early, never late
     nextDeadlineAt = tonumber(v[7]) or 0,
+    -- which life of the group this is (includes/incarnation.lua); '0' for a group from before it existed
+    incarnation = v[8] or '0',
   }
 end
 
@@ -67,8 +69,13 @@ local function earliestLease(K)
   return tonumber(first[2])
 end
 
+-- The deadline of a member's revocations is its earliest outstanding revocation's ask time plus its
+-- rebalance timeout (includes/reconcile.lua works that out), so it is set as given: it moves later
+-- once the earlier revocations were acknowledged. nextDeadlineAt only ever moves earlier here (it
+-- may be early, never late; expireMembers recomputes it).
 local function setRevocationDeadline(K, g, memberId, deadline)
-  if redis.call('ZADD', K.deadlines, 'NX', deadline, memberId) == 1 and (g.nextDeadlineAt == 0 or deadline < g.nextDeadlineAt) then
+  redis.call('ZADD', K.deadlines, deadline, memberId)
+  if g.nextDeadlineAt == 0 or deadline < g.nextDeadlineAt then
     g.nextDeadlineAt = deadline
     redis.call('HSET', K.groupMeta, 'nextDeadlineAt', deadline)
   end

@@ -139,7 +139,10 @@ export class ShardReader {
     // out, its entries belong to the old grant (pending here, the new grant takes them over).
     const readFor = new Map(readable.map((s) => [s, this.shards.get(s)!]));
     const cursors = readable.map((s) => readFor.get(s)!.readCursor);
-    const done = this.client.readNew(this.reader, readable, cursors, count, this.options.blockMs);
+    // A blocked read must not put off a sweep that is due: lost read replies are found only there.
+    const sweepDue = Math.min(...readable.map((s) => readFor.get(s)!.lastSweepAt + this.options.sweepIntervalMs));
+    const blockMs = Math.max(1, Math.min(this.options.blockMs, sweepDue - Date.now()));
+    const done = this.client.readNew(this.reader, readable, cursors, count, blockMs);
     this.currentRead = { shards: new Set(readable), done };
     let result: ReadResult;
     try {

@@ -70,6 +70,7 @@ describe('a retry due while the lease looks unsafe', () => {
     proxy.clearFaults();
     expect(seen).toEqual([1, 1, 2]);
     await settledShard(streamPrefix, 0);
+    await member.stop(); // while the proxy is still there (it is stopped before the factory's cleanup)
   });
 });
 

@@ -142,8 +142,9 @@ export class ShardClient {
 
   /**
    * Moves an entry to its shard's dead-letter stream (the entry, why it failed, how often it was
-   * tried) and acknowledges it, atomically under the fencing token: the dead letter's id, or null
-   * when the shard has a newer owner (then nothing was written and nothing acknowledged).
+   * tried) and acknowledges it, atomically under the fencing token: the dead letter's id ('' when
+   * the entry was no longer pending, e.g. a resent call whose first run landed), or null when the
+   * shard has a newer owner (then nothing was written and nothing acknowledged).
    */
   async deadLetter(shardIndex: number, grantEpoch: number, entry: RawEntry, error: string, attempts: number): Promise<string | null> {
     const [stream, fence] = this.shardKeys(shardIndex);

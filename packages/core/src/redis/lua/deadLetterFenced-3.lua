@@ -7,7 +7,8 @@
   KEYS[1]  the shard stream   KEYS[2]  the shard's fencing token   KEYS[3]  the shard's dead-letter stream
   ARGV[1]  consumerGroup      ARGV[2]  the caller's token          ARGV[3]  the entry id
   ARGV[4..]  the dead letter's field/value pairs
-  Output: the dead letter's id, or -1 when the caller no longer holds the shard.
+  Output: the dead letter's id; '' when the entry is no longer pending (a resent call whose first
+  run landed: nothing is written twice); -1 when the caller no longer holds the shard.
 ]]
 --- @include "includes/fence"
 
@@ -15,6 +16,7 @@ local stream, fence, deadLetters = KEYS[1], KEYS[2], KEYS[3]
 local consumerGroup, token, entryId = ARGV[1], ARGV[2], ARGV[3]
 
 if not holdsFence(fence, token) then return -1 end
+if #redis.call('XPENDING', stream, consumerGroup, entryId, entryId, 1) == 0 then return '' end
 -- The XADD goes first: if it fails (WRONGTYPE, OOM) the script stops before the ack, so the entry
 -- stays pending and the caller tries again.
 local id = redis.call('XADD', deadLetters, '*', unpack(ARGV, 4))

@@ -45,6 +45,11 @@ export class AckBatcher {
     return this.unsettled.get(shardIndex)?.has(id) ?? false;
   }
 
+  /** How many entries of the shard await their ack. */
+  unsettledCount(shardIndex: number): number {
+    return this.unsettled.get(shardIndex)?.size ?? 0;
+  }
+
   /** Sends every batch now; resolves when each send (with its retries) is over. */
   async flush(): Promise<void> {
     this.flushing = undefined;

@@ -122,7 +122,7 @@ export class ShardReader {
     }
   }
 
-  /** Idle until something changes, but no longer than the next due claim retry or sweep. */
+  /** Idle (or blocked in a read) until something changes, but no longer than the next due claim retry or sweep. */
   private idleWaitMs(): number {
     const now = Date.now();
     let wait = this.options.blockMs;
@@ -139,9 +139,9 @@ export class ShardReader {
     // out, its entries belong to the old grant (pending here, the new grant takes them over).
     const readFor = new Map(readable.map((s) => [s, this.shards.get(s)!]));
     const cursors = readable.map((s) => readFor.get(s)!.readCursor);
-    // A blocked read must not put off a sweep that is due: lost read replies are found only there.
-    const sweepDue = Math.min(...readable.map((s) => readFor.get(s)!.lastSweepAt + this.options.sweepIntervalMs));
-    const blockMs = Math.max(1, Math.min(this.options.blockMs, sweepDue - Date.now()));
+    // A blocked read must not put off a sweep (lost read replies are found only there) or a claim
+    // retry that is due.
+    const blockMs = this.idleWaitMs();
     const done = this.client.readNew(this.reader, readable, cursors, count, blockMs);
     this.currentRead = { shards: new Set(readable), done };
     let result: ReadResult;
@@ -243,7 +243,8 @@ export class ShardReader {
   private async recoverUntracked(state: ShardState): Promise<void> {
     const tracked = new Set(this.shards.buffers(state));
     if (state.current) tracked.add(state.current);
-    const ids = await this.client.ownPending(state.index, tracked.size + this.options.batchSize);
+    // Enough to see past everything tracked: untracked entries, if any, are among the first ones.
+    const ids = await this.client.ownPending(state.index, tracked.size + this.acks.unsettledCount(state.index) + this.options.batchSize);
     if (!this.shards.isCurrent(state)) return;
     const untracked = ids.filter((id) => !tracked.has(id) && id !== state.current && !this.acks.tracks(state.index, id) && !this.isQueued(state, id));
     if (untracked.length === 0) return;

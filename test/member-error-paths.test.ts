@@ -275,3 +275,32 @@ describe('takeovers', () => {
     expect(recorder.runs.map((r) => r.seq)).toEqual([1, 2, 3, 4]);
   });
 });
+
+describe('releasing a shard', () => {
+  it('waits for an earlier ack batch of the shard that is still retrying before it reports the revocation', async () => {
+    const streamPrefix = uniqueName('revoke-acks');
+    const recorder = new HandlerRecorder();
+    const first = aMember({ streamPrefix, memberId: 'first', shardCount: 2, handler: recorder.handler('first') });
+    await first.start();
+    await pollUntil('both shards claimed', async () => (await redis.client().exists(...[0, 1].map((s) => keys.shardFence(streamPrefix, s, 'group')))) === 2);
+    // Acks of both shards fail (their fencing keys cannot be read) and are retried with backoff.
+    const fences = [0, 1].map((s) => keys.shardFence(streamPrefix, s, 'group'));
+    const tokens = await Promise.all(fences.map((fence) => redis.client().get(fence)));
+    for (const fence of fences) await redis.client().multi().del(fence).rpush(fence, 'unreadable').exec();
+    const failedAcks: string[] = [];
+    first.on('error', (error) => /acknowledging 1 entries failed, retrying/.test(error.message) && failedAcks.push(error.message));
+    await new StreamProducer(redis.client(), { streamPrefix }).sendBatch([0, 1].map((shardIndex) => ({ shardIndex, payload: { seq: shardIndex } })));
+    await pollUntil('both acks failing', async () => failedAcks.length >= 2);
+
+    const second = aMember({ streamPrefix, memberId: 'second', handler: recorder.handler('second') });
+    await second.start();
+    await pollUntil('a revocation under way', async () => first.stats().revokingShards.length > 0, { intervalMs: 5 });
+    // Redis is fine again: the first member's token comes back (unless a new owner's token is there already).
+    const restore = "if redis.call('TYPE', KEYS[1]).ok == 'list' then redis.call('SET', KEYS[1], ARGV[1]) end";
+    for (const [i, fence] of fences.entries()) await redis.client().eval(restore, 1, fence, tokens[i]!);
+    await pollUntil('one shard each', async () => second.ownedShards().length === 1 && first.ownedShards().length === 1, { timeoutMs: 15_000 });
+    await settledShard(streamPrefix, 0);
+    await settledShard(streamPrefix, 1);
+    expect(recorder.duplicates()).toEqual([]);
+  });
+});

@@ -292,15 +292,21 @@ describe('releasing a shard', () => {
     await new StreamProducer(redis.client(), { streamPrefix }).sendBatch([0, 1].map((shardIndex) => ({ shardIndex, payload: { seq: shardIndex } })));
     await pollUntil('both acks failing', async () => failedAcks.length >= 2);
 
+    const timeline: string[] = [];
+    first.on('acknowledged', (event) => event.accepted && timeline.push(`acked ${event.shardIndex}`));
+    first.on('revoked', (event) => timeline.push(`revoked ${event.shards.join(',')}`));
     const second = aMember({ streamPrefix, memberId: 'second', handler: recorder.handler('second') });
     await second.start();
-    await pollUntil('a revocation under way', async () => first.stats().revokingShards.length > 0, { intervalMs: 5 });
+    await pollUntil('a revocation under way (or over)', async () => first.stats().revokingShards.length > 0 || timeline.length > 0, { intervalMs: 5 });
     // Redis is fine again: the first member's token comes back (unless a new owner's token is there already).
     const restore = "if redis.call('TYPE', KEYS[1]).ok == 'list' then redis.call('SET', KEYS[1], ARGV[1]) end";
     for (const [i, fence] of fences.entries()) await redis.client().eval(restore, 1, fence, tokens[i]!);
     await pollUntil('one shard each', async () => second.ownedShards().length === 1 && first.ownedShards().length === 1, { timeoutMs: 15_000 });
     await settledShard(streamPrefix, 0);
     await settledShard(streamPrefix, 1);
+    const revoked = timeline.find((t) => t.startsWith('revoked'))!;
+    expect(timeline.indexOf(`acked ${revoked.slice('revoked '.length)}`)).toBeGreaterThanOrEqual(0);
+    expect(timeline.indexOf(`acked ${revoked.slice('revoked '.length)}`)).toBeLessThan(timeline.indexOf(revoked));
     expect(recorder.duplicates()).toEqual([]);
   });
 });

@@ -21,8 +21,9 @@ afterEach(async () => {
   await Promise.all(proxies.splice(0).map((p) => p.stop()));
 });
 
+/** The raw fields of shard 0's dead letters, as stored. */
 async function deadLetters(streamPrefix: string) {
-  const entries = await redis.client().xrange(new KeyBuilder().deadLetterStream(streamPrefix, 'group'), '-', '+');
+  const entries = await redis.client().xrange(new KeyBuilder().shardDeadLetterStream(streamPrefix, 0, 'group'), '-', '+');
   return entries.map(([, fields]) => Object.fromEntries(Array.from({ length: fields.length / 2 }, (_, i) => [fields[2 * i], fields[2 * i + 1]])));
 }
 

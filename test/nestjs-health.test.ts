@@ -135,7 +135,7 @@ describe('a member id already in use by another live process', () => {
       const prefix = this.options.streamPrefix;
       attempts.set(prefix, (attempts.get(prefix) ?? 0) + 1);
       // The error another part of the runtime raises for a second live process with this member id.
-      const error = prefix === inUse ? Object.assign(new Error(`member ${this.memberId} is in use by another live process`), { name: 'MemberIdInUseError' }) : new Error('connect ECONNREFUSED');
+      const error = prefix === inUse ? Object.assign(new Error(`member ${this.memberId} is in use by another live process`), { name: 'FencedInstanceIdError' }) : new Error('connect ECONNREFUSED');
       throw error;
     });
     const errors: string[] = [];
@@ -146,10 +146,10 @@ describe('a member id already in use by another live process', () => {
     // The other member, retrying on the same delay, has had many turns: the in-use one would have had them too.
     await pollUntil('the retrying member tried 10 times', async () => (attempts.get(unreachable) ?? 0) >= 10);
     expect(attempts.get(inUse)).toBe(1);
-    expect(errors).toEqual([expect.stringMatching(/stopped for good: MemberIdInUseError: member .* is in use by another live process; it will not retry or rejoin/)]);
+    expect(errors).toEqual([expect.stringMatching(/stopped for good: FencedInstanceIdError: member .* is in use by another live process; it will not retry or rejoin/)]);
     const down = await health(app);
     const member = down.members.find((m) => m.streamPrefix === inUse)!;
-    expect(member.problems).toEqual([expect.stringMatching(/^stopped for good: MemberIdInUseError/)]);
+    expect(member.problems).toEqual([expect.stringMatching(/^stopped for good: FencedInstanceIdError/)]);
   });
 
   it('a running member that reports it through its error event is reported the same way, logged once', async () => {
@@ -159,12 +159,12 @@ describe('a member id already in use by another live process', () => {
     await pollUntil('health up', async () => (await health(app)).status === 'up');
     const [member] = app.get(CoordinatorRegistry).members();
     // What the core runtime emits when another live process takes this member id.
-    const inUse = Object.assign(new Error('another live process has this member id'), { name: 'MemberIdInUseError' });
+    const inUse = Object.assign(new Error('another live process has this member id'), { name: 'FencedInstanceIdError' });
     member.emit('error', inUse);
     member.emit('error', inUse);
     const down = await health(app);
     expect(down.status).toBe('down');
-    expect(down.members[0].problems).toContain('stopped for good: MemberIdInUseError: another live process has this member id');
+    expect(down.members[0].problems).toContain('stopped for good: FencedInstanceIdError: another live process has this member id');
     expect(errors).toHaveLength(1);
   });
 });

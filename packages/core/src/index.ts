@@ -20,6 +20,7 @@ export {
   type ResizeShardsOptions,
 } from './admin/coordinator-admin';
 export { type Cutover, type CutoverProgress, type CutoverWait } from './admin/cutover';
+export { type DeadLetter, type ReadDeadLettersOptions } from './admin/dead-letters';
 export { compareStreamIds, nextStreamId } from './protocol/stream-ids';
 export * from './protocol/entry-format';
 export { shardForKey, jumpConsistentHash, fnv1a64 } from './producer/key-hash';

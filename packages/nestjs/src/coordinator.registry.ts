@@ -11,7 +11,7 @@ const DEFAULT_START_RETRY_DELAY_MS = 2000;
  * reports it. Matched by name because the error classes live in the core package, which may be a
  * different copy.
  */
-const FATAL_MEMBER_ERRORS = new Set(['MemberIdInUseError']);
+const FATAL_MEMBER_ERRORS = new Set(['FencedInstanceIdError']);
 
 export interface RegisteredMember {
   member: CoordinatedMember;

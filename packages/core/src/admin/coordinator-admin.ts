@@ -9,6 +9,7 @@ import { createStreamMetadata, ensureRoutingMarkers } from '../redis/stream-meta
 import { findGroupInfo, isNoSuchKey, pairs, parseShardCsv } from '../redis/responses';
 import { type RedisClient, runScript } from '../redis/scripts';
 import { type Cutover, type CutoverProgress, cutoverProgress, readCutover } from './cutover';
+import { DEFAULT_DEAD_LETTER_COUNT, type DeadLetter, readDeadLetters, type ReadDeadLettersOptions } from './dead-letters';
 import { groupReadableShards, toGroupDescription, type ShardStats } from './group-description';
 
 export const MAX_SHARD_COUNT = 65_536;
@@ -247,6 +248,23 @@ export class CoordinatorAdmin {
       return reply;
     }
     throw new Error(`stream "${streamPrefix}": its consumer groups kept changing; try again`);
+  }
+
+  /**
+   * The group's dead letters across every shard of the stream (0..shardSpan-1), the oldest first:
+   * each with its shard, entry id, the member that gave up, the error, the attempts, the entry's
+   * own fields and the dead letter's id. Empty when the stream does not exist.
+   *
+   * @example
+   * for (const letter of await admin.readDeadLetters('summary', 'summary-group', { count: 50 })) {
+   *   console.log(letter.shardIndex, letter.entryId, letter.error);
+   * }
+   */
+  async readDeadLetters(streamPrefix: string, consumerGroup: string, options: ReadDeadLettersOptions = {}): Promise<DeadLetter[]> {
+    const count = assertIntegerInRange('count', options.count ?? DEFAULT_DEAD_LETTER_COUNT, 1, 1_000_000);
+    const stream = await this.describeStream(streamPrefix);
+    if (!stream) return [];
+    return readDeadLetters(this.redis, this.keys, streamPrefix, consumerGroup, stream.shardSpan, count);
   }
 
   /** The stream's shard metadata, or null when the prefix has none. */

@@ -103,6 +103,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.poller.on('error', (error: ShardError) => this.emit('error', error));
     this.poller.on('dead-letter', (event) => this.emit('dead-letter', event));
     this.poller.on('acknowledged', (event) => this.emit('acknowledged', event));
+    this.poller.on('claim-refused', () => this.requestHeartbeat()); // the grant may be stale: ask now
   }
 
   get memberId(): string {

@@ -74,7 +74,12 @@ export class KeyBuilder {
     return `${this.shardStream(streamPrefix, shardIndex)}:routing`;
   }
 
-  deadLetterStream(streamPrefix: string, consumerGroup: string): string {
-    return `${this.keyPrefix}:dead-letter:{${assertStreamPrefix(streamPrefix)}:${assertConsumerGroup(consumerGroup)}}`;
+  /**
+   * One group's dead letters of one shard, in the shard stream's hash slot: a dead letter is written
+   * atomically with the fencing check and the ack (SPEC 9.2), so it must sit beside the fence.
+   * `CoordinatorAdmin.readDeadLetters` reads them across shards.
+   */
+  shardDeadLetterStream(streamPrefix: string, shardIndex: number, consumerGroup: string): string {
+    return `${this.shardStream(streamPrefix, shardIndex)}:dead-letter:${assertConsumerGroup(consumerGroup)}`;
   }
 }

@@ -19,6 +19,7 @@ const SCRIPT_FILES = {
   claimShard: 'claimShard-2.lua',
   ackFenced: 'ackFenced-2.lua',
   claimPending: 'claimPending-2.lua',
+  deadLetterFenced: 'deadLetterFenced-3.lua',
   resizeShards: 'resizeShards-n.lua',
   completeCutover: 'completeCutover-13.lua',
   retireShards: 'retireShards-n.lua',

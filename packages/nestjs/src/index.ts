@@ -7,8 +7,8 @@ export { StreamPublisher } from './stream-publisher';
 export { CoordinatorRegistry, type RegisteredMember } from './coordinator.registry';
 export {
   CoordinatorHealthIndicator,
-  CoordinatorHealthError,
   type CoordinatorHealth,
+  type CoordinatorLiveness,
   type ConnectionHealth,
   type MemberHealth,
 } from './coordinator.health';

@@ -24,6 +24,7 @@ import { throwError, tap } from 'rxjs';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { StreamMessage } from '@redis-stream-coordinator/core';
 import {
+  CoordinatorConsumerProperties,
   CoordinatorHealthIndicator,
   CoordinatorModule,
   CoordinatorRegistry,
@@ -216,6 +217,46 @@ describe('a @StreamListener runs inside Nest\'s pipeline', () => {
     await pollUntil('the entry acknowledged', async () => outcome.acknowledged.has(sent.id));
     expect(received.map((m) => m.id)).toEqual([sent.id]);
     expect(create).not.toHaveBeenCalled();
+  });
+});
+
+describe('a bean consumer that names a provider method', () => {
+  it('runs it through the pipeline: the class interceptor and the parameter decorators apply', async () => {
+    const streamPrefix = uniqueName('bean');
+    const calls: string[] = [];
+    @Injectable()
+    class Audit implements NestInterceptor {
+      intercept(context: ExecutionContext, next: CallHandler) {
+        calls.push(`interceptor ${context.getType()} ${context.getClass().name}.${context.getHandler().name}`);
+        return next.handle();
+      }
+    }
+    @Injectable()
+    @UseInterceptors(Audit)
+    class AuditService {
+      handle(@StreamPayload('text') text: string, @StreamCtx() context: StreamContext) {
+        calls.push(`handle ${text} ${context.key}`);
+      }
+    }
+    const bean = {
+      provide: 'auditConsumer',
+      inject: [AuditService],
+      useFactory: (audit: AuditService) =>
+        CoordinatorConsumerProperties.consumer({
+          streamPrefix,
+          consumerGroup: 'g',
+          shardCount: 2,
+          handler: CoordinatorConsumerProperties.providerMethod(audit, 'handle'),
+        }),
+    };
+    const { outcome, publish } = await anApp([AuditService, bean]);
+    const sent = await publish({ text: 'audited' });
+    await pollUntil('the entry acknowledged', async () => outcome.acknowledged.has(sent.id));
+    expect(calls).toEqual([`interceptor ${STREAM_CONTEXT_TYPE} AuditService.handle`, 'handle audited user-42']);
+  });
+
+  it('a name that is not a method of the provider is an error naming it', () => {
+    expect(() => CoordinatorConsumerProperties.providerMethod({ handle: 1 } as never, 'handle')).toThrow(/"handle" is not a method of Object/);
   });
 });
 

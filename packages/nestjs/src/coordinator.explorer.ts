@@ -8,7 +8,7 @@ import { CoordinatorRegistry } from './coordinator.registry';
 import { connectionName } from './coordinator.tokens';
 import type { CoordinatorConnection } from './coordinator-connection';
 import { CoordinatorConnections } from './coordinator-connections';
-import { CoordinatorConsumerProperties } from './coordinator-consumer-properties';
+import { CoordinatorConsumerProperties, providerMethodOf } from './coordinator-consumer-properties';
 import { CoordinatorMetadataAccessor } from './coordinator-metadata.accessor';
 import { type MemberHandler, StreamHandlerFactory } from './stream-handler.factory';
 import type { StreamListenerOptions } from './stream-listener.decorator';
@@ -136,7 +136,8 @@ export class CoordinatorExplorer implements OnModuleInit {
 
   private addBean(properties: CoordinatorConsumerProperties<never>, connection: CoordinatorConnection, where: string): void {
     const { handler, ...options } = properties.options as CoordinatedMemberOptions;
-    this.add(connection, options, where, handler);
+    const target = providerMethodOf(handler);
+    this.add(connection, options, where, target ? this.handlers.create(target.instance, target.method) : handler);
   }
 
   /** The connection a listener or bean names: a name no `forRoot` has is a startup error. */

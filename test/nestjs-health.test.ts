@@ -6,7 +6,6 @@ import { CoordinatedMember } from '@redis-stream-coordinator/core';
 import { RedisServer } from '@redis-stream-coordinator/core/testing';
 import {
   type CoordinatorHealth,
-  CoordinatorHealthError,
   CoordinatorHealthIndicator,
   type CoordinatorModuleOptions,
   CoordinatorModule,
@@ -63,7 +62,9 @@ describe('CoordinatorHealthIndicator', () => {
       expect(down.status).toBe('down');
       expect(down.members).toEqual([]);
       expect(down.problems).toEqual([expect.stringMatching(/^Redis connection "default": not connected/)]);
-      await expect(app.get(CoordinatorHealthIndicator).isHealthy()).rejects.toThrow(CoordinatorHealthError);
+      // Resolved as down, never rejected: terminus answers 503 for that, 500 for a rejection.
+      expect((await app.get(CoordinatorHealthIndicator).isHealthy()).coordinator.status).toBe('down');
+      expect(app.get(CoordinatorHealthIndicator).checkLiveness()).toEqual({ coordinator: { status: 'up', problems: [] } });
 
       await server.restart();
       const up = await pollUntil('health up', async () => (await health(app)).status === 'up' && health(app), { timeoutMs: 20_000 });
@@ -102,7 +103,7 @@ describe('CoordinatorHealthIndicator', () => {
     }
   });
 
-  it("is down while a member reports problems, listing them; isHealthy throws what terminus expects", async () => {
+  it('is down while a member reports problems, listing them; isReady resolves that under the given key', async () => {
     const streamPrefix = uniqueName('problems');
     // The member's own problems come from the core runtime; here one is added to a real member's stats.
     const stats = CoordinatedMember.prototype.stats;
@@ -119,10 +120,10 @@ describe('CoordinatorHealthIndicator', () => {
     expect(down.members[0].problems).toEqual(['shard 1: the dead-letter write fails (WRONGTYPE)']);
     expect(down.problems).toEqual([`member ${down.members[0].memberId} (Listener.handle-m0): shard 1: the dead-letter write fails (WRONGTYPE)`]);
 
-    const error = await app.get(CoordinatorHealthIndicator).isHealthy('redis-streams').catch((e: unknown) => e);
-    expect(error).toBeInstanceOf(CoordinatorHealthError);
-    expect(error).toMatchObject({ isHealthCheckError: true, causes: { 'redis-streams': { status: 'down' } } });
-    expect((error as Error).message).toContain('shard 1: the dead-letter write fails (WRONGTYPE)');
+    const ready = await app.get(CoordinatorHealthIndicator).isReady('redis-streams');
+    expect(ready['redis-streams']).toMatchObject({ status: 'down', problems: down.problems });
+    // A member's problems are for readiness: the process itself is alive.
+    expect((await app.get(CoordinatorHealthIndicator).isLive('redis-streams'))['redis-streams'].status).toBe('up');
   });
 });
 
@@ -150,6 +151,9 @@ describe('a member id already in use by another live process', () => {
     const down = await health(app);
     const member = down.members.find((m) => m.streamPrefix === inUse)!;
     expect(member.problems).toEqual([expect.stringMatching(/^stopped for good: FencedInstanceIdError/)]);
+    // Nothing in the process can repair it: liveness says so too (a restart gets a new generated id).
+    const liveness = app.get(CoordinatorHealthIndicator).checkLiveness();
+    expect(liveness.coordinator).toEqual({ status: 'down', problems: [expect.stringMatching(/^member .* \(Listener.handle-m0\): stopped for good: FencedInstanceIdError/)] });
   });
 
   it('a running member that reports it through its error event is reported the same way, logged once', async () => {

@@ -1,5 +1,5 @@
 import { BadRequestException, Body, Controller, Get, Post, ServiceUnavailableException } from '@nestjs/common';
-import { CoordinatorAdmin, CoordinatorHealthError, CoordinatorHealthIndicator, StreamPublisher } from '@redis-stream-coordinator/nestjs';
+import { CoordinatorAdmin, CoordinatorHealthIndicator, StreamPublisher } from '@redis-stream-coordinator/nestjs';
 import { AUDIT_GROUP, SUMMARY_GROUP, SUMMARY_STREAM, type Summary } from './summary';
 import { Stats } from './stats';
 
@@ -33,16 +33,22 @@ export class SummariesController {
   }
 
   /**
-   * GET /health: Redis answering PING, and each member's state, epoch, owned shards and problems;
-   * 503 with the reasons when something is down (what a load balancer or Kubernetes probe reads).
+   * GET /health (and /health/ready): readiness, what a load balancer or a Kubernetes readiness probe
+   * reads: Redis answering PING, and each member's state, epoch, owned shards and problems; 503 with
+   * the reasons when something is down.
    */
-  @Get('health')
-  async healthCheck() {
-    try {
-      return await this.health.isHealthy();
-    } catch (error) {
-      if (error instanceof CoordinatorHealthError) throw new ServiceUnavailableException(error.causes);
-      throw error;
-    }
+  @Get(['health', 'health/ready'])
+  async readiness() {
+    const health = await this.health.check();
+    if (health.coordinator.status === 'down') throw new ServiceUnavailableException(health);
+    return health;
+  }
+
+  /** GET /health/live: liveness, down only when a member stopped for good; a Redis outage keeps it up. */
+  @Get('health/live')
+  liveness() {
+    const liveness = this.health.checkLiveness();
+    if (liveness.coordinator.status === 'down') throw new ServiceUnavailableException(liveness);
+    return liveness;
   }
 }

@@ -1,4 +1,17 @@
-import type { CoordinatedMemberOptions } from '@redis-stream-coordinator/core';
+import type { CoordinatedMemberOptions, MessageHandler } from '@redis-stream-coordinator/core';
+
+/** Where a handler made by `CoordinatorConsumerProperties.providerMethod` keeps its provider and method. */
+const PROVIDER_METHOD = Symbol('redis-stream-coordinator:provider-method');
+
+/** A bean consumer's handler that is a method of a provider: the explorer runs it through Nest's pipeline. */
+export interface ProviderMethodHandler extends MessageHandler<never> {
+  readonly [PROVIDER_METHOD]: { instance: object; method: string };
+}
+
+/** The provider and method a bean's handler names, if it was made with `providerMethod`. */
+export function providerMethodOf(handler: unknown): { instance: object; method: string } | undefined {
+  return typeof handler === 'function' ? (handler as Partial<ProviderMethodHandler>)[PROVIDER_METHOD] : undefined;
+}
 
 /** The member options of a bean consumer, and the connection it belongs to. */
 export type CoordinatorConsumerOptions<T = unknown> = CoordinatedMemberOptions<T> & {
@@ -25,6 +38,26 @@ export class CoordinatorConsumerProperties<T = unknown> {
     readonly options: CoordinatedMemberOptions<T>,
     readonly connection: string | undefined,
   ) {}
+
+  /**
+   * A handler that is `instance[method]`: inside a Nest application it runs through Nest's pipeline
+   * like a @StreamListener method (the guards, interceptors, pipes and filters of the method, its
+   * class and the application; `@StreamPayload()`/`@StreamCtx()` parameters). Elsewhere it is a plain
+   * call of the method.
+   *
+   * @example
+   * useFactory: (audit: AuditService) => CoordinatorConsumerProperties.consumer({
+   *   streamPrefix: 'audit', consumerGroup: 'audit-group',
+   *   handler: CoordinatorConsumerProperties.providerMethod(audit, 'handle') })
+   */
+  static providerMethod<P extends object>(instance: P, method: keyof P & string): MessageHandler<never> {
+    const fn = (instance as Record<string, unknown> | null | undefined)?.[method];
+    if (typeof fn !== 'function') {
+      throw new TypeError(`CoordinatorConsumerProperties.providerMethod(instance, method): ${JSON.stringify(method)} is not a method of ${instance?.constructor?.name ?? String(instance)}`);
+    }
+    const handler = (message: unknown) => (fn as (message: unknown) => unknown).call(instance, message);
+    return Object.assign(handler, { [PROVIDER_METHOD]: { instance, method } });
+  }
 
   static consumer<T = unknown>(options: CoordinatorConsumerOptions<T>): CoordinatorConsumerProperties<T> {
     if (options === null || typeof options !== 'object') {

@@ -5,6 +5,7 @@ import { CoordinatorHealthIndicator } from './coordinator.health';
 import { CoordinatorRegistry } from './coordinator.registry';
 import { CoordinatorConnections } from './coordinator-connections';
 import { CoordinatorMetadataAccessor } from './coordinator-metadata.accessor';
+import { StreamHandlerFactory } from './stream-handler.factory';
 
 /**
  * What every `CoordinatorModule.forRoot` of an application shares: a static module, so Nest creates
@@ -13,7 +14,7 @@ import { CoordinatorMetadataAccessor } from './coordinator-metadata.accessor';
  */
 @Module({
   imports: [DiscoveryModule],
-  providers: [CoordinatorConnections, CoordinatorMetadataAccessor, CoordinatorRegistry, CoordinatorExplorer, CoordinatorHealthIndicator],
+  providers: [CoordinatorConnections, CoordinatorMetadataAccessor, StreamHandlerFactory, CoordinatorRegistry, CoordinatorExplorer, CoordinatorHealthIndicator],
   exports: [CoordinatorConnections, CoordinatorRegistry, CoordinatorHealthIndicator],
 })
 export class CoordinatorCoreModule {}

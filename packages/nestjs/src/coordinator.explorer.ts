@@ -8,8 +8,9 @@ import { CoordinatorRegistry } from './coordinator.registry';
 import { connectionName } from './coordinator.tokens';
 import type { CoordinatorConnection } from './coordinator-connection';
 import { CoordinatorConnections } from './coordinator-connections';
-import { CoordinatorConsumerProperties } from './coordinator-consumer-properties';
+import { CoordinatorConsumerProperties, providerMethodOf } from './coordinator-consumer-properties';
 import { CoordinatorMetadataAccessor } from './coordinator-metadata.accessor';
+import { type MemberHandler, StreamHandlerFactory } from './stream-handler.factory';
 import type { StreamListenerOptions } from './stream-listener.decorator';
 
 const MAX_LISTENER_CONCURRENCY = 1024;
@@ -34,6 +35,7 @@ export class CoordinatorExplorer implements OnModuleInit {
     private readonly metadata: CoordinatorMetadataAccessor,
     private readonly registry: CoordinatorRegistry,
     private readonly connections: CoordinatorConnections,
+    private readonly handlers: StreamHandlerFactory,
   ) {}
 
   async onModuleInit(): Promise<void> {
@@ -90,28 +92,29 @@ export class CoordinatorExplorer implements OnModuleInit {
   }
 
   /**
-   * Gives each member the instance its handler runs on. A singleton's is the one instance. A
+   * Gives each member the instance its handler runs on, wrapped in Nest's pipeline (guards,
+   * interceptors, pipes, filters: StreamHandlerFactory). A singleton's is the one instance. A
    * transient provider's static instance is a bare prototype that Nest never constructed (no
    * dependencies injected), so each member resolves an instance of its own, once, which it keeps
    * for its lifetime: what Scope.TRANSIENT promises every consumer of a provider.
    */
-  private async handlerSource(wrapper: InstanceWrapper, method: string): Promise<() => Promise<(message: StreamMessage) => unknown>> {
+  private async handlerSource(wrapper: InstanceWrapper, method: string): Promise<() => Promise<MemberHandler>> {
     if (!wrapper.isTransient) {
-      const instance = wrapper.instance as Handlers;
-      return async () => (message) => instance[method](message);
+      const handler = this.handlers.create(wrapper.instance as object, method);
+      return async () => handler;
     }
     const moduleRef = wrapper.host?.getProviderByKey(ModuleRef)?.instance as ModuleRef | undefined;
     if (!moduleRef) throw new Error(`@StreamListener on ${wrapper.name}.${method}: the module of its transient provider cannot be found`);
     return async () => {
       const instance = (await moduleRef.resolve(wrapper.token, undefined, { strict: true })) as Handlers;
-      return (message) => instance[method](message);
+      return this.handlers.create(instance, method);
     };
   }
 
   private async addListener(
     listener: StreamListenerOptions,
     connection: CoordinatorConnection,
-    nextHandler: () => Promise<(message: StreamMessage) => unknown>,
+    nextHandler: () => Promise<MemberHandler>,
     where: string,
   ): Promise<void> {
     const { concurrency = 1, connection: _connection, ...options } = listener;
@@ -121,16 +124,20 @@ export class CoordinatorExplorer implements OnModuleInit {
     const baseId = uuidv7();
     const baseName = options.memberName ?? where;
     for (let i = 0; i < concurrency; i++) {
+      const handler = await nextHandler();
       this.add(
         connection,
-        { ...options, memberId: `${baseId}-m${i}`, memberName: `${baseName}-m${i}`, runtimeMaxConcurrency: options.runtimeMaxConcurrency ?? 1, handler: await nextHandler() },
+        { ...options, memberId: `${baseId}-m${i}`, memberName: `${baseName}-m${i}`, runtimeMaxConcurrency: options.runtimeMaxConcurrency ?? 1 },
         `@StreamListener on ${where}`,
+        handler,
       );
     }
   }
 
   private addBean(properties: CoordinatorConsumerProperties<never>, connection: CoordinatorConnection, where: string): void {
-    this.add(connection, properties.options as CoordinatedMemberOptions, where);
+    const { handler, ...options } = properties.options as CoordinatedMemberOptions;
+    const target = providerMethodOf(handler);
+    this.add(connection, options, where, target ? this.handlers.create(target.instance, target.method) : handler);
   }
 
   /** The connection a listener or bean names: a name no `forRoot` has is a startup error. */
@@ -148,12 +155,14 @@ export class CoordinatorExplorer implements OnModuleInit {
     );
   }
 
-  private add(connection: CoordinatorConnection, options: CoordinatedMemberOptions, where: string): void {
+  /** Creates one member; its handler gets the entry and that member (its id and epoch go into the StreamContext). */
+  private add(connection: CoordinatorConnection, options: Omit<CoordinatedMemberOptions, 'handler'>, where: string, handler: MemberHandler): void {
     let member: CoordinatedMember;
     try {
       member = new CoordinatedMember(connection.client, {
         ...connection.options.defaults,
         ...options,
+        handler: typeof handler === 'function' ? (message) => handler(message, member) : handler,
         coordinator: { ...connection.options.coordinator, ...options.coordinator },
       });
     } catch (error) {

@@ -38,30 +38,36 @@ export type CoordinatorHealth = Record<
   }
 >;
 
-/**
- * What `isHealthy` throws when down, in the shape `@nestjs/terminus` expects of an indicator's
- * error (`isHealthCheckError`, `causes`): terminus then answers 503 with the causes, where any other
- * error would be rethrown as a 500.
- */
-export class CoordinatorHealthError extends Error {
-  readonly isHealthCheckError = true;
-
-  constructor(readonly causes: CoordinatorHealth) {
-    const problems = Object.values(causes).flatMap((c) => c.problems);
-    super(`coordinator is down: ${problems.join('; ')}`);
-    this.name = 'CoordinatorHealthError';
+/** What liveness looks at: the members that stopped for good (nothing else makes a process unable to recover by itself). */
+export type CoordinatorLiveness = Record<
+  string,
+  {
+    status: 'up' | 'down';
+    /** Every reason for `down`, one line each; empty when up. */
+    problems: string[];
   }
-}
+>;
 
 /**
- * Checks every connection (a PING with a deadline, `healthCheckTimeoutMs`) and every member (joined
- * with a live lease, nothing in `stats().problems`, not given up on starting). `up` only when all are
- * well; otherwise `down` with each reason in `problems`. Works with `@nestjs/terminus` (an optional
- * peer dependency):
+ * Readiness and liveness of the application's coordinator, for Kubernetes probes through
+ * `@nestjs/terminus` (an optional peer dependency) or any other health endpoint.
+ *
+ * - Readiness (`isReady`, `isHealthy`, `check`): every connection answers PING within
+ *   `healthCheckTimeoutMs`, and every member is joined with a live lease, has nothing in
+ *   `stats().problems` and has not stopped for good. A Redis outage makes it `down`: the pod gets
+ *   no traffic until Redis is back, and the members rejoin by themselves.
+ * - Liveness (`isLive`, `checkLiveness`): `down` only when a member stopped for good (its member id
+ *   is another live process's), which nothing in the process can repair. It never looks at Redis,
+ *   so a Redis outage does not make Kubernetes restart every pod at once.
+ *
+ * Each resolves `{ [key]: { status: 'up' | 'down', ... } }` and never rejects when down: terminus
+ * answers 503 for a `down` result, but 500 for an indicator that rejects.
  *
  * @example
- * @Get('health') @HealthCheck()
- * check() { return this.health.check([() => this.coordinator.isHealthy('coordinator')]); }
+ * @Get('health/ready') @HealthCheck()
+ * ready() { return this.health.check([() => this.coordinator.isReady('coordinator')]); }
+ * @Get('health/live') @HealthCheck()
+ * live() { return this.health.check([() => this.coordinator.isLive('coordinator')]); }
  */
 @Injectable()
 export class CoordinatorHealthIndicator {
@@ -102,10 +108,27 @@ export class CoordinatorHealthIndicator {
     return { [key]: { status: problems.length === 0 ? 'up' : 'down', problems, connections, members } };
   }
 
-  /** `check`, but throws CoordinatorHealthError when down (what terminus expects of an indicator). */
-  async isHealthy(key = 'coordinator'): Promise<CoordinatorHealth> {
-    const result = await this.check(key);
-    if (result[key].status === 'down') throw new CoordinatorHealthError(result);
-    return result;
+  /** Readiness, as a terminus indicator: the same as `check` (it resolves `down`, never rejects). */
+  isReady(key = 'coordinator'): Promise<CoordinatorHealth> {
+    return this.check(key);
+  }
+
+  /** Readiness: kept as the indicator's name that terminus users know. The same as `isReady`. */
+  isHealthy(key = 'coordinator'): Promise<CoordinatorHealth> {
+    return this.check(key);
+  }
+
+  /** Liveness: down only when a member stopped for good. Never talks to Redis. */
+  checkLiveness(key = 'coordinator'): CoordinatorLiveness {
+    const problems = this.registry
+      .entries()
+      .filter((entry) => entry.fatalError)
+      .map(({ member, source, fatalError }) => `member ${member.memberId} (${member.options.memberName ?? source}): ${fatalError}`);
+    return { [key]: { status: problems.length === 0 ? 'up' : 'down', problems } };
+  }
+
+  /** Liveness, as a terminus indicator (async only for terminus' signature). */
+  async isLive(key = 'coordinator'): Promise<CoordinatorLiveness> {
+    return this.checkLiveness(key);
   }
 }

@@ -7,8 +7,8 @@ export { StreamPublisher } from './stream-publisher';
 export { CoordinatorRegistry, type RegisteredMember } from './coordinator.registry';
 export {
   CoordinatorHealthIndicator,
-  CoordinatorHealthError,
   type CoordinatorHealth,
+  type CoordinatorLiveness,
   type ConnectionHealth,
   type MemberHealth,
 } from './coordinator.health';
@@ -22,4 +22,7 @@ export {
 } from './coordinator.tokens';
 export { CoordinatorConnection, type PingResult } from './coordinator-connection';
 export { CoordinatorConnections } from './coordinator-connections';
+export { STREAM_CONTEXT_TYPE, StreamContext, type StreamContextMember, type StreamContextType } from './stream-context';
+export { StreamCtx, StreamParamsFactory, StreamParamtype, StreamPayload } from './stream-params.decorators';
+export { StreamHandlerFactory, type MemberHandler } from './stream-handler.factory';
 export { CoordinatorAdmin, type StreamMessage } from '@redis-stream-coordinator/core';

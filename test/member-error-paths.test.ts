@@ -1,8 +1,9 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { CoordinatorAdmin, KeyBuilder, StreamProducer, type StreamMessage } from '@redis-stream-coordinator/core';
 import { HandlerRecorder, type KeyedPayload } from './support/handler-recorder';
 import { memberFactory } from './support/member-factory';
 import { pollUntil } from './support/poll';
+import { proxyFactory } from './support/proxy-fixture';
 import { TcpProxy } from './support/tcp-proxy';
 import { uniqueName, useRedisServer } from './support/vitest-redis';
 
@@ -10,17 +11,7 @@ import { uniqueName, useRedisServer } from './support/vitest-redis';
 const redis = useRedisServer();
 const aMember = memberFactory(redis, { retryBackoffMs: 1 });
 const keys = new KeyBuilder();
-const proxies: TcpProxy[] = [];
-
-afterEach(async () => {
-  await Promise.all(proxies.splice(0).map((p) => p.stop()));
-});
-
-async function aProxy(): Promise<TcpProxy> {
-  const proxy = await TcpProxy.start(redis.server.port);
-  proxies.push(proxy);
-  return proxy;
-}
+const aProxy = proxyFactory(redis);
 
 function admin() {
   return new CoordinatorAdmin(redis.client());

@@ -1,4 +1,4 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   CoordinatedMember,
   CoordinatorAdmin,
@@ -13,16 +13,12 @@ import { ProtocolMember } from '@redis-stream-coordinator/core/testing';
 import { HandlerRecorder, type KeyedPayload } from './support/handler-recorder';
 import { memberFactory } from './support/member-factory';
 import { pollUntil } from './support/poll';
-import { TcpProxy } from './support/tcp-proxy';
+import { proxyFactory } from './support/proxy-fixture';
 import { uniqueName, useRedisServer } from './support/vitest-redis';
 
 const redis = useRedisServer();
 const aMember = memberFactory(redis);
-const proxies: TcpProxy[] = [];
-
-afterEach(async () => {
-  await Promise.all(proxies.splice(0).map((p) => p.stop()));
-});
+const aProxy = proxyFactory(redis);
 
 async function events(streamPrefix: string, type: string): Promise<string[][]> {
   const entries = await redis.client().xrange(new KeyBuilder().groupEvents(streamPrefix, 'group'), '-', '+');
@@ -233,8 +229,7 @@ describe('two processes with one memberId (issue 11 #11)', () => {
 
   it('an instance whose id was taken over after its lease ran out is fenced, refused on rejoin, and stops', async () => {
     const streamPrefix = uniqueName('taken');
-    const proxy = await TcpProxy.start(redis.server.port);
-    proxies.push(proxy);
+    const proxy = await aProxy();
     const paused = new CoordinatedMember(redis.clientAt(proxy.url, { maxRetriesPerRequest: null }), {
       streamPrefix, consumerGroup: 'group', memberId: 'same', shardCount: 2, sessionTimeoutMs: 600,
       coordinator: { heartbeatIntervalMs: 100 }, handler: () => undefined,

@@ -108,7 +108,12 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     this.shards.release(state);
     await this.reader.endReadOf(shardIndex);
     if (state.inFlight) {
-      await Promise.race([state.inFlight, sleep(Math.max(0, deadline - Date.now()))]);
+      const finished = await Promise.race([state.inFlight.then(() => true, () => true), sleep(Math.max(0, deadline - Date.now())).then(() => false)]);
+      if (!finished) {
+        // A handler cannot be cancelled: it runs on, but its acknowledgement will be refused by the
+        // next owner's fencing token, and the next owner runs the entry again (at-least-once).
+        this.emit('error', new ShardError(`shard ${shardIndex}: its handler still runs ${waitForHandlerMs} ms after the shard was revoked; released anyway, the next owner runs that entry again`, shardIndex));
+      }
     }
     const settled = await this.acks.settled(shardIndex, Math.max(MIN_ACK_SETTLE_MS, deadline - Date.now()));
     if (!settled) {

@@ -1,4 +1,6 @@
 import 'reflect-metadata';
+import fs from 'node:fs';
+import path from 'node:path';
 import { Injectable, Module } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -201,5 +203,42 @@ describe('StreamListenerRegistry', () => {
     expect(more.isRunning()).toBe(true);
     await pollUntil('both groups read the 16 entries', async () => seen.length === 32);
     await expect(registry.registerListener({ id: 'extra', streamPrefix, consumerGroup: 'x' }, () => undefined)).rejects.toThrow(/id "extra" is already the id of listener "extra"/);
+  });
+});
+
+describe('the runtime control example of docs/nestjs.md', () => {
+  const EXAMPLE = path.join(__dirname, 'examples/runtime-control.ts');
+
+  it('is the example file, word for word', () => {
+    const docs = fs.readFileSync(path.join(__dirname, '../docs/nestjs.md'), 'utf8');
+    const block = /<!-- example: test\/examples\/runtime-control\.ts -->\n```ts\n([\s\S]*?)```/.exec(docs);
+    expect(block, 'docs/nestjs.md has the example block').not.toBeNull();
+    expect(block![1]).toBe(fs.readFileSync(EXAMPLE, 'utf8'));
+  });
+
+  it('runs: the listener waits for start, is paused, resumed, scaled and stopped through its controller', async () => {
+    process.env.REDIS_URL = redis.server.url;
+    const { AppModule, InvoiceHandlers, ListenersController } = await import('./examples/runtime-control');
+    const app = await Test.createTestingModule({ imports: [AppModule] }).compile();
+    apps.push(app);
+    await app.init();
+    const controller = app.get(ListenersController);
+    const handlers = app.get(InvoiceHandlers);
+    const invoices = app.get(StreamListenerRegistry).getOrThrow('invoices');
+    expect(invoices.isRunning()).toBe(false);
+    const producer = new StreamProducer(redis.client(), { streamPrefix: 'invoice', shardCount: 4 });
+    await producer.sendBatch([{ key: 'a', payload: { to: 'a@example.com' } }]);
+    await controller.start('invoices');
+    await pollUntil('the first invoice sent', async () => handlers.sent.length === 1);
+    controller.pause('invoices');
+    await producer.sendBatch([{ key: 'b', payload: { to: 'b@example.com' } }]);
+    await pollUntil('the backlog visible while paused', async () => (await group('invoice', 'mailer')).shards.some((s) => s.lag === 1));
+    expect(handlers.sent).toEqual(['a@example.com']);
+    controller.resume('invoices');
+    await pollUntil('the second invoice sent', async () => handlers.sent.length === 2);
+    await controller.scale('invoices', '3');
+    expect(invoices.members()).toHaveLength(3);
+    await controller.stop('invoices');
+    expect(await activeMembers('invoice', 'mailer')).toEqual([]);
   });
 });

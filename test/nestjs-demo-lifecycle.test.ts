@@ -26,6 +26,7 @@ interface Demo {
   output: () => string;
   redisPid: number;
   redisPort: number;
+  httpPort: number;
   exited: Promise<number | null>;
 }
 
@@ -49,7 +50,7 @@ async function startDemo(): Promise<Demo> {
     return redis && http ? { redisPid: Number(redis[1]), redisPort: Number(redis[2]), httpPort: Number(http[1]) } : undefined;
   }, { timeoutMs: 20_000 });
   await pollUntil('members joined', async () => (await fetch(`http://127.0.0.1:${started.httpPort}/health`).catch(() => undefined))?.status === 200, { timeoutMs: 20_000 });
-  return { child, output: () => output, redisPid: started.redisPid, redisPort: started.redisPort, exited };
+  return { child, output: () => output, redisPid: started.redisPid, redisPort: started.redisPort, httpPort: started.httpPort, exited };
 }
 
 /** The exit code, or a failure naming what the demo printed if it has not exited in time. */
@@ -90,6 +91,26 @@ describe('the demo\'s lifecycle', () => {
     expect(await exitCodeOf(demo)).toBe(0);
     expect(demo.output()).toMatch(/SIGINT: members drain and leave their groups/);
     await pollUntil('the redis-server gone', () => refusesConnections(demo.redisPort));
+  });
+
+  it('GET /listeners lists the listeners; POST /listeners/summaries/pause and /resume pause and resume one by id', async () => {
+    const demo = await startDemo();
+    const base = `http://127.0.0.1:${demo.httpPort}`;
+    const listeners = await (await fetch(`${base}/listeners`)).json();
+    expect(listeners).toEqual([
+      { id: 'summaries', kind: 'listener', running: true, paused: false, concurrency: 4 },
+      { id: 'audit', kind: 'consumer', running: true, paused: false, concurrency: 4 },
+    ]);
+    const paused = await fetch(`${base}/listeners/summaries/pause`, { method: 'POST' });
+    expect(paused.status).toBe(200);
+    expect(await paused.json()).toMatchObject({ id: 'summaries', paused: true });
+    const health = (await (await fetch(`${base}/health/ready`)).json()) as { coordinator: { members: { listenerId: string; state: string }[] } };
+    const states = health.coordinator.members.filter((m: { listenerId: string }) => m.listenerId === 'summaries').map((m: { state: string }) => m.state);
+    expect(states).toEqual(['paused', 'paused', 'paused', 'paused']);
+    expect(await (await fetch(`${base}/listeners/summaries/resume`, { method: 'POST' })).json()).toMatchObject({ paused: false });
+    expect((await fetch(`${base}/listeners/nope/pause`, { method: 'POST' })).status).toBe(404);
+    process.kill(demo.child.pid!, 'SIGINT');
+    expect(await exitCodeOf(demo)).toBe(0);
   });
 
   it('its redis-server dies: the demo says so and exits 1 instead of reconnecting forever', async () => {

@@ -14,7 +14,7 @@ import { SummaryValidationPipe } from './summary-validation.pipe';
 export class SummaryHandlers {
   constructor(private readonly stats: Stats) {}
 
-  @StreamListener({ streamPrefix: SUMMARY_STREAM, consumerGroup: SUMMARY_GROUP, concurrency: 4, shardCount: 8 })
+  @StreamListener({ id: 'summaries', streamPrefix: SUMMARY_STREAM, consumerGroup: SUMMARY_GROUP, concurrency: 4, shardCount: 8 })
   async onSummary(@StreamPayload(SummaryValidationPipe) summary: Summary, @StreamCtx() context: StreamContext): Promise<void> {
     this.stats.count('summarized', context.shardIndex);
     if (summary.text.trim() === '') this.stats.count('empty summaries', context.shardIndex);

@@ -1,5 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import type { CoordinatorConnection } from './coordinator-connection';
+import { connectionName } from './coordinator.tokens';
 
 /**
  * Every `CoordinatorModule.forRoot` of the application, by name. Each module adds its connection
@@ -29,5 +30,20 @@ export class CoordinatorConnections {
 
   names(): string[] {
     return [...this.byName.keys()];
+  }
+
+  /** The connection a listener or consumer names (`where` it is, for the error): a name no `forRoot` has is an error. */
+  resolve(name: string | undefined, where: string): CoordinatorConnection {
+    if (name !== undefined && (typeof name !== 'string' || name === '')) {
+      throw new TypeError(`${where}: connection must be a non-empty string, got ${JSON.stringify(name)}`);
+    }
+    const connection = this.get(connectionName(name));
+    if (connection) return connection;
+    const known = this.names().map((n) => `"${n}"`).join(', ');
+    throw new Error(
+      name === undefined
+        ? `${where}: it names no connection and there is no unnamed CoordinatorModule.forRoot (connections: ${known}): give it connection: "<name>"`
+        : `${where}: connection "${name}" is not the name of any CoordinatorModule.forRoot (connections: ${known})`,
+    );
   }
 }

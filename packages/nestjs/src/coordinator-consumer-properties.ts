@@ -20,6 +20,13 @@ export type CoordinatorConsumerOptions<T = unknown> = CoordinatedMemberOptions<T
    * uses. Default: the unnamed one (or, in a module's `consumers` option, that module).
    */
   connection?: string;
+  /**
+   * The consumer's id in `StreamListenerRegistry`. Default: the provider's token (a string token as
+   * it is, a class by its name), or `consumers[i]` for an entry of a module's `consumers`.
+   */
+  id?: string;
+  /** Whether the member starts when the application bootstraps. Default true; else `registry.get(id).start()`. */
+  autoStartup?: boolean;
 };
 
 /**
@@ -37,6 +44,9 @@ export class CoordinatorConsumerProperties<T = unknown> {
   private constructor(
     readonly options: CoordinatedMemberOptions<T>,
     readonly connection: string | undefined,
+    /** Its id in StreamListenerRegistry, if given. */
+    readonly id: string | undefined,
+    readonly autoStartup: boolean,
   ) {}
 
   /**
@@ -63,10 +73,16 @@ export class CoordinatorConsumerProperties<T = unknown> {
     if (options === null || typeof options !== 'object') {
       throw new TypeError('CoordinatorConsumerProperties.consumer(options): options must be an object');
     }
-    const { connection, ...memberOptions } = options;
+    const { connection, id, autoStartup = true, ...memberOptions } = options;
     if (connection !== undefined && (typeof connection !== 'string' || connection === '')) {
       throw new TypeError(`CoordinatorConsumerProperties.consumer(options): connection must be a non-empty string, got ${JSON.stringify(connection)}`);
     }
-    return new CoordinatorConsumerProperties(memberOptions as CoordinatedMemberOptions<T>, connection);
+    if (id !== undefined && (typeof id !== 'string' || id === '')) {
+      throw new TypeError(`CoordinatorConsumerProperties.consumer(options): id must be a non-empty string, got ${JSON.stringify(id)}`);
+    }
+    if (typeof autoStartup !== 'boolean') {
+      throw new TypeError(`CoordinatorConsumerProperties.consumer(options): autoStartup must be a boolean, got ${JSON.stringify(autoStartup)}`);
+    }
+    return new CoordinatorConsumerProperties(memberOptions as CoordinatedMemberOptions<T>, connection, id, autoStartup);
   }
 }

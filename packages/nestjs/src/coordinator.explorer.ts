@@ -1,29 +1,24 @@
 import { Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, ModuleRef } from '@nestjs/core';
 import type { InstanceWrapper } from '@nestjs/core/injector/instance-wrapper';
-import { CoordinatedMember, type CoordinatedMemberOptions, type StreamMessage } from '@redis-stream-coordinator/core';
-import { v7 as uuidv7 } from 'uuid';
+import type { StreamMessage } from '@redis-stream-coordinator/core';
 import { DEFAULT_CONNECTION_NAME } from './coordinator.constants';
-import { CoordinatorRegistry } from './coordinator.registry';
 import { connectionName } from './coordinator.tokens';
-import type { CoordinatorConnection } from './coordinator-connection';
 import { CoordinatorConnections } from './coordinator-connections';
-import { CoordinatorConsumerProperties, providerMethodOf } from './coordinator-consumer-properties';
+import { CoordinatorConsumerProperties } from './coordinator-consumer-properties';
 import { CoordinatorMetadataAccessor } from './coordinator-metadata.accessor';
 import { type MemberHandler, StreamHandlerFactory } from './stream-handler.factory';
-import type { StreamListenerOptions } from './stream-listener.decorator';
-
-const MAX_LISTENER_CONCURRENCY = 1024;
+import { StreamListenerRegistry } from './stream-listener.registry';
 
 type Handlers = Record<string, (message: StreamMessage) => unknown>;
 
 /**
- * Finds the members of the application at module init, once for all `CoordinatorModule.forRoot`
+ * Finds the listeners of the application at module init, once for all `CoordinatorModule.forRoot`
  * imports: every @StreamListener method (N logical members for `concurrency: N`), every provider
  * whose value is a CoordinatorConsumerProperties, and every entry of each module's `consumers` (one
- * member each). Each goes to the connection it names (default: the unnamed one), so none is ever
- * registered twice. A misconfigured one is a startup error that names the class, the method and
- * the option.
+ * member each), and gives them to StreamListenerRegistry, each with the connection it names
+ * (default: the unnamed one), so none is ever registered twice. A misconfigured one is a startup
+ * error that names the class, the method and the option.
  */
 @Injectable()
 export class CoordinatorExplorer implements OnModuleInit {
@@ -33,7 +28,7 @@ export class CoordinatorExplorer implements OnModuleInit {
     private readonly discovery: DiscoveryService,
     private readonly scanner: MetadataScanner,
     private readonly metadata: CoordinatorMetadataAccessor,
-    private readonly registry: CoordinatorRegistry,
+    private readonly listeners: StreamListenerRegistry,
     private readonly connections: CoordinatorConnections,
     private readonly handlers: StreamHandlerFactory,
   ) {}
@@ -49,8 +44,9 @@ export class CoordinatorExplorer implements OnModuleInit {
       if (!instance || typeof instance !== 'object' || seen.has(instance)) continue;
       seen.add(instance);
       if (instance instanceof CoordinatorConsumerProperties) {
+        const token = typeof wrapper.token === 'string' || typeof wrapper.token === 'symbol' ? String(wrapper.token) : wrapper.name;
         const where = `bean ${String(wrapper.token?.toString?.() ?? wrapper.name)}`;
-        this.addBean(instance as CoordinatorConsumerProperties<never>, this.connectionFor(instance.connection, where), where);
+        this.listeners.addConsumer(instance as CoordinatorConsumerProperties<never>, this.connections.resolve(instance.connection, where), where, token);
         continue;
       }
       await this.addListeners(wrapper, groups);
@@ -64,7 +60,7 @@ export class CoordinatorExplorer implements OnModuleInit {
         if (properties.connection !== undefined && connectionName(properties.connection) !== connection.name) {
           throw new Error(`CoordinatorModule: ${where} names connection "${properties.connection}" but is given to the module "${connection.name}": leave its connection out`);
         }
-        this.addBean(properties, connection, where);
+        this.listeners.addConsumer(properties, connection, where, connection.name === DEFAULT_CONNECTION_NAME ? `consumers[${i}]` : `${connection.name}:consumers[${i}]`);
       });
     }
   }
@@ -80,14 +76,14 @@ export class CoordinatorExplorer implements OnModuleInit {
         this.logger.warn(`@StreamListener on ${where} is skipped: its provider is request-scoped, and a member lives as long as the application`);
         continue;
       }
-      const connection = this.connectionFor(listener.connection, `@StreamListener on ${where}`);
+      const connection = this.connections.resolve(listener.connection, `@StreamListener on ${where}`);
       const groupKey = `${connection.name}:${listener.streamPrefix}/${listener.consumerGroup}`;
       const earlier = groups.get(groupKey);
       if (earlier) {
         this.logger.warn(`@StreamListener on ${where} and on ${earlier} join the same group ${listener.streamPrefix}/${listener.consumerGroup}: its shards are split between two different handlers`);
       }
       groups.set(groupKey, where);
-      await this.addListener(listener, connection, await this.handlerSource(wrapper, method), where);
+      await this.listeners.addListener(listener, await this.handlerSource(wrapper, method), `@StreamListener on ${where}`, where);
     }
   }
 
@@ -109,68 +105,5 @@ export class CoordinatorExplorer implements OnModuleInit {
       const instance = (await moduleRef.resolve(wrapper.token, undefined, { strict: true })) as Handlers;
       return this.handlers.create(instance, method);
     };
-  }
-
-  private async addListener(
-    listener: StreamListenerOptions,
-    connection: CoordinatorConnection,
-    nextHandler: () => Promise<MemberHandler>,
-    where: string,
-  ): Promise<void> {
-    const { concurrency = 1, connection: _connection, ...options } = listener;
-    if (typeof concurrency !== 'number' || !Number.isInteger(concurrency) || concurrency < 1 || concurrency > MAX_LISTENER_CONCURRENCY) {
-      throw new RangeError(`@StreamListener on ${where}: concurrency must be an integer from 1 to ${MAX_LISTENER_CONCURRENCY}, got ${JSON.stringify(concurrency)}`);
-    }
-    const baseId = uuidv7();
-    const baseName = options.memberName ?? where;
-    for (let i = 0; i < concurrency; i++) {
-      const handler = await nextHandler();
-      this.add(
-        connection,
-        { ...options, memberId: `${baseId}-m${i}`, memberName: `${baseName}-m${i}`, runtimeMaxConcurrency: options.runtimeMaxConcurrency ?? 1 },
-        `@StreamListener on ${where}`,
-        handler,
-      );
-    }
-  }
-
-  private addBean(properties: CoordinatorConsumerProperties<never>, connection: CoordinatorConnection, where: string): void {
-    const { handler, ...options } = properties.options as CoordinatedMemberOptions;
-    const target = providerMethodOf(handler);
-    this.add(connection, options, where, target ? this.handlers.create(target.instance, target.method) : handler);
-  }
-
-  /** The connection a listener or bean names: a name no `forRoot` has is a startup error. */
-  private connectionFor(name: string | undefined, where: string): CoordinatorConnection {
-    if (name !== undefined && (typeof name !== 'string' || name === '')) {
-      throw new TypeError(`${where}: connection must be a non-empty string, got ${JSON.stringify(name)}`);
-    }
-    const connection = this.connections.get(connectionName(name));
-    if (connection) return connection;
-    const known = this.connections.names().map((n) => `"${n}"`).join(', ');
-    throw new Error(
-      name === undefined
-        ? `${where}: it names no connection and there is no unnamed CoordinatorModule.forRoot (connections: ${known}): give it connection: "<name>"`
-        : `${where}: connection "${name}" is not the name of any CoordinatorModule.forRoot (connections: ${known})`,
-    );
-  }
-
-  /** Creates one member; its handler gets the entry and that member (its id and epoch go into the StreamContext). */
-  private add(connection: CoordinatorConnection, options: Omit<CoordinatedMemberOptions, 'handler'>, where: string, handler: MemberHandler): void {
-    let member: CoordinatedMember;
-    try {
-      member = new CoordinatedMember(connection.client, {
-        ...connection.options.defaults,
-        ...options,
-        handler: typeof handler === 'function' ? (message) => handler(message, member) : handler,
-        coordinator: { ...connection.options.coordinator, ...options.coordinator },
-      });
-    } catch (error) {
-      // Same error class, with where the bad option came from in front of the message.
-      const original = error as Error;
-      const ErrorClass = original.constructor as new (message: string) => Error;
-      throw new ErrorClass(`${where}: ${original.message}`);
-    }
-    this.registry.register(member, where, connection);
   }
 }

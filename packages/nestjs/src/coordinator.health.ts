@@ -9,6 +9,13 @@ export interface MemberHealth {
   consumerGroup: string;
   /** The name of the connection (`forRoot({ name })`) the member uses; `'default'` when unnamed. */
   connection: string;
+  /** The listener container it belongs to (`StreamListenerRegistry.get(listenerId)`). */
+  listenerId: string;
+  /**
+   * `running`, `paused` (joined, fetching nothing: `pause()`), or `stopped` (its container was
+   * stopped, or `autoStartup: false` and not started yet). A stopped member is no readiness problem.
+   */
+  state: 'running' | 'paused' | 'stopped';
   joined: boolean;
   memberEpoch: number;
   ownedShards: number[];
@@ -85,15 +92,19 @@ export class CoordinatorHealthIndicator {
           : { name: connection.name, status: 'down', error: ping.error };
       }),
     );
-    const members = this.registry.entries().map(({ member, source, connection, fatalError }): MemberHealth => {
+    const members = this.registry.entries().map(({ member, source, connection, fatalError, listenerId, desired }): MemberHealth => {
       const stats = member.stats();
-      const problems = [...(fatalError ? [fatalError] : []), ...(!stats.joined && !fatalError ? ['not joined with a live lease'] : []), ...stats.problems];
+      // A member stopped on purpose (its container's stop(), autoStartup false) is not expected to be joined.
+      const stopped = desired === 'stopped' && !stats.running;
+      const problems = [...(fatalError ? [fatalError] : []), ...(!stats.joined && !fatalError && !stopped ? ['not joined with a live lease'] : []), ...stats.problems];
       return {
         memberId: member.memberId,
         memberName: member.options.memberName ?? source,
         streamPrefix: member.options.streamPrefix,
         consumerGroup: member.options.consumerGroup,
         connection: connection.name,
+        listenerId,
+        state: stopped ? 'stopped' : stats.paused ? 'paused' : 'running',
         joined: stats.joined,
         memberEpoch: stats.memberEpoch,
         ownedShards: stats.ownedShards,

@@ -21,6 +21,15 @@ export interface RegisteredMember {
   connection: CoordinatorConnection;
   /** Why the member stopped for good (its id is in use by another live process); health reports it. */
   fatalError?: string;
+  /** The id of the listener container (StreamListenerRegistry) the member belongs to. */
+  listenerId: string;
+  /**
+   * Whether the member should run: set by its container's start()/stop() (and `autoStartup`). A
+   * member that should not run is not a readiness problem.
+   */
+  desired: 'running' | 'stopped';
+  /** The start (with its retries) under way, if any. */
+  starting?: Promise<void>;
 }
 
 /**
@@ -35,11 +44,23 @@ export class CoordinatorRegistry implements OnApplicationBootstrap, BeforeApplic
   private readonly throttled = new ThrottledLogger(this.logger);
   private readonly registered: RegisteredMember[] = [];
   private stopping = false;
+  private bootstrapped = false;
 
   constructor(private readonly connections: CoordinatorConnections) {}
 
-  register(member: CoordinatedMember, source: string, connection: CoordinatorConnection): void {
-    const entry: RegisteredMember = { member, source, connection };
+  /** Whether the application has bootstrapped (members registered later start when their container says). */
+  get isBootstrapped(): boolean {
+    return this.bootstrapped;
+  }
+
+  /** Whether the application is shutting down: no member starts or is registered any more. */
+  get isStopping(): boolean {
+    return this.stopping;
+  }
+
+  register(member: CoordinatedMember, source: string, connection: CoordinatorConnection, listener: { listenerId: string; autoStartup: boolean } = { listenerId: source, autoStartup: true }): RegisteredMember {
+    if (this.stopping) throw new Error(`CoordinatorModule: ${source}: the application is shutting down, no member can be registered`);
+    const entry: RegisteredMember = { member, source, connection, listenerId: listener.listenerId, desired: listener.autoStartup ? 'running' : 'stopped' };
     member.on('error', (error) => {
       if (FATAL_MEMBER_ERRORS.has(error.name)) this.giveUp(entry, error);
       else this.throttled.warn(`${member.memberId}:${error.message}`, `member ${member.memberId} (${source}): ${error.message}`);
@@ -47,6 +68,14 @@ export class CoordinatorRegistry implements OnApplicationBootstrap, BeforeApplic
     member.on('lease-lost', () => this.logger.warn(`member ${member.memberId} (${source}) lost its lease: no heartbeat got through; it rejoins when Redis answers`));
     member.on('fenced', (event) => this.logger.warn(`member ${member.memberId} (${source}) was fenced (${event.errorCode}); it rejoins`));
     this.registered.push(entry);
+    return entry;
+  }
+
+  /** Forgets a member its container removed (after stopping it): health no longer lists it. */
+  unregister(entry: RegisteredMember): void {
+    const index = this.registered.indexOf(entry);
+    if (index >= 0) this.registered.splice(index, 1);
+    entry.member.removeAllListeners();
   }
 
   /** A member that can never work (its id is another live process's): one error line, and health shows it. */
@@ -65,19 +94,42 @@ export class CoordinatorRegistry implements OnApplicationBootstrap, BeforeApplic
   }
 
   onApplicationBootstrap(): void {
-    for (const entry of this.registered) void this.startWithRetries(entry);
+    this.bootstrapped = true;
+    for (const entry of this.registered) {
+      if (entry.desired === 'running') void this.start(entry);
+    }
+  }
+
+  /**
+   * Starts a member in the background with retries while Redis cannot be reached; resolves once it
+   * joined, or when it should no longer run (stopped, shutting down, stopped for good). One start
+   * per member at a time: a second call shares the first.
+   */
+  start(entry: RegisteredMember): Promise<void> {
+    entry.desired = 'running';
+    entry.starting ??= this.startWithRetries(entry).finally(() => {
+      entry.starting = undefined;
+    });
+    return entry.starting;
+  }
+
+  /** Stops a member (drains, acknowledges, leaves); a start retrying in the background gives up. */
+  async stop(entry: RegisteredMember): Promise<void> {
+    entry.desired = 'stopped';
+    await entry.member.stop().catch((error: Error) => this.logger.warn(`member ${entry.member.memberId} (${entry.source}) did not stop cleanly: ${error.message}`));
   }
 
   private async startWithRetries(entry: RegisteredMember): Promise<void> {
     const { member, source, connection } = entry;
     const delayMs = connection.options.startRetryDelayMs ?? DEFAULT_START_RETRY_DELAY_MS;
-    while (!this.stopping) {
+    while (!this.stopping && entry.desired === 'running' && !entry.fatalError) {
+      if (member.isRunning()) return;
       try {
         await member.start();
         this.logger.log(`member ${member.memberId} (${source}) joined ${member.options.streamPrefix}/${member.options.consumerGroup}`);
         return;
       } catch (error) {
-        if (this.stopping) return;
+        if (this.stopping || entry.desired !== 'running') return;
         if (FATAL_MEMBER_ERRORS.has((error as Error).name)) {
           this.giveUp(entry, error as Error);
           return;

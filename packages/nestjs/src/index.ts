@@ -5,6 +5,8 @@ export { StreamListener, type StreamListenerOptions } from './stream-listener.de
 export { CoordinatorConsumerProperties, type CoordinatorConsumerOptions } from './coordinator-consumer-properties';
 export { StreamPublisher } from './stream-publisher';
 export { CoordinatorRegistry, type RegisteredMember } from './coordinator.registry';
+export { StreamListenerRegistry, type RuntimeListenerOptions } from './stream-listener.registry';
+export { StreamListenerContainer, type StreamListenerKind, MAX_LISTENER_CONCURRENCY } from './stream-listener.container';
 export {
   CoordinatorHealthIndicator,
   type CoordinatorHealth,
@@ -25,4 +27,4 @@ export { CoordinatorConnections } from './coordinator-connections';
 export { STREAM_CONTEXT_TYPE, StreamContext, type StreamContextMember, type StreamContextType } from './stream-context';
 export { StreamCtx, StreamParamsFactory, StreamParamtype, StreamPayload } from './stream-params.decorators';
 export { StreamHandlerFactory, type MemberHandler } from './stream-handler.factory';
-export { CoordinatorAdmin, type StreamMessage } from '@redis-stream-coordinator/core';
+export { CoordinatorAdmin, HandlerAbortedError, type HandlerAbortReason, type StreamMessage } from '@redis-stream-coordinator/core';

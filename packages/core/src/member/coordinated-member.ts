@@ -3,6 +3,7 @@ import { EventEmitter } from 'node:events';
 import type { Redis } from 'ioredis';
 import { CoordinatorAdmin } from '../admin/coordinator-admin';
 import { ErrorCode } from '../protocol/error-codes';
+import { assertIntegerInRange } from '../protocol/names';
 import { type CoordinatorError, ShardCountConflictError, toCoordinatorError } from '../protocol/errors';
 import { type HeartbeatRequest, type HeartbeatResponse, JOIN_EPOCH, LEAVE_EPOCH } from '../protocol/heartbeat';
 import { CoordinatorClient } from '../redis/coordinator-client';
@@ -13,13 +14,14 @@ import { sleep } from './abortable-sleep';
 import { CutoverWatch } from './cutover-watch';
 import { HeartbeatSchedule } from './heartbeat-schedule';
 import { MemberLease } from './member-lease';
-import { type CoordinatedMemberOptions, type ResolvedMemberOptions, resolveMemberOptions } from './member-options';
+import { type CoordinatedMemberOptions, MAX_RUNTIME_CONCURRENCY, type ResolvedMemberOptions, resolveMemberOptions } from './member-options';
+import { reconnect } from './reader-connection';
 import type { MemberEvents } from './member-events';
 import { type ShardError, ShardPoller } from './shard-poller';
 
 export type { MemberEvents, ShardsEvent } from './member-events';
 
-type Lifecycle = 'new' | 'running' | 'stopping' | 'stopped';
+type Lifecycle = 'new' | 'starting' | 'running' | 'stopping' | 'stopped';
 
 /**
  * One member of a consumer group (SPEC sections 3-5): heartbeats at the interval the coordinator
@@ -34,6 +36,7 @@ type Lifecycle = 'new' | 'running' | 'stopping' | 'stopped';
  * await member.start();
  * // ...
  * await member.stop(); // drains, acknowledges, leaves the group
+ * await member.start(); // and joins again (same memberId and instance)
  */
 export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   readonly options: ResolvedMemberOptions<T>;
@@ -52,6 +55,10 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     () => this.heartbeating(),
   );
   private readonly lease: MemberLease;
+  /** Bumped by every start() and stop(): a start() that finds it changed after an await was overtaken. */
+  private generation = 0;
+  /** The stop() or abort() under way or last done: a start() waits for it to end. */
+  private shutdown: Promise<void> | undefined;
   private joined: { resolve: () => void; reject: (error: Error) => void } | undefined;
   /** Whether the coordinator knows this member (it must leave on stop, whatever its epoch). */
   private hasJoined = false;
@@ -119,9 +126,62 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     return this.memberEpoch;
   }
 
+  /** Whether the member has been started and not stopped (it may still be joining, or paused). */
+  isRunning(): boolean {
+    return this.lifecycle === 'starting' || this.lifecycle === 'running';
+  }
+
+  /** Whether `pause()` is in effect (until `resume()`, across stop() and start()). */
+  isPaused(): boolean {
+    return this.poller.isPaused;
+  }
+
+  /**
+   * Stops fetching entries and starting handlers (retries included), and keeps everything else: the
+   * membership, its shards and their fencing tokens, heartbeats, and revocations, which are answered
+   * as promptly as ever (a paused member's in-flight handlers are what a revocation waits for).
+   * In-flight handlers finish and are acknowledged; entries already read wait, in order, for
+   * `resume()`, or stay pending for the next owner if their shard is revoked meanwhile. Shards
+   * gained while paused are claimed but not read. Pausing does not fire `message.signal`. The pause
+   * lasts until `resume()`, across stop() and start().
+   *
+   * @example
+   * member.pause();   // e.g. a downstream system is down
+   * member.resume();
+   */
+  pause(): void {
+    this.poller.pause();
+  }
+
+  /** Undoes `pause()`: fetching and handlers start again where they stopped. */
+  resume(): void {
+    this.poller.resume();
+  }
+
+  /**
+   * Changes how many handlers this member runs at once, live, without leaving the group. A higher
+   * value starts more handlers at once (still one per shard); a lower one lets the calls in flight
+   * finish and starts no new one until fewer run than the new value. The coordinator learns it with
+   * the next heartbeat (sent at once). Throws a RangeError naming `runtimeMaxConcurrency` for a
+   * value that is not an integer from 1 to 10000.
+   */
+  setRuntimeMaxConcurrency(runtimeMaxConcurrency: number): void {
+    assertIntegerInRange('runtimeMaxConcurrency', runtimeMaxConcurrency, 1, MAX_RUNTIME_CONCURRENCY);
+    if (this.options.runtimeMaxConcurrency === runtimeMaxConcurrency) return;
+    // The poller reads the same options object: the dispatcher sees the new capacity at once.
+    this.options.runtimeMaxConcurrency = runtimeMaxConcurrency;
+    this.poller.capacityChanged();
+    this.requestHeartbeat();
+  }
+
   /** What the member is doing now: for health checks, dashboards and tests. */
   stats(): {
     joined: boolean;
+    /** Started and not stopped (it may still be joining). */
+    running: boolean;
+    /** `pause()` is in effect: nothing is fetched and no handler starts. */
+    paused: boolean;
+    runtimeMaxConcurrency: number;
     memberEpoch: number;
     ownedShards: number[];
     revokingShards: number[];
@@ -138,6 +198,9 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   } {
     return {
       joined: this.hasJoined && this.lifecycle === 'running' && this.leaseIsSafe(),
+      running: this.isRunning(),
+      paused: this.isPaused(),
+      runtimeMaxConcurrency: this.options.runtimeMaxConcurrency,
       memberEpoch: this.memberEpoch,
       ownedShards: this.ownedShards(),
       revokingShards: [...this.revoking].sort((a, b) => a - b),
@@ -152,14 +215,36 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   /**
    * Joins the group and starts polling; resolves after the first successful heartbeat. Rejects with
    * FencedInstanceIdError when another live instance holds this memberId (then and ever after).
+   *
+   * A stopped member can be started again: it joins with the same memberId and instance id (so a
+   * restart before its old membership expired, e.g. after a leave that failed, is this instance
+   * rejoining, not a second process), epoch 0, and none of the shards it had. A start() while a
+   * stop() or abort() is still under way waits for it first. A start() of a running member throws.
    */
   async start(): Promise<void> {
     if (this.fatal) throw this.fatal;
-    if (this.lifecycle !== 'new') throw new Error(`member ${this.memberId} was already started`);
+    if (this.lifecycle === 'stopping') await this.shutdown;
+    if (this.fatal) throw this.fatal;
+    if (this.lifecycle !== 'new' && this.lifecycle !== 'stopped') throw new Error(`member ${this.memberId} was already started`);
+    if (this.lifecycle === 'stopped') {
+      // abort() does not wait for its poller to stop: it must have, before the poller starts again.
+      await this.shutdown;
+      if (this.lifecycle !== 'stopped') throw new Error(`member ${this.memberId} was already started`);
+      await this.prepareRestart();
+    }
+    const generation = ++this.generation;
+    this.lifecycle = 'starting';
     // Before anything runs: if Redis cannot be reached yet, start() fails (within a third of the
     // session timeout, not after the client's own retries) and may be called again.
-    if (this.options.shardCount !== undefined) await this.ensureStream(this.options.shardCount);
-    if (this.lifecycle !== 'new') throw new Error(`member ${this.memberId} was stopped while starting`);
+    if (this.options.shardCount !== undefined) {
+      try {
+        await this.ensureStream(this.options.shardCount);
+      } catch (error) {
+        if (this.generation === generation) this.lifecycle = 'stopped';
+        throw error;
+      }
+    }
+    if (this.generation !== generation || this.lifecycle !== 'starting') throw new Error(`member ${this.memberId} was stopped while starting`);
     this.lifecycle = 'running';
     const joined = new Promise<void>((resolve, reject) => (this.joined = { resolve, reject }));
     // stop() may reject it before start() awaits it; start() still sees the rejection below.
@@ -175,24 +260,61 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
       // Without wake-ups the member still works; rebalances just wait for heartbeat intervals.
       this.emit('error', new Error(`member ${this.memberId}: cannot listen for wake-ups: ${(error as Error).message}`));
     }
+    if (this.generation !== generation || this.lifecycle !== 'running') {
+      await this.stopListening?.();
+      await joined;
+      return;
+    }
     this.poller.start();
     this.requestHeartbeat();
     await joined;
   }
 
   /**
-   * Stops reading, finishes in-flight handlers (bounded by shutdownTimeoutMs), acknowledges, and
-   * leaves the group. Until it has left, the member keeps heartbeating: its lease outlives every
-   * handler it still runs, so no other member is given those shards meanwhile. While stopping it
-   * applies revocations (after the drain, bounded by revocationTimeoutMs) and takes no new shards.
+   * A stopped member about to start again: forget everything of its last membership (it rejoins
+   * with epoch 0 and no shards) and reconnect its blocking connection, which stop() closed. The
+   * instance id and a pause stay.
    */
-  async stop(): Promise<void> {
-    if (this.lifecycle === 'stopped' || this.lifecycle === 'stopping') return;
+  private async prepareRestart(): Promise<void> {
+    this.memberEpoch = JOIN_EPOCH;
+    this.metadataVersion = 0;
+    this.owned.clear();
+    this.revoking.clear();
+    this.revoked.clear();
+    this.hasJoined = false;
+    this.draining = false;
+    this.drained = undefined;
+    this.invalidInARow = 0;
+    this.missingInARow = 0;
+    this.memberProblems.clear();
+    this.lease.reset();
+    this.cutover.restart();
+    await reconnect(this.reader);
+  }
+
+  /**
+   * Stops reading, finishes in-flight handlers (bounded by shutdownTimeoutMs; past it their
+   * `message.signal` fires), acknowledges, and leaves the group. Until it has left, the member keeps
+   * heartbeating: its lease outlives every handler it still runs, so no other member is given those
+   * shards meanwhile. While stopping it applies revocations (after the drain, bounded by
+   * revocationTimeoutMs) and takes no new shards. Calling it again while it runs returns the same
+   * promise. The member can be started again afterwards.
+   */
+  stop(): Promise<void> {
+    if (this.lifecycle === 'stopping') return this.shutdown ?? Promise.resolve();
+    if (this.lifecycle === 'stopped') return Promise.resolve();
+    this.generation += 1;
+    this.shutdown = this.stopNow();
+    return this.shutdown;
+  }
+
+  private async stopNow(): Promise<void> {
     const wasRunning = this.lifecycle === 'running';
     this.lifecycle = 'stopping';
     this.draining = wasRunning && this.hasJoined;
     this.cutover.stop();
     this.joined?.reject(new Error(`member ${this.memberId} stopped before it joined`));
+    this.joined = undefined;
     if (!this.draining) this.heartbeats.cancel();
     this.drained = this.poller.stop(this.options.shutdownTimeoutMs);
     await this.drained;
@@ -209,23 +331,29 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.owned.clear();
     this.reader.disconnect();
     await this.stopListening?.();
+    this.stopListening = undefined;
     this.lifecycle = 'stopped';
   }
 
   /**
    * Stops at once, as if the process died: no draining, no acknowledgements, no leave; the blocking
-   * connection is cut and the timers stop. The coordinator expires the member after its session
-   * timeout. For tests and emergency shutdown.
+   * connection is cut, the timers stop, and the handlers in flight are told (`message.signal`, reason
+   * `stopped`). The coordinator expires the member after its session timeout. For tests and
+   * emergency shutdown. The member can be started again (it rejoins as the same instance).
    */
   abort(): void {
     this.lifecycle = 'stopped';
+    this.generation += 1;
     this.heartbeats.cancel();
     this.cutover.stop();
     this.joined?.reject(new Error(`member ${this.memberId} aborted`));
-    this.poller.dropAll();
-    void this.poller.stop(0);
+    this.joined = undefined;
+    this.poller.dropAll('stopped');
+    const stopping = this.poller.stop(0);
     this.reader.disconnect();
-    void this.stopListening?.();
+    const listening = this.stopListening?.();
+    this.stopListening = undefined;
+    this.shutdown = Promise.all([stopping, listening]).then(() => undefined, () => undefined);
   }
 
   // ---- heartbeats -----------------------------------------------------------------------------------
@@ -427,9 +555,10 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.lifecycle = 'stopped';
     this.heartbeats.cancel();
     this.cutover.stop();
-    void this.poller.stop(0);
+    this.shutdown = this.poller.stop(0);
     this.reader.disconnect();
     void this.stopListening?.();
+    this.stopListening = undefined;
     this.emit('error', error);
   }
 
@@ -487,7 +616,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     for (const shard of [...this.owned.keys()]) {
       if (!assigned.has(shard) && !toRevoke.has(shard)) {
         this.owned.delete(shard);
-        void this.poller.releaseShard(shard, 0);
+        void this.poller.releaseShard(shard, 0, 'shard-lost');
       }
     }
     if (revokedNow.length > 0) void this.revoke(revokedNow, response.memberEpoch);

@@ -59,6 +59,12 @@ export class CutoverWatch {
     clearTimeout(this.timer);
   }
 
+  /** For a member started again after stop(): forgets the old cutover; the next `sync` reads it afresh. */
+  restart(): void {
+    this.stopped = false;
+    this.cutover = null;
+  }
+
   private schedule(cutover: Cutover): void {
     if (this.stopped || this.cutover !== cutover) return;
     const delay = Math.round(this.settings.cutoverCheckIntervalMs * (0.75 + 0.5 * Math.random()));

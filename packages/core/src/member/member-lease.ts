@@ -14,6 +14,11 @@ export class MemberLease {
     this.lastGoodSentAt = sentAt;
   }
 
+  /** A member started again: no answer yet, as before the first one. */
+  reset(): void {
+    this.lastGoodSentAt = 0;
+  }
+
   /** Before the first answer, only a member that holds nothing is safe. */
   isSafe(holdsShards: boolean): boolean {
     if (this.lastGoodSentAt === 0) return !holdsShards;

@@ -4,7 +4,7 @@ import type { RawEntry, ShardClient } from '../redis/shard-client';
 import { sleep } from './abortable-sleep';
 import type { AckBatcher } from './ack-batcher';
 import { type ResolvedMemberOptions, retryDelayMs } from './member-options';
-import { HandlerTimeoutError, type PollerEvents, type QueuedEntry, ShardError, type ShardSet, type ShardState } from './shard-state';
+import { HandlerAbortedError, HandlerTimeoutError, type PollerEvents, type QueuedEntry, ShardError, type ShardSet, type ShardState } from './shard-state';
 
 type DecodedPayload = Extract<DecodedEntry, { ok: true }>;
 
@@ -35,7 +35,7 @@ export class ShardDispatcher {
     private readonly acks: AckBatcher,
     private readonly events: EventEmitter<PollerEvents>,
     private readonly options: ResolvedMemberOptions,
-    /** False while the member's lease may be lost: no handler may start then. */
+    /** False while the member's lease may be lost, or while it is paused: no handler may start then. */
     private readonly mayStartHandlers: () => boolean,
     /** A shard ran out of work (the reader may need to read it sooner). */
     private readonly onDrained: (state: ShardState) => void,
@@ -94,6 +94,7 @@ export class ShardDispatcher {
 
   private attempt(state: ShardState, queued: QueuedEntry, decoded: DecodedPayload, attempt: number): Promise<void> | undefined {
     const { entry } = queued;
+    const call = new AbortController();
     const message: StreamMessage = {
       id: entry.id,
       streamPrefix: this.options.streamPrefix,
@@ -102,31 +103,44 @@ export class ShardDispatcher {
       payload: decoded.payload,
       headers: decoded.headers,
       deliveryCount: queued.deliveries + attempt - 1,
+      signal: call.signal,
     };
     let result: unknown;
+    state.call = call;
     try {
       result = this.options.handler(message);
     } catch (error) {
+      state.call = undefined;
       return this.failed(state, queued, decoded, attempt, error);
     }
     if (isThenable(result)) {
-      return this.withHandlerTimeout(Promise.resolve(result), state, entry.id).then(
-        () => this.acks.queue(state, entry.id),
-        (error: unknown) => this.failed(state, queued, decoded, attempt, error),
-      );
+      return this.withHandlerTimeout(Promise.resolve(result), state, entry.id, call)
+        .finally(() => {
+          // A new grant of the shard has its own state: only this call's own slot is cleared.
+          if (state.call === call) state.call = undefined;
+        })
+        .then(
+          () => this.acks.queue(state, entry.id),
+          (error: unknown) => this.failed(state, queued, decoded, attempt, error),
+        );
     }
+    state.call = undefined;
     this.acks.queue(state, entry.id);
     return undefined;
   }
 
-  /** A handler that does not settle in `handlerTimeoutMs` fails the attempt; the shard moves on. */
-  private withHandlerTimeout(call: Promise<unknown>, state: ShardState, id: string): Promise<unknown> {
+  /**
+   * A handler that does not settle in `handlerTimeoutMs` fails the attempt and its signal fires; the
+   * shard moves on.
+   */
+  private withHandlerTimeout(call: Promise<unknown>, state: ShardState, id: string, controller: AbortController): Promise<unknown> {
     const limit = this.options.handlerTimeoutMs;
     if (limit === 0) return call;
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
         this.events.emit('error', new ShardError(`shard ${state.index}: the handler of ${id} did not settle within handlerTimeoutMs (${limit} ms)`, state.index));
+        controller.abort(new HandlerAbortedError('handler-timeout', `the handler of ${id} did not settle within handlerTimeoutMs (${limit} ms)`));
         reject(new HandlerTimeoutError(`handler did not settle within ${limit} ms`));
       }, limit);
     });
@@ -135,22 +149,23 @@ export class ShardDispatcher {
 
   /**
    * Retry in place (order is kept) with backoff, then dead-letter. A retry whose backoff ends while
-   * the lease may be lost waits, keeping the shard's slot, until the lease is safe again or the
-   * shard is released (then the entry stays pending for whoever owns the shard next).
+   * the lease may be lost, or while the member is paused, waits, keeping the shard's slot, until
+   * handlers may start again or the shard is released (then the entry stays pending for whoever owns
+   * the shard next).
    */
   private async failed(state: ShardState, queued: QueuedEntry, decoded: DecodedPayload, attempt: number, error: unknown): Promise<void> {
     if (attempt < this.options.maxAttempts) {
       const delay = retryDelayMs(attempt, this.options.retryBackoffMs, this.options.retryBackoffMaxMs);
       if (!(await sleep(delay, state.released.signal))) return;
-      if (!(await this.untilLeaseIsSafe(state))) return;
+      if (!(await this.untilHandlersMayStart(state))) return;
       return this.attempt(state, queued, decoded, attempt + 1);
     }
     const reason = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
     return this.deadLetter(state, queued.entry, reason, attempt);
   }
 
-  /** True once handlers may start again; false if the shard was released first. */
-  private async untilLeaseIsSafe(state: ShardState): Promise<boolean> {
+  /** True once handlers may start again (lease safe, not paused); false if the shard was released first. */
+  private async untilHandlersMayStart(state: ShardState): Promise<boolean> {
     while (!this.mayStartHandlers()) {
       if (!(await sleep(LEASE_RECHECK_MS, state.released.signal))) return false;
     }

@@ -6,9 +6,17 @@ import { AckBatcher } from './ack-batcher';
 import type { ResolvedMemberOptions } from './member-options';
 import { ShardDispatcher } from './shard-dispatcher';
 import { ShardReader } from './shard-reader';
-import { type PollerEvents, ShardError, ShardSet } from './shard-state';
+import { HandlerAbortedError, type HandlerAbortReason, type PollerEvents, ShardError, ShardSet, type ShardState } from './shard-state';
 
-export { type AcknowledgedEvent, type ClaimRefusedEvent, HandlerTimeoutError, type PollerEvents, ShardError } from './shard-state';
+export {
+  type AcknowledgedEvent,
+  type ClaimRefusedEvent,
+  HandlerAbortedError,
+  type HandlerAbortReason,
+  HandlerTimeoutError,
+  type PollerEvents,
+  ShardError,
+} from './shard-state';
 
 /**
  * Releasing a shard waits this long at least for its outstanding acks (even with no time left for
@@ -28,6 +36,8 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
   private readonly dispatcher: ShardDispatcher;
   private readonly reader: ShardReader;
   private running = false;
+  /** Paused: shards are claimed (fencing tokens installed) but nothing is fetched and no handler starts. */
+  private paused = false;
 
   constructor(
     client: ShardClient,
@@ -39,8 +49,9 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
   ) {
     super();
     this.acks = new AckBatcher(client, this, () => this.running);
-    this.dispatcher = new ShardDispatcher(this.shards, client, this.acks, this, options, mayStartHandlers, (state) => this.reader.onDrained(state));
-    this.reader = new ShardReader(this.shards, client, command, reader, this.acks, this, options, mayStartHandlers, () => this.dispatcher.dispatch());
+    const mayStart = () => !this.paused && mayStartHandlers();
+    this.dispatcher = new ShardDispatcher(this.shards, client, this.acks, this, options, mayStart, (state) => this.reader.onDrained(state));
+    this.reader = new ShardReader(this.shards, client, command, reader, this.acks, this, options, mayStart, () => this.paused, () => this.dispatcher.dispatch());
   }
 
   /** Handlers running now. */
@@ -56,10 +67,38 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     return [...this.shards.order];
   }
 
+  get isPaused(): boolean {
+    return this.paused;
+  }
+
   start(): void {
     if (this.running) return;
     this.running = true;
     this.reader.start();
+  }
+
+  /**
+   * Stops fetching (no read, takeover or sweep) and starting handlers, retries included; handlers
+   * in flight finish and are acknowledged, entries already read stay queued in order. Granted shards
+   * are still claimed, and released when revoked, as usual.
+   */
+  pause(): void {
+    if (this.paused) return;
+    this.paused = true;
+    // A blocking read under way would still deliver entries: cut it short.
+    this.reader.interruptRead();
+  }
+
+  resume(): void {
+    if (!this.paused) return;
+    this.paused = false;
+    this.dispatcher.dispatch();
+    this.reader.interruptRead();
+  }
+
+  /** `runtimeMaxConcurrency` changed: start what the new capacity allows (a lower one lets in-flight calls finish). */
+  capacityChanged(): void {
+    this.dispatcher.dispatch();
   }
 
   /** A shard granted at `grantEpoch`: claim its token, take over its pending entries, then read it. */
@@ -101,7 +140,7 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
    * for every outstanding ack of the shard (earlier batches still retrying too), at least
    * `MIN_ACK_SETTLE_MS`. Entries read but not started stay pending for the next owner.
    */
-  async releaseShard(shardIndex: number, waitForHandlerMs: number): Promise<void> {
+  async releaseShard(shardIndex: number, waitForHandlerMs: number, reason: HandlerAbortReason = 'revoked'): Promise<void> {
     const state = this.shards.get(shardIndex);
     if (!state) return;
     const deadline = Date.now() + waitForHandlerMs;
@@ -110,8 +149,10 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     if (state.inFlight) {
       const finished = await Promise.race([state.inFlight.then(() => true, () => true), sleep(Math.max(0, deadline - Date.now())).then(() => false)]);
       if (!finished) {
-        // A handler cannot be cancelled: it runs on, but its acknowledgement will be refused by the
-        // next owner's fencing token, and the next owner runs the entry again (at-least-once).
+        // The call is told (its signal fires) before the shard is reported free; if it ignores the
+        // signal it runs on, but its acknowledgement is refused by the next owner's fencing token,
+        // and the next owner runs the entry again (at-least-once).
+        this.abortCall(state, reason, `shard ${shardIndex} was released ${waitForHandlerMs} ms after it was ${reason === 'revoked' ? 'revoked' : 'lost'}`);
         this.emit('error', new ShardError(`shard ${shardIndex}: its handler still runs ${waitForHandlerMs} ms after the shard was revoked; released anyway, the next owner runs that entry again`, shardIndex));
       }
     }
@@ -121,10 +162,20 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     }
   }
 
-  /** Drops every shard at once (lease lost, fenced): nothing new starts; in-flight acks may be refused. */
-  dropAll(): void {
-    for (const state of this.shards.all()) this.shards.release(state);
+  /**
+   * Drops every shard at once (lease lost, fenced, aborted): nothing new starts, the calls in flight
+   * are told (their signals fire: their shards may be someone else's already); their acks may be refused.
+   */
+  dropAll(reason: HandlerAbortReason = 'shard-lost'): void {
+    for (const state of this.shards.all()) {
+      this.shards.release(state);
+      this.abortCall(state, reason, `shard ${state.index} was dropped (${reason})`);
+    }
     this.reader.interruptRead();
+  }
+
+  private abortCall(state: ShardState, reason: HandlerAbortReason, message: string): void {
+    state.call?.abort(new HandlerAbortedError(reason, message));
   }
 
   /** Stops reading, waits (bounded) for in-flight handlers, flushes acknowledgements. */
@@ -135,7 +186,10 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     // now would still be running when the member leaves, and its next owner would run it again.
     for (const state of states) this.shards.release(state);
     const reading = this.reader.stop();
-    await Promise.race([Promise.all(inFlight), sleep(timeoutMs)]);
+    const finished = await Promise.race([Promise.all(inFlight).then(() => true), sleep(timeoutMs).then(() => false)]);
+    if (!finished) {
+      for (const state of states) this.abortCall(state, 'stopped', `the member stopped waiting for its handlers after ${timeoutMs} ms`);
+    }
     await reading;
     // Sent once more, not retried: the member is leaving, and the next owner redoes what is left.
     this.running = false;

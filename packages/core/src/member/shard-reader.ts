@@ -37,6 +37,8 @@ export class ShardReader {
     private readonly events: EventEmitter<PollerEvents>,
     private readonly options: ResolvedMemberOptions,
     private readonly mayStartHandlers: () => boolean,
+    /** Paused: only fencing tokens are installed; no takeover, sweep or read fetches entries. */
+    private readonly isPaused: () => boolean,
     private readonly dispatch: () => void,
   ) {
     reader.on('ready', () => void this.refreshReaderId());
@@ -100,6 +102,10 @@ export class ShardReader {
     while (this.running) {
       try {
         await this.claimNewShards();
+        if (this.isPaused()) {
+          await this.wakeup.wait(this.idleWaitMs());
+          continue;
+        }
         await this.takeOverPending();
         await this.sweep();
         this.dispatch();
@@ -128,7 +134,8 @@ export class ShardReader {
     let wait = this.options.blockMs;
     for (const state of this.shards.all()) {
       if (state.phase === 'claiming') wait = Math.min(wait, state.nextClaimAt - now);
-      if (state.phase === 'reading') wait = Math.min(wait, state.lastSweepAt + this.options.sweepIntervalMs - now);
+      // Paused, no sweep runs: it would fetch entries.
+      if (state.phase === 'reading' && !this.isPaused()) wait = Math.min(wait, state.lastSweepAt + this.options.sweepIntervalMs - now);
     }
     return Math.max(1, wait);
   }

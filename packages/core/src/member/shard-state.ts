@@ -36,6 +36,8 @@ export interface ShardState {
   problems: Map<string, string>;
   /** Aborted when the shard is released: stops retries and backoffs of its entries. */
   released: AbortController;
+  /** The handler call running now (not a retry's backoff): its controller is `message.signal`'s. */
+  call: AbortController | undefined;
 }
 
 /** Something went wrong on a shard; the poller goes on. `shardIndex` is set where it applies. */
@@ -55,6 +57,26 @@ export class HandlerTimeoutError extends Error {
   constructor(message: string) {
     super(message);
     this.name = 'HandlerTimeoutError';
+  }
+}
+
+/** Why a handler's `message.signal` fired. */
+export type HandlerAbortReason = 'handler-timeout' | 'revoked' | 'shard-lost' | 'stopped';
+
+/**
+ * The `reason` of an aborted `message.signal`: the member no longer waits for this call; the entry
+ * is retried (timeout) or left to the shard's next owner, which runs it again unless the call's
+ * acknowledgement lands before the shard changes hands. `reason` says why: `handler-timeout` (handlerTimeoutMs passed), `revoked`
+ * (the shard was revoked and revocationTimeoutMs passed), `shard-lost` (lease lost, fenced, the group
+ * gone, the shard no longer this member's), `stopped` (stop()'s shutdownTimeoutMs passed, or abort()).
+ */
+export class HandlerAbortedError extends Error {
+  constructor(
+    readonly reason: HandlerAbortReason,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'HandlerAbortedError';
   }
 }
 
@@ -121,6 +143,7 @@ export class ShardSet {
       nextClaimAt: 0,
       problems: new Map(),
       released: new AbortController(),
+      call: undefined,
     };
     this.states.set(shardIndex, state);
     this.order = [...this.states.keys()].sort((a, b) => a - b);

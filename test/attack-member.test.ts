@@ -1,0 +1,91 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { CoordinatorAdmin, StreamProducer } from '@redis-stream-coordinator/core';
+import { HandlerRecorder } from './support/handler-recorder';
+import { memberFactory } from './support/member-factory';
+import { pollUntil } from './support/poll';
+import { type HeldRequest, TcpProxy } from './support/tcp-proxy';
+import { uniqueName, useRedisServer } from './support/vitest-redis';
+
+// Attacks on the member runtime after issue 11 (review/attack). Each test names the promise it breaks.
+const redis = useRedisServer();
+const aMember = memberFactory(redis, { retryBackoffMs: 1 });
+const proxies: TcpProxy[] = [];
+const holds: HeldRequest[] = [];
+
+afterEach(async () => {
+  for (const hold of holds.splice(0)) hold.release();
+  await Promise.all(proxies.splice(0).map((p) => p.stop()));
+});
+
+async function aProxy(): Promise<TcpProxy> {
+  const proxy = await TcpProxy.start(redis.server.port);
+  proxies.push(proxy);
+  return proxy;
+}
+
+function send(streamPrefix: string, seqs: number[]) {
+  return new StreamProducer(redis.client(), { streamPrefix }).sendBatch(seqs.map((seq) => ({ key: 'k', payload: { seq } })));
+}
+
+describe('attack: a blocking read that never comes back', () => {
+  // SPEC 9.1: "when its reply never comes ... a shard is never left owned but unread". The blocking
+  // XREADGROUP has no deadline of its own: when its request (or reply) is stuck on a half-open
+  // connection (NAT/firewall state dropped, a failover behind a VIP; TCP retransmits for ~15 min),
+  // CLIENT UNBLOCK on the other connection cannot reach it, the read loop awaits it forever, and
+  // meanwhile heartbeats on the command connection keep the member ACTIVE and owning the shard:
+  // claims, takeovers, sweeps and reads of every shard stop, stats() shows no problem.
+  it('[FAILS] an XREADGROUP stuck on the reader connection strands the shard while the member looks healthy', async () => {
+    const streamPrefix = uniqueName('attack-stuck-read');
+    const proxy = await aProxy();
+    const recorder = new HandlerRecorder();
+    const member = aMember(
+      { streamPrefix, shardCount: 1, sessionTimeoutMs: 3000, blockMs: 300, sweepIntervalMs: 500, handler: recorder.handler('m') },
+      redis.clientAt(proxy.url),
+    );
+    await member.start();
+    await send(streamPrefix, [1]);
+    await pollUntil('entry 1 handled', async () => recorder.runs.length === 1);
+
+    const held = proxy.holdNextRequest(TcpProxy.command('XREADGROUP'));
+    holds.push(held);
+    await held.arrived; // the reader's next read is stuck between the member and Redis
+    await send(streamPrefix, [2]);
+
+    // Twenty block timeouts and ten sweep intervals later: entry 2 is handled, or the member at
+    // least says something is wrong (stats().problems, health).
+    const outcome = await pollUntil(
+      'entry 2 handled or a problem reported',
+      async () => (recorder.runs.some((r) => r.seq === 2) ? 'handled' : member.stats().problems.length > 0 ? 'reported' : false),
+      { timeoutMs: 6000 },
+    ).catch(() => ({ stranded: member.stats() }));
+    expect(['handled', 'reported']).toContain(outcome);
+  });
+
+  // Same fault, then stop(): the poller's stop awaits the read loop, which awaits the stuck read; the
+  // member keeps heartbeating while it "drains", so it never leaves and its shard never moves on.
+  it('[FAILS] stop() during a stuck read never returns, and the shard is never handed to another member', async () => {
+    const streamPrefix = uniqueName('attack-stuck-stop');
+    const proxy = await aProxy();
+    const recorder = new HandlerRecorder();
+    const member = aMember(
+      { streamPrefix, shardCount: 1, sessionTimeoutMs: 3000, blockMs: 300, shutdownTimeoutMs: 500, handler: recorder.handler('a') },
+      redis.clientAt(proxy.url),
+    );
+    await member.start();
+    await send(streamPrefix, [1]);
+    await pollUntil('entry 1 handled', async () => recorder.runs.length === 1);
+    const held = proxy.holdNextRequest(TcpProxy.command('XREADGROUP'));
+    holds.push(held);
+    await held.arrived;
+
+    const other = aMember({ streamPrefix, shardCount: 1, handler: recorder.handler('b') });
+    await other.start();
+    let stopped = false;
+    void member.stop().then(() => (stopped = true));
+    await send(streamPrefix, [2]);
+    const outcome = await pollUntil('A stopped and B handled entry 2', async () => stopped && recorder.runs.some((r) => r.seq === 2 && r.memberId === 'b') && 'done', {
+      timeoutMs: 8000,
+    }).catch(() => ({ stopped, aStats: member.stats(), bOwns: other.ownedShards() }));
+    expect(outcome).toBe('done');
+  });
+});

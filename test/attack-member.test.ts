@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { CoordinatorAdmin, StreamProducer } from '@redis-stream-coordinator/core';
+import { KeyBuilder, StreamProducer } from '@redis-stream-coordinator/core';
 import { HandlerRecorder } from './support/handler-recorder';
 import { memberFactory } from './support/member-factory';
 import { pollUntil } from './support/poll';
@@ -9,6 +9,7 @@ import { uniqueName, useRedisServer } from './support/vitest-redis';
 // Attacks on the member runtime after issue 11 (review/attack). Each test names the promise it breaks.
 const redis = useRedisServer();
 const aMember = memberFactory(redis, { retryBackoffMs: 1 });
+const keys = new KeyBuilder();
 const proxies: TcpProxy[] = [];
 const holds: HeldRequest[] = [];
 
@@ -87,5 +88,59 @@ describe('attack: a blocking read that never comes back', () => {
       timeoutMs: 8000,
     }).catch(() => ({ stopped, aStats: member.stats(), bOwns: other.ownedShards() }));
     expect(outcome).toBe('done');
+  });
+});
+
+describe('attack: a handler that outlives its grant, then the same shard comes back', () => {
+  // SPEC 5: one handler at a time per shard. A member that loses its lease drops its shards but
+  // cannot stop a running handler. When it rejoins and is granted the same shard again, the new
+  // grant's takeover claims the entry that handler is still running (it is pending under the same
+  // consumer name) and starts it again: two runs of one entry, in one process, at the same time.
+  // Nothing ties the new grant's dispatch to the old grant's in-flight work.
+  it('[FAILS] after lease-lost and rejoin, the takeover re-runs an entry whose first run is still going', async () => {
+    const streamPrefix = uniqueName('attack-regrant');
+    const proxy = await aProxy();
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let running = 0;
+    let maxRunning = 0;
+    const runs: number[] = [];
+    const member = aMember(
+      {
+        streamPrefix,
+        shardCount: 1,
+        sessionTimeoutMs: 2000,
+        runtimeMaxConcurrency: 2,
+        handler: async (m) => {
+          runs.push(m.payload.seq);
+          running += 1;
+          maxRunning = Math.max(maxRunning, running);
+          try {
+            if (m.payload.seq === 1) await gate;
+          } finally {
+            running -= 1;
+          }
+        },
+      },
+      redis.clientAt(proxy.url),
+    );
+    const lost: unknown[] = [];
+    member.on('lease-lost', (e) => lost.push(e));
+    member.on('fenced', (e) => lost.push(e));
+    await member.start();
+    await send(streamPrefix, [1]);
+    await pollUntil('entry 1 running', async () => running === 1);
+
+    proxy.delay('request', 2500); // heartbeats arrive after the session timeout: the lease is lost
+    await pollUntil('lease lost', async () => lost.length > 0, { timeoutMs: 8000 });
+    proxy.delay('request', 0);
+    try {
+      await pollUntil('shard 0 granted again, or entry 1 run twice', async () => (member.ownedShards().includes(0) && member.stats().activeHandlers === 1 && runs.length >= 1 && 'owned') || runs.length >= 2, { timeoutMs: 8000 });
+      // Give the new grant's takeover every chance to start entry 1 again (it would within a loop).
+      await pollUntil('second run started or takeover done', async () => runs.length >= 2 || (member.stats().bufferedEntries === 0 && member.ownedShards().includes(0) && (await redis.client().xpending(keys.shardStream(streamPrefix, 0), 'group'))[0] === 1 && 'quiet'), { timeoutMs: 3000 }).catch(() => undefined);
+      expect({ runs, maxRunning }).toEqual({ runs: [1], maxRunning: 1 });
+    } finally {
+      release();
+    }
   });
 });

@@ -122,6 +122,16 @@ export class ShardReader {
     }
   }
 
+  /**
+   * How long past its block time a read may take before it is taken as lost (a stuck connection):
+   * long enough for a slow network, short enough that the shards are read again, revocations and
+   * stop() go on, well within the session timeout.
+   */
+  private readGraceMs(): number {
+    // At least blockMs too: after a reset, ioredis resends the lost read, and the next one queues behind it.
+    return Math.max(2000, Math.floor(this.options.sessionTimeoutMs / 3), this.options.blockMs);
+  }
+
   /** Idle (or blocked in a read) until something changes, but no longer than the next due claim retry or sweep. */
   private idleWaitMs(): number {
     const now = Date.now();
@@ -142,7 +152,7 @@ export class ShardReader {
     // A blocked read must not put off a sweep (lost read replies are found only there) or a claim
     // retry that is due.
     const blockMs = this.idleWaitMs();
-    const done = this.client.readNew(this.reader, readable, cursors, count, blockMs);
+    const done = this.client.readNew(this.reader, readable, cursors, count, blockMs, blockMs + this.readGraceMs());
     this.currentRead = { shards: new Set(readable), done };
     let result: ReadResult;
     try {

@@ -98,7 +98,7 @@ describe('attack: a handler that outlives its grant, then the same shard comes b
   // grant's takeover claims the entry that handler is still running (it is pending under the same
   // consumer name) and starts it again: two runs of one entry, in one process, at the same time.
   // Nothing ties the new grant's dispatch to the old grant's in-flight work.
-  it('[FAILS] after lease-lost and rejoin, the takeover re-runs an entry whose first run is still going', async () => {
+  it('after lease-lost and rejoin, the new grant waits for the old grant\'s running handler before it runs the entry again', async () => {
     const streamPrefix = uniqueName('attack-regrant');
     const proxy = await aProxy();
     let release: () => void = () => undefined;
@@ -143,5 +143,9 @@ describe('attack: a handler that outlives its grant, then the same shard comes b
     } finally {
       release();
     }
+    // Once the first run is over, the new grant runs the entry again (its first ack was refused):
+    // at-least-once, one at a time.
+    await pollUntil('entry 1 run again after the first run ended', async () => runs.length === 2);
+    expect(maxRunning).toBe(1);
   });
 });

@@ -96,6 +96,13 @@ export class ShardSet {
   buffered = 0;
   /** shardIndex -> stream id from which entries wait (ordered shrink, docs/resharding.md). */
   holds = new Map<number, string>();
+  /**
+   * shardIndex -> a released grant whose handler is still running (a handler cannot be stopped: the
+   * lease was lost, or a revocation's wait ran out). A new grant of the shard starts no handler
+   * until it settled, or the entry it runs (pending under this member's name, so the new grant's
+   * takeover queues it again) would run twice at once, in one process (SPEC 5).
+   */
+  readonly lingering = new Map<number, ShardState>();
 
   get(shardIndex: number): ShardState | undefined {
     return this.states.get(shardIndex);
@@ -141,6 +148,7 @@ export class ShardSet {
     state.queue = [];
     state.held = [];
     state.problems.clear();
+    if (state.inFlight) this.lingering.set(state.index, state);
     if (this.states.get(state.index) === state) {
       this.states.delete(state.index);
       this.order = this.order.filter((s) => s !== state.index);
@@ -171,6 +179,11 @@ export class ShardSet {
       state.held = [];
       this.enqueue(state, held);
     }
+  }
+
+  /** The in-flight work of `state` ended: if it was a released grant's, a new grant may start handlers. */
+  settled(state: ShardState): void {
+    if (this.lingering.get(state.index) === state) this.lingering.delete(state.index);
   }
 
   /** Entry ids this member tracks on a shard: queued or held (in flight is the dispatcher's, acks the batcher's). */

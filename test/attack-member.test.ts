@@ -149,3 +149,65 @@ describe('attack: a handler that outlives its grant, then the same shard comes b
     expect(maxRunning).toBe(1);
   });
 });
+
+describe('attack: the two sweeps of one shard, and a handler finishing between them', () => {
+  // SPEC 5 per-shard order. sweep() first claims other consumers' pending entries (a zombie's late
+  // read: 4, 5) and queues them, then, three round trips later, finds this member's own untracked
+  // entries (2, 3 from a lost XREADGROUP reply) and queues them before. If the shard's running
+  // handler finishes in between, the dispatcher starts 4 before 2 and 3 are even queued.
+  it('[FAILS] own entries of a lost read reply run after a zombie\'s later entries the other sweep queued first', async () => {
+    const streamPrefix = uniqueName('attack-sweeps');
+    const stream = keys.shardStream(streamPrefix, 0);
+    const proxy = await aProxy();
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const order: number[] = [];
+    const member = aMember(
+      {
+        streamPrefix,
+        shardCount: 1,
+        sweepIntervalMs: 1000,
+        blockMs: 10_000,
+        handler: async (m) => {
+          order.push(m.payload.seq);
+          if (m.payload.seq === 1) await gate;
+        },
+      },
+      redis.clientAt(proxy.url),
+    );
+    try {
+      await member.start();
+      await send(streamPrefix, [1]);
+      await pollUntil('entry 1 running', async () => order.length === 1);
+
+      // B's next read gets 2 and 3, and its reply is lost; ioredis resends the read, which we hold.
+      let armed: () => void = () => undefined;
+      const readWaiting = new Promise<void>((resolve) => (armed = resolve));
+      const dropped = proxy.dropNextReply(TcpProxy.command('XREADGROUP'), armed);
+      await readWaiting;
+      const resent = proxy.holdNextRequest(TcpProxy.command('XREADGROUP'));
+      holds.push(resent);
+      await send(streamPrefix, [2, 3]);
+      await dropped;
+      await resent.arrived;
+
+      // A zombie's read that reached Redis late takes 4 and 5.
+      await send(streamPrefix, [4, 5]);
+      const zombie = await redis.client().xreadgroup('GROUP', 'group', 'zombie', 'COUNT', 10, 'STREAMS', stream, '>');
+      expect((zombie as [string, [string, string[]][]][])[0][1]).toHaveLength(2);
+
+      // Hold the own-pending sweep's XPENDING (- +): the other-consumers sweep has queued 4 and 5 by then.
+      const ownSweep = proxy.holdNextRequest((request) => request.toUpperCase().includes('XPENDING') && request.includes('$1\r\n-\r\n$1\r\n+\r\n'));
+      holds.push(ownSweep);
+      resent.release();
+      await ownSweep.arrived;
+      release(); // entry 1 ends now: the dispatcher looks for the shard's next entry
+      await pollUntil('entry 4 started, or the dispatcher kept waiting', async () => order.length > 1 || (member.stats().activeHandlers === 0 && 'idle'), { timeoutMs: 2000 });
+      ownSweep.release();
+      await pollUntil('all five handled', async () => new Set(order).size === 5, { timeoutMs: 8000 });
+      expect(order).toEqual([1, 2, 3, 4, 5]);
+    } finally {
+      release();
+    }
+  });
+});

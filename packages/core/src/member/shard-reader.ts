@@ -233,14 +233,24 @@ export class ShardReader {
     this.events.emit('error', new ShardError(`shard ${state.index}: ${recovered} entries before ${before} were delivered elsewhere (a late read); took them over first`, state.index));
   }
 
-  /** Both sweeps of each shard being read, every `sweepIntervalMs`. */
+  /**
+   * Both sweeps of each shard being read, every `sweepIntervalMs`. The shard starts no handler until
+   * both have queued what they found (the caller dispatches after): a zombie's entries and this
+   * member's own lost ones interleave by id, so neither part's entries may run before the other's
+   * older ones are queued.
+   */
   private async sweep(): Promise<void> {
     const now = Date.now();
     for (const state of this.shards.all()) {
       if (state.phase !== 'reading' || now - state.lastSweepAt < this.options.sweepIntervalMs) continue;
       state.lastSweepAt = now;
-      const page = await this.accept(state, await this.client.claimPending(state.index, state.grantEpoch, 'others', '0-0', this.options.batchSize), '(fencing token changed)');
-      if (page) await this.recoverUntracked(state);
+      state.sweeping = true;
+      try {
+        const page = await this.accept(state, await this.client.claimPending(state.index, state.grantEpoch, 'others', '0-0', this.options.batchSize), '(fencing token changed)');
+        if (page) await this.recoverUntracked(state);
+      } finally {
+        state.sweeping = false;
+      }
     }
   }
 

@@ -29,6 +29,12 @@ export interface ShardState {
   /** The last id of this shard this member has accounted for (read, or the group's position when it took the shard). */
   readCursor: string;
   lastSweepAt: number;
+  /**
+   * True while the shard's sweeps collect entries (other consumers', then this member's untracked
+   * ones): no handler starts on the shard meanwhile, since either part may find entries older than
+   * what the other part queued (SPEC 5 order).
+   */
+  sweeping: boolean;
   /** Refused claims in a row, and when the next try is due (ms since the epoch). */
   claimAttempts: number;
   nextClaimAt: number;
@@ -124,6 +130,7 @@ export class ShardSet {
       takeoverCursor: '0-0',
       readCursor: '0-0',
       lastSweepAt: Date.now(),
+      sweeping: false,
       claimAttempts: 0,
       nextClaimAt: 0,
       problems: new Map(),

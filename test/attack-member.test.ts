@@ -140,6 +140,8 @@ describe('attack: a handler that outlives its grant, then the same shard comes b
       // Give the new grant's takeover every chance to start entry 1 again (it would within a loop).
       await pollUntil('second run started or takeover done', async () => runs.length >= 2 || (member.stats().bufferedEntries === 0 && member.ownedShards().includes(0) && (await redis.client().xpending(keys.shardStream(streamPrefix, 0), 'group'))[0] === 1 && 'quiet'), { timeoutMs: 3000 }).catch(() => undefined);
       expect({ runs, maxRunning }).toEqual({ runs: [1], maxRunning: 1 });
+      // The wait is visible while it lasts (a handler that never settles would hold the shard).
+      expect(member.stats().problems).toEqual([expect.stringMatching(/shard 0: waiting for the handler of .* from an earlier grant/)]);
     } finally {
       release();
     }

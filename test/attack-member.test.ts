@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { KeyBuilder, StreamProducer } from '@redis-stream-coordinator/core';
+import { CoordinatorAdmin, KeyBuilder, StreamProducer } from '@redis-stream-coordinator/core';
 import { HandlerRecorder } from './support/handler-recorder';
 import { memberFactory } from './support/member-factory';
 import { pollUntil } from './support/poll';
@@ -211,5 +211,40 @@ describe('attack: the two sweeps of one shard, and a handler finishing between t
     } finally {
       release();
     }
+  });
+});
+
+describe('attack: stop() while the join is under way', () => {
+  // stop() drains and leaves only a member that `hasJoined`; that is set when the first answer is
+  // processed. If stop() comes after the join ran in Redis but before its answer arrived, the answer
+  // is dropped (`!heartbeating()`), no leave is sent, and the coordinator counts the member as
+  // ACTIVE until its session times out: the shards the new target gives it (revoked from their
+  // owners) are read by no one meanwhile.
+  it('[FAILS] a member stopped while its join answer is on the way still leaves the group', async () => {
+    const streamPrefix = uniqueName('attack-stop-joining');
+    const admin = new CoordinatorAdmin(redis.client());
+    const owner = aMember({ streamPrefix, shardCount: 2, handler: () => undefined });
+    await owner.start();
+    await pollUntil('owner holds both shards', async () => owner.ownedShards().length === 2);
+
+    const proxy = await aProxy();
+    const joining = aMember({ streamPrefix, sessionTimeoutMs: 10_000, handler: () => undefined }, redis.clientAt(proxy.url));
+    proxy.delay('reply', 1500); // the join runs at once; its answer is late
+    const started = joining.start().catch(() => 'rejected');
+    await pollUntil('the join ran in Redis', async () => (await admin.describeGroup(streamPrefix, 'group')).members.some((m) => m.memberId === joining.memberId));
+    await joining.stop();
+    await started;
+    proxy.delay('reply', 0);
+
+    const description = await pollUntil(
+      'the stopped member gone, both shards read by the owner',
+      async () => {
+        const d = await admin.describeGroup(streamPrefix, 'group');
+        const active = d.members.filter((m) => m.state === 'ACTIVE').map((m) => m.memberId);
+        return active.length === 1 && owner.ownedShards().length === 2 && ['settled'];
+      },
+      { timeoutMs: 4000 },
+    ).catch(async () => (await admin.describeGroup(streamPrefix, 'group')).members.map((m) => `${m.memberId === joining.memberId ? 'stopped' : 'owner'}: ${m.state}`));
+    expect(description).toEqual(['settled']);
   });
 });

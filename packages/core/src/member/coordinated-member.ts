@@ -55,6 +55,11 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   private joined: { resolve: () => void; reject: (error: Error) => void } | undefined;
   /** Whether the coordinator knows this member (it must leave on stop, whatever its epoch). */
   private hasJoined = false;
+  /**
+   * Whether a heartbeat was sent since the last answer that said the group is gone: the coordinator
+   * may know this member even though no answer arrived (stop() during the join), so stop() leaves.
+   */
+  private mayHaveJoined = false;
   private stopListening: (() => Promise<void>) | undefined;
   /**
    * This process's identity under `memberId` (SPEC 9.4): a join from another instance while this
@@ -199,7 +204,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.draining = false;
     this.heartbeats.cancel();
     await this.heartbeats.settled();
-    if (wasRunning && this.hasJoined) {
+    if (wasRunning && (this.hasJoined || this.mayHaveJoined)) {
       try {
         await this.coordinator.heartbeat(this.request(LEAVE_EPOCH));
       } catch (error) {
@@ -268,6 +273,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   private async heartbeat(): Promise<void> {
     const request = this.request();
     const sentAt = performance.now();
+    this.mayHaveJoined = true;
     let response: HeartbeatResponse;
     try {
       response = await this.withTimeout(this.coordinator.heartbeat(request), this.callTimeoutMs());
@@ -383,6 +389,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.dropEverything();
     // The group is gone with the stream: nothing to leave, nothing joined until the next success.
     this.hasJoined = false;
+    this.mayHaveJoined = false;
     // Versions restart with the recreated stream: sync whatever the next answer says.
     this.metadataVersion = 0;
     if (this.lifecycle === 'stopping') this.draining = false;

@@ -206,7 +206,9 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     await this.heartbeats.settled();
     if (wasRunning && (this.hasJoined || this.mayHaveJoined)) {
       try {
-        await this.coordinator.heartbeat(this.request(LEAVE_EPOCH));
+        // Bounded like every coordinator call: a leave that cannot get through must not hold up
+        // stop() (the coordinator expires the member after its session timeout instead).
+        await this.withTimeout(this.coordinator.heartbeat(this.request(LEAVE_EPOCH)), this.callTimeoutMs());
       } catch (error) {
         this.emit('error', new Error(`member ${this.memberId} could not leave the group: ${(error as Error).message}`));
       }

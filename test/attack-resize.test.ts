@@ -22,7 +22,7 @@ describe('attack: an ordered shrink whose cutover read is late', () => {
   // member only stops *taking new* shards (runtime.md); the surviving shards it already owns go on
   // being read and handled with no hold, so a moved key's new entry runs before its older entry on
   // the removed shard is done: per-key order breaks (SPEC 6).
-  it('[FAILS] a moved key\'s new entry on a surviving shard runs while its older entry on the removed shard is still running', async () => {
+  it('a moved key\'s new entry on a surviving shard waits for its older entry on the removed shard when the cutover read is late', async () => {
     const streamPrefix = uniqueName('attack-shrink-sync');
     let key = 'k0';
     for (let i = 0; shardForKey(key, 2) !== 1; i++) key = `k${i}`;
@@ -72,6 +72,12 @@ describe('attack: an ordered shrink whose cutover read is late', () => {
       // so it must not handle shard 0's new entries either.
       const early = await pollUntil('key entry 2 started', async () => started.includes(2) && 'started', { timeoutMs: 1500 }).catch(() => 'waited');
       expect({ early, startedBeforeFirstDone }).toEqual({ early: 'waited', startedBeforeFirstDone: [] });
+
+      // Once the read gets through and entry 1 is done, entry 2 runs: held, not lost.
+      cutoverRead.release();
+      release();
+      await pollUntil('key entry 2 handled after entry 1', async () => started.includes(2));
+      expect(started).toEqual([1, 2]);
     } finally {
       release();
       for (const hold of holds) hold.release();

@@ -79,6 +79,12 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   private missingInARow = 0;
   /** Conditions of this member (not of a shard) that keep it from working, by kind. */
   private readonly memberProblems = new Map<'group' | 'request' | 'metadata' | 'instance', string>();
+  /**
+   * True while an answer carried a newer metadataVersion whose cutover could not be read: an ordered
+   * shrink may hold shards this member already reads, from a point it does not know yet, so no
+   * handler starts anywhere until the read succeeds.
+   */
+  private metadataBehind = false;
   /** The group's cutover after a resize, as of `metadataVersion`. */
   private readonly cutover: CutoverWatch;
 
@@ -94,7 +100,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.reader.on('error', () => undefined); // reported through the read loop
     const shardClient = new ShardClient(redis, this.coordinator.keys, this.options.streamPrefix, this.options.consumerGroup, this.options.memberId);
     this.shardClient = shardClient;
-    this.poller = new ShardPoller(shardClient, redis as Redis, this.reader, this.options as ResolvedMemberOptions, () => this.leaseIsSafe());
+    this.poller = new ShardPoller(shardClient, redis as Redis, this.reader, this.options as ResolvedMemberOptions, () => this.mayStartHandlers());
     this.lease = new MemberLease(this.options.sessionTimeoutMs);
     this.cutover = new CutoverWatch(redis, this.coordinator, {
       streamPrefix: this.options.streamPrefix,
@@ -460,15 +466,18 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
    * old, the next heartbeat tries again, and false tells the caller to take no new shards meanwhile.
    */
   private async syncMetadata(metadataVersion: number): Promise<boolean> {
+    // Behind from the moment a newer version is known until its cutover is read.
+    this.metadataBehind = true;
     try {
       await this.cutover.sync();
     } catch (error) {
-      const problem = `reading the group's cutover failed: ${(error as Error).message}; no new shards until it succeeds`;
+      const problem = `reading the group's cutover failed: ${(error as Error).message}; no new shards and no handler starts until it succeeds`;
       this.memberProblems.set('metadata', problem);
       this.emit('error', new Error(`member ${this.memberId}: ${problem}`));
       return false;
     }
     this.memberProblems.delete('metadata');
+    this.metadataBehind = false;
     this.metadataVersion = metadataVersion;
     return true;
   }
@@ -540,6 +549,11 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   }
 
   // ---- lease ---------------------------------------------------------------------------------------
+
+  /** Whether a handler may start now: the lease is safe and the member's view of the cutover is current. */
+  private mayStartHandlers(): boolean {
+    return this.leaseIsSafe() && !this.metadataBehind;
+  }
 
   private leaseIsSafe(): boolean {
     return this.lease.isSafe(this.owned.size > 0);

@@ -177,14 +177,19 @@ export class ShardSet {
     this.buffered += ready.length;
   }
 
-  /** Replaces the holds: entries below a shard's new hold point (or of a shard with none) are queued. */
+  /**
+   * Replaces the holds: entries below a shard's new hold point (or of a shard with none) are queued,
+   * and queued entries at or past it (read before the member heard of the hold) wait in `held`.
+   */
   setHolds(holds: Map<number, string>): void {
     this.holds = holds;
     for (const state of this.states.values()) {
-      if (state.held.length === 0) continue;
-      const held = state.held;
+      if (state.held.length === 0 && state.queue.length === 0) continue;
+      const entries = inIdOrder(state.queue, state.held);
+      this.buffered -= state.queue.length;
+      state.queue = [];
       state.held = [];
-      this.enqueue(state, held);
+      this.enqueue(state, entries);
     }
   }
 

@@ -84,3 +84,70 @@ describe('attack: an ordered shrink whose cutover read is late', () => {
     }
   });
 });
+
+describe('attack: an ordered shrink a member hears of after switchAt', () => {
+  // docs/resharding.md rests on "members hear of a shrink within switchDelayMs (1 s)": "a member
+  // learns through its wake-up and heartbeat in milliseconds; one that cannot reach Redis for longer
+  // cannot read either". But a wake-up published while the subscriber reconnects is lost ("a lost
+  // wake-up only costs one heartbeat interval", wake-hub.ts), the default heartbeat interval (3 s)
+  // is longer than the default switchDelayMs, and the reader has a connection of its own that reads
+  // on. Such a member handles a moved key's new entry on a surviving shard before its older entry
+  // on the removed shard is done.
+  it('[FAILS] with its wake-up lost and its next heartbeat after switchAt, a member handles a moved key out of order', async () => {
+    const streamPrefix = uniqueName('attack-shrink-late');
+    let key = 'k0';
+    for (let i = 0; shardForKey(key, 2) !== 1; i++) key = `k${i}`;
+    const proxy = await TcpProxy.start(redis.server.port);
+    proxies.push(proxy);
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const started: number[] = [];
+    let firstDone = false;
+    const startedBeforeFirstDone: number[] = [];
+    const member = aMember(
+      {
+        streamPrefix,
+        shardCount: 2,
+        runtimeMaxConcurrency: 2,
+        coordinator: { heartbeatIntervalMs: 3000 }, // the default
+        handler: async (m) => {
+          started.push(m.payload.seq);
+          if (!firstDone && m.payload.seq !== 1) startedBeforeFirstDone.push(m.payload.seq);
+          if (m.payload.seq === 1) {
+            await gate;
+            firstDone = true;
+          }
+        },
+      },
+      redis.clientAt(proxy.url),
+    );
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    try {
+      await member.start();
+      await pollUntil('member owns both shards', async () => member.ownedShards().length === 2);
+      expect((await producer.send({ key, payload: { seq: 1 } })).shardIndex).toBe(1);
+      await pollUntil('key entry 1 running on shard 1', async () => started.includes(1));
+
+      // A connection reset: the subscriber's resubscribe and the member's next heartbeat are slow
+      // (held here), so the resize's wake-up is lost and the member hears of it late.
+      const resubscribe = proxy.holdNextRequest(TcpProxy.command('SUBSCRIBE'));
+      const heartbeat = proxy.holdNextRequest((request) => request.includes(member.instanceId));
+      holds.push(resubscribe, heartbeat);
+      proxy.cut();
+      await resubscribe.arrived;
+      const resized = await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 1, { ordered: true });
+      await pollUntil('switchAt passed', async () => {
+        const [seconds, micros] = await redis.client().time();
+        return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000) > Date.parse(String(resized.switchAt));
+      });
+      expect((await producer.send({ key, payload: { seq: 2 } })).shardIndex).toBe(0);
+
+      const early = await pollUntil('key entry 2 started', async () => started.includes(2) && 'started', { timeoutMs: 1500 }).catch(() => 'waited');
+      expect({ early, startedBeforeFirstDone }).toEqual({ early: 'waited', startedBeforeFirstDone: [] });
+    } finally {
+      release();
+      for (const hold of holds) hold.release();
+      await member.stop(); // while the proxy is up: a subscriber left reconnecting to nothing rejects ioredis' own resubscribe
+    }
+  });
+});

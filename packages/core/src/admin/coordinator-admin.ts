@@ -31,8 +31,10 @@ export interface ResizeShardsOptions {
    */
   graceMs?: number;
   /**
-   * Ordered shrink only: producers switch this long after the call, so that every member has heard
-   * (through its wake-up and heartbeat) that the surviving shards are held from then on. Default 1000 ms.
+   * Ordered shrink only: producers switch this long after the call at least, and never before the
+   * latest lease of any member of the prefix's groups (as of the call) has run out, so that every
+   * member still handling entries has heard (through a heartbeat answer) that the surviving shards
+   * are held from then on. Default 1000 ms.
    */
   switchDelayMs?: number;
 }
@@ -104,7 +106,10 @@ export class CoordinatorAdmin {
     await this.completeCutovers(streamPrefix);
     const reply = await this.withGroups(streamPrefix, (groups) => ({
       script: 'resizeShards',
-      keys: groups.flatMap((group) => [this.keys.groupKeys(streamPrefix, group)[2], this.keys.groupEvents(streamPrefix, group)]),
+      keys: groups.flatMap((group) => {
+        const groupKeys = this.keys.groupKeys(streamPrefix, group);
+        return [groupKeys[2], this.keys.groupEvents(streamPrefix, group), groupKeys[4]];
+      }),
       args: [count, ordered ? 1 : 0, graceMs, switchDelayMs, this.options.eventLogMaxLen, groups.length, ...groups,
         ...groups.map((group) => this.keys.groupWakeChannel(streamPrefix, group))],
     }));

@@ -62,6 +62,11 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   private joined: { resolve: () => void; reject: (error: Error) => void } | undefined;
   /** Whether the coordinator knows this member (it must leave on stop, whatever its epoch). */
   private hasJoined = false;
+  /**
+   * Whether a heartbeat was sent since the last answer that said the group is gone: the coordinator
+   * may know this member even though no answer arrived (stop() during the join), so stop() leaves.
+   */
+  private mayHaveJoined = false;
   private stopListening: (() => Promise<void>) | undefined;
   /**
    * This process's identity under `memberId` (SPEC 9.4): a join from another instance while this
@@ -81,6 +86,12 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   private missingInARow = 0;
   /** Conditions of this member (not of a shard) that keep it from working, by kind. */
   private readonly memberProblems = new Map<'group' | 'request' | 'metadata' | 'instance', string>();
+  /**
+   * True while an answer carried a newer metadataVersion whose cutover could not be read: an ordered
+   * shrink may hold shards this member already reads, from a point it does not know yet, so no
+   * handler starts anywhere until the read succeeds.
+   */
+  private metadataBehind = false;
   /** The group's cutover after a resize, as of `metadataVersion`. */
   private readonly cutover: CutoverWatch;
 
@@ -96,7 +107,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.reader.on('error', () => undefined); // reported through the read loop
     const shardClient = new ShardClient(redis, this.coordinator.keys, this.options.streamPrefix, this.options.consumerGroup, this.options.memberId);
     this.shardClient = shardClient;
-    this.poller = new ShardPoller(shardClient, redis as Redis, this.reader, this.options as ResolvedMemberOptions, () => this.leaseIsSafe());
+    this.poller = new ShardPoller(shardClient, redis as Redis, this.reader, this.options as ResolvedMemberOptions, () => this.mayStartHandlers());
     this.lease = new MemberLease(this.options.sessionTimeoutMs);
     this.cutover = new CutoverWatch(redis, this.coordinator, {
       streamPrefix: this.options.streamPrefix,
@@ -321,9 +332,11 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.draining = false;
     this.heartbeats.cancel();
     await this.heartbeats.settled();
-    if (wasRunning && this.hasJoined) {
+    if (wasRunning && (this.hasJoined || this.mayHaveJoined)) {
       try {
-        await this.coordinator.heartbeat(this.request(LEAVE_EPOCH));
+        // Bounded like every coordinator call: a leave that cannot get through must not hold up
+        // stop() (the coordinator expires the member after its session timeout instead).
+        await this.withTimeout(this.coordinator.heartbeat(this.request(LEAVE_EPOCH)), this.callTimeoutMs());
       } catch (error) {
         this.emit('error', new Error(`member ${this.memberId} could not leave the group: ${(error as Error).message}`));
       }
@@ -396,6 +409,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   private async heartbeat(): Promise<void> {
     const request = this.request();
     const sentAt = performance.now();
+    this.mayHaveJoined = true;
     let response: HeartbeatResponse;
     try {
       response = await this.withTimeout(this.coordinator.heartbeat(request), this.callTimeoutMs());
@@ -511,6 +525,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.dropEverything();
     // The group is gone with the stream: nothing to leave, nothing joined until the next success.
     this.hasJoined = false;
+    this.mayHaveJoined = false;
     // Versions restart with the recreated stream: sync whatever the next answer says.
     this.metadataVersion = 0;
     if (this.lifecycle === 'stopping') this.draining = false;
@@ -580,15 +595,18 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
    * old, the next heartbeat tries again, and false tells the caller to take no new shards meanwhile.
    */
   private async syncMetadata(metadataVersion: number): Promise<boolean> {
+    // Behind from the moment a newer version is known until its cutover is read.
+    this.metadataBehind = true;
     try {
       await this.cutover.sync();
     } catch (error) {
-      const problem = `reading the group's cutover failed: ${(error as Error).message}; no new shards until it succeeds`;
+      const problem = `reading the group's cutover failed: ${(error as Error).message}; no new shards and no handler starts until it succeeds`;
       this.memberProblems.set('metadata', problem);
       this.emit('error', new Error(`member ${this.memberId}: ${problem}`));
       return false;
     }
     this.memberProblems.delete('metadata');
+    this.metadataBehind = false;
     this.metadataVersion = metadataVersion;
     return true;
   }
@@ -660,6 +678,11 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   }
 
   // ---- lease ---------------------------------------------------------------------------------------
+
+  /** Whether a handler may start now: the lease is safe and the member's view of the cutover is current. */
+  private mayStartHandlers(): boolean {
+    return this.leaseIsSafe() && !this.metadataBehind;
+  }
 
   private leaseIsSafe(): boolean {
     return this.lease.isSafe(this.owned.size > 0);

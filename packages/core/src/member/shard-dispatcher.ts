@@ -53,7 +53,7 @@ export class ShardDispatcher {
     for (let step = 1; step <= n; step++) {
       const position = (this.cursor + step) % n;
       const state = this.shards.get(order[position]);
-      if (state && state.queue.length > 0 && state.inFlight === null && state.phase !== 'released') {
+      if (state && state.queue.length > 0 && state.inFlight === null && state.phase !== 'released' && !state.sweeping && !this.shards.lingering.has(state.index)) {
         this.cursor = position;
         return state;
       }
@@ -79,6 +79,7 @@ export class ShardDispatcher {
         this.busy -= 1;
         state.inFlight = null;
         state.current = undefined;
+        this.shards.settled(state);
         if (state.queue.length === 0) this.onDrained(state);
         this.dispatch();
       });

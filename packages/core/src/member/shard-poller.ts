@@ -125,7 +125,13 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
    * the condition clears or the shard is released.
    */
   problems(): string[] {
-    return this.shards.all().flatMap((state) => [...state.problems.values()]);
+    const lines = this.shards.all().flatMap((state) => [...state.problems.values()]);
+    // A new grant that waits for an earlier grant's handler (it cannot be stopped) says so: with
+    // handlerTimeoutMs 0 a handler that never settles would leave the shard owned and idle.
+    for (const [shardIndex, old] of this.shards.lingering) {
+      if (this.shards.get(shardIndex)) lines.push(`shard ${shardIndex}: waiting for the handler of ${old.current ?? 'an entry'} from an earlier grant (epoch ${old.grantEpoch}) before handling anything`);
+    }
+    return lines;
   }
 
   /** Entries waiting for a hold to be released. */

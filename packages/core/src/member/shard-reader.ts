@@ -128,6 +128,16 @@ export class ShardReader {
     }
   }
 
+  /**
+   * How long past its block time a read may take before it is taken as lost (a stuck connection):
+   * long enough for a slow network, short enough that the shards are read again, revocations and
+   * stop() go on, well within the session timeout.
+   */
+  private readGraceMs(): number {
+    // At least blockMs too: after a reset, ioredis resends the lost read, and the next one queues behind it.
+    return Math.max(2000, Math.floor(this.options.sessionTimeoutMs / 3), this.options.blockMs);
+  }
+
   /** Idle (or blocked in a read) until something changes, but no longer than the next due claim retry or sweep. */
   private idleWaitMs(): number {
     const now = Date.now();
@@ -149,7 +159,7 @@ export class ShardReader {
     // A blocked read must not put off a sweep (lost read replies are found only there) or a claim
     // retry that is due.
     const blockMs = this.idleWaitMs();
-    const done = this.client.readNew(this.reader, readable, cursors, count, blockMs);
+    const done = this.client.readNew(this.reader, readable, cursors, count, blockMs, blockMs + this.readGraceMs());
     this.currentRead = { shards: new Set(readable), done };
     let result: ReadResult;
     try {
@@ -230,14 +240,24 @@ export class ShardReader {
     this.events.emit('error', new ShardError(`shard ${state.index}: ${recovered} entries before ${before} were delivered elsewhere (a late read); took them over first`, state.index));
   }
 
-  /** Both sweeps of each shard being read, every `sweepIntervalMs`. */
+  /**
+   * Both sweeps of each shard being read, every `sweepIntervalMs`. The shard starts no handler until
+   * both have queued what they found (the caller dispatches after): a zombie's entries and this
+   * member's own lost ones interleave by id, so neither part's entries may run before the other's
+   * older ones are queued.
+   */
   private async sweep(): Promise<void> {
     const now = Date.now();
     for (const state of this.shards.all()) {
       if (state.phase !== 'reading' || now - state.lastSweepAt < this.options.sweepIntervalMs) continue;
       state.lastSweepAt = now;
-      const page = await this.accept(state, await this.client.claimPending(state.index, state.grantEpoch, 'others', '0-0', this.options.batchSize), '(fencing token changed)');
-      if (page) await this.recoverUntracked(state);
+      state.sweeping = true;
+      try {
+        const page = await this.accept(state, await this.client.claimPending(state.index, state.grantEpoch, 'others', '0-0', this.options.batchSize), '(fencing token changed)');
+        if (page) await this.recoverUntracked(state);
+      } finally {
+        state.sweeping = false;
+      }
     }
   }
 

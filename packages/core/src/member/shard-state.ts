@@ -29,6 +29,12 @@ export interface ShardState {
   /** The last id of this shard this member has accounted for (read, or the group's position when it took the shard). */
   readCursor: string;
   lastSweepAt: number;
+  /**
+   * True while the shard's sweeps collect entries (other consumers', then this member's untracked
+   * ones): no handler starts on the shard meanwhile, since either part may find entries older than
+   * what the other part queued (SPEC 5 order).
+   */
+  sweeping: boolean;
   /** Refused claims in a row, and when the next try is due (ms since the epoch). */
   claimAttempts: number;
   nextClaimAt: number;
@@ -118,6 +124,13 @@ export class ShardSet {
   buffered = 0;
   /** shardIndex -> stream id from which entries wait (ordered shrink, docs/resharding.md). */
   holds = new Map<number, string>();
+  /**
+   * shardIndex -> a released grant whose handler is still running (a handler cannot be stopped: the
+   * lease was lost, or a revocation's wait ran out). A new grant of the shard starts no handler
+   * until it settled, or the entry it runs (pending under this member's name, so the new grant's
+   * takeover queues it again) would run twice at once, in one process (SPEC 5).
+   */
+  readonly lingering = new Map<number, ShardState>();
 
   get(shardIndex: number): ShardState | undefined {
     return this.states.get(shardIndex);
@@ -139,6 +152,7 @@ export class ShardSet {
       takeoverCursor: '0-0',
       readCursor: '0-0',
       lastSweepAt: Date.now(),
+      sweeping: false,
       claimAttempts: 0,
       nextClaimAt: 0,
       problems: new Map(),
@@ -164,6 +178,7 @@ export class ShardSet {
     state.queue = [];
     state.held = [];
     state.problems.clear();
+    if (state.inFlight) this.lingering.set(state.index, state);
     if (this.states.get(state.index) === state) {
       this.states.delete(state.index);
       this.order = this.order.filter((s) => s !== state.index);
@@ -185,15 +200,25 @@ export class ShardSet {
     this.buffered += ready.length;
   }
 
-  /** Replaces the holds: entries below a shard's new hold point (or of a shard with none) are queued. */
+  /**
+   * Replaces the holds: entries below a shard's new hold point (or of a shard with none) are queued,
+   * and queued entries at or past it (read before the member heard of the hold) wait in `held`.
+   */
   setHolds(holds: Map<number, string>): void {
     this.holds = holds;
     for (const state of this.states.values()) {
-      if (state.held.length === 0) continue;
-      const held = state.held;
+      if (state.held.length === 0 && state.queue.length === 0) continue;
+      const entries = inIdOrder(state.queue, state.held);
+      this.buffered -= state.queue.length;
+      state.queue = [];
       state.held = [];
-      this.enqueue(state, held);
+      this.enqueue(state, entries);
     }
+  }
+
+  /** The in-flight work of `state` ended: if it was a released grant's, a new grant may start handlers. */
+  settled(state: ShardState): void {
+    if (this.lingering.get(state.index) === state) this.lingering.delete(state.index);
   }
 
   /** Entry ids this member tracks on a shard: queued or held (in flight is the dispatcher's, acks the batcher's). */

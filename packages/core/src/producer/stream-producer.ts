@@ -1,3 +1,4 @@
+import { v7 as uuidv7 } from 'uuid';
 import { encodeEntry, jsonCodec, type OutgoingMessage, type PayloadCodec } from '../protocol/entry-format';
 import { GroupNotFoundError, ShardCountConflictError } from '../protocol/errors';
 import { assertIntegerInRange, assertStreamPrefix } from '../protocol/names';
@@ -77,8 +78,14 @@ export class StreamProducer {
   private roundRobin = 0;
   /** Recent keys' shards for `routedCount` (keys repeat; hashing them is the hot path). */
   private readonly routes = new Map<string, number>();
-  /** Shard stream and routing marker keys per shard index, built (and validated) once. */
-  private readonly shardKeys: { stream: string; routing: string }[] = [];
+  /** Shard stream, routing marker and write log keys per shard index, built (and validated) once. */
+  private readonly shardKeys: { stream: string; routing: string; writes: string }[] = [];
+  /**
+   * This producer's identity in the shards' write logs (appendEntries-3.lua), and its next write
+   * sequence number per shard: a write the client sends again after a lost reply is not written twice.
+   */
+  readonly producerId = uuidv7();
+  private readonly writeSeqs = new Map<number, number>();
 
   constructor(
     private readonly redis: RedisClient,
@@ -203,7 +210,11 @@ export class StreamProducer {
       this.routedCount = shardCount;
     }
     for (let i = this.shardKeys.length; i < shardCount; i++) {
-      this.shardKeys.push({ stream: this.keys.shardStream(this.options.streamPrefix, i), routing: this.keys.shardRouting(this.options.streamPrefix, i) });
+      this.shardKeys.push({
+        stream: this.keys.shardStream(this.options.streamPrefix, i),
+        routing: this.keys.shardRouting(this.options.streamPrefix, i),
+        writes: this.keys.shardProducerWrites(this.options.streamPrefix, i, this.producerId),
+      });
     }
     const byShard = new Map<number, { append: ShardAppend; indices: number[] }>();
     for (const index of indices) {
@@ -217,7 +228,9 @@ export class StreamProducer {
       const shardIndex = this.route(message, shardCount);
       let group = byShard.get(shardIndex);
       if (!group) {
-        group = { append: { shardIndex, ...this.shardKeys[shardIndex], entries: [] }, indices: [] };
+        const writeSeq = (this.writeSeqs.get(shardIndex) ?? 0) + 1;
+        this.writeSeqs.set(shardIndex, writeSeq);
+        group = { append: { shardIndex, ...this.shardKeys[shardIndex], writeSeq, entries: [] }, indices: [] };
         byShard.set(shardIndex, group);
       }
       group.append.entries.push(fields[index]);

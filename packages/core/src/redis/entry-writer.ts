@@ -5,10 +5,13 @@ export interface ShardAppend {
   shardIndex: number;
   stream: string;
   routing: string;
+  /** The producer's write log on the shard, and this call's sequence number in it (unique per producer and shard). */
+  writes: string;
+  writeSeq: number;
   entries: string[][];
 }
 
-/** What became of one shard's part (appendEntries-2.lua). */
+/** What became of one shard's part (appendEntries-3.lua). */
 export type ShardAppendOutcome =
   /** Every entry written; `ids` in order. */
   | { status: 'written'; ids: string[] }
@@ -40,9 +43,9 @@ export async function appendToShards(
   const pipeline = client.pipeline();
   const cap = maxLenApprox === undefined ? '' : String(maxLenApprox);
   for (const append of appends) {
-    const args: (string | number)[] = [append.shardIndex, routedCount, cap];
+    const args: (string | number)[] = [append.shardIndex, routedCount, cap, append.writeSeq];
     for (const fields of append.entries) args.push(fields.length, ...fields);
-    pipelineScript(pipeline, 'appendEntries', [append.stream, append.routing], args);
+    pipelineScript(pipeline, 'appendEntries', [append.stream, append.routing, append.writes], args);
   }
   let replies: [Error | null, unknown][];
   try {

@@ -1,4 +1,4 @@
-import { assertConsumerGroup, assertKeyPrefix, assertStreamPrefix } from '../protocol/names';
+import { assertConsumerGroup, assertKeyPrefix, assertMemberId, assertStreamPrefix } from '../protocol/names';
 
 export const DEFAULT_KEY_PREFIX = 'rsc';
 
@@ -67,11 +67,19 @@ export class KeyBuilder {
 
   /**
    * A shard's routing marker (the shard count in effect from when), in the shard stream's slot, so
-   * that a producer's write checks it atomically (appendEntries-2.lua). Kept when a drained shard is
+   * that a producer's write checks it atomically (appendEntries-3.lua). Kept when a drained shard is
    * deleted: it is what refuses late writes to it.
    */
   shardRouting(streamPrefix: string, shardIndex: number): string {
     return `${this.shardStream(streamPrefix, shardIndex)}:routing`;
+  }
+
+  /**
+   * One producer's write log on one shard (appendEntries-3.lua), in the shard stream's slot: a write
+   * whose reply was lost and that the client sends again is answered from it instead of written twice.
+   */
+  shardProducerWrites(streamPrefix: string, shardIndex: number, producerId: string): string {
+    return `${this.shardStream(streamPrefix, shardIndex)}:writes:${assertMemberId(producerId)}`;
   }
 
   /**

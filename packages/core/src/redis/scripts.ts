@@ -24,7 +24,7 @@ const SCRIPT_FILES = {
   completeCutover: 'completeCutover-13.lua',
   retireShards: 'retireShards-n.lua',
   firstAfter: 'firstAfter-n.lua',
-  appendEntries: 'appendEntries-2.lua',
+  appendEntries: 'appendEntries-3.lua',
   ensureRouting: 'ensureRouting-1.lua',
 } as const;
 

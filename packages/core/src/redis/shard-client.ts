@@ -35,6 +35,40 @@ export function fenceToken(incarnation: string, grantEpoch: number, memberId: st
   return `${incarnation}:${grantEpoch}:${memberId}`;
 }
 
+/** A blocking read that did not come back by its deadline; the reader connection was reset. */
+export class ReadDeadlineError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ReadDeadlineError';
+  }
+}
+
+/**
+ * A blocking read has no deadline of its own: on a half-open connection (NAT or firewall state
+ * dropped, a failover behind a virtual IP) its request or reply can be stuck for as long as TCP
+ * retransmits (minutes), and CLIENT UNBLOCK from another connection cannot reach it. Past the
+ * deadline the socket is destroyed (not ended: a FIN may never be answered either), so ioredis
+ * reconnects; the read counts as lost. Whatever it delivered, if it ran, is pending under this
+ * member untracked, where the gap check and the own-pending sweep find it.
+ */
+async function withReadDeadline<R>(reader: Redis, read: Promise<R>, deadlineMs: number): Promise<R> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      if (reader.stream && !reader.stream.destroyed) reader.stream.destroy();
+      else reader.disconnect(true);
+      reject(new ReadDeadlineError(`the blocking read did not come back within ${deadlineMs} ms; the reader connection was reset`));
+    }, deadlineMs);
+  });
+  // The abandoned read settles later (a resend after the reconnect, or an error): nobody waits for it.
+  read.catch(() => undefined);
+  try {
+    return await Promise.race([read, deadline]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 function toEntries(raw: unknown): RawEntry[] {
   const out: RawEntry[] = [];
   for (const item of (raw as [string, string[] | null][]) ?? []) {
@@ -139,15 +173,16 @@ export class ShardClient {
    * trip, and tells for each shard which entry follows `cursors[i]`. When a batch does not start
    * there, the entries in between went to another consumer of the group (a zombie's read that
    * reached Redis late) or to this member in a reply it never got. Entries are empty after the
-   * block timed out or was cut short (CLIENT UNBLOCK).
+   * block timed out or was cut short (CLIENT UNBLOCK). Rejects with ReadDeadlineError when nothing
+   * came back within `deadlineMs` (the connection is reset then; see withReadDeadline).
    */
-  async readNew(reader: Redis, shards: number[], cursors: string[], countPerShard: number, blockMs: number): Promise<ReadResult> {
+  async readNew(reader: Redis, shards: number[], cursors: string[], countPerShard: number, blockMs: number, deadlineMs: number): Promise<ReadResult> {
     const streams = shards.map((s) => this.keys.shardStream(this.streamPrefix, s));
     ensureScripts(reader);
     const pipeline = reader.pipeline();
     pipeline.xreadgroup('GROUP', this.consumerGroup, this.memberId, 'COUNT', countPerShard, 'BLOCK', blockMs, 'STREAMS', ...streams, ...shards.map(() => '>'));
     pipelineScript(pipeline, 'firstAfter', streams, cursors);
-    const [[readError, reply], [checkError, firsts]] = (await pipeline.exec()) as [[Error | null, unknown], [Error | null, unknown]];
+    const [[readError, reply], [checkError, firsts]] = (await withReadDeadline(reader, pipeline.exec(), deadlineMs)) as [[Error | null, unknown], [Error | null, unknown]];
     if (readError) throw readError;
     if (checkError) throw checkError;
     const entries = new Map<number, RawEntry[]>();

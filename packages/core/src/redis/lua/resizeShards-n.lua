@@ -3,7 +3,7 @@
   docs/resharding.md), atomically for the stream and every consumer group of it.
 
   KEYS[1]  the stream's metadata hash           KEYS[2]  the prefix's set of consumer groups
-  KEYS[3..] per group, in the order of ARGV[7..]: its metadata hash, then its event stream
+  KEYS[3..] per group, in the order of ARGV[7..]: its metadata hash, its event stream, its leases zset
   ARGV[1] newCount   ARGV[2] ordered (1/0)   ARGV[3] graceMs   ARGV[4] switchDelayMs
   ARGV[5] eventLogMaxLen   ARGV[6] number of groups G
   ARGV[7..6+G] group names   ARGV[7+G..6+2G] the groups' wake channels
@@ -44,7 +44,7 @@ if newCount == oldCount then return { ERR_NONE, '', 0, redis.call('HGETALL', KEY
 -- One resize at a time: a group still cutting over (or draining) from the previous one must finish.
 local busy = {}
 for i = 1, groupCount do
-  if redis.call('HEXISTS', KEYS[1 + 2 * i], 'cutover') == 1 then busy[#busy + 1] = ARGV[6 + i] end
+  if redis.call('HEXISTS', KEYS[3 * i], 'cutover') == 1 then busy[#busy + 1] = ARGV[6 + i] end
 end
 if #busy > 0 then
   return { ERR_RESIZE_IN_PROGRESS, 'the previous resize is still in progress for group(s) ' .. table.concat(busy, ', ')
@@ -62,6 +62,17 @@ local growing = newCount > oldCount
 local switchAt = now
 if ordered and growing then switchAt = now + 1 end
 if not growing then switchAt = now + math.max(1, ordered and switchDelayMs or 0) end
+-- An ordered shrink's holds reach a member through a heartbeat answer (the wake-up only hastens
+-- it, and a wake-up published while a subscriber reconnects is lost), while its reader reads on
+-- a connection of its own. So producers switch only once every member's lease as of now has run
+-- out: a member still starting handlers after that has had a heartbeat answered since this resize,
+-- which told it of the new version, and it starts none until it has read the hold.
+if ordered and not growing then
+  for i = 1, groupCount do
+    local last = redis.call('ZRANGE', KEYS[3 * i + 2], -1, -1, 'WITHSCORES')
+    if last[2] and tonumber(last[2]) + 1 > switchAt then switchAt = tonumber(last[2]) + 1 end
+  end
+end
 version = version + 1
 span = math.max(span, newCount)
 
@@ -110,7 +121,7 @@ end
 local detail = oldCount .. ' -> ' .. newCount .. ' shards, ' .. (ordered and 'ordered' or 'unordered')
   .. ', metadataVersion ' .. version
 for i = 1, groupCount do
-  local groupMeta, events = KEYS[1 + 2 * i], KEYS[2 + 2 * i]
+  local groupMeta, events = KEYS[3 * i], KEYS[3 * i + 1]
   local epochs = redis.call('HMGET', groupMeta, 'groupEpoch', 'assignmentEpoch')
   if epochs[1] then
     local g = { groupEpoch = tonumber(epochs[1]) + 1, assignmentEpoch = tonumber(epochs[2]) }

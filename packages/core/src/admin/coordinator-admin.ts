@@ -9,7 +9,13 @@ import { createStreamMetadata, ensureRoutingMarkers } from '../redis/stream-meta
 import { findGroupInfo, isNoSuchKey, pairs, parseShardCsv } from '../redis/responses';
 import { type RedisClient, runScript } from '../redis/scripts';
 import { type Cutover, type CutoverProgress, cutoverProgress, readCutover } from './cutover';
-import { DEFAULT_DEAD_LETTER_COUNT, type DeadLetter, readDeadLetters, type ReadDeadLettersOptions } from './dead-letters';
+import { type DeadLetterPurge, purgeMany } from './dead-letter-purge';
+import { type DeadLetterReplay, replayMany, replayOne, type ReplayContext, replayProducer, type ReplayDeadLettersOptions } from './dead-letter-replay';
+import {
+  DEFAULT_DEAD_LETTER_COUNT, type DeadLetter, type DeadLetterFilter, parseDeadLetterRef, readDeadLetter,
+  readDeadLetters, type ReadDeadLettersOptions,
+} from './dead-letters';
+import { trimShards, type TrimOptions, type TrimResult } from './retention';
 import { groupReadableShards, toGroupDescription, type ShardStats } from './group-description';
 
 export const MAX_SHARD_COUNT = 65_536;
@@ -251,20 +257,97 @@ export class CoordinatorAdmin {
   }
 
   /**
-   * The group's dead letters across every shard of the stream (0..shardSpan-1), the oldest first:
-   * each with its shard, entry id, the member that gave up, the error, the attempts, the entry's
-   * own fields and the dead letter's id. Empty when the stream does not exist.
+   * The group's dead letters across every shard of the stream (0..shardSpan-1) that match the
+   * filter, the oldest first: each with its `ref`, shard, entry id and key, the member that gave up,
+   * the error, the attempts and the entry's own fields. Empty when the stream does not exist.
    *
    * @example
-   * for (const letter of await admin.readDeadLetters('summary', 'summary-group', { count: 50 })) {
-   *   console.log(letter.shardIndex, letter.entryId, letter.error);
+   * for (const letter of await admin.readDeadLetters('summary', 'summary-group', { errorContains: 'Timeout', count: 50 })) {
+   *   console.log(letter.ref, letter.key, letter.error);
    * }
    */
   async readDeadLetters(streamPrefix: string, consumerGroup: string, options: ReadDeadLettersOptions = {}): Promise<DeadLetter[]> {
-    const count = assertIntegerInRange('count', options.count ?? DEFAULT_DEAD_LETTER_COUNT, 1, 1_000_000);
+    const count = assertIntegerInRange('count', options.count ?? DEFAULT_DEAD_LETTER_COUNT, 1, Number.MAX_SAFE_INTEGER);
     const stream = await this.describeStream(streamPrefix);
     if (!stream) return [];
-    return readDeadLetters(this.redis, this.keys, streamPrefix, consumerGroup, stream.shardSpan, count);
+    return readDeadLetters(this.redis, this.keys, streamPrefix, consumerGroup, stream.shardSpan, count, options);
+  }
+
+  /** One dead letter by its `ref` (`<shardIndex>/<deadLetterId>`), or null when it is not there. */
+  async showDeadLetter(streamPrefix: string, consumerGroup: string, ref: string): Promise<DeadLetter | null> {
+    const { shardIndex, deadLetterId } = parseDeadLetterRef(ref);
+    return readDeadLetter(this.redis, this.keys, streamPrefix, consumerGroup, shardIndex, deadLetterId);
+  }
+
+  /**
+   * Writes a dead letter's entry again, to its key through `StreamProducer` (it lands on the key's
+   * current shard, after the key's newer entries; every group of the stream gets it, with the
+   * `rsc-replay-*` headers), then deletes the dead letter. Safe to run twice (docs/operations.md).
+   *
+   * @example
+   * const { status, to } = await admin.replayDeadLetter('summary', 'summary-group', '3/1764505000000-0');
+   */
+  async replayDeadLetter(streamPrefix: string, consumerGroup: string, ref: string, options: ReplayDeadLettersOptions = {}): Promise<DeadLetterReplay> {
+    const { shardIndex, deadLetterId } = parseDeadLetterRef(ref);
+    return replayOne(this.replayContext(streamPrefix, consumerGroup, options), shardIndex, deadLetterId);
+  }
+
+  /**
+   * Replays every dead letter that matches `filter` (`{}`: all), in the order they were
+   * dead-lettered, one at a time; stops at the first failure with a `DeadLetterReplayError`.
+   */
+  async replayDeadLetters(
+    streamPrefix: string,
+    consumerGroup: string,
+    filter: DeadLetterFilter = {},
+    options: ReplayDeadLettersOptions = {},
+  ): Promise<DeadLetterReplay[]> {
+    const context = this.replayContext(streamPrefix, consumerGroup, options);
+    return replayMany(context, await this.readDeadLetters(streamPrefix, consumerGroup, { ...filter, count: Number.MAX_SAFE_INTEGER }));
+  }
+
+  /** Deletes one dead letter; `purged` false when it was already gone. */
+  async purgeDeadLetter(streamPrefix: string, consumerGroup: string, ref: string): Promise<DeadLetterPurge> {
+    const [result] = await purgeMany(this.redis, this.keys, streamPrefix, consumerGroup, [parseDeadLetterRef(ref)]);
+    return result;
+  }
+
+  /** Deletes every dead letter that matches `filter` (`{}`: all of the group's). */
+  async purgeDeadLetters(streamPrefix: string, consumerGroup: string, filter: DeadLetterFilter = {}): Promise<DeadLetterPurge[]> {
+    return purgeMany(this.redis, this.keys, streamPrefix, consumerGroup,
+      await this.readDeadLetters(streamPrefix, consumerGroup, { ...filter, count: Number.MAX_SAFE_INTEGER }));
+  }
+
+  private replayContext(streamPrefix: string, consumerGroup: string, options: ReplayDeadLettersOptions): ReplayContext {
+    return {
+      redis: this.redis,
+      keys: this.keys,
+      streamPrefix,
+      consumerGroup,
+      producer: replayProducer(this.redis, this.keys, streamPrefix),
+      takeOverAfterMs: assertIntegerInRange('takeOverAfterMs', options.takeOverAfterMs ?? 15_000, 0, 86_400_000),
+      stream: () => this.describeStream(streamPrefix),
+    };
+  }
+
+  /**
+   * Retention tied to the slowest group: trims each shard stream (`XTRIM MINID`) up to the lowest
+   * position every consumer group of the stream has both been delivered and acknowledged; never past
+   * a pending entry, never an entry a group has not read. A shard a registered group has not read
+   * yet is left alone, and so is a stream no group reads unless `maxLen` is given. Throws
+   * `GroupNotFoundError` for a stream without metadata, `TrimError` when some shards failed.
+   *
+   * @example
+   * const { trimmed, shards } = await admin.trim('summary', { dryRun: true });
+   */
+  async trim(streamPrefix: string, options: TrimOptions = {}): Promise<TrimResult> {
+    const dryRun = options.dryRun ?? false;
+    if (typeof dryRun !== 'boolean') throw new TypeError(`dryRun must be a boolean, got ${String(dryRun)}`);
+    const maxLen = options.maxLen === undefined ? 0 : assertIntegerInRange('maxLen', options.maxLen, 1, Number.MAX_SAFE_INTEGER);
+    const stream = await this.describeStream(streamPrefix);
+    if (!stream) throw toCoordinatorError(ErrorCode.GROUP_NOT_FOUND, `stream "${streamPrefix}" does not exist (no metadata): nothing to trim`);
+    const groups = (await this.redis.smembers(this.keys.streamGroups(streamPrefix))).sort();
+    return trimShards(this.redis, this.keys, streamPrefix, stream.shardSpan, groups, { dryRun, maxLen });
   }
 
   /** The stream's shard metadata, or null when the prefix has none. */

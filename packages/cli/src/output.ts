@@ -2,10 +2,13 @@
 
 export type Cell = string | number | null | undefined;
 
-/** An aligned table: a header row, then the rows; empty cells show as "-". */
-export function table(headers: string[], rows: Cell[][]): string {
+/**
+ * An aligned table: a header row, then the rows; empty cells show as "-". `minWidths` keeps columns
+ * steady across tables printed one after another (a follow prints a table per new row).
+ */
+export function table(headers: string[], rows: Cell[][], minWidths: number[] = []): string {
   const text = rows.map((row) => row.map((cell) => (cell === null || cell === undefined || cell === '' ? '-' : String(cell))));
-  const widths = headers.map((header, i) => Math.max(header.length, ...text.map((row) => row[i]?.length ?? 0)));
+  const widths = headers.map((header, i) => Math.max(minWidths[i] ?? 0, header.length, ...text.map((row) => row[i]?.length ?? 0)));
   const line = (cells: string[]) => cells.map((cell, i) => (i === cells.length - 1 ? cell : cell.padEnd(widths[i]))).join('  ').trimEnd();
   return [line(headers), ...text.map(line)].join('\n');
 }

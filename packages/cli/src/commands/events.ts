@@ -6,6 +6,8 @@ import { print, printJsonLine, table } from '../output';
 
 const row = (e: GroupEvent) => [e.at, e.type, e.memberId, e.groupEpoch, e.assignmentEpoch, e.detail];
 const HEADERS = ['TIME', 'TYPE', 'MEMBER', 'GROUP EPOCH', 'ASSIGNMENT EPOCH', 'DETAIL'];
+/** ISO time, the longest event type (MEMBER_WEIGHT_CHANGED), a UUID: rows printed later line up. */
+const WIDTHS = [24, 21, 36];
 
 /** `rsc events <prefix> <group> [--follow]`. */
 export function registerEvents(program: Command): void {
@@ -21,7 +23,7 @@ export function registerEvents(program: Command): void {
         const { admin, json } = context;
         const first = await admin.readGroupEvents(prefix, group, { count: options.count });
         if (json) first.forEach(printJsonLine);
-        else print(first.length === 0 && !options.follow ? 'no events' : table(HEADERS, first.map(row)));
+        else print(first.length === 0 && !options.follow ? 'no events' : table(HEADERS, first.map(row), WIDTHS));
         if (!options.follow) return;
         let after = first.at(-1)?.id ?? '0-0';
         while (!context.isStopped()) {
@@ -29,7 +31,7 @@ export function registerEvents(program: Command): void {
           const next = await admin.readGroupEvents(prefix, group, { after, blockMs: 1000, count: 1000 });
           for (const event of next) {
             if (json) printJsonLine(event);
-            else print(table(HEADERS, [row(event)]).split('\n')[1]);
+            else print(table(HEADERS, [row(event)], WIDTHS).split('\n')[1]);
           }
           after = next.at(-1)?.id ?? after;
         }

@@ -20,7 +20,13 @@ export {
   type ResizeShardsOptions,
 } from './admin/coordinator-admin';
 export { type Cutover, type CutoverProgress, type CutoverWait } from './admin/cutover';
-export { type DeadLetter, type ReadDeadLettersOptions } from './admin/dead-letters';
+export { type DeadLetter, type DeadLetterFilter, type ReadDeadLettersOptions, deadLetterRef, parseDeadLetterRef } from './admin/dead-letters';
+export { DeadLetterReplayError, REPLAY_HEADER, type DeadLetterReplay, type ReplayDeadLettersOptions } from './admin/dead-letter-replay';
+export { type DeadLetterPurge } from './admin/dead-letter-purge';
+export { type GroupEvent, type ReadGroupEventsOptions } from './admin/group-events';
+export { type OffsetTarget, type ResetOffsetsOptions, type ResetOffsetsResult, type ShardOffsetReset } from './admin/offsets';
+export { type ShardPosition } from './admin/shard-positions';
+export { TrimError, type ShardTrim, type TrimOptions, type TrimResult } from './admin/retention';
 export { compareStreamIds, nextStreamId } from './protocol/stream-ids';
 export * from './protocol/entry-format';
 export { shardForKey, jumpConsistentHash, fnv1a64 } from './producer/key-hash';

@@ -6,11 +6,22 @@ import { CoordinatorClient } from '../redis/coordinator-client';
 import { type CoordinatorOptions, type ResolvedCoordinatorOptions, resolveCoordinatorOptions } from '../redis/coordinator-options';
 import { KeyBuilder } from '../redis/keys';
 import { createStreamMetadata, ensureRoutingMarkers } from '../redis/stream-metadata';
-import { findGroupInfo, isNoSuchKey, pairs, parseShardCsv } from '../redis/responses';
+import { pairs, parseShardCsv } from '../redis/responses';
 import { type RedisClient, runScript } from '../redis/scripts';
 import { type Cutover, type CutoverProgress, cutoverProgress, readCutover } from './cutover';
-import { DEFAULT_DEAD_LETTER_COUNT, type DeadLetter, readDeadLetters, type ReadDeadLettersOptions } from './dead-letters';
-import { groupReadableShards, toGroupDescription, type ShardStats } from './group-description';
+import { type DeadLetterPurge, purgeMany } from './dead-letter-purge';
+import { type DeadLetterReplay, replayMany, replayOne, type ReplayContext, replayProducer, type ReplayDeadLettersOptions } from './dead-letter-replay';
+import {
+  DEFAULT_DEAD_LETTER_COUNT, type DeadLetter, type DeadLetterFilter, parseDeadLetterRef, readDeadLetter,
+  readDeadLetters, type ReadDeadLettersOptions,
+} from './dead-letters';
+import { type GroupEvent, readGroupEvents, type ReadGroupEventsOptions } from './group-events';
+import { applyOffsets, assertNoLiveMembers, assertOffsetTarget, type ResetOffsetsOptions, type ResetOffsetsResult, targetId } from './offsets';
+import { readShardPositions, type ShardPosition } from './shard-positions';
+import { listStreamPrefixes } from './stream-inventory';
+import { trimShards, type TrimOptions, type TrimResult } from './retention';
+import { groupReadableShards, toGroupDescription } from './group-description';
+import { shardStats } from './shard-stats';
 
 export const MAX_SHARD_COUNT = 65_536;
 
@@ -54,7 +65,6 @@ export interface GroupCutoverStatus extends Partial<CutoverProgress> {
 }
 
 const MAX_SCRIPT_RETRIES = 20;
-const LAG_PAGE = 1000;
 
 /**
  * Administration of streams and groups.
@@ -225,7 +235,7 @@ export class CoordinatorAdmin {
     const groups = (await this.redis.smembers(this.keys.streamGroups(streamPrefix))).sort();
     for (const shard of removed) {
       for (const group of groups) {
-        const { lag, pending } = await this.shardStats(streamPrefix, shard, group);
+        const { lag, pending } = await shardStats(this.redis, this.keys, streamPrefix, shard, group);
         if (lag + pending > 0) {
           throw toCoordinatorError(ErrorCode.RESIZE_IN_PROGRESS,
             `stream "${streamPrefix}": removed shard ${shard} still holds ${lag + pending} entr${lag + pending === 1 ? 'y' : 'ies'} ` +
@@ -256,20 +266,157 @@ export class CoordinatorAdmin {
   }
 
   /**
-   * The group's dead letters across every shard of the stream (0..shardSpan-1), the oldest first:
-   * each with its shard, entry id, the member that gave up, the error, the attempts, the entry's
-   * own fields and the dead letter's id. Empty when the stream does not exist.
+   * The group's dead letters across every shard of the stream (0..shardSpan-1) that match the
+   * filter, the oldest first: each with its `ref`, shard, entry id and key, the member that gave up,
+   * the error, the attempts and the entry's own fields. Empty when the stream does not exist.
    *
    * @example
-   * for (const letter of await admin.readDeadLetters('summary', 'summary-group', { count: 50 })) {
-   *   console.log(letter.shardIndex, letter.entryId, letter.error);
+   * for (const letter of await admin.readDeadLetters('summary', 'summary-group', { errorContains: 'Timeout', count: 50 })) {
+   *   console.log(letter.ref, letter.key, letter.error);
    * }
    */
   async readDeadLetters(streamPrefix: string, consumerGroup: string, options: ReadDeadLettersOptions = {}): Promise<DeadLetter[]> {
-    const count = assertIntegerInRange('count', options.count ?? DEFAULT_DEAD_LETTER_COUNT, 1, 1_000_000);
+    const count = assertIntegerInRange('count', options.count ?? DEFAULT_DEAD_LETTER_COUNT, 1, Number.MAX_SAFE_INTEGER);
     const stream = await this.describeStream(streamPrefix);
     if (!stream) return [];
-    return readDeadLetters(this.redis, this.keys, streamPrefix, consumerGroup, stream.shardSpan, count);
+    return readDeadLetters(this.redis, this.keys, streamPrefix, consumerGroup, stream.shardSpan, count, options);
+  }
+
+  /** One dead letter by its `ref` (`<shardIndex>/<deadLetterId>`), or null when it is not there. */
+  async showDeadLetter(streamPrefix: string, consumerGroup: string, ref: string): Promise<DeadLetter | null> {
+    const { shardIndex, deadLetterId } = parseDeadLetterRef(ref);
+    return readDeadLetter(this.redis, this.keys, streamPrefix, consumerGroup, shardIndex, deadLetterId);
+  }
+
+  /**
+   * Writes a dead letter's entry again, to its key through `StreamProducer` (it lands on the key's
+   * current shard, after the key's newer entries; every group of the stream gets it, with the
+   * `rsc-replay-*` headers), then deletes the dead letter. Safe to run twice (docs/operations.md).
+   *
+   * @example
+   * const { status, to } = await admin.replayDeadLetter('summary', 'summary-group', '3/1764505000000-0');
+   */
+  async replayDeadLetter(streamPrefix: string, consumerGroup: string, ref: string, options: ReplayDeadLettersOptions = {}): Promise<DeadLetterReplay> {
+    const { shardIndex, deadLetterId } = parseDeadLetterRef(ref);
+    return replayOne(this.replayContext(streamPrefix, consumerGroup, options), shardIndex, deadLetterId);
+  }
+
+  /**
+   * Replays every dead letter that matches `filter` (`{}`: all), in the order they were
+   * dead-lettered, one at a time; stops at the first failure with a `DeadLetterReplayError`.
+   */
+  async replayDeadLetters(
+    streamPrefix: string,
+    consumerGroup: string,
+    filter: DeadLetterFilter = {},
+    options: ReplayDeadLettersOptions = {},
+  ): Promise<DeadLetterReplay[]> {
+    const context = this.replayContext(streamPrefix, consumerGroup, options);
+    return replayMany(context, await this.readDeadLetters(streamPrefix, consumerGroup, { ...filter, count: Number.MAX_SAFE_INTEGER }));
+  }
+
+  /** Deletes one dead letter; `purged` false when it was already gone. */
+  async purgeDeadLetter(streamPrefix: string, consumerGroup: string, ref: string): Promise<DeadLetterPurge> {
+    const [result] = await purgeMany(this.redis, this.keys, streamPrefix, consumerGroup, [parseDeadLetterRef(ref)]);
+    return result;
+  }
+
+  /** Deletes every dead letter that matches `filter` (`{}`: all of the group's). */
+  async purgeDeadLetters(streamPrefix: string, consumerGroup: string, filter: DeadLetterFilter = {}): Promise<DeadLetterPurge[]> {
+    return purgeMany(this.redis, this.keys, streamPrefix, consumerGroup,
+      await this.readDeadLetters(streamPrefix, consumerGroup, { ...filter, count: Number.MAX_SAFE_INTEGER }));
+  }
+
+  private replayContext(streamPrefix: string, consumerGroup: string, options: ReplayDeadLettersOptions): ReplayContext {
+    return {
+      redis: this.redis,
+      keys: this.keys,
+      streamPrefix,
+      consumerGroup,
+      producer: replayProducer(this.redis, this.keys, streamPrefix),
+      takeOverAfterMs: assertIntegerInRange('takeOverAfterMs', options.takeOverAfterMs ?? 15_000, 0, 86_400_000),
+      stream: () => this.describeStream(streamPrefix),
+    };
+  }
+
+  /**
+   * Retention tied to the slowest group: trims each shard stream (`XTRIM MINID`) up to the lowest
+   * position every consumer group of the stream has both been delivered and acknowledged; never past
+   * a pending entry, never an entry a group has not read. A shard a registered group has not read
+   * yet is left alone, and so is a stream no group reads unless `maxLen` is given. Throws
+   * `GroupNotFoundError` for a stream without metadata, `TrimError` when some shards failed.
+   *
+   * @example
+   * const { trimmed, shards } = await admin.trim('summary', { dryRun: true });
+   */
+  async trim(streamPrefix: string, options: TrimOptions = {}): Promise<TrimResult> {
+    const dryRun = options.dryRun ?? false;
+    if (typeof dryRun !== 'boolean') throw new TypeError(`dryRun must be a boolean, got ${String(dryRun)}`);
+    const maxLen = options.maxLen === undefined ? 0 : assertIntegerInRange('maxLen', options.maxLen, 1, Number.MAX_SAFE_INTEGER);
+    const stream = await this.describeStream(streamPrefix);
+    if (!stream) throw toCoordinatorError(ErrorCode.GROUP_NOT_FOUND, `stream "${streamPrefix}" does not exist (no metadata): nothing to trim`);
+    const groups = (await this.redis.smembers(this.keys.streamGroups(streamPrefix))).sort();
+    return trimShards(this.redis, this.keys, streamPrefix, stream.shardSpan, groups, { dryRun, maxLen });
+  }
+
+  /** Every stream prefix that has shard metadata under the key prefix, sorted (SCAN, never KEYS). */
+  async listStreams(): Promise<string[]> {
+    return listStreamPrefixes(this.redis, this.keys);
+  }
+
+  /** The consumer groups of a stream prefix, sorted. */
+  async listGroups(streamPrefix: string): Promise<string[]> {
+    return (await this.redis.smembers(this.keys.streamGroups(streamPrefix))).sort();
+  }
+
+  /**
+   * The group's event log (the coordinator's decisions): the newest `count`, or those after `after`,
+   * oldest first; with `after` and `blockMs`, waits for the next ones (for a follow).
+   */
+  async readGroupEvents(streamPrefix: string, consumerGroup: string, options: ReadGroupEventsOptions = {}): Promise<GroupEvent[]> {
+    const count = assertIntegerInRange('count', options.count ?? 100, 1, 100_000);
+    const blockMs = assertIntegerInRange('blockMs', options.blockMs ?? 0, 0, 3_600_000);
+    if (options.after !== undefined && !/^\d{1,20}-\d{1,20}$/.test(options.after)) {
+      throw new RangeError(`after must be an event id like 1764505000000-0, got ${JSON.stringify(options.after)}`);
+    }
+    return readGroupEvents(this.redis, this.keys, streamPrefix, consumerGroup, { after: options.after, count, blockMs });
+  }
+
+  /** The group's position on every shard of the stream: last-delivered id, pending, oldest pending and its age. */
+  async shardPositions(streamPrefix: string, consumerGroup: string): Promise<ShardPosition[]> {
+    const stream = await this.describeStream(streamPrefix);
+    if (!stream) throw toCoordinatorError(ErrorCode.GROUP_NOT_FOUND, `stream "${streamPrefix}" does not exist (no metadata)`);
+    return readShardPositions(this.redis, this.keys, streamPrefix, consumerGroup, stream.shardSpan);
+  }
+
+  /**
+   * Moves the group's position on every shard (or one) to the earliest entry, past the latest, to a
+   * time or to an id, like Kafka's `--reset-offsets`. Refused while the group has members with a live
+   * lease unless `force`: they would go on from where they are and mix old and new positions.
+   * Pending entries stay pending (their owner, or the next, handles them).
+   *
+   * @example
+   * await admin.resetOffsets('summary', 'summary-group', { to: { datetime: new Date('2026-11-30T10:00:00Z') }, dryRun: true });
+   */
+  async resetOffsets(streamPrefix: string, consumerGroup: string, options: ResetOffsetsOptions): Promise<ResetOffsetsResult> {
+    const to = assertOffsetTarget(options?.to);
+    const dryRun = options.dryRun ?? false;
+    const stream = await this.describeStream(streamPrefix);
+    if (!stream) throw toCoordinatorError(ErrorCode.GROUP_NOT_FOUND, `stream "${streamPrefix}" does not exist (no metadata)`);
+    if (options.shardIndex !== undefined) assertIntegerInRange('shardIndex', options.shardIndex, 0, stream.shardSpan - 1);
+    if (!options.force) await assertNoLiveMembers(this.redis, streamPrefix, consumerGroup, () => this.describeGroup(streamPrefix, consumerGroup));
+    const positions = await readShardPositions(this.redis, this.keys, streamPrefix, consumerGroup, stream.shardSpan);
+    const shards = positions
+      .filter((position) => options.shardIndex === undefined || position.shardIndex === options.shardIndex)
+      .map((position) => ({ shardIndex: position.shardIndex, from: position.lastDeliveredId, to: targetId(to, position), pending: position.pending }));
+    if (!dryRun) await applyOffsets(this.redis, this.keys, streamPrefix, consumerGroup, shards);
+    return { streamPrefix, consumerGroup, dryRun, shards };
+  }
+
+  /** Redis' clock (ms): leases and stream ids use it, so ages computed against it ignore local clock skew. */
+  async serverTimeMs(): Promise<number> {
+    const [seconds, micros] = await this.redis.time();
+    return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
   }
 
   /** The stream's shard metadata, or null when the prefix has none. */
@@ -294,7 +441,7 @@ export class CoordinatorAdmin {
     // Every shard that may hold entries, not only the readable ones (SPEC 9.6).
     const span = Math.max(Number(stream.get('shardCount') ?? 0), Number(stream.get('shardSpan') ?? 0), ...readable.map((i) => i + 1));
     const all = Array.from({ length: span }, (_, i) => i);
-    const stats = await Promise.all(all.map((shard) => this.shardStats(streamPrefix, shard, consumerGroup)));
+    const stats = await Promise.all(all.map((shard) => shardStats(this.redis, this.keys, streamPrefix, shard, consumerGroup)));
     return toGroupDescription({
       streamPrefix,
       consumerGroup,
@@ -307,38 +454,6 @@ export class CoordinatorAdmin {
       state: String(reply[6]),
       shardStats: new Map(all.map((shard, i) => [shard, stats[i]])),
     });
-  }
-
-  /** Lag and pending of the group on one shard stream (zero when the stream or group does not exist yet). */
-  private async shardStats(streamPrefix: string, shardIndex: number, consumerGroup: string): Promise<ShardStats> {
-    let reply: unknown;
-    try {
-      reply = await this.redis.xinfo('GROUPS', this.keys.shardStream(streamPrefix, shardIndex));
-    } catch (error) {
-      if (isNoSuchKey(error)) return { lag: 0, pending: 0 };
-      throw error;
-    }
-    const info = findGroupInfo(reply, consumerGroup);
-    if (info) {
-      // Where Redis cannot tell the lag (after deletions, trimming or a restart), count what is
-      // after the group's last-delivered id instead.
-      return { lag: info.lag ?? (await this.countAfter(streamPrefix, shardIndex, info.lastDelivered)), pending: info.pending };
-    }
-    // The group has never read this shard: all of it is lag.
-    return { lag: await this.redis.xlen(this.keys.shardStream(streamPrefix, shardIndex)), pending: 0 };
-  }
-
-  /** Entries after `afterId` in a shard stream, counted a page at a time. */
-  private async countAfter(streamPrefix: string, shardIndex: number, afterId: string): Promise<number> {
-    const stream = this.keys.shardStream(streamPrefix, shardIndex);
-    let count = 0;
-    let cursor = afterId;
-    for (;;) {
-      const page = await this.redis.xrange(stream, `(${cursor}`, '+', 'COUNT', LAG_PAGE);
-      count += page.length;
-      if (page.length < LAG_PAGE) return count;
-      cursor = page[page.length - 1][0];
-    }
   }
 }
 

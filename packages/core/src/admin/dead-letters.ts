@@ -1,14 +1,26 @@
+import { InvalidRequestError } from '../protocol/errors';
 import { compareStreamIds } from '../protocol/stream-ids';
+import { ENTRY_FIELD } from '../protocol/entry-format';
 import type { KeyBuilder } from '../redis/keys';
 import type { RedisClient } from '../redis/scripts';
 
 /** One dead letter of a group: an entry that could not be handled, with why, by whom, how often. */
 export interface DeadLetter {
+  /**
+   * `<shardIndex>/<deadLetterId>`: names the dead letter across the group's shards (ids of two
+   * shards' dead-letter streams may be equal). What `showDeadLetter`, `replayDeadLetter` and
+   * `purgeDeadLetter` take.
+   */
+  ref: string;
   /** The dead letter's own id in its shard's dead-letter stream; its time is when it was written. */
   deadLetterId: string;
+  /** When it was dead-lettered (the time part of `deadLetterId`), ISO 8601. */
+  deadLetteredAt: string;
   shardIndex: number;
   /** The entry's id in its shard stream. */
   entryId: string;
+  /** The entry's routing key, when it had one. */
+  key: string | undefined;
   /** The member that gave up on it. */
   memberId: string;
   /** Why: the last handler error (`Name: message`), or why it could not be decoded. */
@@ -19,17 +31,61 @@ export interface DeadLetter {
   fields: string[];
 }
 
-export interface ReadDeadLettersOptions {
+/** Which dead letters a list, replay or purge takes; every condition given must hold. */
+export interface DeadLetterFilter {
+  /** Only this shard's. */
+  shardIndex?: number;
+  /** Only entries with this routing key. */
+  key?: string;
+  /** Only those whose error contains this text (case-sensitive). */
+  errorContains?: string;
+  /** Only those dead-lettered at or after this time (a Date or epoch ms). */
+  since?: Date | number;
+  /** Only those dead-lettered at or before this time (a Date or epoch ms). */
+  until?: Date | number;
+}
+
+export interface ReadDeadLettersOptions extends DeadLetterFilter {
   /** At most this many, the oldest first. Default 1000. */
   count?: number;
 }
 
 export const DEFAULT_DEAD_LETTER_COUNT = 1000;
+const PAGE = 500;
+
+/** `<shardIndex>/<deadLetterId>`, see `DeadLetter.ref`. */
+export function deadLetterRef(shardIndex: number, deadLetterId: string): string {
+  return `${shardIndex}/${deadLetterId}`;
+}
+
+/** Splits a `DeadLetter.ref`; a malformed one is an `InvalidRequestError` naming it. */
+export function parseDeadLetterRef(ref: string): { shardIndex: number; deadLetterId: string } {
+  const match = /^(\d{1,5})\/(\d{1,20}-\d{1,20})$/.exec(String(ref));
+  if (!match) {
+    throw new InvalidRequestError(`dead letter ref ${JSON.stringify(ref)} is invalid: use <shardIndex>/<deadLetterId>, e.g. 3/1764505000000-0 (rsc dead-letters list shows them)`);
+  }
+  return { shardIndex: Number(match[1]), deadLetterId: match[2] };
+}
+
+/** Checks a filter's fields, naming the one that is wrong. */
+export function assertDeadLetterFilter(filter: DeadLetterFilter): void {
+  const { shardIndex, key, errorContains, since, until } = filter;
+  if (shardIndex !== undefined && (!Number.isInteger(shardIndex) || shardIndex < 0)) {
+    throw new RangeError(`shardIndex must be an integer from 0, got ${JSON.stringify(shardIndex)}`);
+  }
+  if (key !== undefined && typeof key !== 'string') throw new TypeError(`key must be a string, got ${typeof key}`);
+  if (errorContains !== undefined && typeof errorContains !== 'string') throw new TypeError(`errorContains must be a string, got ${typeof errorContains}`);
+  for (const [name, value] of [['since', since], ['until', until]] as const) {
+    if (value !== undefined && !Number.isFinite(toMs(value))) throw new RangeError(`${name} must be a Date or epoch milliseconds, got ${String(value)}`);
+  }
+}
+
+const toMs = (value: Date | number): number => (value instanceof Date ? value.getTime() : value);
 
 /**
- * The oldest `count` dead letters of a group across shards 0..shardSpan-1 (each shard keeps its own
- * dead-letter stream, in its slot, so that writing one is fenced with the ack), sorted by the time
- * they were written (ties: by shard).
+ * Dead letters of a group across shards 0..shardSpan-1 (each shard keeps its own dead-letter stream,
+ * in its slot, so that writing one is fenced with the ack) that match `filter`: the oldest `count`,
+ * sorted by the time they were written (ties: by shard). Reads each shard a page at a time.
  */
 export async function readDeadLetters(
   redis: RedisClient,
@@ -38,13 +94,52 @@ export async function readDeadLetters(
   consumerGroup: string,
   shardSpan: number,
   count: number,
+  filter: DeadLetterFilter = {},
 ): Promise<DeadLetter[]> {
-  const streams = Array.from({ length: shardSpan }, (_, shard) => keys.shardDeadLetterStream(streamPrefix, shard, consumerGroup));
-  // One command per shard, each routed by its own key (Cluster-safe); sent together.
-  const pages = await Promise.all(streams.map((stream) => redis.xrange(stream, '-', '+', 'COUNT', count)));
-  const letters = pages.flatMap((page, shard) => page.map(([id, fields]) => toDeadLetter(shard, id, fields)));
+  assertDeadLetterFilter(filter);
+  const shards = filter.shardIndex === undefined ? Array.from({ length: shardSpan }, (_, i) => i) : [filter.shardIndex];
+  const start = filter.since === undefined ? '-' : String(Math.max(0, Math.floor(toMs(filter.since))));
+  const end = filter.until === undefined ? '+' : String(Math.max(0, Math.floor(toMs(filter.until))));
+  // One shard per command, each routed by its own key (Cluster-safe); shards read side by side.
+  const perShard = await Promise.all(
+    shards.map(async (shard) => {
+      const stream = keys.shardDeadLetterStream(streamPrefix, shard, consumerGroup);
+      const found: DeadLetter[] = [];
+      let from = start;
+      while (found.length < count) {
+        const page = await redis.xrange(stream, from, end, 'COUNT', PAGE);
+        for (const [id, fields] of page) {
+          const letter = toDeadLetter(shard, id, fields);
+          if (matches(letter, filter)) found.push(letter);
+        }
+        if (page.length < PAGE) break;
+        from = `(${page[page.length - 1][0]}`;
+      }
+      return found;
+    }),
+  );
+  const letters = perShard.flat();
   letters.sort((a, b) => compareStreamIds(a.deadLetterId, b.deadLetterId) || a.shardIndex - b.shardIndex);
   return letters.slice(0, count);
+}
+
+/** One dead letter by shard and id, or null when it is not there (replayed, purged, never was). */
+export async function readDeadLetter(
+  redis: RedisClient,
+  keys: KeyBuilder,
+  streamPrefix: string,
+  consumerGroup: string,
+  shardIndex: number,
+  deadLetterId: string,
+): Promise<DeadLetter | null> {
+  const [found] = await redis.xrange(keys.shardDeadLetterStream(streamPrefix, shardIndex, consumerGroup), deadLetterId, deadLetterId);
+  return found ? toDeadLetter(shardIndex, found[0], found[1]) : null;
+}
+
+function matches(letter: DeadLetter, filter: DeadLetterFilter): boolean {
+  if (filter.key !== undefined && letter.key !== filter.key) return false;
+  if (filter.errorContains !== undefined && !letter.error.includes(filter.errorContains)) return false;
+  return true;
 }
 
 function toDeadLetter(shardIndex: number, deadLetterId: string, flat: string[]): DeadLetter {
@@ -56,10 +151,15 @@ function toDeadLetter(shardIndex: number, deadLetterId: string, flat: string[]):
   } catch {
     // Written by hand or by another tool: the letter is still shown, with no original fields.
   }
+  let key: string | undefined;
+  for (let i = 0; i + 1 < original.length; i += 2) if (original[i] === ENTRY_FIELD.key) key = original[i + 1];
   return {
+    ref: deadLetterRef(shardIndex, deadLetterId),
     deadLetterId,
+    deadLetteredAt: new Date(Number(deadLetterId.split('-')[0])).toISOString(),
     shardIndex,
     entryId: fields.get('entryId') ?? '',
+    key,
     memberId: fields.get('memberId') ?? '',
     error: fields.get('error') ?? '',
     attempts: Number(fields.get('attempts') ?? 0),

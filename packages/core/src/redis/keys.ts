@@ -90,4 +90,12 @@ export class KeyBuilder {
   shardDeadLetterStream(streamPrefix: string, shardIndex: number, consumerGroup: string): string {
     return `${this.shardStream(streamPrefix, shardIndex)}:dead-letter:${assertConsumerGroup(consumerGroup)}`;
   }
+
+  /**
+   * Replay markers of one group's dead letters of one shard (dead-letter id -> when a replay began),
+   * beside the dead-letter stream: a marker left behind says a replay may have written the entry.
+   */
+  shardDeadLetterReplays(streamPrefix: string, shardIndex: number, consumerGroup: string): string {
+    return `${this.shardDeadLetterStream(streamPrefix, shardIndex, consumerGroup)}:replays`;
+  }
 }

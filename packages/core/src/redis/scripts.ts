@@ -26,6 +26,9 @@ const SCRIPT_FILES = {
   firstAfter: 'firstAfter-n.lua',
   appendEntries: 'appendEntries-3.lua',
   ensureRouting: 'ensureRouting-1.lua',
+  claimDeadLetterReplay: 'claimDeadLetterReplay-2.lua',
+  dropDeadLetter: 'dropDeadLetter-2.lua',
+  trimShard: 'trimShard-1.lua',
 } as const;
 
 export type ScriptName = keyof typeof SCRIPT_FILES;

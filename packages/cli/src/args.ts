@@ -1,0 +1,22 @@
+import { InvalidArgumentError } from 'commander';
+
+/** Commander argument parsers that name what was wrong. */
+export function integer(min: number, max = Number.MAX_SAFE_INTEGER) {
+  return (value: string): number => {
+    const number = Number(value);
+    if (!/^-?\d+$/.test(value) || number < min || number > max) throw new InvalidArgumentError(`expected an integer from ${min} to ${max}.`);
+    return number;
+  };
+}
+
+/** An ISO 8601 time (2026-11-30T10:00:00Z), or epoch milliseconds. */
+export function datetime(value: string): number {
+  const ms = /^\d+$/.test(value) ? Number(value) : Date.parse(value);
+  if (!Number.isFinite(ms)) throw new InvalidArgumentError('expected an ISO 8601 time such as 2026-11-30T10:00:00Z, or epoch milliseconds.');
+  return ms;
+}
+
+export function streamId(value: string): string {
+  if (!/^\d{1,20}(-\d{1,20})?$/.test(value)) throw new InvalidArgumentError('expected a stream id such as 1764505000000-0.');
+  return value;
+}

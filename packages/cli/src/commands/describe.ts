@@ -1,0 +1,80 @@
+import { Command } from 'commander';
+import type { CoordinatorAdmin } from '@redis-stream-coordinator/core';
+import { pause, withAdmin } from '../context';
+import { duration, print, printJson, printJsonLine, shardList, table } from '../output';
+
+/** Everything `describe` shows: the group, one row per shard, one per member. */
+async function snapshot(admin: CoordinatorAdmin, prefix: string, group: string) {
+  const [description, positions, now] = await Promise.all([
+    admin.describeGroup(prefix, group),
+    admin.shardPositions(prefix, group),
+    admin.serverTimeMs(),
+  ]);
+  const byId = new Map(description.members.map((m) => [m.memberId, m]));
+  const shards = description.shards.map((shard) => {
+    const position = positions.find((p) => p.shardIndex === shard.shardIndex);
+    const owner = shard.owner === null ? undefined : byId.get(shard.owner);
+    return {
+      ...shard,
+      ownerName: owner?.memberName ?? shard.owner,
+      ownerEpoch: owner?.memberEpoch ?? null,
+      lastDeliveredId: position?.lastDeliveredId ?? null,
+      oldestPendingId: position?.oldestPendingId ?? null,
+      oldestPendingAgeMs: position?.oldestPendingAgeMs ?? null,
+    };
+  });
+  const members = description.members.map((m) => ({
+    ...m,
+    leaseLeftMs: Date.parse(m.memberLeaseExpiresAt) - now,
+    sinceHeartbeatMs: now - Date.parse(m.lastHeartbeatAt),
+  }));
+  return { group: description.group, shards, members, at: new Date(now).toISOString() };
+}
+
+function render(view: Awaited<ReturnType<typeof snapshot>>): string {
+  const { group } = view;
+  const head =
+    `group ${group.consumerGroup} of stream ${group.streamPrefix}: ${group.state}  groupEpoch ${group.groupEpoch}  ` +
+    `assignmentEpoch ${group.assignmentEpoch}  metadataVersion ${group.metadataVersion}  shards ${group.shardCount}  ` +
+    `readable ${shardList(group.readableShardSet) || '-'}${group.cutoverInProgress ? `  CUTOVER IN PROGRESS (not yet readable backlog ${group.notYetReadableBacklog})` : ''}`;
+  const shards = table(
+    ['SHARD', 'READABILITY', 'STATE', 'OWNER', 'OWNER EPOCH', 'LAG', 'PENDING', 'OLDEST PENDING', 'LAST DELIVERED'],
+    view.shards.map((s) => [s.shardIndex, s.readability, s.state, s.ownerName, s.ownerEpoch, s.lag, s.pending, duration(s.oldestPendingAgeMs), s.lastDeliveredId]),
+  );
+  const members = view.members.length === 0
+    ? 'no members'
+    : table(
+      ['MEMBER', 'NAME', 'STATE', 'EPOCH', 'LEASE LEFT', 'LAST HEARTBEAT', 'OWNED', 'REVOKING', 'WEIGHT'],
+      view.members.map((m) => [
+        m.memberId, m.memberName, m.state, m.memberEpoch, m.state === 'ACTIVE' ? duration(m.leaseLeftMs) : '-', `${duration(m.sinceHeartbeatMs)} ago`,
+        shardList(m.currentAssignment.map((r) => r.shardIndex)), shardList(m.revoking.map((r) => r.shardIndex)), m.weight,
+      ]),
+    );
+  return `${head}\n\n${shards}\n\n${members}`;
+}
+
+/** `rsc describe <prefix> <group> [--watch] [--json]`. */
+export function registerDescribe(program: Command): void {
+  program
+    .command('describe')
+    .description('one row per shard (owner, epoch, lag, pending, oldest pending, last delivered) and one per member')
+    .argument('<prefix>', 'stream prefix')
+    .argument('<group>', 'consumer group')
+    .option('-w, --watch', 'redraw every second until Ctrl-C (with --json: one JSON document per line)')
+    .action((prefix: string, group: string, options: { watch?: boolean }, command: Command) =>
+      withAdmin(command, async (context) => {
+        const { admin, json } = context;
+        if (!options.watch) {
+          const view = await snapshot(admin, prefix, group);
+          return json ? printJson(view) : print(render(view));
+        }
+        while (!context.isStopped()) {
+          const view = await snapshot(admin, prefix, group);
+          if (json) printJsonLine(view);
+          // Clear the screen and go home, then draw: a steady picture rather than a scroll.
+          else process.stdout.write(`\x1b[2J\x1b[H${render(view)}\n\n(every 1s, Ctrl-C to stop)  ${view.at}\n`);
+          await pause(context, 1000);
+        }
+      }),
+    );
+}

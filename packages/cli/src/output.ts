@@ -1,0 +1,53 @@
+/** Output for people (aligned tables) and for machines (JSON), in one place. */
+
+export type Cell = string | number | null | undefined;
+
+/**
+ * An aligned table: a header row, then the rows; empty cells show as "-". `minWidths` keeps columns
+ * steady across tables printed one after another (a follow prints a table per new row).
+ */
+export function table(headers: string[], rows: Cell[][], minWidths: number[] = []): string {
+  const text = rows.map((row) => row.map((cell) => (cell === null || cell === undefined || cell === '' ? '-' : String(cell))));
+  const widths = headers.map((header, i) => Math.max(minWidths[i] ?? 0, header.length, ...text.map((row) => row[i]?.length ?? 0)));
+  const line = (cells: string[]) => cells.map((cell, i) => (i === cells.length - 1 ? cell : cell.padEnd(widths[i]))).join('  ').trimEnd();
+  return [line(headers), ...text.map(line)].join('\n');
+}
+
+/** A duration for people: 850ms, 12.3s, 4m05s, 2h10m, 3d04h. */
+export function duration(ms: number | null | undefined): string {
+  if (ms === null || ms === undefined || !Number.isFinite(ms)) return '-';
+  const sign = ms < 0 ? '-' : '';
+  const abs = Math.abs(ms);
+  if (abs < 1000) return `${sign}${Math.round(abs)}ms`;
+  if (abs < 60_000) return `${sign}${(abs / 1000).toFixed(1)}s`;
+  const s = Math.floor(abs / 1000);
+  if (s < 3600) return `${sign}${Math.floor(s / 60)}m${String(s % 60).padStart(2, '0')}s`;
+  if (s < 86_400) return `${sign}${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, '0')}m`;
+  return `${sign}${Math.floor(s / 86_400)}d${String(Math.floor((s % 86_400) / 3600)).padStart(2, '0')}h`;
+}
+
+/** Shard lists as ranges: 0-3,7. */
+export function shardList(shards: number[]): string {
+  const sorted = [...shards].sort((a, b) => a - b);
+  const parts: string[] = [];
+  for (let i = 0; i < sorted.length; ) {
+    let j = i;
+    while (j + 1 < sorted.length && sorted[j + 1] === sorted[j] + 1) j++;
+    parts.push(j === i ? String(sorted[i]) : `${sorted[i]}-${sorted[j]}`);
+    i = j + 1;
+  }
+  return parts.join(',');
+}
+
+export function printJson(value: unknown): void {
+  process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
+}
+
+/** One JSON document per line, for streams of results (--watch, --follow). */
+export function printJsonLine(value: unknown): void {
+  process.stdout.write(`${JSON.stringify(value)}\n`);
+}
+
+export function print(text: string): void {
+  process.stdout.write(`${text}\n`);
+}

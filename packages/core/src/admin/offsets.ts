@@ -1,0 +1,125 @@
+import { ErrorCode } from '../protocol/error-codes';
+import type { GroupDescription, MemberMetadata } from '../protocol/records';
+import type { KeyBuilder } from '../redis/keys';
+import type { RedisClient } from '../redis/scripts';
+import type { ShardPosition } from './shard-positions';
+
+/** Where `resetOffsets` moves the group: the id it has been delivered up to from then on. */
+export type OffsetTarget =
+  | 'earliest'
+  | 'latest'
+  | { datetime: Date | number }
+  | { id: string };
+
+export interface ResetOffsetsOptions {
+  to: OffsetTarget;
+  /** Only this shard. Default: every shard 0..shardSpan-1. */
+  shardIndex?: number;
+  /** Report the change; make none. Default false. */
+  dryRun?: boolean;
+  /** Reset even while members of the group are alive (they read from the new position on). Default false. */
+  force?: boolean;
+}
+
+export interface ShardOffsetReset {
+  shardIndex: number;
+  /** The group's last-delivered id before (null: the group had not read the shard). */
+  from: string | null;
+  /** The last-delivered id after: delivery resumes with the first entry after it. */
+  to: string;
+  /** Entries still pending for the group there: a reset does not acknowledge them; their owner handles them. */
+  pending: number;
+}
+
+export interface ResetOffsetsResult {
+  streamPrefix: string;
+  consumerGroup: string;
+  dryRun: boolean;
+  shards: ShardOffsetReset[];
+}
+
+/** The largest sequence number: `<ms>-<MAX_SEQ>` is the last id of a millisecond. */
+const MAX_SEQ = '18446744073709551615';
+const STREAM_ID = /^\d{1,20}(-\d{1,20})?$/;
+
+/** Checks a target, naming what is wrong. */
+export function assertOffsetTarget(to: unknown): OffsetTarget {
+  if (to === 'earliest' || to === 'latest') return to;
+  if (to !== null && typeof to === 'object') {
+    if ('id' in to) {
+      if (typeof to.id === 'string' && STREAM_ID.test(to.id)) return { id: to.id };
+      throw new RangeError(`to.id must be a stream id like 1764505000000-0, got ${JSON.stringify(to.id)}`);
+    }
+    if ('datetime' in to) {
+      const ms = to.datetime instanceof Date ? to.datetime.getTime() : to.datetime;
+      if (typeof ms === 'number' && Number.isFinite(ms) && ms >= 0) return { datetime: ms };
+      throw new RangeError(`to.datetime must be a valid Date or epoch milliseconds >= 0, got ${String(to.datetime)}`);
+    }
+  }
+  throw new TypeError(`to must be 'earliest', 'latest', { datetime } or { id }, got ${JSON.stringify(to)}`);
+}
+
+/** The last-delivered id that makes the group read next what `to` says. */
+export function targetId(to: OffsetTarget, position: ShardPosition): string {
+  if (to === 'earliest') return '0-0';
+  if (to === 'latest') return position.lastEntryId;
+  if ('id' in to) return to.id.includes('-') ? to.id : `${to.id}-0`;
+  const ms = to.datetime instanceof Date ? to.datetime.getTime() : to.datetime;
+  // Entries written at or after the time are read next: the group has had everything before it.
+  return ms <= 0 ? '0-0' : `${Math.floor(ms) - 1}-${MAX_SEQ}`;
+}
+
+/**
+ * Moves the group's position on the given shards (XGROUP SETID; XGROUP CREATE where the group has
+ * not read the shard yet, so that its first reader starts there and not from 0). Pending entries
+ * stay pending.
+ */
+export async function applyOffsets(
+  redis: RedisClient,
+  keys: KeyBuilder,
+  streamPrefix: string,
+  consumerGroup: string,
+  resets: ShardOffsetReset[],
+): Promise<void> {
+  for (const reset of resets) {
+    const stream = keys.shardStream(streamPrefix, reset.shardIndex);
+    if (reset.from === null) {
+      try {
+        await redis.xgroup('CREATE', stream, consumerGroup, reset.to, 'MKSTREAM');
+        continue;
+      } catch (error) {
+        // A member created it since the look: move it like any other.
+        if (!/BUSYGROUP/.test(String(error))) throw error;
+      }
+    }
+    await redis.xgroup('SETID', stream, consumerGroup, reset.to);
+  }
+}
+
+/**
+ * Refuses, naming them, while the group has ACTIVE members whose lease (Redis time) has not run
+ * out: they would go on from their own positions. A group that never had a member has none.
+ */
+export async function assertNoLiveMembers(
+  redis: RedisClient,
+  streamPrefix: string,
+  consumerGroup: string,
+  describe: () => Promise<GroupDescription>,
+): Promise<void> {
+  let members: MemberMetadata[];
+  try {
+    ({ members } = await describe());
+  } catch (error) {
+    if ((error as { code?: ErrorCode }).code === ErrorCode.GROUP_NOT_FOUND) return;
+    throw error;
+  }
+  const [seconds] = await redis.time();
+  const now = Number(seconds) * 1000;
+  const live = members.filter((m) => m.state === 'ACTIVE' && Date.parse(m.memberLeaseExpiresAt) > now);
+  if (live.length > 0) {
+    throw new Error(
+      `group "${consumerGroup}" of stream "${streamPrefix}" has ${live.length} live member(s) (${live.map((m) => m.memberName).join(', ')}): ` +
+        'stop them first, or force the reset (they read from the new positions on)',
+    );
+  }
+}

@@ -43,7 +43,7 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     client: ShardClient,
     command: { client(subcommand: 'UNBLOCK', id: number): Promise<unknown> },
     reader: Redis,
-    options: ResolvedMemberOptions,
+    private readonly options: ResolvedMemberOptions,
     /** False while the member's lease may be lost: no handler may start then. */
     mayStartHandlers: () => boolean,
   ) {
@@ -144,12 +144,16 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
   /**
    * Stops reading a shard and waits, at most `waitForHandlerMs`, for its in-flight handler; then
    * for every outstanding ack of the shard (earlier batches still retrying too), at least
-   * `MIN_ACK_SETTLE_MS`. Entries read but not started stay pending for the next owner.
+   * `MIN_ACK_SETTLE_MS` but never past 80 % of `rebalanceTimeoutMs`. Entries read but not started stay pending for the next owner.
    */
   async releaseShard(shardIndex: number, waitForHandlerMs: number, reason: HandlerAbortReason = 'revoked'): Promise<void> {
     const state = this.shards.get(shardIndex);
     if (!state) return;
-    const deadline = Date.now() + waitForHandlerMs;
+    const startedAt = Date.now();
+    const deadline = startedAt + waitForHandlerMs;
+    // The revocation must be reported within rebalanceTimeoutMs or the member is removed: the extra
+    // wait for acknowledgements never runs past 80 % of it, whatever revocationTimeoutMs says.
+    const latest = Math.max(deadline, startedAt + Math.floor(this.options.rebalanceTimeoutMs * 0.8));
     this.shards.release(state);
     await this.reader.endReadOf(shardIndex);
     if (state.inFlight) {
@@ -162,7 +166,8 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
         this.emit('error', new ShardError(`shard ${shardIndex}: its handler still runs ${waitForHandlerMs} ms after the shard was revoked; released anyway, the next owner runs that entry again`, shardIndex));
       }
     }
-    const settled = await this.acks.settled(shardIndex, Math.max(MIN_ACK_SETTLE_MS, deadline - Date.now()));
+    const now = Date.now();
+    const settled = await this.acks.settled(shardIndex, Math.max(0, Math.min(Math.max(MIN_ACK_SETTLE_MS, deadline - now), latest - now)));
     if (!settled) {
       this.emit('error', new ShardError(`shard ${shardIndex}: acknowledgements still unsettled when it was released; its next owner may process them again`, shardIndex));
     }

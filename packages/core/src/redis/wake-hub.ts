@@ -49,10 +49,23 @@ export class WakeHub {
 
   private subscriber(): Redis {
     if (!this.connection) {
-      const connection = (this.base as Redis).duplicate();
+      // ioredis' own resubscribe after a reconnect has no catch: a flushed SUBSCRIBE there is an
+      // unhandled rejection, which ends the process. This hub resubscribes itself instead.
+      const connection = (this.base as Redis).duplicate({ autoResubscribe: false });
       connection.on('error', () => undefined); // a lost wake-up only costs one heartbeat interval
       connection.on('message', (channel: string, publisher: string) => {
         for (const listener of this.listeners.get(channel) ?? []) listener(publisher);
+      });
+      let connectedBefore = false;
+      connection.on('ready', () => {
+        if (!connectedBefore) {
+          connectedBefore = true;
+          return; // the first connection: listen() subscribes
+        }
+        const channels = [...this.listeners.keys()];
+        if (channels.length > 0) connection.subscribe(...channels).catch(() => undefined);
+        // Wake-ups published while the connection was down are lost: every listener hears one now.
+        for (const set of this.listeners.values()) for (const listener of set) listener('');
       });
       this.connection = connection;
     }

@@ -113,6 +113,30 @@ describe('the demo\'s lifecycle', () => {
     expect(await exitCodeOf(demo)).toBe(0);
   });
 
+  it('GET /metrics serves the OpenTelemetry series in Prometheus format, a posted summary counted as sent, consumed and acknowledged', async () => {
+    const demo = await startDemo();
+    const base = `http://127.0.0.1:${demo.httpPort}`;
+    const posted = await fetch(`${base}/summaries`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ userId: 'u1', text: 'hi' }) });
+    expect(posted.status).toBeLessThan(300);
+    const scrape = async () => {
+      const response = await fetch(`${base}/metrics`);
+      expect(response.headers.get('content-type')).toMatch(/text\/plain/);
+      return response.text();
+    };
+    // Two groups read the stream (summaries and audit): the entry is acknowledged twice.
+    const text = await pollUntil('the summary acknowledged by both groups', async () => {
+      const body = await scrape();
+      const acked = [...body.matchAll(/^rsc_consumer_acknowledged_total\{[^}]*\} (\d+)/gm)].reduce((n, m) => n + Number(m[1]), 0);
+      return acked >= 2 && body;
+    });
+    for (const series of ['messaging_client_sent_messages_total', 'messaging_client_consumed_messages_total', 'messaging_process_duration_bucket', 'rsc_consumer_owned_shards', 'rsc_consumer_member_epoch', 'rsc_consumer_lag', 'rsc_consumer_pending', 'rsc_coordinator_heartbeat_duration_count', 'rsc_consumer_rebalances_total']) {
+      expect(text).toContain(series);
+    }
+    expect(text).toMatch(/messaging_consumer_group_name="[^"]+"/);
+    process.kill(demo.child.pid!, 'SIGINT');
+    expect(await exitCodeOf(demo)).toBe(0);
+  });
+
   it('its redis-server dies: the demo says so and exits 1 instead of reconnecting forever', async () => {
     const demo = await startDemo();
     process.kill(demo.redisPid, 'SIGKILL');

@@ -3,6 +3,7 @@ import { CoordinatorConsumerProperties, CoordinatorModule } from '@redis-stream-
 import { AuditService } from './audit.service';
 import { GeneratorService } from './generator.service';
 import { ListenersController } from './listeners.controller';
+import { MetricsController } from './metrics.controller';
 import { Stats } from './stats';
 import { SummariesController } from './summaries.controller';
 import { AUDIT_GROUP, SUMMARY_STREAM, type Summary } from './summary';
@@ -10,7 +11,7 @@ import { SummaryHandlers } from './summary.handlers';
 
 @Module({
   imports: [CoordinatorModule.forRoot({ redis: { url: process.env.REDIS_URL } })],
-  controllers: [SummariesController, ListenersController],
+  controllers: [SummariesController, ListenersController, MetricsController],
   providers: [
     Stats,
     SummaryHandlers,

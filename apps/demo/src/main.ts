@@ -7,6 +7,7 @@
  *
  * Then: curl -X POST localhost:3000/summaries -H 'content-type: application/json' -d '{"userId":"u1","text":"hi"}'
  *       curl localhost:3000/group
+ *       curl localhost:3000/metrics                 # Prometheus: docs/observability.md
  * A second process (PORT=3001 REDIS_URL=<the first one's> npm run demo) joins both groups: watch
  * GET /group move half the shards to it, and back when you stop it.
  *
@@ -18,6 +19,7 @@ import { Logger } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { RedisServer } from '@redis-stream-coordinator/core/testing';
 import { DemoLifecycle } from './lifecycle';
+import { registerMetrics } from './metrics';
 
 /** DEMO_SHUTDOWN_TIMEOUT_MS: how long a shutdown may take before the demo exits anyway (default 15000). */
 function shutdownTimeoutMs(): number {
@@ -38,12 +40,13 @@ async function main(): Promise<void> {
   }
   // The module reads REDIS_URL when it is loaded, so load it after the URL is known. The demo
   // handles SIGINT/SIGTERM itself (rather than enableShutdownHooks) to stop its redis-server last.
+  registerMetrics();
   const { AppModule } = await import('./app.module');
   const app = await NestFactory.create(AppModule);
   new DemoLifecycle(app, privateServer, logger, timeoutMs).watch();
   await app.listen(Number(process.env.PORT ?? 3000));
   const { port } = app.getHttpServer().address() as { port: number };
-  logger.log(`listening on http://localhost:${port}: POST /summaries, GET /group, GET /health/ready, GET /health/live`);
+  logger.log(`listening on http://localhost:${port}: POST /summaries, GET /group, GET /metrics, GET /health/ready, GET /health/live`);
 }
 
 main().catch((error) => {

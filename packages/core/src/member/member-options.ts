@@ -1,7 +1,8 @@
 import { v7 as uuidv7 } from 'uuid';
 import { type PayloadCodec, type StreamMessage, jsonCodec } from '../protocol/entry-format';
 import { assertConsumerGroup, assertIntegerInRange, assertMemberId, assertStreamPrefix } from '../protocol/names';
-import type { CoordinatorOptions } from '../redis/coordinator-options';
+import type { CoordinatorOptions, HeartbeatObservation } from '../redis/coordinator-options';
+import { MemberTelemetry } from '../telemetry/member-telemetry';
 
 export type MessageHandler<T = unknown> = (message: StreamMessage<T>) => unknown;
 
@@ -56,10 +57,20 @@ export interface CoordinatedMemberOptions<T = unknown> {
   codec?: PayloadCodec;
   /** Coordinator settings (key prefix, intervals, assignor); the same for every member of a group. */
   coordinator?: CoordinatorOptions;
+  /**
+   * OpenTelemetry metrics and traces through `@opentelemetry/api` (docs/observability.md). Default
+   * true: they are produced when the application has the API installed and a meter or tracer
+   * provider registered when the member starts, and cost one check per entry otherwise. false turns
+   * them off altogether.
+   */
+  telemetry?: boolean;
 }
 
-export type ResolvedMemberOptions<T = unknown> = Required<Omit<CoordinatedMemberOptions<T>, 'shardCount' | 'coordinator'>> &
-  Pick<CoordinatedMemberOptions<T>, 'shardCount' | 'coordinator'>;
+export type ResolvedMemberOptions<T = unknown> = Required<Omit<CoordinatedMemberOptions<T>, 'shardCount' | 'coordinator' | 'telemetry'>> &
+  Pick<CoordinatedMemberOptions<T>, 'shardCount' | 'coordinator'> & {
+    /** The member's instrumentation; undefined when `telemetry` is false. */
+    telemetry: MemberTelemetry | undefined;
+  };
 
 const DAY_MS = 86_400_000;
 /** The largest `runtimeMaxConcurrency`, at construction and in `setRuntimeMaxConcurrency`. */
@@ -99,6 +110,7 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T>): R
     cutoverCheckIntervalMs: options.cutoverCheckIntervalMs ?? 250,
     codec: options.codec ?? jsonCodec,
     coordinator: options.coordinator,
+    telemetry: undefined,
   };
   if (typeof resolved.memberName !== 'string' || resolved.memberName.length === 0 || resolved.memberName.length > 256 || /[\x00-\x1f\x7f]/.test(resolved.memberName)) {
     throw new RangeError(`memberName must be 1-256 printable characters, got ${JSON.stringify(resolved.memberName)}`);
@@ -121,6 +133,23 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T>): R
   assertIntegerInRange('cutoverCheckIntervalMs', resolved.cutoverCheckIntervalMs, 1, DAY_MS);
   if (typeof resolved.codec?.encode !== 'function' || typeof resolved.codec?.decode !== 'function') {
     throw new TypeError('codec must have encode(payload) and decode(raw) functions');
+  }
+  if (options.telemetry !== undefined && typeof options.telemetry !== 'boolean') {
+    throw new TypeError(`telemetry must be a boolean, got ${JSON.stringify(options.telemetry)}`);
+  }
+  if (options.telemetry !== false) {
+    const telemetry = new MemberTelemetry({ streamPrefix: resolved.streamPrefix, consumerGroup: resolved.consumerGroup, memberId });
+    resolved.telemetry = telemetry;
+    // The member's coordinator client reports each heartbeat to it (and to the caller's own observer).
+    const own = options.coordinator?.onHeartbeat;
+    if (own !== undefined && typeof own !== 'function') throw new TypeError(`coordinator.onHeartbeat must be a function, got ${typeof own}`);
+    const onHeartbeat = own
+      ? (observation: HeartbeatObservation) => {
+          telemetry.onHeartbeat(observation);
+          own(observation);
+        }
+      : telemetry.onHeartbeat;
+    resolved.coordinator = { ...options.coordinator, onHeartbeat };
   }
   return resolved;
 }

@@ -108,10 +108,13 @@ export class ShardDispatcher {
     };
     let result: unknown;
     state.call = call;
+    // Undefined (nothing allocated) unless metrics or tracing is on.
+    const probe = this.options.telemetry?.startHandler(message, attempt);
     try {
-      result = this.options.handler(message);
+      result = probe ? probe.run(this.options.handler, message) : this.options.handler(message);
     } catch (error) {
       state.call = undefined;
+      probe?.end(true, error);
       return this.failed(state, queued, decoded, attempt, error);
     }
     if (isThenable(result)) {
@@ -121,11 +124,18 @@ export class ShardDispatcher {
           if (state.call === call) state.call = undefined;
         })
         .then(
-          () => this.acks.queue(state, entry.id),
-          (error: unknown) => this.failed(state, queued, decoded, attempt, error),
+          () => {
+            probe?.end(false);
+            this.acks.queue(state, entry.id);
+          },
+          (error: unknown) => {
+            probe?.end(true, error);
+            return this.failed(state, queued, decoded, attempt, error);
+          },
         );
     }
     state.call = undefined;
+    probe?.end(false);
     this.acks.queue(state, entry.id);
     return undefined;
   }
@@ -156,6 +166,7 @@ export class ShardDispatcher {
    */
   private async failed(state: ShardState, queued: QueuedEntry, decoded: DecodedPayload, attempt: number, error: unknown): Promise<void> {
     if (attempt < this.options.maxAttempts) {
+      this.options.telemetry?.retried();
       const delay = retryDelayMs(attempt, this.options.retryBackoffMs, this.options.retryBackoffMaxMs);
       if (!(await sleep(delay, state.released.signal))) return;
       if (!(await this.untilHandlersMayStart(state))) return;

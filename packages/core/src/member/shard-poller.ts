@@ -40,7 +40,7 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
   private paused = false;
 
   constructor(
-    client: ShardClient,
+    private readonly client: ShardClient,
     command: { client(subcommand: 'UNBLOCK', id: number): Promise<unknown> },
     reader: Redis,
     private readonly options: ResolvedMemberOptions,
@@ -74,6 +74,12 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
   start(): void {
     if (this.running) return;
     this.running = true;
+    this.options.telemetry?.attach({
+      ownedShards: () => this.ownedShards(),
+      groupPositions: (shards) => this.client.groupPositions(shards),
+      events: this,
+      reportError: (error) => this.emit('error', error),
+    });
     this.reader.start();
   }
 
@@ -205,6 +211,7 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     // Sent once more, not retried: the member is leaving, and the next owner redoes what is left.
     this.running = false;
     await this.acks.flush();
+    this.options.telemetry?.detach();
   }
 
   async flushAcks(): Promise<void> {

@@ -6,6 +6,7 @@ import { appendToShards, type ShardAppend } from '../redis/entry-writer';
 import { KeyBuilder } from '../redis/keys';
 import type { RedisClient } from '../redis/scripts';
 import { createStreamMetadata } from '../redis/stream-metadata';
+import { ProducerTelemetry } from '../telemetry/producer-telemetry';
 import { shardForKey } from './key-hash';
 import { type FailedEntry, PartialBatchError, type SendResult, type WrittenEntry } from './send-results';
 
@@ -43,6 +44,13 @@ export interface StreamProducerOptions {
    * stream without metadata fails with `GroupNotFoundError` naming the prefix.
    */
   shardCount?: number;
+  /**
+   * OpenTelemetry (docs/observability.md): a `publish` span per send whose context goes into each
+   * entry's headers (`traceparent`, through the registered propagator), and the sent-messages
+   * metrics. Default true: active when the application has `@opentelemetry/api` and a provider
+   * registered, one check per send otherwise. false turns it off altogether.
+   */
+  telemetry?: boolean;
 }
 
 /** How the producer routes now: the shard count, and the switch time of a resize not yet in effect. */
@@ -86,6 +94,7 @@ export class StreamProducer {
    */
   readonly producerId = uuidv7();
   private readonly writeSeqs = new Map<number, number>();
+  private readonly telemetry: ProducerTelemetry | undefined;
 
   constructor(
     private readonly redis: RedisClient,
@@ -98,6 +107,10 @@ export class StreamProducer {
     if (options.maxLenApprox !== undefined) assertIntegerInRange('maxLenApprox', options.maxLenApprox, 1, Number.MAX_SAFE_INTEGER);
     this.refreshMs = assertIntegerInRange('metadataRefreshMs', options.metadataRefreshMs ?? 500, 1, 3_600_000);
     this.shardCount = options.shardCount === undefined ? undefined : assertIntegerInRange('shardCount', options.shardCount, 1, MAX_SHARD_COUNT);
+    if (options.telemetry !== undefined && typeof options.telemetry !== 'boolean') {
+      throw new TypeError(`telemetry must be a boolean, got ${JSON.stringify(options.telemetry)}`);
+    }
+    this.telemetry = options.telemetry === false ? undefined : new ProducerTelemetry(options.streamPrefix);
   }
 
   /** Writes one entry; rejects with the write's error when it was not written. */
@@ -120,7 +133,24 @@ export class StreamProducer {
    */
   async sendBatch<T>(messages: OutgoingMessage<T>[]): Promise<SendResult[]> {
     if (messages.length === 0) return [];
-    const fields = messages.map((message) => this.encode(message));
+    const probe = this.telemetry?.start(messages.length);
+    if (!probe) return this.write(messages, messages);
+    let results: SendResult[];
+    try {
+      // Entries carry the publish span's context; errors and results keep the caller's messages.
+      results = await this.write(messages, probe.inject(messages));
+    } catch (error) {
+      if (error instanceof PartialBatchError) probe.end(error.written, error.failed.length, error);
+      else probe.end([], messages.length, error);
+      throw error;
+    }
+    probe.end(results, 0);
+    return results;
+  }
+
+  /** sendBatch without telemetry: `outgoing` are what is encoded (`messages` with trace headers, or themselves). */
+  private async write<T>(messages: OutgoingMessage<T>[], outgoing: OutgoingMessage<T>[]): Promise<SendResult[]> {
+    const fields = outgoing.map((message) => this.encode(message));
     let shardCount = await this.currentShardCount();
     if (messages.some((m) => m.shardIndex !== undefined && m.shardIndex >= shardCount)) {
       // Perhaps the stream grew since the last check: look again before refusing.

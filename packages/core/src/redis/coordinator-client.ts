@@ -2,7 +2,7 @@ import { findPlanViolation } from '../assignor/validate-plan';
 import { ErrorCode, errorCodeFromWire } from '../protocol/error-codes';
 import { InvalidAssignmentError, toCoordinatorError } from '../protocol/errors';
 import type { AssignmentPlan, HeartbeatRequest, HeartbeatResponse } from '../protocol/heartbeat';
-import { type CoordinatorOptions, configArgs, type ResolvedCoordinatorOptions, resolveCoordinatorOptions } from './coordinator-options';
+import { type CoordinatorOptions, configArgs, type HeartbeatObservation, type ResolvedCoordinatorOptions, resolveCoordinatorOptions } from './coordinator-options';
 import { KeyBuilder } from './keys';
 import { type CommitResult, parseCommitReply, parseHeartbeatReply, toShardCsv } from './responses';
 import { type RedisClient, runScript } from './scripts';
@@ -65,6 +65,21 @@ export class CoordinatorClient {
    * compute the target itself and call `commitAssignment`. For callers with their own assignment flow.
    */
   async heartbeatOnce(request: HeartbeatRequest): Promise<HeartbeatResponse> {
+    const observe = this.options.onHeartbeat;
+    if (!observe) return this.runHeartbeat(request);
+    const sentAt = performance.now();
+    let response: HeartbeatResponse;
+    try {
+      response = await this.runHeartbeat(request);
+    } catch (error) {
+      notify(observe, { request, roundTripMs: performance.now() - sentAt, error });
+      throw error;
+    }
+    notify(observe, { request, roundTripMs: performance.now() - sentAt, response });
+    return response;
+  }
+
+  private async runHeartbeat(request: HeartbeatRequest): Promise<HeartbeatResponse> {
     const reply = await runScript(this.redis, 'heartbeat', this.keys.groupKeys(request.streamPrefix, request.consumerGroup), [
       ...this.config,
       this.keys.groupWakeChannel(request.streamPrefix, request.consumerGroup),
@@ -133,4 +148,13 @@ function encodePlan(plan: AssignmentPlan): string {
   const encoded: Record<string, string> = {};
   for (const [memberId, shards] of Object.entries(plan)) encoded[memberId] = toShardCsv(shards);
   return JSON.stringify(encoded);
+}
+
+/** An observer is instrumentation: its failure must not fail the protocol step it watched. */
+function notify(observe: (observation: HeartbeatObservation) => void, observation: HeartbeatObservation): void {
+  try {
+    observe(observation);
+  } catch {
+    // ignored on purpose (see CoordinatorOptions.onHeartbeat)
+  }
 }

@@ -1,5 +1,6 @@
 import { assertIntegerInRange } from '../protocol/names';
 import type { ShardAssignor } from '../assignor/assignor';
+import type { HeartbeatRequest, HeartbeatResponse } from '../protocol/heartbeat';
 import { StickyAssignor } from '../assignor/sticky-assignor';
 import { DEFAULT_KEY_PREFIX } from './keys';
 
@@ -23,9 +24,27 @@ export interface CoordinatorOptions {
   eventLogMaxLen?: number;
   /** Computes targets. Default: the sticky assignor of SPEC section 4. */
   assignor?: ShardAssignor;
+  /**
+   * Called after each heartbeat script call with its round trip, its answer or its error: for
+   * instrumentation (members use it for their heartbeat and rebalance metrics). It runs on the
+   * heartbeat's path, so it must be quick; a throw is caught and ignored so that the protocol step
+   * still counts. Not part of the group's configuration (members may differ in it).
+   */
+  onHeartbeat?: (observation: HeartbeatObservation) => void;
 }
 
-export type ResolvedCoordinatorOptions = Required<CoordinatorOptions>;
+/** One heartbeat script call as `CoordinatorOptions.onHeartbeat` sees it. */
+export interface HeartbeatObservation {
+  request: HeartbeatRequest;
+  /** From sending the script call to its reply (or failure), in milliseconds. */
+  roundTripMs: number;
+  /** The answer; undefined when the call failed. */
+  response?: HeartbeatResponse;
+  /** Why the call failed (Redis unreachable, script error); undefined when it was answered. */
+  error?: unknown;
+}
+
+export type ResolvedCoordinatorOptions = Required<Omit<CoordinatorOptions, 'onHeartbeat'>> & Pick<CoordinatorOptions, 'onHeartbeat'>;
 
 const DAY_MS = 86_400_000;
 
@@ -40,6 +59,7 @@ export function resolveCoordinatorOptions(options: CoordinatorOptions = {}): Res
     retentionMaxCount: options.retentionMaxCount ?? 1000,
     eventLogMaxLen: options.eventLogMaxLen ?? 10_000,
     assignor: options.assignor ?? new StickyAssignor(),
+    onHeartbeat: options.onHeartbeat,
   };
   assertIntegerInRange('heartbeatIntervalMs', resolved.heartbeatIntervalMs, 1, DAY_MS);
   assertIntegerInRange('fastHeartbeatIntervalMs', resolved.fastHeartbeatIntervalMs, 1, DAY_MS);
@@ -48,6 +68,9 @@ export function resolveCoordinatorOptions(options: CoordinatorOptions = {}): Res
   assertIntegerInRange('retentionMs', resolved.retentionMs, 0, 365 * DAY_MS);
   assertIntegerInRange('retentionMaxCount', resolved.retentionMaxCount, 0, 1_000_000);
   assertIntegerInRange('eventLogMaxLen', resolved.eventLogMaxLen, 1, 10_000_000);
+  if (resolved.onHeartbeat !== undefined && typeof resolved.onHeartbeat !== 'function') {
+    throw new TypeError(`onHeartbeat must be a function, got ${typeof resolved.onHeartbeat}`);
+  }
   if (typeof resolved.assignor?.assign !== 'function') {
     throw new TypeError('assignor must be an object with an assign(input) method');
   }

@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { KeyBuilder } from './keys';
+import { findGroupInfo, isNoSuchKey, type StreamGroupInfo } from './responses';
 import { ensureScripts, pipelineScript, type RedisClient, runScript } from './scripts';
 
 /** A raw stream entry: id and flat field list. */
@@ -151,6 +152,28 @@ export class ShardClient {
     ])) as unknown[];
     if (Number(reply[0]) === -1) return { fenced: true };
     return { fenced: false, cursor: String(reply[1]), entries: toEntries(reply[2]), deleted: ((reply[3] as unknown[]) ?? []).map(String) };
+  }
+
+  /**
+   * The group's lag and pending count on each of `shards`, one XINFO GROUPS per shard sent together
+   * (one round trip on a single Redis; on a Cluster each goes to its shard's node). A shard whose
+   * stream does not exist yet has neither; one the group has never read has an unknown lag (null).
+   */
+  async groupPositions(shards: readonly number[]): Promise<Map<number, Pick<StreamGroupInfo, 'lag' | 'pending'>>> {
+    const replies = await Promise.all(
+      shards.map((shard) =>
+        this.redis.xinfo('GROUPS', this.keys.shardStream(this.streamPrefix, shard)).catch((error: unknown) => {
+          if (isNoSuchKey(error)) return [];
+          throw error;
+        }),
+      ),
+    );
+    const positions = new Map<number, Pick<StreamGroupInfo, 'lag' | 'pending'>>();
+    shards.forEach((shard, i) => {
+      const info = findGroupInfo(replies[i], this.consumerGroup);
+      positions.set(shard, info ? { lag: info.lag, pending: info.pending } : { lag: (replies[i] as unknown[]).length === 0 ? 0 : null, pending: 0 });
+    });
+    return positions;
   }
 
   /** Ids of up to `count` entries pending under this member on a shard, in ID order. */

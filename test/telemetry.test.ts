@@ -1,0 +1,279 @@
+import { context, metrics, propagation, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
+import { W3CTraceContextPropagator } from '@opentelemetry/core';
+import { AggregationTemporality, type DataPoint, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader } from '@opentelemetry/sdk-metrics';
+import { BasicTracerProvider, InMemorySpanExporter, type ReadableSpan, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { CoordinatedMember, CoordinatorAdmin, StreamProducer } from '@redis-stream-coordinator/core';
+import { pollUntil } from './support/poll';
+import { uniqueName, useRedisServer } from './support/vitest-redis';
+
+const redis = useRedisServer();
+const spans = new InMemorySpanExporter();
+const metricExporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
+const reader = new PeriodicExportingMetricReader({ exporter: metricExporter, exportIntervalMillis: 3_600_000 });
+const started: CoordinatedMember[] = [];
+
+beforeAll(() => {
+  context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+  propagation.setGlobalPropagator(new W3CTraceContextPropagator());
+  trace.setGlobalTracerProvider(new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(spans)] }));
+  metrics.setGlobalMeterProvider(new MeterProvider({ readers: [reader] }));
+});
+
+afterAll(async () => {
+  await reader.shutdown();
+  metrics.disable();
+  trace.disable();
+  propagation.disable();
+  context.disable();
+});
+
+afterEach(async () => {
+  await Promise.all(started.splice(0).map((m) => m.stop().catch(() => undefined)));
+  spans.reset();
+});
+
+function aMember(streamPrefix: string, memberId: string, options: Partial<ConstructorParameters<typeof CoordinatedMember>[1]> = {}) {
+  const member = new CoordinatedMember(redis.client(), {
+    streamPrefix,
+    consumerGroup: 'group',
+    memberId,
+    shardCount: 2,
+    coordinator: { heartbeatIntervalMs: 200 },
+    handler: () => undefined,
+    ...options,
+  });
+  member.on('error', () => undefined); // tests listen for what they check
+  started.push(member);
+  return member;
+}
+
+/** One metric collection (a forced export): data points of `name` for the stream `streamPrefix`. */
+async function points(name: string, streamPrefix: string): Promise<DataPoint<unknown>[]> {
+  metricExporter.reset();
+  await reader.forceFlush();
+  const exported = metricExporter.getMetrics().at(-1);
+  const metric = exported?.scopeMetrics.flatMap((scope) => scope.metrics).find((m) => m.descriptor.name === name);
+  return ((metric?.dataPoints ?? []) as DataPoint<unknown>[]).filter((p) => p.attributes['messaging.destination.name'] === streamPrefix);
+}
+
+async function sum(name: string, streamPrefix: string, attributes: Record<string, unknown> = {}): Promise<number> {
+  const matching = (await points(name, streamPrefix)).filter((p) => Object.entries(attributes).every(([k, v]) => p.attributes[k] === v));
+  return matching.reduce((total, p) => total + (typeof p.value === 'number' ? p.value : (p.value as { count: number }).count), 0);
+}
+
+function spansOf(streamPrefix: string, name: 'publish' | 'process'): ReadableSpan[] {
+  return spans.getFinishedSpans().filter((s) => s.name === `${name} ${streamPrefix}`);
+}
+
+describe('traces', () => {
+  it("a handler call's process span is the child of the producer's publish span, with the messaging attributes", async () => {
+    const streamPrefix = uniqueName('otel-trace');
+    const seen: { headers: Record<string, string>; activeSpanId?: string }[] = [];
+    const member = aMember(streamPrefix, 'a', {
+      handler: (message) => {
+        seen.push({ headers: message.headers, activeSpanId: trace.getActiveSpan()?.spanContext().spanId });
+      },
+    });
+    await member.start();
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    const headers = { tenant: 't1' };
+    const sent = await producer.send({ key: 'user-42', payload: { n: 1 }, headers });
+    expect(headers).toEqual({ tenant: 't1' }); // the caller's object is not changed
+    await pollUntil('the entry handled', async () => spansOf(streamPrefix, 'process').length === 1);
+
+    const [publish] = spansOf(streamPrefix, 'publish');
+    const [processSpan] = spansOf(streamPrefix, 'process');
+    expect(publish.kind).toBe(SpanKind.PRODUCER);
+    expect(publish.attributes).toMatchObject({
+      'messaging.system': 'redis_streams',
+      'messaging.operation.type': 'send',
+      'messaging.destination.name': streamPrefix,
+      'messaging.message.id': sent.id,
+      'messaging.destination.partition.id': String(sent.shardIndex),
+    });
+    expect(seen[0].headers).toEqual({ tenant: 't1', traceparent: `00-${publish.spanContext().traceId}-${publish.spanContext().spanId}-01` });
+    expect(processSpan.kind).toBe(SpanKind.CONSUMER);
+    expect(processSpan.spanContext().traceId).toBe(publish.spanContext().traceId);
+    expect(processSpan.parentSpanContext?.spanId).toBe(publish.spanContext().spanId);
+    expect(processSpan.attributes).toEqual({
+      'messaging.system': 'redis_streams',
+      'messaging.operation.type': 'process',
+      'messaging.operation.name': 'process',
+      'messaging.destination.name': streamPrefix,
+      'messaging.consumer.group.name': 'group',
+      'messaging.client.id': 'a',
+      'messaging.destination.partition.id': String(sent.shardIndex),
+      'messaging.message.id': sent.id,
+      'messaging.redis_streams.message.delivery_count': 1,
+      'messaging.redis_streams.message.key': 'user-42',
+    });
+    // The handler runs inside its span: what it traces is the process span's child.
+    expect(seen[0].activeSpanId).toBe(processSpan.spanContext().spanId);
+    expect(processSpan.status.code).toBe(SpanStatusCode.UNSET);
+  });
+
+  it('each failed call records its error on its own span; retries and the dead letter are counted', async () => {
+    const streamPrefix = uniqueName('otel-fail');
+    const member = aMember(streamPrefix, 'a', {
+      maxAttempts: 2,
+      retryBackoffMs: 10,
+      handler: () => {
+        throw new RangeError('bad amount');
+      },
+    });
+    const deadLetters: unknown[] = [];
+    member.on('dead-letter', (event) => deadLetters.push(event));
+    await member.start();
+    await new StreamProducer(redis.client(), { streamPrefix }).send({ key: 'k', payload: 1 });
+    await pollUntil('the entry dead-lettered', async () => deadLetters.length === 1);
+
+    const calls = spansOf(streamPrefix, 'process');
+    expect(calls.map((s) => s.attributes['messaging.redis_streams.message.delivery_count'])).toEqual([1, 2]);
+    for (const call of calls) {
+      expect(call.status).toEqual({ code: SpanStatusCode.ERROR, message: 'bad amount' });
+      expect(call.attributes['error.type']).toBe('RangeError');
+      expect(call.events.map((e) => e.name)).toEqual(['exception']);
+    }
+    expect(await sum('rsc.consumer.retried', streamPrefix)).toBe(1);
+    expect(await sum('rsc.consumer.dead_lettered', streamPrefix, { 'messaging.redis_streams.dead_letter.cause': 'attempts_exhausted' })).toBe(1);
+    expect(await sum('messaging.process.duration', streamPrefix, { 'error.type': 'RangeError' })).toBe(2);
+    expect(await sum('messaging.client.consumed.messages', streamPrefix)).toBe(1);
+    // The dead letter's write acknowledges the entry.
+    expect(await sum('rsc.consumer.acknowledged', streamPrefix)).toBe(1);
+  });
+});
+
+describe('metrics', () => {
+  it('counts consumed and acknowledged entries, and reports owned shards, epoch, lag and pending per shard, heartbeats and rebalances', async () => {
+    const streamPrefix = uniqueName('otel-metrics');
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 2 });
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.sendBatch([1, 2, 3, 4, 5].map((n) => ({ shardIndex: 0, payload: n })));
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const handled: number[] = [];
+    const member = aMember(streamPrefix, 'a', {
+      handler: async (message) => {
+        await gate;
+        handled.push(message.payload as number);
+      },
+    });
+    member.pause(); // claims its shards, reads nothing: all five entries are lag
+    await member.start();
+    await pollUntil('both shards owned', async () => member.ownedShards().length === 2);
+
+    const byShard = async (name: string) => Object.fromEntries((await points(name, streamPrefix)).map((p) => [p.attributes['messaging.destination.partition.id'], p.value]));
+    await pollUntil('lag 5 on shard 0', async () => (await byShard('rsc.consumer.lag'))['0'] === 5);
+    expect(await byShard('rsc.consumer.lag')).toEqual({ 0: 5, 1: 0 });
+    expect(await byShard('rsc.consumer.pending')).toEqual({ 0: 0, 1: 0 });
+    const [owned] = await points('rsc.consumer.owned_shards', streamPrefix);
+    expect(owned).toMatchObject({ value: 2, attributes: { 'messaging.client.id': 'a', 'messaging.consumer.group.name': 'group' } });
+    const [epoch] = await points('rsc.consumer.member_epoch', streamPrefix);
+    expect(epoch.value).toBe(member.currentMemberEpoch());
+
+    member.resume(); // read, first handler blocked: what was read is pending, not lag
+    await pollUntil('entries read and pending', async () => (await byShard('rsc.consumer.pending'))['0'] === 5);
+    expect((await byShard('rsc.consumer.lag'))['0']).toBe(0);
+    release();
+    await pollUntil('all acknowledged', async () => (await sum('rsc.consumer.acknowledged', streamPrefix)) === 5);
+    expect(await sum('messaging.client.consumed.messages', streamPrefix)).toBe(5);
+    expect(await sum('messaging.process.duration', streamPrefix)).toBe(5);
+    await pollUntil('nothing pending', async () => (await byShard('rsc.consumer.pending'))['0'] === 0);
+
+    // Joining a group is a rebalance (ASSIGNING, then STABLE), measured from this member's heartbeats.
+    expect(await sum('rsc.consumer.rebalances', streamPrefix, { 'messaging.client.id': 'a' })).toBeGreaterThanOrEqual(1);
+    expect(await sum('rsc.consumer.rebalance.duration', streamPrefix, { 'messaging.client.id': 'a' })).toBeGreaterThanOrEqual(1);
+    expect(await sum('rsc.coordinator.heartbeat.duration', streamPrefix, { 'messaging.client.id': 'a' })).toBeGreaterThanOrEqual(2);
+    // The producer's side.
+    expect(await sum('messaging.client.sent.messages', streamPrefix)).toBe(5);
+
+    // A stopped member's series end at 0 (cumulative exporters keep a series' last value).
+    await member.stop();
+    expect((await points('rsc.consumer.owned_shards', streamPrefix)).map((p) => p.value)).toEqual([0]);
+    expect(await byShard('rsc.consumer.pending')).toEqual({ 0: 0, 1: 0 });
+  });
+
+  it('counts an acknowledgement batch refused by the fencing token of the shard\'s next owner', async () => {
+    const streamPrefix = uniqueName('otel-fenced-ack');
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const runsOf = { a: 0, b: 0 };
+    const handler = (name: 'a' | 'b') => async () => {
+      runsOf[name] += 1;
+      await gate;
+    };
+    // a's handler outlives the revocation timeout: the shard goes to b while it still runs.
+    const a = aMember(streamPrefix, 'a', { revocationTimeoutMs: 100, runtimeMaxConcurrency: 2, handler: handler('a') });
+    const acks: boolean[] = [];
+    a.on('acknowledged', (event) => acks.push(event.accepted));
+    await a.start();
+    await pollUntil('a owns both shards', async () => a.ownedShards().length === 2);
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.send({ shardIndex: 0, payload: 0 });
+    await producer.send({ shardIndex: 1, payload: 1 });
+    await pollUntil('a runs both entries', async () => runsOf.a === 2);
+
+    const b = aMember(streamPrefix, 'b', { handler: handler('b') });
+    await b.start();
+    // b runs the moved shard's entry again: it holds the shard's fencing token now.
+    await pollUntil('b runs the moved entry', async () => runsOf.b === 1);
+    release();
+    await pollUntil("a's acknowledgements settled", async () => acks.length === 2);
+    expect(acks.sort()).toEqual([false, true]);
+    expect(await sum('rsc.consumer.ack_batches.refused', streamPrefix)).toBe(1);
+  });
+
+  it('a lag read that fails is one error event and a gap in the lag and pending series, not a failed collection', async () => {
+    const streamPrefix = uniqueName('otel-noxinfo');
+    const admin = redis.client();
+    await admin.call('ACL', 'SETUSER', 'noxinfo', 'on', '>pw', '~*', '&*', '+@all', '-xinfo');
+    const member = new CoordinatedMember(redis.client({ username: 'noxinfo', password: 'pw' }), {
+      streamPrefix,
+      consumerGroup: 'group',
+      memberId: 'a',
+      shardCount: 2,
+      coordinator: { heartbeatIntervalMs: 200 },
+      handler: () => undefined,
+    });
+    started.push(member);
+    const errors: Error[] = [];
+    member.on('error', (error) => errors.push(error));
+    await member.start();
+    await pollUntil('both shards owned', async () => member.ownedShards().length === 2);
+
+    expect(await points('rsc.consumer.lag', streamPrefix)).toEqual([]);
+    expect(await points('rsc.consumer.pending', streamPrefix)).toEqual([]);
+    expect((await points('rsc.consumer.owned_shards', streamPrefix)).map((p) => p.value)).toEqual([2]);
+    const lagErrors = errors.filter((e) => /reading lag and pending for metrics failed/.test(e.message));
+    expect(lagErrors).toHaveLength(1);
+    expect(lagErrors[0].message).toMatch(/NOPERM|no permissions/i);
+
+    // Allowed again: the gauges are back at the next collection.
+    await admin.call('ACL', 'SETUSER', 'noxinfo', '+xinfo');
+    expect(await points('rsc.consumer.lag', streamPrefix)).toHaveLength(2);
+  });
+});
+
+describe('off switches', () => {
+  it('telemetry: false produces no span, no trace header and no metric', async () => {
+    const streamPrefix = uniqueName('otel-off');
+    const seen: Record<string, string>[] = [];
+    const member = aMember(streamPrefix, 'a', { telemetry: false, handler: (message) => void seen.push(message.headers) });
+    expect(member.options.telemetry).toBeUndefined();
+    expect(member.coordinator.options.onHeartbeat).toBeUndefined();
+    await member.start();
+    await new StreamProducer(redis.client(), { streamPrefix, telemetry: false }).send({ key: 'k', payload: 1 });
+    await pollUntil('handled', async () => seen.length === 1);
+    expect(seen[0]).toEqual({});
+    expect(spans.getFinishedSpans().filter((s) => s.name.endsWith(streamPrefix))).toEqual([]);
+    expect(await points('rsc.consumer.owned_shards', streamPrefix)).toEqual([]);
+    expect(await points('messaging.client.sent.messages', streamPrefix)).toEqual([]);
+  });
+
+  it('telemetry: "yes" is refused naming the option', () => {
+    expect(() => new StreamProducer(redis.client(), { streamPrefix: 'x', telemetry: 'yes' as unknown as boolean })).toThrow('telemetry must be a boolean, got "yes"');
+    expect(() => aMember('x', 'a', { telemetry: 'yes' as unknown as boolean })).toThrow('telemetry must be a boolean, got "yes"');
+  });
+});

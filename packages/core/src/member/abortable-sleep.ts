@@ -14,6 +14,16 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<boolean> {
   });
 }
 
+/** `promise`, or a rejection "no answer within `ms` ms" when it has not settled by then. */
+export function withTimeout<R>(promise: Promise<R>, ms: number): Promise<R> {
+  return Promise.race([
+    promise,
+    sleep(ms).then(() => {
+      throw new Error(`no answer within ${ms} ms`);
+    }),
+  ]);
+}
+
 /** A one-shot signal that can be awaited and re-armed: the reader loop's "something changed". */
 export class Wakeup {
   private waiters: (() => void)[] = [];

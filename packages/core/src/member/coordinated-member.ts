@@ -1,22 +1,26 @@
+// The member's facade and its lifecycle (start, stop, abort, restart, halt). The work is done by
+// its parts, one job each: the heartbeat loop (member-heartbeat.ts, refusals in
+// heartbeat-refusals.ts), the reconciler (member-reconciler.ts: ownership, revocations, lease
+// checks), the metadata sync (metadata-sync.ts: the stream's metadata, cutovers after a resize)
+// and the poller (shard-poller.ts).
 import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type { Redis } from 'ioredis';
-import { CoordinatorAdmin } from '../admin/coordinator-admin';
-import { ErrorCode } from '../protocol/error-codes';
 import { assertIntegerInRange } from '../protocol/names';
-import { type CoordinatorError, ShardCountConflictError, toCoordinatorError } from '../protocol/errors';
-import { type HeartbeatRequest, type HeartbeatResponse, JOIN_EPOCH, LEAVE_EPOCH } from '../protocol/heartbeat';
+import type { CoordinatorError } from '../protocol/errors';
 import { CoordinatorClient } from '../redis/coordinator-client';
 import type { RedisClient } from '../redis/scripts';
 import { ShardClient } from '../redis/shard-client';
 import { WakeHub } from '../redis/wake-hub';
-import { sleep } from './abortable-sleep';
-import { CutoverWatch } from './cutover-watch';
-import { HeartbeatSchedule } from './heartbeat-schedule';
-import { MemberLease } from './member-lease';
-import { type CoordinatedMemberOptions, MAX_RUNTIME_CONCURRENCY, type ResolvedMemberOptions, resolveMemberOptions } from './member-options';
-import { reconnect } from './reader-connection';
 import type { MemberEvents } from './member-events';
+import { MemberHeartbeat } from './member-heartbeat';
+import { MemberLease } from './member-lease';
+import { type CoordinatedMemberOptions, coordinatorCallTimeoutMs, MAX_RUNTIME_CONCURRENCY, type ResolvedMemberOptions, resolveMemberOptions } from './member-options';
+import type { MemberProblems } from './member-problems';
+import { MemberReconciler } from './member-reconciler';
+import type { MemberStats } from './member-stats';
+import { MetadataSync } from './metadata-sync';
+import { reconnect } from './reader-connection';
 import { type ShardError, ShardPoller } from './shard-poller';
 
 export type { MemberEvents, ShardsEvent } from './member-events';
@@ -44,56 +48,28 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   private readonly reader: Redis;
   private readonly poller: ShardPoller;
   private lifecycle: Lifecycle = 'new';
-  private memberEpoch = JOIN_EPOCH;
-  private metadataVersion = 0;
-  /** shardIndex -> the epoch it was granted at (its fencing token). */
-  private readonly owned = new Map<number, number>();
-  private readonly revoking = new Set<number>();
-  private readonly revoked = new Set<number>();
-  private readonly heartbeats = new HeartbeatSchedule(
-    () => this.heartbeat(),
-    () => this.heartbeating(),
-  );
   private readonly lease: MemberLease;
+  private readonly reconciler: MemberReconciler;
+  private readonly metadata: MetadataSync;
+  private readonly heartbeats: MemberHeartbeat;
   /** Bumped by every start() and stop(): a start() that finds it changed after an await was overtaken. */
   private generation = 0;
   /** The stop() or abort() under way or last done: a start() waits for it to end. */
   private shutdown: Promise<void> | undefined;
-  private joined: { resolve: () => void; reject: (error: Error) => void } | undefined;
-  /** Whether the coordinator knows this member (it must leave on stop, whatever its epoch). */
-  private hasJoined = false;
-  /**
-   * Whether a heartbeat was sent since the last answer that said the group is gone: the coordinator
-   * may know this member even though no answer arrived (stop() during the join), so stop() leaves.
-   */
-  private mayHaveJoined = false;
   private stopListening: (() => Promise<void>) | undefined;
   /**
    * This process's identity under `memberId` (SPEC 9.4): a join from another instance while this
    * one's lease is live is refused with FENCED_INSTANCE_ID, and so is this one's after another took over.
    */
   readonly instanceId = randomUUID();
-  private readonly shardClient: ShardClient;
   /** Set for good when this instance was refused its memberId (FencedInstanceIdError). */
   private fatal: CoordinatorError | undefined;
   /** True from stop() until the drain ended: heartbeats go on so the lease outlives every handler. */
   private draining = false;
   /** Resolves when stop()'s drain ended (handlers finished or shutdownTimeoutMs passed). */
   private drained: Promise<void> | undefined;
-  /** Heartbeats in a row answered INVALID_REQUEST; two mean the member's view itself is bad. */
-  private invalidInARow = 0;
-  /** GROUP_NOT_FOUND answers in a row (the stream has no metadata): sets the backoff. */
-  private missingInARow = 0;
   /** Conditions of this member (not of a shard) that keep it from working, by kind. */
-  private readonly memberProblems = new Map<'group' | 'request' | 'metadata' | 'instance', string>();
-  /**
-   * True while an answer carried a newer metadataVersion whose cutover could not be read: an ordered
-   * shrink may hold shards this member already reads, from a point it does not know yet, so no
-   * handler starts anywhere until the read succeeds.
-   */
-  private metadataBehind = false;
-  /** The group's cutover after a resize, as of `metadataVersion`. */
-  private readonly cutover: CutoverWatch;
+  private readonly memberProblems: MemberProblems = new Map();
 
   constructor(
     private readonly redis: RedisClient,
@@ -101,27 +77,30 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   ) {
     super();
     this.options = resolveMemberOptions(options);
+    const resolved = this.options as ResolvedMemberOptions;
     this.coordinator = new CoordinatorClient(redis, this.options.coordinator);
     // Blocking reads need a connection of their own (same options: password, ACL user, TLS).
     this.reader = (redis as Redis).duplicate();
     this.reader.on('error', () => undefined); // reported through the read loop
     const shardClient = new ShardClient(redis, this.coordinator.keys, this.options.streamPrefix, this.options.consumerGroup, this.options.memberId);
-    this.shardClient = shardClient;
-    this.poller = new ShardPoller(shardClient, redis as Redis, this.reader, this.options as ResolvedMemberOptions, () => this.mayStartHandlers());
+    this.poller = new ShardPoller(shardClient, redis as Redis, this.reader, resolved, () => this.mayStartHandlers());
     this.lease = new MemberLease(this.options.sessionTimeoutMs);
-    this.cutover = new CutoverWatch(redis, this.coordinator, {
-      streamPrefix: this.options.streamPrefix,
-      consumerGroup: this.options.consumerGroup,
-      cutoverCheckIntervalMs: this.options.cutoverCheckIntervalMs,
-      readTimeoutMs: this.callTimeoutMs(),
-      setHolds: (holds) => this.poller.setHolds(holds),
-      onCheckFailed: (error) => this.emit('error', new Error(`member ${this.memberId}: checking the group's cutover failed: ${error.message}`)),
-      onCompleted: () => this.requestHeartbeat(),
+    const requestHeartbeat = () => this.heartbeats.now();
+    this.reconciler = new MemberReconciler(this.poller, this, this.lease, this.options, requestHeartbeat, () => this.drained);
+    this.metadata = new MetadataSync(redis, this.coordinator, resolved, this.poller, this, this.memberProblems, coordinatorCallTimeoutMs(this.options), requestHeartbeat);
+    const parts = { coordinator: this.coordinator, shardClient, reconciler: this.reconciler, metadata: this.metadata, lease: this.lease, problems: this.memberProblems };
+    this.heartbeats = new MemberHeartbeat(resolved, this.instanceId, this, parts, {
+      heartbeating: () => this.heartbeating(),
+      running: () => this.lifecycle === 'running',
+      endDrain: () => {
+        if (this.lifecycle === 'stopping') this.draining = false;
+      },
+      halt: (error) => this.halt(error),
     });
     this.poller.on('error', (error: ShardError) => this.emit('error', error));
     this.poller.on('dead-letter', (event) => this.emit('dead-letter', event));
     this.poller.on('acknowledged', (event) => this.emit('acknowledged', event));
-    this.poller.on('claim-refused', () => this.requestHeartbeat()); // the grant may be stale: ask now
+    this.poller.on('claim-refused', requestHeartbeat); // the grant may be stale: ask now
   }
 
   get memberId(): string {
@@ -130,11 +109,11 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
 
   /** The shards this member reads now. */
   ownedShards(): number[] {
-    return [...this.owned.keys()].sort((a, b) => a - b);
+    return this.reconciler.ownedShards();
   }
 
   currentMemberEpoch(): number {
-    return this.memberEpoch;
+    return this.reconciler.memberEpoch;
   }
 
   /** Whether the member has been started and not stopped (it may still be joining, or paused). */
@@ -182,43 +161,23 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     // The poller reads the same options object: the dispatcher sees the new capacity at once.
     this.options.runtimeMaxConcurrency = runtimeMaxConcurrency;
     this.poller.capacityChanged();
-    this.requestHeartbeat();
+    this.heartbeats.now();
   }
 
   /** What the member is doing now: for health checks, dashboards and tests. */
-  stats(): {
-    joined: boolean;
-    /** Started and not stopped (it may still be joining). */
-    running: boolean;
-    /** `pause()` is in effect: nothing is fetched and no handler starts. */
-    paused: boolean;
-    runtimeMaxConcurrency: number;
-    memberEpoch: number;
-    ownedShards: number[];
-    revokingShards: number[];
-    activeHandlers: number;
-    bufferedEntries: number;
-    heldEntries: number;
-    metadataVersion: number;
-    /**
-     * What keeps this member from doing its work right now, one line each (a shard it cannot claim, a
-     * dead letter it cannot write, a configuration it cannot recover from). Empty when all is well;
-     * health checks report these.
-     */
-    problems: string[];
-  } {
+  stats(): MemberStats {
     return {
-      joined: this.hasJoined && this.lifecycle === 'running' && this.leaseIsSafe(),
+      joined: this.heartbeats.hasJoined && this.lifecycle === 'running' && this.reconciler.leaseIsSafe(),
       running: this.isRunning(),
       paused: this.isPaused(),
       runtimeMaxConcurrency: this.options.runtimeMaxConcurrency,
-      memberEpoch: this.memberEpoch,
+      memberEpoch: this.reconciler.memberEpoch,
       ownedShards: this.ownedShards(),
-      revokingShards: [...this.revoking].sort((a, b) => a - b),
+      revokingShards: this.reconciler.revokingShards(),
       activeHandlers: this.poller.activeHandlers,
       bufferedEntries: this.poller.bufferedEntries,
       heldEntries: this.poller.heldEntries,
-      metadataVersion: this.metadataVersion,
+      metadataVersion: this.metadata.version,
       problems: [...this.memberProblems.values(), ...this.poller.problems()],
     };
   }
@@ -249,7 +208,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     // session timeout, not after the client's own retries) and may be called again.
     if (this.options.shardCount !== undefined) {
       try {
-        await this.ensureStream(this.options.shardCount);
+        await this.metadata.ensureStream(this.options.shardCount);
       } catch (error) {
         if (this.generation === generation) this.lifecycle = 'stopped';
         throw error;
@@ -257,14 +216,12 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     }
     if (this.generation !== generation || this.lifecycle !== 'starting') throw new Error(`member ${this.memberId} was stopped while starting`);
     this.lifecycle = 'running';
-    const joined = new Promise<void>((resolve, reject) => (this.joined = { resolve, reject }));
-    // stop() may reject it before start() awaits it; start() still sees the rejection below.
-    joined.catch(() => undefined);
+    const joined = this.heartbeats.waitForJoin();
     try {
       this.stopListening = await WakeHub.for(this.redis).listen(
         this.coordinator.keys.groupWakeChannel(this.options.streamPrefix, this.options.consumerGroup),
         (publisher) => {
-          if (publisher !== this.memberId) this.requestHeartbeat();
+          if (publisher !== this.memberId) this.heartbeats.now();
         },
       );
     } catch (error) {
@@ -277,7 +234,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
       return;
     }
     this.poller.start();
-    this.requestHeartbeat();
+    this.heartbeats.now();
     await joined;
   }
 
@@ -287,19 +244,13 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
    * instance id and a pause stay.
    */
   private async prepareRestart(): Promise<void> {
-    this.memberEpoch = JOIN_EPOCH;
-    this.metadataVersion = 0;
-    this.owned.clear();
-    this.revoking.clear();
-    this.revoked.clear();
-    this.hasJoined = false;
+    this.reconciler.forget();
+    this.metadata.restart();
+    this.heartbeats.restart();
     this.draining = false;
     this.drained = undefined;
-    this.invalidInARow = 0;
-    this.missingInARow = 0;
     this.memberProblems.clear();
     this.lease.reset();
-    this.cutover.restart();
     await reconnect(this.reader);
   }
 
@@ -322,26 +273,25 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   private async stopNow(): Promise<void> {
     const wasRunning = this.lifecycle === 'running';
     this.lifecycle = 'stopping';
-    this.draining = wasRunning && this.hasJoined;
-    this.cutover.stop();
-    this.joined?.reject(new Error(`member ${this.memberId} stopped before it joined`));
-    this.joined = undefined;
+    this.draining = wasRunning && this.heartbeats.hasJoined;
+    this.metadata.stop();
+    this.heartbeats.joinFailed(new Error(`member ${this.memberId} stopped before it joined`));
     if (!this.draining) this.heartbeats.cancel();
     this.drained = this.poller.stop(this.options.shutdownTimeoutMs);
     await this.drained;
     this.draining = false;
     this.heartbeats.cancel();
     await this.heartbeats.settled();
-    if (wasRunning && (this.hasJoined || this.mayHaveJoined)) {
+    if (wasRunning && this.heartbeats.mayHaveJoined) {
       try {
         // Bounded like every coordinator call: a leave that cannot get through must not hold up
         // stop() (the coordinator expires the member after its session timeout instead).
-        await this.withTimeout(this.coordinator.heartbeat(this.request(LEAVE_EPOCH)), this.callTimeoutMs());
+        await this.heartbeats.leave();
       } catch (error) {
         this.emit('error', new Error(`member ${this.memberId} could not leave the group: ${(error as Error).message}`));
       }
     }
-    this.owned.clear();
+    this.reconciler.left();
     this.reader.disconnect();
     await this.stopListening?.();
     this.stopListening = undefined;
@@ -358,9 +308,8 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.lifecycle = 'stopped';
     this.generation += 1;
     this.heartbeats.cancel();
-    this.cutover.stop();
-    this.joined?.reject(new Error(`member ${this.memberId} aborted`));
-    this.joined = undefined;
+    this.metadata.stop();
+    this.heartbeats.joinFailed(new Error(`member ${this.memberId} aborted`));
     this.poller.dropAll('stopped');
     const stopping = this.poller.stop(0);
     this.reader.disconnect();
@@ -369,188 +318,9 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.shutdown = Promise.all([stopping, listening]).then(() => undefined, () => undefined);
   }
 
-  // ---- heartbeats -----------------------------------------------------------------------------------
-
-  private request(memberEpoch = this.memberEpoch): HeartbeatRequest {
-    return {
-      instanceId: this.instanceId,
-      streamPrefix: this.options.streamPrefix,
-      consumerGroup: this.options.consumerGroup,
-      memberId: this.memberId,
-      memberEpoch,
-      memberName: this.options.memberName,
-      runtimeMaxConcurrency: this.options.runtimeMaxConcurrency,
-      // Workers this member can keep busy: one per owned shard, up to its capacity. Stable between
-      // rebalances, so a steady member's heartbeat stays on the coordinator's cheap path.
-      activeConsumerWorkers: Math.min(this.options.runtimeMaxConcurrency, this.owned.size),
-      weight: this.options.weight,
-      sessionTimeoutMs: this.options.sessionTimeoutMs,
-      rebalanceTimeoutMs: this.options.rebalanceTimeoutMs,
-      metadataVersion: this.metadataVersion,
-      owned: this.ownedShards(),
-      revoking: [...this.revoking],
-      ackedRevocations: [...this.revoked],
-    };
-  }
-
   /** Heartbeats run while the member runs, and while stop() drains (the lease must outlive the handlers). */
   private heartbeating(): boolean {
     return this.lifecycle === 'running' || (this.lifecycle === 'stopping' && this.draining);
-  }
-
-  private requestHeartbeat(): void {
-    this.heartbeats.now();
-  }
-
-  private schedule(intervalMs: number): void {
-    this.heartbeats.after(intervalMs);
-  }
-
-  private async heartbeat(): Promise<void> {
-    const request = this.request();
-    const sentAt = performance.now();
-    this.mayHaveJoined = true;
-    let response: HeartbeatResponse;
-    try {
-      response = await this.withTimeout(this.coordinator.heartbeat(request), this.callTimeoutMs());
-    } catch (error) {
-      this.emit('error', new Error(`member ${this.memberId}: heartbeat failed: ${(error as Error).message}`));
-      this.checkLease();
-      this.schedule(Math.min(1000, Math.floor(this.options.sessionTimeoutMs / 5)));
-      return;
-    }
-    if (!this.heartbeating()) return;
-    if (response.errorCode === ErrorCode.FENCED_INSTANCE_ID) {
-      this.halt(toCoordinatorError(response.errorCode, `member ${this.memberId} (instance ${this.instanceId}) stopped for good: ${response.errorMessage}`));
-      return;
-    }
-    if (response.errorCode === ErrorCode.UNKNOWN_MEMBER_ID || response.errorCode === ErrorCode.FENCED_MEMBER_EPOCH) {
-      this.lease.renewed(sentAt);
-      this.invalidInARow = 0;
-      this.emit('fenced', { errorCode: response.errorCode, message: response.errorMessage, shards: this.ownedShards(), memberEpoch: this.memberEpoch });
-      this.dropEverything();
-      // A stopping member does not rejoin: it has nothing left to keep alive, and leaves.
-      if (this.lifecycle === 'stopping') this.draining = false;
-      this.requestHeartbeat();
-      return;
-    }
-    if (response.errorCode === ErrorCode.GROUP_NOT_FOUND) {
-      await this.groupMissing(response.errorMessage);
-      return;
-    }
-    if (response.errorCode !== ErrorCode.NONE) {
-      this.refused(response.errorCode, response.errorMessage);
-      return;
-    }
-    this.lease.renewed(sentAt);
-    this.hasJoined = true;
-    this.invalidInARow = 0;
-    this.missingInARow = 0;
-    this.memberProblems.delete('group');
-    this.memberProblems.delete('request');
-    this.shardClient.setIncarnation(response.incarnation);
-    for (const shard of request.ackedRevocations ?? []) this.revoked.delete(shard);
-    // Gains wait until the metadata is synced: a shard gained during an ordered shrink needs its hold
-    // first. Revocations never wait.
-    let synced = response.metadataVersion === this.metadataVersion;
-    if (!synced && this.lifecycle === 'running') synced = await this.syncMetadata(response.metadataVersion);
-    if (!this.heartbeating()) return;
-    this.apply(response, synced && this.lifecycle === 'running');
-    this.joined?.resolve();
-    this.joined = undefined;
-    this.schedule(synced ? response.heartbeatIntervalMs : Math.min(response.heartbeatIntervalMs, 1000));
-  }
-
-  /**
-   * Creates the stream's metadata with `shardCount` shards unless it exists (with any count: it may
-   * have been resized after this configuration was written). True when this call created it.
-   * Bounded like a coordinator call.
-   */
-  private ensureStream(shardCount: number): Promise<boolean> {
-    const admin = new CoordinatorAdmin(this.redis, { keyPrefix: this.coordinator.options.keyPrefix });
-    const created = admin.createStream({ streamPrefix: this.options.streamPrefix, shardCount }).then(
-      (stream) => stream.created,
-      (error: unknown) => {
-        if (!(error instanceof ShardCountConflictError)) throw error;
-        return false;
-      },
-    );
-    return this.withTimeout(created, this.callTimeoutMs());
-  }
-
-  /** How long one coordinator call may take before the member treats it as failed. */
-  private callTimeoutMs(): number {
-    return Math.max(100, Math.floor(this.options.sessionTimeoutMs / 3));
-  }
-
-  /**
-   * INVALID_REQUEST and other refusals that are not about ownership. The lease is checked as after a
-   * failed call (nothing was renewed). A second INVALID_REQUEST in a row means the member's own view
-   * no longer fits the group (e.g. it reports shards a shrink deleted while it was paused): it drops
-   * everything and rejoins with an empty, valid report.
-   */
-  private refused(errorCode: Exclude<ErrorCode, 'NONE'>, message: string): void {
-    const error = toCoordinatorError(errorCode, `member ${this.memberId}: ${message}`);
-    this.emit('error', error);
-    this.checkLease();
-    const retryMs = Math.min(5000, Math.floor(this.options.sessionTimeoutMs / 3));
-    if (errorCode !== ErrorCode.INVALID_REQUEST) {
-      this.schedule(retryMs);
-      return;
-    }
-    this.invalidInARow += 1;
-    this.memberProblems.set('request', `the coordinator refuses this member's heartbeats: ${message}`);
-    const holdsSomething = this.owned.size > 0 || this.revoking.size > 0 || this.revoked.size > 0 || this.memberEpoch !== JOIN_EPOCH;
-    if (this.invalidInARow >= 2 && holdsSomething) {
-      this.emit('fenced', { errorCode, message, shards: this.ownedShards(), memberEpoch: this.memberEpoch });
-      this.dropEverything();
-      if (this.lifecycle === 'stopping') this.draining = false;
-      this.requestHeartbeat();
-      return;
-    }
-    this.schedule(retryMs);
-  }
-
-  /**
-   * The stream has no metadata: Redis lost its keys (restart without persistence, FLUSHALL) or an
-   * operator deleted it. Whatever this member held is gone with the group. A member configured with
-   * `shardCount` recreates the stream and rejoins; one without backs off, reports one error, and
-   * lists the problem in stats() until the stream exists again.
-   */
-  private async groupMissing(message: string): Promise<void> {
-    this.missingInARow += 1;
-    if (this.owned.size > 0 || this.revoking.size > 0 || this.memberEpoch !== JOIN_EPOCH) {
-      this.emit('fenced', { errorCode: ErrorCode.GROUP_NOT_FOUND, message, shards: this.ownedShards(), memberEpoch: this.memberEpoch });
-    }
-    this.dropEverything();
-    // The group is gone with the stream: nothing to leave, nothing joined until the next success.
-    this.hasJoined = false;
-    this.mayHaveJoined = false;
-    // Versions restart with the recreated stream: sync whatever the next answer says.
-    this.metadataVersion = 0;
-    if (this.lifecycle === 'stopping') this.draining = false;
-    const backoffMs = Math.min(30_000, 250 * 2 ** Math.min(7, this.missingInARow - 1));
-    const shardCount = this.options.shardCount;
-    if (shardCount !== undefined && this.lifecycle === 'running') {
-      try {
-        const created = await this.ensureStream(shardCount);
-        if (created) {
-          this.emit('error', new Error(`member ${this.memberId}: stream "${this.options.streamPrefix}" had no metadata (Redis lost its keys?); recreated it with ${shardCount} shards and rejoins`));
-        }
-        // Rejoin at once the first time; should the stream still be missing after that, back off.
-        if (this.missingInARow === 1) this.requestHeartbeat();
-        else this.schedule(backoffMs);
-        return;
-      } catch (error) {
-        this.emit('error', new Error(`member ${this.memberId}: stream "${this.options.streamPrefix}" has no metadata and recreating it failed: ${(error as Error).message}`));
-        this.schedule(backoffMs);
-        return;
-      }
-    }
-    const problem = `stream "${this.options.streamPrefix}" has no metadata (${message}); retrying with backoff`;
-    if (!this.memberProblems.has('group')) this.emit('error', toCoordinatorError(ErrorCode.GROUP_NOT_FOUND, `member ${this.memberId}: ${problem}`));
-    this.memberProblems.set('group', problem);
-    this.schedule(backoffMs);
   }
 
   /**
@@ -561,15 +331,13 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   private halt(error: CoordinatorError): void {
     this.fatal = error;
     this.memberProblems.set('instance', error.message);
-    const joined = this.joined;
-    this.joined = undefined;
-    joined?.reject(error);
-    this.dropEverything();
-    this.hasJoined = false;
+    this.heartbeats.joinFailed(error);
+    this.reconciler.dropEverything();
+    this.heartbeats.forgetJoin();
     this.draining = false;
     this.lifecycle = 'stopped';
     this.heartbeats.cancel();
-    this.cutover.stop();
+    this.metadata.stop();
     this.shutdown = this.poller.stop(0);
     this.reader.disconnect();
     void this.stopListening?.();
@@ -577,122 +345,8 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.emit('error', error);
   }
 
-  private withTimeout<R>(promise: Promise<R>, ms: number): Promise<R> {
-    return Promise.race([
-      promise,
-      sleep(ms).then(() => {
-        throw new Error(`no answer within ${ms} ms`);
-      }),
-    ]);
-  }
-
-  // ---- resharding ----------------------------------------------------------------------------------
-
-  /**
-   * The stream's metadata changed (or this member just joined): read the group's cutover, hold what
-   * it holds, and check on it until it completes (docs/resharding.md). The read is bounded (a third
-   * of the session timeout), so it cannot hold up the heartbeat loop. On failure the version stays
-   * old, the next heartbeat tries again, and false tells the caller to take no new shards meanwhile.
-   */
-  private async syncMetadata(metadataVersion: number): Promise<boolean> {
-    // Behind from the moment a newer version is known until its cutover is read.
-    this.metadataBehind = true;
-    try {
-      await this.cutover.sync();
-    } catch (error) {
-      const problem = `reading the group's cutover failed: ${(error as Error).message}; no new shards and no handler starts until it succeeds`;
-      this.memberProblems.set('metadata', problem);
-      this.emit('error', new Error(`member ${this.memberId}: ${problem}`));
-      return false;
-    }
-    this.memberProblems.delete('metadata');
-    this.metadataBehind = false;
-    this.metadataVersion = metadataVersion;
-    return true;
-  }
-
-  // ---- reconciliation ------------------------------------------------------------------------------
-
-  /** `takeNewShards` false: apply revocations and losses only (metadata not synced, or stopping). */
-  private apply(response: HeartbeatResponse, takeNewShards: boolean): void {
-    this.memberEpoch = response.memberEpoch;
-    const assigned = new Set(response.assignedShards);
-    const toRevoke = new Set(response.revokeShards);
-
-    const revokedNow: number[] = [];
-    for (const shard of toRevoke) {
-      if (this.owned.has(shard)) {
-        this.owned.delete(shard);
-        this.revoking.add(shard);
-        revokedNow.push(shard);
-      } else if (!this.revoking.has(shard)) {
-        // Finished earlier, but the answer to the heartbeat that reported it was lost: report again.
-        this.revoked.add(shard);
-      }
-    }
-    // A shard the coordinator no longer counts as ours at all (e.g. after a rejoin): stop at once.
-    for (const shard of [...this.owned.keys()]) {
-      if (!assigned.has(shard) && !toRevoke.has(shard)) {
-        this.owned.delete(shard);
-        void this.poller.releaseShard(shard, 0, 'shard-lost');
-      }
-    }
-    if (revokedNow.length > 0) void this.revoke(revokedNow, response.memberEpoch);
-
-    const gained: number[] = [];
-    // Not taken now, still granted: the next heartbeat's answer offers them again.
-    if (!takeNewShards) assigned.clear();
-    for (const shard of assigned) {
-      if (!this.owned.has(shard) && !this.revoking.has(shard)) {
-        this.owned.set(shard, response.memberEpoch);
-        this.poller.addShard(shard, response.memberEpoch);
-        gained.push(shard);
-      }
-    }
-    if (gained.length > 0) {
-      this.emit('assigned', { shards: gained.sort((a, b) => a - b), memberEpoch: response.memberEpoch });
-      this.requestHeartbeat(); // report the new ownership (and the new activeConsumerWorkers) at once
-    }
-  }
-
-  /** Revoke-before-assign: stop, let in-flight work finish (bounded), acknowledge, then report at once. */
-  private async revoke(shards: number[], memberEpoch: number): Promise<void> {
-    await Promise.all(shards.map((shard) => this.poller.releaseShard(shard, this.options.revocationTimeoutMs)));
-    // While stopping, the poller already released every shard, so it cannot wait for the shard's
-    // handler: wait for the drain instead, bounded as a revocation is.
-    if (this.drained) await Promise.race([this.drained, sleep(this.options.revocationTimeoutMs)]);
-    for (const shard of shards) {
-      if (this.revoking.delete(shard)) this.revoked.add(shard);
-    }
-    this.emit('revoked', { shards: [...shards].sort((a, b) => a - b), memberEpoch });
-    this.requestHeartbeat();
-  }
-
-  /** Local ownership is no longer valid: stop reading and acking, clear everything, rejoin with epoch 0. */
-  private dropEverything(): void {
-    this.poller.dropAll();
-    this.owned.clear();
-    this.revoking.clear();
-    this.revoked.clear();
-    this.memberEpoch = JOIN_EPOCH;
-  }
-
-  // ---- lease ---------------------------------------------------------------------------------------
-
   /** Whether a handler may start now: the lease is safe and the member's view of the cutover is current. */
   private mayStartHandlers(): boolean {
-    return this.leaseIsSafe() && !this.metadataBehind;
-  }
-
-  private leaseIsSafe(): boolean {
-    return this.lease.isSafe(this.owned.size > 0);
-  }
-
-  /** No heartbeat got through for the lease budget: stop before the shards can be given away. */
-  private checkLease(): void {
-    if (this.owned.size === 0 && this.revoking.size === 0) return;
-    if (!this.lease.isSpent()) return;
-    this.emit('lease-lost', { shards: this.ownedShards(), memberEpoch: this.memberEpoch, sinceLastHeartbeatMs: Math.round(this.lease.sinceRenewedMs()) });
-    this.dropEverything();
+    return this.reconciler.leaseIsSafe() && !this.metadata.isBehind;
   }
 }

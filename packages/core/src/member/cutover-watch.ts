@@ -1,7 +1,7 @@
 import { type Cutover, cutoverProgress, readCutover } from '../admin/cutover';
 import type { CoordinatorClient } from '../redis/coordinator-client';
 import type { RedisClient } from '../redis/scripts';
-import { sleep } from './abortable-sleep';
+import { withTimeout } from './abortable-sleep';
 
 export interface CutoverWatchSettings {
   streamPrefix: string;
@@ -41,12 +41,7 @@ export class CutoverWatch {
    */
   async sync(): Promise<void> {
     const { streamPrefix, consumerGroup, readTimeoutMs } = this.settings;
-    const cutover = await Promise.race([
-      readCutover(this.redis, this.coordinator.keys, streamPrefix, consumerGroup),
-      sleep(readTimeoutMs).then(() => {
-        throw new Error(`no answer within ${readTimeoutMs} ms`);
-      }),
-    ]);
+    const cutover = await withTimeout(readCutover(this.redis, this.coordinator.keys, streamPrefix, consumerGroup), readTimeoutMs);
     this.cutover = cutover;
     const from = cutover ? `${cutover.switchAt}-0` : '';
     this.settings.setHolds(new Map((cutover?.held ?? []).map((shard) => [shard, from])));

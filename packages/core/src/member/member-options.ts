@@ -158,3 +158,8 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T>): R
 export function retryDelayMs(attempt: number, base: number, max: number): number {
   return Math.min(max, base * 2 ** (attempt - 1));
 }
+
+/** How long one coordinator call may take before the member treats it as failed: a third of the session timeout. */
+export function coordinatorCallTimeoutMs(options: { readonly sessionTimeoutMs: number }): number {
+  return Math.max(100, Math.floor(options.sessionTimeoutMs / 3));
+}

@@ -1,0 +1,22 @@
+/** What a member is doing now (`CoordinatedMember.stats()`): for health checks, dashboards and tests. */
+export interface MemberStats {
+  joined: boolean;
+  /** Started and not stopped (it may still be joining). */
+  running: boolean;
+  /** `pause()` is in effect: nothing is fetched and no handler starts. */
+  paused: boolean;
+  runtimeMaxConcurrency: number;
+  memberEpoch: number;
+  ownedShards: number[];
+  revokingShards: number[];
+  activeHandlers: number;
+  bufferedEntries: number;
+  heldEntries: number;
+  metadataVersion: number;
+  /**
+   * What keeps this member from doing its work right now, one line each (a shard it cannot claim, a
+   * dead letter it cannot write, a configuration it cannot recover from). Empty when all is well;
+   * health checks report these.
+   */
+  problems: string[];
+}

@@ -1,36 +1,64 @@
 import net from 'node:net';
 
+/** Requests travel client -> Redis; replies travel Redis -> client. */
+export type Direction = 'request' | 'reply';
+
+/** Looks at the bytes of one request chunk (RESP, read as latin1) and says whether a rule applies to it. */
+export type RequestMatcher = (request: string) => boolean;
+
+interface Chunk {
+  data: Buffer;
+  dueAt: number;
+  /** Called when the chunk is written on: a request that arms a "drop the reply" rule. */
+  onSent?: () => void;
+}
+
+/** One direction of one proxied connection: chunks wait here until they are due, in order. */
+interface Lane {
+  to: net.Socket;
+  queue: Chunk[];
+  timer: NodeJS.Timeout | undefined;
+}
+
+interface Link {
+  client: net.Socket;
+  upstream: net.Socket;
+  request: Lane;
+  reply: Lane;
+  /** A matched request reached Redis: the next reply bytes cut the connection instead of arriving. */
+  dropReply: (() => void) | undefined;
+  closed: boolean;
+}
+
+interface DropRule {
+  matches: RequestMatcher;
+  dropped: () => void;
+}
+
 /**
- * A loopback TCP proxy in front of a Redis server, for network faults: `freeze()` stops forwarding
- * in both directions (a partition, or a paused process: nothing is lost, it is delivered on
- * `thaw()`), `cut()` closes every connection (a crash or a reset).
+ * A loopback TCP proxy in front of a Redis server, for network faults:
+ * - `freeze()` stops forwarding in both directions (a partition, or a paused process: nothing is
+ *   lost, it is delivered on `thaw()`);
+ * - `cut()` closes every connection (a crash or a reset);
+ * - `delay(direction, ms, jitterMs)` makes requests or replies late (a slow network, a busy Redis whose
+ *   answer arrives late although the command ran at once), settable and clearable while connections
+ *   are open; chunks keep their order, and those already under way keep their schedule;
+ * - `dropNextReply(match)` lets the next matching request reach Redis, then cuts its connection
+ *   before any reply bytes get back: the command ran, the client never learns it (a lost reply).
  */
 export class TcpProxy {
   private readonly server: net.Server;
-  private readonly pairs = new Set<[net.Socket, net.Socket]>();
+  private readonly links = new Set<Link>();
   private frozen = false;
+  private readonly delays: Record<Direction, { ms: number; jitterMs: number }> = {
+    request: { ms: 0, jitterMs: 0 },
+    reply: { ms: 0, jitterMs: 0 },
+  };
+  private dropRules: DropRule[] = [];
   port = 0;
 
   private constructor(private readonly targetPort: number) {
-    this.server = net.createServer((client) => {
-      const upstream = net.connect(this.targetPort, '127.0.0.1');
-      const pair: [net.Socket, net.Socket] = [client, upstream];
-      this.pairs.add(pair);
-      if (this.frozen) {
-        client.pause();
-        upstream.pause();
-      } else {
-        client.pipe(upstream);
-        upstream.pipe(client);
-      }
-      const close = () => {
-        client.destroy();
-        upstream.destroy();
-        this.pairs.delete(pair);
-      };
-      client.on('error', close).on('close', close);
-      upstream.on('error', close).on('close', close);
-    });
+    this.server = net.createServer((client) => this.accept(client));
   }
 
   static async start(targetPort: number): Promise<TcpProxy> {
@@ -40,41 +68,172 @@ export class TcpProxy {
     return proxy;
   }
 
+  /**
+   * Matches a request chunk that carries the command `name` (e.g. 'XREADGROUP'), optionally with
+   * `containing` somewhere in it (a key, an entry id): RESP sends the name as a bulk string.
+   */
+  static command(name: string, containing?: string): RequestMatcher {
+    const bulk = `$${name.length}\r\n${name.toUpperCase()}\r\n`;
+    return (request) => request.toUpperCase().includes(bulk) && (containing === undefined || request.includes(containing));
+  }
+
   get url(): string {
     return `redis://127.0.0.1:${this.port}`;
   }
 
-  // pipe() resumes a paused source whenever the destination drains, so a freeze must unpipe.
-  private pause([client, upstream]: [net.Socket, net.Socket]): void {
-    client.unpipe(upstream);
-    upstream.unpipe(client);
-    client.pause();
-    upstream.pause();
+  /** Connections open now. */
+  get connections(): number {
+    return this.links.size;
   }
 
   freeze(): void {
     this.frozen = true;
-    for (const pair of this.pairs) this.pause(pair);
+    for (const link of this.links) {
+      // Stop reading too, so that the sockets' own buffers fill as they would on a real partition.
+      link.client.pause();
+      link.upstream.pause();
+      for (const lane of [link.request, link.reply]) {
+        clearTimeout(lane.timer);
+        lane.timer = undefined;
+      }
+    }
   }
 
   thaw(): void {
     this.frozen = false;
-    for (const [client, upstream] of this.pairs) {
-      client.pipe(upstream);
-      upstream.pipe(client);
+    for (const link of this.links) {
+      link.client.resume();
+      link.upstream.resume();
+      this.pump(link.request);
+      this.pump(link.reply);
     }
   }
 
   cut(): void {
-    for (const [client, upstream] of this.pairs) {
-      client.destroy();
-      upstream.destroy();
+    for (const link of [...this.links]) this.close(link);
+  }
+
+  /**
+   * Delays every chunk of one direction by `ms` (plus up to `jitterMs` more, drawn per chunk) from
+   * now on; `delay(direction, 0)` makes it fast again, releasing what waits (a long delay can so
+   * hold replies until the test says). Order within a connection is kept.
+   */
+  delay(direction: Direction, ms: number, jitterMs = 0): void {
+    this.delays[direction] = { ms, jitterMs };
+    const latest = Date.now() + ms + jitterMs;
+    for (const link of this.links) {
+      const lane = link[direction];
+      // Capping keeps the queue in order: dueAt only ever shrinks to a common bound.
+      for (const chunk of lane.queue) chunk.dueAt = Math.min(chunk.dueAt, latest);
+      clearTimeout(lane.timer);
+      lane.timer = undefined;
+      this.pump(lane);
     }
-    this.pairs.clear();
+  }
+
+  /** Both directions fast again, and no reply is dropped any more. */
+  clearFaults(): void {
+    this.delay('request', 0);
+    this.delay('reply', 0);
+    this.dropRules = [];
+  }
+
+  /**
+   * The next request (any connection) that `match` accepts goes through to Redis; then its
+   * connection is cut when the first reply bytes come back, so the client never sees the reply
+   * (nor replies to other commands still outstanding on that connection, as with a real reset).
+   * Resolves when the reply was dropped. Each call drops one reply.
+   */
+  dropNextReply(match: RequestMatcher = () => true): Promise<void> {
+    return new Promise<void>((dropped) => this.dropRules.push({ matches: match, dropped }));
   }
 
   async stop(): Promise<void> {
     this.cut();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
+
+  private accept(client: net.Socket): void {
+    const upstream = net.connect(this.targetPort, '127.0.0.1');
+    const link: Link = {
+      client,
+      upstream,
+      request: { to: upstream, queue: [], timer: undefined },
+      reply: { to: client, queue: [], timer: undefined },
+      dropReply: undefined,
+      closed: false,
+    };
+    this.links.add(link);
+    if (this.frozen) {
+      client.pause();
+      upstream.pause();
+    }
+    client.on('data', (data: Buffer) => this.fromClient(link, data));
+    upstream.on('data', (data: Buffer) => this.fromRedis(link, data));
+    const close = () => this.close(link);
+    client.on('error', close).on('close', close);
+    upstream.on('error', close).on('close', close);
+  }
+
+  private fromClient(link: Link, data: Buffer): void {
+    let onSent: (() => void) | undefined;
+    const rule = this.dropRules.length > 0 ? this.dropRules.find((r) => r.matches(data.toString('latin1'))) : undefined;
+    if (rule) {
+      this.dropRules = this.dropRules.filter((r) => r !== rule);
+      // Armed when the request is written on (after any request delay), not when it arrives here:
+      // replies to earlier commands still on their way back must not trigger the cut.
+      onSent = () => (link.dropReply = rule.dropped);
+    }
+    this.enqueue(link.request, data, this.delays.request, onSent);
+  }
+
+  private fromRedis(link: Link, data: Buffer): void {
+    if (link.dropReply) {
+      const dropped = link.dropReply;
+      link.dropReply = undefined;
+      this.close(link);
+      dropped();
+      return;
+    }
+    this.enqueue(link.reply, data, this.delays.reply);
+  }
+
+  private enqueue(lane: Lane, data: Buffer, delay: { ms: number; jitterMs: number }, onSent?: () => void): void {
+    const last = lane.queue[lane.queue.length - 1]?.dueAt ?? 0;
+    const dueAt = Math.max(last, Date.now() + delay.ms + Math.random() * delay.jitterMs);
+    lane.queue.push({ data, dueAt, onSent });
+    this.pump(lane);
+  }
+
+  /** Writes the chunks that are due, in order; sets a timer for the next one. Nothing moves while frozen. */
+  private pump(lane: Lane): void {
+    if (this.frozen || lane.timer) return;
+    while (lane.queue.length > 0) {
+      const wait = lane.queue[0].dueAt - Date.now();
+      if (wait > 0) {
+        lane.timer = setTimeout(() => {
+          lane.timer = undefined;
+          this.pump(lane);
+        }, wait);
+        return;
+      }
+      const chunk = lane.queue.shift()!;
+      if (lane.to.destroyed) return;
+      chunk.onSent?.();
+      lane.to.write(chunk.data);
+    }
+  }
+
+  private close(link: Link): void {
+    if (link.closed) return;
+    link.closed = true;
+    for (const lane of [link.request, link.reply]) {
+      clearTimeout(lane.timer);
+      lane.timer = undefined;
+      lane.queue = [];
+    }
+    link.client.destroy();
+    link.upstream.destroy();
+    this.links.delete(link);
   }
 }

@@ -1,0 +1,119 @@
+/**
+ * The checker's promises added by issue 12, each a pure function of what the harness recorded:
+ * nothing stuck at a live owner, dead letters fenced like acks, one accepted run per entry per grant.
+ */
+import type { DeadLetter, PendingSample, RecordLine, Run } from './checker';
+
+/** Samples further apart than this break a streak (the harness was not looking, e.g. Redis restarting). */
+const MAX_SAMPLE_GAP_MS = 1500;
+
+/**
+ * Entries pending at the shard's owner while that owner was live and under no fault, with no handler
+ * of the entry running, for longer than `afterMs` (the sweep interval plus a margin): a retry
+ * dropped, a dead-letter write that failed without a retry, an entry of a lost read reply on a quiet
+ * shard (issue 11: 1, 2, 9). Reported once per entry, with how long it sat.
+ */
+export function stuckEntries(runs: Run[], samples: PendingSample[], afterMs: number): string[] {
+  const inFlight = new Map<string, Run[]>();
+  for (const run of runs) {
+    const k = `${run.group}/${run.member}/${run.shard}/${run.id}`;
+    const list = inFlight.get(k);
+    if (list) list.push(run);
+    else inFlight.set(k, [run]);
+  }
+  const running = (group: string, member: string, shard: number, id: string, t: number) =>
+    (inFlight.get(`${group}/${member}/${shard}/${id}`) ?? []).some((r) => r.start <= t && (r.end === undefined || r.end >= t));
+
+  const streaks = new Map<string, { since: number; last: number; member: string }>();
+  const stuck = new Map<string, string>();
+  for (const sample of [...samples].sort((a, b) => a.t - b.t)) {
+    const here = new Set<string>();
+    if (sample.owner !== null && sample.ownerLive) {
+      for (const p of sample.pending) {
+        if (p.consumer !== sample.owner || running(sample.group, sample.owner, sample.shard, p.id, sample.t)) continue;
+        const k = `${sample.group}/${sample.shard}/${p.id}`;
+        here.add(k);
+        const streak = streaks.get(k);
+        if (!streak || streak.member !== sample.owner || sample.t - streak.last > MAX_SAMPLE_GAP_MS) {
+          streaks.set(k, { since: sample.t, last: sample.t, member: sample.owner });
+          continue;
+        }
+        streak.last = sample.t;
+        if (streak.last - streak.since > afterMs) {
+          stuck.set(k, `${sample.group ? `${sample.group}: ` : ''}shard ${sample.shard} ${p.id} pending at ${sample.owner} for ${Math.round(streak.last - streak.since)} ms with nothing running it`);
+        }
+      }
+    }
+    // Entries of this shard not seen in this sample end their streak.
+    for (const k of streaks.keys()) if (k.startsWith(`${sample.group}/${sample.shard}/`) && !here.has(k)) streaks.delete(k);
+  }
+  return [...stuck.values()];
+}
+
+interface Holding {
+  member: string;
+  since: number;
+}
+
+/**
+ * Every dead letter must be written by the shard's owner of the time and never be acknowledged by
+ * another member as well (SPEC 9.2: side writes are fenced like acks). "Not the owner of the time":
+ * the writer had not been granted the shard, or another member's acknowledgement on the shard was
+ * accepted after the writer's latest grant and before the write (the shard had moved on).
+ */
+export function deadLetterFencing(lines: RecordLine[], deadLetters: DeadLetter[]): string[] {
+  const sorted = [...lines].sort((a, b) => a.t - b.t);
+  const grants = new Map<string, number[]>(); // group/member/shard -> grant times
+  const acceptedAcks = new Map<string, { member: string; t: number; ids: string[] }[]>(); // group/shard -> acks
+  for (const line of sorted) {
+    const g = line.g ?? '';
+    if (line.e === 'assigned') {
+      for (const s of line.shards ?? []) {
+        const k = `${g}/${line.m}/${s}`;
+        grants.set(k, [...(grants.get(k) ?? []), line.t]);
+      }
+    }
+    if (line.e === 'ack' && line.ok) {
+      const k = `${g}/${line.s}`;
+      acceptedAcks.set(k, [...(acceptedAcks.get(k) ?? []), { member: line.m, t: line.t, ids: line.ids ?? [] }]);
+    }
+  }
+  const problems: string[] = [];
+  for (const d of deadLetters) {
+    const groupLines = [...grants.keys()].some((k) => k.startsWith(`${d.group}/`)) ? d.group : '';
+    const acks = acceptedAcks.get(`${groupLines}/${d.shard}`) ?? [];
+    const name = `${d.group ? `${d.group}: ` : ''}shard ${d.shard} ${d.id} dead-lettered by ${d.member}`;
+    const other = acks.find((a) => a.member !== d.member && a.ids.includes(d.id));
+    if (other) {
+      problems.push(`${name}, also acknowledged by ${other.member}`);
+      continue;
+    }
+    const granted = (grants.get(`${groupLines}/${d.member}/${d.shard}`) ?? []).filter((t) => t <= d.t);
+    if (granted.length === 0) {
+      problems.push(`${name}, which was never granted the shard before writing it`);
+      continue;
+    }
+    const since: Holding = { member: d.member, since: granted[granted.length - 1] };
+    const moved = acks.find((a) => a.member !== d.member && a.t > since.since && a.t < d.t);
+    if (moved) problems.push(`${name} after ${moved.member} owned the shard (its acknowledgement was accepted at ${moved.t.toFixed(0)})`);
+  }
+  return problems;
+}
+
+/**
+ * At most one accepted handler run per entry per grant: under one grant a member runs an entry to
+ * success once; a second successful run whose acknowledgement counted means the entry was read or
+ * claimed twice (e.g. a takeover page not advancing the read cursor). Failed attempts are retries.
+ */
+export function grantDuplicates(runs: Run[]): string[] {
+  const count = new Map<string, number>();
+  const problems: string[] = [];
+  for (const run of runs) {
+    if (!run.ok || run.end === undefined || !run.acked) continue;
+    const k = `${run.group}/${run.member}/${run.grant ?? '?'}/${run.shard}/${run.id}`;
+    const n = (count.get(k) ?? 0) + 1;
+    count.set(k, n);
+    if (n === 2) problems.push(`${run.group ? `${run.group}: ` : ''}shard ${run.shard} ${run.id} run to success twice by ${run.member} under grant ${run.grant ?? '?'}`);
+  }
+  return problems;
+}

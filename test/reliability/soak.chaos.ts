@@ -3,13 +3,15 @@ import fs from 'node:fs';
 import os from 'node:os';
 import { expect, it } from 'vitest';
 import type { CheckReport } from './checker';
-import { ChaosHarness, FAULT_KINDS } from './harness';
+import { selectedFaultKinds } from './faults';
+import { ChaosHarness } from './harness';
 import { faultTable, formatReport } from './report';
 
 /** The long tier (scripts/test-chaos.js passes these): faults at random for the whole duration. */
 const durationMs = Number(process.env.RSC_CHAOS_DURATION_MS ?? 600_000);
 const seed = Number(process.env.RSC_CHAOS_SEED ?? 1);
 const reportFile = process.env.RSC_CHAOS_REPORT;
+const kinds = selectedFaultKinds();
 
 const progress = (line: string) => process.stderr.write(`${line}\n`);
 
@@ -22,7 +24,7 @@ it(`soak: random faults for ${Math.round(durationMs / 1000)} s (seed ${seed})`, 
     progress(`${elapsed()} seed ${seed}, ${Math.round(durationMs / 1000)} s of faults; 3 member processes, 8 shards, AOF (appendfsync always)`);
     while (Date.now() - begin < durationMs) {
       await new Promise((resolve) => setTimeout(resolve, 500 + harness.random() * 2500));
-      await harness.inject(FAULT_KINDS[Math.floor(harness.random() * FAULT_KINDS.length)]);
+      await harness.inject(kinds[Math.floor(harness.random() * kinds.length)]);
     }
     progress(`${elapsed()} draining and checking`);
     report = await harness.finish(120_000);

@@ -134,4 +134,11 @@ describe('reliability checker', () => {
     expect(report.lost).toEqual(['third: 0/1-0 (a#1)', 'third: 0/2-0 (a#2)']);
     expect(report.unrecovered).toEqual(['duplicate-id: never refused']);
   });
+
+  it('finds a key written twice (a partial batch sent again whole), not an entry handled twice', () => {
+    const copies = [...run('p0', 0, '1-0', 'a', 1, 10, 11), ...run('p0', 0, '2-0', 'a', 2, 12, 13), ...run('p0', 0, '3-0', 'a', 1, 14, 15)];
+    expect(check(produced.slice(0, 2), copies, [], new Set()).writtenTwice).toEqual(['a#1 in 0/1-0 and 0/3-0']);
+    const redelivered = [...run('p0', 0, '1-0', 'a', 1, 10, 11), ...run('p1', 0, '1-0', 'a', 1, 20, 21)];
+    expect(check(produced.slice(0, 1), redelivered, [{ kind: 'kill', target: 'p0', at: 15 }], new Set()).writtenTwice).toEqual([]);
+  });
 });

@@ -23,11 +23,13 @@ describe('reliability harness (short tier)', () => {
         await new Promise((resolve) => setTimeout(resolve, 200 + harness.random() * 300));
         await harness.inject(kind);
       }
+      // Keep the load on a while after the last fault: an entry stranded by it must be seen stuck.
+      await new Promise((resolve) => setTimeout(resolve, 4000));
       const report = await harness.finish();
       const summary = `seed ${seed} (replay: RSC_CHAOS_SEED=${seed} RSC_CHAOS_FAULTS=${order.join(',')} npx vitest run test/reliability.test.ts)\n${formatReport(report)}`;
       console.info(summary);
       for (const kind of kinds) expect(report.faults.filter((f) => f.kind === kind).length, `${kind}\n${summary}`).toBeGreaterThanOrEqual(1);
-      expect(report.produced, summary).toBeGreaterThan(500);
+      expect(report.produced, summary).toBeGreaterThan(200);
       expect(report.unrecovered, summary).toEqual([]);
       expect(report.lost, summary).toEqual([]);
       expect(report.stuck, summary).toEqual([]);
@@ -35,6 +37,7 @@ describe('reliability harness (short tier)', () => {
       expect(report.overlaps, summary).toEqual([]);
       expect(report.unfencedDeadLetters, summary).toEqual([]);
       expect(report.grantDuplicates, summary).toEqual([]);
+      expect(report.writtenTwice, summary).toEqual([]);
       expect(report.unexplainedDuplicates, summary).toEqual([]);
     } finally {
       await harness.stop();

@@ -4,7 +4,7 @@
  * held (SPEC sections 1, 5 and 9). Pure: every input is data, so its own tests
  * (test/reliability-checker.test.ts) can show that it catches each broken promise.
  */
-import { deadLetterFencing, grantDuplicates, stuckEntries } from './promises';
+import { deadLetterFencing, grantDuplicates, stuckEntries, writtenTwice } from './promises';
 
 export interface Produced {
   id: string;
@@ -153,6 +153,11 @@ export interface CheckReport {
   unfencedDeadLetters: string[];
   /** More than one successful, accepted handler run of one entry under one grant. */
   grantDuplicates: string[];
+  /**
+   * A key's sequence number found in two stream entries: a producer batch written in part and sent
+   * again whole (issue 11 #12), which replays a key's earlier entries after its later ones.
+   */
+  writtenTwice: string[];
   /** Faults the group never recovered from within the harness's deadline. */
   unrecovered: string[];
   faults: Fault[];
@@ -314,6 +319,7 @@ export function check(produced: Produced[], lines: RecordLine[], faults: Fault[]
     deadLetters: deadLetters.length,
     unfencedDeadLetters: deadLetterFencing(lines, deadLetters),
     grantDuplicates: grantDuplicates(runs),
+    writtenTwice: writtenTwice(runs),
     unrecovered: faults.filter((f) => f.failed).map((f) => `${f.kind}${f.target ? ` ${f.target}` : ''}: ${f.failed}`),
     faults,
   };

@@ -36,13 +36,16 @@ const evalsha = (shas: string[]) => {
   return (request: string) => isEvalsha(request) && shas.some((sha) => request.includes(sha));
 };
 
-/** Delays one member's requests and replies (a slow link) for `holdMs`, then makes them fast again. */
-async function latency(h: ChaosHarness, fault: Fault, ms: number, jitterMs: number, holdMs: number) {
+/**
+ * Delays one member's requests by `requestMs` and its replies by `replyMs` (plus up to `jitterMs`
+ * per chunk each way) for `holdMs`, then makes them fast again.
+ */
+async function latency(h: ChaosHarness, fault: Fault, requestMs: number, replyMs: number, jitterMs: number, holdMs: number) {
   const victim = h.pick();
   fault.target = victim.memberId;
   h.excuse(victim, holdMs + h.sessionTimeoutMs * 3);
-  victim.proxy.delay('request', Math.round(ms / 2), Math.round(jitterMs / 2));
-  victim.proxy.delay('reply', Math.round(ms / 2), Math.round(jitterMs / 2));
+  victim.proxy.delay('request', Math.round(requestMs), Math.round(jitterMs / 2));
+  victim.proxy.delay('reply', Math.round(replyMs), Math.round(jitterMs / 2));
   await sleep(holdMs);
   victim.proxy.clearFaults();
   return { liftedAt: performance.now() };
@@ -60,7 +63,11 @@ async function lostReply(h: ChaosHarness, fault: Fault, match: (request: string)
   }
   // The member is not to blame for the reconnect itself; what it must do afterwards is its job.
   h.excuse(victim, 300);
-  if (quietMs > 0) h.load.quiet(quietMs);
+  if (quietMs > 0) {
+    h.load.quiet(quietMs);
+    h.staleLoad.quiet(quietMs);
+    await sleep(quietMs);
+  }
   return { liftedAt: performance.now() };
 }
 
@@ -165,22 +172,23 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
     },
   },
   'latency-low': {
-    what: "one member's requests and replies delayed by a quarter of the session timeout in all, for three sessions",
-    inject: (h, f) => latency(h, f, h.sessionTimeoutMs / 4, 0, h.sessionTimeoutMs * 3),
+    what: "one member's requests and replies each delayed by an eighth of the session timeout (a quarter round trip) for three sessions",
+    inject: (h, f) => latency(h, f, h.sessionTimeoutMs / 8, h.sessionTimeoutMs / 8, 0, h.sessionTimeoutMs * 3),
   },
   'latency-session': {
-    what: 'the same, by about the session timeout (the member may be expired while it works)',
+    what:
+      "one member's replies delayed by 0.45 session for four sessions: its heartbeats land in time (no expiry) but their answers are late, " +
+      'so its lease looks unsafe at times while handlers fail and back off',
     needs: 'fix/poller (issue 11 #1: a retry dropped while the lease looks unsafe)',
-    inject: (h, f) => latency(h, f, h.sessionTimeoutMs * 0.9, h.sessionTimeoutMs * 0.2, h.sessionTimeoutMs * 3),
+    inject: (h, f) => latency(h, f, 0, h.sessionTimeoutMs * 0.45, 0, h.sessionTimeoutMs * 4),
   },
   'latency-beyond': {
-    what: 'the same, by twice the session timeout: the others take its shards while its replies crawl',
-    needs: 'fix/poller (issue 11 #1)',
-    inject: (h, f) => latency(h, f, h.sessionTimeoutMs * 2, 0, h.sessionTimeoutMs * 4),
+    what: "one member's requests and replies each delayed by a session for four sessions: it is expired, the others take its shards while its replies crawl",
+    inject: (h, f) => latency(h, f, h.sessionTimeoutMs, h.sessionTimeoutMs, 0, h.sessionTimeoutMs * 4),
   },
   jitter: {
-    what: 'up to a third of the session timeout of random delay per packet, for three sessions',
-    inject: (h, f) => latency(h, f, 0, h.sessionTimeoutMs / 3, h.sessionTimeoutMs * 3),
+    what: 'up to a third of the session timeout of random delay per packet (each way, in order), for three sessions',
+    inject: (h, f) => latency(h, f, 0, 0, (h.sessionTimeoutMs * 2) / 3, h.sessionTimeoutMs * 3),
   },
   'lost-read': {
     what: 'an `XREADGROUP` reaches Redis, its reply (the entries) is dropped; then no writes for 3 s (quiet shards)',
@@ -201,9 +209,11 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
     async inject(h) {
       const keys = deadLetterKeys(h);
       for (const key of keys) await h.redis.eval(BLOCK_KEY, 2, key, `${key}:chaos-saved`);
+      failingSpell(h);
       try {
         await sleep(2000);
       } finally {
+        failingSpell(h);
         for (const key of keys) await h.redis.eval(RESTORE_KEY, 2, key, `${key}:chaos-saved`);
       }
       return { liftedAt: performance.now() };
@@ -214,23 +224,25 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
     needs: 'fix/poller (issue 11 #2)',
     async inject(h) {
       h.excuse(undefined, h.sessionTimeoutMs * 4);
+      failingSpell(h);
       await limitMemory(h, -1024 * 1024);
       try {
         await sleep(h.sessionTimeoutMs / 2);
       } finally {
         await h.redis.config('SET', 'maxmemory', '0');
+        failingSpell(h);
       }
       return { liftedAt: performance.now() };
     },
   },
   'partial-batch': {
-    what: '`maxmemory` just above the memory in use for a second: producer batches fail part-way (OOM), retried as documented',
+    what: '`maxmemory` just above the memory in use for two seconds: a producer batch fails part-way (OOM) and is retried as documented',
     needs: 'fix/producer (issue 11 #12: per-entry sendBatch results)',
     async inject(h) {
       h.excuse(undefined, h.sessionTimeoutMs * 4);
-      await limitMemory(h, 48 * 1024);
+      await limitMemory(h, 16 * 1024);
       try {
-        await sleep(1000);
+        await sleep(2000);
       } finally {
         await h.redis.config('SET', 'maxmemory', '0');
       }
@@ -255,9 +267,13 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
   'shrink-ordered': { what: 'one shard fewer, ordered cutover', inject: (h, f) => resize(h, f, false, true) },
   'shrink-unordered': { what: 'one shard fewer, no ordering', inject: (h, f) => resize(h, f, false, false) },
   'new-group': {
-    what: 'a consumer group created mid-run (two member processes): it must read the whole history in per-key order',
-    needs: 'fix/coord (issue 11 #4: the template of only the latest resize)',
+    what: 'two ordered growths, then a consumer group created (two member processes): it must read the whole history in per-key order',
+    needs: 'fix/producer (issue 11 #4: only the latest resize kept as the template for new groups)',
     async inject(h, fault) {
+      const current = (await h.admin.describeStream(h.streamPrefix))!.shardCount;
+      if (current > 8) await resize(h, { ...fault }, false, false);
+      await resize(h, { ...fault }, true, true);
+      await resize(h, { ...fault }, true, true);
       const group = `late-${h.groups.length}`;
       fault.target = group;
       h.groups.push(group);
@@ -265,45 +281,33 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
     },
   },
   'delete-drained': {
-    what: 'an ordered shrink, then `deleteDrainedShards` as soon as it is allowed',
-    needs: 'fix/producer (issue 11 #10: a write in flight lands on a removed shard)',
+    what: "an ordered shrink with a producer's writes held in flight (as stale-producer), then `deleteDrainedShards` as soon as it is allowed, then the writes land",
+    needs: 'fix/producer (issue 11 #10: writes refused once their shard stopped taking writes; deleteDrainedShards re-checks)',
     async inject(h, fault) {
-      await resize(h, fault, false, true);
-      let deleted: number[] = [];
-      await waitFor(
-        'deleteDrainedShards to be allowed',
-        async () => {
-          try {
-            deleted = await h.admin.deleteDrainedShards(h.streamPrefix);
-            return true;
-          } catch (error) {
-            if ((error as Error).name === 'ResizeInProgressError') return false;
-            throw error;
-          }
-        },
-        30_000,
-        100,
-      );
-      fault.target += ` deleted [${deleted.join(',')}]`;
-      return { liftedAt: performance.now() };
+      return staleWrites(h, fault, async () => {
+        let deleted: number[] = [];
+        await waitFor(
+          'deleteDrainedShards to be allowed',
+          async () => {
+            try {
+              deleted = await h.admin.deleteDrainedShards(h.streamPrefix);
+              return true;
+            } catch (error) {
+              if ((error as Error).name === 'ResizeInProgressError') return false;
+              throw error;
+            }
+          },
+          30_000,
+          100,
+        );
+        fault.target += ` deleted [${deleted.join(',')}]`;
+      });
     },
   },
   'stale-producer': {
-    what: "a producer's writes held in flight (its connection frozen) for twice `graceMs` across an ordered shrink",
+    what: "a producer's writes held in flight (its connection frozen) across an ordered shrink and twice its `graceMs` after it",
     needs: 'fix/producer (issue 11 #10)',
-    async inject(h, fault) {
-      const current = (await h.admin.describeStream(h.streamPrefix))!.shardCount;
-      if (current <= 4) await resize(h, { ...fault }, true, false);
-      const proxy = h.staleLoad.proxy!;
-      proxy.freeze();
-      try {
-        await resize(h, fault, false, true, 1000);
-        await sleep(2000);
-      } finally {
-        proxy.thaw();
-      }
-      return { liftedAt: performance.now() };
-    },
+    inject: (h, fault) => staleWrites(h, fault, () => sleep(2000)),
   },
   'redis-flush-restart': {
     what: '`SIGKILL` of redis-server and a restart with its files deleted: every key lost; the members must recreate the group (no operator)',
@@ -344,6 +348,29 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
     },
   },
 };
+
+/**
+ * Freezes the stale producer's connection (a batch routed with the old shard count stays in flight),
+ * shrinks (ordered, `graceMs` 1000), runs `meanwhile`, then lets the held writes land.
+ */
+async function staleWrites(h: ChaosHarness, fault: Fault, meanwhile: () => Promise<unknown>) {
+  const current = (await h.admin.describeStream(h.streamPrefix))!.shardCount;
+  if (current <= 4) await resize(h, { ...fault }, true, false);
+  const proxy = h.staleLoad.proxy!;
+  proxy.freeze();
+  try {
+    await resize(h, fault, false, true, 1000);
+    await meanwhile();
+  } finally {
+    proxy.thaw();
+  }
+  return { liftedAt: performance.now() };
+}
+
+/** SIGUSR2 to every member process: a failing spell starts (or ends), so dead letters are written now. */
+function failingSpell(h: ChaosHarness): void {
+  for (const m of h.members.values()) if (!m.isolated) m.child.kill('SIGUSR2');
+}
 
 function longHandlerStarted(member: MemberProcess): boolean {
   const lines = readRecords(member.recordFile);

@@ -137,7 +137,8 @@ export class ChaosHarness {
     await Promise.all(Array.from({ length: harness.settings.members }, () => harness.spawnMember()));
     await harness.waitUntilRecovered(30_000);
     harness.load = await LoadProducer.start(harness, { keyPrefix: 'key', keys: harness.settings.keys, rate: harness.settings.rate, viaProxy: false });
-    harness.staleLoad = await LoadProducer.start(harness, { keyPrefix: 'stale', keys: 10, rate: 50, viaProxy: true });
+    // Batches of 20 keys every 200 ms: a batch held in flight has an entry for nearly every shard.
+    harness.staleLoad = await LoadProducer.start(harness, { keyPrefix: 'stale', keys: 40, rate: 100, tickMs: 200, keysPerBatch: 20, viaProxy: true });
     harness.sampling = harness.samplePending();
     return harness;
   }

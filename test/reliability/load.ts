@@ -15,6 +15,10 @@ export interface LoadOptions {
   rate: number;
   /** Write through a TCP proxy of its own (so a fault can hold its writes in flight). */
   viaProxy: boolean;
+  /** How often a batch is sent (ms). Default 20. */
+  tickMs?: number;
+  /** Distinct keys per batch (each repeated to fill the batch). Default 5. */
+  keysPerBatch?: number;
 }
 
 /** One entry's outcome as `sendBatch` reports it: written (with id) or refused (with why). */
@@ -64,8 +68,9 @@ export class LoadProducer {
 
   private async run(producer: StreamProducer, options: LoadOptions): Promise<void> {
     const next = new Map<string, number>();
-    const tickMs = 20;
+    const tickMs = options.tickMs ?? 20;
     const perTick = Math.max(1, Math.round((options.rate * tickMs) / 1000));
+    const width = Math.min(options.keysPerBatch ?? 5, perTick);
     let round = 0;
     while (this.running) {
       if (performance.now() < this.quietUntil) {
@@ -73,7 +78,9 @@ export class LoadProducer {
         continue;
       }
       let batch = Array.from({ length: perTick }, (_, i) => {
-        const key = `${options.keyPrefix}-${(round * perTick + i) % options.keys}`;
+        // Each key several times per batch (at most five keys a batch): a batch written only in part and sent again
+        // whole would write a key's entries twice, which the checker reports.
+        const key = `${options.keyPrefix}-${(round * width + (i % width)) % options.keys}`;
         const seq = (next.get(key) ?? 0) + 1;
         next.set(key, seq);
         return { key, payload: { seq } };

@@ -117,3 +117,17 @@ export function grantDuplicates(runs: Run[]): string[] {
   }
   return problems;
 }
+
+/** Key#seq handled from two different stream entries (of one group): the producer wrote it twice. */
+export function writtenTwice(runs: Run[]): string[] {
+  const entryOf = new Map<string, string>();
+  const problems = new Set<string>();
+  for (const run of runs) {
+    const k = `${run.group}/${run.key}#${run.seq}`;
+    const entry = `${run.shard}/${run.id}`;
+    const seen = entryOf.get(k);
+    if (seen === undefined) entryOf.set(k, entry);
+    else if (seen !== entry) problems.add(`${run.group ? `${run.group}: ` : ''}${run.key}#${run.seq} in ${seen} and ${entry}`);
+  }
+  return [...problems];
+}

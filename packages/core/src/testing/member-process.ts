@@ -4,7 +4,9 @@
  * `CoordinatedMember` and appends every handler start and end, acknowledgement, dead letter and
  * ownership change to a record file, one JSON line per `write` call, so that whatever returned before
  * a SIGKILL is in the file. SIGTERM stops it gracefully (drain, acknowledge, leave); SIGUSR1 makes
- * every later handler call take `longHandlerMs` (a slow handler during a graceful stop). It prints
+ * every later handler call take `longHandlerMs` (a slow handler during a graceful stop); SIGUSR2
+ * starts or ends a failing spell (30% of entries fail every attempt, so dead letters are written
+ * while a fault makes dead-letter streams unwritable). It prints
  * "ready" when joined, and exits with code 3 when `start()` fails for good.
  *
  * Record lines (every one has t, m and g, the consumer group):
@@ -93,6 +95,11 @@ function main(): void {
     handlerDelayMs = settings.longHandlerMs ?? handlerDelayMs;
     record({ e: 'long-handlers', ms: handlerDelayMs });
   });
+  let failingSpell = false;
+  process.on('SIGUSR2', () => {
+    failingSpell = !failingSpell;
+    record({ e: 'failing-spell', on: failingSpell });
+  });
   const attempts = new Map<string, number>();
 
   const redis = new Redis(settings.url, { maxRetriesPerRequest: 1, retryStrategy: () => 50 });
@@ -118,7 +125,7 @@ function main(): void {
       record({ e: 'start', ...base, dc: message.deliveryCount, n });
       await new Promise((resolve) => setTimeout(resolve, handlerDelayMs));
       const hash = entryHash(message.id);
-      const fail = hash < (settings.deadPermille ?? 0) || (n === 1 && hash % 100 < (settings.failPercent ?? 0));
+      const fail = hash < (failingSpell ? 300 : (settings.deadPermille ?? 0)) || (n === 1 && hash % 100 < (settings.failPercent ?? 0));
       record({ e: 'end', ...base, ok: !fail });
       if (fail) throw new Error(`chaos: ${message.id} fails attempt ${n} on purpose`);
       attempts.delete(message.id);

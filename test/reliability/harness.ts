@@ -183,7 +183,8 @@ export class ChaosHarness {
       shardCount: this.settings.shards,
       sweepIntervalMs: 500,
       maxAttempts: 3,
-      retryBackoffMs: 20,
+      // Long enough that a retry often falls due while a late heartbeat answer makes the lease look unsafe.
+      retryBackoffMs: 100,
       // Long handlers (SIGUSR1) outlive the session; a graceful stop must still let them finish.
       longHandlerMs: Math.round(session * 1.5),
       shutdownTimeoutMs: session * 4,

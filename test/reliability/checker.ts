@@ -126,6 +126,8 @@ export interface CheckExtras {
   pendingSamples?: PendingSample[];
   /** An entry pending at a live, unfaulted owner longer than this (with no handler of it running) is stuck. */
   stuckAfterMs?: number;
+  /** "key#seq" the producer sent again after a lost reply: a second stream entry of it is allowed. */
+  mayBeTwice?: Set<string>;
   /** Every consumer group that must have handled every produced entry; default: the groups in the records. */
   groups?: string[];
 }
@@ -319,7 +321,7 @@ export function check(produced: Produced[], lines: RecordLine[], faults: Fault[]
     deadLetters: deadLetters.length,
     unfencedDeadLetters: deadLetterFencing(lines, deadLetters),
     grantDuplicates: grantDuplicates(runs),
-    writtenTwice: writtenTwice(runs),
+    writtenTwice: writtenTwice(runs, extras.mayBeTwice ?? new Set()),
     unrecovered: faults.filter((f) => f.failed).map((f) => `${f.kind}${f.target ? ` ${f.target}` : ''}: ${f.failed}`),
     faults,
   };

@@ -364,6 +364,7 @@ export class ChaosHarness {
       // sampler only sees entries idle for over a second, so this is on top of that second.
       stuckAfterMs: 2500,
       groups: this.groups,
+      mayBeTwice: new Set([...this.load.mayBeTwice, ...this.staleLoad.mayBeTwice]),
     });
   }
 

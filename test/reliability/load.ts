@@ -21,11 +21,16 @@ export interface LoadOptions {
   keysPerBatch?: number;
 }
 
-/** One entry's outcome as `sendBatch` reports it: written (with id) or refused (with why). */
+/** One written entry as `sendBatch` reports it. */
 interface Outcome {
-  shardIndex?: number;
-  id?: string;
-  error?: unknown;
+  shardIndex: number;
+  id: string;
+}
+
+/** The shape of a `PartialBatchError` (issue 11 #12), read by shape so this compiles before and after it exists. */
+interface PartialBatch {
+  written: (Outcome & { index: number })[];
+  failed: { index: number; maybeWritten: boolean }[];
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -33,15 +38,18 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 /**
  * Writes keyed entries with per-key sequence numbers, in batches every 20 ms, and keeps what each
  * write returned (the checker's "produced"). A batch is retried the way docs/producer.md says: when
- * `sendBatch` reports per entry, the entries that were not written are sent again, in order; when it
- * rejects as a whole, the whole batch is sent again (the sequence numbers stay, so a copy that did
- * land is a duplicate in the stream, and a reordered copy is an order violation the checker reports).
+ * `sendBatch` rejects with per-entry results (`PartialBatchError`), the entries not written are sent
+ * again in order; when it rejects as a whole, the whole batch is sent again (the sequence numbers
+ * stay, so a copy that did land is a key written twice, which the checker reports unless the
+ * reply was lost and at-least-once allows it).
  */
 export class LoadProducer {
   readonly produced: Produced[] = [];
   /** Failed `sendBatch` calls and entries refused one by one (per-entry results). */
   failedBatches = 0;
   refusedEntries = 0;
+  /** "key#seq" of entries sent again after a reply that never came: a second copy is allowed. */
+  readonly mayBeTwice = new Set<string>();
   private running = true;
   /** While set (performance.now()), no new batch is started: the shards go quiet. */
   private quietUntil = 0;
@@ -87,18 +95,28 @@ export class LoadProducer {
       });
       round += 1;
       while (batch.length > 0) {
+        const record = (index: number, r: Outcome) =>
+          this.produced.push({ id: r.id!, shard: r.shardIndex!, key: batch[index].key, seq: batch[index].payload.seq, at: performance.timeOrigin + performance.now() });
         try {
           const results = (await producer.sendBatch(batch)) as Outcome[];
-          const at = performance.timeOrigin + performance.now();
-          const retry: typeof batch = [];
-          results.forEach((r, i) => {
-            if (r.error === undefined && r.id !== undefined) this.produced.push({ id: r.id, shard: r.shardIndex!, key: batch[i].key, seq: batch[i].payload.seq, at });
-            else retry.push(batch[i]);
-          });
-          this.refusedEntries += retry.length;
-          batch = retry;
-        } catch {
+          results.forEach((r, i) => record(i, r));
+          batch = [];
+        } catch (error) {
           this.failedBatches += 1;
+          const partial = error as Partial<PartialBatch>;
+          if (Array.isArray(partial.written) && Array.isArray(partial.failed)) {
+            // Per-entry results (docs/producer.md): keep what landed, send the rest again in order.
+            for (const w of partial.written) record(w.index, w);
+            for (const f of partial.failed) if (f.maybeWritten) this.mayBeTwice.add(`${batch[f.index].key}#${batch[f.index].payload.seq}`);
+            this.refusedEntries += partial.failed.length;
+            batch = partial.failed.map((f) => batch[f.index]);
+          } else if (!/^OOM/.test((error as Error).message)) {
+            // The whole batch failed without a word on which entries landed (a connection lost):
+            // sending it again may write some twice, which at-least-once allows.
+            for (const m of batch) this.mayBeTwice.add(`${m.key}#${m.payload.seq}`);
+          }
+          // An OOM rejection of the whole batch hides which entries were written (issue 11 #12):
+          // sent again whole, as the old docs said; the checker reports what got written twice.
         }
         if (batch.length > 0) {
           if (!this.running) break;

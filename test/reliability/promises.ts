@@ -118,14 +118,18 @@ export function grantDuplicates(runs: Run[]): string[] {
   return problems;
 }
 
-/** Key#seq handled from two different stream entries (of one group): the producer wrote it twice. */
-export function writtenTwice(runs: Run[]): string[] {
+/**
+ * Key#seq handled from two different stream entries (of one group): the producer wrote it twice.
+ * `allowed`: those sent again after a reply that never came (at-least-once).
+ */
+export function writtenTwice(runs: Run[], allowed: Set<string>): string[] {
   const entryOf = new Map<string, string>();
   const problems = new Set<string>();
   for (const run of runs) {
     const k = `${run.group}/${run.key}#${run.seq}`;
     const entry = `${run.shard}/${run.id}`;
     const seen = entryOf.get(k);
+    if (allowed.has(`${run.key}#${run.seq}`)) continue;
     if (seen === undefined) entryOf.set(k, entry);
     else if (seen !== entry) problems.add(`${run.group ? `${run.group}: ` : ''}${run.key}#${run.seq} in ${seen} and ${entry}`);
   }

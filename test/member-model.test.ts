@@ -3,6 +3,7 @@ import type { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { CoordinatedMember, CoordinatorAdmin, StreamProducer } from '@redis-stream-coordinator/core';
 import { check, type Fault, type FaultKind, type Produced, type RecordLine } from './reliability/checker';
+import { evalsha, scriptShas } from './reliability/faults';
 import { pollUntil } from './support/poll';
 import { TcpProxy } from './support/tcp-proxy';
 import { uniqueName, useRedisServer } from './support/vitest-redis';
@@ -18,12 +19,12 @@ import { uniqueName, useRedisServer } from './support/vitest-redis';
  * duplicate explained by a fault the sequence injected).
  *
  * RSC_MODEL_RUNS / RSC_MODEL_COMMANDS make it long (the soak), RSC_MODEL_SEED replays a failure
- * (fast-check prints the seed); RSC_MODEL_FAULTS=all adds the
+ * (fast-check prints the seed; default 20261130); RSC_MODEL_FAULTS=all adds the
  * commands that wait for issue-11 fixes (a lost XREADGROUP reply on a quiet shard: fix/poller).
  */
 const redis = useRedisServer();
 
-const RUNS = Number(process.env.RSC_MODEL_RUNS ?? 3);
+const RUNS = Number(process.env.RSC_MODEL_RUNS ?? 4);
 const MAX_COMMANDS = Number(process.env.RSC_MODEL_COMMANDS ?? 7);
 const ALL = process.env.RSC_MODEL_FAULTS === 'all';
 const SESSION_MS = 1000;
@@ -217,26 +218,34 @@ class Partition implements Command {
   toString = () => `partition(${this.pick})`;
 }
 
+type LostReply = 'read' | 'ack' | 'heartbeat';
+const MATCHERS: Record<LostReply, (request: string) => boolean> = {
+  read: TcpProxy.command('XREADGROUP'),
+  ack: evalsha(scriptShas('ack')),
+  heartbeat: evalsha(scriptShas('heartbeat')),
+};
+const LOST_KIND: Record<LostReply, FaultKind> = { read: 'lost-read', ack: 'lost-ack', heartbeat: 'lost-heartbeat' };
+
 /** A request reaches Redis and its reply is dropped (bounded wait for a matching request). */
 class LoseReply implements Command {
   constructor(
     readonly pick: number,
-    readonly command: 'XREADGROUP' | 'EVALSHA',
+    readonly what: LostReply,
   ) {}
   check = () => true;
   async run(_m: Model, r: Real) {
     const target = r.members[this.pick % r.members.length];
-    r.fault(this.command === 'XREADGROUP' ? 'lost-read' : 'lost-heartbeat', target.id);
-    const dropped = target.proxy.dropNextReply(TcpProxy.command(this.command));
+    r.fault(LOST_KIND[this.what], target.id);
+    const dropped = target.proxy.dropNextReply(MATCHERS[this.what]);
     // Scenario timing, not synchronisation: a read blocks at most blockMs, so by then the next one
     // (the armed one) is waiting in Redis, and the entries written now are its reply.
-    if (this.command === 'XREADGROUP') await sleep(BLOCK_MS + 100);
+    if (this.what === 'read') await sleep(BLOCK_MS + 100);
     await r.produce(10);
     await Promise.race([dropped, sleep(SESSION_MS * 2)]);
     target.proxy.clearFaults();
     await r.settle();
   }
-  toString = () => `lose-reply(${this.pick}, ${this.command})`;
+  toString = () => `lose-reply(${this.pick}, ${this.what})`;
 }
 
 class Resize implements Command {
@@ -267,7 +276,7 @@ const commands = [
   fc.integer({ min: 1, max: 30 }).map((n) => new Produce(n)),
   fc.tuple(pick, fc.constantFrom(SESSION_MS / 5, SESSION_MS)).map(([p, ms]) => new Slow(p, ms)),
   pick.map((p) => new Partition(p)),
-  fc.tuple(pick, fc.constantFrom(...(ALL ? (['XREADGROUP', 'EVALSHA'] as const) : (['EVALSHA'] as const)))).map(([p, c]) => new LoseReply(p, c)),
+  fc.tuple(pick, fc.constantFrom<LostReply[]>(...(ALL ? (['read', 'ack', 'heartbeat'] as const) : (['ack', 'heartbeat'] as const)))).map(([p, c]) => new LoseReply(p, c)),
   fc.tuple(fc.boolean(), fc.boolean()).map(([grow, ordered]) => new Resize(grow, ordered)),
 ];
 
@@ -307,7 +316,8 @@ describe('members through a proxy, against a model of who may own what', () => {
           await real.close();
         }
       }),
-      { numRuns: RUNS, endOnFailure: true, ...(process.env.RSC_MODEL_SEED ? { seed: Number(process.env.RSC_MODEL_SEED) } : {}) },
+      // A fixed seed by default: `npm test` explores the same sequences every time (timing aside).
+      { numRuns: RUNS, endOnFailure: true, seed: Number(process.env.RSC_MODEL_SEED ?? 20261130) },
     );
   }, 600_000);
 });

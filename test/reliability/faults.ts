@@ -24,14 +24,14 @@ export interface FaultSpec {
 const LUA_DIR = path.resolve(__dirname, '../../packages/core/src/redis/lua');
 
 /** The EVALSHA digests of the scripts whose file name starts with one of `prefixes` (ioredis sends the sha). */
-function scriptShas(...prefixes: string[]): string[] {
+export function scriptShas(...prefixes: string[]): string[] {
   return fs
     .readdirSync(LUA_DIR)
     .filter((f) => f.endsWith('.lua') && prefixes.some((p) => f.startsWith(p)))
     .map((f) => createHash('sha1').update(loadScriptSource(f)).digest('hex'));
 }
 
-const evalsha = (shas: string[]) => {
+export const evalsha = (shas: string[]) => {
   const isEvalsha = TcpProxy.command('EVALSHA');
   return (request: string) => isEvalsha(request) && shas.some((sha) => request.includes(sha));
 };

@@ -16,7 +16,7 @@ const waiting = Object.entries(FAULTS).filter(([kind, spec]) => spec.needs && !k
 describe('reliability harness (short tier)', () => {
   it(`fault kinds ${kinds.join(', ')} once each (seed ${seed}): nothing lost or stuck, order kept, no overlap, dead letters fenced, every duplicate explained`, async () => {
     if (waiting.length > 0) console.info(`left out until their fixes land: ${waiting.map(([kind, spec]) => `${kind} (${spec.needs})`).join('; ')}`);
-    const harness = await ChaosHarness.start({ seed });
+    const harness = await ChaosHarness.start({ seed, progress: (line) => process.stderr.write(`  ${line}\n`) });
     try {
       const order = [...kinds].sort(() => harness.random() - 0.5);
       for (const kind of order) {

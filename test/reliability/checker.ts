@@ -124,10 +124,16 @@ export interface Run {
 export interface CheckExtras {
   deadLetters?: DeadLetter[];
   pendingSamples?: PendingSample[];
-  /** An entry pending at a live, unfaulted owner longer than this (with no handler of it running) is stuck. */
+  /**
+   * An entry pending at a live, unfaulted owner (with no handler of it running) is stuck after this
+   * long when later entries of its shard ran meanwhile, and after `quietStuckAfterMs` in any case.
+   */
   stuckAfterMs?: number;
+  quietStuckAfterMs?: number;
   /** "key#seq" the producer sent again after a lost reply: a second stream entry of it is allowed. */
   mayBeTwice?: Set<string>;
+  /** Per group: "shard/id" it cannot read (deleted by `deleteDrainedShards` before the group was created). */
+  unreadable?: Map<string, Set<string>>;
   /** Every consumer group that must have handled every produced entry; default: the groups in the records. */
   groups?: string[];
 }
@@ -185,6 +191,9 @@ const EXPLAIN_BEFORE_MS = 1000;
 
 const DEFAULT_GROUP = '';
 
+/** How far from an unordered resize two writes of a key may be and still be excused an inversion. */
+const UNORDERED_SLACK_MS = 5000;
+
 export function collectRuns(lines: RecordLine[]): Run[] {
   const sorted = [...lines].sort((a, b) => a.t - b.t);
   const accepted = new Set<string>();
@@ -236,8 +245,10 @@ export function check(produced: Produced[], lines: RecordLine[], faults: Fault[]
   for (const g of groups) {
     const done = new Set(runs.filter((r) => r.group === g && r.end !== undefined && r.ok).map((r) => `${r.shard}/${r.id}`));
     for (const d of deadLetters) if ((d.group || DEFAULT_GROUP) === g || groups.length === 1) done.add(`${d.shard}/${d.id}`);
+    const cannotRead = extras.unreadable?.get(g) ?? new Set<string>();
     for (const p of produced) {
       const entry = `${p.shard}/${p.id}`;
+      if (cannotRead.has(entry)) continue;
       const isOpen = open(g, p.shard, p.id);
       if (done.has(entry)) handled += 1;
       if (!isOpen) acknowledged += 1;
@@ -252,6 +263,16 @@ export function check(produced: Produced[], lines: RecordLine[], faults: Fault[]
   }
 
   // Per-key order, per group: the first handling of each sequence number, in start order, never goes back.
+  // An unordered resize gives up per-key order for entries on different shards written around it.
+  const producedAt = new Map(produced.map((p) => [`${p.key}#${p.seq}`, p]));
+  const unordered = faults.filter((f) => f.kind === 'grow-unordered' || f.kind === 'shrink-unordered').map((f) => f.at);
+  const acrossUnorderedResize = (key: string, a: number, b: number) => {
+    const pa = producedAt.get(`${key}#${a}`);
+    const pb = producedAt.get(`${key}#${b}`);
+    if (!pa || !pb || pa.shard === pb.shard || pa.at === undefined || pb.at === undefined) return false;
+    const [from, to] = [Math.min(pa.at, pb.at) - UNORDERED_SLACK_MS, Math.max(pa.at, pb.at) + UNORDERED_SLACK_MS];
+    return unordered.some((t) => t >= from && t <= to);
+  };
   const orderViolations: string[] = [];
   const highest = new Map<string, number>();
   const seen = new Set<string>();
@@ -260,7 +281,9 @@ export function check(produced: Produced[], lines: RecordLine[], faults: Fault[]
     if (seen.has(entry)) continue;
     seen.add(entry);
     const top = highest.get(`${run.group}/${run.key}`) ?? 0;
-    if (run.seq < top) orderViolations.push(`${label(run.group)}${run.key}: ${run.seq} after ${top} (shard ${run.shard}, ${run.member})`);
+    if (run.seq < top && !acrossUnorderedResize(run.key, run.seq, top)) {
+      orderViolations.push(`${label(run.group)}${run.key}: ${run.seq} after ${top} (shard ${run.shard}, ${run.member})`);
+    }
     highest.set(`${run.group}/${run.key}`, Math.max(top, run.seq));
   }
 
@@ -317,7 +340,7 @@ export function check(produced: Produced[], lines: RecordLine[], faults: Fault[]
     overlaps,
     duplicates,
     unexplainedDuplicates,
-    stuck: stuckEntries(runs, extras.pendingSamples ?? [], extras.stuckAfterMs ?? 3000),
+    stuck: stuckEntries(runs, extras.pendingSamples ?? [], extras.stuckAfterMs ?? 3000, extras.quietStuckAfterMs),
     deadLetters: deadLetters.length,
     unfencedDeadLetters: deadLetterFencing(lines, deadLetters),
     grantDuplicates: grantDuplicates(runs),

@@ -203,9 +203,9 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
     inject: (h, f) => latency(h, f, 0, 0, (h.sessionTimeoutMs * 2) / 3, h.sessionTimeoutMs * 3),
   },
   'lost-read': {
-    what: 'an `XREADGROUP` reaches Redis, its reply (the entries) is dropped; then no writes for 6 s (quiet shards)',
+    what: 'an `XREADGROUP` reaches Redis, its reply (the entries) is dropped; then no writes for 9 s (quiet shards)',
     needs: 'fix/poller (issue 11 #9: the owner recovers its own pending entries)',
-    inject: (h, f) => lostReply(h, f, TcpProxy.command('XREADGROUP'), 6000),
+    inject: (h, f) => lostReply(h, f, TcpProxy.command('XREADGROUP'), 9000),
   },
   'lost-ack': {
     what: 'an acknowledgement script runs, its reply is dropped',
@@ -220,6 +220,8 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
     needs: 'fix/poller (issue 11 #2: a failed dead-letter write strands the entry)',
     async inject(h) {
       const keys = deadLetterKeys(h);
+      // A shard whose dead letter cannot be written waits (in order) until it can: no one's fault.
+      h.excuse(undefined, 2000 + h.sessionTimeoutMs * 2);
       for (const key of keys) await h.redis.eval(BLOCK_KEY, 2, key, `${key}:chaos-saved`);
       failingSpell(h);
       try {
@@ -297,7 +299,7 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
       }
       const group = `late-${h.groups.length}`;
       fault.target = group;
-      h.groups.push(group);
+      h.addGroup(group);
       await Promise.all([h.spawnMember({ group }), h.spawnMember({ group })]);
     },
   },
@@ -321,6 +323,7 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
           30_000,
           100,
         );
+        h.shardsDeleted(deleted);
         fault.target += ` deleted [${deleted.join(',')}]`;
       });
     },

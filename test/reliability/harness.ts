@@ -95,6 +95,10 @@ export class ChaosHarness {
   readonly consumerGroup = 'chaos-group';
   /** Every consumer group (the first, and those created mid-run reading the whole history). */
   readonly groups: string[] = [this.consumerGroup];
+  /** "shard/id" of entries in shard streams that `deleteDrainedShards` deleted (after every group then had read them). */
+  readonly deleted = new Set<string>();
+  /** Per group created mid-run: the entries deleted before it existed, which it cannot read. */
+  readonly unreadable = new Map<string, Set<string>>();
   readonly members = new Map<string, MemberProcess>();
   readonly settings: Settings;
   /** The most shards the stream has had (every one is scanned at the end). */
@@ -150,6 +154,18 @@ export class ChaosHarness {
   /** Member processes of a group that may own shards now (running, not cut off). */
   liveMembers(group = this.consumerGroup): string[] {
     return [...this.members.values()].filter((m) => m.group === group && !m.isolated).map((m) => m.memberId);
+  }
+
+  /** Records that `shards` were deleted: what was written to them is gone for groups created later. */
+  shardsDeleted(shards: number[]): void {
+    const gone = new Set(shards);
+    for (const p of [...this.load.produced, ...this.staleLoad.produced]) if (gone.has(p.shard)) this.deleted.add(`${p.shard}/${p.id}`);
+  }
+
+  /** A group is created now: it must read the whole history, except what was deleted before. */
+  addGroup(group: string): void {
+    this.groups.push(group);
+    this.unreadable.set(group, new Set(this.deleted));
   }
 
   /** Keeps pending work at `member` (or everywhere) excused for `ms` more: it is under a fault. */
@@ -363,9 +379,12 @@ export class ChaosHarness {
       deadLetters: await this.deadLetters(),
       pendingSamples: this.samples,
       // The sweep interval (500 ms) plus a margin for retries, backoff and a busy machine; the
-      // sampler only sees entries idle for over a second, so this is on top of that second.
+      // sampler only sees entries idle for over a second, so these are on top of that second.
+      // Entries queued behind one still being retried wait their turn: only the longer bound.
       stuckAfterMs: 2500,
+      quietStuckAfterMs: 5000,
       groups: this.groups,
+      unreadable: this.unreadable,
       mayBeTwice: new Set([...this.load.mayBeTwice, ...this.staleLoad.mayBeTwice]),
     });
   }

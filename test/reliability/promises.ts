@@ -9,20 +9,30 @@ const MAX_SAMPLE_GAP_MS = 1500;
 
 /**
  * Entries pending at the shard's owner while that owner was live and under no fault, with no handler
- * of the entry running, for longer than `afterMs` (the sweep interval plus a margin): a retry
- * dropped, a dead-letter write that failed without a retry, an entry of a lost read reply on a quiet
- * shard (issue 11: 1, 2, 9). Reported once per entry, with how long it sat.
+ * of the entry running (issue 11: 1, 2, 9), reported once per entry with how long they sat:
+ * - skipped: for longer than `afterMs` (the sweep interval plus a margin) while the owner started
+ *   later entries of the same shard (a retry dropped, a dead-letter write given up);
+ * - forgotten: for longer than `quietAfterMs` with or without activity (an entry of a lost read reply
+ *   on a quiet shard). Entries queued behind an earlier entry still being retried are neither, until
+ *   that takes longer than `quietAfterMs`.
  */
-export function stuckEntries(runs: Run[], samples: PendingSample[], afterMs: number): string[] {
-  const inFlight = new Map<string, Run[]>();
+export function stuckEntries(runs: Run[], samples: PendingSample[], afterMs: number, quietAfterMs = afterMs * 2): string[] {
+  const byEntry = new Map<string, Run[]>();
+  const byShard = new Map<string, Run[]>();
   for (const run of runs) {
-    const k = `${run.group}/${run.member}/${run.shard}/${run.id}`;
-    const list = inFlight.get(k);
-    if (list) list.push(run);
-    else inFlight.set(k, [run]);
+    for (const [map, k] of [
+      [byEntry, `${run.group}/${run.member}/${run.shard}/${run.id}`],
+      [byShard, `${run.group}/${run.member}/${run.shard}`],
+    ] as const) {
+      const list = map.get(k);
+      if (list) list.push(run);
+      else map.set(k, [run]);
+    }
   }
   const running = (group: string, member: string, shard: number, id: string, t: number) =>
-    (inFlight.get(`${group}/${member}/${shard}/${id}`) ?? []).some((r) => r.start <= t && (r.end === undefined || r.end >= t));
+    (byEntry.get(`${group}/${member}/${shard}/${id}`) ?? []).some((r) => r.start <= t && (r.end === undefined || r.end >= t));
+  const laterStarted = (group: string, member: string, shard: number, id: string, from: number, to: number) =>
+    (byShard.get(`${group}/${member}/${shard}`) ?? []).some((r) => r.start >= from && r.start <= to && compareIds(r.id, id) > 0);
 
   const streaks = new Map<string, { since: number; last: number; member: string }>();
   const stuck = new Map<string, string>();
@@ -39,8 +49,10 @@ export function stuckEntries(runs: Run[], samples: PendingSample[], afterMs: num
           continue;
         }
         streak.last = sample.t;
-        if (streak.last - streak.since > afterMs) {
-          stuck.set(k, `${sample.group ? `${sample.group}: ` : ''}shard ${sample.shard} ${p.id} pending at ${sample.owner} for ${Math.round(streak.last - streak.since)} ms with nothing running it`);
+        const sat = streak.last - streak.since;
+        const skipped = sat > afterMs && laterStarted(sample.group, sample.owner, sample.shard, p.id, streak.since, streak.last);
+        if (skipped || sat > quietAfterMs) {
+          stuck.set(k, `${sample.group ? `${sample.group}: ` : ''}shard ${sample.shard} ${p.id} pending at ${sample.owner} for ${Math.round(sat)} ms with nothing running it${skipped ? ' while later entries ran' : ''}`);
         }
       }
     }
@@ -49,6 +61,15 @@ export function stuckEntries(runs: Run[], samples: PendingSample[], afterMs: num
   }
   return [...stuck.values()];
 }
+
+function compareIds(a: string, b: string): number {
+  const [am, as] = a.split('-');
+  const [bm, bs] = b.split('-');
+  return am === bm ? Number(as) - Number(bs) : Number(am) - Number(bm);
+}
+
+/** How late a member's own record of a grant may be, compared with Redis's decision (slow replies). */
+const LATE_RECORD_MS = 3000;
 
 interface Holding {
   member: string;
@@ -88,7 +109,9 @@ export function deadLetterFencing(lines: RecordLine[], deadLetters: DeadLetter[]
       problems.push(`${name}, also acknowledged by ${other.member}`);
       continue;
     }
-    const granted = (grants.get(`${groupLines}/${d.member}/${d.shard}`) ?? []).filter((t) => t <= d.t);
+    // A member records a grant when the answer reaches it, which a slow link delays: a write made
+    // under a grant recorded up to LATE_RECORD_MS after it belongs to that grant.
+    const granted = (grants.get(`${groupLines}/${d.member}/${d.shard}`) ?? []).filter((t) => t <= d.t + LATE_RECORD_MS);
     if (granted.length === 0) {
       problems.push(`${name}, which was never granted the shard before writing it`);
       continue;

@@ -442,8 +442,9 @@ export class ChaosHarness {
  * (shards held back by an ordered cutover, or drained, have no owner). Descriptions from before
  * issue 11 #13 have no readability and list readable shards only.
  */
-export function mustBeOwned(shard: { readability?: string }): boolean {
-  return shard.readability === undefined || shard.readability === 'readable' || shard.readability === 'draining';
+export function mustBeOwned(shard: object): boolean {
+  const readability = (shard as { readability?: string }).readability;
+  return readability === undefined || readability === 'readable' || readability === 'draining';
 }
 
 export function readRecords(file: string): RecordLine[] {

@@ -106,6 +106,8 @@ describe('group state machine (SPEC 2.2), observed through describeGroup', () =>
       shardCount: 2,
       readableShardSet: [0, 1],
       updatedAt: expect.stringMatching(isoTime),
+      cutoverInProgress: false,
+      notYetReadableBacklog: 0,
     });
     expect(description.members).toEqual([
       {
@@ -133,8 +135,8 @@ describe('group state machine (SPEC 2.2), observed through describeGroup', () =>
       members: { '018f8d27-8d71-7a7c-a7e7-b3f77c613d7f-m0': [{ shardIndex: 0 }, { shardIndex: 1 }] },
     });
     expect(description.shards).toEqual([
-      { shardIndex: 0, owner: '018f8d27-8d71-7a7c-a7e7-b3f77c613d7f-m0', state: 'OWNED', lag: 0, pending: 0 },
-      { shardIndex: 1, owner: '018f8d27-8d71-7a7c-a7e7-b3f77c613d7f-m0', state: 'OWNED', lag: 0, pending: 0 },
+      { shardIndex: 0, readability: 'readable', owner: '018f8d27-8d71-7a7c-a7e7-b3f77c613d7f-m0', state: 'OWNED', lag: 0, pending: 0, backlog: 0 },
+      { shardIndex: 1, readability: 'readable', owner: '018f8d27-8d71-7a7c-a7e7-b3f77c613d7f-m0', state: 'OWNED', lag: 0, pending: 0, backlog: 0 },
     ]);
   });
 });

@@ -16,7 +16,8 @@ async function commandCalls(): Promise<Map<string, number>> {
 describe('the steady-state heartbeat', () => {
   it('in a STABLE group writes only the caller lease (ZADD) and decodes nothing else', async () => {
     const group = await aGroup(redis, 12);
-    const members = ['a', 'b', 'c'].map((id) => group.member(id));
+    // With instance ids, as CoordinatedMember sends them: part of the signature.
+    const members = ['a', 'b', 'c'].map((id) => group.member(id, { instanceId: `instance-${id}` }));
     for (const m of members) await m.join();
     await settle(members);
     await members[0].heartbeat(); // every member has heard its current epoch
@@ -43,7 +44,7 @@ describe('the steady-state heartbeat', () => {
 
   it('the steady answer equals the full answer', async () => {
     const group = await aGroup(redis, 4);
-    const a = group.member('a');
+    const a = group.member('a', { instanceId: 'instance-a' });
     const b = group.member('b');
     await a.join();
     await b.join();

@@ -48,8 +48,42 @@ describe('bad days', () => {
     await new StreamProducer(redis.client(), { streamPrefix }).sendBatch([1, 2].map((seq) => ({ key: 'k', payload: { seq } })));
     await pollUntil('the entry after the hung one', async () => handled.includes(2));
     expect(timeouts).toHaveLength(2);
-    const [letter] = await redis.client().xrange(new KeyBuilder().deadLetterStream(streamPrefix, 'group'), '-', '+');
-    expect(letter[1]).toEqual(expect.arrayContaining(['error', 'HandlerTimeoutError: handler did not settle within 100 ms', 'attempts', '2']));
+    const [letter] = await new CoordinatorAdmin(redis.client()).readDeadLetters(streamPrefix, 'group');
+    expect(letter).toMatchObject({ shardIndex: 0, error: 'HandlerTimeoutError: handler did not settle within 100 ms', attempts: 2 });
+  });
+
+  it('without handlerTimeoutMs, a hung handler does not hold a revoked shard past revocationTimeoutMs: released with an error, the next owner runs the entry, the hung call cannot ack', async () => {
+    const streamPrefix = uniqueName('hang-revoked');
+    const runs: string[] = [];
+    let release!: () => void;
+    const hung = new Promise<void>((resolve) => (release = resolve));
+    const first = aMember({
+      streamPrefix,
+      memberId: 'first',
+      shardCount: 1,
+      revocationTimeoutMs: 300,
+      handler: () => {
+        runs.push('first');
+        return hung;
+      },
+    });
+    const errors: string[] = [];
+    first.on('error', (error) => errors.push(error.message));
+    const refused: boolean[] = [];
+    first.on('acknowledged', (event) => refused.push(!event.accepted));
+    await first.start();
+    await new StreamProducer(redis.client(), { streamPrefix }).send({ key: 'k', payload: { seq: 1 } });
+    await pollUntil('the first run started', async () => runs.length === 1);
+
+    // Weighted far above the first member, the second takes the only shard: a revocation.
+    const second = aMember({ streamPrefix, memberId: 'second', weight: 100, handler: () => void runs.push('second') });
+    await second.start();
+    await pollUntil('the next owner ran the entry', async () => runs.includes('second'));
+    expect(errors).toContainEqual(expect.stringMatching(/shard 0: its handler still runs 300 ms after the shard was revoked/));
+
+    release();
+    await pollUntil('the hung call finished and its acknowledgement was refused', async () => refused.includes(true));
+    expect(runs).toEqual(['first', 'second']);
   });
 
   it('Redis restarts (AOF) while members run and a producer writes: nothing is lost', async () => {

@@ -1,4 +1,4 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   CoordinatedMember,
   CoordinatorAdmin,
@@ -10,19 +10,16 @@ import {
 import { HandlerRecorder, type KeyedPayload } from './support/handler-recorder';
 import { memberFactory } from './support/member-factory';
 import { pollUntil } from './support/poll';
-import { TcpProxy } from './support/tcp-proxy';
+import { proxyFactory } from './support/proxy-fixture';
 import { uniqueName, useRedisServer } from './support/vitest-redis';
 
 const redis = useRedisServer();
 const aMember = memberFactory(redis, { retryBackoffMs: 1 });
-const proxies: TcpProxy[] = [];
+const aProxy = proxyFactory(redis);
 
-afterEach(async () => {
-  await Promise.all(proxies.splice(0).map((p) => p.stop()));
-});
-
+/** The raw fields of shard 0's dead letters, as stored. */
 async function deadLetters(streamPrefix: string) {
-  const entries = await redis.client().xrange(new KeyBuilder().deadLetterStream(streamPrefix, 'group'), '-', '+');
+  const entries = await redis.client().xrange(new KeyBuilder().shardDeadLetterStream(streamPrefix, 0, 'group'), '-', '+');
   return entries.map(([, fields]) => Object.fromEntries(Array.from({ length: fields.length / 2 }, (_, i) => [fields[2 * i], fields[2 * i + 1]])));
 }
 
@@ -133,8 +130,7 @@ describe('fairness', () => {
 describe('a zombie', () => {
   it('paused past its session timeout, then resumed, cannot acknowledge entries of a shard that moved; the new owner processes them', async () => {
     const streamPrefix = uniqueName('zombie');
-    const proxy = await TcpProxy.start(redis.server.port);
-    proxies.push(proxy);
+    const proxy = await aProxy();
     let releaseZombie: () => void = () => undefined;
     const zombieHolds = new Promise<void>((resolve) => (releaseZombie = resolve));
     const zombieHandled: string[] = [];

@@ -101,7 +101,7 @@ describe('CoordinatorModule', () => {
     await pollUntil('200 entries handled', async () => journal.entries.length === 200);
     const handlers = new Set(journal.entries.map((e) => e.by));
     expect(handlers).toEqual(new Set(['SummaryHandlers.onSummary', 'auditConsumer']));
-    const health = app.get(CoordinatorHealthIndicator).check();
+    const health = await app.get(CoordinatorHealthIndicator).check();
     expect(health.coordinator.status).toBe('up');
     expect(health.coordinator.members).toHaveLength(5);
   });
@@ -119,7 +119,7 @@ describe('CoordinatorModule', () => {
     const second = await anApp([summaryListener(streamPrefix, 2)]);
     const before = await stable(streamPrefix, 4);
     expect(before.members.map((m) => m.currentAssignment.length)).toEqual([2, 2, 2, 2]);
-    const secondIds = new Set(second.get(CoordinatorHealthIndicator).check().coordinator.members.map((m) => m.memberId));
+    const secondIds = new Set((await second.get(CoordinatorHealthIndicator).check()).coordinator.members.map((m) => m.memberId));
 
     await second.close();
     apps.splice(apps.indexOf(second), 1);
@@ -199,9 +199,9 @@ describe('an unreachable Redis at startup', () => {
     try {
       await app.init(); // returns although Redis is down
       await pollUntil('a warning naming the member and the retry', async () => warnings.some((w) => /cannot start yet: .*; retrying every 100 ms/.test(w)));
-      expect(app.get(CoordinatorHealthIndicator).check().coordinator.status).toBe('down');
+      expect((await app.get(CoordinatorHealthIndicator).check()).coordinator.status).toBe('down');
       await server.restart();
-      await pollUntil('both members joined', async () => app.get(CoordinatorHealthIndicator).check().coordinator.status === 'up', { timeoutMs: 20_000 });
+      await pollUntil('both members joined', async () => (await app.get(CoordinatorHealthIndicator).check()).coordinator.status === 'up', { timeoutMs: 20_000 });
     } finally {
       await app.close();
       apps.splice(apps.indexOf(app), 1);
@@ -233,7 +233,34 @@ describe('warnings at startup', () => {
     }
     const { app, warnings } = await warningsOf([PerRequest]);
     expect(warnings).toContainEqual(expect.stringMatching(/@StreamListener on PerRequest.handle is skipped: its provider is request-scoped/));
-    expect(app.get(CoordinatorHealthIndicator).check().coordinator.members).toEqual([]);
+    expect((await app.get(CoordinatorHealthIndicator).check()).coordinator.members).toEqual([]);
+  });
+
+  it('a transient provider\'s listener runs on instances with their dependencies injected, one per member', async () => {
+    const streamPrefix = uniqueName('transient');
+    const constructed: TransientHandlers[] = [];
+    @Injectable({ scope: Scope.TRANSIENT })
+    class TransientHandlers {
+      constructor(readonly journal: Journal) {
+        constructed.push(this);
+      }
+
+      @StreamListener({ streamPrefix, consumerGroup: 'summary-group', concurrency: 2, shardCount: 4, maxAttempts: 1 })
+      handle(message: StreamMessage<{ seq: number }>) {
+        this.journal.record(`TransientHandlers#${constructed.indexOf(this)}`, message);
+      }
+    }
+    const { app, warnings } = await warningsOf([TransientHandlers]);
+    expect(warnings.filter((w) => w.includes('TransientHandlers'))).toEqual([]);
+    await stable(streamPrefix, 2);
+    await app.get(StreamPublisher).publishBatch(streamPrefix, Array.from({ length: 40 }, (_, i) => ({ key: `k${i}`, payload: { seq: i } })));
+    const journal = app.get(Journal);
+    await pollUntil('40 entries handled by the transient instances', async () => journal.entries.length === 40);
+    // Each member resolved one instance of its own, with its dependency, and kept it.
+    expect(constructed).toHaveLength(2);
+    expect(constructed.every((c) => c.journal === journal)).toBe(true);
+    expect(new Set(journal.entries.map((e) => e.by))).toEqual(new Set(['TransientHandlers#0', 'TransientHandlers#1']));
+    expect((await redis.client().keys('*dead*')).filter((key) => key.includes(streamPrefix))).toEqual([]);
   });
 
   it('two listeners on one group get a warning (their members split its shards between two handlers)', async () => {
@@ -248,7 +275,7 @@ describe('warnings at startup', () => {
     }
     const { app, warnings } = await warningsOf([Twice]);
     expect(warnings).toContainEqual(expect.stringMatching(/@StreamListener on Twice.second and on Twice.first join the same group/));
-    expect(app.get(CoordinatorHealthIndicator).check().coordinator.members).toHaveLength(2);
+    expect((await app.get(CoordinatorHealthIndicator).check()).coordinator.members).toHaveLength(2);
   });
 });
 

@@ -81,7 +81,7 @@ async function settledAt(admin: CoordinatorAdmin, streamPrefix: string, shardCou
       const statuses = await admin.cutoverStatus(streamPrefix);
       if (statuses.some((s) => s.cutover !== null)) return false;
       const d = await admin.describeGroup(streamPrefix, 'group');
-      return d.group.state === 'STABLE' && d.group.readableShardSet.length === shardCount && d.shards.every((s) => s.state === 'OWNED') && d;
+      return d.group.state === 'STABLE' && d.group.readableShardSet.length === shardCount && d.shards.filter((s) => s.readability !== 'drained').every((s) => s.state === 'OWNED') && d;
     },
     { timeoutMs },
   );

@@ -1,20 +1,11 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { pollUntil } from './support/poll';
+import { proxyFactory } from './support/proxy-fixture';
 import { TcpProxy } from './support/tcp-proxy';
 import { uniqueName, useRedisServer } from './support/vitest-redis';
 
 const redis = useRedisServer();
-const proxies: TcpProxy[] = [];
-
-afterEach(async () => {
-  await Promise.all(proxies.splice(0).map((p) => p.stop()));
-});
-
-async function aProxy(): Promise<TcpProxy> {
-  const proxy = await TcpProxy.start(redis.server.port);
-  proxies.push(proxy);
-  return proxy;
-}
+const aProxy = proxyFactory(redis);
 
 /** A client that reports a lost connection as a failed command instead of resending it. */
 function strictClientOf(proxy: TcpProxy) {

@@ -11,6 +11,8 @@ interface Chunk {
   dueAt: number;
   /** Called when the chunk is written on: a request that arms a "drop the reply" rule. */
   onSent?: () => void;
+  /** Held by `holdNextRequest`: this chunk and those after it wait until the rule is released. */
+  hold?: HoldRule;
 }
 
 /** One direction of one proxied connection: chunks wait here until they are due, in order. */
@@ -33,6 +35,20 @@ interface Link {
 interface DropRule {
   matches: RequestMatcher;
   dropped: () => void;
+  onArmed: (() => void) | undefined;
+}
+
+interface HoldRule {
+  matches: RequestMatcher;
+  arrived: () => void;
+  lane?: Lane;
+  released: boolean;
+}
+
+/** A request held at the proxy: `arrived` resolves when it got there; `release()` lets it (and what followed) go on. */
+export interface HeldRequest {
+  arrived: Promise<void>;
+  release(): void;
 }
 
 /**
@@ -44,7 +60,9 @@ interface DropRule {
  *   answer arrives late although the command ran at once), settable and clearable while connections
  *   are open; chunks keep their order, and those already under way keep their schedule;
  * - `dropNextReply(match)` lets the next matching request reach Redis, then cuts its connection
- *   before any reply bytes get back: the command ran, the client never learns it (a lost reply).
+ *   before any reply bytes get back: the command ran, the client never learns it (a lost reply);
+ * - `holdNextRequest(match)` stops the next matching request at the proxy until released: a window
+ *   between two calls of a client in which a test makes something else happen.
  */
 export class TcpProxy {
   private readonly server: net.Server;
@@ -55,6 +73,7 @@ export class TcpProxy {
     reply: { ms: 0, jitterMs: 0 },
   };
   private dropRules: DropRule[] = [];
+  private holdRules: HoldRule[] = [];
   port = 0;
 
   private constructor(private readonly targetPort: number) {
@@ -142,10 +161,31 @@ export class TcpProxy {
    * The next request (any connection) that `match` accepts goes through to Redis; then its
    * connection is cut when the first reply bytes come back, so the client never sees the reply
    * (nor replies to other commands still outstanding on that connection, as with a real reset).
-   * Resolves when the reply was dropped. Each call drops one reply.
+   * Resolves when the reply was dropped; `onArmed` is called when the matched request was written
+   * to Redis (e.g. a blocking read is now waiting there). Each call drops one reply.
    */
-  dropNextReply(match: RequestMatcher = () => true): Promise<void> {
-    return new Promise<void>((dropped) => this.dropRules.push({ matches: match, dropped }));
+  dropNextReply(match: RequestMatcher = () => true, onArmed?: () => void): Promise<void> {
+    return new Promise<void>((dropped) => this.dropRules.push({ matches: match, dropped, onArmed }));
+  }
+
+  /**
+   * The next request (any connection) that `match` accepts stops at the proxy, with everything
+   * sent after it on its connection, until `release()`: the request before it has run, this one
+   * has not (a window between two calls, to let something else happen in it).
+   */
+  holdNextRequest(match: RequestMatcher): HeldRequest {
+    let arrived: () => void = () => undefined;
+    const rule: HoldRule = { matches: match, arrived: () => arrived(), released: false };
+    const promise = new Promise<void>((resolve) => (arrived = resolve));
+    this.holdRules.push(rule);
+    return {
+      arrived: promise,
+      release: () => {
+        rule.released = true;
+        this.holdRules = this.holdRules.filter((r) => r !== rule);
+        if (rule.lane) this.pump(rule.lane);
+      },
+    };
   }
 
   async stop(): Promise<void> {
@@ -182,9 +222,17 @@ export class TcpProxy {
       this.dropRules = this.dropRules.filter((r) => r !== rule);
       // Armed when the request is written on (after any request delay), not when it arrives here:
       // replies to earlier commands still on their way back must not trigger the cut.
-      onSent = () => (link.dropReply = rule.dropped);
+      onSent = () => {
+        link.dropReply = rule.dropped;
+        rule.onArmed?.();
+      };
     }
-    this.enqueue(link.request, data, this.delays.request, onSent);
+    const hold = this.holdRules.length > 0 ? this.holdRules.find((r) => !r.lane && r.matches(data.toString('latin1'))) : undefined;
+    if (hold) {
+      hold.lane = link.request;
+      hold.arrived();
+    }
+    this.enqueue(link.request, data, this.delays.request, onSent, hold);
   }
 
   private fromRedis(link: Link, data: Buffer): void {
@@ -198,10 +246,10 @@ export class TcpProxy {
     this.enqueue(link.reply, data, this.delays.reply);
   }
 
-  private enqueue(lane: Lane, data: Buffer, delay: { ms: number; jitterMs: number }, onSent?: () => void): void {
+  private enqueue(lane: Lane, data: Buffer, delay: { ms: number; jitterMs: number }, onSent?: () => void, hold?: HoldRule): void {
     const last = lane.queue[lane.queue.length - 1]?.dueAt ?? 0;
     const dueAt = Math.max(last, Date.now() + delay.ms + Math.random() * delay.jitterMs);
-    lane.queue.push({ data, dueAt, onSent });
+    lane.queue.push({ data, dueAt, onSent, hold });
     this.pump(lane);
   }
 
@@ -209,6 +257,7 @@ export class TcpProxy {
   private pump(lane: Lane): void {
     if (this.frozen || lane.timer) return;
     while (lane.queue.length > 0) {
+      if (lane.queue[0].hold && !lane.queue[0].hold.released) return;
       const wait = lane.queue[0].dueAt - Date.now();
       if (wait > 0) {
         lane.timer = setTimeout(() => {

@@ -9,35 +9,41 @@
  *       curl localhost:3000/group
  * A second process (PORT=3001 REDIS_URL=<the first one's> npm run demo) joins both groups: watch
  * GET /group move half the shards to it, and back when you stop it.
+ *
+ * It stops as a whole on SIGINT/SIGTERM, and exits with code 1 when the redis-server it started
+ * dies (see DemoLifecycle).
  */
 import 'reflect-metadata';
 import { Logger } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { RedisServer } from '@redis-stream-coordinator/core/testing';
+import { DemoLifecycle } from './lifecycle';
+
+/** DEMO_SHUTDOWN_TIMEOUT_MS: how long a shutdown may take before the demo exits anyway (default 15000). */
+function shutdownTimeoutMs(): number {
+  const raw = process.env.DEMO_SHUTDOWN_TIMEOUT_MS ?? '15000';
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < 1) throw new RangeError(`DEMO_SHUTDOWN_TIMEOUT_MS must be a positive integer of milliseconds, got ${JSON.stringify(raw)}`);
+  return value;
+}
 
 async function main(): Promise<void> {
   const logger = new Logger('Demo');
+  const timeoutMs = shutdownTimeoutMs();
   let privateServer: RedisServer | undefined;
   if (!process.env.REDIS_URL) {
     privateServer = await RedisServer.start();
     process.env.REDIS_URL = privateServer.url;
-    logger.log(`started a private redis-server: REDIS_URL=${privateServer.url} (a second demo process can join with it)`);
+    logger.log(`started a private redis-server (pid ${privateServer.pid}): REDIS_URL=${privateServer.url} (a second demo process can join with it)`);
   }
   // The module reads REDIS_URL when it is loaded, so load it after the URL is known. The demo
   // handles SIGINT/SIGTERM itself (rather than enableShutdownHooks) to stop its redis-server last.
   const { AppModule } = await import('./app.module');
   const app = await NestFactory.create(AppModule);
-  const port = Number(process.env.PORT ?? 3000);
-  await app.listen(port);
-  logger.log(`listening on http://localhost:${port}: POST /summaries, GET /group, GET /health`);
-  const stop = async (signal: string) => {
-    logger.log(`${signal}: members drain and leave the group`);
-    await app.close();
-    await privateServer?.stop();
-    process.exit(0);
-  };
-  process.once('SIGINT', () => void stop('SIGINT'));
-  process.once('SIGTERM', () => void stop('SIGTERM'));
+  new DemoLifecycle(app, privateServer, logger, timeoutMs).watch();
+  await app.listen(Number(process.env.PORT ?? 3000));
+  const { port } = app.getHttpServer().address() as { port: number };
+  logger.log(`listening on http://localhost:${port}: POST /summaries, GET /group, GET /health/ready, GET /health/live`);
 }
 
 main().catch((error) => {

@@ -1,4 +1,4 @@
-import { BadRequestException, Body, Controller, Get, Post } from '@nestjs/common';
+import { BadRequestException, Body, Controller, Get, Post, ServiceUnavailableException } from '@nestjs/common';
 import { CoordinatorAdmin, CoordinatorHealthIndicator, StreamPublisher } from '@redis-stream-coordinator/nestjs';
 import { AUDIT_GROUP, SUMMARY_GROUP, SUMMARY_STREAM, type Summary } from './summary';
 import { Stats } from './stats';
@@ -32,9 +32,23 @@ export class SummariesController {
     return { [SUMMARY_GROUP]: summary, [AUDIT_GROUP]: audit, thisProcess: this.stats.snapshot() };
   }
 
-  /** GET /health: each member's state, epoch and owned shards. */
-  @Get('health')
-  healthCheck() {
-    return this.health.check();
+  /**
+   * GET /health (and /health/ready): readiness, what a load balancer or a Kubernetes readiness probe
+   * reads: Redis answering PING, and each member's state, epoch, owned shards and problems; 503 with
+   * the reasons when something is down.
+   */
+  @Get(['health', 'health/ready'])
+  async readiness() {
+    const health = await this.health.check();
+    if (health.coordinator.status === 'down') throw new ServiceUnavailableException(health);
+    return health;
+  }
+
+  /** GET /health/live: liveness, down only when a member stopped for good; a Redis outage keeps it up. */
+  @Get('health/live')
+  liveness() {
+    const liveness = this.health.checkLiveness();
+    if (liveness.coordinator.status === 'down') throw new ServiceUnavailableException(liveness);
+    return liveness;
   }
 }

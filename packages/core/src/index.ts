@@ -20,10 +20,12 @@ export {
   type ResizeShardsOptions,
 } from './admin/coordinator-admin';
 export { type Cutover, type CutoverProgress, type CutoverWait } from './admin/cutover';
+export { type DeadLetter, type ReadDeadLettersOptions } from './admin/dead-letters';
 export { compareStreamIds, nextStreamId } from './protocol/stream-ids';
 export * from './protocol/entry-format';
 export { shardForKey, jumpConsistentHash, fnv1a64 } from './producer/key-hash';
-export { StreamProducer, type StreamProducerOptions, type SendResult } from './producer/stream-producer';
+export { StreamProducer, type StreamProducerOptions } from './producer/stream-producer';
+export { PartialBatchError, type FailedEntry, type SendResult, type WrittenEntry } from './producer/send-results';
 export { CoordinatedMember, type MemberEvents, type ShardsEvent } from './member/coordinated-member';
 export { type CoordinatedMemberOptions, type MessageHandler } from './member/member-options';
-export { HandlerTimeoutError, ShardError } from './member/shard-poller';
+export { HandlerAbortedError, type HandlerAbortReason, HandlerTimeoutError, ShardError } from './member/shard-poller';

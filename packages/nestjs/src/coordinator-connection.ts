@@ -1,25 +1,86 @@
 import { Redis } from 'ioredis';
+import { DEFAULT_CONNECTION_NAME } from './coordinator.constants';
 import type { CoordinatorModuleOptions } from './coordinator-module-options';
 
-/** The module's Redis client, and whether the module created it (then it also closes it). */
+/** What a PING of the connection found: how long it took, or why there was no PONG. */
+export type PingResult = { ok: true; latencyMs: number } | { ok: false; error: string };
+
+const DEFAULT_HEALTH_CHECK_TIMEOUT_MS = 1000;
+
+/**
+ * One `CoordinatorModule.forRoot`: its name, its options, its Redis client, and whether the module
+ * created that client (then it also closes it).
+ */
 export class CoordinatorConnection {
+  /** The PING in flight, shared by concurrent health checks so a hung Redis does not pile them up. */
+  private pendingPing: Promise<number> | undefined;
+
   private constructor(
     readonly client: Redis,
     readonly owned: boolean,
+    readonly name: string,
+    readonly options: CoordinatorModuleOptions,
   ) {}
 
-  static fromOptions(options: CoordinatorModuleOptions, onError: (error: Error) => void): CoordinatorConnection {
+  static fromOptions(options: CoordinatorModuleOptions, onError: (error: Error) => void, name = DEFAULT_CONNECTION_NAME): CoordinatorConnection {
     const redis = options?.redis;
     if (!redis || typeof redis !== 'object' || (!redis.url && !redis.options && !redis.client)) {
       throw new Error('CoordinatorModule: the "redis" option is required: give redis.url, redis.options or redis.client');
     }
-    if (redis.client) return new CoordinatorConnection(redis.client, false);
+    if (typeof name !== 'string' || name === '') {
+      throw new TypeError(`CoordinatorModule: name must be a non-empty string, got ${JSON.stringify(name)}`);
+    }
+    for (const option of ['startRetryDelayMs', 'healthCheckTimeoutMs'] as const) {
+      const value = options[option];
+      if (value !== undefined && (typeof value !== 'number' || !Number.isInteger(value) || value < 1)) {
+        throw new RangeError(`CoordinatorModule: ${option} must be a positive integer of milliseconds, got ${JSON.stringify(value)}`);
+      }
+    }
+    if (redis.client) return new CoordinatorConnection(redis.client, false, name, options);
     if (redis.url !== undefined && typeof redis.url !== 'string') {
       throw new TypeError(`CoordinatorModule: redis.url must be a string, got ${typeof redis.url}`);
     }
     const client = redis.url ? new Redis(redis.url, redis.options ?? {}) : new Redis(redis.options ?? {});
     client.on('error', onError); // ioredis reconnects by itself; the error is logged, never thrown
-    return new CoordinatorConnection(client, true);
+    return new CoordinatorConnection(client, true, name, options);
+  }
+
+  /** How long a health check waits for PONG (`healthCheckTimeoutMs`, default 1000 ms). */
+  get healthCheckTimeoutMs(): number {
+    return this.options.healthCheckTimeoutMs ?? DEFAULT_HEALTH_CHECK_TIMEOUT_MS;
+  }
+
+  /**
+   * PING with a deadline. At most one PING per connection is in flight, shared by concurrent and
+   * later checks until it settles: while Redis is down or hung, checks every few seconds queue
+   * nothing more in ioredis (its offline queue would otherwise grow by one PING per check). A client
+   * still connecting gets the deadline to connect; past it, the reason says it is not connected.
+   */
+  async ping(timeoutMs = this.healthCheckTimeoutMs): Promise<PingResult> {
+    if (!this.pendingPing) {
+      const started = Date.now();
+      const ping = this.client.ping().then(() => Date.now() - started);
+      this.pendingPing = ping;
+      void ping.catch(() => undefined).finally(() => {
+        if (this.pendingPing === ping) this.pendingPing = undefined;
+      });
+    }
+    let timer: NodeJS.Timeout | undefined;
+    const deadline = new Promise<PingResult>((resolve) => {
+      timer = setTimeout(() => {
+        const status = this.client.status;
+        const connection = status === 'ready' ? '' : `not connected (ioredis status "${status}"): `;
+        resolve({ ok: false, error: `${connection}no reply to PING within ${timeoutMs} ms` });
+      }, timeoutMs);
+    });
+    try {
+      return await Promise.race([
+        this.pendingPing.then((latencyMs): PingResult => ({ ok: true, latencyMs })),
+        deadline,
+      ]).catch((error: Error): PingResult => ({ ok: false, error: `PING failed: ${error.message}` }));
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   async close(): Promise<void> {

@@ -21,4 +21,17 @@ export interface CoordinatorModuleOptions {
   consumers?: CoordinatorConsumerProperties<never>[];
   /** How long to wait between attempts to start a member while Redis cannot be reached. Default 2000 ms. */
   startRetryDelayMs?: number;
+  /** How long a health check waits for Redis to answer PING before it reports the connection down. Default 1000 ms. */
+  healthCheckTimeoutMs?: number;
+}
+
+/**
+ * Options of `forRoot`/`forRootAsync` beside the module options (known before any factory runs).
+ * `name` makes a named connection: its listeners and beans say `connection: name`, its
+ * StreamPublisher and CoordinatorAdmin are injected with `@InjectStreamPublisher(name)` and
+ * `@InjectCoordinatorAdmin(name)`. Without it the module is the unnamed (`'default'`) connection.
+ */
+export interface CoordinatorModuleExtras {
+  isGlobal?: boolean;
+  name?: string;
 }

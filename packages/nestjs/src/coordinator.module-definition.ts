@@ -1,12 +1,15 @@
 import { ConfigurableModuleBuilder } from '@nestjs/common';
-import type { CoordinatorModuleOptions } from './coordinator-module-options';
+import { COORDINATOR_MODULE_OPTIONS } from './coordinator.constants';
+import { withConnectionProviders } from './coordinator-connection.providers';
+import type { CoordinatorModuleExtras, CoordinatorModuleOptions } from './coordinator-module-options';
 
-export const {
-  ConfigurableModuleClass,
-  MODULE_OPTIONS_TOKEN: COORDINATOR_MODULE_OPTIONS,
-  OPTIONS_TYPE,
-  ASYNC_OPTIONS_TYPE,
-} = new ConfigurableModuleBuilder<CoordinatorModuleOptions>()
+export { COORDINATOR_MODULE_OPTIONS };
+
+export const { ConfigurableModuleClass, OPTIONS_TYPE, ASYNC_OPTIONS_TYPE } = new ConfigurableModuleBuilder<CoordinatorModuleOptions>({
+  optionsInjectionToken: COORDINATOR_MODULE_OPTIONS,
+})
   .setClassMethodName('forRoot')
-  .setExtras({ isGlobal: true }, (definition, extras) => ({ ...definition, global: extras.isGlobal }))
+  // `name` is an extra, not a module option: forRootAsync must know it before its factory runs,
+  // because the module's provider tokens depend on it.
+  .setExtras<CoordinatorModuleExtras>({ isGlobal: true, name: undefined }, withConnectionProviders)
   .build();

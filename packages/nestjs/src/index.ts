@@ -1,11 +1,30 @@
 export { CoordinatorModule } from './coordinator.module';
 export { COORDINATOR_MODULE_OPTIONS } from './coordinator.module-definition';
-export type { CoordinatorModuleOptions, MemberDefaults } from './coordinator-module-options';
+export type { CoordinatorModuleExtras, CoordinatorModuleOptions, MemberDefaults } from './coordinator-module-options';
 export { StreamListener, type StreamListenerOptions } from './stream-listener.decorator';
-export { CoordinatorConsumerProperties } from './coordinator-consumer-properties';
+export { CoordinatorConsumerProperties, type CoordinatorConsumerOptions } from './coordinator-consumer-properties';
 export { StreamPublisher } from './stream-publisher';
 export { CoordinatorRegistry, type RegisteredMember } from './coordinator.registry';
-export { CoordinatorHealthIndicator, CoordinatorHealthError, type CoordinatorHealth, type MemberHealth } from './coordinator.health';
-export { COORDINATOR_CONNECTION } from './coordinator.constants';
-export { CoordinatorConnection } from './coordinator-connection';
-export { CoordinatorAdmin, type StreamMessage } from '@redis-stream-coordinator/core';
+export { StreamListenerRegistry, type RuntimeListenerOptions } from './stream-listener.registry';
+export { StreamListenerContainer, type StreamListenerKind, MAX_LISTENER_CONCURRENCY } from './stream-listener.container';
+export {
+  CoordinatorHealthIndicator,
+  type CoordinatorHealth,
+  type CoordinatorLiveness,
+  type ConnectionHealth,
+  type MemberHealth,
+} from './coordinator.health';
+export { COORDINATOR_CONNECTION, DEFAULT_CONNECTION_NAME } from './coordinator.constants';
+export {
+  getCoordinatorAdminToken,
+  getCoordinatorConnectionToken,
+  getStreamPublisherToken,
+  InjectCoordinatorAdmin,
+  InjectStreamPublisher,
+} from './coordinator.tokens';
+export { CoordinatorConnection, type PingResult } from './coordinator-connection';
+export { CoordinatorConnections } from './coordinator-connections';
+export { STREAM_CONTEXT_TYPE, StreamContext, type StreamContextMember, type StreamContextType } from './stream-context';
+export { StreamCtx, StreamParamsFactory, StreamParamtype, StreamPayload } from './stream-params.decorators';
+export { StreamHandlerFactory, type MemberHandler } from './stream-handler.factory';
+export { CoordinatorAdmin, HandlerAbortedError, type HandlerAbortReason, type StreamMessage } from '@redis-stream-coordinator/core';

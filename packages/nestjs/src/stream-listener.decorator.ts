@@ -10,15 +10,32 @@ export type StreamListenerOptions = Omit<CoordinatedMemberOptions, 'handler' | '
   concurrency?: number;
   /** Workers of each of those members (one entry at a time per shard). Default 1. */
   runtimeMaxConcurrency?: number;
+  /**
+   * The `name` of the `CoordinatorModule.forRoot` whose Redis, key prefix and defaults the members
+   * use. Default: the unnamed one. A name no module has fails the startup.
+   */
+  connection?: string;
+  /**
+   * The listener's id in `StreamListenerRegistry` (`registry.get(id)`). Default: `Class.method`.
+   * Two listeners or consumers with one id fail the startup.
+   */
+  id?: string;
+  /**
+   * Whether the members start when the application bootstraps. Default true. With false they are
+   * registered (health lists them as `stopped`, no readiness problem) and start with
+   * `registry.get(id).start()`.
+   */
+  autoStartup?: boolean;
 };
 
 /**
- * Makes a provider method the handler of `concurrency` members of a consumer group.
+ * Makes a provider method the handler of `concurrency` members of a consumer group, controlled at
+ * runtime through `StreamListenerRegistry.get(id)`.
  *
  * @example
  * @Injectable()
  * export class SummaryHandlers {
- *   @StreamListener({ streamPrefix: 'summary', consumerGroup: 'summary-group', concurrency: 4 })
+ *   @StreamListener({ id: 'summaries', streamPrefix: 'summary', consumerGroup: 'summary-group', concurrency: 4 })
  *   async onSummary(message: StreamMessage<Summary>) { ... }
  * }
  */

@@ -5,9 +5,11 @@ import type { GroupDescription, StreamMetadata } from '../protocol/records';
 import { CoordinatorClient } from '../redis/coordinator-client';
 import { type CoordinatorOptions, type ResolvedCoordinatorOptions, resolveCoordinatorOptions } from '../redis/coordinator-options';
 import { KeyBuilder } from '../redis/keys';
+import { createStreamMetadata, ensureRoutingMarkers } from '../redis/stream-metadata';
 import { findGroupInfo, isNoSuchKey, pairs, parseShardCsv } from '../redis/responses';
 import { type RedisClient, runScript } from '../redis/scripts';
 import { type Cutover, type CutoverProgress, cutoverProgress, readCutover } from './cutover';
+import { DEFAULT_DEAD_LETTER_COUNT, type DeadLetter, readDeadLetters, type ReadDeadLettersOptions } from './dead-letters';
 import { groupReadableShards, toGroupDescription, type ShardStats } from './group-description';
 
 export const MAX_SHARD_COUNT = 65_536;
@@ -81,10 +83,8 @@ export class CoordinatorAdmin {
    */
   async createStream(options: CreateStreamOptions): Promise<StreamMetadata & { created: boolean }> {
     const shardCount = assertIntegerInRange('shardCount', options.shardCount, 1, MAX_SHARD_COUNT);
-    const reply = (await runScript(this.redis, 'createStream', [this.keys.streamMeta(options.streamPrefix)], [shardCount])) as unknown[];
-    const code = errorCodeFromWire(reply[0]);
-    if (code !== ErrorCode.NONE) throw toCoordinatorError(code, `stream "${options.streamPrefix}": ${String(reply[1])}`);
-    return { ...toStreamMetadata(options.streamPrefix, pairs(reply[3])), created: Number(reply[2]) === 1 };
+    const { created, metadata } = await createStreamMetadata(this.redis, this.keys, options.streamPrefix, shardCount);
+    return { ...toStreamMetadata(options.streamPrefix, metadata), created };
   }
 
   /**
@@ -108,8 +108,42 @@ export class CoordinatorAdmin {
       args: [count, ordered ? 1 : 0, graceMs, switchDelayMs, this.options.eventLogMaxLen, groups.length, ...groups,
         ...groups.map((group) => this.keys.groupWakeChannel(streamPrefix, group))],
     }));
-    const metadata = toStreamMetadata(streamPrefix, pairs(reply[3]));
-    return { ...metadata, previousShardCount: metadata.previousShardCount ?? metadata.shardCount, changed: Number(reply[2]) === 1 };
+    const raw = new Map(pairs(reply[3]));
+    const metadata = toStreamMetadata(streamPrefix, [...raw]);
+    const changed = Number(reply[2]) === 1;
+    // Also when nothing changed: calling it again repairs markers a failed write left missing.
+    if (raw.has('switchAt')) await this.writeRoutingMarkers(streamPrefix, raw);
+    return { ...metadata, previousShardCount: metadata.previousShardCount ?? metadata.shardCount, changed };
+  }
+
+  /**
+   * After a resize: every shard, old and new, gets the routing marker that refuses writes routed with
+   * an outdated count (SPEC 9.5). The resize itself cannot write them (the markers live in the
+   * shards' slots); a cutover check re-ensures them before it trusts a drain, so a failure here
+   * delays nothing that matters for order, but it is reported rather than hidden.
+   */
+  private async writeRoutingMarkers(streamPrefix: string, raw: Map<string, string>): Promise<void> {
+    const count = Number(raw.get('shardCount'));
+    const routing = {
+      version: Number(raw.get('metadataVersion')),
+      count,
+      previous: Number(raw.get('previousShardCount') ?? count),
+      switchAt: Number(raw.get('switchAt') ?? 0),
+    };
+    const span = Math.max(count, routing.previous, Number(raw.get('shardSpan') ?? count));
+    const shards = Array.from({ length: span }, (_, i) => i);
+    let lastError: unknown;
+    for (let attempt = 0; attempt < 3; attempt++) {
+      try {
+        return await ensureRoutingMarkers(this.redis, this.keys, streamPrefix, routing, shards);
+      } catch (error) {
+        lastError = error;
+      }
+    }
+    throw new Error(
+      `stream "${streamPrefix}": resized to ${count} shards (metadataVersion ${routing.version}), but the shards' routing markers ` +
+        `could not be written (${(lastError as Error).message}); the members' cutover checks write them, or call resizeShards(${count}) again`,
+    );
   }
 
   /** Each group's pending cutover and, for those with one, what it still waits for. Read-only. */
@@ -144,7 +178,9 @@ export class CoordinatorAdmin {
    * while a group still needs one. Returns the deleted shard indices.
    */
   async deleteDrainedShards(streamPrefix: string): Promise<number[]> {
-    await this.completeCutovers(streamPrefix);
+    const statuses = await this.completeCutovers(streamPrefix);
+    // A group still cutting over is refused by name by retireShards; otherwise look at the streams.
+    if (statuses.every((status) => !status.cutover || status.completed)) await this.assertRemovedShardsProcessed(streamPrefix);
     let groups: string[] = [];
     const reply = await this.withGroups(streamPrefix, (current) => {
       groups = current;
@@ -161,6 +197,37 @@ export class CoordinatorAdmin {
       for (const group of groups) await this.redis.del(this.keys.shardFence(streamPrefix, shard, group));
     }
     return shards;
+  }
+
+  /**
+   * Looks at the removed shards' streams themselves before they are deleted: first makes sure their
+   * routing markers refuse every write (so nothing lands after the look), then refuses, naming the
+   * shard, the group and the count, if any group has not processed every entry of one.
+   */
+  private async assertRemovedShardsProcessed(streamPrefix: string): Promise<void> {
+    const raw = new Map(Object.entries(await this.redis.hgetall(this.keys.streamMeta(streamPrefix))));
+    if (!raw.has('shardCount')) return; // retireShards reports the missing stream
+    const count = Number(raw.get('shardCount'));
+    const span = Math.max(count, Number(raw.get('shardSpan') ?? count));
+    if (span === count) return;
+    const removed = Array.from({ length: span - count }, (_, i) => count + i);
+    await ensureRoutingMarkers(this.redis, this.keys, streamPrefix, {
+      version: Number(raw.get('metadataVersion')),
+      count,
+      previous: Number(raw.get('previousShardCount') ?? count),
+      switchAt: Number(raw.get('switchAt') ?? 0),
+    }, removed);
+    const groups = (await this.redis.smembers(this.keys.streamGroups(streamPrefix))).sort();
+    for (const shard of removed) {
+      for (const group of groups) {
+        const { lag, pending } = await this.shardStats(streamPrefix, shard, group);
+        if (lag + pending > 0) {
+          throw toCoordinatorError(ErrorCode.RESIZE_IN_PROGRESS,
+            `stream "${streamPrefix}": removed shard ${shard} still holds ${lag + pending} entr${lag + pending === 1 ? 'y' : 'ies'} ` +
+              `group ${group} has not processed (${lag} undelivered, ${pending} pending); it is not deleted`);
+        }
+      }
+    }
   }
 
   /**
@@ -183,6 +250,23 @@ export class CoordinatorAdmin {
     throw new Error(`stream "${streamPrefix}": its consumer groups kept changing; try again`);
   }
 
+  /**
+   * The group's dead letters across every shard of the stream (0..shardSpan-1), the oldest first:
+   * each with its shard, entry id, the member that gave up, the error, the attempts, the entry's
+   * own fields and the dead letter's id. Empty when the stream does not exist.
+   *
+   * @example
+   * for (const letter of await admin.readDeadLetters('summary', 'summary-group', { count: 50 })) {
+   *   console.log(letter.shardIndex, letter.entryId, letter.error);
+   * }
+   */
+  async readDeadLetters(streamPrefix: string, consumerGroup: string, options: ReadDeadLettersOptions = {}): Promise<DeadLetter[]> {
+    const count = assertIntegerInRange('count', options.count ?? DEFAULT_DEAD_LETTER_COUNT, 1, 1_000_000);
+    const stream = await this.describeStream(streamPrefix);
+    if (!stream) return [];
+    return readDeadLetters(this.redis, this.keys, streamPrefix, consumerGroup, stream.shardSpan, count);
+  }
+
   /** The stream's shard metadata, or null when the prefix has none. */
   async describeStream(streamPrefix: string): Promise<StreamMetadata | null> {
     const flat = await this.redis.hgetall(this.keys.streamMeta(streamPrefix));
@@ -191,7 +275,8 @@ export class CoordinatorAdmin {
 
   /**
    * A consistent snapshot of one group in the JSON shapes of SPEC section 2, with per-shard owner,
-   * lag and pending counts. Throws `GroupNotFoundError` when the group has never had a member.
+   * readability, lag and pending counts for every shard that may hold entries: readable ones, and
+   * those not yet readable during an ordered cutover or still draining after a shrink (SPEC 9.6). Throws `GroupNotFoundError` when the group has never had a member.
    */
   async describeGroup(streamPrefix: string, consumerGroup: string): Promise<GroupDescription> {
     const reply = (await runScript(this.redis, 'describeGroup', this.keys.groupKeys(streamPrefix, consumerGroup), [])) as unknown[];
@@ -201,7 +286,10 @@ export class CoordinatorAdmin {
     const stream = new Map(pairs(reply[0]));
     const group = new Map(pairs(reply[1]));
     const readable = groupReadableShards(stream, group);
-    const stats = await Promise.all(readable.map((shard) => this.shardStats(streamPrefix, shard, consumerGroup)));
+    // Every shard that may hold entries, not only the readable ones (SPEC 9.6).
+    const span = Math.max(Number(stream.get('shardCount') ?? 0), Number(stream.get('shardSpan') ?? 0), ...readable.map((i) => i + 1));
+    const all = Array.from({ length: span }, (_, i) => i);
+    const stats = await Promise.all(all.map((shard) => this.shardStats(streamPrefix, shard, consumerGroup)));
     return toGroupDescription({
       streamPrefix,
       consumerGroup,
@@ -212,7 +300,7 @@ export class CoordinatorAdmin {
       target: pairs(reply[4]),
       owners: new Map(pairs(reply[5])),
       state: String(reply[6]),
-      shardStats: new Map(readable.map((shard, i) => [shard, stats[i]])),
+      shardStats: new Map(all.map((shard, i) => [shard, stats[i]])),
     });
   }
 

@@ -1,4 +1,4 @@
-import type { RedisClient } from '../redis/scripts';
+import { ensureScripts, pipelineScript, type RedisClient } from '../redis/scripts';
 import type { KeyBuilder } from '../redis/keys';
 import { findGroupInfo, isNoSuchKey, parseShardCsv } from '../redis/responses';
 
@@ -23,6 +23,13 @@ export interface Cutover {
   waitUntil: 'until' | 'drained';
   /** Shards whose entries from `switchAt` on are held until completion (ordered shrink). */
   held: number[];
+  /**
+   * True for a step of a group created after ordered resizes (includes/group.lua createGroup): the
+   * group walks the stream's resize history, one step per resize, processing every shard up to the
+   * step's `switchAt` before it handles anything written after it. Such a step describes a past
+   * resize, so it never rewrites routing markers.
+   */
+  replay: boolean;
 }
 
 export interface CutoverWait {
@@ -56,6 +63,7 @@ export function parseCutover(json: string | null | undefined): Cutover | null {
     wait: parseShardCsv(raw.wait),
     waitUntil: raw.waitUntil === 'drained' ? 'drained' : 'until',
     held: parseShardCsv(raw.held),
+    replay: raw.replay === true,
   };
 }
 
@@ -81,9 +89,20 @@ export async function cutoverProgress(
   const end = cutover.waitUntil === 'drained' ? '+' : `${cutover.until}-${MAX_SEQUENCE}`;
   const streams = cutover.wait.map((shard) => keys.shardStream(streamPrefix, shard));
 
+  // A shard's drain (or its processing up to `until`) means something only once no late write can
+  // land on it: re-ensure the routing markers that refuse those (resizeShards wrote them, unless it
+  // failed half way), in the same pipeline, before the streams are read.
+  const markers = cutover.replay ? [] : cutover.wait;
+  ensureScripts(redis);
   const info = redis.pipeline();
+  const routing = { version: cutover.version, count: cutover.to, previous: cutover.from, switchAt: cutover.switchAt };
+  for (const shard of markers) {
+    pipelineScript(info, 'ensureRouting', [keys.shardRouting(streamPrefix, shard)], [routing.version, routing.count, routing.previous, routing.switchAt]);
+  }
   for (const stream of streams) info.xinfo('GROUPS', stream);
-  const groups = ((await info.exec()) ?? []).map(([error, reply]) => {
+  const infoReplies = (await info.exec()) ?? [];
+  for (const [error] of infoReplies.slice(0, markers.length)) if (error) throw error;
+  const groups = infoReplies.slice(markers.length).map(([error, reply]) => {
     if (error && !isNoSuchKey(error)) throw error;
     // No stream: nothing to process. No group on it: the group never read it, all of it is undelivered.
     const found = error ? { lastDelivered: '0-0', pending: 0 } : findGroupInfo(reply, consumerGroup);

@@ -24,6 +24,7 @@ export interface GroupSnapshot {
   target: [string, string][];
   owners: Map<string, string>;
   state: string;
+  /** Lag and pending of every shard 0..span-1 (readable or not). */
   shardStats: Map<number, ShardStats>;
 }
 
@@ -86,11 +87,22 @@ export function toGroupDescription(s: GroupSnapshot): GroupDescription {
   const readableShardSet = groupReadableShards(s.stream, s.group);
   const assignmentEpoch = Number(s.group.get('assignmentEpoch'));
 
-  const shards: ShardDescription[] = readableShardSet.map((shardIndex) => {
+  // Every shard that may hold entries for the group (SPEC 9.6), readable or not: a backlog the
+  // group cannot read yet is still a backlog.
+  const shardCount = Number(s.stream.get('shardCount'));
+  const readable = new Set(readableShardSet);
+  const span = Math.max(shardCount, Number(s.stream.get('shardSpan') ?? 0), ...readableShardSet.map((i) => i + 1));
+  const shards: ShardDescription[] = Array.from({ length: span }, (_, shardIndex) => {
     const owner = s.owners.get(String(shardIndex)) ?? null;
     const revoking = owner !== null && byId.get(owner)?.revoking.some((r) => r.shardIndex === shardIndex);
     const stats = s.shardStats.get(shardIndex) ?? { lag: 0, pending: 0 };
-    return { shardIndex, owner, state: owner === null ? 'UNOWNED' : revoking ? 'REVOKING' : 'OWNED', ...stats };
+    const readability = readable.has(shardIndex)
+      ? shardIndex < shardCount ? 'readable' : 'draining'
+      : shardIndex < shardCount ? 'not-yet-readable' : 'drained';
+    return {
+      shardIndex, readability, owner, state: owner === null ? 'UNOWNED' : revoking ? 'REVOKING' : 'OWNED',
+      ...stats, backlog: stats.lag + stats.pending,
+    };
   });
 
   return {
@@ -104,6 +116,8 @@ export function toGroupDescription(s: GroupSnapshot): GroupDescription {
       shardCount: Number(s.stream.get('shardCount')),
       readableShardSet,
       updatedAt: iso(Number(s.group.get('updatedAt'))),
+      cutoverInProgress: s.group.has('cutover'),
+      notYetReadableBacklog: shards.filter((x) => x.readability === 'not-yet-readable').reduce((sum, x) => sum + x.backlog, 0),
     },
     members,
     targetAssignment: {

@@ -62,6 +62,8 @@ export type ResolvedMemberOptions<T = unknown> = Required<Omit<CoordinatedMember
   Pick<CoordinatedMemberOptions<T>, 'shardCount' | 'coordinator'>;
 
 const DAY_MS = 86_400_000;
+/** The largest `runtimeMaxConcurrency`, at construction and in `setRuntimeMaxConcurrency`. */
+export const MAX_RUNTIME_CONCURRENCY = 10_000;
 
 /** Fills defaults and checks every option; a bad one is an error naming the option and the value. */
 export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T>): ResolvedMemberOptions<T> {
@@ -101,7 +103,7 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T>): R
   if (typeof resolved.memberName !== 'string' || resolved.memberName.length === 0 || resolved.memberName.length > 256 || /[\x00-\x1f\x7f]/.test(resolved.memberName)) {
     throw new RangeError(`memberName must be 1-256 printable characters, got ${JSON.stringify(resolved.memberName)}`);
   }
-  assertIntegerInRange('runtimeMaxConcurrency', resolved.runtimeMaxConcurrency, 1, 10_000);
+  assertIntegerInRange('runtimeMaxConcurrency', resolved.runtimeMaxConcurrency, 1, MAX_RUNTIME_CONCURRENCY);
   assertIntegerInRange('weight', resolved.weight, 1, 1_000_000);
   if (resolved.shardCount !== undefined) assertIntegerInRange('shardCount', resolved.shardCount, 1, 65_536);
   assertIntegerInRange('sessionTimeoutMs', resolved.sessionTimeoutMs, 100, DAY_MS);

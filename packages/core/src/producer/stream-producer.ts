@@ -1,11 +1,17 @@
 import { encodeEntry, jsonCodec, type OutgoingMessage, type PayloadCodec } from '../protocol/entry-format';
-import { GroupNotFoundError } from '../protocol/errors';
+import { GroupNotFoundError, ShardCountConflictError } from '../protocol/errors';
 import { assertIntegerInRange, assertStreamPrefix } from '../protocol/names';
+import { appendToShards, type ShardAppend } from '../redis/entry-writer';
 import { KeyBuilder } from '../redis/keys';
 import type { RedisClient } from '../redis/scripts';
+import { createStreamMetadata } from '../redis/stream-metadata';
 import { shardForKey } from './key-hash';
+import { type FailedEntry, PartialBatchError, type SendResult, type WrittenEntry } from './send-results';
 
 const ROUTE_CACHE_SIZE = 10_000;
+/** Write rounds per batch: the first, plus re-routes after a shard refused the routed count. */
+const MAX_ROUNDS = 4;
+const MAX_SHARD_COUNT = 65_536;
 
 export interface StreamProducerOptions {
   streamPrefix: string;
@@ -13,13 +19,29 @@ export interface StreamProducerOptions {
   keyPrefix?: string;
   /** Payload codec. Default JSON. */
   codec?: PayloadCodec;
-  /** Approximate cap per shard stream (`XADD MAXLEN ~`). Default: no trimming. */
+  /**
+   * Approximate cap per shard stream (`XADD MAXLEN ~`). Default: no trimming.
+   *
+   * **Trimming loses data.** Redis trims by length only: it deletes the oldest entries whether or
+   * not every consumer group has read and acknowledged them. An entry trimmed while unread is never
+   * handled; one trimmed while pending is dropped from its group's pending list when claimed. Use it
+   * only for streams where losing the oldest entries under backlog is acceptable, with a cap far
+   * above the largest backlog you expect.
+   */
   maxLenApprox?: number;
   /**
    * How often the producer re-reads the stream's shard metadata, so that it follows `resizeShards`
-   * without a restart. Keep it below the resizes' `graceMs`. Default 500 ms.
+   * without a restart. Default 500 ms. Writes made with an outdated count are refused by the shard
+   * and re-routed (docs/resharding.md), so this only sets how often that extra round trip happens.
    */
   metadataRefreshMs?: number;
+  /**
+   * Recreate the stream's metadata with this many shards when it finds none (a stream never
+   * created, or Redis lost its keys: a restart without persistence, `FLUSHALL`), as
+   * `CoordinatorAdmin.createStream` would. Existing metadata always wins. Without it, a send to a
+   * stream without metadata fails with `GroupNotFoundError` naming the prefix.
+   */
+  shardCount?: number;
 }
 
 /** How the producer routes now: the shard count, and the switch time of a resize not yet in effect. */
@@ -31,15 +53,13 @@ interface Routing {
   checkedAt: number;
 }
 
-export interface SendResult {
-  shardIndex: number;
-  id: string;
-}
-
 /**
  * Writes keyed entries to a stream's shards. A key always goes to the same shard
  * (`shardForKey`, jump consistent hash), so one key's entries stay in order; an explicit
  * `shardIndex` overrides the key; entries without either are spread round-robin.
+ *
+ * Each write checks, in its shard's own hash slot, that the shard count it was routed with is the
+ * one in effect; a write refused after a resize is re-routed with the count in effect, in order.
  *
  * @example
  * const producer = new StreamProducer(redis, { streamPrefix: 'summary' });
@@ -52,12 +72,13 @@ export class StreamProducer {
   private routing: Routing | undefined;
   private refreshing: Promise<Routing> | undefined;
   private readonly refreshMs: number;
+  private readonly shardCount: number | undefined;
   private routedCount = 0;
   private roundRobin = 0;
-  /** Recent keys' shards for the current shard count (keys repeat; hashing them is the hot path). */
+  /** Recent keys' shards for `routedCount` (keys repeat; hashing them is the hot path). */
   private readonly routes = new Map<string, number>();
-  /** Shard stream key per shard index, built (and validated) once. */
-  private streams: string[] = [];
+  /** Shard stream and routing marker keys per shard index, built (and validated) once. */
+  private readonly shardKeys: { stream: string; routing: string }[] = [];
 
   constructor(
     private readonly redis: RedisClient,
@@ -69,47 +90,145 @@ export class StreamProducer {
     if (typeof this.codec.encode !== 'function') throw new TypeError('codec must have an encode(payload) function');
     if (options.maxLenApprox !== undefined) assertIntegerInRange('maxLenApprox', options.maxLenApprox, 1, Number.MAX_SAFE_INTEGER);
     this.refreshMs = assertIntegerInRange('metadataRefreshMs', options.metadataRefreshMs ?? 500, 1, 3_600_000);
+    this.shardCount = options.shardCount === undefined ? undefined : assertIntegerInRange('shardCount', options.shardCount, 1, MAX_SHARD_COUNT);
   }
 
+  /** Writes one entry; rejects with the write's error when it was not written. */
   async send<T>(message: OutgoingMessage<T>): Promise<SendResult> {
-    const [result] = await this.sendBatch([message]);
-    return result;
+    try {
+      const [result] = await this.sendBatch([message]);
+      return result;
+    } catch (error) {
+      if (error instanceof PartialBatchError) throw (error.failed[0] as FailedEntry).error;
+      throw error;
+    }
   }
 
-  /** Writes many entries in one pipeline; results are in the order of `messages`. */
+  /**
+   * Writes many entries, one pipelined script call per shard; results are in the order of
+   * `messages`. Bad input (a payload the codec refuses, a `shardIndex` outside the stream) is refused
+   * before anything is written. When some entries are written and others not, rejects with a
+   * `PartialBatchError` that lists both (ids of the written ones, errors of the others) and whose
+   * `retryBatch()` keeps every key's order.
+   */
   async sendBatch<T>(messages: OutgoingMessage<T>[]): Promise<SendResult[]> {
     if (messages.length === 0) return [];
+    const fields = messages.map((message) => this.encode(message));
     let shardCount = await this.currentShardCount();
     if (messages.some((m) => m.shardIndex !== undefined && m.shardIndex >= shardCount)) {
       // Perhaps the stream grew since the last check: look again before refusing.
       shardCount = await this.currentShardCount(true);
+      const routing = this.routing!;
+      const wait = routing.switchAtLocal - Date.now();
+      if (wait > 0 && wait <= 50 && messages.every((m) => m.shardIndex === undefined || m.shardIndex < routing.shardCount)) {
+        // A growth switches a millisecond after the resize (so that every entry routed with the old
+        // count has an id below the switch): an entry for a new shard waits for it rather than fail.
+        await new Promise((resolve) => setTimeout(resolve, wait + 1));
+        shardCount = await this.currentShardCount();
+      }
     }
+    for (const message of messages) {
+      if (message.shardIndex !== undefined) assertIntegerInRange('shardIndex', message.shardIndex, 0, shardCount - 1);
+    }
+
+    const written: (WrittenEntry | undefined)[] = new Array(messages.length);
+    const failed: FailedEntry<T>[] = [];
+    let pending = messages.map((_, i) => i);
+    for (let round = 1; pending.length > 0; round++) {
+      const appends = this.plan(messages, fields, pending, shardCount, failed);
+      const outcomes = await appendToShards(this.redis, shardCount, this.options.maxLenApprox, appends.map((a) => a.append));
+      pending = [];
+      let inEffect: number | undefined;
+      appends.forEach(({ append, indices }, a) => {
+        const outcome = outcomes[a];
+        // The entry that got the reply failed for its own reason; the ones after it were not tried.
+        const fail = (from: number, error: Error, sameForAll = false) => {
+          for (const index of indices.slice(from)) {
+            failed.push({ index, message: messages[index], shardIndex: append.shardIndex, error, maybeWritten: false });
+            if (!sameForAll) error = notAttempted(append.shardIndex);
+          }
+        };
+        switch (outcome.status) {
+          case 'written':
+            indices.forEach((index, i) => (written[index] = { index, shardIndex: append.shardIndex, id: outcome.ids[i] }));
+            break;
+          case 'stopped':
+            outcome.ids.forEach((id, i) => (written[indices[i]] = { index: indices[i], shardIndex: append.shardIndex, id }));
+            fail(outcome.ids.length, outcome.error);
+            break;
+          case 'failed':
+            for (const index of indices) {
+              failed.push({ index, message: messages[index], shardIndex: append.shardIndex, error: outcome.error, maybeWritten: !outcome.replied });
+            }
+            break;
+          case 'reroute':
+            inEffect ??= outcome.shardCountInEffect;
+            if (round < MAX_ROUNDS) pending.push(...indices);
+            else fail(0, new Error(`shard ${append.shardIndex} kept refusing writes routed with ${shardCount} shards (in effect: ${outcome.shardCountInEffect}) after ${MAX_ROUNDS} attempts`), true);
+            break;
+        }
+      });
+      if (pending.length > 0) {
+        // The shard said which count is in effect at Redis time; route the refused entries with it
+        // (in batch order, so each key's entries stay in order) and look at the metadata again.
+        pending.sort((a, b) => a - b);
+        shardCount = inEffect ?? shardCount;
+        void this.currentShardCount(true).catch(() => undefined);
+      }
+    }
+    if (failed.length === 0) return written.map((entry) => ({ shardIndex: entry!.shardIndex, id: entry!.id }));
+    throw new PartialBatchError<T>(
+      written.filter((entry): entry is WrittenEntry => entry !== undefined),
+      failed.sort((a, b) => a.index - b.index),
+    );
+  }
+
+  private encode(message: OutgoingMessage): string[] {
+    if (message.key !== undefined && typeof message.key !== 'string') throw new TypeError(`key must be a string, got ${typeof message.key}`);
+    if (message.shardIndex !== undefined) assertIntegerInRange('shardIndex', message.shardIndex, 0, MAX_SHARD_COUNT - 1);
+    return encodeEntry(message, this.codec);
+  }
+
+  /** Groups the entries at `indices` by the shard they route to with `shardCount`, in batch order. */
+  private plan(
+    messages: OutgoingMessage[],
+    fields: string[][],
+    indices: number[],
+    shardCount: number,
+    failed: FailedEntry[],
+  ): { append: ShardAppend; indices: number[] }[] {
     if (this.routedCount !== shardCount) {
       // Routes are only valid for the count they were computed with.
       this.routes.clear();
       this.routedCount = shardCount;
     }
-    for (let i = this.streams.length; i < shardCount; i++) this.streams.push(this.keys.shardStream(this.options.streamPrefix, i));
-    const pipeline = this.redis.pipeline();
-    const trim = this.options.maxLenApprox === undefined ? [] : ['MAXLEN', '~', String(this.options.maxLenApprox)];
-    const shards = messages.map((message) => {
+    for (let i = this.shardKeys.length; i < shardCount; i++) {
+      this.shardKeys.push({ stream: this.keys.shardStream(this.options.streamPrefix, i), routing: this.keys.shardRouting(this.options.streamPrefix, i) });
+    }
+    const byShard = new Map<number, { append: ShardAppend; indices: number[] }>();
+    for (const index of indices) {
+      const message = messages[index];
+      if (message.shardIndex !== undefined && message.shardIndex >= shardCount) {
+        // Only after a re-route: a shrink removed the shard this entry was addressed to.
+        failed.push({ index, message, shardIndex: message.shardIndex, maybeWritten: false,
+          error: new RangeError(`shardIndex ${message.shardIndex} no longer takes writes: the stream has ${shardCount} shards now`) });
+        continue;
+      }
       const shardIndex = this.route(message, shardCount);
-      pipeline.xadd(this.streams[shardIndex], ...trim, '*', ...encodeEntry(message, this.codec));
-      return shardIndex;
-    });
-    const replies = (await pipeline.exec()) ?? [];
-    return replies.map(([error, id], i) => {
-      if (error) throw error;
-      return { shardIndex: shards[i], id: String(id) };
-    });
+      let group = byShard.get(shardIndex);
+      if (!group) {
+        group = { append: { shardIndex, ...this.shardKeys[shardIndex], entries: [] }, indices: [] };
+        byShard.set(shardIndex, group);
+      }
+      group.append.entries.push(fields[index]);
+      group.indices.push(index);
+    }
+    return [...byShard.values()];
   }
 
   private route(message: OutgoingMessage, shardCount: number): number {
-    if (message.shardIndex !== undefined) {
-      return assertIntegerInRange('shardIndex', message.shardIndex, 0, shardCount - 1);
-    }
+    if (message.shardIndex !== undefined) return message.shardIndex;
     if (message.key !== undefined) {
-      if (typeof message.key !== 'string') throw new TypeError(`key must be a string, got ${typeof message.key}`);
       let shard = this.routes.get(message.key);
       if (shard === undefined) {
         if (this.routes.size >= ROUTE_CACHE_SIZE) this.routes.clear();
@@ -133,19 +252,23 @@ export class StreamProducer {
   private refresh(): Promise<Routing> {
     this.refreshing ??= (async () => {
       try {
-        const [meta, time] = (await this.redis
-          .pipeline()
-          .hmget(this.keys.streamMeta(this.options.streamPrefix), 'shardCount', 'previousShardCount', 'switchAt')
-          .time()
-          .exec()) as [[Error | null, (string | null)[]], [Error | null, [string, string]]];
-        if (meta[0]) throw meta[0];
-        if (time[0]) throw time[0];
-        const [shardCount, previousShardCount, switchAt] = meta[1];
-        if (shardCount === null) {
-          throw new GroupNotFoundError(`stream "${this.options.streamPrefix}" has no metadata: create it with CoordinatorAdmin.createStream`);
+        let [meta, redisNow] = await this.readMetadata();
+        if (meta[0] === null) {
+          if (this.shardCount === undefined) {
+            throw new GroupNotFoundError(
+              `stream "${this.options.streamPrefix}" has no metadata: create it with CoordinatorAdmin.createStream, or give the producer shardCount to create it`,
+            );
+          }
+          // Lost (or never created): recreate it as configured. Another creator may win the race
+          // with another count; theirs stands, like any existing metadata.
+          await createStreamMetadata(this.redis, this.keys, this.options.streamPrefix, this.shardCount).catch((error: unknown) => {
+            if (!(error instanceof ShardCountConflictError)) throw error;
+          });
+          [meta, redisNow] = await this.readMetadata();
+          if (meta[0] === null) throw new GroupNotFoundError(`stream "${this.options.streamPrefix}": its metadata vanished right after it was created`);
         }
+        const [shardCount, previousShardCount, switchAt] = meta;
         const localNow = Date.now();
-        const redisNow = Number(time[1][0]) * 1000 + Math.floor(Number(time[1][1]) / 1000);
         this.routing = {
           shardCount: Number(shardCount),
           previousShardCount: Number(previousShardCount ?? shardCount),
@@ -160,4 +283,20 @@ export class StreamProducer {
     })();
     return this.refreshing;
   }
+
+  /** shardCount, previousShardCount, switchAt, and Redis time, in one round trip. */
+  private async readMetadata(): Promise<[(string | null)[], number]> {
+    const [meta, time] = (await this.redis
+      .pipeline()
+      .hmget(this.keys.streamMeta(this.options.streamPrefix), 'shardCount', 'previousShardCount', 'switchAt')
+      .time()
+      .exec()) as [[Error | null, (string | null)[]], [Error | null, [string, string]]];
+    if (meta[0]) throw meta[0];
+    if (time[0]) throw time[0];
+    return [meta[1], Number(time[1][0]) * 1000 + Math.floor(Number(time[1][1]) / 1000)];
+  }
+}
+
+function notAttempted(shardIndex: number): Error {
+  return new Error(`not written: an earlier entry of this batch for shard ${shardIndex} failed, and writes to a shard stop there so that a retry keeps each key's order`);
 }

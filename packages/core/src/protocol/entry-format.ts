@@ -37,6 +37,21 @@ export interface StreamMessage<T = unknown> {
    * crashed or lost the shard (Redis' delivery count) and retries in place. 1 on the first try.
    */
   deliveryCount: number;
+  /**
+   * Fires when the member stops waiting for this handler call: the entry is retried (timeout) or
+   * left to the shard's next owner, which runs it again unless this call's acknowledgement still
+   * lands first (the fencing token refuses it once the shard has changed hands). `signal.reason` is a `HandlerAbortedError` whose `reason` is `handler-timeout`
+   * (`handlerTimeoutMs` passed), `revoked` (the shard was revoked and `revocationTimeoutMs` passed),
+   * `shard-lost` (lease lost, fenced: the shard may be someone else's already) or `stopped`
+   * (`stop()`'s `shutdownTimeoutMs` passed, or `abort()`). Pass it to `fetch`, database drivers and
+   * timers so a call that can no longer count stops its work instead of racing the next owner.
+   * Pausing does not fire it: in-flight calls finish and are acknowledged. Each call (each retry)
+   * has its own signal.
+   *
+   * @example
+   * handler: async (message) => { await fetch(url, { method: 'POST', body: ..., signal: message.signal }); }
+   */
+  signal: AbortSignal;
 }
 
 export interface OutgoingMessage<T = unknown> {

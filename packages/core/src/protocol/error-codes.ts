@@ -12,6 +12,8 @@ export const ErrorCode = {
   INVALID_ASSIGNMENT: 'INVALID_ASSIGNMENT',
   SHARD_COUNT_CONFLICT: 'SHARD_COUNT_CONFLICT',
   RESIZE_IN_PROGRESS: 'RESIZE_IN_PROGRESS',
+  /** Another live instance holds this memberId (SPEC 9.4): this instance must stop for good. */
+  FENCED_INSTANCE_ID: 'FENCED_INSTANCE_ID',
 } as const;
 
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
@@ -27,6 +29,7 @@ export const ERROR_CODE_BY_NUMBER: readonly ErrorCode[] = [
   ErrorCode.INVALID_ASSIGNMENT,
   ErrorCode.SHARD_COUNT_CONFLICT,
   ErrorCode.RESIZE_IN_PROGRESS,
+  ErrorCode.FENCED_INSTANCE_ID,
 ];
 
 export function errorCodeFromWire(value: unknown): ErrorCode {

@@ -67,6 +67,17 @@ export class ResizeInProgressError extends CoordinatorError {
   }
 }
 
+/**
+ * Another live process is a member of the group under this memberId (SPEC 9.4, Kafka's
+ * FENCED_INSTANCE_ID). The member that gets it stops for good: it never shares the id's shards.
+ * Give every member process its own memberId (the default, a UUIDv7, is).
+ */
+export class FencedInstanceIdError extends CoordinatorError {
+  constructor(message: string) {
+    super(ErrorCode.FENCED_INSTANCE_ID, message);
+  }
+}
+
 const ERROR_CLASSES: Record<Exclude<ErrorCode, 'NONE'>, new (message: string) => CoordinatorError> = {
   UNKNOWN_MEMBER_ID: UnknownMemberIdError,
   FENCED_MEMBER_EPOCH: FencedMemberEpochError,
@@ -76,6 +87,7 @@ const ERROR_CLASSES: Record<Exclude<ErrorCode, 'NONE'>, new (message: string) =>
   INVALID_ASSIGNMENT: InvalidAssignmentError,
   SHARD_COUNT_CONFLICT: ShardCountConflictError,
   RESIZE_IN_PROGRESS: ResizeInProgressError,
+  FENCED_INSTANCE_ID: FencedInstanceIdError,
 };
 
 /** The one place that turns a protocol code into its typed error. */

@@ -23,6 +23,12 @@ export interface HeartbeatRequest {
   owned?: number[];
   revoking?: number[];
   ackedRevocations?: number[];
+  /**
+   * Identifies one process (one CoordinatedMember instance) using `memberId`; 0-128 characters of
+   * A-Z a-z 0-9 . _ -. A join from another instance while the member's lease is live is refused
+   * with FENCED_INSTANCE_ID. Empty or absent: no identity (the record then belongs to any caller).
+   */
+  instanceId?: string;
 }
 
 export interface HeartbeatResponse {
@@ -53,6 +59,12 @@ export interface HeartbeatResponse {
   computeAssignment: boolean;
   /** Present when `computeAssignment` is true: the assignor's input, read atomically at `groupEpoch`. */
   assignmentInput?: AssignmentInput;
+  /**
+   * Which life of the group this is (Redis TIME in microseconds when it was created, as a decimal
+   * string; '0' for a group created before incarnations existed). The first part of every shard
+   * fencing token, so a recreated group's tokens always win over its former life's (SPEC 9.3).
+   */
+  incarnation: string;
 }
 
 export interface AssignmentMember {

@@ -20,6 +20,13 @@ export interface GroupMetadata {
   shardCount: number;
   readableShardSet: number[];
   updatedAt: string;
+  /**
+   * True while the group cuts over from a resize (docs/resharding.md): `state` may say STABLE, yet
+   * shards outside `readableShardSet` can hold entries that wait for the cutover.
+   */
+  cutoverInProgress: boolean;
+  /** Entries waiting on shards the group cannot read yet (see `ShardDescription.readability`). */
+  notYetReadableBacklog: number;
 }
 
 export interface MemberMetadata {
@@ -59,8 +66,18 @@ export interface CurrentAssignment {
  */
 export type ShardOwnershipState = 'OWNED' | 'REVOKING' | 'UNOWNED';
 
+/**
+ * Whether the group reads a shard. readable: in its readable set; draining: removed by a shrink and
+ * still read until the group has processed it; not-yet-readable: written to, but held back by an
+ * ordered cutover; drained: removed by a shrink and processed (kept until `deleteDrainedShards`).
+ */
+export type ShardReadability = 'readable' | 'draining' | 'not-yet-readable' | 'drained';
+
 export interface ShardDescription {
   shardIndex: number;
+  readability: ShardReadability;
+  /** `lag + pending`: entries of the shard the group has still to process. */
+  backlog: number;
   owner: string | null;
   state: ShardOwnershipState;
   /** Entries in the shard stream not yet delivered to the group (Redis `XINFO GROUPS` lag). */

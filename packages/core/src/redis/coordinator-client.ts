@@ -81,6 +81,7 @@ export class CoordinatorClient {
       toShardCsv(request.owned),
       toShardCsv(request.revoking),
       toShardCsv(request.ackedRevocations),
+      request.instanceId ?? '',
     ]);
     return parseHeartbeatReply(reply);
   }
@@ -92,7 +93,7 @@ export class CoordinatorClient {
    * INVALID_ASSIGNMENT (nothing changed).
    */
   async commitAssignment(
-    member: Pick<HeartbeatRequest, 'streamPrefix' | 'consumerGroup' | 'memberId' | 'memberEpoch' | 'metadataVersion'>,
+    member: Pick<HeartbeatRequest, 'streamPrefix' | 'consumerGroup' | 'memberId' | 'memberEpoch' | 'metadataVersion' | 'instanceId'>,
     groupEpoch: number,
     plan: AssignmentPlan,
   ): Promise<CommitResult> {
@@ -105,6 +106,7 @@ export class CoordinatorClient {
       String(groupEpoch),
       encodePlan(plan),
       String(member.metadataVersion ?? 0),
+      member.instanceId ?? '',
     ]);
     return parseCommitReply(reply);
   }

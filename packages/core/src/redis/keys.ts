@@ -65,7 +65,21 @@ export class KeyBuilder {
     return `${this.shardStream(streamPrefix, shardIndex)}:fence:${assertConsumerGroup(consumerGroup)}`;
   }
 
-  deadLetterStream(streamPrefix: string, consumerGroup: string): string {
-    return `${this.keyPrefix}:dead-letter:{${assertStreamPrefix(streamPrefix)}:${assertConsumerGroup(consumerGroup)}}`;
+  /**
+   * A shard's routing marker (the shard count in effect from when), in the shard stream's slot, so
+   * that a producer's write checks it atomically (appendEntries-2.lua). Kept when a drained shard is
+   * deleted: it is what refuses late writes to it.
+   */
+  shardRouting(streamPrefix: string, shardIndex: number): string {
+    return `${this.shardStream(streamPrefix, shardIndex)}:routing`;
+  }
+
+  /**
+   * One group's dead letters of one shard, in the shard stream's hash slot: a dead letter is written
+   * atomically with the fencing check and the ack (SPEC 9.2), so it must sit beside the fence.
+   * `CoordinatorAdmin.readDeadLetters` reads them across shards.
+   */
+  shardDeadLetterStream(streamPrefix: string, shardIndex: number, consumerGroup: string): string {
+    return `${this.shardStream(streamPrefix, shardIndex)}:dead-letter:${assertConsumerGroup(consumerGroup)}`;
   }
 }

@@ -87,6 +87,7 @@ export function parseHeartbeatReply(reply: unknown): HeartbeatResponse {
       metadataVersion: -1,
       shardCount: 0,
       computeAssignment: false,
+      incarnation: '0',
     };
   }
   const computeAssignment = Number(r[14]) === 1;
@@ -107,6 +108,7 @@ export function parseHeartbeatReply(reply: unknown): HeartbeatResponse {
     readableShardSet: r[13] == null ? undefined : parseShardCsv(r[13]),
     computeAssignment,
     assignmentInput: computeAssignment ? parseAssignmentInput(String(r[15])) : undefined,
+    incarnation: r[16] == null ? '0' : String(r[16]),
   };
 }
 
@@ -124,5 +126,5 @@ export function parseCommitReply(reply: unknown): CommitResult {
   if (response.errorCode !== ErrorCode.NONE) {
     return { response, commitResult: ErrorCode.NONE, commitMessage: '' };
   }
-  return { response, commitResult: errorCodeFromWire(r[16]), commitMessage: String(r[17]) };
+  return { response, commitResult: errorCodeFromWire(r[17]), commitMessage: String(r[18]) };
 }

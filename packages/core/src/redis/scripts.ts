@@ -19,10 +19,13 @@ const SCRIPT_FILES = {
   claimShard: 'claimShard-2.lua',
   ackFenced: 'ackFenced-2.lua',
   claimPending: 'claimPending-2.lua',
+  deadLetterFenced: 'deadLetterFenced-3.lua',
   resizeShards: 'resizeShards-n.lua',
   completeCutover: 'completeCutover-13.lua',
   retireShards: 'retireShards-n.lua',
   firstAfter: 'firstAfter-n.lua',
+  appendEntries: 'appendEntries-2.lua',
+  ensureRouting: 'ensureRouting-1.lua',
 } as const;
 
 export type ScriptName = keyof typeof SCRIPT_FILES;

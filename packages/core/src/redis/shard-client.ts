@@ -8,7 +8,15 @@ export interface RawEntry {
   fields: string[];
 }
 
-export type ClaimResult = { fenced: true } | { fenced: false; cursor: string; entries: RawEntry[] };
+/**
+ * One page of a fenced takeover: the entries now pending under the caller, the cursor to go on
+ * from ('0-0' when done), and ids that were pending but had been deleted from the stream (Redis
+ * drops them from the pending list as it claims: they cannot be handled, only reported).
+ */
+export type ClaimResult = { fenced: true } | { fenced: false; cursor: string; entries: RawEntry[]; deleted: string[] };
+
+/** A shard claim: installed (reading goes on from `cursor`), or refused because `holder`'s token is newer. */
+export type ShardClaim = { claimed: true; cursor: string } | { claimed: false; holder: string };
 
 /** What one blocking read returned per shard, and each shard's first entry after its cursor. */
 export interface ReadResult {
@@ -18,8 +26,13 @@ export interface ReadResult {
 }
 
 
-export function fenceToken(grantEpoch: number, memberId: string): string {
-  return `${grantEpoch}:${memberId}`;
+/**
+ * A shard's fencing token: "<incarnation>:<grantEpoch>:<memberId>". claimShard-2.lua compares
+ * (incarnation, epoch), so a recreated group (a larger incarnation) always wins over tokens of its
+ * former life and never loses to them, whatever the epochs (SPEC 9.3). The one place tokens are built.
+ */
+export function fenceToken(incarnation: string, grantEpoch: number, memberId: string): string {
+  return `${incarnation}:${grantEpoch}:${memberId}`;
 }
 
 function toEntries(raw: unknown): RawEntry[] {
@@ -44,39 +57,73 @@ export class ShardClient {
     readonly memberId: string,
   ) {}
 
+  /** The group's incarnation as of the member's last successful heartbeat (HeartbeatResponse.incarnation). */
+  private incarnation = '0';
+
+  /** Set by the member from each successful heartbeat; every later token carries it. */
+  setIncarnation(incarnation: string): void {
+    this.incarnation = incarnation;
+  }
+
+  private token(grantEpoch: number): string {
+    return fenceToken(this.incarnation, grantEpoch, this.memberId);
+  }
+
   private shardKeys(shardIndex: number): [string, string] {
     return [this.keys.shardStream(this.streamPrefix, shardIndex), this.keys.shardFence(this.streamPrefix, shardIndex, this.consumerGroup)];
   }
 
   /**
    * Installs this member's token for a shard it was granted: the group's last-delivered id on the
-   * shard (where this member reads on from), or null when a newer owner holds it.
+   * shard (where this member reads on from), or the token that is there when a newer owner holds it.
    */
-  async claimShard(shardIndex: number, grantEpoch: number): Promise<string | null> {
+  async claimShard(shardIndex: number, grantEpoch: number): Promise<ShardClaim> {
     const [stream, fence] = this.shardKeys(shardIndex);
-    const reply = (await runScript(this.redis, 'claimShard', [fence, stream], [this.consumerGroup, fenceToken(grantEpoch, this.memberId), grantEpoch])) as unknown[];
-    return Number(reply[0]) === 1 ? String(reply[1]) : null;
+    const reply = (await runScript(this.redis, 'claimShard', [fence, stream], [this.consumerGroup, this.token(grantEpoch)])) as unknown[];
+    return Number(reply[0]) === 1 ? { claimed: true, cursor: String(reply[1]) } : { claimed: false, holder: String(reply[1]) };
   }
 
   /** XACK under the fencing token: the number acknowledged, or -1 when the shard was lost. */
   async ack(shardIndex: number, grantEpoch: number, ids: string[]): Promise<number> {
     const [stream, fence] = this.shardKeys(shardIndex);
-    return Number(await runScript(this.redis, 'ackFenced', [stream, fence], [this.consumerGroup, fenceToken(grantEpoch, this.memberId), ...ids]));
+    return Number(await runScript(this.redis, 'ackFenced', [stream, fence], [this.consumerGroup, this.token(grantEpoch), ...ids]));
   }
 
-  /** One page of a fenced takeover (see claimPending-2.lua for the two modes). */
+  /** One page of a fenced takeover (see claimPending-2.lua for the modes 'all' and 'others'). */
   async claimPending(shardIndex: number, grantEpoch: number, mode: 'all' | 'others', cursor: string, count: number): Promise<ClaimResult> {
+    return this.claim(shardIndex, grantEpoch, [mode, cursor, count]);
+  }
+
+  /**
+   * One page of the entries pending (for any consumer) from `fromId` (inclusive) up to `beforeId`
+   * (exclusive), taken over under the fencing token; nothing at or past `beforeId` moves.
+   */
+  async claimPendingRange(shardIndex: number, grantEpoch: number, fromId: string, beforeId: string, count: number): Promise<ClaimResult> {
+    return this.claim(shardIndex, grantEpoch, ['range', fromId, count, beforeId]);
+  }
+
+  /** Claims these entries again under the fencing token (this member's own, which it lost track of). */
+  async claimIds(shardIndex: number, grantEpoch: number, ids: string[]): Promise<ClaimResult> {
+    return this.claim(shardIndex, grantEpoch, ['ids', '0-0', ids.length, ...ids]);
+  }
+
+  private async claim(shardIndex: number, grantEpoch: number, modeArgs: (string | number)[]): Promise<ClaimResult> {
     const [stream, fence] = this.shardKeys(shardIndex);
     const reply = (await runScript(this.redis, 'claimPending', [stream, fence], [
       this.consumerGroup,
-      fenceToken(grantEpoch, this.memberId),
+      this.token(grantEpoch),
       this.memberId,
-      mode,
-      cursor,
-      count,
+      ...modeArgs,
     ])) as unknown[];
     if (Number(reply[0]) === -1) return { fenced: true };
-    return { fenced: false, cursor: String(reply[1]), entries: toEntries(reply[2]) };
+    return { fenced: false, cursor: String(reply[1]), entries: toEntries(reply[2]), deleted: ((reply[3] as unknown[]) ?? []).map(String) };
+  }
+
+  /** Ids of up to `count` entries pending under this member on a shard, in ID order. */
+  async ownPending(shardIndex: number, count: number): Promise<string[]> {
+    const [stream] = this.shardKeys(shardIndex);
+    const pending = (await this.redis.xpending(stream, this.consumerGroup, '-', '+', count, this.memberId)) as [string, string, number, number][];
+    return pending.map(([id]) => String(id));
   }
 
   /** Redis' delivery counts of pending entries of this member on a shard (for redelivered entries). */
@@ -110,17 +157,26 @@ export class ShardClient {
     return { entries, firstAfter: new Map(shards.map((shard, i) => [shard, String((firsts as unknown[])[i] ?? '')])) };
   }
 
-  /** Appends a dead letter: the entry, why it failed, and how often it was tried. */
-  async deadLetter(shardIndex: number, entry: RawEntry, error: string, attempts: number): Promise<void> {
-    await this.redis.xadd(
-      this.keys.deadLetterStream(this.streamPrefix, this.consumerGroup),
-      '*',
+  /**
+   * Moves an entry to its shard's dead-letter stream (the entry, why it failed, how often it was
+   * tried) and acknowledges it, atomically under the fencing token: the dead letter's id ('' when
+   * the entry was no longer pending, e.g. a resent call whose first run landed), or null when the
+   * shard has a newer owner (then nothing was written and nothing acknowledged).
+   */
+  async deadLetter(shardIndex: number, grantEpoch: number, entry: RawEntry, error: string, attempts: number): Promise<string | null> {
+    const [stream, fence] = this.shardKeys(shardIndex);
+    const deadLetters = this.keys.shardDeadLetterStream(this.streamPrefix, shardIndex, this.consumerGroup);
+    const reply = await runScript(this.redis, 'deadLetterFenced', [stream, fence, deadLetters], [
+      this.consumerGroup,
+      this.token(grantEpoch),
+      entry.id,
       'shardIndex', String(shardIndex),
       'entryId', entry.id,
       'memberId', this.memberId,
       'error', error,
       'attempts', String(attempts),
       'fields', JSON.stringify(entry.fields),
-    );
+    ]);
+    return Number(reply) === -1 ? null : String(reply);
   }
 }

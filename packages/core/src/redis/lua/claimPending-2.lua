@@ -1,17 +1,24 @@
 --[[
   claimPending-2: takes over entries of the group that are pending on this shard, for the caller,
-  while the caller holds the shard's fencing token. Two modes:
+  while the caller holds the shard's fencing token. Four modes:
   - 'all', on gaining a shard: every pending entry, whoever holds it (the previous owner's
     unacknowledged work, and the caller's own from before a restart), in ID order, page by page
     with XAUTOCLAIM.
   - 'others', a periodic sweep while owning it: only entries pending for other consumers (a zombie
     whose blocked read Redis served after the shard moved), never the caller's own in-flight ones.
+  - 'range', after a read skipped entries: the entries pending (for anyone) from the cursor up to,
+    not including, an end id, page by page; nothing at or past the end is touched, so entries the
+    caller cannot queue in order yet are not moved under its name.
+  - 'ids', the caller's own entries that it no longer tracks (their read reply was lost).
 
   KEYS[1]  the shard stream   KEYS[2]  the shard's fencing token
   ARGV[1]  consumerGroup      ARGV[2]  the caller's token   ARGV[3]  the caller's consumer name
-  ARGV[4]  mode ('all' | 'others')   ARGV[5]  cursor (for 'all')   ARGV[6]  count
-  Both modes then delete the group's consumers of other members that have nothing pending here.
-  Output: { 1, next cursor ('0-0' when done), entries } or { -1 } when the caller lost the shard.
+  ARGV[4]  mode ('all' | 'others' | 'range' | 'ids')   ARGV[5]  cursor ('all', 'range')
+  ARGV[6]  count              ARGV[7]  end id, exclusive ('range')   ARGV[7..]  ids ('ids')
+  Modes 'all' and 'others' then delete the group's consumers of other members that have nothing
+  pending here.
+  Output: { 1, next cursor ('0-0' when done), entries, ids that were pending but deleted from the
+  stream (Redis drops them from the pending list as it claims) } or { -1 } when the caller lost the shard.
 ]]
 --- @include "includes/fence"
 
@@ -29,27 +36,62 @@ local function forgetIdleConsumers(stream, group, me)
   end
 end
 
+-- XCLAIM of ids that were deleted from the stream drops them from the pending list and returns
+-- nothing for them: they are reported, so the caller can say so instead of losing them silently.
+local function claimIds(stream, group, me, ids, entries, deleted)
+  if #ids == 0 then return end
+  local claimed = redis.call('XCLAIM', stream, group, me, 0, unpack(ids))
+  local found = {}
+  for i = 1, #claimed do
+    if claimed[i] then
+      entries[#entries + 1] = claimed[i]
+      found[claimed[i][1]] = true
+    end
+  end
+  for i = 1, #ids do
+    if not found[ids[i]] then deleted[#deleted + 1] = ids[i] end
+  end
+end
+
 if not holdsFence(KEYS[2], ARGV[2]) then return { -1 } end
 local count = tonumber(ARGV[6])
 if ARGV[4] == 'all' then
   local page = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[3], 0, ARGV[5], 'COUNT', count)
   if page[1] == '0-0' then forgetIdleConsumers(KEYS[1], ARGV[1], ARGV[3]) end
-  return { 1, page[1], page[2] }
+  return { 1, page[1], page[2], page[3] or {} }
+end
+
+if ARGV[4] == 'range' then
+  local pending = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[5], '(' .. ARGV[7], count)
+  local ids = {}
+  for i = 1, #pending do ids[i] = pending[i][1] end
+  local entries, deleted = {}, {}
+  claimIds(KEYS[1], ARGV[1], ARGV[3], ids, entries, deleted)
+  -- A full page may have more after it: the caller goes on from just after its last id.
+  local cursor = '0-0'
+  if #ids == count then cursor = ids[#ids] end
+  return { 1, cursor, entries, deleted }
+end
+
+if ARGV[4] == 'ids' then
+  -- Only ids still pending: one acknowledged since the caller looked is not "deleted", just done.
+  local ids = {}
+  for i = 7, #ARGV do
+    if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1) > 0 then ids[#ids + 1] = ARGV[i] end
+  end
+  local entries, deleted = {}, {}
+  claimIds(KEYS[1], ARGV[1], ARGV[3], ids, entries, deleted)
+  return { 1, '0-0', entries, deleted }
 end
 
 local summary = redis.call('XPENDING', KEYS[1], ARGV[1])
-local entries = {}
+local entries, deleted = {}, {}
 for _, consumer in ipairs(summary[4] or {}) do
-  if consumer[1] ~= ARGV[3] and #entries < count then
-    local pending = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', count - #entries, consumer[1])
+  if consumer[1] ~= ARGV[3] and #entries + #deleted < count then
+    local pending = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', count - #entries - #deleted, consumer[1])
     local ids = {}
     for i = 1, #pending do ids[i] = pending[i][1] end
-    if #ids > 0 then
-      local claimed = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[3], 0, unpack(ids))
-      for i = 1, #claimed do
-        if claimed[i] then entries[#entries + 1] = claimed[i] end
-      end
-    end
+    claimIds(KEYS[1], ARGV[1], ARGV[3], ids, entries, deleted)
   end
 end
 forgetIdleConsumers(KEYS[1], ARGV[1], ARGV[3])
@@ -59,4 +101,4 @@ table.sort(entries, function(a, b)
   if ams ~= bms then return tonumber(ams) < tonumber(bms) end
   return tonumber(aseq) < tonumber(bseq)
 end)
-return { 1, '0-0', entries }
+return { 1, '0-0', entries, deleted }

@@ -9,9 +9,11 @@
   ARGV[1..8]   coordinator settings and the group's wake channel (includes/config.lua)
   ARGV[9]  consumerGroup   ARGV[10]  memberId   ARGV[11] memberEpoch   ARGV[12] groupEpoch G
   ARGV[13] target as JSON { memberId: "ascending shard CSV" }   ARGV[14] metadataVersion the member runs with
+  ARGV[15] instanceId of the caller ('' = none): a commit from an instance that no longer holds the
+           record (it was taken over since its heartbeat) is refused like a stale epoch
 
   Output: the committing member's heartbeat response (includes/respond.lua) followed by
-  17 commitResult (ERR_NONE, ERR_STALE_GROUP_EPOCH or ERR_INVALID_ASSIGNMENT) and 18 its message;
+  18 commitResult (ERR_NONE, ERR_STALE_GROUP_EPOCH or ERR_INVALID_ASSIGNMENT) and 19 its message;
   or { errorCode, message } when the member itself was refused.
 ]]
 --- @include "includes/errorCodes"
@@ -28,6 +30,7 @@
 --- @include "includes/expiry"
 --- @include "includes/reconcile"
 --- @include "includes/memberCheck"
+--- @include "includes/instance"
 --- @include "includes/callContext"
 --- @include "includes/respond"
 
@@ -47,6 +50,9 @@ local claimedEpoch = req.memberEpoch
 if claimedEpoch == 0 and rec and rec.waiting then claimedEpoch = rec.epoch end
 local code, message = checkMemberEpoch(K, rec, memberId, claimedEpoch, now, minLease)
 if code ~= ERR_NONE then return errorResponse(code, message) end
+if isOtherInstance(rec, ARGV[15] or '') then
+  return errorResponse(ERR_FENCED_MEMBER_EPOCH, 'member ' .. memberId .. ' was taken over by another instance; rejoin with memberEpoch 0')
+end
 
 -- Invariant 5, checked against the group as it is now: every member ACTIVE, every list strictly
 -- ascending (so canonical and without repeats), every shard readable and in one list only, and every

@@ -10,8 +10,10 @@
   ARGV[1..8]   coordinator settings and the group's wake channel (includes/config.lua)
   ARGV[9]  the cutover's metadataVersion (only that cutover is completed)
 
-  Output: { errorCode, message, completed (0/1) }. The group's readable shard set becomes
-  0..shardCount-1, its groupEpoch and the stream's metadataVersion increase, and members are woken.
+  Output: { errorCode, message, completed (0/1) }. The group's groupEpoch and the stream's
+  metadataVersion increase, members are woken, and the group's readable shard set becomes
+  0..shardCount-1, or, for a group created after resizes with more steps to cross, the next step of
+  its `cutoverChain` (includes/replayCutovers.lua) becomes its cutover, under the new metadataVersion.
 ]]
 --- @include "includes/errorCodes"
 --- @include "includes/groupKeys"
@@ -34,7 +36,20 @@ redis.call('HDEL', K.groupMeta, 'cutover', 'readableShardSet')
 bumpGroupEpoch(K, g, now)
 local version = redis.call('HINCRBY', K.streamMeta, 'metadataVersion', 1)
 redis.call('HSET', K.streamMeta, 'updatedAt', now)
+local chain = redis.call('HGET', K.groupMeta, 'cutoverChain')
+if chain then
+  local steps = cjson.decode(chain)
+  local nextStep = table.remove(steps, 1)
+  nextStep.version = version
+  redis.call('HSET', K.groupMeta, 'cutover', cjson.encode(nextStep), 'readableShardSet', nextStep.wait)
+  if #steps > 0 then
+    redis.call('HSET', K.groupMeta, 'cutoverChain', cjson.encode(steps))
+  else
+    redis.call('HDEL', K.groupMeta, 'cutoverChain')
+  end
+end
 appendEvent(K, cfg, g, 'CUTOVER_COMPLETED', '', 'resize of metadataVersion ' .. ARGV[9] .. ' ('
-  .. cutover.from .. ' -> ' .. cutover.to .. ' shards); metadataVersion ' .. version)
+  .. cutover.from .. ' -> ' .. cutover.to .. ' shards); metadataVersion ' .. version
+  .. (chain and '; next: the following resize in the stream\'s history' or ''))
 wakeMembers(cfg, 'cutover')
 return { ERR_NONE, '', 1 }

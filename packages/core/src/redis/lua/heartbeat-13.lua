@@ -9,10 +9,13 @@
   ARGV[12] memberName              ARGV[13] runtimeMaxConcurrency  ARGV[14] activeConsumerWorkers
   ARGV[15] weight                  ARGV[16] sessionTimeoutMs       ARGV[17] rebalanceTimeoutMs
   ARGV[18] metadataVersion         ARGV[19] owned (CSV)            ARGV[20] revoking (CSV)
-  ARGV[21] ackedRevocations (CSV)
+  ARGV[21] ackedRevocations (CSV)     ARGV[22] instanceId (one per member process; '' = none)
 
   Output: the heartbeat response (includes/respond.lua), or { errorCode, message } when the request
-  was refused; a refused request changed nothing.
+  was refused; a refused request changed nothing. A member is checked (ACTIVE, lease, epoch,
+  instance) before its shard lists are: a stale member is told it is stale even when its report no
+  longer fits the stream (shards deleted after a shrink while it was paused). A join for an ACTIVE
+  member with a live lease from another instance is refused with FENCED_INSTANCE_ID (SPEC 9.4).
 
   The steady-state heartbeat (current epoch, report equal to the stored assignment, nothing changed,
   group STABLE) is answered before the rest of the script is even defined: it decodes only the
@@ -29,9 +32,9 @@
   through to the full path, which validates it. ]]
 do
   local signature = redis.call('HGET', K.steady, ARGV[10])
-  if signature and signature == table.concat({ ARGV[11], ARGV[12], ARGV[13], ARGV[14], ARGV[15], ARGV[16], ARGV[17], ARGV[18], ARGV[19] }, '\n')
+  if signature and signature == table.concat({ ARGV[11], ARGV[12], ARGV[13], ARGV[14], ARGV[15], ARGV[16], ARGV[17], ARGV[18], ARGV[19], ARGV[22] }, '\n')
       and ARGV[20] == '' and ARGV[21] == '' then
-    local g = redis.call('HMGET', K.groupMeta, 'groupEpoch', 'assignmentEpoch', 'nextDeadlineAt', 'retainedNextAt')
+    local g = redis.call('HMGET', K.groupMeta, 'groupEpoch', 'assignmentEpoch', 'nextDeadlineAt', 'retainedNextAt', 'incarnation')
     local stream = redis.call('HMGET', K.streamMeta, 'shardCount', 'metadataVersion')
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -46,7 +49,7 @@ do
       redis.call('ZADD', K.leases, now + sessionTimeoutMs, ARGV[10])
       local interval = math.max(1, math.min(tonumber(ARGV[1]), math.floor(sessionTimeoutMs / 3)))
       return { ERR_NONE, '', tonumber(ARGV[11]), interval, sessionTimeoutMs, ARGV[19], '', '', tonumber(g[1]),
-        tonumber(g[2]), 'STABLE', tonumber(stream[2]), tonumber(stream[1]), false, 0, '' }
+        tonumber(g[2]), 'STABLE', tonumber(stream[2]), tonumber(stream[1]), false, 0, '', g[5] or '0' }
     end
   end
 end
@@ -63,6 +66,8 @@ end
 --- @include "includes/expiry"
 --- @include "includes/reconcile"
 --- @include "includes/memberCheck"
+--- @include "includes/instance"
+--- @include "includes/incarnation"
 --- @include "includes/callContext"
 --- @include "includes/respond"
 
@@ -70,6 +75,7 @@ local groupName = ARGV[9]
 local memberId = ARGV[10]
 local memberName = ARGV[12]
 local rawOwned = ARGV[19]
+local instanceId = ARGV[22] or ''
 
 -- 1. Validate everything before touching anything.
 if not isValidMemberId(memberId) then return errorResponse(ERR_INVALID_REQUEST, MEMBER_ID_RULE) end
@@ -86,11 +92,28 @@ local req, err = parseIntegers({
   { 'metadataVersion', 18, 0, MAX_EPOCH },
 })
 if not req then return errorResponse(ERR_INVALID_REQUEST, err) end
+if not isValidInstanceId(instanceId) then return errorResponse(ERR_INVALID_REQUEST, INSTANCE_ID_RULE) end
 
 local ctx = loadCallContext(K, memberId)
 if not ctx then return errorResponse(ERR_GROUP_NOT_FOUND, NO_STREAM_MESSAGE) end
 local stream, now, g, rec, minLease = ctx.stream, ctx.now, ctx.g, ctx.rec, ctx.minLease
 local memberEpoch = req.memberEpoch
+
+-- 2. Who is asking comes before what it reports: a member that is no longer ACTIVE, or whose epoch
+-- is stale, or whose id another instance took over, is told so whatever its lists say (they may
+-- name shards a shrink has deleted since). Every refusal here changes no state.
+if memberEpoch > 0 then
+  local code, message = checkMemberEpoch(K, rec, memberId, memberEpoch, now, minLease)
+  if code ~= ERR_NONE then return errorResponse(code, message) end
+  if isOtherInstance(rec, instanceId) then
+    return errorResponse(ERR_FENCED_MEMBER_EPOCH, 'member ' .. memberId .. ' was taken over by another instance; rejoin with memberEpoch 0')
+  end
+elseif isOtherInstance(rec, instanceId) and rec.state == 'ACTIVE' and (memberEpoch == -1 or isAlive(K, rec, now, minLease)) then
+  -- A second live process with this id (or a leave from one): it must never share the id's
+  -- ownership, and must not end the membership of the instance that holds it.
+  return errorResponse(ERR_FENCED_INSTANCE_ID, 'memberId ' .. memberId .. ' is in use by another live instance of group '
+    .. groupName .. '; give every member process its own memberId')
+end
 
 -- The steady-state report repeats the stored list exactly (canonical CSV): it is valid and true as
 -- it stands, so it needs neither parsing nor the ownership check.
@@ -103,13 +126,7 @@ if not steadyReport then
   if not revokingReport then return errorResponse(ERR_INVALID_REQUEST, err) end
   acked, err = parseShardList('ackedRevocations', ARGV[21], stream.shardCount)
   if not acked then return errorResponse(ERR_INVALID_REQUEST, err) end
-end
-
--- 2. Epoch and ownership checks of a normal heartbeat: an error changes no state.
-if memberEpoch > 0 then
-  local code, message = checkMemberEpoch(K, rec, memberId, memberEpoch, now, minLease)
-  if code ~= ERR_NONE then return errorResponse(code, message) end
-  if not steadyReport then
+  if memberEpoch > 0 then
     local violation = ownershipViolation(K, rec, owned)
     if violation then return errorResponse(ERR_FENCED_MEMBER_EPOCH, violation) end
   end
@@ -119,9 +136,10 @@ end
 if not g then
   if memberEpoch == -1 then
     return { ERR_NONE, '', -1, cfg.heartbeatIntervalMs, req.sessionTimeoutMs, '', '', '', 0, 0, 'EMPTY',
-      stream.metadataVersion, stream.count, false, 0, '' }
+      stream.metadataVersion, stream.count, false, 0, '', '0' }
   end
   g = createGroup(K, groupName, now, stream)
+  assignIncarnation(K, g)
 end
 local groupEpochBefore = g.groupEpoch
 expireMembers(K, cfg, g, now, minLease)
@@ -139,7 +157,7 @@ if memberEpoch == -1 then
     wakeMembers(cfg, memberId)
   end
   return { ERR_NONE, '', -1, cfg.heartbeatIntervalMs, req.sessionTimeoutMs, '', '', '', g.groupEpoch,
-    g.assignmentEpoch, groupState(K, g), stream.metadataVersion, stream.count, false, 0, '' }
+    g.assignmentEpoch, groupState(K, g), stream.metadataVersion, stream.count, false, 0, '', g.incarnation }
 end
 
 local dirty = false
@@ -152,7 +170,7 @@ if memberEpoch == 0 then
       joinEpoch = g.groupEpoch, mv = req.metadataVersion, rmc = req.runtimeMaxConcurrency,
       acw = req.activeConsumerWorkers, weight = req.weight, st = req.sessionTimeoutMs,
       rt = req.rebalanceTimeoutMs, owned = '', revoking = '', pending = '', lastHb = now, waiting = true,
-      leaseExp = now + req.sessionTimeoutMs,
+      leaseExp = now + req.sessionTimeoutMs, inst = instanceId,
     }
     indexWeight(K, memberId, req.weight)
     appendEvent(K, cfg, g, 'MEMBER_JOINED', memberId, memberName)
@@ -170,7 +188,8 @@ if memberEpoch == 0 then
     else
       redis.call('ZREM', K.retained, memberId)
     end
-    rec.state, rec.owned, rec.revoking, rec.pending, rec.endedAt = 'ACTIVE', '', '', '', nil
+    rec.state, rec.owned, rec.revoking, rec.pending, rec.endedAt, rec.rvAt = 'ACTIVE', '', '', '', nil, nil
+    rec.inst = instanceId
     -- The incarnation that joined before must not slip back in through the previous-epoch rule.
     rec.prevEpoch, rec.known, rec.waiting = -1, -1, true
     indexWeight(K, memberId, rec.weight)
@@ -184,7 +203,7 @@ end
 -- 4. What the member reports about itself.
 if rec.name ~= memberName or rec.rmc ~= req.runtimeMaxConcurrency or rec.acw ~= req.activeConsumerWorkers
     or rec.mv ~= req.metadataVersion or rec.st ~= req.sessionTimeoutMs or rec.rt ~= req.rebalanceTimeoutMs
-    or rec.weight ~= req.weight then
+    or rec.weight ~= req.weight or (rec.inst or '') ~= instanceId then
   if rec.weight ~= req.weight and g.groupEpoch == groupEpochBefore then
     -- A weight is an input of the assignment.
     bumpGroupEpoch(K, g, now)
@@ -193,6 +212,8 @@ if rec.name ~= memberName or rec.rmc ~= req.runtimeMaxConcurrency or rec.acw ~= 
   if rec.weight ~= req.weight then indexWeight(K, memberId, req.weight) end
   rec.name, rec.rmc, rec.acw, rec.mv = memberName, req.runtimeMaxConcurrency, req.activeConsumerWorkers, req.metadataVersion
   rec.st, rec.rt, rec.weight = req.sessionTimeoutMs, req.rebalanceTimeoutMs, req.weight
+  -- Only reached for the record's own instance, or to adopt one (checked in step 2).
+  rec.inst = instanceId
   dirty = true
 end
 redis.call('ZADD', K.leases, now + rec.st, memberId)

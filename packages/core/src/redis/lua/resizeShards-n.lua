@@ -55,8 +55,13 @@ local now = nowMs()
 local growing = newCount > oldCount
 -- Producers switch to the new count at switchAt. An ordered shrink gives members switchDelayMs to
 -- learn that the surviving shards are held from that point on, before any moved key is written there.
+-- Never the current millisecond: an entry written just before this call can carry this very
+-- millisecond in its id, and every entry routed with the old count must have an id below switchAt
+-- (the routing markers enforce it from switchAt on; includes/replayCutovers.lua relies on it).
+-- (An unordered growth promises no order and is not replayed: it switches at once.)
 local switchAt = now
-if ordered and not growing then switchAt = now + switchDelayMs end
+if ordered and growing then switchAt = now + 1 end
+if not growing then switchAt = now + math.max(1, ordered and switchDelayMs or 0) end
 version = version + 1
 span = math.max(span, newCount)
 
@@ -91,11 +96,15 @@ end
 redis.call('HSET', KEYS[1], 'shardCount', newCount, 'previousShardCount', oldCount, 'switchAt', switchAt,
   'shardSpan', span, 'metadataVersion', version, 'writableShardSet', rangeCsv(newCount),
   'readableShardSet', readableDuring or rangeCsv(newCount), 'updatedAt', now)
--- Groups created later start where the existing ones start (includes/group.lua createGroup).
-if cutoverJson then
-  redis.call('HSET', KEYS[1], 'cutover', cutoverJson, 'cutoverReadable', readableDuring)
-else
-  redis.call('HDEL', KEYS[1], 'cutover', 'cutoverReadable')
+-- Groups created later cross every ordered growth and every shrink of the stream's history in
+-- order (includes/replayCutovers.lua); an unordered growth promised no order, so it is not kept.
+-- (`cutover`/`cutoverReadable` are the single template older versions kept: gone for good.)
+redis.call('HDEL', KEYS[1], 'cutover', 'cutoverReadable')
+if ordered or not growing then
+  local raw = redis.call('HGET', KEYS[1], 'resizeHistory')
+  local history = raw and cjson.decode(raw) or {}
+  history[#history + 1] = { version = version, from = oldCount, to = newCount, switchAt = switchAt }
+  redis.call('HSET', KEYS[1], 'resizeHistory', cjson.encode(history))
 end
 
 local detail = oldCount .. ' -> ' .. newCount .. ' shards, ' .. (ordered and 'ordered' or 'unordered')

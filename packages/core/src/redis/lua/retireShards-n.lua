@@ -36,11 +36,7 @@ for i = 1, groupCount do
     end
   end
 end
-redis.call('HSET', KEYS[1], 'shardSpan', count)
--- A group created from now on has nothing to drain.
-local template = redis.call('HGET', KEYS[1], 'cutover')
-if template and cjson.decode(template).waitUntil == 'drained' then
-  redis.call('HDEL', KEYS[1], 'cutover', 'cutoverReadable')
-  redis.call('HSET', KEYS[1], 'readableShardSet', redis.call('HGET', KEYS[1], 'writableShardSet'))
-end
+-- A group created from now on reads only shards below the span: the resize history stays (it still
+-- orders the surviving shards), the retired shards just drop out of every step.
+redis.call('HSET', KEYS[1], 'shardSpan', count, 'readableShardSet', redis.call('HGET', KEYS[1], 'writableShardSet'))
 return { ERR_NONE, '', count, span }

@@ -1,7 +1,8 @@
+--- @include "includes/replayCutovers"
 -- Group metadata: epochs, the assignment lease, and the group state derived from the member indexes.
 local function loadGroup(K)
   local v = redis.call('HMGET', K.groupMeta, 'groupEpoch', 'assignmentEpoch', 'epochBumpedAt', 'leaseOwner',
-    'leaseExpiresAt', 'retainedNextAt', 'nextDeadlineAt')
+    'leaseExpiresAt', 'retainedNextAt', 'nextDeadlineAt', 'incarnation')
   if not v[1] then return nil end
   return {
     groupEpoch = tonumber(v[1]),
@@ -13,19 +14,26 @@ local function loadGroup(K)
     retainedNextAt = tonumber(v[6]) or 0,
     -- no revocation deadline falls before this (0: none pending); may be early, never late
     nextDeadlineAt = tonumber(v[7]) or 0,
+    -- which life of the group this is (includes/incarnation.lua); '0' for a group from before it existed
+    incarnation = v[8] or '0',
   }
 end
 
--- A group created after a resize starts from the resize's state (includes/stream.lua): it reads
--- the shard streams from their beginning, so it must wait for the same cutover as every other group.
+-- A group created after resizes reads the shard streams from their beginning, so it crosses every
+-- recorded resize in order, one cutover step each (includes/replayCutovers.lua): the first step is
+-- its cutover now, the rest wait in `cutoverChain` for completeCutover-13.lua to install them.
 local function createGroup(K, groupName, now, stream)
   redis.call('HSET', K.groupMeta, 'groupEpoch', 0, 'assignmentEpoch', 0, 'epochBumpedAt', now,
     'leaseOwner', '', 'leaseExpiresAt', 0, 'createdAt', now, 'updatedAt', now)
   redis.call('SADD', K.groups, groupName)
-  local template = redis.call('HMGET', K.streamMeta, 'cutover', 'cutoverReadable')
-  if template[1] then
-    redis.call('HSET', K.groupMeta, 'cutover', template[1], 'readableShardSet', template[2])
-    stream.readable, stream.readableIsFullRange = template[2], false
+  local history = redis.call('HGET', K.streamMeta, 'resizeHistory')
+  if history then
+    local steps = replayCutovers(cjson.decode(history), stream.shardCount)
+    local first = table.remove(steps, 1)
+    first.version = stream.metadataVersion
+    redis.call('HSET', K.groupMeta, 'cutover', cjson.encode(first), 'readableShardSet', first.wait)
+    if #steps > 0 then redis.call('HSET', K.groupMeta, 'cutoverChain', cjson.encode(steps)) end
+    stream.readable, stream.readableIsFullRange = first.wait, false
   end
   return { groupEpoch = 0, assignmentEpoch = 0, epochBumpedAt = now, leaseOwner = '', leaseExpiresAt = 0, retainedNextAt = 0, nextDeadlineAt = 0 }
 end
@@ -61,8 +69,13 @@ local function earliestLease(K)
   return tonumber(first[2])
 end
 
+-- The deadline of a member's revocations is its earliest outstanding revocation's ask time plus its
+-- rebalance timeout (includes/reconcile.lua works that out), so it is set as given: it moves later
+-- once the earlier revocations were acknowledged. nextDeadlineAt only ever moves earlier here (it
+-- may be early, never late; expireMembers recomputes it).
 local function setRevocationDeadline(K, g, memberId, deadline)
-  if redis.call('ZADD', K.deadlines, 'NX', deadline, memberId) == 1 and (g.nextDeadlineAt == 0 or deadline < g.nextDeadlineAt) then
+  redis.call('ZADD', K.deadlines, deadline, memberId)
+  if g.nextDeadlineAt == 0 or deadline < g.nextDeadlineAt then
     g.nextDeadlineAt = deadline
     redis.call('HSET', K.groupMeta, 'nextDeadlineAt', deadline)
   end

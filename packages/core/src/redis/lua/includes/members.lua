@@ -2,7 +2,8 @@
 -- member, never the group. Fields: id, name, state, epoch, prevEpoch, known (the last epoch sent to
 -- the member), joinEpoch (groupEpoch of its last join: it may use targets from then on), waiting
 -- (joined, told epoch 0, not yet told a real epoch), mv, rmc, acw, weight, st, rt, owned, revoking,
--- pending (CSV), lastHb, leaseExp, endedAt (ms).
+-- pending (CSV), lastHb, leaseExp, endedAt (ms), inst (the instance id that joined last, see
+-- includes/instance.lua), rvAt (shard -> when its revocation was asked, ms, see includes/reconcile.lua).
 local function loadMember(K, memberId)
   local raw = redis.call('HGET', K.members, memberId)
   if not raw then return nil end
@@ -13,7 +14,7 @@ end
 -- signature only while a heartbeat repeating it needs nothing but a lease renewal (see heartbeat-13).
 -- Stored fields never contain a newline, so an equal request string means equal fields.
 local function steadySignature(rec)
-  return table.concat({ rec.epoch, rec.name, rec.rmc, rec.acw, rec.weight, rec.st, rec.rt, rec.mv, rec.owned }, '\n')
+  return table.concat({ rec.epoch, rec.name, rec.rmc, rec.acw, rec.weight, rec.st, rec.rt, rec.mv, rec.owned, rec.inst or '' }, '\n')
 end
 
 local function saveMember(K, rec)
@@ -62,7 +63,7 @@ local function removeMember(K, cfg, g, rec, state, now, reason)
   releaseShards(K, rec.id, csvToList(rec.owned))
   releaseShards(K, rec.id, csvToList(rec.revoking))
   rec.state = state
-  rec.owned, rec.revoking, rec.pending = '', '', ''
+  rec.owned, rec.revoking, rec.pending, rec.rvAt = '', '', '', nil
   rec.leaseExp = leaseExp
   rec.lastHb = leaseExp - rec.st
   rec.endedAt = now

@@ -13,6 +13,7 @@ local function reconcileMember(K, cfg, g, rec, now)
 
   local owned = {}
   local revoking = csvToList(rec.revoking)
+  local askedBefore = rec.rvAt or {}
   local newlyRevoked = {}
   for _, shard in ipairs(csvToList(rec.owned)) do
     if inTarget[shard] then
@@ -33,8 +34,19 @@ local function reconcileMember(K, cfg, g, rec, now)
   end
 
   local pending = {}
+  rec.rvAt = nil
   if #revoking > 0 then
-    setRevocationDeadline(K, g, rec.id, now + rec.rt)
+    -- Each revocation counts from when it was asked: the deadline is the earliest outstanding
+    -- ask time plus the rebalance timeout, so a revocation asked after the earlier ones were
+    -- acknowledged gets the whole timeout (a shard without a recorded time was asked now).
+    local askedAt, earliest = {}, nil
+    for _, shard in ipairs(revoking) do
+      local key = tostring(shard)
+      askedAt[key] = askedBefore[key] or now
+      if not earliest or askedAt[key] < earliest then earliest = askedAt[key] end
+    end
+    rec.rvAt = askedAt
+    setRevocationDeadline(K, g, rec.id, earliest + rec.rt)
     pending = wanted
   else
     redis.call('ZREM', K.deadlines, rec.id)

@@ -6,6 +6,7 @@
 --  6 assigned   7 revoke        8 pending      9 groupEpoch          10 assignmentEpoch
 -- 11 state     12 metadataVersion             13 shardCount          14 readableShardSet or nil
 -- 15 computeAssignment (0/1)   16 assignment input (JSON) or ''
+-- 17 the group's incarnation (includes/incarnation.lua), the first part of every fencing token
 
 local function assignmentInput(K, g, stream)
   local ids = redis.call('ZRANGE', K.leases, 0, -1)
@@ -65,5 +66,5 @@ local function memberResponse(K, cfg, g, rec, stream, reportedMv, now, dirty)
   if compute == 1 then input = assignmentInput(K, g, stream) end
   return { ERR_NONE, '', toldEpoch, interval, rec.st, rec.owned, rec.revoking, rec.pending,
     g.groupEpoch, g.assignmentEpoch, state, stream.metadataVersion, stream.count, readable,
-    compute, input }
+    compute, input, g.incarnation }
 end

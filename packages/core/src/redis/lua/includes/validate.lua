@@ -53,6 +53,12 @@ local function isValidMemberId(value)
   return type(value) == 'string' and #value >= 1 and #value <= 128 and string.match(value, '^[%w%._%-]+$') ~= nil
 end
 
+local INSTANCE_ID_RULE = 'instanceId must be 0-128 characters of A-Z a-z 0-9 . _ -'
+
+local function isValidInstanceId(value)
+  return type(value) == 'string' and #value <= 128 and string.match(value, '^[%w%._%-]*$') ~= nil
+end
+
 -- Parses integer fields given as { name, ARGV index, min, max }; returns a table by name, or nil and
 -- the message of the first bad field.
 local function parseIntegers(specs)

@@ -1,0 +1,88 @@
+import { type Cutover, cutoverProgress, readCutover } from '../admin/cutover';
+import type { CoordinatorClient } from '../redis/coordinator-client';
+import type { RedisClient } from '../redis/scripts';
+import { sleep } from './abortable-sleep';
+
+export interface CutoverWatchSettings {
+  streamPrefix: string;
+  consumerGroup: string;
+  cutoverCheckIntervalMs: number;
+  /** How long the cutover read may take before it counts as failed. */
+  readTimeoutMs: number;
+  /** Entries of these shards from this id on wait until the cutover completes (ordered shrink). */
+  setHolds(holds: Map<number, string>): void;
+  /** A check of the cutover's progress failed; it is tried again at the next interval. */
+  onCheckFailed(error: Error): void;
+  /** This member completed the cutover: the group's metadata changed, heartbeat now. */
+  onCompleted(): void;
+}
+
+/**
+ * A member's view of its group's cutover after a resize (docs/resharding.md): what it must hold,
+ * and a periodic check that completes the cutover when the shard streams allow it. Any member of
+ * the group may complete it; the script ignores all but the first.
+ */
+export class CutoverWatch {
+  /** The group's pending cutover as of the last successful `sync`. */
+  private cutover: Cutover | null = null;
+  private timer: NodeJS.Timeout | undefined;
+  private stopped = false;
+
+  constructor(
+    private readonly redis: RedisClient,
+    private readonly coordinator: CoordinatorClient,
+    private readonly settings: CutoverWatchSettings,
+  ) {}
+
+  /**
+   * Reads the group's cutover, holds what it holds and checks on it until it completes. The read is
+   * bounded by `readTimeoutMs`, so it cannot hold up a heartbeat loop; it rejects when the read failed
+   * or was late, and then nothing changed.
+   */
+  async sync(): Promise<void> {
+    const { streamPrefix, consumerGroup, readTimeoutMs } = this.settings;
+    const cutover = await Promise.race([
+      readCutover(this.redis, this.coordinator.keys, streamPrefix, consumerGroup),
+      sleep(readTimeoutMs).then(() => {
+        throw new Error(`no answer within ${readTimeoutMs} ms`);
+      }),
+    ]);
+    this.cutover = cutover;
+    const from = cutover ? `${cutover.switchAt}-0` : '';
+    this.settings.setHolds(new Map((cutover?.held ?? []).map((shard) => [shard, from])));
+    clearTimeout(this.timer);
+    if (cutover) this.schedule(cutover);
+  }
+
+  stop(): void {
+    this.stopped = true;
+    clearTimeout(this.timer);
+  }
+
+  /** For a member started again after stop(): forgets the old cutover; the next `sync` reads it afresh. */
+  restart(): void {
+    this.stopped = false;
+    this.cutover = null;
+  }
+
+  private schedule(cutover: Cutover): void {
+    if (this.stopped || this.cutover !== cutover) return;
+    const delay = Math.round(this.settings.cutoverCheckIntervalMs * (0.75 + 0.5 * Math.random()));
+    this.timer = setTimeout(() => void this.check(cutover), delay);
+  }
+
+  private async check(cutover: Cutover): Promise<void> {
+    try {
+      const { streamPrefix, consumerGroup } = this.settings;
+      const progress = await cutoverProgress(this.redis, this.coordinator.keys, streamPrefix, consumerGroup, cutover);
+      if (progress.ready && this.cutover === cutover && !this.stopped) {
+        await this.coordinator.completeCutover(streamPrefix, consumerGroup, cutover.version);
+        this.settings.onCompleted();
+        return;
+      }
+    } catch (error) {
+      this.settings.onCheckFailed(error as Error);
+    }
+    this.schedule(cutover);
+  }
+}

@@ -1,0 +1,25 @@
+import type { ErrorCode } from '../protocol/error-codes';
+import type { AcknowledgedEvent } from './shard-poller';
+
+export interface ShardsEvent {
+  shards: number[];
+  memberEpoch: number;
+}
+
+export interface MemberEvents {
+  /** Shards this member may now read (after taking over their pending entries). */
+  assigned: [ShardsEvent];
+  /** Shards this member gave up (its in-flight work on them finished or timed out). */
+  revoked: [ShardsEvent];
+  /**
+   * The coordinator refused this member (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, or GROUP_NOT_FOUND
+   * after Redis lost the group's keys): it dropped everything and rejoins.
+   */
+  fenced: [{ errorCode: ErrorCode; message: string; shards: number[]; memberEpoch: number }];
+  /** No heartbeat succeeded for too long: the member stopped before its lease could be given away, and rejoins. */
+  'lease-lost': [{ shards: number[]; memberEpoch: number; sinceLastHeartbeatMs: number }];
+  error: [Error];
+  'dead-letter': [{ shardIndex: number; id: string; reason: string; attempts: number }];
+  /** Acknowledgements sent for a shard; `accepted` is false when a newer owner's fencing token refused them. */
+  acknowledged: [AcknowledgedEvent];
+}

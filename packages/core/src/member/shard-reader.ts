@@ -1,0 +1,306 @@
+import type { EventEmitter } from 'node:events';
+import type { Redis } from 'ioredis';
+import { compareStreamIds, nextStreamId } from '../protocol/stream-ids';
+import type { ClaimResult, RawEntry, ReadResult, ShardClient } from '../redis/shard-client';
+
+type ClaimedPage = Extract<ClaimResult, { fenced: false }>;
+import { Wakeup } from './abortable-sleep';
+import type { AckBatcher } from './ack-batcher';
+import { type ResolvedMemberOptions, retryDelayMs } from './member-options';
+import { type PollerEvents, type QueuedEntry, ShardError, type ShardSet, type ShardState } from './shard-state';
+
+/** Backoff of a refused shard claim: from this, doubling, up to the max. */
+const CLAIM_RETRY_MS = 100;
+const CLAIM_RETRY_MAX_MS = 5000;
+
+/**
+ * The read side of the poller: installs each granted shard's fencing token (retrying, visibly, while
+ * a newer token refuses it), takes over its pending entries in ID order, then reads new entries of
+ * all shards in one blocking XREADGROUP. It repairs what reads can miss: entries another consumer
+ * read late (the gap check on each batch, and a periodic sweep of other consumers' pending
+ * entries), and entries of this member whose read reply was lost (a periodic sweep of its own
+ * pending entries that it does not track).
+ */
+export class ShardReader {
+  private running = false;
+  private loop: Promise<void> | undefined;
+  readonly wakeup = new Wakeup();
+  private currentRead: { shards: Set<number>; done: Promise<unknown> } | undefined;
+  private readerId: number | undefined;
+
+  constructor(
+    private readonly shards: ShardSet,
+    private readonly client: ShardClient,
+    private readonly command: { client(subcommand: 'UNBLOCK', id: number): Promise<unknown> },
+    private readonly reader: Redis,
+    private readonly acks: AckBatcher,
+    private readonly events: EventEmitter<PollerEvents>,
+    private readonly options: ResolvedMemberOptions,
+    private readonly mayStartHandlers: () => boolean,
+    /** Paused: only fencing tokens are installed; no takeover, sweep or read fetches entries. */
+    private readonly isPaused: () => boolean,
+    private readonly dispatch: () => void,
+  ) {
+    reader.on('ready', () => void this.refreshReaderId());
+  }
+
+  start(): void {
+    if (this.running) return;
+    this.running = true;
+    this.loop = this.readLoop();
+  }
+
+  async stop(): Promise<void> {
+    this.running = false;
+    this.interruptRead();
+    await this.loop?.catch(() => undefined);
+  }
+
+  /** Whether the blocking read under way covers the shard. */
+  isReading(shardIndex: number): boolean {
+    return this.currentRead?.shards.has(shardIndex) ?? false;
+  }
+
+  /** Interrupts a read that covers the shard and waits until it returned. */
+  async endReadOf(shardIndex: number): Promise<void> {
+    const read = this.currentRead;
+    if (read?.shards.has(shardIndex)) {
+      this.interruptRead();
+      await read.done.catch(() => undefined);
+    }
+  }
+
+  /**
+   * A shard ran out of work. If the current blocking read does not cover it (it is still taking
+   * over pending entries, or it was left out for want of buffer room), cut the read short so it is
+   * not starved for a whole block timeout while other shards are idle.
+   */
+  onDrained(state: ShardState): void {
+    if (state.phase === 'released') return;
+    if (this.currentRead && !this.currentRead.shards.has(state.index)) this.interruptRead();
+    else this.wakeup.notify();
+  }
+
+  /** Cuts a blocked read short (CLIENT UNBLOCK), so the next read sees the new set of shards. */
+  interruptRead(): void {
+    this.wakeup.notify();
+    if (this.currentRead && this.readerId !== undefined) {
+      this.command.client('UNBLOCK', this.readerId).catch(() => undefined);
+    }
+  }
+
+  private async refreshReaderId(): Promise<void> {
+    try {
+      this.readerId = Number(await this.reader.client('ID'));
+    } catch {
+      this.readerId = undefined;
+    }
+  }
+
+  private async readLoop(): Promise<void> {
+    if (this.readerId === undefined) await this.refreshReaderId();
+    while (this.running) {
+      try {
+        await this.claimNewShards();
+        if (this.isPaused()) {
+          await this.wakeup.wait(this.idleWaitMs());
+          continue;
+        }
+        await this.takeOverPending();
+        await this.sweep();
+        this.dispatch();
+        const readable = this.shards.order.filter((s) => {
+          const state = this.shards.get(s)!;
+          return state.phase === 'reading' && state.queue.length < this.options.batchSize && state.held.length === 0;
+        });
+        const budget = this.options.maxBufferedEntries - this.shards.buffered;
+        if (readable.length === 0 || budget <= 0 || !this.mayStartHandlers()) {
+          await this.wakeup.wait(this.idleWaitMs());
+          continue;
+        }
+        await this.readOnce(readable, budget);
+        this.dispatch();
+      } catch (error) {
+        if (!this.running) break;
+        this.events.emit('error', new ShardError(`reading shards failed: ${(error as Error).message}`, undefined, error));
+        await this.wakeup.wait(Math.min(1000, this.options.blockMs));
+      }
+    }
+  }
+
+  /** Idle (or blocked in a read) until something changes, but no longer than the next due claim retry or sweep. */
+  private idleWaitMs(): number {
+    const now = Date.now();
+    let wait = this.options.blockMs;
+    for (const state of this.shards.all()) {
+      if (state.phase === 'claiming') wait = Math.min(wait, state.nextClaimAt - now);
+      // Paused, no sweep runs: it would fetch entries.
+      if (state.phase === 'reading' && !this.isPaused()) wait = Math.min(wait, state.lastSweepAt + this.options.sweepIntervalMs - now);
+    }
+    return Math.max(1, wait);
+  }
+
+  private async readOnce(readable: number[], budget: number): Promise<void> {
+    const count = Math.max(1, Math.min(this.options.batchSize, Math.floor(budget / readable.length)));
+    // The states the read is for: if a shard is released and granted again while the read is
+    // out, its entries belong to the old grant (pending here, the new grant takes them over).
+    const readFor = new Map(readable.map((s) => [s, this.shards.get(s)!]));
+    const cursors = readable.map((s) => readFor.get(s)!.readCursor);
+    // A blocked read must not put off a sweep (lost read replies are found only there) or a claim
+    // retry that is due.
+    const blockMs = this.idleWaitMs();
+    const done = this.client.readNew(this.reader, readable, cursors, count, blockMs);
+    this.currentRead = { shards: new Set(readable), done };
+    let result: ReadResult;
+    try {
+      result = await done;
+    } finally {
+      this.currentRead = undefined;
+    }
+    for (const [shardIndex, entries] of result.entries) {
+      // Entries of a shard released meanwhile stay pending: its next owner (or grant) takes them over.
+      const state = readFor.get(shardIndex)!;
+      if (entries.length === 0 || !this.shards.isCurrent(state)) continue;
+      const first = result.firstAfter.get(shardIndex) ?? '';
+      if (first !== '' && first !== entries[0].id) await this.recoverSkipped(state, entries[0].id);
+      if (!this.shards.isCurrent(state)) continue;
+      state.readCursor = entries[entries.length - 1].id;
+      this.shards.enqueue(state, entries.map((entry) => ({ entry, deliveries: 1 })));
+    }
+  }
+
+  /**
+   * Installs the token of each newly granted shard. A refusal (a newer token is there: the grant
+   * may be stale, or the group's keys were lost while the tokens survived) keeps the shard known
+   * and unread, says so each time ('error', `problems`, 'claim-refused' so the member heartbeats at
+   * once), and is tried again with backoff until it succeeds or the shard is released.
+   */
+  private async claimNewShards(): Promise<void> {
+    for (const state of this.shards.all()) {
+      if (state.phase !== 'claiming' || state.nextClaimAt > Date.now()) continue;
+      const claim = await this.client.claimShard(state.index, state.grantEpoch);
+      if (state.phase !== 'claiming') continue;
+      if (claim.claimed) {
+        state.readCursor = claim.cursor;
+        state.phase = 'takeover';
+        state.claimAttempts = 0;
+        state.problems.delete('claim');
+        continue;
+      }
+      state.claimAttempts += 1;
+      const delay = retryDelayMs(state.claimAttempts, CLAIM_RETRY_MS, CLAIM_RETRY_MAX_MS);
+      state.nextClaimAt = Date.now() + delay;
+      const message = `shard ${state.index}: granted at epoch ${state.grantEpoch} but a newer fencing token "${claim.holder}" holds it; not reading it (refused ${state.claimAttempts} time(s))`;
+      state.problems.set('claim', message);
+      this.events.emit('error', new ShardError(`${message}, trying again in ${delay} ms`, state.index));
+      this.events.emit('claim-refused', { shardIndex: state.index, grantEpoch: state.grantEpoch, holder: claim.holder });
+    }
+  }
+
+  /** Pending entries of a newly gained shard come first, in ID order, page by page as room allows. */
+  private async takeOverPending(): Promise<void> {
+    for (const state of this.shards.all()) {
+      while (state.phase === 'takeover' && state.queue.length < this.options.batchSize) {
+        const page = await this.accept(state, await this.client.claimPending(state.index, state.grantEpoch, 'all', state.takeoverCursor, this.options.batchSize), 'while taking over its pending entries');
+        if (!page) break;
+        state.takeoverCursor = page.cursor;
+        if (page.cursor === '0-0') state.phase = 'reading';
+      }
+    }
+  }
+
+  /**
+   * A read returned entries of a shard, but not the first entry after what this member had accounted
+   * for (`readNew`'s check): the ones in between were delivered to another consumer after this
+   * member took the shard (a zombie's read that reached Redis late, e.g. after a partition healed),
+   * or to this member in a reply that never arrived. They are taken over now, in ID order, and queued
+   * before the batch, so the shard's order holds. Only entries before the batch move: one after it
+   * (another consumer's late read of a newer entry) is left where the sweep finds it.
+   */
+  private async recoverSkipped(state: ShardState, before: string): Promise<void> {
+    let start = nextStreamId(state.readCursor);
+    let recovered = 0;
+    for (;;) {
+      const page = await this.accept(state, await this.client.claimPendingRange(state.index, state.grantEpoch, start, before, this.options.batchSize), '(fencing token changed)');
+      if (!page) return;
+      recovered += page.entries.length;
+      if (page.cursor === '0-0') break;
+      start = nextStreamId(page.cursor);
+    }
+    this.events.emit('error', new ShardError(`shard ${state.index}: ${recovered} entries before ${before} were delivered elsewhere (a late read); took them over first`, state.index));
+  }
+
+  /** Both sweeps of each shard being read, every `sweepIntervalMs`. */
+  private async sweep(): Promise<void> {
+    const now = Date.now();
+    for (const state of this.shards.all()) {
+      if (state.phase !== 'reading' || now - state.lastSweepAt < this.options.sweepIntervalMs) continue;
+      state.lastSweepAt = now;
+      const page = await this.accept(state, await this.client.claimPending(state.index, state.grantEpoch, 'others', '0-0', this.options.batchSize), '(fencing token changed)');
+      if (page) await this.recoverUntracked(state);
+    }
+  }
+
+  /**
+   * Entries pending under this member that it does not track (not queued, held, in flight, or
+   * awaiting their ack) were delivered in a read reply that never arrived, or their ack was given up
+   * on. On a quiet shard no later read would reveal them, so they are claimed again and queued in ID
+   * order, before anything after them that has not started.
+   */
+  private async recoverUntracked(state: ShardState): Promise<void> {
+    const tracked = new Set(this.shards.buffers(state));
+    if (state.current) tracked.add(state.current);
+    // Enough to see past everything tracked: untracked entries, if any, are among the first ones.
+    const ids = await this.client.ownPending(state.index, tracked.size + this.acks.unsettledCount(state.index) + this.options.batchSize);
+    if (!this.shards.isCurrent(state)) return;
+    const untracked = ids.filter((id) => !tracked.has(id) && id !== state.current && !this.acks.tracks(state.index, id) && !this.isQueued(state, id));
+    if (untracked.length === 0) return;
+    const page = await this.accept(state, await this.client.claimIds(state.index, state.grantEpoch, untracked), '(fencing token changed)');
+    if (page && page.entries.length > 0) {
+      this.events.emit('error', new ShardError(`shard ${state.index}: ${page.entries.length} entries pending here were not being handled (a read reply that never arrived, or an ack given up on): ${page.entries.map((e) => e.id).join(', ')}; handling them now`, state.index));
+    }
+  }
+
+  /** The entry is queued or held now (the lists may have changed while a call was out). */
+  private isQueued(state: ShardState, id: string): boolean {
+    return state.queue.some((q) => q.entry.id === id) || state.held.some((q) => q.entry.id === id);
+  }
+
+  /**
+   * Takes a claimed page into the shard: null (and the shard given up locally) when fenced; else
+   * its entries are queued in ID order, the read cursor moves past them (so that a later gap check
+   * does not claim them again), and ids deleted from the stream while pending are reported.
+   */
+  private async accept(state: ShardState, page: ClaimResult, when: string): Promise<ClaimedPage | null> {
+    if (page.fenced) {
+      this.shards.release(state);
+      this.events.emit('error', new ShardError(`shard ${state.index}: lost ${when}`, state.index));
+      return null;
+    }
+    if (page.deleted.length > 0) {
+      this.events.emit('error', new ShardError(`shard ${state.index}: entries ${page.deleted.join(', ')} were deleted from the stream (trimmed or XDEL) before they were handled; they cannot be processed`, state.index));
+    }
+    const entries = await this.withDeliveryCounts(state.index, page.entries);
+    if (!this.shards.isCurrent(state)) return null;
+    // Not already queued here: a sweep may meet an entry the gap check took a moment ago.
+    const fresh = entries.filter((q) => !this.isQueued(state, q.entry.id) && q.entry.id !== state.current);
+    this.shards.enqueue(state, fresh);
+    this.advanceCursor(state, page.entries);
+    return page;
+  }
+
+  /**
+   * Entries taken over are accounted for: a later check must not take them again (they may be
+   * queued or in flight here, pending under this member's name).
+   */
+  private advanceCursor(state: ShardState, entries: RawEntry[]): void {
+    const last = entries[entries.length - 1]?.id;
+    if (last !== undefined && compareStreamIds(last, state.readCursor) > 0) state.readCursor = last;
+  }
+
+  private async withDeliveryCounts(shardIndex: number, entries: RawEntry[]): Promise<QueuedEntry[]> {
+    if (entries.length === 0) return [];
+    const counts = await this.client.deliveryCounts(shardIndex, entries[0].id, entries[entries.length - 1].id, entries.length);
+    return entries.map((entry) => ({ entry, deliveries: counts.get(entry.id) ?? 1 }));
+  }
+}

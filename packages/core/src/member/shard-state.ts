@@ -1,0 +1,211 @@
+import { compareStreamIds } from '../protocol/stream-ids';
+import type { RawEntry } from '../redis/shard-client';
+
+/**
+ * Where a granted shard is: installing its fencing token (and retrying while a newer token refuses
+ * it), taking over its pending entries, reading new ones; or given up.
+ */
+export type Phase = 'claiming' | 'takeover' | 'reading' | 'released';
+
+export interface QueuedEntry {
+  entry: RawEntry;
+  /** Redis' delivery count when it was read (1 for a first read). */
+  deliveries: number;
+}
+
+/** One owned shard, as the poller works on it. */
+export interface ShardState {
+  index: number;
+  /** The member epoch the shard was granted at: its fencing token. */
+  grantEpoch: number;
+  phase: Phase;
+  queue: QueuedEntry[];
+  /** Entries read at or past the shard's hold point (an ordered shrink): not handled until released. */
+  held: QueuedEntry[];
+  inFlight: Promise<void> | null;
+  /** The entry the in-flight work is on (handler, retry backoff, dead-letter write). */
+  current: string | undefined;
+  takeoverCursor: string;
+  /** The last id of this shard this member has accounted for (read, or the group's position when it took the shard). */
+  readCursor: string;
+  lastSweepAt: number;
+  /** Refused claims in a row, and when the next try is due (ms since the epoch). */
+  claimAttempts: number;
+  nextClaimAt: number;
+  /** What stops work on this shard now, by kind ('claim', 'dead-letter'); shown in `stats().problems`. */
+  problems: Map<string, string>;
+  /** Aborted when the shard is released: stops retries and backoffs of its entries. */
+  released: AbortController;
+  /** The handler call running now (not a retry's backoff): its controller is `message.signal`'s. */
+  call: AbortController | undefined;
+}
+
+/** Something went wrong on a shard; the poller goes on. `shardIndex` is set where it applies. */
+export class ShardError extends Error {
+  constructor(
+    message: string,
+    readonly shardIndex?: number,
+    cause?: unknown,
+  ) {
+    super(message, cause === undefined ? undefined : { cause });
+    this.name = 'ShardError';
+  }
+}
+
+/** A handler call exceeded `handlerTimeoutMs`; the attempt counts as failed. */
+export class HandlerTimeoutError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'HandlerTimeoutError';
+  }
+}
+
+/** Why a handler's `message.signal` fired. */
+export type HandlerAbortReason = 'handler-timeout' | 'revoked' | 'shard-lost' | 'stopped';
+
+/**
+ * The `reason` of an aborted `message.signal`: the member no longer waits for this call; the entry
+ * is retried (timeout) or left to the shard's next owner, which runs it again unless the call's
+ * acknowledgement lands before the shard changes hands. `reason` says why: `handler-timeout` (handlerTimeoutMs passed), `revoked`
+ * (the shard was revoked and revocationTimeoutMs passed), `shard-lost` (lease lost, fenced, the group
+ * gone, the shard no longer this member's), `stopped` (stop()'s shutdownTimeoutMs passed, or abort()).
+ */
+export class HandlerAbortedError extends Error {
+  constructor(
+    readonly reason: HandlerAbortReason,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'HandlerAbortedError';
+  }
+}
+
+/** A batch of acknowledgements was sent: `accepted` is false when a newer owner's fencing token refused it. */
+export interface AcknowledgedEvent {
+  shardIndex: number;
+  grantEpoch: number;
+  ids: string[];
+  accepted: boolean;
+}
+
+/** A granted shard whose fencing token could not be installed: `holder`'s token is newer. */
+export interface ClaimRefusedEvent {
+  shardIndex: number;
+  grantEpoch: number;
+  holder: string;
+}
+
+export interface PollerEvents {
+  error: [ShardError];
+  /** An entry went to the dead-letter stream. */
+  'dead-letter': [{ shardIndex: number; id: string; reason: string; attempts: number }];
+  acknowledged: [AcknowledgedEvent];
+  /**
+   * A granted shard's claim was refused (a newer token is installed); the poller retries with
+   * backoff, and the member should heartbeat at once: its grant may be stale.
+   */
+  'claim-refused': [ClaimRefusedEvent];
+}
+
+/**
+ * The shards the poller works on, in index order, with the entries they buffer and the holds of an
+ * ordered shrink. Shared by the reader (which fills queues) and the dispatcher (which drains them).
+ */
+export class ShardSet {
+  private readonly states = new Map<number, ShardState>();
+  order: number[] = [];
+  /** Entries queued (not held) over all shards: what counts against `maxBufferedEntries`. */
+  buffered = 0;
+  /** shardIndex -> stream id from which entries wait (ordered shrink, docs/resharding.md). */
+  holds = new Map<number, string>();
+
+  get(shardIndex: number): ShardState | undefined {
+    return this.states.get(shardIndex);
+  }
+
+  all(): ShardState[] {
+    return [...this.states.values()];
+  }
+
+  add(shardIndex: number, grantEpoch: number): ShardState {
+    const state: ShardState = {
+      index: shardIndex,
+      grantEpoch,
+      phase: 'claiming',
+      queue: [],
+      held: [],
+      inFlight: null,
+      current: undefined,
+      takeoverCursor: '0-0',
+      readCursor: '0-0',
+      lastSweepAt: Date.now(),
+      claimAttempts: 0,
+      nextClaimAt: 0,
+      problems: new Map(),
+      released: new AbortController(),
+      call: undefined,
+    };
+    this.states.set(shardIndex, state);
+    this.order = [...this.states.keys()].sort((a, b) => a - b);
+    return state;
+  }
+
+  /** Whether `state` is still this member's grant of its shard (not released, not replaced by a new grant). */
+  isCurrent(state: ShardState): boolean {
+    return state.phase !== 'released' && this.states.get(state.index) === state;
+  }
+
+  /** Gives a shard up locally: its queued entries stay pending in Redis for whoever owns it next. */
+  release(state: ShardState): void {
+    if (state.phase === 'released') return;
+    state.phase = 'released';
+    state.released.abort();
+    this.buffered -= state.queue.length;
+    state.queue = [];
+    state.held = [];
+    state.problems.clear();
+    if (this.states.get(state.index) === state) {
+      this.states.delete(state.index);
+      this.order = this.order.filter((s) => s !== state.index);
+    }
+  }
+
+  /**
+   * Queues entries for the grant they were read or claimed under (dropped if that grant has ended),
+   * in ID order: recovered entries older than queued ones go before them. Entries at or past the
+   * shard's hold point wait in `held`.
+   */
+  enqueue(state: ShardState, entries: QueuedEntry[]): void {
+    if (!this.isCurrent(state) || entries.length === 0) return;
+    const hold = this.holds.get(state.index);
+    const waiting = hold === undefined ? [] : entries.filter((q) => compareStreamIds(q.entry.id, hold) >= 0);
+    const ready = hold === undefined ? entries : entries.filter((q) => compareStreamIds(q.entry.id, hold) < 0);
+    state.queue = inIdOrder(state.queue, ready);
+    state.held = inIdOrder(state.held, waiting);
+    this.buffered += ready.length;
+  }
+
+  /** Replaces the holds: entries below a shard's new hold point (or of a shard with none) are queued. */
+  setHolds(holds: Map<number, string>): void {
+    this.holds = holds;
+    for (const state of this.states.values()) {
+      if (state.held.length === 0) continue;
+      const held = state.held;
+      state.held = [];
+      this.enqueue(state, held);
+    }
+  }
+
+  /** Entry ids this member tracks on a shard: queued or held (in flight is the dispatcher's, acks the batcher's). */
+  buffers(state: ShardState): string[] {
+    return [...state.queue, ...state.held].map((q) => q.entry.id);
+  }
+}
+
+/** `existing` and `added` (each in ID order) as one list in ID order; appending is the common case. */
+function inIdOrder(existing: QueuedEntry[], added: QueuedEntry[]): QueuedEntry[] {
+  if (added.length === 0) return existing;
+  const last = existing[existing.length - 1];
+  if (!last || compareStreamIds(last.entry.id, added[0].entry.id) < 0) return existing.concat(added);
+  return existing.concat(added).sort((a, b) => compareStreamIds(a.entry.id, b.entry.id));
+}

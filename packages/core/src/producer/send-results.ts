@@ -1,0 +1,66 @@
+import type { OutgoingMessage } from '../protocol/entry-format';
+
+/** Where an entry landed. */
+export interface SendResult {
+  shardIndex: number;
+  id: string;
+}
+
+/** An entry of a batch that is in its shard stream. */
+export interface WrittenEntry extends SendResult {
+  /** Position in the batch passed to `sendBatch`. */
+  index: number;
+}
+
+/** An entry of a batch that is not (or, with `maybeWritten`, may not be) in any shard stream. */
+export interface FailedEntry<T = unknown> {
+  /** Position in the batch passed to `sendBatch`. */
+  index: number;
+  message: OutgoingMessage<T>;
+  /** The shard it was routed to last, if it got that far. */
+  shardIndex: number | undefined;
+  error: Error;
+  /**
+   * True only when the write's reply never came (connection lost, timeout): the entry may be in the
+   * stream, and a retry may write it twice (at-least-once). False: Redis said no, or the write was
+   * not attempted because an earlier entry of the same shard failed.
+   */
+  maybeWritten: boolean;
+}
+
+/**
+ * `sendBatch` wrote some entries of the batch but not all. Nothing is hidden: `written` has the id
+ * of every entry that landed, `failed` every other entry with its error, both by batch position.
+ *
+ * Per-key order survives a retry of `retryBatch()`: entries are written per shard in batch order
+ * and a shard's writes stop at its first failure, so no entry of a key is written after one of its
+ * earlier entries failed; retrying the failed entries in their order appends them after everything
+ * of theirs that landed.
+ *
+ * @example
+ * try {
+ *   await producer.sendBatch(batch);
+ * } catch (error) {
+ *   if (!(error instanceof PartialBatchError)) throw error;
+ *   record(error.written);                           // ids of what landed
+ *   await producer.sendBatch(error.retryBatch());    // the rest, in order
+ * }
+ */
+export class PartialBatchError<T = unknown> extends Error {
+  constructor(
+    readonly written: WrittenEntry[],
+    readonly failed: FailedEntry<T>[],
+  ) {
+    const first = failed[0];
+    super(
+      `${written.length} of ${written.length + failed.length} entries written; ${failed.length} not written` +
+        (first ? ` (first: batch entry ${first.index}${first.shardIndex === undefined ? '' : ` for shard ${first.shardIndex}`}: ${first.error.message})` : ''),
+    );
+    this.name = 'PartialBatchError';
+  }
+
+  /** The messages not written, in batch order: pass them to `sendBatch` again. */
+  retryBatch(): OutgoingMessage<T>[] {
+    return this.failed.map((entry) => entry.message);
+  }
+}

@@ -1,0 +1,9 @@
+-- The shard count in effect at Redis time `now` by a shard's routing marker (a hash in the shard's
+-- own hash slot: count, previous, switchAt, version, written by CoordinatorAdmin.resizeShards with
+-- ensureRouting-1.lua), or 0 when the shard has no marker (a stream never resized: any count goes).
+local function routingInEffect(markerKey, now)
+  local m = redis.call('HMGET', markerKey, 'count', 'previous', 'switchAt')
+  if not m[1] then return 0 end
+  if now < tonumber(m[3]) then return tonumber(m[2]) end
+  return tonumber(m[1])
+end

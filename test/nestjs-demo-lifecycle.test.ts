@@ -1,0 +1,122 @@
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import net from 'node:net';
+import path from 'node:path';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { pollUntil } from './support/poll';
+
+const root = path.resolve(__dirname, '..');
+const running: ChildProcess[] = [];
+
+// The demo runs from its build, as `npm run demo` runs it; `npm test` builds the core first (pretest).
+beforeAll(() => {
+  const tsc = path.join(root, 'node_modules/.bin/tsc');
+  execFileSync(tsc, ['-p', 'packages/nestjs/tsconfig.build.json'], { cwd: root, stdio: 'inherit' });
+  execFileSync(tsc, ['-p', 'apps/demo/tsconfig.build.json'], { cwd: root, stdio: 'inherit' });
+});
+
+afterEach(() => {
+  for (const child of running.splice(0)) {
+    // Whatever a failed test left: the demo's whole process group, its redis-server included.
+    if (child.exitCode === null && child.signalCode === null) process.kill(-child.pid!, 'SIGKILL');
+  }
+});
+
+interface Demo {
+  child: ChildProcess;
+  output: () => string;
+  redisPid: number;
+  redisPort: number;
+  httpPort: number;
+  exited: Promise<number | null>;
+}
+
+/** `node apps/demo/dist/main.js` in a process group of its own (as a terminal or a process manager starts it), once it answers HTTP. */
+async function startDemo(): Promise<Demo> {
+  const child = spawn(process.execPath, ['apps/demo/dist/main.js'], {
+    cwd: root,
+    detached: true,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, REDIS_URL: '', PORT: '0', NO_COLOR: '1', DEMO_SHUTDOWN_TIMEOUT_MS: '8000' },
+  });
+  running.push(child);
+  let output = '';
+  child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const started = await pollUntil('the demo listening', async () => {
+    const redis = /private redis-server \(pid (\d+)\): REDIS_URL=redis:\/\/127\.0\.0\.1:(\d+)/.exec(output);
+    const http = /listening on http:\/\/localhost:(\d+)/.exec(output);
+    if (child.exitCode !== null) throw new Error(`the demo exited with ${child.exitCode}:\n${output}`);
+    return redis && http ? { redisPid: Number(redis[1]), redisPort: Number(redis[2]), httpPort: Number(http[1]) } : undefined;
+  }, { timeoutMs: 20_000 });
+  await pollUntil('members joined', async () => (await fetch(`http://127.0.0.1:${started.httpPort}/health`).catch(() => undefined))?.status === 200, { timeoutMs: 20_000 });
+  return { child, output: () => output, redisPid: started.redisPid, redisPort: started.redisPort, httpPort: started.httpPort, exited };
+}
+
+/** The exit code, or a failure naming what the demo printed if it has not exited in time. */
+async function exitCodeOf(demo: Demo, timeoutMs = 15_000): Promise<number | null> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`the demo was still running ${timeoutMs} ms later:\n${demo.output().slice(-2000)}`)), timeoutMs);
+  });
+  try {
+    return await Promise.race([demo.exited, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+const refusesConnections = (port: number) =>
+  new Promise<boolean>((resolve) => {
+    const socket = net.connect(port, '127.0.0.1');
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(false);
+    });
+    socket.once('error', () => resolve(true));
+  });
+
+describe('the demo\'s lifecycle', () => {
+  it('SIGTERM to its process group (a process manager, timeout, Ctrl+C): the demo exits 0 and its redis-server is gone', async () => {
+    const demo = await startDemo();
+    // The redis-server is in the group too: it dies at once, while the members try to leave.
+    process.kill(-demo.child.pid!, 'SIGTERM');
+    expect(await exitCodeOf(demo)).toBe(0);
+    await pollUntil('the redis-server gone', () => refusesConnections(demo.redisPort));
+  });
+
+  it('SIGINT to the demo alone: the members leave, then it stops its redis-server and exits 0', async () => {
+    const demo = await startDemo();
+    process.kill(demo.child.pid!, 'SIGINT');
+    expect(await exitCodeOf(demo)).toBe(0);
+    expect(demo.output()).toMatch(/SIGINT: members drain and leave their groups/);
+    await pollUntil('the redis-server gone', () => refusesConnections(demo.redisPort));
+  });
+
+  it('GET /listeners lists the listeners; POST /listeners/summaries/pause and /resume pause and resume one by id', async () => {
+    const demo = await startDemo();
+    const base = `http://127.0.0.1:${demo.httpPort}`;
+    const listeners = await (await fetch(`${base}/listeners`)).json();
+    expect(listeners).toEqual([
+      { id: 'summaries', kind: 'listener', running: true, paused: false, concurrency: 4 },
+      { id: 'audit', kind: 'consumer', running: true, paused: false, concurrency: 4 },
+    ]);
+    const paused = await fetch(`${base}/listeners/summaries/pause`, { method: 'POST' });
+    expect(paused.status).toBe(200);
+    expect(await paused.json()).toMatchObject({ id: 'summaries', paused: true });
+    const health = (await (await fetch(`${base}/health/ready`)).json()) as { coordinator: { members: { listenerId: string; state: string }[] } };
+    const states = health.coordinator.members.filter((m: { listenerId: string }) => m.listenerId === 'summaries').map((m: { state: string }) => m.state);
+    expect(states).toEqual(['paused', 'paused', 'paused', 'paused']);
+    expect(await (await fetch(`${base}/listeners/summaries/resume`, { method: 'POST' })).json()).toMatchObject({ paused: false });
+    expect((await fetch(`${base}/listeners/nope/pause`, { method: 'POST' })).status).toBe(404);
+    process.kill(demo.child.pid!, 'SIGINT');
+    expect(await exitCodeOf(demo)).toBe(0);
+  });
+
+  it('its redis-server dies: the demo says so and exits 1 instead of reconnecting forever', async () => {
+    const demo = await startDemo();
+    process.kill(demo.redisPid, 'SIGKILL');
+    expect(await exitCodeOf(demo)).toBe(1);
+    expect(demo.output()).toMatch(new RegExp(`the private redis-server \\(pid ${demo.redisPid}\\) exited: the demo stops too`));
+  });
+});

@@ -103,6 +103,9 @@ describe('reliability checker', () => {
     // Queued behind an earlier entry still being retried (no later entry ran): only the longer bound.
     const earlier = run('p0', 0, '0-5', 'a', 0, 100, 101);
     expect(check([], earlier, [], new Set(), { pendingSamples: samples.slice(0, 5), stuckAfterMs: 1500, quietStuckAfterMs: 3000 }).stuck).toEqual([]);
+    // A backlog worked through in order (earlier entries of the shard keep starting): not stuck.
+    const backlog = [0, 600, 1200, 1800, 2400, 3000].flatMap((t, i) => run('p0', 0, `0-${i + 1}`, 'a', i, t, t + 1));
+    expect(check([], backlog, [], new Set(), { pendingSamples: samples, stuckAfterMs: 1500, quietStuckAfterMs: 3000 }).stuck).toEqual([]);
     // Its handler runs the whole time (a long handler): not stuck.
     const running = run('p0', 0, '1-0', 'a', 1, -1, 4000);
     expect(check([], running, [], new Set(), { pendingSamples: samples, stuckAfterMs: 1500, quietStuckAfterMs: 3000 }).stuck).toEqual([]);

@@ -12,9 +12,10 @@ const MAX_SAMPLE_GAP_MS = 1500;
  * of the entry running (issue 11: 1, 2, 9), reported once per entry with how long they sat:
  * - skipped: for longer than `afterMs` (the sweep interval plus a margin) while the owner started
  *   later entries of the same shard (a retry dropped, a dead-letter write given up);
- * - forgotten: for longer than `quietAfterMs` with or without activity (an entry of a lost read reply
- *   on a quiet shard). Entries queued behind an earlier entry still being retried are neither, until
- *   that takes longer than `quietAfterMs`.
+ * - forgotten: for longer than `quietAfterMs` while the owner started nothing on the shard (an entry
+ *   of a lost read reply on a quiet shard, a shard blocked for good).
+ * Entries queued behind earlier ones (a backlog worked through in order, a retry still going) are
+ * neither: the owner makes progress on the shard and runs nothing past them.
  */
 export function stuckEntries(runs: Run[], samples: PendingSample[], afterMs: number, quietAfterMs = afterMs * 2): string[] {
   const byEntry = new Map<string, Run[]>();
@@ -31,8 +32,8 @@ export function stuckEntries(runs: Run[], samples: PendingSample[], afterMs: num
   }
   const running = (group: string, member: string, shard: number, id: string, t: number) =>
     (byEntry.get(`${group}/${member}/${shard}/${id}`) ?? []).some((r) => r.start <= t && (r.end === undefined || r.end >= t));
-  const laterStarted = (group: string, member: string, shard: number, id: string, from: number, to: number) =>
-    (byShard.get(`${group}/${member}/${shard}`) ?? []).some((r) => r.start >= from && r.start <= to && compareIds(r.id, id) > 0);
+  const started = (group: string, member: string, shard: number, from: number, to: number, after?: string) =>
+    (byShard.get(`${group}/${member}/${shard}`) ?? []).some((r) => r.start >= from && r.start <= to && (after === undefined || compareIds(r.id, after) > 0));
 
   const streaks = new Map<string, { since: number; last: number; member: string }>();
   const stuck = new Map<string, string>();
@@ -50,8 +51,9 @@ export function stuckEntries(runs: Run[], samples: PendingSample[], afterMs: num
         }
         streak.last = sample.t;
         const sat = streak.last - streak.since;
-        const skipped = sat > afterMs && laterStarted(sample.group, sample.owner, sample.shard, p.id, streak.since, streak.last);
-        if (skipped || sat > quietAfterMs) {
+        const skipped = sat > afterMs && started(sample.group, sample.owner, sample.shard, streak.since, streak.last, p.id);
+        const forgotten = sat > quietAfterMs && !started(sample.group, sample.owner, sample.shard, streak.since, streak.last);
+        if (skipped || forgotten) {
           stuck.set(k, `${sample.group ? `${sample.group}: ` : ''}shard ${sample.shard} ${p.id} pending at ${sample.owner} for ${Math.round(sat)} ms with nothing running it${skipped ? ' while later entries ran' : ''}`);
         }
       }

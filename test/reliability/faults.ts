@@ -3,8 +3,8 @@
  * table) and how it is made. Each `inject` returns when the fault has been lifted (or, for faults
  * the group must ride out, once it is in place); the harness then waits until every group is STABLE
  * with every shard owned by a running member, and reports that wait as the recovery time (measured
- * from `liftedAt` when given). `needs` names the issue-11 fix a fault kind waits for: it is left out
- * of the default short tier until that fix is merged (RSC_CHAOS_FAULTS picks kinds explicitly).
+ * from `liftedAt` when given). `needs` names the issue-11 fix a fault kind checks (it failed on the
+ * code before it); the short tier runs those kinds in a file of their own, in parallel.
  */
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
@@ -16,7 +16,7 @@ import { type ChaosHarness, type MemberProcess, readRecords, sleep, waitFor } fr
 
 export interface FaultSpec {
   what: string;
-  /** The fix (branch) this fault kind is known to fail without. */
+  /** The issue-11 fix this fault kind checks: the code before it failed the run. */
   needs?: string;
   inject(h: ChaosHarness, fault: Fault): Promise<{ liftedAt?: number } | void>;
 }
@@ -414,11 +414,14 @@ async function refused(member: MemberProcess): Promise<boolean> {
 export const ALL_FAULT_KINDS = Object.keys(FAULTS) as FaultKind[];
 
 /**
- * The fault kinds of this run: RSC_CHAOS_FAULTS=all, or a comma-separated list of kinds; by default
- * every kind that does not wait for an unmerged fix (`needs`).
+ * The fault kinds of a run: RSC_CHAOS_FAULTS=all, or a comma-separated list of kinds; without it,
+ * `fallback` ('all', or the kinds with (`needs`) or without (`plain`) an issue-11 fix they check).
  */
-export function selectedFaultKinds(env = process.env.RSC_CHAOS_FAULTS): FaultKind[] {
-  if (env === undefined || env.trim() === '') return ALL_FAULT_KINDS.filter((k) => !FAULTS[k].needs);
+export function selectedFaultKinds(env = process.env.RSC_CHAOS_FAULTS, fallback: 'all' | 'plain' | 'needs' = 'all'): FaultKind[] {
+  if (env === undefined || env.trim() === '') {
+    if (fallback === 'all') return ALL_FAULT_KINDS;
+    return ALL_FAULT_KINDS.filter((k) => (fallback === 'needs') === (FAULTS[k].needs !== undefined));
+  }
   if (env.trim() === 'all') return ALL_FAULT_KINDS;
   const kinds = env.split(',').map((k) => k.trim()).filter(Boolean);
   for (const kind of kinds) {

@@ -118,19 +118,19 @@ describe('reliability checker', () => {
 
   it('finds dead letters written by a member that no longer owned the shard, or also acknowledged by another member', () => {
     const assigned = (m: string, t: number, ep: number): RecordLine => ({ e: 'assigned', t, m, shards: [0], ep });
-    const zombieLate: DeadLetter = { group: '', shard: 0, id: '1-0', member: 'zombie', t: 40 };
-    const lines = [assigned('zombie', 1, 1), ...run('zombie', 0, '1-0', 'a', 1, 10, 11), assigned('heir', 20, 2), ...run('heir', 0, '1-0', 'a', 1, 21, 22), ack('heir', 0, ['1-0'], true, 23)];
+    const zombieLate: DeadLetter = { group: '', shard: 0, id: '1-0', member: 'zombie', t: 5040 };
+    const lines = [assigned('zombie', 1, 1), ...run('zombie', 0, '1-0', 'a', 1, 10, 11), assigned('heir', 20, 2), ...run('heir', 0, '1-0', 'a', 1, 21, 22), ack('heir', 0, ['1-0'], true, 5023)];
     expect(check(produced.slice(0, 1), lines, [], new Set(), { deadLetters: [zombieLate] }).unfencedDeadLetters).toEqual(['shard 0 1-0 dead-lettered by zombie, also acknowledged by heir']);
     // Another entry of the shard acknowledged by the heir before the zombie's write: the shard had moved on.
-    const other: DeadLetter = { group: '', shard: 0, id: '2-0', member: 'zombie', t: 40 };
+    const other: DeadLetter = { group: '', shard: 0, id: '2-0', member: 'zombie', t: 5040 };
     expect(check(produced.slice(0, 2), lines, [], new Set(), { deadLetters: [other] }).unfencedDeadLetters).toEqual([
-      'shard 0 2-0 dead-lettered by zombie after heir owned the shard (its acknowledgement was accepted at 23)',
+      'shard 0 2-0 dead-lettered by zombie after heir owned the shard (its acknowledgement was accepted at 5023)',
     ]);
     // Never granted the shard at all.
-    const stranger: DeadLetter = { group: '', shard: 0, id: '2-0', member: 'p9', t: 40 };
+    const stranger: DeadLetter = { group: '', shard: 0, id: '2-0', member: 'p9', t: 5040 };
     expect(check(produced.slice(0, 2), lines, [], new Set(), { deadLetters: [stranger] }).unfencedDeadLetters).toEqual(['shard 0 2-0 dead-lettered by p9, which was never granted the shard before writing it']);
     // The owner of the time, nobody else acknowledged it: fine.
-    const owners: DeadLetter = { group: '', shard: 0, id: '2-0', member: 'heir', t: 40 };
+    const owners: DeadLetter = { group: '', shard: 0, id: '2-0', member: 'heir', t: 5040 };
     expect(check(produced.slice(0, 2), lines, [], new Set(), { deadLetters: [owners] }).unfencedDeadLetters).toEqual([]);
   });
 

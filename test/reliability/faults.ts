@@ -177,8 +177,8 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
     },
   },
   'latency-low': {
-    what: "one member's requests and replies each delayed by an eighth of the session timeout (a quarter round trip) for three sessions",
-    inject: (h, f) => latency(h, f, h.sessionTimeoutMs / 8, h.sessionTimeoutMs / 8, 0, h.sessionTimeoutMs * 3),
+    what: "one member's requests and replies each delayed by an eighth of the session timeout (a quarter round trip) for two sessions",
+    inject: (h, f) => latency(h, f, h.sessionTimeoutMs / 8, h.sessionTimeoutMs / 8, 0, h.sessionTimeoutMs * 2),
   },
   'latency-session': {
     what:
@@ -198,17 +198,17 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
     },
   },
   'latency-beyond': {
-    what: "one member's requests and replies each delayed by a session for four sessions: it is expired, the others take its shards while its replies crawl",
-    inject: (h, f) => latency(h, f, h.sessionTimeoutMs, h.sessionTimeoutMs, 0, h.sessionTimeoutMs * 4),
+    what: "one member's requests and replies each delayed by a session for three sessions: it is expired, the others take its shards while its replies crawl",
+    inject: (h, f) => latency(h, f, h.sessionTimeoutMs, h.sessionTimeoutMs, 0, h.sessionTimeoutMs * 3),
   },
   jitter: {
-    what: 'up to a third of the session timeout of random delay per packet (each way, in order), for three sessions',
-    inject: (h, f) => latency(h, f, 0, 0, (h.sessionTimeoutMs * 2) / 3, h.sessionTimeoutMs * 3),
+    what: 'up to a third of the session timeout of random delay per packet (each way, in order), for two sessions',
+    inject: (h, f) => latency(h, f, 0, 0, (h.sessionTimeoutMs * 2) / 3, h.sessionTimeoutMs * 2),
   },
   'lost-read': {
-    what: 'an `XREADGROUP` reaches Redis, its reply (the entries) is dropped; then no writes for 9 s (quiet shards)',
+    what: 'an `XREADGROUP` reaches Redis, its reply (the entries) is dropped; then no writes for 7 s (quiet shards)',
     needs: 'fix/poller (issue 11 #9: the owner recovers its own pending entries)',
-    inject: (h, f) => lostReply(h, f, TcpProxy.command('XREADGROUP'), 9000),
+    inject: (h, f) => lostReply(h, f, TcpProxy.command('XREADGROUP'), 7000),
   },
   'lost-ack': {
     what: 'an acknowledgement script runs, its reply is dropped',

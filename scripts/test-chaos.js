@@ -1,13 +1,14 @@
 #!/usr/bin/env node
-// npm run test:chaos -- --duration 10m --seed 42 [--report docs/reliability.md]
+// npm run test:chaos -- --duration 30m --seed 42 [--faults all|kind,kind] [--report docs/reliability.md]
 // Parses the options, builds the core package (member processes run its compiled code) and runs the
-// long tier of the reliability harness (test/reliability/soak.chaos.ts) through vitest.
+// long tier of the reliability harness (test/reliability/soak.chaos.ts) through vitest. The fault
+// kinds are listed in test/reliability/faults.ts.
 'use strict';
 const { spawnSync } = require('node:child_process');
 const path = require('node:path');
 
-const usage = 'usage: npm run test:chaos -- [--duration 10m] [--seed N] [--report docs/reliability.md]';
-const options = { duration: '10m', seed: String(Math.floor(Math.random() * 2 ** 31)), report: 'docs/reliability.md' };
+const usage = 'usage: npm run test:chaos -- [--duration 10m] [--seed N] [--faults all|kind,kind] [--report docs/reliability.md]';
+const options = { duration: '10m', seed: String(Math.floor(Math.random() * 2 ** 31)), faults: 'all', report: 'docs/reliability.md' };
 const args = process.argv.slice(2);
 for (let i = 0; i < args.length; i++) {
   const name = args[i].replace(/^--/, '');
@@ -27,6 +28,10 @@ if (!/^\d+$/.test(options.seed)) {
   console.error(`--seed must be a non-negative integer, got "${options.seed}"\n${usage}`);
   process.exit(2);
 }
+if (!/^[a-z-]+(,[a-z-]+)*$/.test(options.faults)) {
+  console.error(`--faults must be "all" or fault kinds separated by commas, got "${options.faults}"\n${usage}`);
+  process.exit(2);
+}
 
 const root = path.resolve(__dirname, '..');
 const run = (command, commandArgs, env) => {
@@ -37,7 +42,10 @@ if (run('npm', ['run', 'build', '--silent', '--workspace', 'packages/core']) !==
 const status = run('npx', ['vitest', 'run', '--config', 'vitest.chaos.mts'], {
   RSC_CHAOS_DURATION_MS: String(durationMs),
   RSC_CHAOS_SEED: options.seed,
+  RSC_CHAOS_FAULTS: options.faults,
   RSC_CHAOS_REPORT: path.resolve(root, options.report),
 });
-if (status !== 0) console.error(`\nchaos run failed; replay it with: npm run test:chaos -- --duration ${options.duration} --seed ${options.seed}`);
+if (status !== 0) {
+  console.error(`\nchaos run failed; replay it with: npm run test:chaos -- --duration ${options.duration} --seed ${options.seed} --faults ${options.faults}`);
+}
 process.exit(status);

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { check, type Fault, type Produced, type RecordLine } from './reliability/checker';
+import { check, type DeadLetter, type Fault, type PendingSample, type Produced, type RecordLine } from './reliability/checker';
 
 /** The checker must catch each kind of broken promise; a checker that passes everything proves nothing. */
 const produced: Produced[] = [
@@ -33,6 +33,14 @@ describe('reliability checker', () => {
     expect(check(produced.slice(0, 2), swapped, [], new Set()).orderViolations).toEqual(['a: 1 after 2 (shard 0, p0)']);
     const redelivered = [...run('p0', 0, '1-0', 'a', 1, 10, 11), ...run('p0', 0, '2-0', 'a', 2, 12, 13), ...run('p1', 0, '1-0', 'a', 1, 20, 21)];
     expect(check(produced.slice(0, 2), redelivered, [{ kind: 'kill', target: 'p0', at: 15 }], new Set()).orderViolations).toEqual([]);
+    // Across an unordered resize (the key moved shards), an inversion is what `ordered: false` allows.
+    const moved: Produced[] = [
+      { id: '1-0', shard: 0, key: 'a', seq: 1, at: 10 },
+      { id: '2-0', shard: 1, key: 'a', seq: 2, at: 20 },
+    ];
+    const inverted = [...run('p0', 1, '2-0', 'a', 2, 30, 31), ...run('p1', 0, '1-0', 'a', 1, 32, 33)];
+    expect(check(moved, inverted, [{ kind: 'grow-unordered', at: 15 }], new Set()).orderViolations).toEqual([]);
+    expect(check(moved, inverted, [{ kind: 'grow-ordered', at: 15 }], new Set()).orderViolations).toEqual(['a: 1 after 2 (shard 0, p1)']);
   });
 
   it('finds two members on one shard at once when the earlier acknowledgement counted, not when it was refused', () => {
@@ -56,5 +64,104 @@ describe('reliability checker', () => {
     // A graceful stop finishes and acknowledges what it started: it explains no duplicate.
     const graceful = check(produced.slice(0, 1), lines, [{ kind: 'graceful', target: 'p0', at: 12 }], new Set());
     expect(graceful.unexplainedDuplicates).toHaveLength(1);
+  });
+
+  it('counts entries Redis lost in a restart without persistence apart from entries the library lost', () => {
+    const timed: Produced[] = [
+      { id: '1-0', shard: 0, key: 'a', seq: 1, at: 5 },
+      { id: '2-0', shard: 0, key: 'a', seq: 2, at: 50 },
+    ];
+    const loss: Fault = { kind: 'redis-flush-restart', at: 20, dataLoss: true };
+    const report = check(timed, [], [loss], new Set());
+    expect(report.redisLost).toEqual(['0/1-0 (a#1)']);
+    // Written after Redis came back empty: the library had it, so it is lost by the library.
+    expect(report.lost).toEqual(['0/2-0 (a#2)']);
+  });
+
+  it('a failed attempt retried in place is no duplicate; a dead-lettered entry is not lost', () => {
+    const failed: RecordLine[] = [
+      { e: 'start', t: 10, m: 'p0', s: 0, id: '1-0', k: 'a', q: 1 },
+      { e: 'end', t: 11, m: 'p0', s: 0, id: '1-0', k: 'a', q: 1, ok: false },
+    ];
+    const deadLetters: DeadLetter[] = [{ group: '', shard: 0, id: '1-0', member: 'p0', t: 12 }];
+    const lines = [{ e: 'assigned', t: 1, m: 'p0', shards: [0], ep: 1 }, ...failed, ...failed.map((l) => ({ ...l, t: l.t + 5 })), ack('p0', 0, ['1-0'], true, 13)];
+    const report = check(produced.slice(0, 1), lines, [], new Set(), { deadLetters });
+    expect(report).toMatchObject({ lost: [], duplicates: 0, deadLetters: 1, unfencedDeadLetters: [] });
+    expect(check(produced.slice(0, 1), lines, [], new Set()).lost).toEqual(['0/1-0 (a#1)']);
+  });
+
+  it('finds an entry stuck at a live owner with nothing running it, not one whose handler runs or whose owner is faulted', () => {
+    const sample = (t: number, ownerLive = true): PendingSample => ({ t, group: '', shard: 0, owner: 'p0', ownerLive, pending: [{ id: '1-0', consumer: 'p0' }] });
+    const samples = [0, 500, 1000, 1500, 2000, 2500, 3000, 3500].map((t) => sample(t));
+    // Forgotten on a quiet shard: past the longer bound.
+    expect(check([], [], [], new Set(), { pendingSamples: samples, stuckAfterMs: 1500, quietStuckAfterMs: 3000 }).stuck).toEqual(['shard 0 1-0 pending at p0 for 3500 ms with nothing running it']);
+    // Skipped: a later entry of the shard ran meanwhile: past the shorter bound.
+    const later = run('p0', 0, '2-0', 'a', 2, 100, 101);
+    expect(check([], later, [], new Set(), { pendingSamples: samples.slice(0, 5), stuckAfterMs: 1500, quietStuckAfterMs: 3000 }).stuck).toEqual([
+      'shard 0 1-0 pending at p0 for 2000 ms with nothing running it while later entries ran',
+    ]);
+    // Queued behind an earlier entry still being retried (no later entry ran): only the longer bound.
+    const earlier = run('p0', 0, '0-5', 'a', 0, 100, 101);
+    expect(check([], earlier, [], new Set(), { pendingSamples: samples.slice(0, 5), stuckAfterMs: 1500, quietStuckAfterMs: 3000 }).stuck).toEqual([]);
+    // A backlog worked through in order (earlier entries of the shard keep starting): not stuck.
+    const backlog = [0, 600, 1200, 1800, 2400, 3000].flatMap((t, i) => run('p0', 0, `0-${i + 1}`, 'a', i, t, t + 1));
+    expect(check([], backlog, [], new Set(), { pendingSamples: samples, stuckAfterMs: 1500, quietStuckAfterMs: 3000 }).stuck).toEqual([]);
+    // Its handler runs the whole time (a long handler): not stuck.
+    const running = run('p0', 0, '1-0', 'a', 1, -1, 4000);
+    expect(check([], running, [], new Set(), { pendingSamples: samples, stuckAfterMs: 1500, quietStuckAfterMs: 3000 }).stuck).toEqual([]);
+    // The owner is paused or partitioned: its shard moves on by expiry, not a stuck entry.
+    expect(check([], [], [], new Set(), { pendingSamples: samples.map((s) => ({ ...s, ownerLive: false })), stuckAfterMs: 1500 }).stuck).toEqual([]);
+    // Pending at another consumer (a zombie's late read) is the sweep's business, judged by "lost".
+    const elsewhere = samples.map((s) => ({ ...s, pending: [{ id: '1-0', consumer: 'zombie' }] }));
+    expect(check([], [], [], new Set(), { pendingSamples: elsewhere, stuckAfterMs: 1500 }).stuck).toEqual([]);
+  });
+
+  it('finds dead letters written by a member that no longer owned the shard, or also acknowledged by another member', () => {
+    const assigned = (m: string, t: number, ep: number): RecordLine => ({ e: 'assigned', t, m, shards: [0], ep });
+    const zombieLate: DeadLetter = { group: '', shard: 0, id: '1-0', member: 'zombie', t: 5040 };
+    const lines = [assigned('zombie', 1, 1), ...run('zombie', 0, '1-0', 'a', 1, 10, 11), assigned('heir', 20, 2), ...run('heir', 0, '1-0', 'a', 1, 21, 22), ack('heir', 0, ['1-0'], true, 5023)];
+    expect(check(produced.slice(0, 1), lines, [], new Set(), { deadLetters: [zombieLate] }).unfencedDeadLetters).toEqual(['shard 0 1-0 dead-lettered by zombie, also acknowledged by heir']);
+    // Another entry of the shard acknowledged by the heir before the zombie's write: the shard had moved on.
+    const other: DeadLetter = { group: '', shard: 0, id: '2-0', member: 'zombie', t: 5040 };
+    expect(check(produced.slice(0, 2), lines, [], new Set(), { deadLetters: [other] }).unfencedDeadLetters).toEqual([
+      'shard 0 2-0 dead-lettered by zombie after heir owned the shard (its acknowledgement was accepted at 5023)',
+    ]);
+    // Never granted the shard at all.
+    const stranger: DeadLetter = { group: '', shard: 0, id: '2-0', member: 'p9', t: 5040 };
+    expect(check(produced.slice(0, 2), lines, [], new Set(), { deadLetters: [stranger] }).unfencedDeadLetters).toEqual(['shard 0 2-0 dead-lettered by p9, which was never granted the shard before writing it']);
+    // The owner of the time, nobody else acknowledged it: fine.
+    const owners: DeadLetter = { group: '', shard: 0, id: '2-0', member: 'heir', t: 5040 };
+    expect(check(produced.slice(0, 2), lines, [], new Set(), { deadLetters: [owners] }).unfencedDeadLetters).toEqual([]);
+  });
+
+  it('finds an entry run to success twice under one grant, not once per grant', () => {
+    const assigned = (t: number, ep: number): RecordLine => ({ e: 'assigned', t, m: 'p0', shards: [0], ep });
+    const acked = (t: number, ge: number): RecordLine => ({ ...ack('p0', 0, ['1-0'], true, t), ge });
+    const twice = [assigned(1, 3), ...run('p0', 0, '1-0', 'a', 1, 10, 11), ...run('p0', 0, '1-0', 'a', 1, 12, 13), acked(14, 3)];
+    expect(check(produced.slice(0, 1), twice, [], new Set()).grantDuplicates).toEqual(['shard 0 1-0 run to success twice by p0 under grant 3']);
+    const regranted = [assigned(1, 3), ...run('p0', 0, '1-0', 'a', 1, 10, 11), assigned(12, 5), ...run('p0', 0, '1-0', 'a', 1, 13, 14), acked(15, 5)];
+    expect(check(produced.slice(0, 1), regranted, [], new Set()).grantDuplicates).toEqual([]);
+  });
+
+  it('checks per-key order and loss for every consumer group, and reports faults that never recovered', () => {
+    const g = (lines: RecordLine[], group: string) => lines.map((l) => ({ ...l, g: group }));
+    const good = g([...run('p0', 0, '1-0', 'a', 1, 10, 11), ...run('p0', 0, '2-0', 'a', 2, 12, 13)], 'old');
+    const swapped = g([...run('p1', 0, '2-0', 'a', 2, 10, 11), ...run('p1', 0, '1-0', 'a', 1, 12, 13)], 'late');
+    const report = check(produced.slice(0, 2), [...good, ...swapped], [{ kind: 'duplicate-id', at: 1, failed: 'never refused' }], new Set(), { groups: ['old', 'late', 'third'] });
+    expect(report.orderViolations).toEqual(['late: a: 1 after 2 (shard 0, p1)']);
+    expect(report.lost).toEqual(['third: 0/1-0 (a#1)', 'third: 0/2-0 (a#2)']);
+    expect(report.unrecovered).toEqual(['duplicate-id: never refused']);
+    // A group created after deleteDrainedShards cannot read what was deleted: not lost for it.
+    const later = check(produced.slice(0, 2), good, [], new Set(), { groups: ['old', 'third'], unreadable: new Map([['third', new Set(['0/1-0', '0/2-0'])]]) });
+    expect(later.lost).toEqual([]);
+  });
+
+  it('finds a key written twice (a partial batch sent again whole), not an entry handled twice', () => {
+    const copies = [...run('p0', 0, '1-0', 'a', 1, 10, 11), ...run('p0', 0, '2-0', 'a', 2, 12, 13), ...run('p0', 0, '3-0', 'a', 1, 14, 15)];
+    expect(check(produced.slice(0, 2), copies, [], new Set()).writtenTwice).toEqual(['a#1 in 0/1-0 and 0/3-0']);
+    const redelivered = [...run('p0', 0, '1-0', 'a', 1, 10, 11), ...run('p1', 0, '1-0', 'a', 1, 20, 21)];
+    expect(check(produced.slice(0, 1), redelivered, [{ kind: 'kill', target: 'p0', at: 15 }], new Set()).writtenTwice).toEqual([]);
+    // Sent again after the reply was lost: at-least-once allows the copy.
+    expect(check(produced.slice(0, 2), copies, [], new Set(), { mayBeTwice: new Set(['a#1']) }).writtenTwice).toEqual([]);
   });
 });

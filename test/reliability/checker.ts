@@ -1,13 +1,18 @@
 /**
- * The reliability checker: from what the producer wrote, what every member process recorded and the
- * faults the driver injected, it tells whether the product's promises held (SPEC section 1). Pure.
+ * The reliability checker: from what the producers wrote, what every member process recorded, what
+ * the harness sampled from Redis and the faults it injected, it tells whether the product's promises
+ * held (SPEC sections 1, 5 and 9). Pure: every input is data, so its own tests
+ * (test/reliability-checker.test.ts) can show that it catches each broken promise.
  */
+import { deadLetterFencing, grantDuplicates, stuckEntries, writtenTwice } from './promises';
 
 export interface Produced {
   id: string;
   shard: number;
   key: string;
   seq: number;
+  /** When the write was acknowledged to the producer (wall-clock ms). Needed to tell entries Redis lost. */
+  at?: number;
 }
 
 /** One line of a member process's record file (packages/core/src/testing/member-process.ts). */
@@ -15,18 +20,51 @@ export interface RecordLine {
   e: string;
   t: number;
   m: string;
+  /** Consumer group (absent in single-group records: the default group). */
+  g?: string;
   ep?: number;
   s?: number;
   id?: string;
   k?: string;
   q?: number;
   dc?: number;
+  n?: number;
   ids?: string[];
   ok?: boolean;
   ge?: number;
+  shards?: number[];
+  msg?: string;
 }
 
-export type FaultKind = 'kill' | 'pause' | 'graceful' | 'join' | 'redis-restart' | 'partition' | 'reset';
+export type FaultKind =
+  | 'kill'
+  | 'pause'
+  | 'graceful'
+  | 'join'
+  | 'redis-restart'
+  | 'partition'
+  | 'reset'
+  | 'latency-low'
+  | 'latency-session'
+  | 'latency-beyond'
+  | 'jitter'
+  | 'lost-read'
+  | 'lost-ack'
+  | 'lost-heartbeat'
+  | 'dead-letter-wrongtype'
+  | 'dead-letter-oom'
+  | 'long-graceful'
+  | 'grow-ordered'
+  | 'grow-unordered'
+  | 'shrink-ordered'
+  | 'shrink-unordered'
+  | 'new-group'
+  | 'delete-drained'
+  | 'stale-producer'
+  | 'redis-flush-restart'
+  | 'clock-skew'
+  | 'duplicate-id'
+  | 'partial-batch';
 
 export interface Fault {
   kind: FaultKind;
@@ -35,9 +73,38 @@ export interface Fault {
   at: number;
   /** When the group was STABLE again with every shard owned by a running member (ms after `at`). */
   recoveryMs?: number;
+  /** Why the group did not recover from it (the harness gave up waiting); a broken promise. */
+  failed?: string;
+  /** Redis lost every key at `at` (a restart without persistence). */
+  dataLoss?: boolean;
+}
+
+/** One dead-letter stream entry, as the harness read it from Redis at the end. */
+export interface DeadLetter {
+  group: string;
+  shard: number;
+  /** The dead-lettered entry's id in its shard stream. */
+  id: string;
+  /** The member that wrote it (its `memberId` field). */
+  member: string;
+  /** Redis time of the write (the dead-letter entry id's milliseconds). */
+  t: number;
+}
+
+/** What the harness saw pending on one shard for one group at one moment. */
+export interface PendingSample {
+  t: number;
+  group: string;
+  shard: number;
+  /** The shard's owner by the coordinator's record at that moment. */
+  owner: string | null;
+  /** The owner runs, is reachable and under no fault (so it has no excuse to leave work pending). */
+  ownerLive: boolean;
+  pending: { id: string; consumer: string }[];
 }
 
 export interface Run {
+  group: string;
   member: string;
   shard: number;
   id: string;
@@ -46,8 +113,29 @@ export interface Run {
   start: number;
   /** Undefined when the process died (or was never resumed) before the handler ended. */
   end?: number;
-  /** Whether an acknowledgement of this entry by this member was accepted. */
+  /** False when the handler threw (a failure the member retries or dead-letters). */
+  ok: boolean;
+  /** The grant (the epoch the shard was assigned at) the run happened under, as its member recorded it. */
+  grant?: number;
+  /** Whether an acknowledgement of this entry by this member (under this grant) was accepted. */
   acked: boolean;
+}
+
+export interface CheckExtras {
+  deadLetters?: DeadLetter[];
+  pendingSamples?: PendingSample[];
+  /**
+   * An entry pending at a live, unfaulted owner (with no handler of it running) is stuck after this
+   * long when later entries of its shard ran meanwhile, and after `quietStuckAfterMs` in any case.
+   */
+  stuckAfterMs?: number;
+  quietStuckAfterMs?: number;
+  /** "key#seq" the producer sent again after a lost reply: a second stream entry of it is allowed. */
+  mayBeTwice?: Set<string>;
+  /** Per group: "shard/id" it cannot read (deleted by `deleteDrainedShards` before the group was created). */
+  unreadable?: Map<string, Set<string>>;
+  /** Every consumer group that must have handled every produced entry; default: the groups in the records. */
+  groups?: string[];
 }
 
 export interface CheckReport {
@@ -55,8 +143,10 @@ export interface CheckReport {
   handled: number;
   /** Produced entries that Redis counts as acknowledged by the group at the end. */
   acknowledged: number;
-  /** Produced entries never handled to the end, or still not acknowledged at the end (must be none). */
+  /** Produced entries never handled to the end nor dead-lettered, or not acknowledged at the end (must be none). */
   lost: string[];
+  /** Produced entries gone because Redis lost every key (a restart without persistence) before they were handled. */
+  redisLost: string[];
   /** Keys whose first handling of a sequence number came after a later one of the same key. */
   orderViolations: string[];
   /** Two members on one shard at the same time where the earlier one's acknowledgement counted. */
@@ -64,34 +154,71 @@ export interface CheckReport {
   duplicates: number;
   /** Duplicates with no fault that could have caused them. */
   unexplainedDuplicates: string[];
+  /** Entries left pending at a live owner with nothing running them (issue 11: 1, 2, 9). */
+  stuck: string[];
+  deadLetters: number;
+  /** Dead letters written by a member that was not the shard's owner then, or also acknowledged by another member. */
+  unfencedDeadLetters: string[];
+  /** More than one successful, accepted handler run of one entry under one grant. */
+  grantDuplicates: string[];
+  /**
+   * A key's sequence number found in two stream entries: a producer batch written in part and sent
+   * again whole (issue 11 #12), which replays a key's earlier entries after its later ones.
+   */
+  writtenTwice: string[];
+  /** Faults the group never recovered from within the harness's deadline. */
+  unrecovered: string[];
   faults: Fault[];
 }
 
 /**
  * Faults that may legitimately cause a redelivery (at-least-once). A graceful stop or a join must
- * not: the leaving member finishes and acknowledges what it started before it gives shards up.
+ * not: the leaving member finishes and acknowledges what it started before it gives shards up. Nor
+ * may latency below the session timeout, a resize or a failing side write.
  */
-const REDELIVERING = new Set<FaultKind>(['kill', 'pause', 'partition', 'reset', 'redis-restart']);
+const REDELIVERING = new Set<FaultKind>([
+  'kill', 'pause', 'partition', 'reset', 'redis-restart', 'redis-flush-restart',
+  // Beyond the session the member is expired while it works; a lost reply is a reset mid-command.
+  'latency-session', 'latency-beyond', 'lost-read', 'lost-ack', 'lost-heartbeat',
+  // Every heartbeat fails while memory is full: the session runs out.
+  'dead-letter-oom', 'partial-batch',
+]);
+/** Faults that hit every member at once. */
+const GLOBAL = new Set<FaultKind>(['redis-restart', 'redis-flush-restart', 'dead-letter-oom', 'partial-batch']);
 
 /** How long before a first run a fault can still explain its redelivery (the run may have started just before it hit). */
 const EXPLAIN_BEFORE_MS = 1000;
 
+const DEFAULT_GROUP = '';
+
+/** How far from an unordered resize two writes of a key may be and still be excused an inversion. */
+const UNORDERED_SLACK_MS = 5000;
+
 export function collectRuns(lines: RecordLine[]): Run[] {
-  const open = new Map<string, Run>();
-  const runs: Run[] = [];
+  const sorted = [...lines].sort((a, b) => a.t - b.t);
   const accepted = new Set<string>();
-  for (const line of lines) {
-    if (line.e === 'ack' && line.ok) for (const id of line.ids ?? []) accepted.add(`${line.m}/${line.s}/${id}`);
+  for (const line of sorted) {
+    if (line.e === 'ack' && line.ok) for (const id of line.ids ?? []) accepted.add(`${line.g ?? DEFAULT_GROUP}/${line.m}/${line.s}/${id}/${line.ge ?? ''}`);
   }
-  for (const line of lines) {
-    const key = `${line.m}/${line.s}/${line.id}`;
+  const open = new Map<string, Run>();
+  const grants = new Map<string, number>(); // group/member/shard -> grant epoch now
+  const runs: Run[] = [];
+  for (const line of sorted) {
+    const g = line.g ?? DEFAULT_GROUP;
+    if (line.e === 'assigned') for (const s of line.shards ?? []) grants.set(`${g}/${line.m}/${s}`, line.ep!);
+    const key = `${g}/${line.m}/${line.s}/${line.id}`;
     if (line.e === 'start') {
-      const run: Run = { member: line.m, shard: line.s!, id: line.id!, key: line.k!, seq: line.q!, start: line.t, acked: accepted.has(key) };
+      const grant = grants.get(`${g}/${line.m}/${line.s}`);
+      const acked = accepted.has(`${key}/${grant ?? ''}`) || (grant === undefined && [...accepted].some((a) => a.startsWith(`${key}/`)));
+      const run: Run = { group: g, member: line.m, shard: line.s!, id: line.id!, key: line.k!, seq: line.q!, start: line.t, ok: true, grant, acked };
       open.set(key, run);
       runs.push(run);
     } else if (line.e === 'end') {
       const run = open.get(key);
-      if (run) run.end = line.t;
+      if (run) {
+        run.end = line.t;
+        run.ok = line.ok !== false;
+      }
       open.delete(key);
     }
   }
@@ -99,57 +226,97 @@ export function collectRuns(lines: RecordLine[]): Run[] {
 }
 
 /**
- * `unacknowledged`: "shard/id" of the produced entries that Redis still has pending or undelivered
- * for the group when the run ends.
+ * `unacknowledged`: "shard/id" (one group) or "group/shard/id" of the produced entries that Redis
+ * still has pending or undelivered when the run ends.
  */
-export function check(produced: Produced[], lines: RecordLine[], faults: Fault[], unacknowledged: Set<string>): CheckReport {
-  const runs = collectRuns([...lines].sort((a, b) => a.t - b.t));
-  const completed = new Set(runs.filter((r) => r.end !== undefined).map((r) => `${r.shard}/${r.id}`));
-  const lost = produced
-    .filter((p) => !completed.has(`${p.shard}/${p.id}`) || unacknowledged.has(`${p.shard}/${p.id}`))
-    .map((p) => `${p.shard}/${p.id} (${p.key}#${p.seq})${unacknowledged.has(`${p.shard}/${p.id}`) ? ' not acknowledged' : ''}`);
+export function check(produced: Produced[], lines: RecordLine[], faults: Fault[], unacknowledged: Set<string>, extras: CheckExtras = {}): CheckReport {
+  const runs = collectRuns(lines);
+  const groups = extras.groups ?? [...new Set(runs.map((r) => r.group))];
+  if (groups.length === 0) groups.push(DEFAULT_GROUP);
+  const deadLetters = extras.deadLetters ?? [];
+  const label = (g: string) => (groups.length > 1 || g !== DEFAULT_GROUP ? `${g}: ` : '');
+  const open = (g: string, shard: number, id: string) => unacknowledged.has(`${g}/${shard}/${id}`) || (g === DEFAULT_GROUP && unacknowledged.has(`${shard}/${id}`)) || (groups.length === 1 && unacknowledged.has(`${shard}/${id}`));
+  const lossTimes = faults.filter((f) => f.dataLoss).map((f) => f.at);
 
-  // Per-key order: the first handling of each sequence number, in start order, never goes back.
+  const lost: string[] = [];
+  const redisLost: string[] = [];
+  let handled = 0;
+  let acknowledged = 0;
+  for (const g of groups) {
+    const done = new Set(runs.filter((r) => r.group === g && r.end !== undefined && r.ok).map((r) => `${r.shard}/${r.id}`));
+    for (const d of deadLetters) if ((d.group || DEFAULT_GROUP) === g || groups.length === 1) done.add(`${d.shard}/${d.id}`);
+    const cannotRead = extras.unreadable?.get(g) ?? new Set<string>();
+    for (const p of produced) {
+      const entry = `${p.shard}/${p.id}`;
+      if (cannotRead.has(entry)) continue;
+      const isOpen = open(g, p.shard, p.id);
+      if (done.has(entry)) handled += 1;
+      if (!isOpen) acknowledged += 1;
+      if (done.has(entry) && !isOpen) continue;
+      // Written before Redis lost every key, and not handled by then: Redis lost it, not the library.
+      if (!done.has(entry) && p.at !== undefined && lossTimes.some((t) => p.at! <= t)) {
+        redisLost.push(`${label(g)}${entry} (${p.key}#${p.seq})`);
+        continue;
+      }
+      lost.push(`${label(g)}${entry} (${p.key}#${p.seq})${isOpen ? ' not acknowledged' : ''}`);
+    }
+  }
+
+  // Per-key order, per group: the first handling of each sequence number, in start order, never goes back.
+  // An unordered resize gives up per-key order for entries on different shards written around it.
+  const producedAt = new Map(produced.map((p) => [`${p.key}#${p.seq}`, p]));
+  const unordered = faults.filter((f) => f.kind === 'grow-unordered' || f.kind === 'shrink-unordered').map((f) => f.at);
+  const acrossUnorderedResize = (key: string, a: number, b: number) => {
+    const pa = producedAt.get(`${key}#${a}`);
+    const pb = producedAt.get(`${key}#${b}`);
+    if (!pa || !pb || pa.shard === pb.shard || pa.at === undefined || pb.at === undefined) return false;
+    const [from, to] = [Math.min(pa.at, pb.at) - UNORDERED_SLACK_MS, Math.max(pa.at, pb.at) + UNORDERED_SLACK_MS];
+    return unordered.some((t) => t >= from && t <= to);
+  };
   const orderViolations: string[] = [];
   const highest = new Map<string, number>();
   const seen = new Set<string>();
   for (const run of [...runs].sort((a, b) => a.start - b.start)) {
-    const entry = `${run.key}#${run.seq}`;
+    const entry = `${run.group}/${run.key}#${run.seq}`;
     if (seen.has(entry)) continue;
     seen.add(entry);
-    const top = highest.get(run.key) ?? 0;
-    if (run.seq < top) orderViolations.push(`${run.key}: ${run.seq} after ${top} (shard ${run.shard}, ${run.member})`);
-    highest.set(run.key, Math.max(top, run.seq));
+    const top = highest.get(`${run.group}/${run.key}`) ?? 0;
+    if (run.seq < top && !acrossUnorderedResize(run.key, run.seq, top)) {
+      orderViolations.push(`${label(run.group)}${run.key}: ${run.seq} after ${top} (shard ${run.shard}, ${run.member})`);
+    }
+    highest.set(`${run.group}/${run.key}`, Math.max(top, run.seq));
   }
 
   // One reader per shard: no run by another member may start while an acknowledged run is in flight.
   const overlaps: string[] = [];
-  const byShard = new Map<number, Run[]>();
+  const byShard = new Map<string, Run[]>();
   for (const run of runs) {
-    const list = byShard.get(run.shard);
+    const k = `${run.group}/${run.shard}`;
+    const list = byShard.get(k);
     if (list) list.push(run);
-    else byShard.set(run.shard, [run]);
+    else byShard.set(k, [run]);
   }
-  for (const [shard, list] of byShard) {
+  for (const list of byShard.values()) {
     list.sort((a, b) => a.start - b.start);
     for (let i = 0; i < list.length; i++) {
       const a = list[i];
       if (!a.acked || a.end === undefined) continue;
       for (let j = i + 1; j < list.length && list[j].start < a.end; j++) {
-        if (list[j].member !== a.member) overlaps.push(`shard ${shard}: ${a.member} ${a.id} and ${list[j].member} ${list[j].id}`);
+        if (list[j].member !== a.member) overlaps.push(`${label(a.group)}shard ${a.shard}: ${a.member} ${a.id} and ${list[j].member} ${list[j].id}`);
       }
     }
   }
 
-  // Duplicates: every run of an entry after its first, each explained by a fault at that moment.
+  // Duplicates: every run of an entry after its first that did not fail on purpose (a failed
+  // attempt is retried, which is no redelivery), each explained by a fault at that moment.
   const firstRun = new Map<string, Run>();
   let duplicates = 0;
   const unexplainedDuplicates: string[] = [];
   for (const run of [...runs].sort((a, b) => a.start - b.start)) {
-    const entry = `${run.shard}/${run.id}`;
+    const entry = `${run.group}/${run.shard}/${run.id}`;
     const first = firstRun.get(entry);
     if (!first) {
-      firstRun.set(entry, run);
+      if (run.ok) firstRun.set(entry, run);
       continue;
     }
     duplicates += 1;
@@ -158,20 +325,27 @@ export function check(produced: Produced[], lines: RecordLine[], faults: Fault[]
         REDELIVERING.has(f.kind) &&
         f.at >= first.start - EXPLAIN_BEFORE_MS &&
         f.at <= run.start &&
-        (f.kind === 'redis-restart' || f.target === first.member || f.target === run.member),
+        (GLOBAL.has(f.kind) || f.target === first.member || f.target === run.member),
     );
-    if (!explained) unexplainedDuplicates.push(`${entry}: ${first.member} at ${first.start.toFixed(0)}, again by ${run.member} at ${run.start.toFixed(0)}`);
+    if (!explained) unexplainedDuplicates.push(`${label(run.group)}${run.shard}/${run.id}: ${first.member} at ${first.start.toFixed(0)}, again by ${run.member} at ${run.start.toFixed(0)}`);
   }
 
   return {
     produced: produced.length,
-    handled: completed.size,
-    acknowledged: produced.filter((p) => !unacknowledged.has(`${p.shard}/${p.id}`)).length,
+    handled,
+    acknowledged,
     lost,
+    redisLost,
     orderViolations,
     overlaps,
     duplicates,
     unexplainedDuplicates,
+    stuck: stuckEntries(runs, extras.pendingSamples ?? [], extras.stuckAfterMs ?? 3000, extras.quietStuckAfterMs),
+    deadLetters: deadLetters.length,
+    unfencedDeadLetters: deadLetterFencing(lines, deadLetters),
+    grantDuplicates: grantDuplicates(runs),
+    writtenTwice: writtenTwice(runs, extras.mayBeTwice ?? new Set()),
+    unrecovered: faults.filter((f) => f.failed).map((f) => `${f.kind}${f.target ? ` ${f.target}` : ''}: ${f.failed}`),
     faults,
   };
 }

@@ -1,13 +1,23 @@
 /**
  * A member in a process of its own, for fault-injection tests (test/reliability): started by a
  * driver with its settings in the RSC_MEMBER_PROCESS environment variable (JSON), it runs a real
- * `CoordinatedMember` and appends every handler start and end, acknowledgement and ownership change
- * to a record file, one JSON line per `write` call, so that whatever returned before a SIGKILL is
- * in the file. SIGTERM stops it gracefully (drain, acknowledge, leave). It prints "ready" when joined.
+ * `CoordinatedMember` and appends every handler start and end, acknowledgement, dead letter and
+ * ownership change to a record file, one JSON line per `write` call, so that whatever returned before
+ * a SIGKILL is in the file. SIGTERM stops it gracefully (drain, acknowledge, leave); SIGUSR1 makes
+ * every later handler call take `longHandlerMs` (a slow handler during a graceful stop); SIGUSR2
+ * starts or ends a failing spell (30% of entries fail every attempt, so dead letters are written
+ * while a fault makes dead-letter streams unwritable). It prints
+ * "ready" when joined, and exits with code 3 when `start()` fails for good.
  *
- * Record lines: { e: 'start' | 'end', t, m, ep, s, id, k, q, dc }, { e: 'ack', t, m, s, ge, ids, ok },
- * { e: 'assigned' | 'revoked' | 'fenced' | 'lease-lost', t, m, shards }, { e: 'error', t, m, msg }.
- * `t` is wall-clock milliseconds with microsecond precision (comparable across processes on a host).
+ * Record lines (every one has t, m and g, the consumer group):
+ * { e: 'start', ep, s, id, k, q, dc, n }            a handler call began (n: this process's attempt number)
+ * { e: 'end', ep, s, id, k, q, ok }                 it settled (ok false: it threw, on purpose)
+ * { e: 'ack', s, ge, ids, ok }                      acknowledgements sent; ok: the fencing check accepted them
+ * { e: 'dead-letter', s, id, n }                    the member says it dead-lettered the entry
+ * { e: 'assigned' | 'revoked' | 'fenced' | 'lease-lost', shards, ep }
+ * { e: 'error', msg }, { e: 'stopped' }
+ * `t` is wall-clock milliseconds with microsecond precision (comparable across processes on a host;
+ * taken from `performance`, so `clockOffsetMs` does not move it).
  */
 import fs from 'node:fs';
 import { Redis } from 'ioredis';
@@ -24,15 +34,73 @@ export interface MemberProcessSettings {
   runtimeMaxConcurrency: number;
   /** How long each handler call takes (a timer). */
   handlerDelayMs: number;
+  /** Passed to the member: it creates the stream with this many shards when the metadata is missing. */
+  shardCount?: number;
+  sweepIntervalMs?: number;
+  maxAttempts?: number;
+  retryBackoffMs?: number;
+  shutdownTimeoutMs?: number;
+  rebalanceTimeoutMs?: number;
+  /**
+   * Handler failures, decided by a hash of the entry id so every process agrees: entries whose hash
+   * falls below `failPercent` (of 100) fail their first attempt in this process; below
+   * `deadPermille` (of 1000) they fail every attempt (and are dead-lettered).
+   */
+  failPercent?: number;
+  deadPermille?: number;
+  /** After SIGUSR1, each handler call takes this long instead of `handlerDelayMs`. */
+  longHandlerMs?: number;
+  /**
+   * Shifts this process's `Date.now()` (and `new Date()`) by this much: a host whose wall clock is
+   * off. The protocol must not care (it uses Redis time and monotonic clocks). faketime is not
+   * installed on the test machines, hence the in-process shift.
+   */
+  clockOffsetMs?: number;
 }
 
 export const MEMBER_PROCESS_ENV = 'RSC_MEMBER_PROCESS';
 
+/** FNV-1a of the entry id, 0..999: the same verdict in every process. */
+export function entryHash(id: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < id.length; i++) h = Math.imul(h ^ id.charCodeAt(i), 0x01000193) >>> 0;
+  return h % 1000;
+}
+
+function shiftClock(offsetMs: number): void {
+  const RealDate = Date;
+  const realNow = Date.now.bind(Date);
+  class ShiftedDate extends RealDate {
+    constructor(...args: unknown[]) {
+      if (args.length === 0) super(realNow() + offsetMs);
+      else super(...(args as [number]));
+    }
+    static override now(): number {
+      return realNow() + offsetMs;
+    }
+  }
+  globalThis.Date = ShiftedDate as DateConstructor;
+}
+
 function main(): void {
   const settings = JSON.parse(process.env[MEMBER_PROCESS_ENV] ?? '') as MemberProcessSettings;
+  if (settings.clockOffsetMs) shiftClock(settings.clockOffsetMs);
   const fd = fs.openSync(settings.recordFile, 'a');
   const now = () => performance.timeOrigin + performance.now();
-  const record = (line: Record<string, unknown>) => fs.writeSync(fd, `${JSON.stringify({ t: now(), m: settings.memberId, ...line })}\n`);
+  const record = (line: Record<string, unknown>) =>
+    fs.writeSync(fd, `${JSON.stringify({ t: now(), m: settings.memberId, g: settings.consumerGroup, ...line })}\n`);
+
+  let handlerDelayMs = settings.handlerDelayMs;
+  process.on('SIGUSR1', () => {
+    handlerDelayMs = settings.longHandlerMs ?? handlerDelayMs;
+    record({ e: 'long-handlers', ms: handlerDelayMs });
+  });
+  let failingSpell = false;
+  process.on('SIGUSR2', () => {
+    failingSpell = !failingSpell;
+    record({ e: 'failing-spell', on: failingSpell });
+  });
+  const attempts = new Map<string, number>();
 
   const redis = new Redis(settings.url, { maxRetriesPerRequest: 1, retryStrategy: () => 50 });
   redis.on('error', () => undefined);
@@ -40,26 +108,39 @@ function main(): void {
     streamPrefix: settings.streamPrefix,
     consumerGroup: settings.consumerGroup,
     memberId: settings.memberId,
+    shardCount: settings.shardCount,
     sessionTimeoutMs: settings.sessionTimeoutMs,
     runtimeMaxConcurrency: settings.runtimeMaxConcurrency,
     blockMs: 500,
-    sweepIntervalMs: 500,
+    sweepIntervalMs: settings.sweepIntervalMs ?? 500,
+    maxAttempts: settings.maxAttempts,
+    retryBackoffMs: settings.retryBackoffMs,
+    shutdownTimeoutMs: settings.shutdownTimeoutMs,
+    rebalanceTimeoutMs: settings.rebalanceTimeoutMs,
     coordinator: { heartbeatIntervalMs: settings.heartbeatIntervalMs },
     handler: async (message) => {
-      const base = { ep: member.currentMemberEpoch(), s: message.shardIndex, id: message.id, k: message.key, q: message.payload.seq, dc: message.deliveryCount };
-      record({ e: 'start', ...base });
-      await new Promise((resolve) => setTimeout(resolve, settings.handlerDelayMs));
-      record({ e: 'end', ...base });
+      const n = (attempts.get(message.id) ?? 0) + 1;
+      attempts.set(message.id, n);
+      const base = { ep: member.currentMemberEpoch(), s: message.shardIndex, id: message.id, k: message.key, q: message.payload.seq };
+      record({ e: 'start', ...base, dc: message.deliveryCount, n });
+      await new Promise((resolve) => setTimeout(resolve, handlerDelayMs));
+      const hash = entryHash(message.id);
+      const fail = hash < (failingSpell ? 300 : (settings.deadPermille ?? 0)) || (n === 1 && hash % 100 < (settings.failPercent ?? 0));
+      record({ e: 'end', ...base, ok: !fail });
+      if (fail) throw new Error(`chaos: ${message.id} fails attempt ${n} on purpose`);
+      attempts.delete(message.id);
     },
   });
   member.on('acknowledged', (a) => record({ e: 'ack', s: a.shardIndex, ge: a.grantEpoch, ids: a.ids, ok: a.accepted }));
+  member.on('dead-letter', (d) => record({ e: 'dead-letter', s: d.shardIndex, id: d.id, n: d.attempts }));
   member.on('assigned', (a) => record({ e: 'assigned', shards: a.shards, ep: a.memberEpoch }));
   member.on('revoked', (a) => record({ e: 'revoked', shards: a.shards, ep: a.memberEpoch }));
   member.on('fenced', (a) => record({ e: 'fenced', shards: a.shards, ep: a.memberEpoch, msg: a.message }));
   member.on('lease-lost', (a) => record({ e: 'lease-lost', shards: a.shards, ep: a.memberEpoch }));
-  member.on('error', (error) => record({ e: 'error', msg: error.message }));
+  member.on('error', (error) => record({ e: 'error', msg: `${(error as { code?: unknown }).code ?? ''} ${error.message}`.trim() }));
 
   process.on('SIGTERM', () => {
+    record({ e: 'stopping' });
     void member.stop().finally(() => {
       record({ e: 'stopped' });
       redis.disconnect();
@@ -68,7 +149,11 @@ function main(): void {
   });
   member.start().then(
     () => process.stdout.write('ready\n'),
-    (error: Error) => record({ e: 'error', msg: `start: ${error.message}` }),
+    (error: Error) => {
+      record({ e: 'error', msg: `start: ${(error as { code?: unknown }).code ?? ''} ${error.name} ${error.message}` });
+      redis.disconnect();
+      process.exit(3);
+    },
   );
 }
 

@@ -1,0 +1,136 @@
+import { Redis } from 'ioredis';
+import { StreamProducer } from '@redis-stream-coordinator/core';
+import { TcpProxy } from '../support/tcp-proxy';
+import type { Produced } from './checker';
+
+interface LoadHost {
+  readonly server: { port: number; url: string };
+  readonly streamPrefix: string;
+}
+
+export interface LoadOptions {
+  keyPrefix: string;
+  keys: number;
+  /** Entries per second. */
+  rate: number;
+  /** Write through a TCP proxy of its own (so a fault can hold its writes in flight). */
+  viaProxy: boolean;
+  /** How often a batch is sent (ms). Default 20. */
+  tickMs?: number;
+  /** Distinct keys per batch (each repeated to fill the batch). Default 5. */
+  keysPerBatch?: number;
+}
+
+/** One written entry as `sendBatch` reports it. */
+interface Outcome {
+  shardIndex: number;
+  id: string;
+}
+
+/** The shape of a `PartialBatchError` (issue 11 #12), read by shape so this compiles before and after it exists. */
+interface PartialBatch {
+  written: (Outcome & { index: number })[];
+  failed: { index: number; maybeWritten: boolean }[];
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * Writes keyed entries with per-key sequence numbers, in batches every 20 ms, and keeps what each
+ * write returned (the checker's "produced"). A batch is retried the way docs/producer.md says: when
+ * `sendBatch` rejects with per-entry results (`PartialBatchError`), the entries not written are sent
+ * again in order; when it rejects as a whole, the whole batch is sent again (the sequence numbers
+ * stay, so a copy that did land is a key written twice, which the checker reports unless the
+ * reply was lost and at-least-once allows it).
+ */
+export class LoadProducer {
+  readonly produced: Produced[] = [];
+  /** Failed `sendBatch` calls and entries refused one by one (per-entry results). */
+  failedBatches = 0;
+  refusedEntries = 0;
+  /** "key#seq" of entries sent again after a reply that never came: a second copy is allowed. */
+  readonly mayBeTwice = new Set<string>();
+  private running = true;
+  /** While set (performance.now()), no new batch is started: the shards go quiet. */
+  private quietUntil = 0;
+  private loop: Promise<void> | undefined;
+
+  private constructor(
+    private readonly connection: Redis,
+    readonly proxy: TcpProxy | undefined,
+  ) {}
+
+  static async start(host: LoadHost, options: LoadOptions): Promise<LoadProducer> {
+    const proxy = options.viaProxy ? await TcpProxy.start(host.server.port) : undefined;
+    const connection = new Redis(proxy?.url ?? host.server.url, { maxRetriesPerRequest: 1, retryStrategy: () => 50 });
+    connection.on('error', () => undefined);
+    const load = new LoadProducer(connection, proxy);
+    load.loop = load.run(new StreamProducer(connection, { streamPrefix: host.streamPrefix }), options);
+    return load;
+  }
+
+  /** No new writes for `ms`: every shard goes quiet (what a lost read reply on a quiet shard needs). */
+  quiet(ms: number): void {
+    this.quietUntil = performance.now() + ms;
+  }
+
+  private async run(producer: StreamProducer, options: LoadOptions): Promise<void> {
+    const next = new Map<string, number>();
+    const tickMs = options.tickMs ?? 20;
+    const perTick = Math.max(1, Math.round((options.rate * tickMs) / 1000));
+    const width = Math.min(options.keysPerBatch ?? 5, perTick);
+    let round = 0;
+    while (this.running) {
+      if (performance.now() < this.quietUntil) {
+        await sleep(tickMs);
+        continue;
+      }
+      let batch = Array.from({ length: perTick }, (_, i) => {
+        // Each key several times per batch (at most five keys a batch): a batch written only in part and sent again
+        // whole would write a key's entries twice, which the checker reports.
+        const key = `${options.keyPrefix}-${(round * width + (i % width)) % options.keys}`;
+        const seq = (next.get(key) ?? 0) + 1;
+        next.set(key, seq);
+        return { key, payload: { seq } };
+      });
+      round += 1;
+      while (batch.length > 0) {
+        const record = (index: number, r: Outcome) =>
+          this.produced.push({ id: r.id!, shard: r.shardIndex!, key: batch[index].key, seq: batch[index].payload.seq, at: performance.timeOrigin + performance.now() });
+        try {
+          const results = (await producer.sendBatch(batch)) as Outcome[];
+          results.forEach((r, i) => record(i, r));
+          batch = [];
+        } catch (error) {
+          this.failedBatches += 1;
+          const partial = error as Partial<PartialBatch>;
+          if (Array.isArray(partial.written) && Array.isArray(partial.failed)) {
+            // Per-entry results (docs/producer.md): keep what landed, send the rest again in order.
+            for (const w of partial.written) record(w.index, w);
+            for (const f of partial.failed) if (f.maybeWritten) this.mayBeTwice.add(`${batch[f.index].key}#${batch[f.index].payload.seq}`);
+            this.refusedEntries += partial.failed.length;
+            batch = partial.failed.map((f) => batch[f.index]);
+          } else if (!/^OOM/.test((error as Error).message)) {
+            // The whole batch failed without a word on which entries landed (a connection lost):
+            // sending it again may write some twice, which at-least-once allows.
+            for (const m of batch) this.mayBeTwice.add(`${m.key}#${m.payload.seq}`);
+          }
+          // An OOM rejection of the whole batch hides which entries were written (issue 11 #12):
+          // sent again whole, as the old docs said; the checker reports what got written twice.
+        }
+        if (batch.length > 0) {
+          if (!this.running) break;
+          await sleep(50);
+        }
+      }
+      await sleep(tickMs);
+    }
+  }
+
+  async stop(): Promise<void> {
+    this.running = false;
+    await this.loop?.catch(() => undefined);
+    this.connection.disconnect();
+    await this.proxy?.stop();
+  }
+}

@@ -1,0 +1,164 @@
+/**
+ * The checker's promises added by issue 12, each a pure function of what the harness recorded:
+ * nothing stuck at a live owner, dead letters fenced like acks, one accepted run per entry per grant.
+ */
+import type { DeadLetter, PendingSample, RecordLine, Run } from './checker';
+
+/** Samples further apart than this break a streak (the harness was not looking, e.g. Redis restarting). */
+const MAX_SAMPLE_GAP_MS = 1500;
+
+/**
+ * Entries pending at the shard's owner while that owner was live and under no fault, with no handler
+ * of the entry running (issue 11: 1, 2, 9), reported once per entry with how long they sat:
+ * - skipped: for longer than `afterMs` (the sweep interval plus a margin) while the owner started
+ *   later entries of the same shard (a retry dropped, a dead-letter write given up);
+ * - forgotten: for longer than `quietAfterMs` while the owner started nothing on the shard (an entry
+ *   of a lost read reply on a quiet shard, a shard blocked for good).
+ * Entries queued behind earlier ones (a backlog worked through in order, a retry still going) are
+ * neither: the owner makes progress on the shard and runs nothing past them.
+ */
+export function stuckEntries(runs: Run[], samples: PendingSample[], afterMs: number, quietAfterMs = afterMs * 2): string[] {
+  const byEntry = new Map<string, Run[]>();
+  const byShard = new Map<string, Run[]>();
+  for (const run of runs) {
+    for (const [map, k] of [
+      [byEntry, `${run.group}/${run.member}/${run.shard}/${run.id}`],
+      [byShard, `${run.group}/${run.member}/${run.shard}`],
+    ] as const) {
+      const list = map.get(k);
+      if (list) list.push(run);
+      else map.set(k, [run]);
+    }
+  }
+  const running = (group: string, member: string, shard: number, id: string, t: number) =>
+    (byEntry.get(`${group}/${member}/${shard}/${id}`) ?? []).some((r) => r.start <= t && (r.end === undefined || r.end >= t));
+  const started = (group: string, member: string, shard: number, from: number, to: number, after?: string) =>
+    (byShard.get(`${group}/${member}/${shard}`) ?? []).some((r) => r.start >= from && r.start <= to && (after === undefined || compareIds(r.id, after) > 0));
+
+  const streaks = new Map<string, { since: number; last: number; member: string }>();
+  const stuck = new Map<string, string>();
+  for (const sample of [...samples].sort((a, b) => a.t - b.t)) {
+    const here = new Set<string>();
+    if (sample.owner !== null && sample.ownerLive) {
+      for (const p of sample.pending) {
+        if (p.consumer !== sample.owner || running(sample.group, sample.owner, sample.shard, p.id, sample.t)) continue;
+        const k = `${sample.group}/${sample.shard}/${p.id}`;
+        here.add(k);
+        const streak = streaks.get(k);
+        if (!streak || streak.member !== sample.owner || sample.t - streak.last > MAX_SAMPLE_GAP_MS) {
+          streaks.set(k, { since: sample.t, last: sample.t, member: sample.owner });
+          continue;
+        }
+        streak.last = sample.t;
+        const sat = streak.last - streak.since;
+        const skipped = sat > afterMs && started(sample.group, sample.owner, sample.shard, streak.since, streak.last, p.id);
+        const forgotten = sat > quietAfterMs && !started(sample.group, sample.owner, sample.shard, streak.since, streak.last);
+        if (skipped || forgotten) {
+          stuck.set(k, `${sample.group ? `${sample.group}: ` : ''}shard ${sample.shard} ${p.id} pending at ${sample.owner} for ${Math.round(sat)} ms with nothing running it${skipped ? ' while later entries ran' : ''}`);
+        }
+      }
+    }
+    // Entries of this shard not seen in this sample end their streak.
+    for (const k of streaks.keys()) if (k.startsWith(`${sample.group}/${sample.shard}/`) && !here.has(k)) streaks.delete(k);
+  }
+  return [...stuck.values()];
+}
+
+function compareIds(a: string, b: string): number {
+  const [am, as] = a.split('-');
+  const [bm, bs] = b.split('-');
+  return am === bm ? Number(as) - Number(bs) : Number(am) - Number(bm);
+}
+
+/** How late a member's own record of a grant may be, compared with Redis's decision (slow replies). */
+const LATE_RECORD_MS = 3000;
+
+interface Holding {
+  member: string;
+  since: number;
+}
+
+/**
+ * Every dead letter must be written by the shard's owner of the time and never be acknowledged by
+ * another member as well (SPEC 9.2: side writes are fenced like acks). "Not the owner of the time":
+ * the writer had not been granted the shard, or another member's acknowledgement on the shard was
+ * accepted after the writer's latest grant and before the write (the shard had moved on).
+ */
+export function deadLetterFencing(lines: RecordLine[], deadLetters: DeadLetter[]): string[] {
+  const sorted = [...lines].sort((a, b) => a.t - b.t);
+  const grants = new Map<string, number[]>(); // group/member/shard -> grant times
+  const acceptedAcks = new Map<string, { member: string; t: number; ids: string[] }[]>(); // group/shard -> acks
+  for (const line of sorted) {
+    const g = line.g ?? '';
+    if (line.e === 'assigned') {
+      for (const s of line.shards ?? []) {
+        const k = `${g}/${line.m}/${s}`;
+        grants.set(k, [...(grants.get(k) ?? []), line.t]);
+      }
+    }
+    if (line.e === 'ack' && line.ok) {
+      const k = `${g}/${line.s}`;
+      acceptedAcks.set(k, [...(acceptedAcks.get(k) ?? []), { member: line.m, t: line.t, ids: line.ids ?? [] }]);
+    }
+  }
+  const problems: string[] = [];
+  for (const d of deadLetters) {
+    const groupLines = [...grants.keys()].some((k) => k.startsWith(`${d.group}/`)) ? d.group : '';
+    const acks = acceptedAcks.get(`${groupLines}/${d.shard}`) ?? [];
+    const name = `${d.group ? `${d.group}: ` : ''}shard ${d.shard} ${d.id} dead-lettered by ${d.member}`;
+    const other = acks.find((a) => a.member !== d.member && a.ids.includes(d.id));
+    if (other) {
+      problems.push(`${name}, also acknowledged by ${other.member}`);
+      continue;
+    }
+    // A member records a grant when the answer reaches it, which a slow link delays: a write made
+    // under a grant recorded up to LATE_RECORD_MS after it belongs to that grant.
+    const granted = (grants.get(`${groupLines}/${d.member}/${d.shard}`) ?? []).filter((t) => t <= d.t + LATE_RECORD_MS);
+    if (granted.length === 0) {
+      problems.push(`${name}, which was never granted the shard before writing it`);
+      continue;
+    }
+    const since: Holding = { member: d.member, since: granted[granted.length - 1] };
+    // An ack's record can be late as well (its reply was slow): only one recorded well after the
+    // grant is surely after it in Redis.
+    const moved = acks.find((a) => a.member !== d.member && a.t - LATE_RECORD_MS > since.since && a.t < d.t);
+    if (moved) problems.push(`${name} after ${moved.member} owned the shard (its acknowledgement was accepted at ${moved.t.toFixed(0)})`);
+  }
+  return problems;
+}
+
+/**
+ * At most one accepted handler run per entry per grant: under one grant a member runs an entry to
+ * success once; a second successful run whose acknowledgement counted means the entry was read or
+ * claimed twice (e.g. a takeover page not advancing the read cursor). Failed attempts are retries.
+ */
+export function grantDuplicates(runs: Run[]): string[] {
+  const count = new Map<string, number>();
+  const problems: string[] = [];
+  for (const run of runs) {
+    if (!run.ok || run.end === undefined || !run.acked) continue;
+    const k = `${run.group}/${run.member}/${run.grant ?? '?'}/${run.shard}/${run.id}`;
+    const n = (count.get(k) ?? 0) + 1;
+    count.set(k, n);
+    if (n === 2) problems.push(`${run.group ? `${run.group}: ` : ''}shard ${run.shard} ${run.id} run to success twice by ${run.member} under grant ${run.grant ?? '?'}`);
+  }
+  return problems;
+}
+
+/**
+ * Key#seq handled from two different stream entries (of one group): the producer wrote it twice.
+ * `allowed`: those sent again after a reply that never came (at-least-once).
+ */
+export function writtenTwice(runs: Run[], allowed: Set<string>): string[] {
+  const entryOf = new Map<string, string>();
+  const problems = new Set<string>();
+  for (const run of runs) {
+    const k = `${run.group}/${run.key}#${run.seq}`;
+    const entry = `${run.shard}/${run.id}`;
+    const seen = entryOf.get(k);
+    if (allowed.has(`${run.key}#${run.seq}`)) continue;
+    if (seen === undefined) entryOf.set(k, entry);
+    else if (seen !== entry) problems.add(`${run.group ? `${run.group}: ` : ''}${run.key}#${run.seq} in ${seen} and ${entry}`);
+  }
+  return [...problems];
+}

@@ -1,11 +1,13 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import net from 'node:net';
 import path from 'node:path';
-import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { pollUntil } from './support/poll';
 
 const root = path.resolve(__dirname, '..');
 const running: ChildProcess[] = [];
+// A demo starts, serves and shuts down as a whole process: slower than a unit test on a loaded machine.
+vi.setConfig({ testTimeout: 90_000 });
 
 // The demo runs from its build, as `npm run demo` runs it; `npm test` builds the core first (pretest).
 beforeAll(() => {
@@ -36,7 +38,10 @@ async function startDemo(): Promise<Demo> {
     cwd: root,
     detached: true,
     stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, REDIS_URL: '', PORT: '0', NO_COLOR: '1', DEMO_SHUTDOWN_TIMEOUT_MS: '8000' },
+    // The demo's own shutdown deadline is generous: under a loaded machine (the whole suite runs in
+    // parallel) a graceful stop of five members can take several seconds, and a test asserts what
+    // happens, not how fast.
+    env: { ...process.env, REDIS_URL: '', PORT: '0', NO_COLOR: '1', DEMO_SHUTDOWN_TIMEOUT_MS: '20000' },
   });
   running.push(child);
   let output = '';
@@ -54,7 +59,7 @@ async function startDemo(): Promise<Demo> {
 }
 
 /** The exit code, or a failure naming what the demo printed if it has not exited in time. */
-async function exitCodeOf(demo: Demo, timeoutMs = 15_000): Promise<number | null> {
+async function exitCodeOf(demo: Demo, timeoutMs = 30_000): Promise<number | null> {
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<never>((_, reject) => {
     timer = setTimeout(() => reject(new Error(`the demo was still running ${timeoutMs} ms later:\n${demo.output().slice(-2000)}`)), timeoutMs);
@@ -81,7 +86,9 @@ describe('the demo\'s lifecycle', () => {
     const demo = await startDemo();
     // The redis-server is in the group too: it dies at once, while the members try to leave.
     process.kill(-demo.child.pid!, 'SIGTERM');
-    expect(await exitCodeOf(demo)).toBe(0);
+    const code = await exitCodeOf(demo);
+    // On failure, what the demo printed says which step of its shutdown did not finish.
+    expect({ code, output: code === 0 ? '' : demo.output().slice(-3000) }).toEqual({ code: 0, output: '' });
     await pollUntil('the redis-server gone', () => refusesConnections(demo.redisPort));
   });
 

@@ -4,7 +4,7 @@ import { compareStreamIds, nextStreamId } from '../protocol/stream-ids';
 import type { ClaimResult, RawEntry, ReadResult, ShardClient } from '../redis/shard-client';
 
 type ClaimedPage = Extract<ClaimResult, { fenced: false }>;
-import { Wakeup } from './abortable-sleep';
+import { sleep, Wakeup } from './abortable-sleep';
 import type { AckBatcher } from './ack-batcher';
 import { type ResolvedMemberOptions, retryDelayMs } from './member-options';
 import { type PollerEvents, type QueuedEntry, ShardError, type ShardSet, type ShardState } from './shard-state';
@@ -50,10 +50,20 @@ export class ShardReader {
     this.loop = this.readLoop();
   }
 
+  /**
+   * Ends the loop and waits for it, at most `readGraceMs` beyond the block time: a call of the loop
+   * on the command connection (a claim, a sweep) whose reply never comes must not hold up stop().
+   * The loop then ends when that call settles; what it took is pending under this member, and the
+   * shard's next owner takes it over.
+   */
   async stop(): Promise<void> {
     this.running = false;
     this.interruptRead();
-    await this.loop?.catch(() => undefined);
+    const ended = this.loop?.then(() => true, () => true) ?? Promise.resolve(true);
+    const timer = sleep(this.options.blockMs + this.readGraceMs()).then(() => false);
+    if (!(await Promise.race([ended, timer]))) {
+      this.events.emit('error', new ShardError('the read loop did not end: a call on the command connection has not been answered; stopping without it'));
+    }
   }
 
   /** Whether the blocking read under way covers the shard. */

@@ -42,7 +42,10 @@ export class WakeHub {
         this.connection = undefined;
         connection?.disconnect();
       } else {
-        await this.connection?.unsubscribe(channel).catch(() => undefined);
+        // Not awaited: with Redis unreachable the UNSUBSCRIBE waits in ioredis' offline queue for
+        // every retry, and a member's stop() must not wait with it. The channel has no listener any
+        // more, so whatever still arrives on it is dropped here.
+        this.connection?.unsubscribe(channel).catch(() => undefined);
       }
     };
   }

@@ -1,3 +1,4 @@
+/// <reference lib="dom" />
 import 'reflect-metadata';
 import fs from 'node:fs';
 import path from 'node:path';

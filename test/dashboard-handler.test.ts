@@ -78,7 +78,7 @@ describe('dashboard actions', () => {
   it('refuses a request without the token, with another token, from another origin, or as a form', async () => {
     const { cookie, token } = await session(served.url);
     const url = `${served.url}/rsc/api/listeners/orders/pause`;
-    const attempts = [
+    const attempts: { headers: Record<string, string>; error: RegExp }[] = [
       { headers: { cookie, 'content-type': 'application/json' }, error: /CSRF check failed: the x-rsc-csrf header does not match/ },
       { headers: { cookie, [CSRF_HEADER]: token.replace(/^./, (c) => (c === 'A' ? 'B' : 'A')), 'content-type': 'application/json' }, error: /does not match/ },
       { headers: { [CSRF_HEADER]: token, 'content-type': 'application/json' }, error: /no CSRF cookie/ },

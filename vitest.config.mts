@@ -6,6 +6,8 @@ export default defineConfig({
     alias: {
       '@redis-stream-coordinator/core/testing': path.resolve(import.meta.dirname, 'packages/core/src/testing/index.ts'),
       '@redis-stream-coordinator/core': path.resolve(import.meta.dirname, 'packages/core/src/index.ts'),
+      '@redis-stream-coordinator/dashboard/nest': path.resolve(import.meta.dirname, 'packages/dashboard/src/nest/index.ts'),
+      '@redis-stream-coordinator/dashboard': path.resolve(import.meta.dirname, 'packages/dashboard/src/index.ts'),
       '@redis-stream-coordinator/nestjs': path.resolve(import.meta.dirname, 'packages/nestjs/src/index.ts'),
     },
   },

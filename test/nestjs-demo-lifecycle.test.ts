@@ -13,6 +13,8 @@ vi.setConfig({ testTimeout: 90_000 });
 beforeAll(() => {
   const tsc = path.join(root, 'node_modules/.bin/tsc');
   execFileSync(tsc, ['-p', 'packages/nestjs/tsconfig.build.json'], { cwd: root, stdio: 'inherit' });
+  // The demo mounts the dashboard (its Nest module), which it imports from the build.
+  execFileSync(tsc, ['-p', 'packages/dashboard/tsconfig.build.json'], { cwd: root, stdio: 'inherit' });
   execFileSync(tsc, ['-p', 'apps/demo/tsconfig.build.json'], { cwd: root, stdio: 'inherit' });
 });
 

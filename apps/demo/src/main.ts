@@ -46,7 +46,7 @@ async function main(): Promise<void> {
   new DemoLifecycle(app, privateServer, logger, timeoutMs).watch();
   await app.listen(Number(process.env.PORT ?? 3000));
   const { port } = app.getHttpServer().address() as { port: number };
-  logger.log(`listening on http://localhost:${port}: POST /summaries, GET /group, GET /metrics, GET /health/ready, GET /health/live`);
+  logger.log(`listening on http://localhost:${port}: POST /summaries, GET /group, GET /metrics, GET /health/ready, GET /health/live, the dashboard at /rsc/`);
 }
 
 main().catch((error) => {

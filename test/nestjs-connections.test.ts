@@ -1,7 +1,7 @@
 import 'reflect-metadata';
 import { Injectable, Module } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { CoordinatorAdmin, type StreamMessage, StreamProducer } from '@redis-stream-coordinator/core';
 import {
   CoordinatorConsumerProperties,
@@ -12,16 +12,14 @@ import {
   StreamListener,
   StreamPublisher,
 } from '@redis-stream-coordinator/nestjs';
+import { closedAfterEach } from './support/nest-apps';
 import { pollUntil } from './support/poll';
 import { uniqueName, useRedisServer } from './support/vitest-redis';
 
 const main = useRedisServer();
 const audit = useRedisServer();
-const apps: TestingModule[] = [];
+const apps = closedAfterEach<TestingModule>();
 
-afterEach(async () => {
-  await Promise.all(apps.splice(0).map((app) => app.close().catch(() => undefined)));
-});
 
 async function anApp(imports: unknown[], providers: unknown[]) {
   @Module({ providers: providers as never[] })

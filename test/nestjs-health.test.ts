@@ -12,17 +12,17 @@ import {
   CoordinatorRegistry,
   StreamListener,
 } from '@redis-stream-coordinator/nestjs';
+import { closedAfterEach, quietLogger } from './support/nest-apps';
 import { pollUntil } from './support/poll';
 import { TcpProxy } from './support/tcp-proxy';
 import { uniqueName, useRedisServer } from './support/vitest-redis';
 
 const redis = useRedisServer();
-const apps: TestingModule[] = [];
-const quiet: LoggerService = { log() {}, error() {}, debug() {}, verbose() {}, warn() {} };
+const apps = closedAfterEach<TestingModule>();
+const quiet = quietLogger;
 
-afterEach(async () => {
+afterEach(() => {
   vi.restoreAllMocks();
-  await Promise.all(apps.splice(0).map((app) => app.close().catch(() => undefined)));
 });
 
 async function anApp(roots: (Partial<CoordinatorModuleOptions> & { name?: string })[], providers: unknown[] = [], logger: LoggerService = quiet) {

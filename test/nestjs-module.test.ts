@@ -1,7 +1,7 @@
 import 'reflect-metadata';
 import { Injectable, Module, Scope } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { CoordinatorAdmin, type StreamMessage } from '@redis-stream-coordinator/core';
 import { RedisServer } from '@redis-stream-coordinator/core/testing';
 import {
@@ -11,15 +11,13 @@ import {
   StreamListener,
   StreamPublisher,
 } from '@redis-stream-coordinator/nestjs';
+import { closedAfterEach } from './support/nest-apps';
 import { pollUntil } from './support/poll';
 import { uniqueName, useRedisServer } from './support/vitest-redis';
 
 const redis = useRedisServer();
-const apps: TestingModule[] = [];
+const apps = closedAfterEach<TestingModule>();
 
-afterEach(async () => {
-  await Promise.all(apps.splice(0).map((app) => app.close().catch(() => undefined)));
-});
 
 /** What handled which entry: the provider class, through its injected dependency. */
 @Injectable()

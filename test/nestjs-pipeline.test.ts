@@ -9,7 +9,6 @@ import {
   type ExecutionContext,
   ForbiddenException,
   Injectable,
-  type LoggerService,
   Module,
   type NestInterceptor,
   type PipeTransform,
@@ -35,16 +34,16 @@ import {
   StreamPayload,
   StreamPublisher,
 } from '@redis-stream-coordinator/nestjs';
+import { closedAfterEach, quietLogger } from './support/nest-apps';
 import { pollUntil } from './support/poll';
 import { uniqueName, useRedisServer } from './support/vitest-redis';
 
 const redis = useRedisServer();
-const apps: TestingModule[] = [];
-const quiet: LoggerService = { log() {}, error() {}, debug() {}, verbose() {}, warn() {} };
+const apps = closedAfterEach<TestingModule>();
+const quiet = quietLogger;
 
-afterEach(async () => {
+afterEach(() => {
   vi.restoreAllMocks();
-  await Promise.all(apps.splice(0).map((app) => app.close().catch(() => undefined)));
 });
 
 type Summary = { text: string };

@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Injectable, Module } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { CoordinatorAdmin, type StreamMessage, StreamProducer } from '@redis-stream-coordinator/core';
 import {
   CoordinatorConsumerProperties,
@@ -12,15 +12,13 @@ import {
   StreamListener,
   StreamListenerRegistry,
 } from '@redis-stream-coordinator/nestjs';
+import { closedAfterEach } from './support/nest-apps';
 import { pollUntil } from './support/poll';
 import { uniqueName, useRedisServer } from './support/vitest-redis';
 
 const redis = useRedisServer();
-const apps: TestingModule[] = [];
+const apps = closedAfterEach<TestingModule>();
 
-afterEach(async () => {
-  await Promise.all(apps.splice(0).map((app) => app.close().catch(() => undefined)));
-});
 
 /** Every run of every handler: who ran which entry, and when, to check overlaps and losses. */
 @Injectable()

@@ -1,15 +1,16 @@
 import 'reflect-metadata';
 import type { AddressInfo } from 'node:net';
-import { Controller, Get, type INestApplication, Injectable, type LoggerService, Module } from '@nestjs/common';
+import { Controller, Get, type INestApplication, Injectable, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { HealthCheck, HealthCheckService, TerminusModule } from '@nestjs/terminus';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RedisServer } from '@redis-stream-coordinator/core/testing';
 import { CoordinatorHealthIndicator, CoordinatorModule, CoordinatorRegistry, StreamListener } from '@redis-stream-coordinator/nestjs';
+import { quietLogger } from './support/nest-apps';
 import { pollUntil } from './support/poll';
 import { uniqueName } from './support/vitest-redis';
 
-const quiet: LoggerService = { log() {}, error() {}, debug() {}, verbose() {}, warn() {} };
+const quiet = quietLogger;
 const cleanups: (() => Promise<unknown>)[] = [];
 
 afterEach(async () => {

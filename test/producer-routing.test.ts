@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { CoordinatorAdmin, KeyBuilder, ResizeInProgressError, StreamProducer, shardForKey } from '@redis-stream-coordinator/core';
+import { CoordinatorAdmin, GroupNotFoundError, KeyBuilder, ResizeInProgressError, StreamProducer, shardForKey } from '@redis-stream-coordinator/core';
 import { HandlerRecorder } from './support/handler-recorder';
 import { memberFactory } from './support/member-factory';
 import { pollUntil } from './support/poll';
@@ -73,4 +73,54 @@ describe('producer writes honour the shard count in effect (SPEC 9.5)', () => {
     // And no producer can add to it any more: the marker refuses writes addressed there.
     await expect(new StreamProducer(redis.client(), { streamPrefix }).send({ shardIndex: 2, payload: 1 })).rejects.toThrow(/shardIndex/);
   }, 30_000);
+
+  it('after Redis lost every key, a producer with a cached shard count writes nothing until it has seen the recreated stream (no key split across shards)', async () => {
+    // The chaos short tier's order violation (stale-10 #17 after #18): the stream had been shrunk to
+    // 3, Redis lost every key, members recreated it with their configured 4, and a producer that had
+    // looked at the metadata just before wrote #17 with 3 shards (no marker left to refuse it), #18
+    // with 4: two shards, read in parallel, so a group could handle #18 first.
+    const streamPrefix = uniqueName('lost-keys');
+    const client = redis.client();
+    const admin = new CoordinatorAdmin(client);
+    await admin.createStream({ streamPrefix, shardCount: 4 });
+    await admin.resizeShards(streamPrefix, 3, { ordered: false, switchDelayMs: 0 });
+    const late = stale(streamPrefix);
+    const key = keyOn(2, 3, { shard: 2, count: 4 });
+    expect((await late.send({ key, payload: { seq: 1 } })).shardIndex).toBe(2); // routes with 3 from now on
+
+    await loseEveryKey(streamPrefix);
+    // Before anyone recreated the stream: refused as a stream with no metadata, nothing written.
+    await expect(late.send({ key, payload: { seq: 2 } })).rejects.toBeInstanceOf(GroupNotFoundError);
+    expect(await client.exists(keys.shardStream(streamPrefix, 2))).toBe(0);
+
+    await admin.createStream({ streamPrefix, shardCount: 4 }); // what a member given shardCount 4 does
+    const sent = await late.send({ key, payload: { seq: 2 } });
+    expect(sent.shardIndex).toBe(shardForKey(key, 4));
+    expect(await client.exists(keys.shardStream(streamPrefix, 2))).toBe(0);
+    // And every later entry of the key goes to the same shard.
+    expect((await late.send({ key, payload: { seq: 3 } })).shardIndex).toBe(sent.shardIndex);
+  });
+
+  it('a stream whose shards have no routing marker (created before markers existed) still takes writes, and gets its markers', async () => {
+    const streamPrefix = uniqueName('no-markers');
+    const client = redis.client();
+    await new CoordinatorAdmin(client).createStream({ streamPrefix, shardCount: 2 });
+    await client.del(keys.shardRouting(streamPrefix, 0), keys.shardRouting(streamPrefix, 1));
+    const producer = new StreamProducer(client, { streamPrefix });
+    const sent = await producer.sendBatch([{ shardIndex: 0, payload: 1 }, { shardIndex: 1, payload: 2 }]);
+    expect(sent.map((s) => s.shardIndex)).toEqual([0, 1]);
+    expect(await client.hgetall(keys.shardRouting(streamPrefix, 1))).toMatchObject({ count: '2', previous: '2', version: '1' });
+  });
 });
+
+/** What a Redis restart without persistence does to one stream (without touching other tests' keys). */
+async function loseEveryKey(streamPrefix: string): Promise<void> {
+  const client = redis.client();
+  let cursor = '0';
+  do {
+    const [next, found] = await client.scan(cursor, 'MATCH', `*${streamPrefix}*`, 'COUNT', 1000);
+    if (found.length > 0) await client.del(...found);
+    cursor = next;
+  } while (cursor !== '0');
+  expect(await client.keys(`*${streamPrefix}*`)).toEqual([]);
+}

@@ -5,7 +5,7 @@ import type { GroupDescription, StreamMetadata } from '../protocol/records';
 import { CoordinatorClient } from '../redis/coordinator-client';
 import { type CoordinatorOptions, type ResolvedCoordinatorOptions, resolveCoordinatorOptions } from '../redis/coordinator-options';
 import { KeyBuilder } from '../redis/keys';
-import { createStreamMetadata, ensureRoutingMarkers } from '../redis/stream-metadata';
+import { createStreamMetadata, ensureRoutingMarkers, routingOfMetadata } from '../redis/stream-metadata';
 import { pairs, parseShardCsv } from '../redis/responses';
 import { type RedisClient, runScript } from '../redis/scripts';
 import { type Cutover, type CutoverProgress, cutoverProgress, readCutover } from './cutover';
@@ -138,15 +138,8 @@ export class CoordinatorAdmin {
    * delays nothing that matters for order, but it is reported rather than hidden.
    */
   private async writeRoutingMarkers(streamPrefix: string, raw: Map<string, string>): Promise<void> {
-    const count = Number(raw.get('shardCount'));
-    const routing = {
-      version: Number(raw.get('metadataVersion')),
-      count,
-      previous: Number(raw.get('previousShardCount') ?? count),
-      switchAt: Number(raw.get('switchAt') ?? 0),
-    };
-    const span = Math.max(count, routing.previous, Number(raw.get('shardSpan') ?? count));
-    const shards = Array.from({ length: span }, (_, i) => i);
+    const { routing, shards } = routingOfMetadata(raw);
+    const count = routing.count;
     let lastError: unknown;
     for (let attempt = 0; attempt < 3; attempt++) {
       try {

@@ -5,13 +5,13 @@ import { assertIntegerInRange, assertStreamPrefix } from '../protocol/names';
 import { appendToShards, type ShardAppend } from '../redis/entry-writer';
 import { KeyBuilder } from '../redis/keys';
 import type { RedisClient } from '../redis/scripts';
-import { createStreamMetadata } from '../redis/stream-metadata';
+import { createStreamMetadata, ensureStreamRouting } from '../redis/stream-metadata';
 import { ProducerTelemetry } from '../telemetry/producer-telemetry';
 import { shardForKey } from './key-hash';
 import { type FailedEntry, PartialBatchError, type SendResult, type WrittenEntry } from './send-results';
 
 const ROUTE_CACHE_SIZE = 10_000;
-/** Write rounds per batch: the first, plus re-routes after a shard refused the routed count. */
+/** Write rounds per batch: the first, plus re-routes after a shard refused the routed count (or had no marker). */
 const MAX_ROUNDS = 4;
 const MAX_SHARD_COUNT = 65_536;
 
@@ -60,7 +60,12 @@ interface Routing {
   /** Local clock time (ms) from which `shardCount` applies; before it, `previousShardCount`. */
   switchAtLocal: number;
   checkedAt: number;
+  /** The metadata fields it was read from (METADATA_FIELDS), from which missing routing markers are ensured. */
+  metadata: Map<string, string | null>;
 }
+
+/** The metadata fields the producer reads: what routing needs, and what a shard's routing marker is made of. */
+const METADATA_FIELDS = ['shardCount', 'previousShardCount', 'switchAt', 'metadataVersion', 'shardSpan'] as const;
 
 /**
  * Writes keyed entries to a stream's shards. A key always goes to the same shard
@@ -176,8 +181,12 @@ export class StreamProducer {
       const outcomes = await appendToShards(this.redis, shardCount, this.options.maxLenApprox, appends.map((a) => a.append));
       pending = [];
       let inEffect: number | undefined;
+      let unrouted = false;
+      /** Where each refused entry was routed this round (its shard if it fails now). */
+      const routedTo = new Map<number, number>();
       appends.forEach(({ append, indices }, a) => {
         const outcome = outcomes[a];
+        for (const index of indices) routedTo.set(index, append.shardIndex);
         // The entry that got the reply failed for its own reason; the ones after it were not tried.
         const fail = (from: number, error: Error, sameForAll = false) => {
           for (const index of indices.slice(from)) {
@@ -203,14 +212,34 @@ export class StreamProducer {
             if (round < MAX_ROUNDS) pending.push(...indices);
             else fail(0, new Error(`shard ${append.shardIndex} kept refusing writes routed with ${shardCount} shards (in effect: ${outcome.shardCountInEffect}) after ${MAX_ROUNDS} attempts`), true);
             break;
+          case 'unrouted':
+            unrouted = true;
+            if (round < MAX_ROUNDS) pending.push(...indices);
+            else fail(0, new Error(`shard ${append.shardIndex} of stream "${this.options.streamPrefix}" still had no routing marker after ${MAX_ROUNDS} attempts (are its keys being deleted?)`), true);
+            break;
         }
       });
       if (pending.length > 0) {
-        // The shard said which count is in effect at Redis time; route the refused entries with it
-        // (in batch order, so each key's entries stay in order) and look at the metadata again.
+        // Re-route the refused entries in batch order, so each key's entries stay in order.
         pending.sort((a, b) => a - b);
-        shardCount = inEffect ?? shardCount;
-        void this.currentShardCount(true).catch(() => undefined);
+        if (unrouted) {
+          // A shard without a routing marker cannot check the count: Redis lost its keys (this
+          // producer's cached count may predate the loss) or the stream predates markers. The
+          // metadata decides (read now, after the refusal), and the markers are ensured from it.
+          try {
+            shardCount = await this.ensureRouting();
+          } catch (error) {
+            // No metadata (GroupNotFoundError), or Redis failed: these entries were not written.
+            for (const index of pending) {
+              failed.push({ index, message: messages[index], shardIndex: routedTo.get(index)!, error: error as Error, maybeWritten: false });
+            }
+            pending = [];
+          }
+        } else {
+          // The shard said which count is in effect at Redis time: route with it, and look at the metadata again.
+          shardCount = inEffect ?? shardCount;
+          void this.currentShardCount(true).catch(() => undefined);
+        }
       }
     }
     if (failed.length === 0) return written.map((entry) => ({ shardIndex: entry!.shardIndex, id: entry!.id }));
@@ -291,6 +320,20 @@ export class StreamProducer {
     return Date.now() < routing.switchAtLocal ? routing.previousShardCount : routing.shardCount;
   }
 
+  /**
+   * Reads the metadata again (recreating it when it is gone and `shardCount` is set, otherwise
+   * throwing `GroupNotFoundError`), ensures every shard's routing marker from it, and returns the
+   * count to route with.
+   */
+  private async ensureRouting(): Promise<number> {
+    // A read already in flight may have started before the refusal (before Redis lost its keys):
+    // its answer must not make the markers. Wait for it, then read again.
+    await this.refreshing?.catch(() => undefined);
+    const routing = await this.refresh();
+    await ensureStreamRouting(this.redis, this.keys, this.options.streamPrefix, routing.metadata);
+    return Date.now() < routing.switchAtLocal ? routing.previousShardCount : routing.shardCount;
+  }
+
   /** One round trip, shared by the sends waiting for it. */
   private refresh(): Promise<Routing> {
     this.refreshing ??= (async () => {
@@ -318,6 +361,7 @@ export class StreamProducer {
           // Redis time decides when a resize applies; translated to this clock once per check.
           switchAtLocal: switchAt === null ? 0 : Number(switchAt) - redisNow + localNow,
           checkedAt: localNow,
+          metadata: new Map(METADATA_FIELDS.map((field, i) => [field, meta[i]])),
         };
         return this.routing;
       } finally {
@@ -327,11 +371,11 @@ export class StreamProducer {
     return this.refreshing;
   }
 
-  /** shardCount, previousShardCount, switchAt, and Redis time, in one round trip. */
+  /** The METADATA_FIELDS, and Redis time, in one round trip. */
   private async readMetadata(): Promise<[(string | null)[], number]> {
     const [meta, time] = (await this.redis
       .pipeline()
-      .hmget(this.keys.streamMeta(this.options.streamPrefix), 'shardCount', 'previousShardCount', 'switchAt')
+      .hmget(this.keys.streamMeta(this.options.streamPrefix), ...METADATA_FIELDS)
       .time()
       .exec()) as [[Error | null, (string | null)[]], [Error | null, [string, string]]];
     if (meta[0]) throw meta[0];

@@ -18,6 +18,11 @@ export type ShardAppendOutcome =
   /** Nothing written: the shard count in effect is not the routed one (or the shard takes no writes). */
   | { status: 'reroute'; shardCountInEffect: number }
   /**
+   * Nothing written: the shard has no routing marker (Redis lost its keys, or the stream predates
+   * markers), so the count in effect is unknown there; the metadata decides, and its markers are ensured.
+   */
+  | { status: 'unrouted' }
+  /**
    * `ids` of the entries written before the first failed write (`error`, Redis' reply); nothing
    * after it was attempted.
    */
@@ -60,6 +65,7 @@ export async function appendToShards(
     const [status, inEffect, message, ...ids] = reply as [string, number, string, ...string[]];
     if (status === 'OK') return { status: 'written', ids: ids.map(String) };
     if (status === 'REROUTE') return { status: 'reroute', shardCountInEffect: Number(inEffect) };
+    if (status === 'UNROUTED') return { status: 'unrouted' };
     return { status: 'stopped', ids: ids.map(String), error: new Error(String(message)) };
   });
 }

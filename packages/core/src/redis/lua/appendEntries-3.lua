@@ -13,6 +13,9 @@
     'OK'       every entry written; the ids follow, in order
     'REROUTE'  nothing written: the shard count in effect at Redis time is not the routed one (or
                the shard is no longer writable); the producer re-routes these entries with it
+    'UNROUTED' nothing written: the shard has no routing marker, so this script cannot tell which
+               count is in effect (Redis lost its keys, or a stream from before markers); the
+               producer reads the metadata again, ensures the markers from it, and re-routes
     'ERROR'    the ids of the entries written before the first write that failed, then nothing:
                the entries after a failure are not attempted, so a retry of the rest keeps order
 
@@ -24,7 +27,10 @@
 
   The check runs in the shard's own hash slot, atomically with the writes: once a shrink has
   switched, no producer (however late its request) can land an entry on a removed shard, and
-  after a growth none can write a moved key to its old shard.
+  after a growth none can write a moved key to its old shard. Every shard of a stream has a marker
+  from its creation on (createStream writes them), so a shard without one takes no writes: after
+  Redis lost every key, a producer whose cached count predates the loss would otherwise split a
+  key across the old count's shard and the recreated stream's.
 ]]
 --- @include "includes/time"
 --- @include "includes/routing"
@@ -45,7 +51,8 @@ local function logged(reply)
 end
 
 local inEffect = routingInEffect(KEYS[2], nowMs())
-if inEffect > 0 and (inEffect ~= routedCount or shardIndex >= inEffect) then
+if inEffect == 0 then return logged({ 'UNROUTED', 0, '' }) end
+if inEffect ~= routedCount or shardIndex >= inEffect then
   return logged({ 'REROUTE', inEffect, '' })
 end
 

@@ -1,6 +1,7 @@
 -- The shard count in effect at Redis time `now` by a shard's routing marker (a hash in the shard's
 -- own hash slot: count, previous, switchAt, version, written by CoordinatorAdmin.resizeShards with
--- ensureRouting-1.lua), or 0 when the shard has no marker (a stream never resized: any count goes).
+-- ensureRouting-1.lua, from createStream on), or 0 when the shard has no marker: Redis lost its keys,
+-- or the stream predates markers; either way no write can be checked until the marker is ensured.
 local function routingInEffect(markerKey, now)
   local m = redis.call('HMGET', markerKey, 'count', 'previous', 'switchAt')
   if not m[1] then return 0 end

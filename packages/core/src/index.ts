@@ -34,4 +34,5 @@ export { StreamProducer, type StreamProducerOptions } from './producer/stream-pr
 export { PartialBatchError, type FailedEntry, type SendResult, type WrittenEntry } from './producer/send-results';
 export { CoordinatedMember, type MemberEvents, type ShardsEvent } from './member/coordinated-member';
 export { type CoordinatedMemberOptions, type MessageHandler } from './member/member-options';
+export { type DeadLetterCause, type DeadLetterEvent, type DeadLetterNotice, type DeadLetterOptions, type ErrorClass } from './member/dead-letter-options';
 export { HandlerAbortedError, type HandlerAbortReason, HandlerTimeoutError, ShardError } from './member/shard-poller';

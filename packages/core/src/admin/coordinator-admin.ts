@@ -260,8 +260,10 @@ export class CoordinatorAdmin {
 
   /**
    * The group's dead letters across every shard of the stream (0..shardSpan-1) that match the
-   * filter, the oldest first: each with its `ref`, shard, entry id and key, the member that gave up,
-   * the error, the attempts and the entry's own fields. Empty when the stream does not exist.
+   * filter, the oldest first: each with its `ref`, shard, entry id and key, the group and member
+   * that gave up, the cause, the error, the attempts and the entry's own fields. Empty when the
+   * stream does not exist. Here and in the other dead-letter methods `consumerGroup` names the
+   * destination: the group, or the name its members give as `deadLetter.stream`.
    *
    * @example
    * for (const letter of await admin.readDeadLetters('summary', 'summary-group', { errorContains: 'Timeout', count: 50 })) {

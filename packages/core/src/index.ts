@@ -27,6 +27,7 @@ export { type GroupEvent, type ReadGroupEventsOptions } from './admin/group-even
 export { type OffsetTarget, type ResetOffsetsOptions, type ResetOffsetsResult, type ShardOffsetReset } from './admin/offsets';
 export { type ShardPosition } from './admin/shard-positions';
 export { TrimError, type ShardTrim, type TrimOptions, type TrimResult } from './admin/retention';
+export { TrimSchedule, type PeriodicTrimOptions, type TrimRun, type TrimScheduleEvents, type TrimScheduleStats } from './admin/periodic-trim';
 export { compareStreamIds, nextStreamId } from './protocol/stream-ids';
 export * from './protocol/entry-format';
 export { shardForKey, jumpConsistentHash, fnv1a64 } from './producer/key-hash';

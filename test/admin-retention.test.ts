@@ -1,5 +1,7 @@
-import { describe, expect, it } from 'vitest';
-import { CoordinatorAdmin, KeyBuilder, StreamProducer } from '@redis-stream-coordinator/core';
+import { afterEach, describe, expect, it } from 'vitest';
+import { CoordinatorAdmin, KeyBuilder, StreamProducer, type TrimRun, type TrimSchedule } from '@redis-stream-coordinator/core';
+import { pollUntil } from './support/poll';
+import { proxyFactory } from './support/proxy-fixture';
 import { uniqueName, useRedisServer } from './support/vitest-redis';
 
 // Issue 14 part 4: retention tied to the slowest group. Groups are driven by hand (XREADGROUP, XACK)
@@ -111,5 +113,93 @@ describe('trim', () => {
     expect(error?.name).toBe('TrimError');
     expect(error?.message).toMatch(/trimming 1 shard\(s\) failed \(first: shard 0: .*WRONGTYPE/);
     expect(error?.result.shards[1]).toEqual({ shardIndex: 1, trimmed: 3, minId: '', limitedBy: 'g' });
+  });
+});
+
+describe('startTrimming', () => {
+  const aProxy = proxyFactory(redis);
+  const schedules: TrimSchedule[] = [];
+  afterEach(async () => {
+    await Promise.all(schedules.splice(0).map((s) => s.stop()));
+  });
+  function track(schedule: TrimSchedule) {
+    schedules.push(schedule);
+    const runs: TrimRun[] = [];
+    const errors: Error[] = [];
+    schedule.on('trimmed', (run) => runs.push(run));
+    schedule.on('error', (error) => errors.push(error));
+    return { runs, errors };
+  }
+
+  it('trims at once and then after each interval what every group has acknowledged since, one run at a time', async () => {
+    const { streamPrefix, ids } = await aStream(1, ['g'], 6);
+    await consume(streamPrefix, 0, 'g', 3, 3);
+    const schedule = admin().startTrimming(streamPrefix, { intervalMs: 100 });
+    const { runs, errors } = track(schedule);
+    await pollUntil('the first three entries trimmed', async () => (await remaining(streamPrefix, 0)).length === 3);
+    expect(await remaining(streamPrefix, 0)).toEqual(ids[0].slice(3));
+
+    await consume(streamPrefix, 0, 'g', 3, 3);
+    await pollUntil('the rest trimmed by a later run', async () => (await remaining(streamPrefix, 0)).length === 0);
+    await pollUntil('its run reported', async () => schedule.stats().trimmed === 6);
+    await schedule.stop();
+
+    expect(errors).toEqual([]);
+    expect(runs.length).toBeGreaterThanOrEqual(2);
+    for (let i = 1; i < runs.length; i++) expect(runs[i].startedAt).toBeGreaterThanOrEqual(runs[i - 1].finishedAt);
+    expect(schedule.stats()).toMatchObject({ streamPrefix, stopped: true, running: false, failed: 0, consecutiveFailures: 0, trimmed: 6, succeeded: runs.length });
+  });
+
+  it('reports each failed run and goes on: a stream without metadata fails until it is created', async () => {
+    const streamPrefix = uniqueName('retention-late');
+    const schedule = admin().startTrimming(streamPrefix, { intervalMs: 100, maxLen: 2 });
+    const { runs, errors } = track(schedule);
+    await pollUntil('two failed runs', async () => schedule.stats().consecutiveFailures >= 2);
+    expect(errors[0].message).toMatch(/stream ".*" does not exist \(no metadata\): nothing to trim/);
+    expect(schedule.stats().lastError).toBe(errors.at(-1));
+
+    // No group: maxLen applies.
+    await admin().createStream({ streamPrefix, shardCount: 1 });
+    await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(Array.from({ length: 5 }, (_, seq) => ({ shardIndex: 0, payload: { seq } })));
+    await pollUntil('a run succeeded after the failures', async () => runs.some((r) => r.result.trimmed === 3));
+    expect(schedule.stats().consecutiveFailures).toBe(0);
+    expect((await remaining(streamPrefix, 0)).length).toBe(2);
+  });
+
+  it('a run held by a late Redis reply is reported as overdue; the next waits for it, and stop() waits no longer than its deadline', async () => {
+    const { streamPrefix } = await aStream(1, ['g'], 2);
+    await consume(streamPrefix, 0, 'g', 2, 2);
+    const proxy = await aProxy();
+    proxy.delay('reply', 60_000);
+    const viaProxy = new CoordinatorAdmin(redis.clientAt(proxy.url));
+    const schedule = viaProxy.startTrimming(streamPrefix, { intervalMs: 100, runTimeoutMs: 300 });
+    const { runs, errors } = track(schedule);
+    await pollUntil('the overdue run reported', async () => errors.length === 1);
+    expect(errors[0].message).toMatch(/the run started 300 ms ago has not finished \(a Redis reply late or lost\); the next run waits for it/);
+    expect(schedule.stats()).toMatchObject({ runs: 1, running: true, overdue: true });
+
+    proxy.delay('reply', 0);
+    await pollUntil('the late run finished and a next one ran', async () => runs.length >= 2);
+    expect(runs[1].startedAt).toBeGreaterThanOrEqual(runs[0].finishedAt);
+    expect(runs[0].result.trimmed).toBe(2);
+
+    // stop() while a run hangs: resolves at the run's deadline, not when Redis answers.
+    proxy.delay('reply', 60_000);
+    await pollUntil('a run is hanging', async () => schedule.stats().running && schedule.stats().overdue);
+    let stopped = false;
+    void schedule.stop().then(() => {
+      stopped = true;
+    });
+    await pollUntil('stop() resolved', async () => stopped, { timeoutMs: 5000 });
+    expect(schedule.stats().stopped).toBe(true);
+    proxy.delay('reply', 0);
+  });
+
+  it('refuses bad options, naming them', () => {
+    expect(() => admin().startTrimming('s', { intervalMs: 10 })).toThrow('intervalMs must be an integer from 100 to 86400000, got 10');
+    expect(() => admin().startTrimming('s', { intervalMs: 1000, maxLen: 0 })).toThrow('maxLen must be an integer from 1 to');
+    expect(() => admin().startTrimming('s', { intervalMs: 1000, runTimeoutMs: 5 })).toThrow('runTimeoutMs must be an integer from 100 to 86400000, got 5');
+    expect(() => admin().startTrimming('a:b', { intervalMs: 1000 })).toThrow('streamPrefix "a:b" is invalid');
+    expect(() => admin().startTrimming('s', undefined as never)).toThrow('startTrimming options must be an object with intervalMs');
   });
 });

@@ -21,7 +21,7 @@ import { APP_FILTER, APP_GUARD, APP_INTERCEPTOR, ExternalContextCreator } from '
 import { Test, type TestingModule } from '@nestjs/testing';
 import { throwError, tap } from 'rxjs';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import type { StreamMessage } from '@redis-stream-coordinator/core';
+import { CoordinatorAdmin, type DeadLetterNotice, type StreamMessage } from '@redis-stream-coordinator/core';
 import {
   CoordinatorConsumerProperties,
   CoordinatorHealthIndicator,
@@ -394,5 +394,48 @@ describe('what an enhancer decides for the entry', () => {
     const [deadLetter] = await pollUntil('the entry dead-lettered', async () => outcome.deadLetters.length > 0 && outcome.deadLetters);
     expect(deadLetter).toMatchObject({ id: sent.id, reason: 'BadRequestException: text must be a string' });
     expect(handled).toEqual([]);
+  });
+
+  it("the module's defaults.deadLetter and a listener's own merge field by field: a pipe's exception listed as non-retryable goes to the listener's destination at once", async () => {
+    const streamPrefix = uniqueName('nonretry');
+    const notices: DeadLetterNotice[] = [];
+    class RequireText implements PipeTransform<unknown, Summary> {
+      transform(value: unknown) {
+        if (typeof (value as Summary)?.text !== 'string') throw new BadRequestException('text must be a string');
+        return value as Summary;
+      }
+    }
+    @Injectable()
+    class Handlers {
+      @StreamListener({ streamPrefix, consumerGroup: 'g', shardCount: 2, deadLetter: { stream: 'summary-dlq' } })
+      handle(@StreamPayload(RequireText) summary: Summary) {
+        return summary;
+      }
+    }
+    @Module({ providers: [Handlers] })
+    class FeatureModule {}
+    const app = await Test.createTestingModule({
+      imports: [
+        CoordinatorModule.forRoot({
+          redis: { url: redis.server.url },
+          coordinator: { heartbeatIntervalMs: 200 },
+          defaults: { maxAttempts: 5, retryBackoffMs: 10, deadLetter: { nonRetryableErrors: [BadRequestException], onDeadLetter: (notice) => notices.push(notice) } },
+        }),
+        FeatureModule,
+      ],
+    })
+      .setLogger(quiet)
+      .compile();
+    apps.push(app);
+    await app.init();
+    const [member] = app.get(CoordinatorRegistry).members();
+    expect(member.options.deadLetter.stream).toBe('summary-dlq');
+    await pollUntil('members joined', async () => (await app.get(CoordinatorHealthIndicator).check()).coordinator.status === 'up');
+    const sent = await app.get(StreamPublisher).publish(streamPrefix, { key: 'user-42', payload: { wrong: true } });
+
+    const [notice] = await pollUntil('the hook ran', async () => notices.length > 0 && notices);
+    expect(notice).toMatchObject({ entryId: sent.id, destination: 'summary-dlq', cause: 'non-retryable', attempts: 1, reason: 'BadRequestException: text must be a string' });
+    const letters = await app.get(CoordinatorAdmin).readDeadLetters(streamPrefix, 'summary-dlq');
+    expect(letters.map((l) => [l.entryId, l.consumerGroup, l.cause])).toEqual([[sent.id, 'g', 'non-retryable']]);
   });
 });

@@ -143,6 +143,27 @@ describe('traces', () => {
     // The dead letter's write acknowledges the entry.
     expect(await sum('rsc.consumer.acknowledged', streamPrefix)).toBe(1);
   });
+
+  it('counts an entry dead-lettered at its first failure as non_retryable, and does not count a retry', async () => {
+    const streamPrefix = uniqueName('otel-nonretry');
+    const member = aMember(streamPrefix, 'a', {
+      maxAttempts: 5,
+      retryBackoffMs: 10,
+      deadLetter: { nonRetryableErrors: [RangeError] },
+      handler: () => {
+        throw new RangeError('bad amount');
+      },
+    });
+    const deadLetters: unknown[] = [];
+    member.on('dead-letter', (event) => deadLetters.push(event));
+    await member.start();
+    await new StreamProducer(redis.client(), { streamPrefix }).send({ key: 'k', payload: 1 });
+    await pollUntil('the entry dead-lettered', async () => deadLetters.length === 1);
+
+    expect(await sum('rsc.consumer.dead_lettered', streamPrefix, { 'messaging.redis_streams.dead_letter.cause': 'non_retryable' })).toBe(1);
+    expect(await sum('rsc.consumer.dead_lettered', streamPrefix, { 'messaging.redis_streams.dead_letter.cause': 'attempts_exhausted' })).toBe(0);
+    expect(await sum('rsc.consumer.retried', streamPrefix)).toBe(0);
+  });
 });
 
 describe('metrics', () => {

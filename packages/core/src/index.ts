@@ -27,6 +27,7 @@ export { type GroupEvent, type ReadGroupEventsOptions } from './admin/group-even
 export { type OffsetTarget, type ResetOffsetsOptions, type ResetOffsetsResult, type ShardOffsetReset } from './admin/offsets';
 export { type ShardPosition } from './admin/shard-positions';
 export { TrimError, type ShardTrim, type TrimOptions, type TrimResult } from './admin/retention';
+export { TrimSchedule, type PeriodicTrimOptions, type TrimRun, type TrimScheduleEvents, type TrimScheduleStats } from './admin/periodic-trim';
 export { compareStreamIds, nextStreamId } from './protocol/stream-ids';
 export * from './protocol/entry-format';
 export { shardForKey, jumpConsistentHash, fnv1a64 } from './producer/key-hash';
@@ -34,4 +35,5 @@ export { StreamProducer, type StreamProducerOptions } from './producer/stream-pr
 export { PartialBatchError, type FailedEntry, type SendResult, type WrittenEntry } from './producer/send-results';
 export { CoordinatedMember, type MemberEvents, type ShardsEvent } from './member/coordinated-member';
 export { type CoordinatedMemberOptions, type MessageHandler } from './member/member-options';
+export { type DeadLetterCause, type DeadLetterEvent, type DeadLetterNotice, type DeadLetterOptions, type ErrorClass } from './member/dead-letter-options';
 export { HandlerAbortedError, type HandlerAbortReason, HandlerTimeoutError, ShardError } from './member/shard-poller';

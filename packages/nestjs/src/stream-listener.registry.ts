@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { CoordinatedMember, type CoordinatedMemberOptions, type MessageHandler } from '@redis-stream-coordinator/core';
+import { CoordinatedMember, type CoordinatedMemberOptions, type DeadLetterOptions, type MessageHandler } from '@redis-stream-coordinator/core';
 import { v7 as uuidv7 } from 'uuid';
 import { CoordinatorRegistry, type RegisteredMember } from './coordinator.registry';
 import type { CoordinatorConnection } from './coordinator-connection';
@@ -160,11 +160,13 @@ export class StreamListenerRegistry {
   ): RegisteredMember {
     let member: CoordinatedMember;
     try {
+      const defaults = connection.options.defaults;
       member = new CoordinatedMember(connection.client, {
-        ...connection.options.defaults,
+        ...defaults,
         ...options,
         handler: typeof handler === 'function' ? (message) => handler(message, member) : handler,
         coordinator: { ...connection.options.coordinator, ...options.coordinator },
+        deadLetter: mergeDeadLetter(defaults?.deadLetter, options.deadLetter),
       });
     } catch (error) {
       // Same error class, with where the bad option came from in front of the message.
@@ -174,4 +176,18 @@ export class StreamListenerRegistry {
     }
     return this.registry.register(member, where, connection, listener);
   }
+}
+
+/**
+ * The module's `defaults.deadLetter` and a listener's or consumer's own, field by field (the own
+ * wins): a module-wide `maxLen`, `nonRetryableErrors` or `onDeadLetter` stays when a listener names
+ * only its destination. Anything that is not an object is passed on as it is, for the member to refuse.
+ */
+function mergeDeadLetter(defaults: unknown, own: unknown): DeadLetterOptions | undefined {
+  const isObject = (value: unknown): value is DeadLetterOptions => value !== null && typeof value === 'object' && !Array.isArray(value);
+  if (own === undefined) return defaults as DeadLetterOptions | undefined;
+  if (defaults === undefined) return own as DeadLetterOptions;
+  if (!isObject(defaults)) return defaults as DeadLetterOptions; // a bad default is refused, not hidden
+  if (!isObject(own)) return own as DeadLetterOptions;
+  return { ...defaults, ...own };
 }

@@ -73,12 +73,13 @@ async function act(admin: CoordinatorAdmin, prefix: string, group: string, actio
     case 'show': {
       if (options.id === undefined) throw new UsageError('show needs --id REF (rsc dead-letters <prefix> <group> list shows the refs)');
       const letter = await admin.showDeadLetter(prefix, group, options.id);
-      if (!letter) throw new Error(`dead letter ${options.id} not found in group ${group} of stream ${prefix} (replayed or purged?)`);
+      if (!letter) throw new Error(`dead letter ${options.id} not found in dead letters ${group} of stream ${prefix} (replayed or purged?)`);
       if (json) return printJson(letter);
       const { payload, headers } = payloadOf(letter);
       print(table(['FIELD', 'VALUE'], [
         ['ref', letter.ref], ['dead-lettered', letter.deadLetteredAt], ['shard', letter.shardIndex], ['entry id', letter.entryId],
-        ['key', letter.key], ['member', letter.memberId], ['attempts', letter.attempts], ['error', letter.error],
+        ['key', letter.key], ['group', letter.consumerGroup], ['member', letter.memberId], ['attempts', letter.attempts],
+        ['cause', letter.cause], ['error', letter.error],
         ['headers', headers], ['payload', payload],
       ]));
       return;
@@ -123,7 +124,7 @@ export function registerDeadLetters(program: Command): void {
     .command('dead-letters')
     .description("list, show, replay (to the entry's key) or purge a group's dead letters")
     .argument('<prefix>', 'stream prefix')
-    .argument('<group>', 'consumer group')
+    .argument('<group>', "consumer group, or the dead-letter destination its members name (member option deadLetter.stream)")
     .addArgument(new Argument('<action>', 'what to do').choices(['list', 'show', 'replay', 'purge']))
     .option('--id <ref>', 'one dead letter, by the REF that list shows (<shard>/<id>)')
     .option('--all', 'replay or purge: every dead letter of the group')

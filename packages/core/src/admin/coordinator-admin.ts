@@ -20,6 +20,7 @@ import { applyOffsets, assertNoLiveMembers, assertOffsetTarget, type ResetOffset
 import { readShardPositions, type ShardPosition } from './shard-positions';
 import { listStreamPrefixes } from './stream-inventory';
 import { trimShards, type TrimOptions, type TrimResult } from './retention';
+import { type PeriodicTrimOptions, resolvePeriodicTrimOptions, TrimSchedule } from './periodic-trim';
 import { groupReadableShards, toGroupDescription } from './group-description';
 import { shardStats } from './shard-stats';
 
@@ -260,8 +261,10 @@ export class CoordinatorAdmin {
 
   /**
    * The group's dead letters across every shard of the stream (0..shardSpan-1) that match the
-   * filter, the oldest first: each with its `ref`, shard, entry id and key, the member that gave up,
-   * the error, the attempts and the entry's own fields. Empty when the stream does not exist.
+   * filter, the oldest first: each with its `ref`, shard, entry id and key, the group and member
+   * that gave up, the cause, the error, the attempts and the entry's own fields. Empty when the
+   * stream does not exist. Here and in the other dead-letter methods `consumerGroup` names the
+   * destination: the group, or the name its members give as `deadLetter.stream`.
    *
    * @example
    * for (const letter of await admin.readDeadLetters('summary', 'summary-group', { errorContains: 'Timeout', count: 50 })) {
@@ -350,6 +353,23 @@ export class CoordinatorAdmin {
     if (!stream) throw toCoordinatorError(ErrorCode.GROUP_NOT_FOUND, `stream "${streamPrefix}" does not exist (no metadata): nothing to trim`);
     const groups = (await this.redis.smembers(this.keys.streamGroups(streamPrefix))).sort();
     return trimShards(this.redis, this.keys, streamPrefix, stream.shardSpan, groups, { dryRun, maxLen });
+  }
+
+  /**
+   * Runs `trim(streamPrefix, { maxLen })` now and then every `intervalMs` after the previous run
+   * ended: runs never overlap. Each result is a 'trimmed' event, each failure an 'error' (listen for
+   * it) and both show in `stats()`; a failed run does not stop the schedule. `stop()` ends it.
+   *
+   * @example
+   * const trimming = admin.startTrimming('summary', { intervalMs: 60_000 });
+   * trimming.on('error', (error) => logger.warn(error.message));
+   * // on shutdown:
+   * await trimming.stop();
+   */
+  startTrimming(streamPrefix: string, options: PeriodicTrimOptions): TrimSchedule {
+    const { intervalMs, maxLen, runTimeoutMs } = resolvePeriodicTrimOptions(options);
+    this.keys.streamMeta(streamPrefix); // validates the name now, not at the first run
+    return new TrimSchedule(streamPrefix, () => this.trim(streamPrefix, { maxLen }), intervalMs, runTimeoutMs);
   }
 
   /** Every stream prefix that has shard metadata under the key prefix, sorted (SCAN, never KEYS). */

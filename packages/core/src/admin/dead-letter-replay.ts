@@ -11,7 +11,10 @@ import { type DeadLetter, readDeadLetter } from './dead-letters';
 export const REPLAY_HEADER = {
   /** The dead letter's ref, `<shardIndex>/<deadLetterId>`. */
   of: 'rsc-replay-of',
-  /** The consumer group whose dead letter it was. */
+  /**
+   * The consumer group whose dead letter it was (the destination's name for dead letters that do
+   * not record their group).
+   */
   group: 'rsc-replay-group',
   /** The entry's id before it was dead-lettered. */
   originalId: 'rsc-replay-original-id',
@@ -68,6 +71,7 @@ export interface ReplayContext {
   redis: RedisClient;
   keys: KeyBuilder;
   streamPrefix: string;
+  /** The dead letters' destination: a consumer group's name, or its members' `deadLetter.stream`. */
   consumerGroup: string;
   producer: StreamProducer;
   takeOverAfterMs: number;
@@ -163,12 +167,13 @@ function replayMessage(letter: DeadLetter, consumerGroup: string, shardCount: nu
       return `its headers are not a JSON object (${(error as Error).message}); purge it`;
     }
   }
+  const group = letter.consumerGroup ?? consumerGroup;
   return {
     key: letter.key,
     // An entry without a key goes back to its shard while that takes writes (else round-robin).
     ...(letter.key === undefined && letter.shardIndex < shardCount ? { shardIndex: letter.shardIndex } : {}),
     payload,
-    headers: { ...headers, [REPLAY_HEADER.of]: letter.ref, [REPLAY_HEADER.group]: consumerGroup, [REPLAY_HEADER.originalId]: letter.entryId },
+    headers: { ...headers, [REPLAY_HEADER.of]: letter.ref, [REPLAY_HEADER.group]: group, [REPLAY_HEADER.originalId]: letter.entryId },
   };
 }
 
@@ -202,7 +207,7 @@ function isReplayOf(fields: string[], letter: DeadLetter, consumerGroup: string)
     if (fields[i] !== ENTRY_FIELD.headers || !fields[i + 1].includes(letter.ref)) continue;
     try {
       const headers = JSON.parse(fields[i + 1]) as Record<string, string>;
-      return headers[REPLAY_HEADER.of] === letter.ref && headers[REPLAY_HEADER.group] === consumerGroup;
+      return headers[REPLAY_HEADER.of] === letter.ref && headers[REPLAY_HEADER.group] === (letter.consumerGroup ?? consumerGroup);
     } catch {
       return false;
     }

@@ -1,3 +1,4 @@
+import { DEAD_LETTER_CAUSES, type DeadLetterCause } from '../protocol/dead-letter-cause';
 import { InvalidRequestError } from '../protocol/errors';
 import { compareStreamIds } from '../protocol/stream-ids';
 import { ENTRY_FIELD } from '../protocol/entry-format';
@@ -23,6 +24,16 @@ export interface DeadLetter {
   key: string | undefined;
   /** The member that gave up on it. */
   memberId: string;
+  /**
+   * The consumer group that gave up on it (several groups may share a destination through the
+   * member option `deadLetter.stream`). Undefined for dead letters written before it was recorded.
+   */
+  consumerGroup: string | undefined;
+  /**
+   * Why: `undecodable`, `attempts-exhausted`, or `non-retryable` (the member's `deadLetter.nonRetryable`
+   * matched at the first failure). Undefined for dead letters written before it was recorded.
+   */
+  cause: DeadLetterCause | undefined;
   /** Why: the last handler error (`Name: message`), or why it could not be decoded. */
   error: string;
   /** Handler attempts made (0 when it could not be decoded). */
@@ -83,7 +94,8 @@ export function assertDeadLetterFilter(filter: DeadLetterFilter): void {
 const toMs = (value: Date | number): number => (value instanceof Date ? value.getTime() : value);
 
 /**
- * Dead letters of a group across shards 0..shardSpan-1 (each shard keeps its own dead-letter stream,
+ * Dead letters of a destination (a consumer group's name, or the name its members give as
+ * `deadLetter.stream`) across shards 0..shardSpan-1 (each shard keeps its own dead-letter stream,
  * in its slot, so that writing one is fenced with the ack) that match `filter`: the oldest `count`,
  * sorted by the time they were written (ties: by shard). Reads each shard a page at a time.
  */
@@ -91,7 +103,7 @@ export async function readDeadLetters(
   redis: RedisClient,
   keys: KeyBuilder,
   streamPrefix: string,
-  consumerGroup: string,
+  destination: string,
   shardSpan: number,
   count: number,
   filter: DeadLetterFilter = {},
@@ -103,7 +115,7 @@ export async function readDeadLetters(
   // One shard per command, each routed by its own key (Cluster-safe); shards read side by side.
   const perShard = await Promise.all(
     shards.map(async (shard) => {
-      const stream = keys.shardDeadLetterStream(streamPrefix, shard, consumerGroup);
+      const stream = keys.shardDeadLetterStream(streamPrefix, shard, destination);
       const found: DeadLetter[] = [];
       let from = start;
       while (found.length < count) {
@@ -128,11 +140,11 @@ export async function readDeadLetter(
   redis: RedisClient,
   keys: KeyBuilder,
   streamPrefix: string,
-  consumerGroup: string,
+  destination: string,
   shardIndex: number,
   deadLetterId: string,
 ): Promise<DeadLetter | null> {
-  const [found] = await redis.xrange(keys.shardDeadLetterStream(streamPrefix, shardIndex, consumerGroup), deadLetterId, deadLetterId);
+  const [found] = await redis.xrange(keys.shardDeadLetterStream(streamPrefix, shardIndex, destination), deadLetterId, deadLetterId);
   return found ? toDeadLetter(shardIndex, found[0], found[1]) : null;
 }
 
@@ -161,6 +173,8 @@ function toDeadLetter(shardIndex: number, deadLetterId: string, flat: string[]):
     entryId: fields.get('entryId') ?? '',
     key,
     memberId: fields.get('memberId') ?? '',
+    consumerGroup: fields.get('consumerGroup'),
+    cause: DEAD_LETTER_CAUSES.find((cause) => cause === fields.get('cause')),
     error: fields.get('error') ?? '',
     attempts: Number(fields.get('attempts') ?? 0),
     fields: original,

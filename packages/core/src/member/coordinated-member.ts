@@ -179,6 +179,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
       heldEntries: this.poller.heldEntries,
       metadataVersion: this.metadata.version,
       problems: [...this.memberProblems.values(), ...this.poller.problems()],
+      deadLetterHookFailures: this.poller.deadLetterHookFailures,
     };
   }
 

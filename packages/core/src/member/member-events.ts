@@ -1,5 +1,6 @@
 import type { ErrorCode } from '../protocol/error-codes';
 import type { AcknowledgedEvent } from './shard-poller';
+import type { DeadLetterEvent } from './dead-letter-options';
 
 export interface ShardsEvent {
   shards: number[];
@@ -19,7 +20,7 @@ export interface MemberEvents {
   /** No heartbeat succeeded for too long: the member stopped before its lease could be given away, and rejoins. */
   'lease-lost': [{ shards: number[]; memberEpoch: number; sinceLastHeartbeatMs: number }];
   error: [Error];
-  'dead-letter': [{ shardIndex: number; id: string; reason: string; attempts: number }];
+  'dead-letter': [DeadLetterEvent];
   /** Acknowledgements sent for a shard; `accepted` is false when a newer owner's fencing token refused them. */
   acknowledged: [AcknowledgedEvent];
 }

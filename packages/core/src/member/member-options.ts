@@ -3,6 +3,7 @@ import { type PayloadCodec, type StreamMessage, jsonCodec } from '../protocol/en
 import { assertConsumerGroup, assertIntegerInRange, assertMemberId, assertStreamPrefix } from '../protocol/names';
 import type { CoordinatorOptions, HeartbeatObservation } from '../redis/coordinator-options';
 import { MemberTelemetry } from '../telemetry/member-telemetry';
+import { type DeadLetterOptions, type ResolvedDeadLetterOptions, resolveDeadLetterOptions } from './dead-letter-options';
 
 export type MessageHandler<T = unknown> = (message: StreamMessage<T>) => unknown;
 
@@ -32,8 +33,16 @@ export interface CoordinatedMemberOptions<T = unknown> {
   revocationTimeoutMs?: number;
   /** How long `stop()` waits for in-flight handlers. Default 30000 ms. */
   shutdownTimeoutMs?: number;
-  /** Tries per entry (in place, keeping order) before it goes to the dead-letter stream. Default 3. */
+  /**
+   * Tries per entry (in place, keeping order) before it goes to the dead-letter stream. Default 3.
+   * Errors that `deadLetter.nonRetryable`/`nonRetryableErrors` names go there at their first failure.
+   */
   maxAttempts?: number;
+  /**
+   * Where dead letters go (a name, one stream per shard in the shard's slot), how many are kept,
+   * which errors are not retried, and a hook called after each one is written. See DeadLetterOptions.
+   */
+  deadLetter?: DeadLetterOptions<T>;
   /**
    * A handler call that has not settled after this long counts as failed (retried, then
    * dead-lettered) and the shard moves on; what the call does later is ignored. 0 = no limit
@@ -66,8 +75,9 @@ export interface CoordinatedMemberOptions<T = unknown> {
   telemetry?: boolean;
 }
 
-export type ResolvedMemberOptions<T = unknown> = Required<Omit<CoordinatedMemberOptions<T>, 'shardCount' | 'coordinator' | 'telemetry'>> &
+export type ResolvedMemberOptions<T = unknown> = Required<Omit<CoordinatedMemberOptions<T>, 'shardCount' | 'coordinator' | 'telemetry' | 'deadLetter'>> &
   Pick<CoordinatedMemberOptions<T>, 'shardCount' | 'coordinator'> & {
+    deadLetter: ResolvedDeadLetterOptions<T>;
     /** The member's instrumentation; undefined when `telemetry` is false. */
     telemetry: MemberTelemetry | undefined;
   };
@@ -100,6 +110,7 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T>): R
     revocationTimeoutMs: options.revocationTimeoutMs ?? Math.floor(rebalanceTimeoutMs / 2),
     shutdownTimeoutMs: options.shutdownTimeoutMs ?? 30_000,
     maxAttempts: options.maxAttempts ?? 3,
+    deadLetter: resolveDeadLetterOptions(options.deadLetter, options.consumerGroup),
     handlerTimeoutMs: options.handlerTimeoutMs ?? 0,
     retryBackoffMs: options.retryBackoffMs ?? 100,
     retryBackoffMaxMs: options.retryBackoffMaxMs ?? 10_000,

@@ -19,4 +19,9 @@ export interface MemberStats {
    * health checks report these.
    */
   problems: string[];
+  /**
+   * `deadLetter.onDeadLetter` calls that threw or rejected since the member was made (each also an
+   * 'error' event). Their dead letters were written all the same.
+   */
+  deadLetterHookFailures: number;
 }

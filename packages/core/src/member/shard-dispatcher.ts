@@ -3,6 +3,7 @@ import { type DecodedEntry, decodeEntry, type StreamMessage } from '../protocol/
 import type { RawEntry, ShardClient } from '../redis/shard-client';
 import { sleep } from './abortable-sleep';
 import type { AckBatcher } from './ack-batcher';
+import type { DeadLetterCause, DeadLetterNotice } from './dead-letter-options';
 import { type ResolvedMemberOptions, retryDelayMs } from './member-options';
 import { HandlerAbortedError, HandlerTimeoutError, type PollerEvents, type QueuedEntry, ShardError, type ShardSet, type ShardState } from './shard-state';
 
@@ -28,6 +29,8 @@ function isThenable(value: unknown): value is PromiseLike<unknown> {
 export class ShardDispatcher {
   private cursor = -1;
   private busy = 0;
+  /** `onDeadLetter` calls that threw or rejected (`stats().deadLetterHookFailures`). */
+  hookFailures = 0;
 
   constructor(
     private readonly shards: ShardSet,
@@ -89,7 +92,7 @@ export class ShardDispatcher {
   /** Handles one entry; returns undefined when it completed synchronously, else a promise. */
   private process(state: ShardState, queued: QueuedEntry): Promise<void> | undefined {
     const decoded = decodeEntry(queued.entry.fields, this.options.codec);
-    if (!decoded.ok) return this.deadLetter(state, queued.entry, decoded.reason, 0);
+    if (!decoded.ok) return this.deadLetter(state, queued.entry, { cause: 'undecodable', reason: decoded.reason, attempts: 0, error: undefined, message: undefined });
     return this.attempt(state, queued, decoded, 1);
   }
 
@@ -115,7 +118,7 @@ export class ShardDispatcher {
     } catch (error) {
       state.call = undefined;
       probe?.end(true, error);
-      return this.failed(state, queued, decoded, attempt, error);
+      return this.failed(state, queued, decoded, attempt, error, message);
     }
     if (isThenable(result)) {
       return this.withHandlerTimeout(Promise.resolve(result), state, entry.id, call)
@@ -130,7 +133,7 @@ export class ShardDispatcher {
           },
           (error: unknown) => {
             probe?.end(true, error);
-            return this.failed(state, queued, decoded, attempt, error);
+            return this.failed(state, queued, decoded, attempt, error, message);
           },
         );
     }
@@ -159,12 +162,17 @@ export class ShardDispatcher {
   }
 
   /**
-   * Retry in place (order is kept) with backoff, then dead-letter. A retry whose backoff ends while
-   * the lease may be lost, or while the member is paused, waits, keeping the shard's slot, until
-   * handlers may start again or the shard is released (then the entry stays pending for whoever owns
-   * the shard next).
+   * Retry in place (order is kept) with backoff, then dead-letter; an error that
+   * `deadLetter.nonRetryable`/`nonRetryableErrors` names is dead-lettered at once. A retry whose
+   * backoff ends while the lease may be lost, or while the member is paused, waits, keeping the
+   * shard's slot, until handlers may start again or the shard is released (then the entry stays
+   * pending for whoever owns the shard next).
    */
-  private async failed(state: ShardState, queued: QueuedEntry, decoded: DecodedPayload, attempt: number, error: unknown): Promise<void> {
+  private async failed(state: ShardState, queued: QueuedEntry, decoded: DecodedPayload, attempt: number, error: unknown, message: StreamMessage): Promise<void> {
+    const reason = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+    if (this.isNonRetryable(state, error, message)) {
+      return this.deadLetter(state, queued.entry, { cause: 'non-retryable', reason, attempts: attempt, error, message });
+    }
     if (attempt < this.options.maxAttempts) {
       this.options.telemetry?.retried();
       const delay = retryDelayMs(attempt, this.options.retryBackoffMs, this.options.retryBackoffMaxMs);
@@ -172,8 +180,22 @@ export class ShardDispatcher {
       if (!(await this.untilHandlersMayStart(state))) return;
       return this.attempt(state, queued, decoded, attempt + 1);
     }
-    const reason = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
-    return this.deadLetter(state, queued.entry, reason, attempt);
+    return this.deadLetter(state, queued.entry, { cause: 'attempts-exhausted', reason, attempts: attempt, error, message });
+  }
+
+  /**
+   * Whether the user's predicate or classes say the error is not worth retrying. A predicate that
+   * throws is reported and answers "retry": the usual path, which loses nothing.
+   */
+  private isNonRetryable(state: ShardState, error: unknown, message: StreamMessage): boolean {
+    const check = this.options.deadLetter.isNonRetryable;
+    if (!check) return false;
+    try {
+      return check(error, message);
+    } catch (failure) {
+      this.events.emit('error', new ShardError(`shard ${state.index}: deadLetter.nonRetryable threw for ${message.id} (${(failure as Error)?.message ?? String(failure)}); the entry is retried as usual`, state.index, failure));
+      return false;
+    }
   }
 
   /** True once handlers may start again (lease safe, not paused); false if the shard was released first. */
@@ -190,12 +212,15 @@ export class ShardDispatcher {
    * and the condition listed in `problems` until it clears; the shard's later entries wait. When
    * the shard is released the next owner handles the entry (and dead-letters it) again. Refused as
    * fenced: nothing was written or acked, and the shard is given up locally like any fenced call.
+   * Written: the 'dead-letter' event, then `onDeadLetter`.
    */
-  private async deadLetter(state: ShardState, entry: RawEntry, reason: string, attempts: number): Promise<void> {
+  private async deadLetter(state: ShardState, entry: RawEntry, letter: DeadLetterFailure): Promise<void> {
+    const { stream: destination, maxLen } = this.options.deadLetter;
+    const { cause, reason, attempts } = letter;
     for (let attempt = 1; !state.released.signal.aborted; attempt++) {
       let written: string | null;
       try {
-        written = await this.client.deadLetter(state.index, state.grantEpoch, entry, reason, attempts);
+        written = await this.client.deadLetter(state.index, state.grantEpoch, entry, { destination, maxLen, error: reason, attempts, cause });
       } catch (error) {
         const message = `shard ${state.index}: writing the dead letter of ${entry.id} failed (try ${attempt}): ${(error as Error).message}; later entries of the shard wait`;
         state.problems.set('dead-letter', message);
@@ -210,8 +235,49 @@ export class ShardDispatcher {
         this.shards.release(state);
         return;
       }
-      this.events.emit('dead-letter', { shardIndex: state.index, id: entry.id, reason, attempts });
+      this.events.emit('dead-letter', { shardIndex: state.index, id: entry.id, reason, attempts, cause, deadLetterId: written, destination });
+      this.notify(state, {
+        shardIndex: state.index,
+        entryId: entry.id,
+        deadLetterId: written,
+        ref: written === '' ? '' : `${state.index}/${written}`,
+        destination,
+        cause,
+        reason,
+        attempts,
+        error: letter.error,
+        message: letter.message,
+      });
       return;
     }
   }
+
+  /**
+   * Calls `onDeadLetter` without waiting for it: a slow or hung hook must not hold the shard. Its
+   * failure is one 'error' and a count in stats; the dead letter is written whatever it does.
+   */
+  private notify(state: ShardState, notice: DeadLetterNotice): void {
+    const hook = this.options.deadLetter.onDeadLetter;
+    if (!hook) return;
+    const fail = (error: unknown) => {
+      this.hookFailures += 1;
+      const text = error instanceof Error ? error.message : String(error);
+      this.events.emit('error', new ShardError(`shard ${state.index}: deadLetter.onDeadLetter failed for ${notice.entryId} (dead letter ${notice.ref || 'written'}): ${text}; the dead letter stays written`, state.index, error));
+    };
+    try {
+      const result = hook(notice);
+      if (isThenable(result)) Promise.resolve(result).catch(fail);
+    } catch (error) {
+      fail(error);
+    }
+  }
+}
+
+/** Why an entry is dead-lettered, and what the handler saw (undefined for an entry that could not be decoded). */
+interface DeadLetterFailure {
+  cause: DeadLetterCause;
+  reason: string;
+  attempts: number;
+  error: unknown;
+  message: StreamMessage | undefined;
 }

@@ -59,6 +59,11 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     return this.dispatcher.activeHandlers;
   }
 
+  /** `deadLetter.onDeadLetter` calls that threw or rejected since the member was made. */
+  get deadLetterHookFailures(): number {
+    return this.dispatcher.hookFailures;
+  }
+
   get bufferedEntries(): number {
     return this.shards.buffered;
   }

@@ -1,5 +1,6 @@
 import { compareStreamIds } from '../protocol/stream-ids';
 import type { RawEntry } from '../redis/shard-client';
+import type { DeadLetterEvent } from './dead-letter-options';
 
 /**
  * Where a granted shard is: installing its fencing token (and retrying while a newer token refuses
@@ -104,7 +105,7 @@ export interface ClaimRefusedEvent {
 export interface PollerEvents {
   error: [ShardError];
   /** An entry went to the dead-letter stream. */
-  'dead-letter': [{ shardIndex: number; id: string; reason: string; attempts: number }];
+  'dead-letter': [DeadLetterEvent];
   acknowledged: [AcknowledgedEvent];
   /**
    * A granted shard's claim was refused (a newer token is installed); the poller retries with

@@ -83,19 +83,20 @@ export class KeyBuilder {
   }
 
   /**
-   * One group's dead letters of one shard, in the shard stream's hash slot: a dead letter is written
+   * The dead letters of one shard sent to `destination` (the member option `deadLetter.stream`, by
+   * default the consumer group's name), in the shard stream's hash slot: a dead letter is written
    * atomically with the fencing check and the ack (SPEC 9.2), so it must sit beside the fence.
-   * `CoordinatorAdmin.readDeadLetters` reads them across shards.
+   * `CoordinatorAdmin.readDeadLetters` reads them across shards. Validated like a group name.
    */
-  shardDeadLetterStream(streamPrefix: string, shardIndex: number, consumerGroup: string): string {
-    return `${this.shardStream(streamPrefix, shardIndex)}:dead-letter:${assertConsumerGroup(consumerGroup)}`;
+  shardDeadLetterStream(streamPrefix: string, shardIndex: number, destination: string): string {
+    return `${this.shardStream(streamPrefix, shardIndex)}:dead-letter:${assertConsumerGroup(destination)}`;
   }
 
   /**
-   * Replay markers of one group's dead letters of one shard (dead-letter id -> when a replay began),
-   * beside the dead-letter stream: a marker left behind says a replay may have written the entry.
+   * Replay markers of one destination's dead letters of one shard (dead-letter id -> when a replay
+   * began), beside the dead-letter stream: a marker left behind says a replay may have written the entry.
    */
-  shardDeadLetterReplays(streamPrefix: string, shardIndex: number, consumerGroup: string): string {
-    return `${this.shardDeadLetterStream(streamPrefix, shardIndex, consumerGroup)}:replays`;
+  shardDeadLetterReplays(streamPrefix: string, shardIndex: number, destination: string): string {
+    return `${this.shardDeadLetterStream(streamPrefix, shardIndex, destination)}:replays`;
   }
 }

@@ -216,23 +216,32 @@ export class ShardClient {
   }
 
   /**
-   * Moves an entry to its shard's dead-letter stream (the entry, why it failed, how often it was
-   * tried) and acknowledges it, atomically under the fencing token: the dead letter's id ('' when
-   * the entry was no longer pending, e.g. a resent call whose first run landed), or null when the
-   * shard has a newer owner (then nothing was written and nothing acknowledged).
+   * Moves an entry to its shard's dead-letter stream `destination` (the entry, why it failed, how
+   * often it was tried, the cause and the group) and acknowledges it, atomically under the fencing
+   * token; with `maxLen` > 0 the stream keeps about that many (the oldest dropped). Returns the dead
+   * letter's id ('' when the entry was no longer pending, e.g. a resent call whose first run
+   * landed), or null when the shard has a newer owner (then nothing was written and nothing acknowledged).
    */
-  async deadLetter(shardIndex: number, grantEpoch: number, entry: RawEntry, error: string, attempts: number): Promise<string | null> {
+  async deadLetter(
+    shardIndex: number,
+    grantEpoch: number,
+    entry: RawEntry,
+    letter: { destination: string; maxLen: number; error: string; attempts: number; cause: string },
+  ): Promise<string | null> {
     const [stream, fence] = this.shardKeys(shardIndex);
-    const deadLetters = this.keys.shardDeadLetterStream(this.streamPrefix, shardIndex, this.consumerGroup);
+    const deadLetters = this.keys.shardDeadLetterStream(this.streamPrefix, shardIndex, letter.destination);
     const reply = await runScript(this.redis, 'deadLetterFenced', [stream, fence, deadLetters], [
       this.consumerGroup,
       this.token(grantEpoch),
       entry.id,
+      letter.maxLen,
       'shardIndex', String(shardIndex),
       'entryId', entry.id,
       'memberId', this.memberId,
-      'error', error,
-      'attempts', String(attempts),
+      'consumerGroup', this.consumerGroup,
+      'cause', letter.cause,
+      'error', letter.error,
+      'attempts', String(letter.attempts),
       'fields', JSON.stringify(entry.fields),
     ]);
     return Number(reply) === -1 ? null : String(reply);

@@ -1,5 +1,6 @@
 import type { EventEmitter } from 'node:events';
 import type { Attributes, BatchObservableResult, Context, Counter, Histogram, Meter, ObservableGauge, Span, Tracer } from '@opentelemetry/api';
+import type { DeadLetterCause } from '../protocol/dead-letter-cause';
 import type { StreamMessage } from '../protocol/entry-format';
 import { ErrorCode } from '../protocol/error-codes';
 import type { HeartbeatObservation } from '../redis/coordinator-options';
@@ -132,8 +133,8 @@ export class MemberTelemetry {
   private readonly member: Attributes;
   private readonly shardAttributes = new Map<number, Attributes>();
   private readonly errorAttributes = new Map<string, Attributes>();
-  private readonly deadLetterUndecodable: Attributes;
-  private readonly deadLetterExhausted: Attributes;
+  /** `messaging.redis_streams.dead_letter.cause` attributes by DeadLetterEvent.cause. */
+  private readonly deadLetterCauses: Record<DeadLetterCause, Attributes>;
 
   constructor(private readonly identity: { streamPrefix: string; consumerGroup: string; memberId: string }) {
     this.base = {
@@ -142,8 +143,11 @@ export class MemberTelemetry {
       [ATTR.consumerGroup]: identity.consumerGroup,
     };
     this.member = { ...this.base, [ATTR.clientId]: identity.memberId };
-    this.deadLetterUndecodable = { ...this.base, [ATTR.deadLetterCause]: 'undecodable' };
-    this.deadLetterExhausted = { ...this.base, [ATTR.deadLetterCause]: 'attempts_exhausted' };
+    this.deadLetterCauses = {
+      undecodable: { ...this.base, [ATTR.deadLetterCause]: 'undecodable' },
+      'attempts-exhausted': { ...this.base, [ATTR.deadLetterCause]: 'attempts_exhausted' },
+      'non-retryable': { ...this.base, [ATTR.deadLetterCause]: 'non_retryable' },
+    };
   }
 
   /**
@@ -258,8 +262,8 @@ export class MemberTelemetry {
     else this.instruments?.ackBatchesRefused.add(1, this.base);
   };
 
-  private readonly onDeadLetter = (event: { attempts: number }): void => {
-    this.instruments?.deadLettered.add(1, event.attempts === 0 ? this.deadLetterUndecodable : this.deadLetterExhausted);
+  private readonly onDeadLetter = (event: { cause: DeadLetterCause }): void => {
+    this.instruments?.deadLettered.add(1, this.deadLetterCauses[event.cause] ?? this.base);
   };
 
   /** Gauges, at each collection: owned shards and epoch from memory, lag and pending from Redis (rate-limited). */

@@ -6,6 +6,7 @@ export default defineConfig({
     alias: {
       '@redis-stream-coordinator/core/testing': path.resolve(import.meta.dirname, 'packages/core/src/testing/index.ts'),
       '@redis-stream-coordinator/core': path.resolve(import.meta.dirname, 'packages/core/src/index.ts'),
+      '@redis-stream-coordinator/nestjs/microservices': path.resolve(import.meta.dirname, 'packages/nestjs/src/microservices/index.ts'),
       '@redis-stream-coordinator/nestjs': path.resolve(import.meta.dirname, 'packages/nestjs/src/index.ts'),
     },
   },

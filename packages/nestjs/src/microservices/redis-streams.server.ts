@@ -97,13 +97,13 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
   }
 
   /**
-   * Creates the members of every pattern and starts them. Calls back once each member has joined or
-   * failed its first attempt: members Redis does not let join yet keep retrying in the background
-   * (`startRetryDelayMs`) with a warning, as CoordinatorModule's do. A misconfigured pattern (no
-   * consumer group, a bad option) fails the start with an error naming the pattern.
+   * Creates the members of every pattern and starts them in the background, as CoordinatorModule
+   * does: a member Redis does not let join yet (unreachable, a stream without metadata and no
+   * `shardCount`) retries (`startRetryDelayMs`) with a warning, and `stats()` shows it not joined;
+   * the application's start never hangs on Redis. A misconfigured pattern (no consumer group, a bad
+   * option) fails the start with an error naming the pattern.
    */
   async listen(callback: (error?: unknown) => void): Promise<void> {
-    const firstAttempts: Promise<void>[] = [];
     try {
       this.closing = false;
       this.connection = CoordinatorConnection.fromOptions(
@@ -112,15 +112,14 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
         'microservices',
       );
       this.groups = [...this.messageHandlers].map(([pattern, handler]) => this.createGroup(pattern, handler));
-      for (const group of this.groups) {
-        for (const member of group.members) firstAttempts.push(this.startWithRetries(member, group));
-      }
     } catch (error) {
       await this.close();
       callback(error);
       return;
     }
-    await Promise.all(firstAttempts);
+    for (const group of this.groups) {
+      for (const member of group.members) void this.startWithRetries(member, group);
+    }
     callback();
   }
 
@@ -195,26 +194,22 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
     return { streamPrefix: pattern, consumerGroup: memberOptions.consumerGroup, kind: handler.isEventHandler ? 'event' : 'request', members };
   }
 
-  /** Starts a member, retrying while Redis cannot be reached; resolves after the first attempt. */
-  private startWithRetries(member: CoordinatedMember, group: PatternGroup): Promise<void> {
+  /** Starts a member, retrying while Redis cannot be reached, until it joined or the server closes. */
+  private async startWithRetries(member: CoordinatedMember, group: PatternGroup): Promise<void> {
     const delayMs = this.options.startRetryDelayMs ?? DEFAULT_START_RETRY_DELAY_MS;
-    return new Promise<void>((firstAttemptDone) => {
-      void (async () => {
-        while (!this.closing && !member.isRunning()) {
-          try {
-            await member.start();
-            this.log.log(`member ${member.memberId} joined ${group.streamPrefix}/${group.consumerGroup}`);
-          } catch (error) {
-            if (this.closing) break;
-            this.throttled.warn(`start:${member.memberId}`, `member ${member.memberId} (${group.streamPrefix}) cannot start yet: ${(error as Error).message}; retrying every ${delayMs} ms`);
-            firstAttemptDone();
-            if ((error as Error).name === 'FencedInstanceIdError') break; // another live process has this id: no retry cures it
-            await new Promise((resolve) => setTimeout(resolve, delayMs));
-          }
-        }
-        firstAttemptDone();
-      })();
-    });
+    while (!this.closing && !member.isRunning()) {
+      try {
+        await member.start();
+        this.log.log(`member ${member.memberId} joined ${group.streamPrefix}/${group.consumerGroup}`);
+      } catch (error) {
+        if (this.closing) return;
+        const fatal = (error as Error).name === 'FencedInstanceIdError'; // another live process has this id: no retry cures it
+        this.throttled.warn(`start:${member.memberId}`, `member ${member.memberId} (${group.streamPrefix}) cannot start${fatal ? '' : ' yet'}: ${(error as Error).message}${fatal ? '' : `; retrying every ${delayMs} ms`}`);
+        this.events.emit('error', error);
+        if (fatal) return;
+        await new Promise((resolve) => setTimeout(resolve, delayMs));
+      }
+    }
   }
 
   /** Runs one entry through the Nest handler of its pattern; what it resolves or throws decides the entry (see the class). */

@@ -43,7 +43,11 @@ afterEach(async () => {
 });
 
 /** A Nest microservice with RedisStreamsServer over the private Redis, listening, its members joined. */
-async function aMicroservice(controllers: unknown[], options: Partial<ConstructorParameters<typeof RedisStreamsServer>[0]> = {}) {
+async function aMicroservice(
+  controllers: unknown[],
+  options: Partial<ConstructorParameters<typeof RedisStreamsServer>[0]> = {},
+  configure: (app: INestMicroservice) => void = () => undefined,
+) {
   const keyPrefix = uniqueName('ms');
   const server = new RedisStreamsServer({
     redis: { url: redis.server.url },
@@ -57,6 +61,7 @@ async function aMicroservice(controllers: unknown[], options: Partial<Constructo
   const module = await Test.createTestingModule({ controllers: controllers as never[] }).setLogger(quiet).compile();
   const app: INestMicroservice = module.createNestMicroservice({ strategy: server, logger: quiet });
   cleanups.push(() => app.close());
+  configure(app);
   await app.listen();
   await pollUntil('members joined', async () => server.stats().patterns.every((p) => p.members.every((m) => m.stats.joined)));
   return { app, server, keyPrefix };
@@ -165,12 +170,13 @@ describe("RedisStreamsServer: Nest's RPC pipeline applies", () => {
       }
     }
 
-    const { server, keyPrefix } = await aMicroservice([EnhancedController]);
+    const global: NestInterceptor = { intercept: (_context, next) => next.handle().pipe(tap(() => calls.push('global'))) };
+    const { server, keyPrefix } = await aMicroservice([EnhancedController], {}, (app) => app.useGlobalInterceptors(global));
     const deadLetters = deadLettersOf(server);
     const client = aClient(keyPrefix);
     await lastValueFrom(client.emit(prefix, new StreamRecord({ text: 'hi' }, { headers: { tenant: 'acme' } })));
-    await pollUntil('handled', async () => calls.includes('after:hi'));
-    expect(calls).toEqual(['guard:rpc:acme', 'handled:HI', 'after:hi']);
+    await pollUntil('handled', async () => calls.includes('global'));
+    expect(calls).toEqual(['guard:rpc:acme', 'handled:HI', 'after:hi', 'global']);
 
     await lastValueFrom(client.emit(prefix, new StreamRecord({ text: 'x' }, { headers: { tenant: 'blocked' } })));
     await lastValueFrom(client.emit(prefix, { text: 'boom' }));
@@ -281,6 +287,35 @@ describe('reply inboxes are cleaned up', () => {
     expect(await probe.exists(gone)).toBe(0);
     const admin = new CoordinatorAdmin(probe, { keyPrefix });
     await pollUntil('request acknowledged', async () => (await admin.describeGroup(echo, 'service')).shards.every((shard) => shard.pending === 0 && shard.lag === 0));
+  });
+});
+
+describe('a reply Redis does not take', () => {
+  it('counts it, reports an error event, and retries the request until it is dead-lettered', async () => {
+    const echo = uniqueName('unwritable');
+    let calls = 0;
+    @Controller()
+    class EchoController {
+      @MessagePattern(echo)
+      echo(@Payload() value: unknown) {
+        calls += 1;
+        return value;
+      }
+    }
+    const { server, keyPrefix } = await aMicroservice([EchoController]);
+    const errors: Error[] = [];
+    server.on('error', (error: Error) => errors.push(error));
+    const deadLetters = deadLettersOf(server);
+    // The "inbox" is a string: XADD fails with WRONGTYPE, as any refused write would.
+    const inbox = inboxKey(keyPrefix, 'wrong-type');
+    await redis.client().set(inbox, 'not a stream');
+    const client = aClient(keyPrefix);
+    await lastValueFrom(client.emit(echo, new StreamRecord('x', { headers: { [REPLY_TO_HEADER]: inbox, [CORRELATION_ID_HEADER]: 'c-2' } })));
+    await pollUntil('request dead-lettered', async () => deadLetters.length === 1);
+    expect(calls).toBe(2); // maxAttempts 2: the handler ran again with the retry
+    expect(server.stats().failedReplies).toBe(2);
+    expect(deadLetters[0].reason).toContain(`the reply to request c-2 on ${echo} was not written to ${inbox}: WRONGTYPE`);
+    expect(errors.map((e) => e.message)).toEqual([expect.stringContaining('WRONGTYPE'), expect.stringContaining('WRONGTYPE')]);
   });
 });
 

@@ -19,6 +19,7 @@ import {
 import { Ctx, EventPattern, MessagePattern, Payload, RpcException } from '@nestjs/microservices';
 import { Test } from '@nestjs/testing';
 import { lastValueFrom, of, tap, toArray } from 'rxjs';
+import fs from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { CoordinatorAdmin } from '@redis-stream-coordinator/core';
 import {
@@ -340,5 +341,33 @@ describe('@nestjs/microservices is optional', () => {
     `;
     const { stdout } = await promisify(execFile)(process.execPath, ['-e', script], { cwd: nestjsPackage });
     expect(JSON.parse(stdout)).toEqual({ subpath: "Cannot find module '@nestjs/microservices'" });
+  });
+});
+
+describe('the transport example of docs/nestjs.md', () => {
+  const EXAMPLE = path.join(__dirname, 'examples/microservices-transport.ts');
+
+  it('is the example file, word for word', () => {
+    const docs = fs.readFileSync(path.join(__dirname, '../docs/nestjs.md'), 'utf8');
+    const block = /<!-- example: test\/examples\/microservices-transport\.ts -->\n```ts\n([\s\S]*?)```/.exec(docs);
+    expect(block, 'docs/nestjs.md has the example block').not.toBeNull();
+    expect(block![1]).toBe(fs.readFileSync(EXAMPLE, 'utf8'));
+  });
+
+  it('runs: emit() reaches the @EventPattern members by key, send() gets the @MessagePattern answer, close() removes the inbox', async () => {
+    process.env.REDIS_URL = redis.server.url;
+    const { bootstrap, Checkout, OrdersController } = await import('./examples/microservices-transport');
+    const app = await bootstrap();
+    cleanups.push(() => app.close());
+    const checkout = app.get(Checkout);
+    const client = app.get<CoordinatorClientProxy>('BILLING');
+    await expect(checkout.place({ id: 'o-1', customerId: 'c-7', total: 12 })).resolves.toEqual({ sku: 'o-1', price: 30 });
+    const orders = app.get(OrdersController);
+    await pollUntil('both entries handled', async () => orders.handled.length === 2);
+    expect(orders.handled.sort()).toEqual(['o-1 key=c-7 tenant=-', 'o-1 key=o-1 tenant=acme']);
+    const inbox = client.inboxKey;
+    expect(await redis.client().exists(inbox)).toBe(1);
+    await app.close();
+    expect(await redis.client().exists(inbox)).toBe(0);
   });
 });

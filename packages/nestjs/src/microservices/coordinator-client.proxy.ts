@@ -131,6 +131,11 @@ export class CoordinatorClientProxy extends ClientProxy {
     this.connection = undefined;
   }
 
+  /** Closes the client with its application when Nest created it as a provider (`useFactory`). */
+  onApplicationShutdown(): Promise<void> {
+    return this.close();
+  }
+
   /** The Redis client (after connect()). */
   unwrap<T = Redis>(): T {
     if (!this.connection) throw new Error('CoordinatorClientProxy: not connected: call connect() (or emit/send) first');

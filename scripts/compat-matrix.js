@@ -94,7 +94,7 @@ async function until(what, probe) {
 
 (async () => {
   const redis = await RedisServer.start();
-  let app, client;
+  let app, client, result;
   try {
     class AppModule {}
     Module({ imports: [CoordinatorModule.forRoot({ redis: { url: redis.url }, coordinator: { heartbeatIntervalMs: 200 }, defaults: { shardCount: 2 } })], providers: [Listener], controllers: [Events] })(AppModule);
@@ -113,12 +113,18 @@ async function until(what, probe) {
     if (!price || price.price !== 4) throw new Error('send() answered ' + JSON.stringify(price));
     await until('20 entries at the @StreamListener', () => listened.size === 20);
     await until('10 events at the @EventPattern', () => events.size === 10);
-    process.stdout.write(JSON.stringify({ ok: true, listened: listened.size, events: events.size, reply: price }) + '\n');
+    result = { ok: true, listened: listened.size, events: events.size, reply: price };
   } finally {
+    const closing = Date.now();
     await client?.close();
     await app?.close();
     await redis.stop();
+    if (result) result.closeMs = Date.now() - closing;
   }
+  process.stdout.write(JSON.stringify(result) + '\n');
+  // Explicit: a member's stop leaves a shutdownTimeoutMs timer behind (reported), which would keep
+  // the process alive 30 s more; a close that hangs is still caught by the timeout above.
+  process.exit(0);
 })().catch((error) => {
   process.stderr.write(String(error && error.stack || error) + '\n');
   process.exit(1);
@@ -176,7 +182,7 @@ function runCombo({ nest, ioredis }, tarballs, withTypes) {
   run('npm', ['install', '--no-audit', '--no-fund', '--ignore-scripts', '--loglevel=error', ...deps], app, { timeout: 300_000 });
   const installed = (name) => JSON.parse(fs.readFileSync(path.join(app, 'node_modules', name, 'package.json'), 'utf8')).version;
   fs.writeFileSync(path.join(app, 'smoke.js'), SMOKE);
-  const smoke = JSON.parse(run(process.execPath, ['smoke.js'], app, { timeout: 120_000 }).trim().split('\n').pop());
+  const smoke = JSON.parse(run(process.execPath, ['smoke.js'], app, { timeout: 180_000 }).trim().split('\n').pop());
   return {
     versions: `@nestjs/core ${installed('@nestjs/core')}, @nestjs/microservices ${installed('@nestjs/microservices')}, ioredis ${installed('ioredis')}`,
     smoke,
@@ -196,10 +202,11 @@ function main() {
       const result = runCombo(combo, tarballs, index === 0);
       const typeProblems = result.types ? Object.entries(result.types).filter(([, v]) => v !== 'ok') : [];
       if (typeProblems.length > 0) failed += 1;
-      console.log(`${typeProblems.length ? 'FAIL' : 'PASS'} ${label}: ${result.versions}; listener ${result.smoke.listened}/20, events ${result.smoke.events}/10, reply ${JSON.stringify(result.smoke.reply)}${result.types ? `; types ${JSON.stringify(result.types)}` : ''} (${result.seconds} s)`);
+      console.log(`${typeProblems.length ? 'FAIL' : 'PASS'} ${label}: ${result.versions}; listener ${result.smoke.listened}/20, events ${result.smoke.events}/10, reply ${JSON.stringify(result.smoke.reply)}, closed in ${result.smoke.closeMs} ms${result.types ? `; types ${JSON.stringify(result.types)}` : ''} (${result.seconds} s)`);
     } catch (error) {
       failed += 1;
-      const detail = String(error.stderr || error.stdout || error.message).trim().split('\n').slice(-6).join('\n    ');
+      const why = error.code === 'ETIMEDOUT' || error.signal ? `did not exit (${error.code || error.signal})` : `exit ${error.status}`;
+      const detail = `${why}: ${String(error.stderr || error.stdout || error.message).trim().split('\n').slice(-6).join('\n    ')}`;
       console.log(`FAIL ${label}:\n    ${detail}`);
     }
   });

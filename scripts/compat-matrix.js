@@ -8,8 +8,8 @@
  * send(). It also checks the tarballs (README, LICENSE, the internal dependency as a range) and, once,
  * that the subpaths resolve for TypeScript under moduleResolution node10, node16 and bundler.
  *
- * Not part of `npm test` (it installs from the registry: about 20-40 s per combination with a warm
- * npm cache). Usage:
+ * Not part of `npm test` (it installs from the registry: 5-15 s per combination with a warm npm
+ * cache, the whole matrix about a minute). Usage:
  *   node scripts/compat-matrix.js                 # nest 10, 11, 12 × ioredis 5, 6
  *   node scripts/compat-matrix.js --short         # the corners: nest 10 + ioredis 5, nest 12 + ioredis 6
  *   node scripts/compat-matrix.js --nest 11 --ioredis 5 --keep

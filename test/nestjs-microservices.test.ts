@@ -255,6 +255,34 @@ describe('RedisStreamsServer + CoordinatorClientProxy: request/reply', () => {
   });
 });
 
+describe('events and requests crossing', () => {
+  it('send() to an @EventPattern runs it and completes without a value; emit() to a @MessagePattern runs it with no reply', async () => {
+    const events = uniqueName('events');
+    const requests = uniqueName('requests');
+    const seen: string[] = [];
+    @Controller()
+    class CrossingController {
+      @EventPattern<string>(events)
+      onEvent(@Payload() value: string) {
+        seen.push(`event:${value}`);
+      }
+
+      @MessagePattern(requests)
+      onRequest(@Payload() value: string) {
+        seen.push(`request:${value}`);
+        return value;
+      }
+    }
+    const { server, keyPrefix } = await aMicroservice([CrossingController]);
+    const client = aClient(keyPrefix);
+    await expect(lastValueFrom(client.send(events, 'a'), { defaultValue: 'no value' })).resolves.toBe('no value');
+    await lastValueFrom(client.emit(requests, 'b'));
+    await pollUntil('the emitted entry handled', async () => seen.includes('request:b'));
+    expect(seen).toEqual(['event:a', 'request:b']);
+    expect(server.stats()).toMatchObject({ droppedReplies: 0, failedReplies: 0, expiredRequests: 0 });
+  });
+});
+
 describe('reply inboxes are cleaned up', () => {
   it('close() deletes the inbox; a client that dies without close() loses it to its TTL; a late reply never recreates it', async () => {
     const echo = uniqueName('echo');

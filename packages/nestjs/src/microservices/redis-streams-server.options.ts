@@ -1,0 +1,58 @@
+import type { CoordinatorOptions } from '@redis-stream-coordinator/core';
+import type { CoordinatorModuleOptions, MemberDefaults } from '../coordinator-module-options';
+import { MAX_LISTENER_CONCURRENCY } from '../stream-listener.container';
+
+/**
+ * What one `@EventPattern` / `@MessagePattern` stream runs with: from the pattern's extras
+ * (`@EventPattern('orders', { consumerGroup: 'billing', concurrency: 2 })`), else the server's
+ * `streams[prefix]`, else the server's own defaults.
+ */
+export type RedisStreamsPatternOptions = MemberDefaults & {
+  /** The consumer group of the pattern's members. Required here or in the server's options. */
+  consumerGroup?: string;
+  /** Members (`<memberId>-m0` …) for this stream in this process, each running `runtimeMaxConcurrency` handlers. Default 1. */
+  concurrency?: number;
+  /** Base member id; a member's id is `<memberId>-m<i>`. Default: a new UUIDv7 per start of the process. */
+  memberId?: string;
+  /** Base member name for people (describeGroup, dashboards). Default: the stream prefix. */
+  memberName?: string;
+};
+
+/** Options of `new RedisStreamsServer(options)`. */
+export interface RedisStreamsServerOptions extends RedisStreamsPatternOptions {
+  /** The Redis connection: as `CoordinatorModule.forRoot`'s (`url`/`options`, which the server connects and closes, or an existing `client`, left open). */
+  redis: CoordinatorModuleOptions['redis'];
+  /** Coordinator settings (key prefix, heartbeat intervals, assignor), the same for every member of a group. */
+  coordinator?: CoordinatorOptions;
+  /** Per stream prefix: options that a pattern's extras override. */
+  streams?: Record<string, RedisStreamsPatternOptions>;
+  /** Wait between attempts to start a member while Redis cannot be reached. Default 2000 ms. */
+  startRetryDelayMs?: number;
+}
+
+/** Keys of RedisStreamsPatternOptions that are not member options. */
+const PATTERN_ONLY = new Set(['concurrency', 'redis', 'coordinator', 'streams', 'startRetryDelayMs']);
+
+/** A stream's options, most specific first: pattern extras, `streams[prefix]`, the server's options. */
+export function resolvePatternOptions(
+  prefix: string,
+  extras: Record<string, unknown> | undefined,
+  options: RedisStreamsServerOptions,
+): { concurrency: number; memberOptions: RedisStreamsPatternOptions & { consumerGroup: string } } {
+  const merged: Record<string, unknown> = {};
+  for (const source of [options, options.streams?.[prefix], extras]) {
+    for (const [name, value] of Object.entries(source ?? {})) {
+      if (value !== undefined && !(source === options && PATTERN_ONLY.has(name))) merged[name] = value;
+    }
+  }
+  const concurrency = merged.concurrency ?? 1;
+  delete merged.concurrency;
+  const where = `RedisStreamsServer: pattern ${JSON.stringify(prefix)}`;
+  if (typeof concurrency !== 'number' || !Number.isInteger(concurrency) || concurrency < 1 || concurrency > MAX_LISTENER_CONCURRENCY) {
+    throw new RangeError(`${where}: concurrency must be an integer from 1 to ${MAX_LISTENER_CONCURRENCY}, got ${JSON.stringify(concurrency)}`);
+  }
+  if (typeof merged.consumerGroup !== 'string' || merged.consumerGroup === '') {
+    throw new TypeError(`${where}: consumerGroup is required (in the pattern's extras, streams[${JSON.stringify(prefix)}] or the server's options), got ${JSON.stringify(merged.consumerGroup)}`);
+  }
+  return { concurrency, memberOptions: merged as RedisStreamsPatternOptions & { consumerGroup: string } };
+}

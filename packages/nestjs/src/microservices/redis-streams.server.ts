@@ -1,0 +1,304 @@
+import { EventEmitter } from 'node:events';
+import { Logger } from '@nestjs/common';
+import { type CustomTransportStrategy, type MessageHandler, Server } from '@nestjs/microservices';
+import { CoordinatedMember, type StreamMessage } from '@redis-stream-coordinator/core';
+import type { Redis } from 'ioredis';
+import { isObservable, lastValueFrom, toArray } from 'rxjs';
+import { CoordinatorConnection } from '../coordinator-connection';
+import { StreamContext } from '../stream-context';
+import { ThrottledLogger } from '../throttled-logger';
+import { type RedisStreamsServerOptions, resolvePatternOptions } from './redis-streams-server.options';
+import { RedisStreamsContext } from './redis-streams.context';
+import { CORRELATION_ID_HEADER, REPLY_DEADLINE_HEADER, REPLY_TO_HEADER, type ReplyBody } from './reply-protocol';
+import { writeReply } from './reply-writer';
+
+/** The transport id of RedisStreamsServer: `@EventPattern('orders', REDIS_STREAMS_TRANSPORT)` binds a handler to it alone. */
+export const REDIS_STREAMS_TRANSPORT: unique symbol = Symbol.for('redis-stream-coordinator/microservices');
+
+const DEFAULT_START_RETRY_DELAY_MS = 2000;
+
+/** The members of one pattern (one stream prefix). */
+interface PatternGroup {
+  streamPrefix: string;
+  consumerGroup: string;
+  kind: 'event' | 'request';
+  members: CoordinatedMember[];
+}
+
+/** What `RedisStreamsServer.stats()` reports. */
+export interface RedisStreamsServerStats {
+  patterns: {
+    streamPrefix: string;
+    consumerGroup: string;
+    kind: 'event' | 'request';
+    members: { memberId: string; stats: ReturnType<CoordinatedMember['stats']> }[];
+  }[];
+  /** Replies not written because the requester's inbox no longer existed (it closed, or it died and its inbox expired). */
+  droppedReplies: number;
+  /** Requests skipped because their requester had stopped waiting (`rsc-reply-deadline` passed) before a handler was free. */
+  expiredRequests: number;
+  /** Reply writes Redis refused or did not answer: the request was retried (and dead-lettered after `maxAttempts`). */
+  failedReplies: number;
+}
+
+/**
+ * A `@nestjs/microservices` transport on coordinated Redis Streams: every `@EventPattern(prefix)`
+ * and `@MessagePattern(prefix)` handler becomes `concurrency` members of a consumer group on the
+ * stream `prefix`, with sharding, sticky rebalancing, fencing, retries and dead letters underneath.
+ * Handlers run through Nest's RPC pipeline (guards, interceptors, pipes, filters, `@Payload()`,
+ * `@Ctx()` giving a RedisStreamsContext), as for any transport.
+ *
+ * What a handler's outcome means for the entry:
+ * - `@EventPattern`: resolves (or its observable completes) → acknowledged; throws, or an
+ *   exception filter answers with an error (Nest's default RPC filter does) → retried in place,
+ *   then dead-lettered (`maxAttempts`).
+ * - `@MessagePattern` with a request (an entry carrying `rsc-reply-to`): every value the handler
+ *   emits, or the error it ends with, is written to the requester's inbox as one reply, then the
+ *   request is acknowledged: an error is an answer, not a retry. A reply Redis does not take is
+ *   retried with the request (the handler runs again: at least once). A request whose requester
+ *   stopped waiting before a handler was free is acknowledged without running the handler.
+ *
+ * @example
+ * const app = await NestFactory.create(AppModule);
+ * app.connectMicroservice({ strategy: new RedisStreamsServer({ redis: { url }, consumerGroup: 'billing' }) });
+ * await app.startAllMicroservices();
+ *
+ * @EventPattern('orders', { concurrency: 2 })
+ * onOrder(@Payload() order: Order, @Ctx() context: RedisStreamsContext) {}
+ *
+ * @MessagePattern('prices')
+ * price(@Payload() query: PriceQuery) { return this.prices.quote(query); }
+ */
+export class RedisStreamsServer extends Server implements CustomTransportStrategy {
+  override transportId = REDIS_STREAMS_TRANSPORT;
+  /**
+   * Nest 12: this transport awaits an event handler's outcome (it decides the entry's fate), so
+   * Nest must not also report the failure itself. Older Nest versions ignore the flag.
+   */
+  override readonly propagatesEventHandlerErrors = true;
+  private readonly log = new Logger('RedisStreamsServer');
+  private readonly throttled = new ThrottledLogger(this.log);
+  private readonly events = new EventEmitter();
+  private connection: CoordinatorConnection | undefined;
+  private groups: PatternGroup[] = [];
+  private closing = false;
+  private readonly counters = { droppedReplies: 0, expiredRequests: 0, failedReplies: 0 };
+
+  constructor(private readonly options: RedisStreamsServerOptions) {
+    super();
+    if (options === null || typeof options !== 'object') {
+      throw new TypeError('RedisStreamsServer(options): options must be an object');
+    }
+    const redis = options.redis as unknown;
+    if (!redis || typeof redis !== 'object' || (!options.redis.url && !options.redis.options && !options.redis.client)) {
+      throw new Error('RedisStreamsServer: the "redis" option is required: give redis.url, redis.options or redis.client');
+    }
+    this.events.on('error', () => undefined); // reported by the logger; listeners of on('error') get it too
+  }
+
+  /**
+   * Creates the members of every pattern and starts them in the background, as CoordinatorModule
+   * does: a member Redis does not let join yet (unreachable, a stream without metadata and no
+   * `shardCount`) retries (`startRetryDelayMs`) with a warning, and `stats()` shows it not joined;
+   * the application's start never hangs on Redis. A misconfigured pattern (no consumer group, a bad
+   * option) fails the start with an error naming the pattern.
+   */
+  async listen(callback: (error?: unknown) => void): Promise<void> {
+    try {
+      this.closing = false;
+      this.connection = CoordinatorConnection.fromOptions(
+        { redis: this.options.redis, coordinator: this.options.coordinator, startRetryDelayMs: this.options.startRetryDelayMs },
+        (error) => this.throttled.warn('redis', `Redis: ${error.message}`),
+        'microservices',
+      );
+      this.groups = [...this.messageHandlers].map(([pattern, handler]) => this.createGroup(pattern, handler));
+    } catch (error) {
+      await this.close();
+      callback(error);
+      return;
+    }
+    for (const group of this.groups) {
+      for (const member of group.members) void this.startWithRetries(member, group);
+    }
+    callback();
+  }
+
+  /** Stops every member (in-flight handlers finish, acknowledgements land, they leave) and closes the Redis connection the server opened. */
+  async close(): Promise<void> {
+    this.closing = true;
+    const members = this.groups.flatMap((group) => group.members);
+    await Promise.all(members.map((member) => member.stop().catch((error: Error) => this.log.warn(`member ${member.memberId} did not stop cleanly: ${error.message}`))));
+    for (const member of members) member.removeAllListeners();
+    this.groups = [];
+    await this.connection?.close();
+    this.connection = undefined;
+  }
+
+  /**
+   * `on('error', (error: Error) => …)`: a member's error or a reply Redis did not take (each is also
+   * logged). The only event; the signature is the base class's, which differs across Nest versions.
+   */
+  on<EventKey extends string = string, EventCallback extends Function = Function>(event: EventKey, callback: EventCallback): void {
+    if (event !== 'error') throw new TypeError(`RedisStreamsServer.on(event): the only event is "error", got ${JSON.stringify(event)}`);
+    this.events.on(event, callback as unknown as (error: Error) => void);
+  }
+
+  /** The Redis client and the members (all patterns'), for what the transport does not cover. */
+  unwrap<T = { redis: Redis; members: CoordinatedMember[] }>(): T {
+    if (!this.connection) throw new Error('RedisStreamsServer: not listening: call app.startAllMicroservices() (or listen()) first');
+    return { redis: this.connection.client, members: this.groups.flatMap((group) => group.members) } as T;
+  }
+
+  /** The members of every pattern and what the transport counted; for health checks and dashboards. */
+  stats(): RedisStreamsServerStats {
+    return {
+      patterns: this.groups.map((group) => ({
+        streamPrefix: group.streamPrefix,
+        consumerGroup: group.consumerGroup,
+        kind: group.kind,
+        members: group.members.map((member) => ({ memberId: member.memberId, stats: member.stats() })),
+      })),
+      ...this.counters,
+    };
+  }
+
+  private createGroup(pattern: string, handler: MessageHandler): PatternGroup {
+    const connection = this.connection!;
+    const { concurrency, memberOptions } = resolvePatternOptions(pattern, handler.extras, this.options);
+    const { memberId, memberName, ...rest } = memberOptions;
+    const baseId = memberId ?? undefined;
+    const members: CoordinatedMember[] = [];
+    for (let i = 0; i < concurrency; i++) {
+      let member: CoordinatedMember | undefined;
+      const options = {
+        ...rest,
+        streamPrefix: pattern,
+        memberName: `${memberName ?? pattern}-m${i}`,
+        ...(baseId !== undefined ? { memberId: `${baseId}-m${i}` } : {}),
+        coordinator: this.options.coordinator,
+        handler: (message: StreamMessage) => this.handle(pattern, message, member!),
+      };
+      try {
+        member = new CoordinatedMember(connection.client, options);
+      } catch (error) {
+        throw new Error(`RedisStreamsServer: pattern ${JSON.stringify(pattern)}: ${(error as Error).message}`, { cause: error });
+      }
+      const created = member;
+      created.on('error', (error) => {
+        this.throttled.warn(`${created.memberId}:${error.message}`, `member ${created.memberId} (${pattern}): ${error.message}`);
+        this.events.emit('error', error);
+      });
+      created.on('lease-lost', () => this.log.warn(`member ${created.memberId} (${pattern}) lost its lease: no heartbeat got through; it rejoins when Redis answers`));
+      members.push(created);
+    }
+    return { streamPrefix: pattern, consumerGroup: memberOptions.consumerGroup, kind: handler.isEventHandler ? 'event' : 'request', members };
+  }
+
+  /** Starts a member, retrying while Redis cannot be reached, until it joined or the server closes. */
+  private async startWithRetries(member: CoordinatedMember, group: PatternGroup): Promise<void> {
+    const delayMs = this.options.startRetryDelayMs ?? DEFAULT_START_RETRY_DELAY_MS;
+    while (!this.closing && !member.isRunning()) {
+      try {
+        await member.start();
+        this.log.log(`member ${member.memberId} joined ${group.streamPrefix}/${group.consumerGroup}`);
+      } catch (error) {
+        if (this.closing) return;
+        const fatal = (error as Error).name === 'FencedInstanceIdError'; // another live process has this id: no retry cures it
+        this.throttled.warn(`start:${member.memberId}`, `member ${member.memberId} (${group.streamPrefix}) cannot start${fatal ? '' : ' yet'}: ${(error as Error).message}${fatal ? '' : `; retrying every ${delayMs} ms`}`);
+        this.events.emit('error', error);
+        if (fatal) return;
+        await new Promise((resolve) => setTimeout(resolve, delayMs));
+      }
+    }
+  }
+
+  /** Runs one entry through the Nest handler of its pattern; what it resolves or throws decides the entry (see the class). */
+  private async handle(pattern: string, message: StreamMessage, member: CoordinatedMember): Promise<void> {
+    const handler = this.getHandlerByPattern(pattern);
+    if (!handler) throw new Error(`RedisStreamsServer: no handler for pattern ${JSON.stringify(pattern)}`);
+    const context = new RedisStreamsContext([
+      new StreamContext(message, { memberId: member.memberId, consumerGroup: member.options.consumerGroup, memberEpoch: member.currentMemberEpoch() }),
+    ]);
+    const replyTo = message.headers[REPLY_TO_HEADER];
+    const correlationId = message.headers[CORRELATION_ID_HEADER];
+    if (replyTo === undefined || correlationId === undefined) {
+      // An event, or an entry without a requester: nothing to answer, so its outcome is the entry's.
+      await settle(pattern, await handler(message.payload, context));
+      return;
+    }
+    const deadline = Number(message.headers[REPLY_DEADLINE_HEADER]);
+    if (Number.isFinite(deadline) && Date.now() > deadline) {
+      this.counters.expiredRequests += 1;
+      this.log.debug?.(`request ${correlationId} on ${pattern} (${message.id}) expired before a handler was free: skipped`);
+      return;
+    }
+    let body: ReplyBody;
+    if (handler.isEventHandler) {
+      // An @EventPattern handler has no answer: it handles the entry as an event (a failure is retried),
+      // and the requester learns that it was handled (send() completes without a value).
+      await settle(pattern, await handler(message.payload, context));
+      body = { responses: [] };
+    } else {
+      try {
+        const result = await handler(message.payload, context);
+        body = { responses: await lastValueFrom(this.transformToObservable(result).pipe(toArray())) };
+      } catch (error) {
+        body = { err: serializeError(error) };
+      }
+    }
+    await this.reply(pattern, replyTo, correlationId, body);
+  }
+
+  private async reply(pattern: string, inbox: string, correlationId: string, body: ReplyBody): Promise<void> {
+    let json: string;
+    try {
+      json = JSON.stringify(body);
+    } catch (error) {
+      // A response JSON cannot carry (a BigInt, a cycle): the requester gets an error, not a timeout.
+      json = JSON.stringify({ err: { status: 'error', message: `RedisStreamsServer: the reply of ${pattern} cannot be serialized as JSON: ${(error as Error).message}` } });
+    }
+    let written: boolean;
+    try {
+      written = await writeReply(this.connection!.client, inbox, correlationId, json);
+    } catch (error) {
+      this.counters.failedReplies += 1;
+      const failure = new Error(`RedisStreamsServer: the reply to request ${correlationId} on ${pattern} was not written to ${inbox}: ${(error as Error).message}; the request is retried`);
+      this.throttled.warn(`reply:${pattern}`, failure.message);
+      this.events.emit('error', failure);
+      throw failure;
+    }
+    if (!written) {
+      this.counters.droppedReplies += 1;
+      this.log.debug?.(`reply to request ${correlationId} on ${pattern} dropped: inbox ${inbox} no longer exists (its client closed or stopped refreshing it)`);
+    }
+  }
+}
+
+/**
+ * Waits for what a Nest handler answered: an observable (an interceptor's, or an exception filter's
+ * error) decides once subscribed. Nest's RPC filters fail with plain objects (`{ status, message }`):
+ * they become an Error carrying that object as JSON, so the dead letter's reason says what failed.
+ */
+async function settle(pattern: string, result: unknown): Promise<void> {
+  if (!isObservable(result)) return;
+  try {
+    await lastValueFrom(result, { defaultValue: undefined });
+  } catch (error) {
+    if (error instanceof Error) throw error;
+    throw new Error(`${pattern}: the handler failed: ${safeJson(error)}`, { cause: error });
+  }
+}
+
+function safeJson(value: unknown): string {
+  try {
+    return JSON.stringify(value) ?? String(value);
+  } catch {
+    return String(value);
+  }
+}
+
+/** An error as a reply can carry it: Nest's RPC errors are plain objects already; an Error keeps its name and message. */
+function serializeError(error: unknown): unknown {
+  if (error instanceof Error) return { name: error.name, message: error.message };
+  return error ?? { status: 'error', message: 'unknown error' };
+}

@@ -16,12 +16,27 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<boolean> {
 
 /** `promise`, or a rejection "no answer within `ms` ms" when it has not settled by then. */
 export function withTimeout<R>(promise: Promise<R>, ms: number): Promise<R> {
+  const timer = new AbortController();
   return Promise.race([
     promise,
-    sleep(ms).then(() => {
-      throw new Error(`no answer within ${ms} ms`);
+    sleep(ms, timer.signal).then((elapsed) => {
+      if (elapsed) throw new Error(`no answer within ${ms} ms`);
+      return new Promise<never>(() => undefined); // cleared: the promise settled first
     }),
-  ]);
+  ]).finally(() => timer.abort());
+}
+
+/**
+ * Whether `promise` settles (either way) within `ms`. The timer is cleared as soon as it does, so a
+ * stopped member leaves no timer behind to keep the process alive.
+ */
+export async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  const timer = new AbortController();
+  try {
+    return await Promise.race([promise.then(() => true, () => true), sleep(ms, timer.signal).then(() => false)]);
+  } finally {
+    timer.abort();
+  }
 }
 
 /** A one-shot signal that can be awaited and re-armed: the reader loop's "something changed". */

@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import type { Redis } from 'ioredis';
 import type { ShardClient } from '../redis/shard-client';
-import { sleep } from './abortable-sleep';
+import { settlesWithin } from './abortable-sleep';
 import { AckBatcher } from './ack-batcher';
 import type { ResolvedMemberOptions } from './member-options';
 import { ShardDispatcher } from './shard-dispatcher';
@@ -168,7 +168,7 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     this.shards.release(state);
     await this.reader.endReadOf(shardIndex);
     if (state.inFlight) {
-      const finished = await Promise.race([state.inFlight.then(() => true, () => true), sleep(Math.max(0, deadline - Date.now())).then(() => false)]);
+      const finished = await settlesWithin(state.inFlight, Math.max(0, deadline - Date.now()));
       if (!finished) {
         // The call is told (its signal fires) before the shard is reported free; if it ignores the
         // signal it runs on, but its acknowledgement is refused by the next owner's fencing token,
@@ -208,7 +208,7 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     // now would still be running when the member leaves, and its next owner would run it again.
     for (const state of states) this.shards.release(state);
     const reading = this.reader.stop();
-    const finished = await Promise.race([Promise.all(inFlight).then(() => true), sleep(timeoutMs).then(() => false)]);
+    const finished = await settlesWithin(Promise.all(inFlight), timeoutMs);
     if (!finished) {
       for (const state of states) this.abortCall(state, 'stopped', `the member stopped waiting for its handlers after ${timeoutMs} ms`);
     }

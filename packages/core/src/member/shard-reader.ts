@@ -4,7 +4,7 @@ import { compareStreamIds, nextStreamId } from '../protocol/stream-ids';
 import type { ClaimResult, RawEntry, ReadResult, ShardClient } from '../redis/shard-client';
 
 type ClaimedPage = Extract<ClaimResult, { fenced: false }>;
-import { sleep, Wakeup } from './abortable-sleep';
+import { settlesWithin, Wakeup } from './abortable-sleep';
 import type { AckBatcher } from './ack-batcher';
 import { type ResolvedMemberOptions, retryDelayMs } from './member-options';
 import { type PollerEvents, type QueuedEntry, ShardError, type ShardSet, type ShardState } from './shard-state';
@@ -59,9 +59,7 @@ export class ShardReader {
   async stop(): Promise<void> {
     this.running = false;
     this.interruptRead();
-    const ended = this.loop?.then(() => true, () => true) ?? Promise.resolve(true);
-    const timer = sleep(this.options.blockMs + this.readGraceMs()).then(() => false);
-    if (!(await Promise.race([ended, timer]))) {
+    if (this.loop && !(await settlesWithin(this.loop, this.options.blockMs + this.readGraceMs()))) {
       this.events.emit('error', new ShardError('the read loop did not end: a call on the command connection has not been answered; stopping without it'));
     }
   }

@@ -4,7 +4,7 @@
  * the group must ride out, once it is in place); the harness then waits until every group is STABLE
  * with every shard owned by a running member, and reports that wait as the recovery time (measured
  * from `liftedAt` when given). `needs` names the issue-11 fix a fault kind checks (it failed on the
- * code before it); the short tier runs those kinds in a file of their own, in parallel.
+ * code before it; docs/reliability.md says what the checker reported).
  */
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
@@ -437,15 +437,9 @@ async function refused(member: MemberProcess): Promise<boolean> {
 
 export const ALL_FAULT_KINDS = Object.keys(FAULTS) as FaultKind[];
 
-/**
- * The fault kinds of a run: RSC_CHAOS_FAULTS=all, or a comma-separated list of kinds; without it,
- * `fallback` ('all', or the kinds with (`needs`) or without (`plain`) an issue-11 fix they check).
- */
-export function selectedFaultKinds(env = process.env.RSC_CHAOS_FAULTS, fallback: 'all' | 'plain' | 'needs' = 'all'): FaultKind[] {
-  if (env === undefined || env.trim() === '') {
-    if (fallback === 'all') return ALL_FAULT_KINDS;
-    return ALL_FAULT_KINDS.filter((k) => (fallback === 'needs') === (FAULTS[k].needs !== undefined));
-  }
+/** The fault kinds of a run: RSC_CHAOS_FAULTS=all (or unset: `fallback`), or a comma-separated list of kinds. */
+export function selectedFaultKinds(env = process.env.RSC_CHAOS_FAULTS, fallback: FaultKind[] = ALL_FAULT_KINDS): FaultKind[] {
+  if (env === undefined || env.trim() === '') return fallback;
   if (env.trim() === 'all') return ALL_FAULT_KINDS;
   const kinds = env.split(',').map((k) => k.trim()).filter(Boolean);
   for (const kind of kinds) {

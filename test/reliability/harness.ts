@@ -279,7 +279,7 @@ export class ChaosHarness {
       fault.failed ??= (error as Error).message;
     }
     this.faults.push(fault);
-    this.progress(`${kind}${fault.target ? ` ${fault.target}` : ''}${fault.detail ? ` ${fault.detail}` : ''}: ${fault.failed ? `NOT RECOVERED: ${fault.failed}` : `recovered in ${Math.round(fault.recoveryMs!)} ms`}`);
+    this.progress(`${kind}${fault.target ? ` ${fault.target}` : ''}${fault.detail ? ` ${fault.detail}` : ''}: ${fault.failed ? `NOT RECOVERED: ${fault.failed}` : `recovered in ${Math.round(fault.recoveryMs!)} ms`} (${Math.round(performance.now() - started)} ms in all)`);
     return fault;
   }
 

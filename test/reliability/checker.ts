@@ -64,12 +64,18 @@ export type FaultKind =
   | 'redis-flush-restart'
   | 'clock-skew'
   | 'duplicate-id'
-  | 'partial-batch';
+  | 'partial-batch'
+  | 'unsafe-lease'
+  | 'zombie-dead-letter'
+  | 'revoke-twice'
+  | 'group-keys-lost';
 
 export interface Fault {
   kind: FaultKind;
-  /** The member process it hit (none for a Redis restart). */
+  /** The member process it hit (none for a Redis restart): duplicates are explained by it. */
   target?: string;
+  /** What else the report says about it (the entry, the shards, the epochs). */
+  detail?: string;
   at: number;
   /** When the group was STABLE again with every shard owned by a running member (ms after `at`). */
   recoveryMs?: number;
@@ -182,9 +188,11 @@ const REDELIVERING = new Set<FaultKind>([
   'latency-session', 'latency-beyond', 'lost-read', 'lost-ack', 'lost-heartbeat',
   // Every heartbeat fails while memory is full: the session runs out.
   'dead-letter-oom', 'partial-batch',
+  // A pause (its shards move while its handler runs); a lease that may run out; every member unknown at once.
+  'zombie-dead-letter', 'unsafe-lease', 'group-keys-lost',
 ]);
 /** Faults that hit every member at once. */
-const GLOBAL = new Set<FaultKind>(['redis-restart', 'redis-flush-restart', 'dead-letter-oom', 'partial-batch']);
+const GLOBAL = new Set<FaultKind>(['redis-restart', 'redis-flush-restart', 'dead-letter-oom', 'partial-batch', 'group-keys-lost']);
 
 /** How long before a first run a fault can still explain its redelivery (the run may have started just before it hit). */
 const EXPLAIN_BEFORE_MS = 1000;
@@ -345,7 +353,7 @@ export function check(produced: Produced[], lines: RecordLine[], faults: Fault[]
     unfencedDeadLetters: deadLetterFencing(lines, deadLetters),
     grantDuplicates: grantDuplicates(runs),
     writtenTwice: writtenTwice(runs, extras.mayBeTwice ?? new Set()),
-    unrecovered: faults.filter((f) => f.failed).map((f) => `${f.kind}${f.target ? ` ${f.target}` : ''}: ${f.failed}`),
+    unrecovered: faults.filter((f) => f.failed).map((f) => `${f.kind}${f.target ? ` ${f.target}` : ''}${f.detail ? ` ${f.detail}` : ''}: ${f.failed}`),
     faults,
   };
 }

@@ -4,7 +4,7 @@
  * the group must ride out, once it is in place); the harness then waits until every group is STABLE
  * with every shard owned by a running member, and reports that wait as the recovery time (measured
  * from `liftedAt` when given). `needs` names the issue-11 fix a fault kind checks (it failed on the
- * code before it); the short tier runs those kinds in a file of their own, in parallel.
+ * code before it; docs/reliability.md says what the checker reported).
  */
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
@@ -12,6 +12,7 @@ import path from 'node:path';
 import { loadScriptSource } from '../../packages/core/src/redis/scripts';
 import { TcpProxy } from '../support/tcp-proxy';
 import type { Fault, FaultKind } from './checker';
+import { failingSpell, groupKeysLost, revokeTwice, unsafeLease, zombieDeadLetter } from './fault-scenarios';
 import { type ChaosHarness, type MemberProcess, readRecords, sleep, waitFor } from './harness';
 
 export interface FaultSpec {
@@ -357,6 +358,34 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
       fault.target += ` (${offset > 0 ? '+' : '-'}3 h)`;
     },
   },
+  'unsafe-lease': {
+    what:
+      'a member replaced by one with a 3-session timeout and heartbeats every 1.5 sessions, whose replies are then delayed 0.9 session for two heartbeat cycles ' +
+      'while 30% of entries fail every attempt: its heartbeats land in time but their answers so late that the lease looks unsafe 0.9 s in every 2.4 s, when retries fall due',
+    needs: 'fix/poller (issue 11 #1: a retry due while the lease looks unsafe waits for it)',
+    inject: unsafeLease,
+  },
+  'zombie-dead-letter': {
+    what:
+      "a member's handlers turn long (1.5 sessions) while 30% of entries fail every attempt; it is paused during the last attempt of one until the others own its shards " +
+      '(the new owner dead-letters and acknowledges that entry), then resumed: its own dead letter of it must be refused',
+    needs: 'fix/poller (issue 11 #3: dead letters fenced like acknowledgements)',
+    inject: zombieDeadLetter,
+  },
+  'revoke-twice': {
+    what:
+      'a side group of scripted members: one (rebalanceTimeoutMs 2 s) is asked for a revocation, then 1 s later for another; it acknowledges the first at 1.5 s and the second 1.5 s ' +
+      'after it was asked: it must stay a member',
+    needs: 'fix/coord (issue 11 #6: each revocation has its own deadline)',
+    inject: revokeTwice,
+  },
+  'group-keys-lost': {
+    what:
+      "epochs raised (visitors join and leave), then the group's coordinator keys deleted, shards and fencing tokens kept: the members rejoin, the group is recreated " +
+      'at low epochs, and every shard must be read again within 10 s',
+    needs: 'fix/coord (issue 11 #8: fencing tokens carry the group incarnation)',
+    inject: groupKeysLost,
+  },
   'duplicate-id': {
     what: "a second process started with a live member's id: it must be refused for good (FENCED_INSTANCE_ID) within 10 s",
     needs: 'fix/coord (issue 11 #11)',
@@ -394,11 +423,6 @@ async function staleWrites(h: ChaosHarness, fault: Fault, meanwhile: () => Promi
   return { liftedAt: performance.now() };
 }
 
-/** SIGUSR2 to every member process: a failing spell starts (or ends), so dead letters are written now. */
-function failingSpell(h: ChaosHarness): void {
-  for (const m of h.members.values()) if (!m.isolated) m.child.kill('SIGUSR2');
-}
-
 function longHandlerStarted(member: MemberProcess): boolean {
   const lines = readRecords(member.recordFile);
   const switched = lines.findIndex((l) => l.e === 'long-handlers');
@@ -413,15 +437,9 @@ async function refused(member: MemberProcess): Promise<boolean> {
 
 export const ALL_FAULT_KINDS = Object.keys(FAULTS) as FaultKind[];
 
-/**
- * The fault kinds of a run: RSC_CHAOS_FAULTS=all, or a comma-separated list of kinds; without it,
- * `fallback` ('all', or the kinds with (`needs`) or without (`plain`) an issue-11 fix they check).
- */
-export function selectedFaultKinds(env = process.env.RSC_CHAOS_FAULTS, fallback: 'all' | 'plain' | 'needs' = 'all'): FaultKind[] {
-  if (env === undefined || env.trim() === '') {
-    if (fallback === 'all') return ALL_FAULT_KINDS;
-    return ALL_FAULT_KINDS.filter((k) => (fallback === 'needs') === (FAULTS[k].needs !== undefined));
-  }
+/** The fault kinds of a run: RSC_CHAOS_FAULTS=all (or unset: `fallback`), or a comma-separated list of kinds. */
+export function selectedFaultKinds(env = process.env.RSC_CHAOS_FAULTS, fallback: FaultKind[] = ALL_FAULT_KINDS): FaultKind[] {
+  if (env === undefined || env.trim() === '') return fallback;
   if (env.trim() === 'all') return ALL_FAULT_KINDS;
   const kinds = env.split(',').map((k) => k.trim()).filter(Boolean);
   for (const kind of kinds) {

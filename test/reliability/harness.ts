@@ -66,6 +66,9 @@ export interface SpawnOptions {
   clockOffsetMs?: number;
   /** Wait for "ready" (default); false for a process that may rightly be refused. */
   waitReady?: boolean;
+  /** This member's session timeout (default: the harness's) and heartbeat interval (default: a fifth of it). */
+  sessionTimeoutMs?: number;
+  heartbeatIntervalMs?: number;
 }
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -183,7 +186,7 @@ export class ChaosHarness {
     const handle = options.memberId ? `${memberId}-twin${number}` : memberId;
     const group = options.group ?? this.consumerGroup;
     const proxy = await TcpProxy.start(this.server.port);
-    const session = this.settings.sessionTimeoutMs;
+    const session = options.sessionTimeoutMs ?? this.settings.sessionTimeoutMs;
     const recordFile = path.join(this.dir, `${handle}.jsonl`);
     const settings: MemberProcessSettings = {
       url: proxy.url,
@@ -192,7 +195,7 @@ export class ChaosHarness {
       memberId,
       recordFile,
       sessionTimeoutMs: session,
-      heartbeatIntervalMs: Math.floor(session / 5),
+      heartbeatIntervalMs: options.heartbeatIntervalMs ?? Math.floor(session / 5),
       runtimeMaxConcurrency: 4,
       handlerDelayMs: this.settings.handlerDelayMs,
       // After Redis loses every key the members recreate the stream (no operator).
@@ -202,7 +205,7 @@ export class ChaosHarness {
       // Long enough that a retry often falls due while a late heartbeat answer makes the lease look unsafe.
       retryBackoffMs: 100,
       // Long handlers (SIGUSR1) outlive the session; a graceful stop must still let them finish.
-      longHandlerMs: Math.round(session * 1.5),
+      longHandlerMs: Math.round(this.settings.sessionTimeoutMs * 1.5),
       shutdownTimeoutMs: session * 4,
       rebalanceTimeoutMs: session * 5,
       failPercent: this.settings.failPercent,
@@ -276,7 +279,7 @@ export class ChaosHarness {
       fault.failed ??= (error as Error).message;
     }
     this.faults.push(fault);
-    this.progress(`${kind}${fault.target ? ` ${fault.target}` : ''}: ${fault.failed ? `NOT RECOVERED: ${fault.failed}` : `recovered in ${Math.round(fault.recoveryMs!)} ms`}`);
+    this.progress(`${kind}${fault.target ? ` ${fault.target}` : ''}${fault.detail ? ` ${fault.detail}` : ''}: ${fault.failed ? `NOT RECOVERED: ${fault.failed}` : `recovered in ${Math.round(fault.recoveryMs!)} ms`} (${Math.round(performance.now() - started)} ms in all)`);
     return fault;
   }
 
@@ -284,9 +287,8 @@ export class ChaosHarness {
    * Cuts one member off (`cut`), waits until the others own its shards (the fault's recovery), one
    * session more, then lets it back (`heal`): it returns holding ownership that has moved on.
    */
-  async isolate(fault: Fault, cut: (m: MemberProcess) => void, heal: (m: MemberProcess) => void): Promise<void> {
+  async isolate(fault: Fault, cut: (m: MemberProcess) => void, heal: (m: MemberProcess) => void, victim = this.pick()): Promise<void> {
     const started = performance.now();
-    const victim = this.pick();
     fault.target = victim.memberId;
     victim.isolated = true;
     cut(victim);

@@ -1,0 +1,231 @@
+/**
+ * Fault kinds that each reproduce an issue-11 defect the first version of the fault model missed
+ * (issue 12): #1 a retry dropped while the lease looks unsafe (`unsafe-lease`), #3 an unfenced dead
+ * letter from a member whose shard moved (`zombie-dead-letter`), #6 a second revocation inheriting
+ * the first one's deadline (`revoke-twice`), #8 fencing tokens regressing after a group's keys were
+ * lost (`group-keys-lost`). Each was run alone against the code before the fixes (docs/reliability.md
+ * says what the checker reported) and is clean on the fixed code. Registered in faults.ts.
+ */
+import { CoordinatorClient, ErrorCode, type HeartbeatResponse } from '@redis-stream-coordinator/core';
+import { ProtocolMember } from '@redis-stream-coordinator/core/testing';
+import { findGroupInfo } from '../../packages/core/src/redis/responses';
+import type { Fault, RecordLine } from './checker';
+import { type ChaosHarness, type MemberProcess, mustBeOwned, readRecords, sleep, waitFor } from './harness';
+
+/** SIGUSR2 to every member process not cut off: a failing spell starts (or ends). */
+export function failingSpell(h: ChaosHarness): void {
+  for (const m of h.members.values()) if (!m.isolated) m.child.kill('SIGUSR2');
+}
+
+/** The member processes' `maxAttempts` (harness.ts): the attempt after which an entry is dead-lettered. */
+const MAX_ATTEMPTS = 3;
+
+/**
+ * Issue 11 #1. One member is replaced by one with a 3-session timeout and heartbeats every 1.5
+ * sessions, whose replies are then delayed by 0.9 session for two heartbeat cycles while 30% of
+ * entries fail every attempt. Each heartbeat still lands in time (the member is never expired),
+ * but its answer arrives so late that the lease looks unsafe for about 0.9 s of every 2.4 s, and
+ * retries (100 ms backoff) keep falling due in those windows. A retry must wait for a safe lease;
+ * one dropped leaves its entry pending at a live owner while later entries of the shard run, which
+ * the checker reports as stuck. The member stays for the rest of the run (a slower-session member
+ * is a legal configuration), so a stranded entry stays visible.
+ */
+export async function unsafeLease(h: ChaosHarness, fault: Fault): Promise<{ liftedAt: number }> {
+  const replaced = h.pick();
+  await h.removeMember(replaced.handle, 'SIGTERM');
+  const session = h.sessionTimeoutMs * 3;
+  const victim = await h.spawnMember({ sessionTimeoutMs: session, heartbeatIntervalMs: session / 2 });
+  fault.target = victim.memberId;
+  fault.detail = `(session ${session} ms, replacing ${replaced.memberId})`;
+  await h.waitUntilRecovered(30_000);
+  const replyDelayMs = Math.round(session * 0.3);
+  // Two heartbeat cycles (reply delay plus interval each), so two unsafe windows.
+  const holdMs = 2 * (replyDelayMs + session / 2) + 300;
+  // While the lease looks unsafe nothing may start, so entries do wait; not once it is safe again.
+  h.excuse(victim, holdMs + session);
+  failingSpell(h);
+  try {
+    victim.proxy.delay('reply', replyDelayMs);
+    await sleep(holdMs);
+  } finally {
+    victim.proxy.clearFaults();
+    failingSpell(h);
+  }
+  return { liftedAt: performance.now() };
+}
+
+/** The victim's handler call now running the last attempt of an entry (after long handlers began). */
+function lastAttemptRunning(member: MemberProcess): RecordLine | undefined {
+  const lines = readRecords(member.recordFile);
+  const from = lines.findIndex((l) => l.e === 'long-handlers');
+  if (from < 0) return undefined;
+  const starts = lines.slice(from).filter((l) => l.e === 'start' && (l.n ?? 0) >= MAX_ATTEMPTS);
+  return starts.find((s) => !lines.some((l) => l.e === 'end' && l.id === s.id && l.t > s.t));
+}
+
+/**
+ * Issue 11 #3. One member's handlers turn long (1.5 sessions) while 30% of entries fail every
+ * attempt; as soon as it starts the last attempt of such an entry it is paused (SIGSTOP) until the
+ * others own its shards (the new owner runs that entry, fails it too and dead-letters and
+ * acknowledges it), then one session more, then resumed: its handler ends, fails, and the member
+ * goes to dead-letter an entry of a shard it no longer owns. That write must be refused by the
+ * fencing check (SPEC 9.2); one that lands is a dead letter by a member that was not the shard's
+ * owner, also acknowledged by another, which the checker reports. The zombie is then replaced.
+ */
+export async function zombieDeadLetter(h: ChaosHarness, fault: Fault): Promise<void> {
+  const victim = h.pick();
+  fault.target = victim.memberId;
+  h.excuse(victim, 120_000);
+  failingSpell(h);
+  let spell = true;
+  try {
+    victim.child.kill('SIGUSR1');
+    let last: RecordLine | undefined;
+    await waitFor('a last attempt to start at the victim', () => (last = lastAttemptRunning(victim)) !== undefined, 20_000, 20);
+    await h.isolate(fault, (m) => m.child.kill('SIGSTOP'), (m) => m.child.kill('SIGCONT'), victim);
+    fault.detail = `(entry ${last!.s}/${last!.id})`;
+    const entry = last!;
+    await waitFor('the paused attempt to end', () => readRecords(victim.recordFile).some((l) => l.e === 'end' && l.id === entry.id && l.t > entry.t), 10_000);
+    // The member then writes the dead letter (which must be refused) or, if it learnt first that the
+    // shard moved, does not try: either is fine, so this wait may run out.
+    await waitFor('the dead letter written or refused', () => readRecords(victim.recordFile).some((l) => l.t > entry.t && (l.e === 'dead-letter' ? l.id === entry.id : l.e === 'error' && (l.msg ?? '').includes(entry.id!))), 2000).catch(() => undefined);
+    failingSpell(h);
+    spell = false;
+  } finally {
+    if (spell) failingSpell(h);
+    // Long handlers for good: replaced (its pending work goes to the others).
+    await h.removeMember(victim.handle, 'SIGKILL');
+    await h.spawnMember();
+  }
+}
+
+/**
+ * Issue 11 #6. A side consumer group of scripted protocol members (no reader; removed afterwards):
+ * "slow-acker" (rebalanceTimeoutMs 2 s) owns every shard; a first joiner makes it revoke some
+ * (asked at t0), more joiners 1 s later make it revoke more; it acknowledges the first revocation at
+ * t0 + 1.5 s and the second 1.5 s after it was asked (t0 + 2.5 s). Each revocation was acknowledged
+ * within rebalanceTimeoutMs of when it was asked, so it must stay a member throughout; a second
+ * revocation that inherits the first one's deadline gets it removed (the fault fails).
+ */
+export async function revokeTwice(h: ChaosHarness, fault: Fault): Promise<void> {
+  const group = `revocation-probe-${h.faults.length}`;
+  fault.detail = group;
+  const coordinator = new CoordinatorClient(h.redis);
+  const member = (id: string, extra = {}) => new ProtocolMember(coordinator, h.streamPrefix, group, id, { sessionTimeoutMs: 30_000, ...extra });
+  const slow = member('slow-acker', { rebalanceTimeoutMs: 2000 });
+  const joiners: ProtocolMember[] = [];
+  const failures: string[] = [];
+  const expectMember = (what: string, response: HeartbeatResponse) => {
+    if (response.errorCode !== ErrorCode.NONE) failures.push(`${what}: ${response.errorCode} ${response.errorMessage}`);
+  };
+  // Everyone heartbeats every 150 ms; the slow acker acknowledges only what it is told to.
+  const tick = async (acked: number[]) => {
+    expectMember(`slow-acker at ${Math.round(performance.now() - t0)} ms`, await slow.heartbeat({ ackedRevocations: acked }));
+    for (const j of joiners) await j.heartbeat();
+  };
+  let t0 = performance.now();
+  try {
+    await slow.join();
+    for (let i = 0; i < 10 && slow.owned.length === 0; i++) await slow.heartbeat();
+    if (slow.owned.length === 0) throw new Error('the slow acker got no shards');
+    joiners.push(member('joiner-0'));
+    await joiners[0].join();
+    t0 = performance.now();
+    await tick([]);
+    const first = [...slow.revoking];
+    if (first.length === 0) throw new Error('the first join asked for no revocation');
+    while (performance.now() - t0 < 1000) await Promise.all([tick([]), sleep(150)]);
+    // More joiners until the slow acker's share shrinks again: a second revocation, asked now.
+    const secondAskedAt = performance.now();
+    while (slow.revoking.every((s) => first.includes(s)) && joiners.length < 8) {
+      const joiner = member(`joiner-${joiners.length}`);
+      joiners.push(joiner);
+      await joiner.join();
+      await tick([]);
+    }
+    const second = slow.revoking.filter((s) => !first.includes(s));
+    if (second.length === 0) throw new Error('no second revocation');
+    while (performance.now() - t0 < 1500) await Promise.all([tick([]), sleep(150)]);
+    await tick(first);
+    while (performance.now() - secondAskedAt < 1500) await Promise.all([tick([]), sleep(150)]);
+    await tick(second);
+    fault.detail += ` (revoked [${first.join(',')}] at 0 s, acked at 1.5 s; [${second.join(',')}] at ${((secondAskedAt - t0) / 1000).toFixed(1)} s, acked 1.5 s later)`;
+    if (failures.length > 0) throw new Error(`removed although each revocation was acknowledged within rebalanceTimeoutMs (2000 ms) of being asked: ${failures[0]}`);
+  } finally {
+    for (const m of [slow, ...joiners]) await m.leave().catch(() => undefined);
+    // No reader ever reads for it: gone, so that it holds up no cutover of a later resize.
+    const keys = h.admin.keys.groupKeys(h.streamPrefix, group);
+    await h.redis.del(...keys.slice(2));
+    await h.redis.srem(keys[1], group);
+  }
+}
+
+/**
+ * Issue 11 #8. Epochs are raised well above where a recreated group starts (scripted visitors join
+ * and leave; one of them, weighted, takes shards for a moment so they are granted again at the high
+ * epoch), then the first group's coordinator keys are deleted (not the shards, not their fencing
+ * tokens): the members find themselves unknown, rejoin, and the group is recreated. Its grants must
+ * beat the tokens of its former life; a claim refused stalls the shard, so recovery here also means
+ * every shard is read again within 10 s.
+ */
+export async function groupKeysLost(h: ChaosHarness, fault: Fault): Promise<{ liftedAt: number }> {
+  const group = h.consumerGroup;
+  h.excuse(undefined, h.sessionTimeoutMs * 8);
+  const coordinator = new CoordinatorClient(h.redis);
+  for (let i = 0; i < 5; i++) {
+    const visitor = new ProtocolMember(coordinator, h.streamPrefix, group, `visitor-${i}`);
+    await visitor.join();
+    await visitor.leave();
+  }
+  const taker = new ProtocolMember(coordinator, h.streamPrefix, group, 'visitor-taker', { weight: 4 });
+  await taker.join();
+  await waitFor('the weighted visitor to own shards', async () => (await taker.heartbeat()).assignedShards.length > 0, 10_000, 50).catch(() => undefined);
+  await taker.leave();
+  await h.waitUntilRecovered(30_000);
+  const epoch = (await h.admin.describeGroup(h.streamPrefix, group)).group.groupEpoch;
+  const keys = h.admin.keys.groupKeys(h.streamPrefix, group);
+  await h.redis.del(...keys.slice(2));
+  fault.detail = `${group} recreated, its keys lost at group epoch ${epoch}`;
+  const liftedAt = performance.now();
+  await h.waitUntilRecovered(30_000);
+  await waitUntilRead(h, group, 10_000);
+  return { liftedAt };
+}
+
+/**
+ * Waits until the group has read every shard it must own past the entry that was last on it when
+ * called: an owner that cannot claim its shard (or reads nothing) fails this, naming the shards.
+ */
+export async function waitUntilRead(h: ChaosHarness, group: string, timeoutMs: number): Promise<void> {
+  const description = await h.admin.describeGroup(h.streamPrefix, group);
+  const targets = new Map<number, string>();
+  for (const shard of description.shards.filter(mustBeOwned)) {
+    const [last] = await h.redis.xrevrange(h.admin.keys.shardStream(h.streamPrefix, shard.shardIndex), '+', '-', 'COUNT', 1);
+    if (last) targets.set(shard.shardIndex, last[0]);
+  }
+  let behind: number[] = [];
+  try {
+    await waitFor(
+      'every shard read again',
+      async () => {
+        behind = [];
+        for (const [shard, id] of targets) {
+          const info = await h.redis.xinfo('GROUPS', h.admin.keys.shardStream(h.streamPrefix, shard)).catch(() => []);
+          const delivered = findGroupInfo(info, group)?.lastDelivered ?? '0-0';
+          if (compareIds(delivered, id) < 0) behind.push(shard);
+        }
+        return behind.length === 0;
+      },
+      timeoutMs,
+      100,
+    );
+  } catch {
+    throw new Error(`shards [${behind.join(',')}] of ${group} not read for ${timeoutMs} ms after the group recovered`);
+  }
+}
+
+function compareIds(a: string, b: string): number {
+  const [am, as] = a.split('-').map(Number);
+  const [bm, bs] = b.split('-').map(Number);
+  return am === bm ? as - bs : am - bm;
+}

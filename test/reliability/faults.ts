@@ -118,12 +118,13 @@ async function resize(h: ChaosHarness, fault: Fault, grow: boolean, ordered: boo
         throw error;
       }
     },
-    30_000,
+    h.cutoverBoundMs(),
     100,
   );
   h.maxShards = Math.max(h.maxShards, next);
+  h.resizes += 1;
   // Recovered also means every group's cutover completed.
-  await waitFor('every cutover done', async () => (await h.admin.cutoverStatus(h.streamPrefix)).every((s) => s.cutover === null), 30_000, 100);
+  await waitFor('every cutover done', async () => (await h.admin.cutoverStatus(h.streamPrefix)).every((s) => s.cutover === null), h.cutoverBoundMs(), 100);
   return { liftedAt: performance.now() };
 }
 

@@ -106,6 +106,8 @@ export class ChaosHarness {
   readonly settings: Settings;
   /** The most shards the stream has had (every one is scanned at the end). */
   maxShards: number;
+  /** Resizes made so far (a group created now crosses each of them). */
+  resizes = 0;
   redis!: Redis;
   admin!: CoordinatorAdmin;
   load!: LoadProducer;
@@ -257,9 +259,19 @@ export class ChaosHarness {
     const lines: RecordLine[] = [];
     for (const file of fs.readdirSync(this.dir)) {
       if (!file.endsWith('.jsonl')) continue;
-      lines.push(...readRecords(path.join(this.dir, file)));
+      // Not push(...records): a 30-minute soak's file holds more lines than a call's arguments may.
+      for (const line of readRecords(path.join(this.dir, file))) lines.push(line);
     }
     return lines;
+  }
+
+  /**
+   * How long a resize may wait for the previous one, and for every group's cutover: a group created
+   * mid-run crosses every resize of the history one cutover at a time (docs/resharding.md), so the
+   * bound grows with the number of resizes so far.
+   */
+  cutoverBoundMs(): number {
+    return 30_000 + 1_000 * this.resizes;
   }
 
   // ---- faults ---------------------------------------------------------------------------------
@@ -272,7 +284,7 @@ export class ChaosHarness {
     try {
       const result = await FAULTS[kind].inject(this, fault);
       lifted = result?.liftedAt ?? performance.now();
-      await this.waitUntilRecovered(30_000);
+      await this.waitUntilRecovered(this.cutoverBoundMs());
       fault.recoveryMs ??= performance.now() - lifted;
     } catch (error) {
       // The group did not come back (or the fault could not be made): a broken promise the report shows.

@@ -267,11 +267,14 @@ export class ChaosHarness {
 
   /**
    * How long a resize may wait for the previous one, and for every group's cutover: a group created
-   * mid-run crosses every resize of the history one cutover at a time (docs/resharding.md), so the
-   * bound grows with the number of resizes so far.
+   * mid-run crosses every resize of the history one cutover at a time (docs/resharding.md), reading
+   * the backlog as it goes, so the bound grows with the resizes so far and with late groups.
    */
   cutoverBoundMs(): number {
-    return 30_000 + 1_000 * this.resizes;
+    // A group created mid-run also reads the whole backlog before its last cutover completes, and
+    // every resize waits for it (one resize at a time): allow it the time to catch up.
+    const catchingUp = this.groups.length > 1 ? 150_000 : 0;
+    return 30_000 + 1_000 * this.resizes + catchingUp;
   }
 
   // ---- faults ---------------------------------------------------------------------------------

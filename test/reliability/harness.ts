@@ -257,7 +257,8 @@ export class ChaosHarness {
     const lines: RecordLine[] = [];
     for (const file of fs.readdirSync(this.dir)) {
       if (!file.endsWith('.jsonl')) continue;
-      lines.push(...readRecords(path.join(this.dir, file)));
+      // One by one: a long soak's file has millions of lines, more than a spread's arguments may be.
+      for (const line of readRecords(path.join(this.dir, file))) lines.push(line);
     }
     return lines;
   }

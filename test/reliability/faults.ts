@@ -360,8 +360,8 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
   },
   'unsafe-lease': {
     what:
-      'a member replaced by one with a 3-session timeout and heartbeats every 1.5 sessions, whose replies are then delayed 0.9 session for two heartbeat cycles ' +
-      'while 30% of entries fail every attempt: its heartbeats land in time but their answers so late that the lease looks unsafe 0.9 s in every 2.4 s, when retries fall due',
+      'a member replaced by one with a 3-session timeout and heartbeats every 1.5 sessions, whose heartbeats (only) are then held 0.9 session at its proxy for two heartbeat cycles ' +
+      'while 30% of entries fail every attempt but the last: they land in time, but their answers come so late that the lease looks unsafe 0.9 s in every 2.4 s, while retries fall due',
     needs: 'fix/poller (issue 11 #1: a retry due while the lease looks unsafe waits for it)',
     inject: unsafeLease,
   },

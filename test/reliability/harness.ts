@@ -436,7 +436,9 @@ export class ChaosHarness {
     this.members.clear();
     this.redis.disconnect();
     await this.server.stop();
-    fs.rmSync(this.dir, { recursive: true, force: true });
+    // RSC_CHAOS_KEEP=1 keeps the member processes' record files, to look into a failed run.
+    if (process.env.RSC_CHAOS_KEEP) process.stderr.write(`record files kept in ${this.dir}\n`);
+    else fs.rmSync(this.dir, { recursive: true, force: true });
   }
 }
 

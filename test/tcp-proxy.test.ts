@@ -40,6 +40,20 @@ describe('the fault proxy', () => {
     expect(await redis.client().lrange(key, 0, -1)).toEqual(['a', 'b', 'c']);
   });
 
+  it('delays matching requests only (and what follows them on their connection); other connections go at once', async () => {
+    const proxy = await aProxy();
+    const slow = redis.clientAt(proxy.url);
+    const other = redis.clientAt(proxy.url);
+    await Promise.all([slow.ping(), other.ping()]);
+    const key = uniqueName('matched');
+    proxy.delayMatching(TcpProxy.command('RPUSH', key), 60_000);
+    const replies = Promise.all([slow.rpush(key, 'a'), slow.rpush(key, 'b')]);
+    expect(await other.set(uniqueName('unmatched'), 'x')).toBe('OK');
+    expect(await redis.client().exists(key)).toBe(0);
+    proxy.clearFaults();
+    expect(await replies).toEqual([1, 2]);
+  });
+
   it('drops exactly the reply of a matching command after it ran; other connections carry on', async () => {
     const proxy = await aProxy();
     const client = strictClientOf(proxy);

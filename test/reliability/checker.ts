@@ -205,8 +205,14 @@ const UNORDERED_SLACK_MS = 5000;
 export function collectRuns(lines: RecordLine[]): Run[] {
   const sorted = [...lines].sort((a, b) => a.t - b.t);
   const accepted = new Set<string>();
+  /** The same without the grant: for runs whose grant the records do not show. */
+  const acceptedAnyGrant = new Set<string>();
   for (const line of sorted) {
-    if (line.e === 'ack' && line.ok) for (const id of line.ids ?? []) accepted.add(`${line.g ?? DEFAULT_GROUP}/${line.m}/${line.s}/${id}/${line.ge ?? ''}`);
+    if (!(line.e === 'ack' && line.ok)) continue;
+    for (const id of line.ids ?? []) {
+      accepted.add(`${line.g ?? DEFAULT_GROUP}/${line.m}/${line.s}/${id}/${line.ge ?? ''}`);
+      acceptedAnyGrant.add(`${line.g ?? DEFAULT_GROUP}/${line.m}/${line.s}/${id}`);
+    }
   }
   const open = new Map<string, Run>();
   const grants = new Map<string, number>(); // group/member/shard -> grant epoch now
@@ -217,7 +223,7 @@ export function collectRuns(lines: RecordLine[]): Run[] {
     const key = `${g}/${line.m}/${line.s}/${line.id}`;
     if (line.e === 'start') {
       const grant = grants.get(`${g}/${line.m}/${line.s}`);
-      const acked = accepted.has(`${key}/${grant ?? ''}`) || (grant === undefined && [...accepted].some((a) => a.startsWith(`${key}/`)));
+      const acked = accepted.has(`${key}/${grant ?? ''}`) || (grant === undefined && acceptedAnyGrant.has(key));
       const run: Run = { group: g, member: line.m, shard: line.s!, id: line.id!, key: line.k!, seq: line.q!, start: line.t, ok: true, grant, acked };
       open.set(key, run);
       runs.push(run);

@@ -10,6 +10,7 @@ import { CoordinatorClient, ErrorCode, type HeartbeatResponse } from '@redis-str
 import { ProtocolMember } from '@redis-stream-coordinator/core/testing';
 import { findGroupInfo } from '../../packages/core/src/redis/responses';
 import type { Fault, RecordLine } from './checker';
+import { evalsha, scriptShas } from './faults';
 import { type ChaosHarness, type MemberProcess, mustBeOwned, readRecords, sleep, waitFor } from './harness';
 
 /** SIGUSR2 to every member process not cut off: a failing spell starts (or ends). */
@@ -17,18 +18,25 @@ export function failingSpell(h: ChaosHarness): void {
   for (const m of h.members.values()) if (!m.isolated) m.child.kill('SIGUSR2');
 }
 
+/** SIGHUP to every member process not cut off: a flaky spell (failures that retries get past) starts or ends. */
+function flakySpell(h: ChaosHarness): void {
+  for (const m of h.members.values()) if (!m.isolated) m.child.kill('SIGHUP');
+}
+
 /** The member processes' `maxAttempts` (harness.ts): the attempt after which an entry is dead-lettered. */
 const MAX_ATTEMPTS = 3;
 
 /**
  * Issue 11 #1. One member is replaced by one with a 3-session timeout and heartbeats every 1.5
- * sessions, whose replies are then delayed by 0.9 session for two heartbeat cycles while 30% of
- * entries fail every attempt. Each heartbeat still lands in time (the member is never expired),
- * but its answer arrives so late that the lease looks unsafe for about 0.9 s of every 2.4 s, and
- * retries (100 ms backoff) keep falling due in those windows. A retry must wait for a safe lease;
- * one dropped leaves its entry pending at a live owner while later entries of the shard run, which
- * the checker reports as stuck. The member stays for the rest of the run (a slower-session member
- * is a legal configuration), so a stranded entry stays visible.
+ * sessions, whose heartbeats are then held 0.9 session at the proxy for two heartbeat cycles while
+ * 30% of entries fail every attempt but the last (reads and handlers go on at full speed; no dead
+ * letter is written, whose write would wait behind a held heartbeat and hold its shard up). Each heartbeat
+ * still reaches Redis within the session (the member is never expired), but its answer comes so
+ * late that the lease looks unsafe for about 0.9 s of every 2.4 s, while retries (100 ms backoff)
+ * keep falling due. A retry must wait for a safe lease; one dropped leaves its entry pending at a
+ * live owner while later entries of the shard run, which the checker reports as stuck. The member
+ * stays for the rest of the run (a slower-session member is a legal configuration), so a stranded
+ * entry stays visible.
  */
 export async function unsafeLease(h: ChaosHarness, fault: Fault): Promise<{ liftedAt: number }> {
   const replaced = h.pick();
@@ -38,18 +46,19 @@ export async function unsafeLease(h: ChaosHarness, fault: Fault): Promise<{ lift
   fault.target = victim.memberId;
   fault.detail = `(session ${session} ms, replacing ${replaced.memberId})`;
   await h.waitUntilRecovered(30_000);
-  const replyDelayMs = Math.round(session * 0.3);
-  // Two heartbeat cycles (reply delay plus interval each), so two unsafe windows.
-  const holdMs = 2 * (replyDelayMs + session / 2) + 300;
+  const lateMs = Math.round(session * 0.3);
+  // Two heartbeat cycles (the delay plus the interval each), so two unsafe windows.
+  const holdMs = 2 * (lateMs + session / 2) + 300;
   // While the lease looks unsafe nothing may start, so entries do wait; not once it is safe again.
   h.excuse(victim, holdMs + session);
-  failingSpell(h);
+  flakySpell(h);
   try {
-    victim.proxy.delay('reply', replyDelayMs);
+    // Heartbeats only: reads and handlers go on at full speed, so retries keep falling due.
+    victim.proxy.delayMatching(evalsha(scriptShas('heartbeat')), lateMs);
     await sleep(holdMs);
   } finally {
     victim.proxy.clearFaults();
-    failingSpell(h);
+    flakySpell(h);
   }
   return { liftedAt: performance.now() };
 }
@@ -82,6 +91,9 @@ export async function zombieDeadLetter(h: ChaosHarness, fault: Fault): Promise<v
     victim.child.kill('SIGUSR1');
     let last: RecordLine | undefined;
     await waitFor('a last attempt to start at the victim', () => (last = lastAttemptRunning(victim)) !== undefined, 20_000, 20);
+    // What the pause redelivers are the long handler calls it cut (begun up to 1.5 sessions before
+    // it); the checker excuses runs begun up to a second before a fault's time.
+    fault.at = performance.timeOrigin + performance.now() - h.sessionTimeoutMs;
     await h.isolate(fault, (m) => m.child.kill('SIGSTOP'), (m) => m.child.kill('SIGCONT'), victim);
     fault.detail = `(entry ${last!.s}/${last!.id})`;
     const entry = last!;

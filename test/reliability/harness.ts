@@ -259,7 +259,7 @@ export class ChaosHarness {
     const lines: RecordLine[] = [];
     for (const file of fs.readdirSync(this.dir)) {
       if (!file.endsWith('.jsonl')) continue;
-      // Not push(...records): a 30-minute soak's file holds more lines than a call's arguments may.
+      // One by one: a long soak's file has millions of lines, more than a spread's arguments may be.
       for (const line of readRecords(path.join(this.dir, file))) lines.push(line);
     }
     return lines;
@@ -352,6 +352,9 @@ export class ChaosHarness {
       await sleep(250);
       try {
         const t = wallNow();
+        // A group waiting for an ordered cutover holds back entries it has read of the shards the
+        // cutover gates (a group created mid-run can take a while to get there): not stuck.
+        const cutoverPending = new Set((await this.admin.cutoverStatus(this.streamPrefix)).filter((s) => s.cutover !== null).map((s) => s.consumerGroup));
         for (const group of this.groups) {
           const d = await this.admin.describeGroup(this.streamPrefix, group);
           const pipeline = this.redis.pipeline();
@@ -363,7 +366,7 @@ export class ChaosHarness {
             const [error, list] = replies[i] ?? [null, []];
             if (error) return;
             const owners = [...this.members.values()].filter((m) => m.memberId === s.owner && m.group === group);
-            const ownerLive = owners.length === 1 && !owners[0].isolated && owners[0].excusedUntil < now && this.excusedUntil < now;
+            const ownerLive = owners.length === 1 && !owners[0].isolated && owners[0].excusedUntil < now && this.excusedUntil < now && !cutoverPending.has(group);
             const pending = (list as [string, string][]).map(([id, consumer]) => ({ id, consumer }));
             this.samples.push({ t, group, shard: s.shardIndex, owner: s.owner, ownerLive, pending });
           });
@@ -378,6 +381,15 @@ export class ChaosHarness {
 
   /** Stops the load, waits until every entry written is handled by every group, stops the members, checks. */
   async finish(drainTimeoutMs = 60_000): Promise<CheckReport> {
+    return (await this.drainAndStop(drainTimeoutMs))();
+  }
+
+  /**
+   * `finish()` but for the check itself, returned to run later: the short tier runs harnesses side
+   * by side in one process and checks once all are done, so that no checker's CPU burst holds up
+   * another harness's proxies (and so its members' heartbeats).
+   */
+  async drainAndStop(drainTimeoutMs = 60_000): Promise<() => CheckReport> {
     await Promise.all([this.load.stop(), this.staleLoad.stop()]);
     const produced = [...this.load.produced, ...this.staleLoad.produced];
     const outstanding = async () => {
@@ -392,8 +404,10 @@ export class ChaosHarness {
     this.stopped = true;
     await this.sampling;
     await Promise.all([...this.members.keys()].map((handle) => this.removeMember(handle, 'SIGTERM')));
-    return check(produced, this.records(), this.faults, await this.unacknowledged(), {
-      deadLetters: await this.deadLetters(),
+    const unacknowledged = await this.unacknowledged();
+    const deadLetters = await this.deadLetters();
+    return () => check(produced, this.records(), this.faults, unacknowledged, {
+      deadLetters,
       pendingSamples: this.samples,
       // The sweep interval (500 ms) plus a margin for retries, backoff and a busy machine; the
       // sampler only sees entries idle for over a second, so these are on top of that second.
@@ -450,7 +464,9 @@ export class ChaosHarness {
     this.members.clear();
     this.redis.disconnect();
     await this.server.stop();
-    fs.rmSync(this.dir, { recursive: true, force: true });
+    // RSC_CHAOS_KEEP=1 keeps the member processes' record files, to look into a failed run.
+    if (process.env.RSC_CHAOS_KEEP) process.stderr.write(`record files kept in ${this.dir}\n`);
+    else fs.rmSync(this.dir, { recursive: true, force: true });
   }
 }
 

@@ -32,8 +32,15 @@ export function stuckEntries(runs: Run[], samples: PendingSample[], afterMs: num
   }
   const running = (group: string, member: string, shard: number, id: string, t: number) =>
     (byEntry.get(`${group}/${member}/${shard}/${id}`) ?? []).some((r) => r.start <= t && (r.end === undefined || r.end >= t));
-  const started = (group: string, member: string, shard: number, from: number, to: number, after?: string) =>
-    (byShard.get(`${group}/${member}/${shard}`) ?? []).some((r) => r.start >= from && r.start <= to && (after === undefined || compareIds(r.id, after) > 0));
+  for (const list of byShard.values()) list.sort((a, b) => a.start - b.start);
+  // Only the runs that started in [from, to] (found by bisection: a long soak has many per shard).
+  const started = (group: string, member: string, shard: number, from: number, to: number, after?: string) => {
+    const list = byShard.get(`${group}/${member}/${shard}`) ?? [];
+    for (let i = firstAtOrAfter(list, from, (r) => r.start); i < list.length && list[i].start <= to; i++) {
+      if (after === undefined || compareIds(list[i].id, after) > 0) return true;
+    }
+    return false;
+  };
 
   const streaks = new Map<string, { since: number; last: number; member: string }>();
   const stuck = new Map<string, string>();
@@ -64,6 +71,18 @@ export function stuckEntries(runs: Run[], samples: PendingSample[], afterMs: num
   return [...stuck.values()];
 }
 
+/** The index of the first item whose `at(item)` is `t` or later, in a list sorted by it. */
+function firstAtOrAfter<T>(list: T[], t: number, at: (item: T) => number): number {
+  let low = 0;
+  let high = list.length;
+  while (low < high) {
+    const mid = (low + high) >>> 1;
+    if (at(list[mid]) < t) low = mid + 1;
+    else high = mid;
+  }
+  return low;
+}
+
 function compareIds(a: string, b: string): number {
   const [am, as] = a.split('-');
   const [bm, bs] = b.split('-');
@@ -87,18 +106,30 @@ interface Holding {
 export function deadLetterFencing(lines: RecordLine[], deadLetters: DeadLetter[]): string[] {
   const sorted = [...lines].sort((a, b) => a.t - b.t);
   const grants = new Map<string, number[]>(); // group/member/shard -> grant times
-  const acceptedAcks = new Map<string, { member: string; t: number; ids: string[] }[]>(); // group/shard -> acks
+  const acceptedAcks = new Map<string, { member: string; t: number }[]>(); // group/shard -> acks, by time
+  const ackedBy = new Map<string, Set<string>>(); // group/shard/id -> members whose ack of it was accepted
   for (const line of sorted) {
     const g = line.g ?? '';
     if (line.e === 'assigned') {
       for (const s of line.shards ?? []) {
         const k = `${g}/${line.m}/${s}`;
-        grants.set(k, [...(grants.get(k) ?? []), line.t]);
+        // Appended in place: a long soak has hundreds of thousands of these lines.
+        const list = grants.get(k);
+        if (list) list.push(line.t);
+        else grants.set(k, [line.t]);
       }
     }
     if (line.e === 'ack' && line.ok) {
       const k = `${g}/${line.s}`;
-      acceptedAcks.set(k, [...(acceptedAcks.get(k) ?? []), { member: line.m, t: line.t, ids: line.ids ?? [] }]);
+      const ack = { member: line.m, t: line.t };
+      const list = acceptedAcks.get(k);
+      if (list) list.push(ack);
+      else acceptedAcks.set(k, [ack]);
+      for (const id of line.ids ?? []) {
+        const members = ackedBy.get(`${k}/${id}`);
+        if (members) members.add(line.m);
+        else ackedBy.set(`${k}/${id}`, new Set([line.m]));
+      }
     }
   }
   const problems: string[] = [];
@@ -106,9 +137,9 @@ export function deadLetterFencing(lines: RecordLine[], deadLetters: DeadLetter[]
     const groupLines = [...grants.keys()].some((k) => k.startsWith(`${d.group}/`)) ? d.group : '';
     const acks = acceptedAcks.get(`${groupLines}/${d.shard}`) ?? [];
     const name = `${d.group ? `${d.group}: ` : ''}shard ${d.shard} ${d.id} dead-lettered by ${d.member}`;
-    const other = acks.find((a) => a.member !== d.member && a.ids.includes(d.id));
+    const other = [...(ackedBy.get(`${groupLines}/${d.shard}/${d.id}`) ?? [])].find((m) => m !== d.member);
     if (other) {
-      problems.push(`${name}, also acknowledged by ${other.member}`);
+      problems.push(`${name}, also acknowledged by ${other}`);
       continue;
     }
     // A member records a grant when the answer reaches it, which a slow link delays: a write made
@@ -121,7 +152,10 @@ export function deadLetterFencing(lines: RecordLine[], deadLetters: DeadLetter[]
     const since: Holding = { member: d.member, since: granted[granted.length - 1] };
     // An ack's record can be late as well (its reply was slow): only one recorded well after the
     // grant is surely after it in Redis.
-    const moved = acks.find((a) => a.member !== d.member && a.t - LATE_RECORD_MS > since.since && a.t < d.t);
+    let moved: { member: string; t: number } | undefined;
+    for (let i = firstAtOrAfter(acks, since.since + LATE_RECORD_MS + 1e-3, (a) => a.t); i < acks.length && acks[i].t < d.t && !moved; i++) {
+      if (acks[i].member !== d.member) moved = acks[i];
+    }
     if (moved) problems.push(`${name} after ${moved.member} owned the shard (its acknowledgement was accepted at ${moved.t.toFixed(0)})`);
   }
   return problems;

@@ -62,7 +62,10 @@ export interface HeldRequest {
  * - `dropNextReply(match)` lets the next matching request reach Redis, then cuts its connection
  *   before any reply bytes get back: the command ran, the client never learns it (a lost reply);
  * - `holdNextRequest(match)` stops the next matching request at the proxy until released: a window
- *   between two calls of a client in which a test makes something else happen.
+ *   between two calls of a client in which a test makes something else happen;
+ * - `delayMatching(match, ms)` makes every matching request late by `ms` more (and what follows it
+ *   on its connection, in order): one kind of call slow while the others are not, e.g. heartbeats
+ *   whose answers come late while reads go at full speed.
  */
 export class TcpProxy {
   private readonly server: net.Server;
@@ -74,6 +77,7 @@ export class TcpProxy {
   };
   private dropRules: DropRule[] = [];
   private holdRules: HoldRule[] = [];
+  private matchDelays: { matches: RequestMatcher; ms: number }[] = [];
   port = 0;
 
   private constructor(private readonly targetPort: number) {
@@ -150,8 +154,18 @@ export class TcpProxy {
     }
   }
 
-  /** Both directions fast again, and no reply is dropped any more. */
+  /**
+   * Every request that `match` accepts from now on waits `ms` at the proxy (on top of any request
+   * delay); what its client sends after it on the same connection waits behind it, in order.
+   * `clearFaults()` ends it and lets what waits go on.
+   */
+  delayMatching(match: RequestMatcher, ms: number): void {
+    this.matchDelays.push({ matches: match, ms });
+  }
+
+  /** Both directions fast again, no request delayed by what it is, and no reply is dropped any more. */
   clearFaults(): void {
+    this.matchDelays = [];
     this.delay('request', 0);
     this.delay('reply', 0);
     this.dropRules = [];
@@ -232,7 +246,9 @@ export class TcpProxy {
       hold.lane = link.request;
       hold.arrived();
     }
-    this.enqueue(link.request, data, this.delays.request, onSent, hold);
+    const extra = this.matchDelays.length > 0 ? (this.matchDelays.find((r) => r.matches(data.toString('latin1')))?.ms ?? 0) : 0;
+    const delay = extra > 0 ? { ms: this.delays.request.ms + extra, jitterMs: this.delays.request.jitterMs } : this.delays.request;
+    this.enqueue(link.request, data, delay, onSent, hold);
   }
 
   private fromRedis(link: Link, data: Buffer): void {

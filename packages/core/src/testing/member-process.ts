@@ -6,7 +6,9 @@
  * a SIGKILL is in the file. SIGTERM stops it gracefully (drain, acknowledge, leave); SIGUSR1 makes
  * every later handler call take `longHandlerMs` (a slow handler during a graceful stop); SIGUSR2
  * starts or ends a failing spell (30% of entries fail every attempt, so dead letters are written
- * while a fault makes dead-letter streams unwritable). It prints
+ * while a fault makes dead-letter streams unwritable); SIGHUP starts or ends a flaky spell (30% of
+ * entries fail every attempt but the last, so retries keep falling due and nothing is dead-lettered,
+ * whose writes could hold a shard up). It prints
  * "ready" when joined, and exits with code 3 when `start()` fails for good.
  *
  * Record lines (every one has t, m and g, the consumer group):
@@ -100,6 +102,12 @@ function main(): void {
     failingSpell = !failingSpell;
     record({ e: 'failing-spell', on: failingSpell });
   });
+  let flakySpell = false;
+  process.on('SIGHUP', () => {
+    flakySpell = !flakySpell;
+    record({ e: 'flaky-spell', on: flakySpell });
+  });
+  // Per shard and entry id: ids of different shard streams can be equal.
   const attempts = new Map<string, number>();
 
   const redis = new Redis(settings.url, { maxRetriesPerRequest: 1, retryStrategy: () => 50 });
@@ -119,16 +127,20 @@ function main(): void {
     rebalanceTimeoutMs: settings.rebalanceTimeoutMs,
     coordinator: { heartbeatIntervalMs: settings.heartbeatIntervalMs },
     handler: async (message) => {
-      const n = (attempts.get(message.id) ?? 0) + 1;
-      attempts.set(message.id, n);
+      const attemptKey = `${message.shardIndex}/${message.id}`;
+      const n = (attempts.get(attemptKey) ?? 0) + 1;
+      attempts.set(attemptKey, n);
       const base = { ep: member.currentMemberEpoch(), s: message.shardIndex, id: message.id, k: message.key, q: message.payload.seq };
       record({ e: 'start', ...base, dc: message.deliveryCount, n });
       await new Promise((resolve) => setTimeout(resolve, handlerDelayMs));
       const hash = entryHash(message.id);
-      const fail = hash < (failingSpell ? 300 : (settings.deadPermille ?? 0)) || (n === 1 && hash % 100 < (settings.failPercent ?? 0));
+      const fail =
+        hash < (failingSpell ? 300 : (settings.deadPermille ?? 0)) ||
+        (flakySpell && hash < 300 && n < (settings.maxAttempts ?? 3)) ||
+        (n === 1 && hash % 100 < (settings.failPercent ?? 0));
       record({ e: 'end', ...base, ok: !fail });
       if (fail) throw new Error(`chaos: ${message.id} fails attempt ${n} on purpose`);
-      attempts.delete(message.id);
+      attempts.delete(attemptKey);
     },
   });
   member.on('acknowledged', (a) => record({ e: 'ack', s: a.shardIndex, ge: a.grantEpoch, ids: a.ids, ok: a.accepted }));

@@ -81,6 +81,8 @@ export interface Fault {
   recoveryMs?: number;
   /** Why the group did not recover from it (the harness gave up waiting); a broken promise. */
   failed?: string;
+  /** When a fault that lasts (and may redeliver at any moment of it) ended, if not at `at` (wall-clock ms). */
+  until?: number;
   /** Redis lost every key at `at` (a restart without persistence). */
   dataLoss?: boolean;
 }
@@ -337,7 +339,7 @@ export function check(produced: Produced[], lines: RecordLine[], faults: Fault[]
     const explained = faults.some(
       (f) =>
         REDELIVERING.has(f.kind) &&
-        f.at >= first.start - EXPLAIN_BEFORE_MS &&
+        (f.until ?? f.at) >= first.start - EXPLAIN_BEFORE_MS &&
         f.at <= run.start &&
         (GLOBAL.has(f.kind) || f.target === first.member || f.target === run.member),
     );

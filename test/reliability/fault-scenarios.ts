@@ -91,10 +91,10 @@ export async function zombieDeadLetter(h: ChaosHarness, fault: Fault): Promise<v
     victim.child.kill('SIGUSR1');
     let last: RecordLine | undefined;
     await waitFor('a last attempt to start at the victim', () => (last = lastAttemptRunning(victim)) !== undefined, 20_000, 20);
-    // What the pause redelivers are the long handler calls it cut (begun up to 1.5 sessions before
-    // it); the checker excuses runs begun up to a second before a fault's time.
-    fault.at = performance.timeOrigin + performance.now() - h.sessionTimeoutMs;
     await h.isolate(fault, (m) => m.child.kill('SIGSTOP'), (m) => m.child.kill('SIGCONT'), victim);
+    // Long handlers, the failing spell and the pause may each redeliver what runs then: the fault
+    // explains redeliveries of runs begun from its start until the member was resumed.
+    fault.until = performance.timeOrigin + performance.now();
     fault.detail = `(entry ${last!.s}/${last!.id})`;
     const entry = last!;
     await waitFor('the paused attempt to end', () => readRecords(victim.recordFile).some((l) => l.e === 'end' && l.id === entry.id && l.t > entry.t), 10_000);

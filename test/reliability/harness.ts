@@ -231,7 +231,8 @@ export class ChaosHarness {
       });
       child.once('exit', (code) => {
         clearTimeout(timer);
-        reject(new Error(`member process ${handle} exited with ${code} before it was ready`));
+        const said = readRecords(recordFile).filter((l) => l.e === 'error').pop()?.msg;
+        reject(new Error(`member process ${handle} exited with ${code} before it was ready${said ? `: ${said}` : ''}`));
       });
     });
     if (options.waitReady === false) ready.catch(() => undefined);

@@ -159,14 +159,23 @@ function main(): void {
       process.exit(0);
     });
   });
-  member.start().then(
-    () => process.stdout.write('ready\n'),
-    (error: Error) => {
-      record({ e: 'error', msg: `start: ${(error as { code?: unknown }).code ?? ''} ${error.name} ${error.message}` });
-      redis.disconnect();
-      process.exit(3);
-    },
-  );
+  // As an application would: a start that failed for a passing reason (Redis slow to answer on a
+  // loaded machine, restarting) is tried again; only an id taken by another live process is final.
+  const start = (): void => {
+    member.start().then(
+      () => process.stdout.write('ready\n'),
+      (error: Error) => {
+        record({ e: 'error', msg: `start: ${(error as { code?: unknown }).code ?? ''} ${error.name} ${error.message}` });
+        if (error.name !== 'FencedInstanceIdError') {
+          setTimeout(start, 200);
+          return;
+        }
+        redis.disconnect();
+        process.exit(3);
+      },
+    );
+  };
+  start();
 }
 
 if (require.main === module) main();

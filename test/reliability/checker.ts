@@ -279,9 +279,12 @@ export function check(produced: Produced[], lines: RecordLine[], faults: Fault[]
   }
 
   // Per-key order, per group: the first handling of each sequence number, in start order, never goes back.
-  // An unordered resize gives up per-key order for entries on different shards written around it.
+  // An unordered resize gives up per-key order for entries on different shards written around it
+  // (for a group reading them later, such as one created mid-run).
   const producedAt = new Map(produced.map((p) => [`${p.key}#${p.seq}`, p]));
-  const unordered = faults.filter((f) => f.kind === 'grow-unordered' || f.kind === 'shrink-unordered').map((f) => f.at);
+  // A restart that lost every key is one too: the members recreate the stream with their configured
+  // shard count, whatever it had grown or shrunk to, and producers re-route with no cutover.
+  const unordered = faults.filter((f) => f.kind === 'grow-unordered' || f.kind === 'shrink-unordered' || f.kind === 'redis-flush-restart').map((f) => f.at);
   const acrossUnorderedResize = (key: string, a: number, b: number) => {
     const pa = producedAt.get(`${key}#${a}`);
     const pb = producedAt.get(`${key}#${b}`);

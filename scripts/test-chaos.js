@@ -44,6 +44,9 @@ const status = run('npx', ['vitest', 'run', '--config', 'vitest.chaos.mts'], {
   RSC_CHAOS_SEED: options.seed,
   RSC_CHAOS_FAULTS: options.faults,
   RSC_CHAOS_REPORT: path.resolve(root, options.report),
+  // The final check holds every record of the run: a 30-minute soak's outgrow V8's default heap
+  // (the check died of it once). The machine has memory to spare.
+  NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --max-old-space-size=12288`.trim(),
 });
 if (status !== 0) {
   console.error(`\nchaos run failed; replay it with: npm run test:chaos -- --duration ${options.duration} --seed ${options.seed} --faults ${options.faults}`);

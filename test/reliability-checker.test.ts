@@ -66,6 +66,36 @@ describe('reliability checker', () => {
     expect(graceful.unexplainedDuplicates).toHaveLength(1);
   });
 
+  it('a fault that lasts explains redeliveries of runs begun until it ended, not after', () => {
+    // zombie-dead-letter pauses its member and then replaces it: runs it began while the fault went
+    // on may be run again by another member; a run begun after the fault ended may not.
+    const lasting: Fault = { kind: 'zombie-dead-letter', target: 'p0', at: 100, until: 9000 };
+    const during = [...run('p0', 0, '1-0', 'a', 1, 8000, 8001), ...run('p1', 0, '1-0', 'a', 1, 9500, 9501)];
+    expect(check(produced.slice(0, 1), during, [lasting], new Set()).unexplainedDuplicates).toEqual([]);
+    // The same fault without `until` ends at its start: the run began 7.9 s later is not its doing.
+    expect(check(produced.slice(0, 1), during, [{ ...lasting, until: undefined }], new Set()).unexplainedDuplicates).toEqual(['0/1-0: p0 at 8000, again by p1 at 9500']);
+    const after = [...run('p0', 0, '1-0', 'a', 1, 10_500, 10_501), ...run('p1', 0, '1-0', 'a', 1, 11_000, 11_001)];
+    expect(check(produced.slice(0, 1), after, [lasting], new Set()).unexplainedDuplicates).toHaveLength(1);
+  });
+
+  it('excuses per-key inversions across shards around a restart that lost every key (it re-shards with no cutover), not on one shard', () => {
+    const moved: Produced[] = [
+      { id: '1-0', shard: 0, key: 'a', seq: 1, at: 10 },
+      { id: '2-0', shard: 1, key: 'a', seq: 2, at: 20 },
+    ];
+    const inverted = [...run('p0', 1, '2-0', 'a', 2, 30, 31), ...run('p1', 0, '1-0', 'a', 1, 32, 33)];
+    const flush: Fault = { kind: 'redis-flush-restart', at: 15, dataLoss: true };
+    expect(check(moved, inverted, [flush], new Set()).orderViolations).toEqual([]);
+    // Far from the restart: an inversion all the same.
+    expect(check(moved, inverted, [{ ...flush, at: 60_000 }], new Set()).orderViolations).toEqual(['a: 1 after 2 (shard 0, p1)']);
+    // A restart that kept the keys re-shards nothing: no excuse.
+    expect(check(moved, inverted, [{ kind: 'redis-restart', at: 15 }], new Set()).orderViolations).toEqual(['a: 1 after 2 (shard 0, p1)']);
+    // On one shard the library keeps order whatever Redis did.
+    const sameShard: Produced[] = moved.map((p) => ({ ...p, shard: 0 }));
+    const swapped = [...run('p0', 0, '2-0', 'a', 2, 30, 31), ...run('p0', 0, '1-0', 'a', 1, 32, 33)];
+    expect(check(sameShard, swapped, [flush], new Set()).orderViolations).toEqual(['a: 1 after 2 (shard 0, p0)']);
+  });
+
   it('counts entries Redis lost in a restart without persistence apart from entries the library lost', () => {
     const timed: Produced[] = [
       { id: '1-0', shard: 0, key: 'a', seq: 1, at: 5 },

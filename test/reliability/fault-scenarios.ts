@@ -79,7 +79,9 @@ function lastAttemptRunning(member: MemberProcess): RecordLine | undefined {
  * acknowledges it), then one session more, then resumed: its handler ends, fails, and the member
  * goes to dead-letter an entry of a shard it no longer owns. That write must be refused by the
  * fencing check (SPEC 9.2); one that lands is a dead letter by a member that was not the shard's
- * owner, also acknowledged by another, which the checker reports. The zombie is then replaced.
+ * owner, also acknowledged by another, which the checker reports. The zombie is then replaced
+ * (SIGKILL). Long handlers, the failing spell, the pause and the kill may each redeliver what runs
+ * then: the fault lasts (`until`) from its start until the member is gone.
  */
 export async function zombieDeadLetter(h: ChaosHarness, fault: Fault): Promise<void> {
   const victim = h.pick();
@@ -90,11 +92,10 @@ export async function zombieDeadLetter(h: ChaosHarness, fault: Fault): Promise<v
   try {
     victim.child.kill('SIGUSR1');
     let last: RecordLine | undefined;
-    await waitFor('a last attempt to start at the victim', () => (last = lastAttemptRunning(victim)) !== undefined, 20_000, 20);
+    // Each attempt is long (1.5 sessions) and the victim's shards may first have to work through
+    // long runs begun before the spell: a last attempt can take a while to come.
+    await waitFor('a last attempt to start at the victim', () => (last = lastAttemptRunning(victim)) !== undefined, 45_000, 20);
     await h.isolate(fault, (m) => m.child.kill('SIGSTOP'), (m) => m.child.kill('SIGCONT'), victim);
-    // Long handlers, the failing spell and the pause may each redeliver what runs then: the fault
-    // explains redeliveries of runs begun from its start until the member was resumed.
-    fault.until = performance.timeOrigin + performance.now();
     fault.detail = `(entry ${last!.s}/${last!.id})`;
     const entry = last!;
     await waitFor('the paused attempt to end', () => readRecords(victim.recordFile).some((l) => l.e === 'end' && l.id === entry.id && l.t > entry.t), 10_000);
@@ -105,8 +106,10 @@ export async function zombieDeadLetter(h: ChaosHarness, fault: Fault): Promise<v
     spell = false;
   } finally {
     if (spell) failingSpell(h);
-    // Long handlers for good: replaced (its pending work goes to the others).
+    // Long handlers for good: replaced (its pending work goes to the others). The kill redelivers
+    // what it runs then, so the fault lasts until the member is gone.
     await h.removeMember(victim.handle, 'SIGKILL');
+    fault.until = performance.timeOrigin + performance.now();
     await h.spawnMember();
   }
 }

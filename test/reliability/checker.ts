@@ -81,7 +81,10 @@ export interface Fault {
   recoveryMs?: number;
   /** Why the group did not recover from it (the harness gave up waiting); a broken promise. */
   failed?: string;
-  /** When a fault that lasts (and may redeliver at any moment of it) ended, if not at `at` (wall-clock ms). */
+  /**
+   * When the fault was lifted (wall-clock ms; the harness sets it for every fault): it may redeliver
+   * a run begun at any moment until then. Absent: it ended at `at`.
+   */
   until?: number;
   /** Redis lost every key at `at` (a restart without persistence). */
   dataLoss?: boolean;

@@ -244,3 +244,30 @@ function compareIds(a: string, b: string): number {
   const [bm, bs] = b.split('-').map(Number);
   return am === bm ? as - bs : am - bm;
 }
+
+/**
+ * Retention before a group is created mid-run (new-group): every shard loses what every group has
+ * acknowledged and is older than `keepMs`, so the new group reads the retained history (the last
+ * `keepMs`, with the resizes just made, and whatever a slower group still needs), not a soak's whole
+ * backlog, which two processes on this machine take minutes to read while every resize waits for
+ * the group's cutovers. `CoordinatorAdmin.trim`'s dry run says, per shard, the lowest id a group
+ * still needs; the cut is never above it. Returns the entries trimmed, "shard/id", for the checker
+ * (the new group cannot read them).
+ */
+export async function trimHistory(h: ChaosHarness, keepMs: number): Promise<Set<string>> {
+  const cuts = new Map<number, string>();
+  const floor = `${Date.now() - keepMs}-0`;
+  const needed = await h.admin.trim(h.streamPrefix, { dryRun: true });
+  for (const shard of needed.shards) {
+    if (shard.minId === undefined) continue; // left alone: a group has not read it yet, or no stream
+    const cut = shard.minId === '' || compareIds(floor, shard.minId) < 0 ? floor : shard.minId;
+    await h.redis.xtrim(h.admin.keys.shardStream(h.streamPrefix, shard.shardIndex), 'MINID', cut);
+    cuts.set(shard.shardIndex, cut);
+  }
+  const trimmed = new Set<string>();
+  for (const p of [...h.load.produced, ...h.staleLoad.produced]) {
+    const cut = cuts.get(p.shard);
+    if (cut !== undefined && compareIds(p.id, cut) < 0) trimmed.add(`${p.shard}/${p.id}`);
+  }
+  return trimmed;
+}

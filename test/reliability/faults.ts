@@ -12,7 +12,7 @@ import path from 'node:path';
 import { loadScriptSource } from '../../packages/core/src/redis/scripts';
 import { TcpProxy } from '../support/tcp-proxy';
 import type { Fault, FaultKind } from './checker';
-import { failingSpell, groupKeysLost, revokeTwice, unsafeLease, zombieDeadLetter } from './fault-scenarios';
+import { failingSpell, groupKeysLost, revokeTwice, trimHistory, unsafeLease, zombieDeadLetter } from './fault-scenarios';
 import { type ChaosHarness, type MemberProcess, readRecords, sleep, waitFor } from './harness';
 
 export interface FaultSpec {
@@ -300,10 +300,13 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
       if (current > 8) {
         // An unordered shrink of its own, recorded as such: the checker excuses the inversions it allows.
         const shrink: Fault = { kind: 'shrink-unordered', at: fault.at };
-        await resize(h, shrink, false, false);
+        const { liftedAt } = await resize(h, shrink, false, false);
+        await h.waitUntilRecovered(h.cutoverBoundMs());
+        shrink.recoveryMs = performance.now() - liftedAt;
         h.faults.push(shrink);
       }
-      await resize(h, { ...fault }, true, true);
+      const first = { ...fault };
+      await resize(h, first, true, true);
       await resize(h, { ...fault }, true, true);
       // Two processes per group on a two-core machine: a long soak stops adding groups at three.
       if (h.groups.length >= 3) {
@@ -311,8 +314,12 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
         return;
       }
       const group = `late-${h.groups.length}`;
+      // Retention first, keeping from 5 s before the first growth was made: the group reads that (and
+      // crosses every resize of the history), not the soak's whole backlog.
+      const trimmed = await trimHistory(h, Date.now() - first.at + 5000);
       fault.target = group;
-      h.addGroup(group);
+      fault.detail = `(${trimmed.size} older entries trimmed first)`;
+      h.addGroup(group, trimmed);
       await Promise.all([h.spawnMember({ group }), h.spawnMember({ group })]);
     },
   },

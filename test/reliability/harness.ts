@@ -167,10 +167,10 @@ export class ChaosHarness {
     for (const p of [...this.load.produced, ...this.staleLoad.produced]) if (gone.has(p.shard)) this.deleted.add(`${p.shard}/${p.id}`);
   }
 
-  /** A group is created now: it must read the whole history, except what was deleted before. */
-  addGroup(group: string): void {
+  /** A group is created now: it must read the whole history, except what was deleted or trimmed before. */
+  addGroup(group: string, trimmed: Set<string> = new Set()): void {
     this.groups.push(group);
-    this.unreadable.set(group, new Set(this.deleted));
+    this.unreadable.set(group, new Set([...this.deleted, ...trimmed]));
   }
 
   /** Keeps pending work at `member` (or everywhere) excused for `ms` more: it is under a fault. */
@@ -288,6 +288,10 @@ export class ChaosHarness {
     try {
       const result = await FAULTS[kind].inject(this, fault);
       lifted = result?.liftedAt ?? performance.now();
+      // A fault is in effect until it is lifted: runs begun meanwhile may be redelivered because of
+      // it (a group's keys deleted well after the fault began raising its epochs, a partition while
+      // the member still starts what it had buffered).
+      fault.until ??= performance.timeOrigin + lifted;
       await this.waitUntilRecovered(this.cutoverBoundMs());
       fault.recoveryMs ??= performance.now() - lifted;
     } catch (error) {

@@ -256,7 +256,7 @@ function compareIds(a: string, b: string): number {
  */
 export async function trimHistory(h: ChaosHarness, keepMs: number): Promise<Set<string>> {
   const cuts = new Map<number, string>();
-  const floor = `${Date.now() - keepMs}-0`;
+  const floor = `${Math.max(0, Math.floor(Date.now() - keepMs))}-0`;
   const needed = await h.admin.trim(h.streamPrefix, { dryRun: true });
   for (const shard of needed.shards) {
     if (shard.minId === undefined) continue; // left alone: a group has not read it yet, or no stream

@@ -4,25 +4,20 @@ import { HandlerRecorder } from './support/handler-recorder';
 import { memberFactory } from './support/member-factory';
 import { pollUntil } from './support/poll';
 import { type HeldRequest, TcpProxy } from './support/tcp-proxy';
+import { proxyFactory } from './support/proxy-fixture';
 import { uniqueName, useRedisServer } from './support/vitest-redis';
 
 // Attacks on the member runtime after issue 11 (review/attack). Each test names the promise it breaks.
 const redis = useRedisServer();
 const aMember = memberFactory(redis, { retryBackoffMs: 1 });
 const keys = new KeyBuilder();
-const proxies: TcpProxy[] = [];
+const aProxy = proxyFactory(redis);
 const holds: HeldRequest[] = [];
 
-afterEach(async () => {
+// Registered after the proxies' hook, so it runs first: held requests go on before the proxies stop.
+afterEach(() => {
   for (const hold of holds.splice(0)) hold.release();
-  await Promise.all(proxies.splice(0).map((p) => p.stop()));
 });
-
-async function aProxy(): Promise<TcpProxy> {
-  const proxy = await TcpProxy.start(redis.server.port);
-  proxies.push(proxy);
-  return proxy;
-}
 
 function send(streamPrefix: string, seqs: number[]) {
   return new StreamProducer(redis.client(), { streamPrefix }).sendBatch(seqs.map((seq) => ({ key: 'k', payload: { seq } })));

@@ -1,6 +1,7 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { CoordinatorAdmin, KeyBuilder, PartialBatchError, StreamProducer } from '@redis-stream-coordinator/core';
 import { TcpProxy } from './support/tcp-proxy';
+import { proxyFactory } from './support/proxy-fixture';
 import { uniqueName, useRedisServer } from './support/vitest-redis';
 
 // Attack on issue 11 item 12 / SPEC 9.5: "a batch reports per entry which writes landed, so a retry
@@ -11,18 +12,13 @@ import { uniqueName, useRedisServer } from './support/vitest-redis';
 // ids only; now the resend is answered from the log.
 const redis = useRedisServer();
 const keys = new KeyBuilder();
-const proxies: TcpProxy[] = [];
-
-afterEach(async () => {
-  await Promise.all(proxies.splice(0).map((p) => p.stop()));
-});
+const aProxy = proxyFactory(redis);
 
 describe('attack: producer write whose reply is lost', () => {
   it('a lost appendEntries reply that the client sends again is answered from the shard write log: written once, ids reported', async () => {
     const streamPrefix = uniqueName('attack-resend');
     await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 1 });
-    const proxy = await TcpProxy.start(redis.server.port);
-    proxies.push(proxy);
+    const proxy = await aProxy();
     // A client as an application makes it: ioredis defaults.
     const producer = new StreamProducer(redis.clientAt(proxy.url, { maxRetriesPerRequest: 20 }), { streamPrefix });
     await producer.send({ key: 'k', payload: { seq: 0 } }); // routing read and scripts loaded

@@ -3,16 +3,17 @@ import { CoordinatorAdmin, StreamProducer, shardForKey } from '@redis-stream-coo
 import { memberFactory } from './support/member-factory';
 import { pollUntil } from './support/poll';
 import { type HeldRequest, TcpProxy } from './support/tcp-proxy';
+import { proxyFactory } from './support/proxy-fixture';
 import { uniqueName, useRedisServer } from './support/vitest-redis';
 
 const redis = useRedisServer();
 const aMember = memberFactory(redis, { retryBackoffMs: 1 });
-const proxies: TcpProxy[] = [];
+const aProxy = proxyFactory(redis);
 const holds: HeldRequest[] = [];
 
-afterEach(async () => {
+// Registered after the proxies' hook, so it runs first: held requests go on before the proxies stop.
+afterEach(() => {
   for (const hold of holds.splice(0)) hold.release();
-  await Promise.all(proxies.splice(0).map((p) => p.stop()));
 });
 
 describe('attack: an ordered shrink whose cutover read is late', () => {
@@ -26,8 +27,7 @@ describe('attack: an ordered shrink whose cutover read is late', () => {
     const streamPrefix = uniqueName('attack-shrink-sync');
     let key = 'k0';
     for (let i = 0; shardForKey(key, 2) !== 1; i++) key = `k${i}`;
-    const proxy = await TcpProxy.start(redis.server.port);
-    proxies.push(proxy);
+    const proxy = await aProxy();
     let release: () => void = () => undefined;
     const gate = new Promise<void>((resolve) => (release = resolve));
     const started: number[] = [];
@@ -97,8 +97,7 @@ describe('attack: an ordered shrink a member hears of after switchAt', () => {
     const streamPrefix = uniqueName('attack-shrink-late');
     let key = 'k0';
     for (let i = 0; shardForKey(key, 2) !== 1; i++) key = `k${i}`;
-    const proxy = await TcpProxy.start(redis.server.port);
-    proxies.push(proxy);
+    const proxy = await aProxy();
     let release: () => void = () => undefined;
     const gate = new Promise<void>((resolve) => (release = resolve));
     const started: number[] = [];

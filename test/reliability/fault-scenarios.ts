@@ -72,6 +72,23 @@ function lastAttemptRunning(member: MemberProcess): RecordLine | undefined {
   return starts.find((s) => !lines.some((l) => l.e === 'end' && l.id === s.id && l.t > s.t));
 }
 
+/** What a member recorded since its handlers turned long, for a fault that waited in vain. */
+function whatItDid(member: MemberProcess): string {
+  const lines = readRecords(member.recordFile);
+  const from = lines.findIndex((l) => l.e === 'long-handlers');
+  if (from < 0) return 'it never recorded long handlers';
+  const since = lines.slice(from);
+  const ends = since.filter((l) => l.e === 'end');
+  const owned = new Set<number>();
+  for (const l of lines) {
+    if (l.e === 'assigned') for (const s of l.shards ?? []) owned.add(s);
+    if (l.e === 'revoked' || l.e === 'fenced' || l.e === 'lease-lost') for (const s of l.shards ?? []) owned.delete(s);
+  }
+  const attempts = Math.max(0, ...since.filter((l) => l.e === 'start').map((l) => l.n ?? 0));
+  const events = since.filter((l) => !['start', 'end', 'ack'].includes(l.e)).map((l) => l.e);
+  return `since long handlers: ${since.filter((l) => l.e === 'start').length} starts, ${ends.filter((l) => l.ok === false).length} failed, most attempts of one entry ${attempts}; owns [${[...owned].join(',')}]; other records: ${[...new Set(events)].join(', ') || 'none'}`;
+}
+
 /**
  * Issue 11 #3. One member's handlers turn long (1.5 sessions) while 30% of entries fail every
  * attempt; as soon as it starts the last attempt of such an entry it is paused (SIGSTOP) until the
@@ -94,7 +111,9 @@ export async function zombieDeadLetter(h: ChaosHarness, fault: Fault): Promise<v
     let last: RecordLine | undefined;
     // Each attempt is long (1.5 sessions) and the victim's shards may first have to work through
     // long runs begun before the spell: a last attempt can take a while to come.
-    await waitFor('a last attempt to start at the victim', () => (last = lastAttemptRunning(victim)) !== undefined, 45_000, 20);
+    await waitFor('a last attempt to start at the victim', () => (last = lastAttemptRunning(victim)) !== undefined, 45_000, 20).catch((error: Error) => {
+      throw new Error(`${error.message} (${whatItDid(victim)})`);
+    });
     await h.isolate(fault, (m) => m.child.kill('SIGSTOP'), (m) => m.child.kill('SIGCONT'), victim);
     fault.detail = `(entry ${last!.s}/${last!.id})`;
     const entry = last!;

@@ -73,7 +73,7 @@ function lastAttemptRunning(member: MemberProcess): RecordLine | undefined {
 }
 
 /** What a member recorded since its handlers turned long, for a fault that waited in vain. */
-function whatItDid(member: MemberProcess): string {
+export function whatItDid(member: MemberProcess): string {
   const lines = readRecords(member.recordFile);
   const from = lines.findIndex((l) => l.e === 'long-handlers');
   if (from < 0) return 'it never recorded long handlers';

@@ -12,7 +12,7 @@ import path from 'node:path';
 import { loadScriptSource } from '../../packages/core/src/redis/scripts';
 import { TcpProxy } from '../support/tcp-proxy';
 import type { Fault, FaultKind } from './checker';
-import { failingSpell, groupKeysLost, revokeTwice, trimHistory, unsafeLease, zombieDeadLetter } from './fault-scenarios';
+import { failingSpell, groupKeysLost, revokeTwice, trimHistory, unsafeLease, whatItDid, zombieDeadLetter } from './fault-scenarios';
 import { type ChaosHarness, type MemberProcess, readRecords, sleep, waitFor } from './harness';
 
 export interface FaultSpec {
@@ -120,15 +120,33 @@ async function resize(h: ChaosHarness, fault: Fault, grow: boolean, ordered: boo
     },
     h.cutoverBoundMs(),
     100,
-  );
+  ).catch(async (error: Error) => {
+    throw new Error(`${error.message}: ${await cutoversLeft(h)}`);
+  });
   // The resize's time is when it happened, not when the fault began waiting for the previous one:
   // the checker excuses per-key inversions around an unordered resize by this time.
   fault.at = performance.timeOrigin + performance.now();
   h.maxShards = Math.max(h.maxShards, next);
   h.resizes += 1;
   // Recovered also means every group's cutover completed.
-  await waitFor('every cutover done', async () => (await h.admin.cutoverStatus(h.streamPrefix)).every((s) => s.cutover === null), h.cutoverBoundMs(), 100);
+  await waitFor('every cutover done', async () => (await h.admin.cutoverStatus(h.streamPrefix)).every((s) => s.cutover === null), h.cutoverBoundMs(), 100).catch(
+    async (error: Error) => {
+      throw new Error(`${error.message}: ${await cutoversLeft(h)}`);
+    },
+  );
   return { liftedAt: performance.now() };
+}
+
+/** The groups still cutting over, what they wait for and who owns those shards: for a wait that ran out. */
+async function cutoversLeft(h: ChaosHarness): Promise<string> {
+  const left = [];
+  for (const status of await h.admin.cutoverStatus(h.streamPrefix)) {
+    if (!status.cutover) continue;
+    const owners = new Map((await h.admin.describeGroup(h.streamPrefix, status.consumerGroup)).shards.map((s) => [s.shardIndex, s.owner]));
+    const waits = (status.waitingFor ?? []).map((w) => `shard ${w.shardIndex}${w.undelivered ? ' undelivered' : ''}${w.pending ? ' pending' : ''} at ${owners.get(w.shardIndex) ?? 'nobody'}`);
+    left.push(`${status.consumerGroup} (${status.cutover.from}->${status.cutover.to}) waits for ${waits.join(', ') || 'nothing (not completed)'}`);
+  }
+  return left.join('; ') || 'none left';
 }
 
 /** Replaces one member of the first group (graceful stop, new process with `clockOffsetMs`). */
@@ -283,9 +301,16 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
       fault.target = victim.memberId;
       h.excuse(victim, 60_000);
       victim.child.kill('SIGUSR1');
-      await waitFor('a long handler to start', () => longHandlerStarted(victim), 10_000);
-      await h.removeMember(victim.handle, 'SIGTERM');
-      await h.spawnMember();
+      try {
+        await waitFor('a long handler to start', () => longHandlerStarted(victim), 20_000).catch((error: Error) => {
+          throw new Error(`${error.message} (${whatItDid(victim)})`);
+        });
+      } finally {
+        // Stopped gracefully whether or not a long handler was seen: a member left with long handlers
+        // would work through its shards at one entry per 1.5 s for the rest of the run.
+        await h.removeMember(victim.handle, 'SIGTERM');
+        await h.spawnMember();
+      }
     },
   },
   'grow-ordered': { what: 'one shard more, ordered cutover', inject: (h, f) => resize(h, f, true, true) },

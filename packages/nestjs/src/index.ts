@@ -2,7 +2,7 @@ export { CoordinatorModule } from './coordinator.module';
 export { COORDINATOR_MODULE_OPTIONS } from './coordinator.module-definition';
 export type { CoordinatorModuleExtras, CoordinatorModuleOptions, MemberDefaults } from './coordinator-module-options';
 export { StreamListener, type StreamListenerOptions } from './stream-listener.decorator';
-export { CoordinatorConsumerProperties, type CoordinatorConsumerOptions } from './coordinator-consumer-properties';
+export { type ConsumerPlacement, type CoordinatorBatchConsumerOptions, CoordinatorConsumerProperties, type CoordinatorConsumerOptions } from './coordinator-consumer-properties';
 export { StreamPublisher } from './stream-publisher';
 export { CoordinatorRegistry, type RegisteredMember } from './coordinator.registry';
 export { StreamListenerRegistry, type RuntimeListenerOptions } from './stream-listener.registry';

@@ -27,4 +27,4 @@ export { CoordinatorConnections } from './coordinator-connections';
 export { STREAM_CONTEXT_TYPE, StreamContext, type StreamContextMember, type StreamContextType } from './stream-context';
 export { StreamCtx, StreamParamsFactory, StreamParamtype, StreamPayload } from './stream-params.decorators';
 export { StreamHandlerFactory, type MemberHandler } from './stream-handler.factory';
-export { CoordinatorAdmin, HandlerAbortedError, type HandlerAbortReason, type StreamMessage } from '@redis-stream-coordinator/core';
+export { AckRefusedError, BatchError, CoordinatorAdmin, HandlerAbortedError, type HandlerAbortReason, type StreamMessage } from '@redis-stream-coordinator/core';

@@ -14,7 +14,7 @@ export type StreamListenerOptions = Omit<CoordinatedMemberOptions, 'handler' | '
    * shards: `<baseId>-m0` … `-m(N-1)`. Default 1.
    */
   concurrency?: number;
-  /** Workers of each of those members (one entry at a time per shard). Default 1. */
+  /** Workers of each of those members (one entry at a time per shard, or per key of a shard with `lanes`). Default `lanes` (1). */
   runtimeMaxConcurrency?: number;
   /**
    * The `name` of the `CoordinatorModule.forRoot` whose Redis, key prefix and defaults the members

@@ -35,7 +35,7 @@ export interface CoordinatedMemberSettings<T = unknown> {
   memberId?: string;
   /** A label for people (dashboards, describeGroup). Defaults to the memberId. */
   memberName?: string;
-  /** Handlers this member runs at once, across its shards (one at a time per shard). Default 1. */
+  /** Handlers this member runs at once, across its shards (one at a time per shard, or per key of a shard with `lanes`). Default `lanes` (1). */
   runtimeMaxConcurrency?: number;
   /** Relative share of shards (SPEC section 4). Default 1. */
   weight?: number;

@@ -38,6 +38,30 @@ describe("ackMode 'manual'", () => {
     await settled(streamPrefix);
   });
 
+  it('with lanes, only the next entry of the same key waits for the ack', async () => {
+    const streamPrefix = uniqueName('manual-lanes');
+    const held: StreamMessage<KeyedPayload>[] = [];
+    const member = aMember({ streamPrefix, memberId: 'a', shardCount: 1, lanes: 4, handler: (message) => void held.push(message) });
+    await member.start();
+    await new StreamProducer(redis.client(), { streamPrefix }).sendBatch([
+      { key: 'a', payload: { seq: 1 } },
+      { key: 'a', payload: { seq: 2 } },
+      { key: 'b', payload: { seq: 1 } },
+      { key: 'c', payload: { seq: 1 } },
+    ]);
+    await pollUntil('a1, b1 and c1 started', async () => held.length === 3);
+    expect(held.map((m) => `${m.key}${m.payload.seq}`)).toEqual(['a1', 'b1', 'c1']);
+    await held[1].ack();
+    await held[2].ack();
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(held).toHaveLength(3); // a2 still waits for a1
+    await held[0].ack();
+    await pollUntil('a2 started', async () => held.length === 4);
+    expect(`${held[3].key}${held[3].payload.seq}`).toBe('a2');
+    await held[3].ack();
+    await settled(streamPrefix);
+  });
+
   it('nack({ retryAfterMs }) retries the entry after that delay; nacked out, it is dead-lettered', async () => {
     const streamPrefix = uniqueName('manual-nack');
     const tries: number[] = [];

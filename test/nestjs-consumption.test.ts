@@ -51,3 +51,28 @@ describe('the lanes, batches and manual acks example of docs/nestjs.md', () => {
     }
   }, 30_000);
 });
+
+describe('lanes of a listener', () => {
+  it("a listener's workers default to its lanes, or to the module's defaults.lanes", async () => {
+    const { Injectable, Module } = await import('@nestjs/common');
+    const { CoordinatorModule, CoordinatorRegistry, StreamListener } = await import('@redis-stream-coordinator/nestjs');
+    @Injectable()
+    class Handlers {
+      @StreamListener({ id: 'own', streamPrefix: 'lanes-own', consumerGroup: 'g', lanes: 4, autoStartup: false })
+      own() {}
+      @StreamListener({ id: 'inherited', streamPrefix: 'lanes-inherited', consumerGroup: 'g', autoStartup: false })
+      inherited() {}
+    }
+    @Module({ imports: [CoordinatorModule.forRoot({ redis: { url: redis.server.url }, defaults: { lanes: 8 } })], providers: [Handlers] })
+    class LanesModule {}
+    const app = await Test.createTestingModule({ imports: [LanesModule] }).compile();
+    await app.init();
+    try {
+      const byPrefix = new Map(app.get(CoordinatorRegistry).members().map((m) => [m.options.streamPrefix, m.options]));
+      expect(byPrefix.get('lanes-own')).toMatchObject({ lanes: 4, runtimeMaxConcurrency: 4 });
+      expect(byPrefix.get('lanes-inherited')).toMatchObject({ lanes: 8, runtimeMaxConcurrency: 8 });
+    } finally {
+      await app.close();
+    }
+  });
+});

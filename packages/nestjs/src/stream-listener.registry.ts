@@ -103,7 +103,7 @@ export class StreamListenerRegistry {
     const createMember = async (i: number, start: boolean) =>
       this.createMember(
         connection,
-        { ...options, memberId: `${baseId}-m${i}`, memberName: `${baseName}-m${i}`, runtimeMaxConcurrency: options.runtimeMaxConcurrency ?? options.lanes ?? 1 },
+        { ...options, memberId: `${baseId}-m${i}`, memberName: `${baseName}-m${i}`, runtimeMaxConcurrency: options.runtimeMaxConcurrency ?? options.lanes ?? connection.options.defaults?.lanes ?? 1 },
         where,
         await nextHandler(),
         { listenerId, autoStartup: start },

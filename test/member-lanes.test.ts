@@ -123,6 +123,8 @@ describe('key-ordered lanes', () => {
     await heir.start();
     await pollUntil('every entry handled', async () => recorder.distinctEntries() === 640, { timeoutMs: 20_000 });
     expect(recorder.runs.filter((r) => r.memberId === 'heir').length).toBeGreaterThan(0);
+    // Both ran lanes side by side (so the handoff is one of lanes, not of one entry at a time).
+    for (const who of ['doomed', 'heir']) expect(peakPerShard(recorder.runs.filter((r) => r.memberId === who && r.shardIndex === 0)), who).toBeGreaterThan(1);
     // First handlings of each key in sequence order, over both members; redeliveries allowed.
     expect(recorder.orderViolations()).toEqual([]);
     expect(keyOverlaps(recorder.runs)).toEqual([]);

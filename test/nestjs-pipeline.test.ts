@@ -21,7 +21,7 @@ import { APP_FILTER, APP_GUARD, APP_INTERCEPTOR, ExternalContextCreator } from '
 import { Test, type TestingModule } from '@nestjs/testing';
 import { throwError, tap } from 'rxjs';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { CoordinatorAdmin, type DeadLetterNotice, type StreamMessage } from '@redis-stream-coordinator/core';
+import { BatchError, CoordinatorAdmin, type DeadLetterNotice, type StreamMessage } from '@redis-stream-coordinator/core';
 import {
   CoordinatorConsumerProperties,
   CoordinatorHealthIndicator,
@@ -437,5 +437,39 @@ describe('what an enhancer decides for the entry', () => {
     expect(notice).toMatchObject({ entryId: sent.id, destination: 'summary-dlq', cause: 'non-retryable', attempts: 1, reason: 'BadRequestException: text must be a string' });
     const letters = await app.get(CoordinatorAdmin).readDeadLetters(streamPrefix, 'summary-dlq');
     expect(letters.map((l) => [l.entryId, l.consumerGroup, l.cause])).toEqual([[sent.id, 'g', 'non-retryable']]);
+  });
+});
+
+describe('batch listeners in the pipeline', () => {
+  it('the data is the payloads, StreamContext.batch the messages, an interceptor sees the batch once; a BatchError fails from its entry on', async () => {
+    const streamPrefix = uniqueName('batch-pipe');
+    const seen: { payloads: Summary[]; ids: string[]; first: string }[] = [];
+    const intercepted: number[] = [];
+    @Injectable()
+    class CountBatches implements NestInterceptor {
+      intercept(context: ExecutionContext, next: CallHandler) {
+        intercepted.push((context.switchToRpc().getData() as unknown[]).length);
+        return next.handle();
+      }
+    }
+    @Injectable()
+    class Handlers {
+      @StreamListener({ streamPrefix, consumerGroup: 'g', shardCount: 1, batch: { maxSize: 10, maxWaitMs: 300 } })
+      @UseInterceptors(CountBatches)
+      onBatch(@StreamPayload() payloads: Summary[], @StreamCtx() context: StreamContext) {
+        seen.push({ payloads, ids: context.batch!.map((m) => m.id), first: context.id });
+        const bad = payloads.findIndex((p) => p.text === 'bad');
+        if (bad >= 0) throw new BatchError(bad, new Error('bad text'));
+      }
+    }
+    const { app, outcome } = await anApp([Handlers, CountBatches]);
+    const sent = await app.get(StreamPublisher).publishBatch(streamPrefix, ['a', 'b', 'bad', 'c'].map((text) => ({ key: 'k', payload: { text } })));
+    await pollUntil('the bad entry dead-lettered', async () => outcome.deadLetters.length === 1);
+    expect(seen[0]).toEqual({ payloads: ['a', 'b', 'bad', 'c'].map((text) => ({ text })), ids: sent.map((s) => s.id), first: sent[0].id });
+    // maxAttempts 2: the tail from 'bad' once more, then 'bad' dead-lettered and 'c' alone.
+    expect(seen.map((s) => s.payloads.map((p) => p.text))).toEqual([['a', 'b', 'bad', 'c'], ['bad', 'c'], ['c']]);
+    expect(intercepted).toEqual([4, 2, 1]);
+    expect(outcome.deadLetters[0]).toMatchObject({ id: sent[2].id, attempts: 2, reason: 'Error: bad text' });
+    await pollUntil('the rest acknowledged', async () => [sent[0], sent[1], sent[3]].every((s) => outcome.acknowledged.has(s.id)));
   });
 });

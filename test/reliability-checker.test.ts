@@ -21,6 +21,14 @@ describe('reliability checker', () => {
     expect(report).toMatchObject({ produced: 3, handled: 3, acknowledged: 3, lost: [], orderViolations: [], overlaps: [], duplicates: 0 });
   });
 
+  it('finds two runs of one key of a shard at once in one member (lanes must keep a key one at a time), not two keys', () => {
+    const keys: Produced[] = [...produced.slice(0, 2), { id: '4-0', shard: 0, key: 'c', seq: 1 }];
+    const parallelKeys = [...run('p0', 0, '1-0', 'a', 1, 10, 20), ...run('p0', 0, '4-0', 'c', 1, 11, 15), ...run('p0', 0, '2-0', 'a', 2, 21, 22), ack('p0', 0, ['1-0', '4-0', '2-0'], true, 23)];
+    expect(check(keys, parallelKeys, [], new Set()).keyOverlaps).toEqual([]);
+    const oneKeyAtOnce = [...run('p0', 0, '1-0', 'a', 1, 10, 20), ...run('p0', 0, '2-0', 'a', 2, 15, 22), ...run('p0', 0, '4-0', 'c', 1, 11, 15), ack('p0', 0, ['1-0', '4-0', '2-0'], true, 23)];
+    expect(check(keys, oneKeyAtOnce, [], new Set()).keyOverlaps).toEqual(['a: p0 ran #1 and #2 at once']);
+  });
+
   it('finds lost entries: never handled to the end, or handled but never acknowledged', () => {
     const lines = [...run('p0', 0, '1-0', 'a', 1, 10, undefined), ...run('p0', 0, '2-0', 'a', 2, 12, 13), ...run('p1', 1, '3-0', 'b', 1, 10, 12)];
     const report = check(produced, lines, [], new Set(['1/3-0']));

@@ -27,7 +27,7 @@ async function handledHeaders(streamPrefix: string): Promise<{ member: Coordinat
   return { member, headers: seen[0] };
 }
 
-const aMessage = { id: '1-0', streamPrefix: 'x', shardIndex: 0, key: undefined, payload: 1, headers: {}, deliveryCount: 1, signal: new AbortController().signal } satisfies StreamMessage;
+const aMessage = { id: '1-0', streamPrefix: 'x', shardIndex: 0, key: undefined, payload: 1, headers: {}, deliveryCount: 1, signal: new AbortController().signal, ack: async () => undefined, nack: async () => undefined } satisfies StreamMessage;
 
 describe('telemetry without a provider', () => {
   it('the API installed but no provider registered: no trace header, and no probe (nothing allocated) per handler call', async () => {

@@ -11,6 +11,7 @@ import path from 'node:path';
 import { Redis } from 'ioredis';
 import { RedisServer } from '@redis-stream-coordinator/core/testing';
 import { type CoordinatorFigures, measureCoordinator } from './coordinator-bench';
+import { measureConsumption } from './consumption-bench';
 import { drainRepetition, type DrainRepetition } from './drain-bench';
 import { ioBullmq, ioCase } from './io-bench';
 import { crashRecovery, latency, rebalance } from './member-bench';
@@ -114,7 +115,10 @@ async function main(): Promise<void> {
     progress('scenario 6: memory');
     const mem = await memory(server.url);
 
-    const results: BenchResults = { environment, coordinator, drain, io, latency: lat, rebalance: rebalances, recovery, resize, memory: mem };
+    progress('scenario 9: key-ordered lanes and batch handlers');
+    const consumption = await measureConsumption(server.url, quick, repetitions, progress);
+
+    const results: BenchResults = { environment, coordinator, drain, io, latency: lat, rebalance: rebalances, recovery, resize, memory: mem, consumption };
     const docs = path.resolve(__dirname, '../../docs');
     fs.writeFileSync(path.join(docs, 'benchmarks.md'), report(results));
     fs.writeFileSync(

@@ -147,6 +147,12 @@ export interface CheckExtras {
   unreadable?: Map<string, Set<string>>;
   /** Every consumer group that must have handled every produced entry; default: the groups in the records. */
   groups?: string[];
+  /**
+   * The members ran key-ordered lanes: a shard's keys run side by side, so an entry waiting behind
+   * its own key's earlier entry while other keys run is not skipped; only later entries of its own
+   * key running past it are.
+   */
+  lanes?: boolean;
 }
 
 export interface CheckReport {
@@ -162,6 +168,8 @@ export interface CheckReport {
   orderViolations: string[];
   /** Two members on one shard at the same time where the earlier one's acknowledgement counted. */
   overlaps: string[];
+  /** Two runs of one key of one shard by one member process at the same time (lanes must run a key's entries one by one). */
+  keyOverlaps: string[];
   duplicates: number;
   /** Duplicates with no fault that could have caused them. */
   unexplainedDuplicates: string[];
@@ -329,6 +337,25 @@ export function check(produced: Produced[], lines: RecordLine[], faults: Fault[]
     }
   }
 
+  // One run of a key of a shard at a time in a member process, lanes or not (SPEC 5: per-key order;
+  // across shards an unordered resize may give it up).
+  const keyOverlaps: string[] = [];
+  const byKey = new Map<string, Run[]>();
+  for (const run of runs) {
+    const k = `${run.group}/${run.member}/${run.shard}/${run.key}`;
+    const list = byKey.get(k);
+    if (list) list.push(run);
+    else byKey.set(k, [run]);
+  }
+  for (const list of byKey.values()) {
+    list.sort((a, b) => a.start - b.start);
+    for (let i = 1; i < list.length; i++) {
+      const before = list[i - 1];
+      // A run whose process died has no end: nothing of it runs on after a restart (a new handle).
+      if (before.end !== undefined && list[i].start < before.end) keyOverlaps.push(`${label(before.group)}${before.key}: ${before.member} ran #${before.seq} and #${list[i].seq} at once`);
+    }
+  }
+
   // Duplicates: every run of an entry after its first that did not fail on purpose (a failed
   // attempt is retried, which is no redelivery), each explained by a fault at that moment.
   const firstRun = new Map<string, Run>();
@@ -360,9 +387,10 @@ export function check(produced: Produced[], lines: RecordLine[], faults: Fault[]
     redisLost,
     orderViolations,
     overlaps,
+    keyOverlaps,
     duplicates,
     unexplainedDuplicates,
-    stuck: stuckEntries(runs, extras.pendingSamples ?? [], extras.stuckAfterMs ?? 3000, extras.quietStuckAfterMs),
+    stuck: stuckEntries(runs, extras.pendingSamples ?? [], extras.stuckAfterMs ?? 3000, extras.quietStuckAfterMs, extras.lanes ?? false),
     deadLetters: deadLetters.length,
     unfencedDeadLetters: deadLetterFencing(lines, deadLetters),
     grantDuplicates: grantDuplicates(runs),

@@ -24,6 +24,11 @@ export interface HarnessOptions {
   rate?: number;
   keys?: number;
   handlerDelayMs?: number;
+  /**
+   * Key-ordered lanes of every member process (default 1): with more, a member runs that many keys
+   * of a shard at once, and the checker holds it to per-key order (no two runs of a key at once).
+   */
+  lanes?: number;
   /** Handler failures (member-process.ts): first attempts failing, and entries failing every attempt. */
   failPercent?: number;
   deadPermille?: number;
@@ -127,6 +132,8 @@ export class ChaosHarness {
   ) {
     this.settings = {
       members: 3, shards: 8, sessionTimeoutMs: 1000, rate: 500, keys: 50, handlerDelayMs: 1, failPercent: 3, deadPermille: 5,
+      // RSC_CHAOS_MEMBER_LANES=n runs every member with key-ordered lanes (not RSC_CHAOS_LANES: harnesses side by side).
+      lanes: Math.max(1, Number(process.env.RSC_CHAOS_MEMBER_LANES ?? 1) || 1),
       ...options,
     };
     this.maxShards = this.settings.shards;
@@ -198,7 +205,8 @@ export class ChaosHarness {
       recordFile,
       sessionTimeoutMs: session,
       heartbeatIntervalMs: options.heartbeatIntervalMs ?? Math.floor(session / 5),
-      runtimeMaxConcurrency: 4,
+      runtimeMaxConcurrency: 4 * this.settings.lanes,
+      lanes: this.settings.lanes,
       handlerDelayMs: this.settings.handlerDelayMs,
       // After Redis loses every key the members recreate the stream (no operator).
       shardCount: this.settings.shards,
@@ -421,6 +429,7 @@ export class ChaosHarness {
       quietStuckAfterMs: 5000,
       groups: this.groups,
       unreadable: this.unreadable,
+      lanes: this.settings.lanes > 1,
       mayBeTwice: new Set([...this.load.mayBeTwice, ...this.staleLoad.mayBeTwice]),
     });
   }

@@ -17,10 +17,13 @@ const MAX_SAMPLE_GAP_MS = 1500;
  * Entries queued behind earlier ones (a backlog worked through in order, a retry still going) are
  * neither: the owner makes progress on the shard and runs nothing past them.
  */
-export function stuckEntries(runs: Run[], samples: PendingSample[], afterMs: number, quietAfterMs = afterMs * 2): string[] {
+export function stuckEntries(runs: Run[], samples: PendingSample[], afterMs: number, quietAfterMs = afterMs * 2, lanes = false): string[] {
   const byEntry = new Map<string, Run[]>();
   const byShard = new Map<string, Run[]>();
+  /** With lanes, "later entries ran" means later entries of the entry's own key: "group/shard/id" -> key. */
+  const keyOf = new Map<string, string>();
   for (const run of runs) {
+    if (lanes) keyOf.set(`${run.group}/${run.shard}/${run.id}`, run.key);
     for (const [map, k] of [
       [byEntry, `${run.group}/${run.member}/${run.shard}/${run.id}`],
       [byShard, `${run.group}/${run.member}/${run.shard}`],
@@ -36,7 +39,11 @@ export function stuckEntries(runs: Run[], samples: PendingSample[], afterMs: num
   // Only the runs that started in [from, to] (found by bisection: a long soak has many per shard).
   const started = (group: string, member: string, shard: number, from: number, to: number, after?: string) => {
     const list = byShard.get(`${group}/${member}/${shard}`) ?? [];
+    // With lanes, an entry never run has no known key: only the quiet bound applies to it.
+    const key = lanes && after !== undefined ? keyOf.get(`${group}/${shard}/${after}`) ?? null : undefined;
+    if (key === null) return false;
     for (let i = firstAtOrAfter(list, from, (r) => r.start); i < list.length && list[i].start <= to; i++) {
+      if (key !== undefined && list[i].key !== key) continue;
       if (after === undefined || compareIds(list[i].id, after) > 0) return true;
     }
     return false;

@@ -21,7 +21,7 @@ export function faultTable(report: CheckReport): { kind: FaultKind; count: numbe
 export function formatReport(report: CheckReport): string {
   const lines = [
     `entries produced ${report.produced}, handled ${report.handled}, acknowledged ${report.acknowledged}, lost ${report.lost.length} (Redis lost ${report.redisLost.length}), ` +
-      `order violations ${report.orderViolations.length}, overlaps ${report.overlaps.length}, stuck ${report.stuck.length}, ` +
+      `order violations ${report.orderViolations.length}, overlaps ${report.overlaps.length}, key overlaps ${report.keyOverlaps.length}, stuck ${report.stuck.length}, ` +
       `dead letters ${report.deadLetters} (unfenced ${report.unfencedDeadLetters.length}), runs twice in a grant ${report.grantDuplicates.length}, written twice ${report.writtenTwice.length}, ` +
       `duplicates ${report.duplicates} (unexplained ${report.unexplainedDuplicates.length}), unrecovered faults ${report.unrecovered.length}`,
     ...faultTable(report).map((r) => `  ${r.kind}: ${r.count} × recovery p50 ${Math.round(r.p50)} ms, p99 ${Math.round(r.p99)} ms`),
@@ -33,6 +33,7 @@ export function formatReport(report: CheckReport): string {
     ...report.lost.slice(0, 5).map((l) => `  lost ${l}`),
     ...report.orderViolations.slice(0, 5).map((l) => `  order ${l}`),
     ...report.overlaps.slice(0, 5).map((l) => `  overlap ${l}`),
+    ...report.keyOverlaps.slice(0, 5).map((l) => `  key overlap ${l}`),
     ...report.unexplainedDuplicates.slice(0, 5).map((l) => `  unexplained duplicate ${l}`),
   ];
   return lines.join('\n');

@@ -85,6 +85,7 @@ export function shortTier(): void {
         expect(report.stuck, summary).toEqual([]);
         expect(report.orderViolations, summary).toEqual([]);
         expect(report.overlaps, summary).toEqual([]);
+        expect(report.keyOverlaps, summary).toEqual([]);
         expect(report.unfencedDeadLetters, summary).toEqual([]);
         expect(report.grantDuplicates, summary).toEqual([]);
         expect(report.writtenTwice, summary).toEqual([]);

@@ -43,6 +43,7 @@ it(`soak: random faults for ${Math.round(durationMs / 1000)} s (seed ${seed})`, 
   expect(report.stuck, replay).toEqual([]);
   expect(report.orderViolations, replay).toEqual([]);
   expect(report.overlaps, replay).toEqual([]);
+  expect(report.keyOverlaps, replay).toEqual([]);
   expect(report.unfencedDeadLetters, replay).toEqual([]);
   expect(report.grantDuplicates, replay).toEqual([]);
   expect(report.writtenTwice, replay).toEqual([]);

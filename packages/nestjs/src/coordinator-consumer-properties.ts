@@ -1,4 +1,4 @@
-import type { CoordinatedMemberOptions, MessageHandler } from '@redis-stream-coordinator/core';
+import type { BatchMemberOptions, CoordinatedMemberOptions, MessageHandler } from '@redis-stream-coordinator/core';
 
 /** Where a handler made by `CoordinatorConsumerProperties.providerMethod` keeps its provider and method. */
 const PROVIDER_METHOD = Symbol('redis-stream-coordinator:provider-method');
@@ -14,7 +14,12 @@ export function providerMethodOf(handler: unknown): { instance: object; method: 
 }
 
 /** The member options of a bean consumer, and the connection it belongs to. */
-export type CoordinatorConsumerOptions<T = unknown> = CoordinatedMemberOptions<T> & {
+export type CoordinatorConsumerOptions<T = unknown> = CoordinatedMemberOptions<T> & ConsumerPlacement;
+/** The options of a bean consumer whose handler gets batches (`batch`: one shard's entries in order). */
+export type CoordinatorBatchConsumerOptions<T = unknown> = BatchMemberOptions<T> & ConsumerPlacement;
+
+/** Where a bean consumer belongs: its connection, registry id and startup. */
+export interface ConsumerPlacement {
   /**
    * The `name` of the `CoordinatorModule.forRoot` whose Redis, key prefix and defaults the member
    * uses. Default: the unnamed one (or, in a module's `consumers` option, that module).
@@ -27,7 +32,7 @@ export type CoordinatorConsumerOptions<T = unknown> = CoordinatedMemberOptions<T
   id?: string;
   /** Whether the member starts when the application bootstraps. Default true; else `registry.get(id).start()`. */
   autoStartup?: boolean;
-};
+}
 
 /**
  * A bean-style consumer: any provider whose value is one of these (and every entry of the module's
@@ -42,7 +47,7 @@ export type CoordinatorConsumerOptions<T = unknown> = CoordinatedMemberOptions<T
  */
 export class CoordinatorConsumerProperties<T = unknown> {
   private constructor(
-    readonly options: CoordinatedMemberOptions<T>,
+    readonly options: CoordinatedMemberOptions<T> | BatchMemberOptions<T>,
     readonly connection: string | undefined,
     /** Its id in StreamListenerRegistry, if given. */
     readonly id: string | undefined,
@@ -69,7 +74,9 @@ export class CoordinatorConsumerProperties<T = unknown> {
     return Object.assign(handler, { [PROVIDER_METHOD]: { instance, method } });
   }
 
-  static consumer<T = unknown>(options: CoordinatorConsumerOptions<T>): CoordinatorConsumerProperties<T> {
+  static consumer<T = unknown>(options: CoordinatorBatchConsumerOptions<T>): CoordinatorConsumerProperties<T>;
+  static consumer<T = unknown>(options: CoordinatorConsumerOptions<T>): CoordinatorConsumerProperties<T>;
+  static consumer<T = unknown>(options: CoordinatorConsumerOptions<T> | CoordinatorBatchConsumerOptions<T>): CoordinatorConsumerProperties<T> {
     if (options === null || typeof options !== 'object') {
       throw new TypeError('CoordinatorConsumerProperties.consumer(options): options must be an object');
     }

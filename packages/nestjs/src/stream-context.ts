@@ -43,9 +43,14 @@ export class StreamContext {
   readonly memberEpoch: number;
 
   constructor(
-    /** The whole message as the core handed it over (payload included). */
+    /** The whole message as the core handed it over (payload included); a batch's first. */
     readonly message: StreamMessage,
     member: StreamContextMember,
+    /**
+     * A batch listener's (`batch` option) messages, in order; `@StreamMessageParam()` and the implicit
+     * first parameter get this array, `@StreamPayload()` the payloads. The other fields are the first message's.
+     */
+    readonly batch?: readonly StreamMessage[],
   ) {
     this.id = message.id;
     this.streamPrefix = message.streamPrefix;

@@ -77,12 +77,14 @@ export class StreamHandlerFactory {
       STREAM_CONTEXT_TYPE,
     );
     return async (message, member) => {
-      const context = new StreamContext(message, {
-        memberId: member.memberId,
-        consumerGroup: member.options.consumerGroup,
-        memberEpoch: member.currentMemberEpoch(),
-      });
-      const result: unknown = await invoke(message.payload, context);
+      // A batch listener (`batch`) gets an array: the data is the payloads, the context the batch's.
+      const batch = Array.isArray(message) ? (message as StreamMessage[]) : undefined;
+      const context = new StreamContext(
+        batch ? batch[0] : message,
+        { memberId: member.memberId, consumerGroup: member.options.consumerGroup, memberEpoch: member.currentMemberEpoch() },
+        batch,
+      );
+      const result: unknown = await invoke(batch ? batch.map((m) => m.payload) : message.payload, context);
       // An exception filter's answer is passed through as it is: an RPC-style filter answers with an
       // observable (throwError to fail), which decides the entry's fate only once subscribed.
       if (isObservable(result)) await lastValueFrom(result, { defaultValue: undefined });

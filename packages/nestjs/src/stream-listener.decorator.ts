@@ -1,14 +1,20 @@
 import { SetMetadata } from '@nestjs/common';
-import type { CoordinatedMemberOptions } from '@redis-stream-coordinator/core';
+import type { BatchOptions, CoordinatedMemberOptions } from '@redis-stream-coordinator/core';
 import { STREAM_LISTENER_METADATA } from './coordinator.constants';
 
-export type StreamListenerOptions = Omit<CoordinatedMemberOptions, 'handler' | 'memberId'> & {
+export type StreamListenerOptions = Omit<CoordinatedMemberOptions, 'handler' | 'memberId' | 'batch'> & {
+  /**
+   * The method gets batches: an array of one shard's entries in order (`StreamMessage[]`, or the
+   * payloads with `@StreamPayload()`), at most `maxSize` per call, one acknowledgement for them.
+   * Throw a `BatchError` to say which entry failed (docs/nestjs.md, "Batches").
+   */
+  batch?: BatchOptions;
   /**
    * Logical members this listener runs, each with its own heartbeat loop, consumer name, epoch and
    * shards: `<baseId>-m0` … `-m(N-1)`. Default 1.
    */
   concurrency?: number;
-  /** Workers of each of those members (one entry at a time per shard). Default 1. */
+  /** Workers of each of those members (one entry at a time per shard, or per key of a shard with `lanes`). Default `lanes` (1). */
   runtimeMaxConcurrency?: number;
   /**
    * The `name` of the `CoordinatorModule.forRoot` whose Redis, key prefix and defaults the members

@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { CoordinatedMember, type CoordinatedMemberOptions, type DeadLetterOptions, type MessageHandler } from '@redis-stream-coordinator/core';
+import { type BatchOptions, CoordinatedMember, type CoordinatedMemberOptions, type CoordinatedMemberSettings, type DeadLetterOptions, type MessageHandler, type StreamMessage } from '@redis-stream-coordinator/core';
 import { v7 as uuidv7 } from 'uuid';
 import { CoordinatorRegistry, type RegisteredMember } from './coordinator.registry';
 import type { CoordinatorConnection } from './coordinator-connection';
@@ -103,7 +103,7 @@ export class StreamListenerRegistry {
     const createMember = async (i: number, start: boolean) =>
       this.createMember(
         connection,
-        { ...options, memberId: `${baseId}-m${i}`, memberName: `${baseName}-m${i}`, runtimeMaxConcurrency: options.runtimeMaxConcurrency ?? 1 },
+        { ...options, memberId: `${baseId}-m${i}`, memberName: `${baseName}-m${i}`, runtimeMaxConcurrency: options.runtimeMaxConcurrency ?? options.lanes ?? connection.options.defaults?.lanes ?? 1 },
         where,
         await nextHandler(),
         { listenerId, autoStartup: start },
@@ -153,7 +153,7 @@ export class StreamListenerRegistry {
   /** Creates one member and registers it; its handler gets the entry and that member (its id and epoch go into the StreamContext). */
   private createMember(
     connection: CoordinatorConnection,
-    options: Omit<CoordinatedMemberOptions, 'handler'>,
+    options: CoordinatedMemberSettings & { batch?: BatchOptions },
     where: string,
     handler: MemberHandler,
     listener: { listenerId: string; autoStartup: boolean },
@@ -161,13 +161,14 @@ export class StreamListenerRegistry {
     let member: CoordinatedMember;
     try {
       const defaults = connection.options.defaults;
+      // With `batch` the handler gets arrays of messages: passed on as they come.
       member = new CoordinatedMember(connection.client, {
         ...defaults,
         ...options,
-        handler: typeof handler === 'function' ? (message) => handler(message, member) : handler,
+        handler: typeof handler === 'function' ? (message: StreamMessage) => handler(message, member) : handler,
         coordinator: { ...connection.options.coordinator, ...options.coordinator },
         deadLetter: mergeDeadLetter(defaults?.deadLetter, options.deadLetter),
-      });
+      } as CoordinatedMemberOptions);
     } catch (error) {
       // Same error class, with where the bad option came from in front of the message.
       const original = error as Error;

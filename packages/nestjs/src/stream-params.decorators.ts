@@ -58,7 +58,7 @@ export class StreamParamsFactory implements ParamsFactory {
       case StreamParamtype.CONTEXT:
         return args[1];
       case StreamParamtype.MESSAGE:
-        return args[1].message;
+        return args[1].batch ?? args[1].message;
       default:
         return undefined;
     }

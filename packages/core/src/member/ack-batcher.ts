@@ -13,8 +13,12 @@ const ACK_ATTEMPTS = 8;
  * landed yet (batched, being sent, or waiting to be sent again), so that the poller neither takes
  * such an entry for lost nor reports a shard released before its acks are in.
  */
+/** What became of an acknowledgement: it landed, a newer owner's token refused it, or it could not be sent. */
+export type AckOutcome = 'accepted' | 'refused' | 'unsent';
+type AckWaiter = (outcome: AckOutcome) => void;
+
 export class AckBatcher {
-  private readonly batches = new Map<number, { grantEpoch: number; ids: string[] }>();
+  private readonly batches = new Map<number, { grantEpoch: number; ids: string[]; waiters: AckWaiter[] }>();
   private flushing: Promise<void> | undefined;
   /** shardIndex -> ids not acknowledged yet (batched or being sent). */
   private readonly unsettled = new Map<number, Map<string, number>>();
@@ -28,15 +32,18 @@ export class AckBatcher {
     private readonly running: () => boolean,
   ) {}
 
-  queue(state: ShardState, id: string): void {
+  /** Queues the ack of `id` (or of several ids, one batch's); `onSettled` learns what became of it. */
+  queue(state: ShardState, id: string | string[], onSettled?: AckWaiter): void {
     let batch = this.batches.get(state.index);
     if (!batch || batch.grantEpoch !== state.grantEpoch) {
       if (batch) void this.flush();
-      batch = { grantEpoch: state.grantEpoch, ids: [] };
+      batch = { grantEpoch: state.grantEpoch, ids: [], waiters: [] };
       this.batches.set(state.index, batch);
     }
-    batch.ids.push(id);
-    this.track(state.index, [id], 1);
+    const ids = typeof id === 'string' ? [id] : id;
+    for (const one of ids) batch.ids.push(one);
+    if (onSettled) batch.waiters.push(onSettled);
+    this.track(state.index, ids, 1);
     this.flushing ??= new Promise<void>((resolve) => setImmediate(resolve)).then(() => this.flush());
   }
 
@@ -55,7 +62,7 @@ export class AckBatcher {
     this.flushing = undefined;
     const batches = [...this.batches];
     this.batches.clear();
-    await Promise.all(batches.map(([shardIndex, { grantEpoch, ids }]) => this.send(shardIndex, grantEpoch, ids)));
+    await Promise.all(batches.map(([shardIndex, { grantEpoch, ids, waiters }]) => this.send(shardIndex, grantEpoch, ids, waiters)));
   }
 
   /**
@@ -66,7 +73,7 @@ export class AckBatcher {
     const batch = this.batches.get(shardIndex);
     if (batch) {
       this.batches.delete(shardIndex);
-      void this.send(shardIndex, batch.grantEpoch, batch.ids);
+      void this.send(shardIndex, batch.grantEpoch, batch.ids, batch.waiters);
     }
     const sends = [...(this.sending.get(shardIndex) ?? [])];
     if (sends.length === 0) return true;
@@ -74,10 +81,12 @@ export class AckBatcher {
     return Promise.race([all, sleep(timeoutMs).then(() => false)]);
   }
 
-  private send(shardIndex: number, grantEpoch: number, ids: string[]): Promise<void> {
+  private send(shardIndex: number, grantEpoch: number, ids: string[], waiters: AckWaiter[]): Promise<void> {
     const sends = this.sending.get(shardIndex) ?? new Set<Promise<void>>();
     this.sending.set(shardIndex, sends);
-    const sent: Promise<void> = this.sendWithRetries(shardIndex, grantEpoch, ids).finally(() => {
+    const sent: Promise<void> = this.sendWithRetries(shardIndex, grantEpoch, ids).then((outcome) => {
+      for (const waiter of waiters) waiter(outcome);
+    }).finally(() => {
       sends.delete(sent);
       if (sends.size === 0 && this.sending.get(shardIndex) === sends) this.sending.delete(shardIndex);
       this.track(shardIndex, ids, -1);
@@ -92,7 +101,7 @@ export class AckBatcher {
    * the last attempt they stay pending, and the owner's sweep of its own untracked entries (or the
    * shard's next owner) processes them again.
    */
-  private async sendWithRetries(shardIndex: number, grantEpoch: number, ids: string[]): Promise<void> {
+  private async sendWithRetries(shardIndex: number, grantEpoch: number, ids: string[]): Promise<AckOutcome> {
     for (let attempt = 1; ; attempt++) {
       try {
         const acked = await this.client.ack(shardIndex, grantEpoch, ids);
@@ -100,11 +109,11 @@ export class AckBatcher {
         if (acked === -1) {
           this.events.emit('error', new ShardError(`shard ${shardIndex}: ${ids.length} acknowledgement(s) refused, the shard has a new owner; it will process them again`, shardIndex));
         }
-        return;
+        return acked === -1 ? 'refused' : 'accepted';
       } catch (error) {
         const retry = this.running() && attempt < ACK_ATTEMPTS;
         this.events.emit('error', new ShardError(`shard ${shardIndex}: acknowledging ${ids.length} entries failed${retry ? ', retrying' : '; they stay pending'}`, shardIndex, error));
-        if (!retry) return;
+        if (!retry) return 'unsent';
         await sleep(retryDelayMs(attempt, 50, 2000));
       }
     }

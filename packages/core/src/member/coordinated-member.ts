@@ -15,7 +15,7 @@ import { WakeHub } from '../redis/wake-hub';
 import type { MemberEvents } from './member-events';
 import { MemberHeartbeat } from './member-heartbeat';
 import { MemberLease } from './member-lease';
-import { type CoordinatedMemberOptions, coordinatorCallTimeoutMs, MAX_RUNTIME_CONCURRENCY, type ResolvedMemberOptions, resolveMemberOptions } from './member-options';
+import { type BatchMemberOptions, type CoordinatedMemberOptions, coordinatorCallTimeoutMs, MAX_RUNTIME_CONCURRENCY, type ResolvedMemberOptions, resolveMemberOptions } from './member-options';
 import type { MemberProblems } from './member-problems';
 import { MemberReconciler } from './member-reconciler';
 import type { MemberStats } from './member-stats';
@@ -71,9 +71,12 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   /** Conditions of this member (not of a shard) that keep it from working, by kind. */
   private readonly memberProblems: MemberProblems = new Map();
 
+  /** A member whose handler gets batches (`batch`): one shard's entries in order. */
+  constructor(redis: RedisClient, options: BatchMemberOptions<T>);
+  constructor(redis: RedisClient, options: CoordinatedMemberOptions<T>);
   constructor(
     private readonly redis: RedisClient,
-    options: CoordinatedMemberOptions<T>,
+    options: CoordinatedMemberOptions<T> | BatchMemberOptions<T>,
   ) {
     super();
     this.options = resolveMemberOptions(options);
@@ -100,6 +103,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.poller.on('error', (error: ShardError) => this.emit('error', error));
     this.poller.on('dead-letter', (event) => this.emit('dead-letter', event));
     this.poller.on('acknowledged', (event) => this.emit('acknowledged', event));
+    this.poller.on('ack-refused', (event) => this.emit('ack-refused', event));
     this.poller.on('claim-refused', requestHeartbeat); // the grant may be stale: ask now
   }
 
@@ -180,6 +184,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
       metadataVersion: this.metadata.version,
       problems: [...this.memberProblems.values(), ...this.poller.problems()],
       deadLetterHookFailures: this.poller.deadLetterHookFailures,
+      refusedAcks: this.poller.refusedAcks,
     };
   }
 

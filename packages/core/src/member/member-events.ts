@@ -1,5 +1,6 @@
 import type { ErrorCode } from '../protocol/error-codes';
 import type { AcknowledgedEvent } from './shard-poller';
+import type { AckRefusedEvent } from './consumption-errors';
 import type { DeadLetterEvent } from './dead-letter-options';
 
 export interface ShardsEvent {
@@ -23,4 +24,6 @@ export interface MemberEvents {
   'dead-letter': [DeadLetterEvent];
   /** Acknowledgements sent for a shard; `accepted` is false when a newer owner's fencing token refused them. */
   acknowledged: [AcknowledgedEvent];
+  /** ackMode 'manual': a `message.ack()`/`nack()` that could not count (the entry runs again); also counted in `stats().refusedAcks`. */
+  'ack-refused': [AckRefusedEvent];
 }

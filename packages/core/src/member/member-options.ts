@@ -1,22 +1,41 @@
 import { v7 as uuidv7 } from 'uuid';
 import { type PayloadCodec, type StreamMessage, jsonCodec } from '../protocol/entry-format';
+import { type BatchOptions, type ResolvedConsumptionOptions, resolveConsumptionOptions } from './consumption-options';
 import { assertConsumerGroup, assertIntegerInRange, assertMemberId, assertStreamPrefix } from '../protocol/names';
 import type { CoordinatorOptions, HeartbeatObservation } from '../redis/coordinator-options';
 import { MemberTelemetry } from '../telemetry/member-telemetry';
 import { type DeadLetterOptions, type ResolvedDeadLetterOptions, resolveDeadLetterOptions } from './dead-letter-options';
 
 export type MessageHandler<T = unknown> = (message: StreamMessage<T>) => unknown;
+/**
+ * The handler of a member with `batch`: one shard's entries, in order. Resolving acknowledges them
+ * all (one fenced ack); throwing retries the batch; throwing a `BatchError` says which entry failed
+ * (those before it are acknowledged, the failed one and the rest are retried).
+ */
+export type BatchMessageHandler<T = unknown> = (messages: StreamMessage<T>[]) => unknown;
 
 /** Options of one coordinated member (SPEC section 8). Only `streamPrefix`, `consumerGroup` and `handler` are required. */
-export interface CoordinatedMemberOptions<T = unknown> {
+export interface CoordinatedMemberOptions<T = unknown> extends CoordinatedMemberSettings<T> {
+  handler: MessageHandler<T>;
+  /** Set for batch handlers: see BatchMemberOptions. */
+  batch?: undefined;
+}
+
+/** Options of a member whose handler gets batches: one shard's entries in order, at most `batch.maxSize` per call. */
+export interface BatchMemberOptions<T = unknown> extends CoordinatedMemberSettings<T> {
+  batch: BatchOptions;
+  handler: BatchMessageHandler<T>;
+}
+
+/** Every member option but `handler` and `batch` (see CoordinatedMemberOptions and BatchMemberOptions). */
+export interface CoordinatedMemberSettings<T = unknown> {
   streamPrefix: string;
   consumerGroup: string;
-  handler: MessageHandler<T>;
   /** UUIDv7 by default. Also the member's Redis consumer name. */
   memberId?: string;
   /** A label for people (dashboards, describeGroup). Defaults to the memberId. */
   memberName?: string;
-  /** Handlers this member runs at once, across its shards (one at a time per shard). Default 1. */
+  /** Handlers this member runs at once, across its shards (one at a time per shard, or per key of a shard with `lanes`). Default `lanes` (1). */
   runtimeMaxConcurrency?: number;
   /** Relative share of shards (SPEC section 4). Default 1. */
   weight?: number;
@@ -73,10 +92,28 @@ export interface CoordinatedMemberOptions<T = unknown> {
    * them off altogether.
    */
   telemetry?: boolean;
+  /**
+   * Key-ordered lanes: inside one shard, entries of different routing keys run in parallel on up
+   * to this many lanes, the entries of one key strictly in order (entries without a key share one
+   * lane). Default 1: the shard's entries one at a time. `runtimeMaxConcurrency` still caps the
+   * member's handlers in all (its default becomes `lanes`).
+   */
+  lanes?: number;
+  /**
+   * 'auto' (default): an entry is acknowledged when its handler returns or resolves. 'manual': the
+   * handler (or code it hands the message to) calls `message.ack()` or `message.nack()`; the next
+   * entry of the shard (of the key, with lanes) waits until then, at most `ackTimeoutMs`.
+   */
+  ackMode?: 'auto' | 'manual';
+  /** ackMode 'manual': an entry neither acked nor nacked this long after its handler started counts as failed. Default 30000 ms. */
+  ackTimeoutMs?: number;
 }
 
-export type ResolvedMemberOptions<T = unknown> = Required<Omit<CoordinatedMemberOptions<T>, 'shardCount' | 'coordinator' | 'telemetry' | 'deadLetter'>> &
-  Pick<CoordinatedMemberOptions<T>, 'shardCount' | 'coordinator'> & {
+export type ResolvedMemberOptions<T = unknown> = Required<Omit<CoordinatedMemberSettings<T>, 'shardCount' | 'coordinator' | 'telemetry' | 'deadLetter' | keyof ResolvedConsumptionOptions>> &
+  Pick<CoordinatedMemberSettings<T>, 'shardCount' | 'coordinator'> &
+  ResolvedConsumptionOptions & {
+    /** A MessageHandler, or a BatchMessageHandler when `batch` is set. */
+    handler: (input: never) => unknown;
     deadLetter: ResolvedDeadLetterOptions<T>;
     /** The member's instrumentation; undefined when `telemetry` is false. */
     telemetry: MemberTelemetry | undefined;
@@ -87,7 +124,7 @@ const DAY_MS = 86_400_000;
 export const MAX_RUNTIME_CONCURRENCY = 10_000;
 
 /** Fills defaults and checks every option; a bad one is an error naming the option and the value. */
-export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T>): ResolvedMemberOptions<T> {
+export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T> | BatchMemberOptions<T>): ResolvedMemberOptions<T> {
   if (options === null || typeof options !== 'object') throw new TypeError('CoordinatedMember options must be an object');
   assertStreamPrefix(options.streamPrefix);
   assertConsumerGroup(options.consumerGroup);
@@ -95,6 +132,7 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T>): R
     throw new TypeError(`handler must be a function, got ${options.handler === null ? 'null' : typeof options.handler}`);
   }
   const memberId = assertMemberId(options.memberId ?? uuidv7());
+  const consumption = resolveConsumptionOptions(options);
   const rebalanceTimeoutMs = options.rebalanceTimeoutMs ?? 30_000;
   const resolved: ResolvedMemberOptions<T> = {
     streamPrefix: options.streamPrefix,
@@ -102,7 +140,7 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T>): R
     handler: options.handler,
     memberId,
     memberName: options.memberName ?? memberId,
-    runtimeMaxConcurrency: options.runtimeMaxConcurrency ?? 1,
+    runtimeMaxConcurrency: options.runtimeMaxConcurrency ?? consumption.lanes,
     weight: options.weight ?? 1,
     shardCount: options.shardCount,
     sessionTimeoutMs: options.sessionTimeoutMs ?? 15_000,
@@ -114,7 +152,8 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T>): R
     handlerTimeoutMs: options.handlerTimeoutMs ?? 0,
     retryBackoffMs: options.retryBackoffMs ?? 100,
     retryBackoffMaxMs: options.retryBackoffMaxMs ?? 10_000,
-    batchSize: options.batchSize ?? 100,
+    // A batch must be able to fill from one read of the shard.
+    batchSize: options.batchSize ?? Math.max(100, consumption.batch?.maxSize ?? 0),
     maxBufferedEntries: options.maxBufferedEntries ?? 1000,
     blockMs: options.blockMs ?? 2000,
     sweepIntervalMs: options.sweepIntervalMs ?? 5000,
@@ -122,6 +161,7 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T>): R
     codec: options.codec ?? jsonCodec,
     coordinator: options.coordinator,
     telemetry: undefined,
+    ...consumption,
   };
   if (typeof resolved.memberName !== 'string' || resolved.memberName.length === 0 || resolved.memberName.length > 256 || /[\x00-\x1f\x7f]/.test(resolved.memberName)) {
     throw new RangeError(`memberName must be 1-256 printable characters, got ${JSON.stringify(resolved.memberName)}`);
@@ -142,6 +182,12 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T>): R
   assertIntegerInRange('blockMs', resolved.blockMs, 1, 60_000);
   assertIntegerInRange('sweepIntervalMs', resolved.sweepIntervalMs, 1, DAY_MS);
   assertIntegerInRange('cutoverCheckIntervalMs', resolved.cutoverCheckIntervalMs, 1, DAY_MS);
+  if (resolved.batch && resolved.batch.maxSize > resolved.batchSize) {
+    throw new RangeError(`batch.maxSize (${resolved.batch.maxSize}) must not exceed batchSize (${resolved.batchSize}), the entries read per shard and read: a batch could never fill`);
+  }
+  if (resolved.batch && resolved.batch.maxSize > resolved.maxBufferedEntries) {
+    throw new RangeError(`batch.maxSize (${resolved.batch.maxSize}) must not exceed maxBufferedEntries (${resolved.maxBufferedEntries}): a batch could never fill`);
+  }
   if (typeof resolved.codec?.encode !== 'function' || typeof resolved.codec?.decode !== 'function') {
     throw new TypeError('codec must have encode(payload) and decode(raw) functions');
   }

@@ -24,4 +24,10 @@ export interface MemberStats {
    * 'error' event). Their dead letters were written all the same.
    */
   deadLetterHookFailures: number;
+  /**
+   * ackMode 'manual': `message.ack()`/`nack()` calls refused since the member was made (each also
+   * an 'ack-refused' event): after the shard was revoked or lost, after the entry was settled or
+   * timed out, or refused by a newer owner's fencing token. Such entries run again.
+   */
+  refusedAcks: number;
 }

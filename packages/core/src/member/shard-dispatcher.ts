@@ -1,40 +1,51 @@
 import type { EventEmitter } from 'node:events';
-import { type DecodedEntry, decodeEntry, type StreamMessage } from '../protocol/entry-format';
-import type { RawEntry, ShardClient } from '../redis/shard-client';
-import { sleep } from './abortable-sleep';
+import { type DecodedEntry, decodeEntry, routingKeyOf, type StreamMessage } from '../protocol/entry-format';
+import type { ShardClient } from '../redis/shard-client';
 import type { AckBatcher } from './ack-batcher';
-import type { DeadLetterCause, DeadLetterNotice } from './dead-letter-options';
-import { type ResolvedMemberOptions, retryDelayMs } from './member-options';
-import { HandlerAbortedError, HandlerTimeoutError, type PollerEvents, type QueuedEntry, ShardError, type ShardSet, type ShardState } from './shard-state';
+import { AttemptPolicy } from './attempt-policy';
+import { BatchRunner } from './batch-runner';
+import { AckRefusedError, type AckRefusalReason, AckTimeoutError } from './consumption-errors';
+import { DeadLetterWriter, failureReason, isThenable } from './dead-letter-writer';
+import { autoModeAck, autoModeNack, ManualSettlement } from './manual-ack';
+import type { ResolvedMemberOptions } from './member-options';
+import { HandlerAbortedError, HandlerTimeoutError, type PollerEvents, type QueuedEntry, ShardError, type ShardSet, type ShardState, type Work } from './shard-state';
 
 type DecodedPayload = Extract<DecodedEntry, { ok: true }>;
 
-/** How often a retry that waits for the lease to be safe again looks at it. */
-const LEASE_RECHECK_MS = 50;
-/** Backoff of a dead-letter write that failed: from this, doubling, up to the max. */
-const DEAD_LETTER_RETRY_MS = 100;
-const DEAD_LETTER_RETRY_MAX_MS = 5000;
+/** The lane of entries without a routing key (they keep their order among themselves); keys get a prefix so none equals it. */
+const NO_KEY_LANE = '';
 
-function isThenable(value: unknown): value is PromiseLike<unknown> {
-  return value !== null && (typeof value === 'object' || typeof value === 'function') && typeof (value as PromiseLike<unknown>).then === 'function';
+/** The next work to start: `count` queued entries of `state` from `start`, on lane `lane`. */
+interface Pick {
+  state: ShardState;
+  start: number;
+  count: number;
+  lane: string;
 }
 
 /**
- * Runs handlers: at most one in flight per shard and at most `runtimeMaxConcurrency` in all, shards
- * served round-robin so that none starves; retries in place with backoff, then dead-letters (fenced,
- * with the ack); hands finished entries to the ack batcher. An entry's in-flight slot is held until
- * it is acknowledged, dead-lettered, or its shard is released: no later entry of the shard starts
- * before (SPEC 5: per-shard order), whatever fails meanwhile.
+ * Runs handlers: per shard one entry at a time (or, with `lanes`, one at a time per routing key on
+ * up to `lanes` lanes; or, with `batch`, one batch at a time), at most `runtimeMaxConcurrency` in
+ * all, shards served round-robin so that none starves; retries in place with backoff, then
+ * dead-letters (fenced, with the ack); hands finished entries to the ack batcher. An entry's lane is
+ * held until it is acknowledged, dead-lettered, or its shard is released: no later entry of the
+ * shard (of the key, with lanes) starts before (SPEC 5: per-shard order, per-key order), whatever
+ * fails meanwhile.
  */
 export class ShardDispatcher {
   private cursor = -1;
   private busy = 0;
-  /** `onDeadLetter` calls that threw or rejected (`stats().deadLetterHookFailures`). */
-  hookFailures = 0;
+  private readonly policy: AttemptPolicy;
+  private readonly deadLetters: DeadLetterWriter;
+  private readonly batches: BatchRunner | undefined;
+  /** A dispatch due when a short batch has waited `batch.maxWaitMs`. */
+  private batchTimer: { at: number; timer: NodeJS.Timeout } | undefined;
+  /** ackMode 'manual': acks and nacks refused (`stats().refusedAcks`). */
+  refusedAcks = 0;
 
   constructor(
     private readonly shards: ShardSet,
-    private readonly client: ShardClient,
+    client: ShardClient,
     private readonly acks: AckBatcher,
     private readonly events: EventEmitter<PollerEvents>,
     private readonly options: ResolvedMemberOptions,
@@ -42,46 +53,97 @@ export class ShardDispatcher {
     private readonly mayStartHandlers: () => boolean,
     /** A shard ran out of work (the reader may need to read it sooner). */
     private readonly onDrained: (state: ShardState) => void,
-  ) {}
+  ) {
+    this.policy = new AttemptPolicy(events, options, mayStartHandlers);
+    this.deadLetters = new DeadLetterWriter(shards, client, events, options);
+    if (options.batch) this.batches = new BatchRunner(acks, options, this.policy, this.deadLetters, (call, state, id, controller, limit, kind) => this.withTimeout(call, state, id, controller, limit, kind));
+  }
 
   /** Handlers running now (including retries waiting for their backoff). */
   get activeHandlers(): number {
     return this.busy;
   }
 
+  /** `onDeadLetter` calls that threw or rejected (`stats().deadLetterHookFailures`). */
+  get hookFailures(): number {
+    return this.deadLetters.hookFailures;
+  }
+
   /** Round-robin from the shard after the last one served: every owned shard keeps making progress. */
-  private nextShard(): ShardState | undefined {
+  private nextWork(): Pick | undefined {
     const order = this.shards.order;
     const n = order.length;
+    const now = Date.now();
     for (let step = 1; step <= n; step++) {
       const position = (this.cursor + step) % n;
       const state = this.shards.get(order[position]);
-      if (state && state.queue.length > 0 && state.inFlight === null && state.phase !== 'released' && !state.sweeping && !this.shards.lingering.has(state.index)) {
+      if (!state || state.queue.length === 0 || state.work.size >= this.options.lanes || state.phase === 'released' || state.sweeping || this.shards.lingering.has(state.index)) continue;
+      const pick = this.pickIn(state, now);
+      if (pick) {
         this.cursor = position;
-        return state;
+        return pick;
       }
     }
     return undefined;
   }
 
+  /** What may start on a shard with a free lane: the queue's first entry of a key not in flight, or a batch. */
+  private pickIn(state: ShardState, now: number): Pick | undefined {
+    const batch = this.options.batch;
+    if (batch) {
+      const count = Math.min(state.queue.length, batch.maxSize);
+      if (count < batch.maxSize && batch.maxWaitMs > 0) {
+        state.batchWaitFrom ??= now;
+        const due = state.batchWaitFrom + batch.maxWaitMs;
+        if (now < due) {
+          this.dispatchAt(due);
+          return undefined;
+        }
+      }
+      state.batchWaitFrom = undefined;
+      return { state, start: 0, count, lane: NO_KEY_LANE };
+    }
+    if (this.options.lanes === 1) return { state, start: 0, count: 1, lane: NO_KEY_LANE };
+    const queue = state.queue;
+    for (let i = 0; i < queue.length; i++) {
+      const lane = laneOf(queue[i]);
+      if (!state.work.has(lane)) return { state, start: i, count: 1, lane };
+    }
+    return undefined;
+  }
+
+  /** Dispatches again at `at` (a short batch's wait ends), unless a dispatch is due sooner anyway. */
+  private dispatchAt(at: number): void {
+    if (this.batchTimer && this.batchTimer.at <= at) return;
+    if (this.batchTimer) clearTimeout(this.batchTimer.timer);
+    const timer = setTimeout(() => {
+      this.batchTimer = undefined;
+      this.dispatch();
+    }, Math.max(0, at - Date.now()));
+    timer.unref();
+    this.batchTimer = { at, timer };
+  }
+
   dispatch(): void {
     while (this.busy < this.options.runtimeMaxConcurrency && this.mayStartHandlers()) {
-      const state = this.nextShard();
-      if (!state) return;
-      const queued = state.queue.shift()!;
-      this.shards.buffered -= 1;
-      const pending = this.process(state, queued);
+      const pick = this.nextWork();
+      if (!pick) return;
+      const { state, start, count, lane } = pick;
+      const taken = start === 0 && count === 1 ? [state.queue.shift()!] : state.queue.splice(start, count);
+      this.shards.buffered -= taken.length;
+      const work: Work = { ids: taken.map((q) => q.entry.id), done: Promise.resolve(), call: undefined };
+      state.work.set(lane, work);
+      const pending = this.batches ? this.batches.run(state, work, taken) : this.process(state, work, taken[0]);
       if (pending === undefined) {
         // A synchronous handler finished: no promise, no microtask, on to the next entry.
+        state.work.delete(lane);
         if (state.queue.length === 0) this.onDrained(state);
         continue;
       }
       this.busy += 1;
-      state.current = queued.entry.id;
-      state.inFlight = pending.finally(() => {
+      work.done = pending.finally(() => {
         this.busy -= 1;
-        state.inFlight = null;
-        state.current = undefined;
+        state.work.delete(lane);
         this.shards.settled(state);
         if (state.queue.length === 0) this.onDrained(state);
         this.dispatch();
@@ -90,13 +152,15 @@ export class ShardDispatcher {
   }
 
   /** Handles one entry; returns undefined when it completed synchronously, else a promise. */
-  private process(state: ShardState, queued: QueuedEntry): Promise<void> | undefined {
+  private process(state: ShardState, work: Work, queued: QueuedEntry): Promise<void> | undefined {
     const decoded = decodeEntry(queued.entry.fields, this.options.codec);
-    if (!decoded.ok) return this.deadLetter(state, queued.entry, { cause: 'undecodable', reason: decoded.reason, attempts: 0, error: undefined, message: undefined });
-    return this.attempt(state, queued, decoded, 1);
+    if (!decoded.ok) {
+      return this.deadLetters.write(state, queued.entry, { cause: 'undecodable', reason: decoded.reason, attempts: 0, error: undefined, message: undefined }).then(() => undefined);
+    }
+    return this.attempt(state, work, queued, decoded, 1);
   }
 
-  private attempt(state: ShardState, queued: QueuedEntry, decoded: DecodedPayload, attempt: number): Promise<void> | undefined {
+  private attempt(state: ShardState, work: Work, queued: QueuedEntry, decoded: DecodedPayload, attempt: number): Promise<void> | undefined {
     const { entry } = queued;
     const call = new AbortController();
     const message: StreamMessage = {
@@ -108,23 +172,26 @@ export class ShardDispatcher {
       headers: decoded.headers,
       deliveryCount: queued.deliveries + attempt - 1,
       signal: call.signal,
+      ack: autoModeAck,
+      nack: autoModeNack,
     };
+    work.call = call;
+    if (this.options.ackMode === 'manual') return this.manualAttempt(state, work, queued, decoded, attempt, message, call);
     let result: unknown;
-    state.call = call;
     // Undefined (nothing allocated) unless metrics or tracing is on.
     const probe = this.options.telemetry?.startHandler(message, attempt);
     try {
-      result = probe ? probe.run(this.options.handler, message) : this.options.handler(message);
+      result = probe ? probe.run(this.options.handler as (m: StreamMessage) => unknown, message) : (this.options.handler as (m: StreamMessage) => unknown)(message);
     } catch (error) {
-      state.call = undefined;
+      work.call = undefined;
       probe?.end(true, error);
-      return this.failed(state, queued, decoded, attempt, error, message);
+      return this.failed(state, work, queued, decoded, attempt, error, message);
     }
     if (isThenable(result)) {
-      return this.withHandlerTimeout(Promise.resolve(result), state, entry.id, call)
+      return this.withTimeout(Promise.resolve(result), state, entry.id, call, this.options.handlerTimeoutMs, 'handler')
         .finally(() => {
           // A new grant of the shard has its own state: only this call's own slot is cleared.
-          if (state.call === call) state.call = undefined;
+          if (work.call === call) work.call = undefined;
         })
         .then(
           () => {
@@ -133,29 +200,67 @@ export class ShardDispatcher {
           },
           (error: unknown) => {
             probe?.end(true, error);
-            return this.failed(state, queued, decoded, attempt, error, message);
+            return this.failed(state, work, queued, decoded, attempt, error, message);
           },
         );
     }
-    state.call = undefined;
+    work.call = undefined;
     probe?.end(false);
     this.acks.queue(state, entry.id);
     return undefined;
   }
 
   /**
-   * A handler that does not settle in `handlerTimeoutMs` fails the attempt and its signal fires; the
-   * shard moves on.
+   * ackMode 'manual': the attempt lasts until `message.ack()` or `nack()` (or the handler's own
+   * failure first), at most `ackTimeoutMs`; the handler returning settles nothing.
    */
-  private withHandlerTimeout(call: Promise<unknown>, state: ShardState, id: string, controller: AbortController): Promise<unknown> {
-    const limit = this.options.handlerTimeoutMs;
+  private manualAttempt(state: ShardState, work: Work, queued: QueuedEntry, decoded: DecodedPayload, attempt: number, message: StreamMessage, call: AbortController): Promise<void> {
+    const settlement = new ManualSettlement(message.id, state.index, call.signal, (reason, id, text) => this.refuseAck(state, reason, id, text));
+    message.ack = settlement.ack;
+    message.nack = settlement.nack;
+    const probe = this.options.telemetry?.startHandler(message, attempt);
+    try {
+      const result = probe ? probe.run(this.options.handler as (m: StreamMessage) => unknown, message) : (this.options.handler as (m: StreamMessage) => unknown)(message);
+      if (isThenable(result)) Promise.resolve(result).catch((error: unknown) => settlement.handlerFailed(error));
+    } catch (error) {
+      settlement.handlerFailed(error);
+    }
+    return this.withTimeout(settlement.outcome, state, message.id, call, this.options.ackTimeoutMs, 'ack')
+      .finally(() => {
+        if (work.call === call) work.call = undefined;
+      })
+      .then(
+        () => {
+          probe?.end(false);
+          this.acks.queue(state, message.id, (outcome) => settlement.acknowledged(outcome));
+        },
+        (error: unknown) => {
+          probe?.end(true, error);
+          return this.failed(state, work, queued, decoded, attempt, error, message);
+        },
+      );
+  }
+
+  /** An ack or nack that cannot count: one 'ack-refused' event, a count in stats, and the error its caller gets. */
+  private refuseAck(state: ShardState, reason: AckRefusalReason, entryId: string, text: string): AckRefusedError {
+    this.refusedAcks += 1;
+    this.events.emit('ack-refused', { shardIndex: state.index, entryId, reason, message: text });
+    return new AckRefusedError(reason, entryId, text);
+  }
+
+  /**
+   * A handler call (ackMode 'auto', `handlerTimeoutMs`) or an unsettled entry (ackMode 'manual',
+   * `ackTimeoutMs`) past its limit fails the attempt and its signal fires; the shard moves on.
+   */
+  private withTimeout(call: Promise<unknown>, state: ShardState, id: string, controller: AbortController, limit: number, kind: 'handler' | 'ack'): Promise<unknown> {
     if (limit === 0) return call;
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
-        this.events.emit('error', new ShardError(`shard ${state.index}: the handler of ${id} did not settle within handlerTimeoutMs (${limit} ms)`, state.index));
-        controller.abort(new HandlerAbortedError('handler-timeout', `the handler of ${id} did not settle within handlerTimeoutMs (${limit} ms)`));
-        reject(new HandlerTimeoutError(`handler did not settle within ${limit} ms`));
+        const what = kind === 'handler' ? `the handler of ${id} did not settle within handlerTimeoutMs (${limit} ms)` : `${id} was neither acked nor nacked within ackTimeoutMs (${limit} ms)`;
+        this.events.emit('error', new ShardError(`shard ${state.index}: ${what}`, state.index));
+        controller.abort(new HandlerAbortedError(kind === 'handler' ? 'handler-timeout' : 'ack-timeout', what));
+        reject(kind === 'handler' ? new HandlerTimeoutError(`handler did not settle within ${limit} ms`) : new AckTimeoutError(`neither acked nor nacked within ${limit} ms`));
       }, limit);
     });
     return Promise.race([call, timeout]).finally(() => clearTimeout(timer));
@@ -165,119 +270,28 @@ export class ShardDispatcher {
    * Retry in place (order is kept) with backoff, then dead-letter; an error that
    * `deadLetter.nonRetryable`/`nonRetryableErrors` names is dead-lettered at once. A retry whose
    * backoff ends while the lease may be lost, or while the member is paused, waits, keeping the
-   * shard's slot, until handlers may start again or the shard is released (then the entry stays
+   * entry's lane, until handlers may start again or the shard is released (then the entry stays
    * pending for whoever owns the shard next).
    */
-  private async failed(state: ShardState, queued: QueuedEntry, decoded: DecodedPayload, attempt: number, error: unknown, message: StreamMessage): Promise<void> {
-    const reason = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
-    if (this.isNonRetryable(state, error, message)) {
-      return this.deadLetter(state, queued.entry, { cause: 'non-retryable', reason, attempts: attempt, error, message });
-    }
-    if (attempt < this.options.maxAttempts) {
-      this.options.telemetry?.retried();
-      const delay = retryDelayMs(attempt, this.options.retryBackoffMs, this.options.retryBackoffMaxMs);
-      if (!(await sleep(delay, state.released.signal))) return;
-      if (!(await this.untilHandlersMayStart(state))) return;
-      return this.attempt(state, queued, decoded, attempt + 1);
-    }
-    return this.deadLetter(state, queued.entry, { cause: 'attempts-exhausted', reason, attempts: attempt, error, message });
-  }
-
-  /**
-   * Whether the user's predicate or classes say the error is not worth retrying. A predicate that
-   * throws is reported and answers "retry": the usual path, which loses nothing.
-   */
-  private isNonRetryable(state: ShardState, error: unknown, message: StreamMessage): boolean {
-    const check = this.options.deadLetter.isNonRetryable;
-    if (!check) return false;
-    try {
-      return check(error, message);
-    } catch (failure) {
-      this.events.emit('error', new ShardError(`shard ${state.index}: deadLetter.nonRetryable threw for ${message.id} (${(failure as Error)?.message ?? String(failure)}); the entry is retried as usual`, state.index, failure));
-      return false;
-    }
-  }
-
-  /** True once handlers may start again (lease safe, not paused); false if the shard was released first. */
-  private async untilHandlersMayStart(state: ShardState): Promise<boolean> {
-    while (!this.mayStartHandlers()) {
-      if (!(await sleep(LEASE_RECHECK_MS, state.released.signal))) return false;
-    }
-    return !state.released.signal.aborted;
-  }
-
-  /**
-   * Writes the dead letter and acks the entry in one fenced script. A failed write (WRONGTYPE, OOM,
-   * Redis unreachable) is retried with backoff while the shard is owned, each failure an 'error'
-   * and the condition listed in `problems` until it clears; the shard's later entries wait. When
-   * the shard is released the next owner handles the entry (and dead-letters it) again. Refused as
-   * fenced: nothing was written or acked, and the shard is given up locally like any fenced call.
-   * Written: the 'dead-letter' event, then `onDeadLetter`.
-   */
-  private async deadLetter(state: ShardState, entry: RawEntry, letter: DeadLetterFailure): Promise<void> {
-    const { stream: destination, maxLen } = this.options.deadLetter;
-    const { cause, reason, attempts } = letter;
-    for (let attempt = 1; !state.released.signal.aborted; attempt++) {
-      let written: string | null;
-      try {
-        written = await this.client.deadLetter(state.index, state.grantEpoch, entry, { destination, maxLen, error: reason, attempts, cause });
-      } catch (error) {
-        const message = `shard ${state.index}: writing the dead letter of ${entry.id} failed (try ${attempt}): ${(error as Error).message}; later entries of the shard wait`;
-        state.problems.set('dead-letter', message);
-        this.events.emit('error', new ShardError(`${message}, retrying`, state.index, error));
-        await sleep(retryDelayMs(attempt, DEAD_LETTER_RETRY_MS, DEAD_LETTER_RETRY_MAX_MS), state.released.signal);
-        continue;
-      }
-      state.problems.delete('dead-letter');
-      this.events.emit('acknowledged', { shardIndex: state.index, grantEpoch: state.grantEpoch, ids: [entry.id], accepted: written !== null });
-      if (written === null) {
-        this.events.emit('error', new ShardError(`shard ${state.index}: dead letter of ${entry.id} refused, the shard has a new owner; it decides about the entry`, state.index));
-        this.shards.release(state);
-        return;
-      }
-      this.events.emit('dead-letter', { shardIndex: state.index, id: entry.id, reason, attempts, cause, deadLetterId: written, destination });
-      this.notify(state, {
-        shardIndex: state.index,
-        entryId: entry.id,
-        deadLetterId: written,
-        ref: written === '' ? '' : `${state.index}/${written}`,
-        destination,
-        cause,
-        reason,
-        attempts,
-        error: letter.error,
-        message: letter.message,
-      });
+  private async failed(state: ShardState, work: Work, queued: QueuedEntry, decoded: DecodedPayload, attempt: number, error: unknown, message: StreamMessage): Promise<void> {
+    const reason = failureReason(error);
+    if (this.policy.isNonRetryable(state, error, message)) {
+      await this.deadLetters.write(state, queued.entry, { cause: 'non-retryable', reason, attempts: attempt, error, message });
       return;
     }
-  }
-
-  /**
-   * Calls `onDeadLetter` without waiting for it: a slow or hung hook must not hold the shard. Its
-   * failure is one 'error' and a count in stats; the dead letter is written whatever it does.
-   */
-  private notify(state: ShardState, notice: DeadLetterNotice): void {
-    const hook = this.options.deadLetter.onDeadLetter;
-    if (!hook) return;
-    const fail = (error: unknown) => {
-      this.hookFailures += 1;
-      const text = error instanceof Error ? error.message : String(error);
-      this.events.emit('error', new ShardError(`shard ${state.index}: deadLetter.onDeadLetter failed for ${notice.entryId} (dead letter ${notice.ref || 'written'}): ${text}; the dead letter stays written`, state.index, error));
-    };
-    try {
-      const result = hook(notice);
-      if (isThenable(result)) Promise.resolve(result).catch(fail);
-    } catch (error) {
-      fail(error);
+    if (attempt < this.options.maxAttempts) {
+      if (!(await this.policy.waitToRetry(state, attempt, error))) return;
+      return this.attempt(state, work, queued, decoded, attempt + 1);
     }
+    await this.deadLetters.write(state, queued.entry, { cause: 'attempts-exhausted', reason, attempts: attempt, error, message });
   }
 }
 
-/** Why an entry is dead-lettered, and what the handler saw (undefined for an entry that could not be decoded). */
-interface DeadLetterFailure {
-  cause: DeadLetterCause;
-  reason: string;
-  attempts: number;
-  error: unknown;
-  message: StreamMessage | undefined;
+/** The lane key of a queued entry: its routing key (entries without one share a lane). */
+function laneOf(queued: QueuedEntry): string {
+  if (queued.lane === undefined) {
+    const key = routingKeyOf(queued.entry.fields);
+    queued.lane = key === undefined ? NO_KEY_LANE : `k${key}`;
+  }
+  return queued.lane;
 }

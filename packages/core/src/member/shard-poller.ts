@@ -6,7 +6,7 @@ import { AckBatcher } from './ack-batcher';
 import type { ResolvedMemberOptions } from './member-options';
 import { ShardDispatcher } from './shard-dispatcher';
 import { ShardReader } from './shard-reader';
-import { HandlerAbortedError, type HandlerAbortReason, type PollerEvents, ShardError, ShardSet, type ShardState } from './shard-state';
+import { HandlerAbortedError, type HandlerAbortReason, inFlightIds, type PollerEvents, ShardError, ShardSet, type ShardState, workInFlight } from './shard-state';
 
 export {
   type AcknowledgedEvent,
@@ -62,6 +62,11 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
   /** `deadLetter.onDeadLetter` calls that threw or rejected since the member was made. */
   get deadLetterHookFailures(): number {
     return this.dispatcher.hookFailures;
+  }
+
+  /** ackMode 'manual': acks and nacks refused since the member was made. */
+  get refusedAcks(): number {
+    return this.dispatcher.refusedAcks;
   }
 
   get bufferedEntries(): number {
@@ -140,7 +145,7 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     // A new grant that waits for an earlier grant's handler (it cannot be stopped) says so: with
     // handlerTimeoutMs 0 a handler that never settles would leave the shard owned and idle.
     for (const [shardIndex, old] of this.shards.lingering) {
-      if (this.shards.get(shardIndex)) lines.push(`shard ${shardIndex}: waiting for the handler of ${old.current ?? 'an entry'} from an earlier grant (epoch ${old.grantEpoch}) before handling anything`);
+      if (this.shards.get(shardIndex)) lines.push(`shard ${shardIndex}: waiting for the handler of ${inFlightIds(old)[0] ?? 'an entry'} from an earlier grant (epoch ${old.grantEpoch}) before handling anything`);
     }
     return lines;
   }
@@ -167,8 +172,9 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     const latest = Math.max(deadline, startedAt + Math.floor(this.options.rebalanceTimeoutMs * 0.8));
     this.shards.release(state);
     await this.reader.endReadOf(shardIndex);
-    if (state.inFlight) {
-      const finished = await settlesWithin(state.inFlight, Math.max(0, deadline - Date.now()));
+    const inFlight = workInFlight(state);
+    if (inFlight) {
+      const finished = await settlesWithin(inFlight, Math.max(0, deadline - Date.now()));
       if (!finished) {
         // The call is told (its signal fires) before the shard is reported free; if it ignores the
         // signal it runs on, but its acknowledgement is refused by the next owner's fencing token,
@@ -197,13 +203,13 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
   }
 
   private abortCall(state: ShardState, reason: HandlerAbortReason, message: string): void {
-    state.call?.abort(new HandlerAbortedError(reason, message));
+    for (const work of state.work.values()) work.call?.abort(new HandlerAbortedError(reason, message));
   }
 
   /** Stops reading, waits (bounded) for in-flight handlers, flushes acknowledgements. */
   async stop(timeoutMs: number): Promise<void> {
     const states = this.shards.all();
-    const inFlight = states.map((s) => s.inFlight).filter((p): p is Promise<void> => p !== null);
+    const inFlight = states.map(workInFlight).filter((p): p is Promise<unknown> => p !== null);
     // Released first, so that no handler starts while the in-flight ones finish: an entry started
     // now would still be running when the member leaves, and its next owner would run it again.
     for (const state of states) this.shards.release(state);

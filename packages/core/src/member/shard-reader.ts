@@ -7,7 +7,7 @@ type ClaimedPage = Extract<ClaimResult, { fenced: false }>;
 import { settlesWithin, Wakeup } from './abortable-sleep';
 import type { AckBatcher } from './ack-batcher';
 import { type ResolvedMemberOptions, retryDelayMs } from './member-options';
-import { type PollerEvents, type QueuedEntry, ShardError, type ShardSet, type ShardState } from './shard-state';
+import { inFlightIds, isInFlight, type PollerEvents, type QueuedEntry, ShardError, type ShardSet, type ShardState } from './shard-state';
 
 /** Backoff of a refused shard claim: from this, doubling, up to the max. */
 const CLAIM_RETRY_MS = 100;
@@ -276,12 +276,11 @@ export class ShardReader {
    * order, before anything after them that has not started.
    */
   private async recoverUntracked(state: ShardState): Promise<void> {
-    const tracked = new Set(this.shards.buffers(state));
-    if (state.current) tracked.add(state.current);
+    const tracked = new Set([...this.shards.buffers(state), ...inFlightIds(state)]);
     // Enough to see past everything tracked: untracked entries, if any, are among the first ones.
     const ids = await this.client.ownPending(state.index, tracked.size + this.acks.unsettledCount(state.index) + this.options.batchSize);
     if (!this.shards.isCurrent(state)) return;
-    const untracked = ids.filter((id) => !tracked.has(id) && id !== state.current && !this.acks.tracks(state.index, id) && !this.isQueued(state, id));
+    const untracked = ids.filter((id) => !tracked.has(id) && !isInFlight(state, id) && !this.acks.tracks(state.index, id) && !this.isQueued(state, id));
     if (untracked.length === 0) return;
     const page = await this.accept(state, await this.client.claimIds(state.index, state.grantEpoch, untracked), '(fencing token changed)');
     if (page && page.entries.length > 0) {
@@ -311,7 +310,7 @@ export class ShardReader {
     const entries = await this.withDeliveryCounts(state.index, page.entries);
     if (!this.shards.isCurrent(state)) return null;
     // Not already queued here: a sweep may meet an entry the gap check took a moment ago.
-    const fresh = entries.filter((q) => !this.isQueued(state, q.entry.id) && q.entry.id !== state.current);
+    const fresh = entries.filter((q) => !this.isQueued(state, q.entry.id) && !isInFlight(state, q.entry.id));
     this.shards.enqueue(state, fresh);
     this.advanceCursor(state, page.entries);
     return page;

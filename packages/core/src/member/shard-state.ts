@@ -1,5 +1,6 @@
 import { compareStreamIds } from '../protocol/stream-ids';
 import type { RawEntry } from '../redis/shard-client';
+import type { AckRefusedEvent } from './consumption-errors';
 import type { DeadLetterEvent } from './dead-letter-options';
 
 /**
@@ -10,6 +11,8 @@ export type Phase = 'claiming' | 'takeover' | 'reading' | 'released';
 
 export interface QueuedEntry {
   entry: RawEntry;
+  /** Its lane key (lanes > 1), worked out when first needed. */
+  lane?: string;
   /** Redis' delivery count when it was read (1 for a first read). */
   deliveries: number;
 }
@@ -23,9 +26,11 @@ export interface ShardState {
   queue: QueuedEntry[];
   /** Entries read at or past the shard's hold point (an ordered shrink): not handled until released. */
   held: QueuedEntry[];
-  inFlight: Promise<void> | null;
-  /** The entry the in-flight work is on (handler, retry backoff, dead-letter write). */
-  current: string | undefined;
+  /**
+   * The work in flight (handler, retry backoff, dead-letter write), by lane key: one at most per
+   * key, `lanes` at most in all (one, of every key, without lanes).
+   */
+  work: Map<string, Work>;
   takeoverCursor: string;
   /** The last id of this shard this member has accounted for (read, or the group's position when it took the shard). */
   readCursor: string;
@@ -41,10 +46,37 @@ export interface ShardState {
   nextClaimAt: number;
   /** What stops work on this shard now, by kind ('claim', 'dead-letter'); shown in `stats().problems`. */
   problems: Map<string, string>;
+  /** Batch handlers: since when the queue has waited for a full batch (ms since the epoch). */
+  batchWaitFrom: number | undefined;
   /** Aborted when the shard is released: stops retries and backoffs of its entries. */
   released: AbortController;
+}
+
+/** Entries in flight on one lane of a shard: one entry, or one batch. */
+export interface Work {
+  /** The entries it is on, in ID order. */
+  ids: string[];
+  /** Settles when the work is over (acknowledged, dead-lettered, or given up with the shard). */
+  done: Promise<void>;
   /** The handler call running now (not a retry's backoff): its controller is `message.signal`'s. */
   call: AbortController | undefined;
+}
+
+/** Settles when every piece of the shard's work in flight now is over; null when there is none. */
+export function workInFlight(state: ShardState): Promise<unknown> | null {
+  if (state.work.size === 0) return null;
+  return Promise.all([...state.work.values()].map((w) => w.done));
+}
+
+/** Whether the entry is in flight on the shard. */
+export function isInFlight(state: ShardState, id: string): boolean {
+  for (const work of state.work.values()) if (work.ids.includes(id)) return true;
+  return false;
+}
+
+/** Every entry in flight on the shard. */
+export function inFlightIds(state: ShardState): string[] {
+  return [...state.work.values()].flatMap((w) => w.ids);
 }
 
 /** Something went wrong on a shard; the poller goes on. `shardIndex` is set where it applies. */
@@ -68,12 +100,12 @@ export class HandlerTimeoutError extends Error {
 }
 
 /** Why a handler's `message.signal` fired. */
-export type HandlerAbortReason = 'handler-timeout' | 'revoked' | 'shard-lost' | 'stopped';
+export type HandlerAbortReason = 'handler-timeout' | 'ack-timeout' | 'revoked' | 'shard-lost' | 'stopped';
 
 /**
  * The `reason` of an aborted `message.signal`: the member no longer waits for this call; the entry
  * is retried (timeout) or left to the shard's next owner, which runs it again unless the call's
- * acknowledgement lands before the shard changes hands. `reason` says why: `handler-timeout` (handlerTimeoutMs passed), `revoked`
+ * acknowledgement lands before the shard changes hands. `reason` says why: `handler-timeout` (handlerTimeoutMs passed), `ack-timeout` (ackMode 'manual': ackTimeoutMs passed), `revoked`
  * (the shard was revoked and revocationTimeoutMs passed), `shard-lost` (lease lost, fenced, the group
  * gone, the shard no longer this member's), `stopped` (stop()'s shutdownTimeoutMs passed, or abort()).
  */
@@ -112,6 +144,8 @@ export interface PollerEvents {
    * backoff, and the member should heartbeat at once: its grant may be stale.
    */
   'claim-refused': [ClaimRefusedEvent];
+  /** ackMode 'manual': a `message.ack()`/`nack()` that could not count. */
+  'ack-refused': [AckRefusedEvent];
 }
 
 /**
@@ -148,8 +182,7 @@ export class ShardSet {
       phase: 'claiming',
       queue: [],
       held: [],
-      inFlight: null,
-      current: undefined,
+      work: new Map(),
       takeoverCursor: '0-0',
       readCursor: '0-0',
       lastSweepAt: Date.now(),
@@ -157,8 +190,8 @@ export class ShardSet {
       claimAttempts: 0,
       nextClaimAt: 0,
       problems: new Map(),
+      batchWaitFrom: undefined,
       released: new AbortController(),
-      call: undefined,
     };
     this.states.set(shardIndex, state);
     this.order = [...this.states.keys()].sort((a, b) => a - b);
@@ -179,7 +212,7 @@ export class ShardSet {
     state.queue = [];
     state.held = [];
     state.problems.clear();
-    if (state.inFlight) this.lingering.set(state.index, state);
+    if (state.work.size > 0) this.lingering.set(state.index, state);
     if (this.states.get(state.index) === state) {
       this.states.delete(state.index);
       this.order = this.order.filter((s) => s !== state.index);
@@ -217,9 +250,9 @@ export class ShardSet {
     }
   }
 
-  /** The in-flight work of `state` ended: if it was a released grant's, a new grant may start handlers. */
+  /** In-flight work of `state` ended: if it was a released grant's last, a new grant may start handlers. */
   settled(state: ShardState): void {
-    if (this.lingering.get(state.index) === state) this.lingering.delete(state.index);
+    if (state.work.size === 0 && this.lingering.get(state.index) === state) this.lingering.delete(state.index);
   }
 
   /** Entry ids this member tracks on a shard: queued or held (in flight is the dispatcher's, acks the batcher's). */

@@ -52,6 +52,19 @@ export interface StreamMessage<T = unknown> {
    * handler: async (message) => { await fetch(url, { method: 'POST', body: ..., signal: message.signal }); }
    */
   signal: AbortSignal;
+  /**
+   * ackMode 'manual': the entry is handled; acknowledges it under the shard's fencing token. Resolves
+   * once the acknowledgement landed; rejects with an `AckRefusedError` when it cannot count: the
+   * shard was revoked or lost meanwhile (its next owner runs the entry again), the entry was
+   * already settled (acked, nacked, failed, or `ackTimeoutMs` passed), or ackMode is 'auto'.
+   */
+  ack(): Promise<void>;
+  /**
+   * ackMode 'manual': the entry failed this attempt; it is retried in place (after `retryAfterMs`,
+   * default the member's retry backoff) or dead-lettered once `maxAttempts` are used. Rejects with an
+   * `AckRefusedError` like `ack()`.
+   */
+  nack(options?: { retryAfterMs?: number; reason?: string }): Promise<void>;
 }
 
 export interface OutgoingMessage<T = unknown> {
@@ -66,6 +79,12 @@ export interface OutgoingMessage<T = unknown> {
 export type DecodedEntry =
   | { ok: true; key: string | undefined; payload: unknown; headers: Record<string, string> }
   | { ok: false; reason: string; key: string | undefined };
+
+/** The routing key field of a raw entry (flat field list), without decoding anything else. */
+export function routingKeyOf(fields: readonly string[]): string | undefined {
+  for (let i = 0; i + 1 < fields.length; i += 2) if (fields[i] === ENTRY_FIELD.key) return fields[i + 1];
+  return undefined;
+}
 
 /** Decodes a raw entry (flat field list). Never throws: a bad entry is a reason to dead-letter it. */
 export function decodeEntry(fields: readonly string[], codec: PayloadCodec): DecodedEntry {

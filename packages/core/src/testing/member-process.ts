@@ -34,6 +34,8 @@ export interface MemberProcessSettings {
   sessionTimeoutMs: number;
   heartbeatIntervalMs: number;
   runtimeMaxConcurrency: number;
+  /** Key-ordered lanes per shard (the member's `lanes`); default 1. */
+  lanes?: number;
   /** How long each handler call takes (a timer). */
   handlerDelayMs: number;
   /** Passed to the member: it creates the stream with this many shards when the metadata is missing. */
@@ -119,6 +121,7 @@ function main(): void {
     shardCount: settings.shardCount,
     sessionTimeoutMs: settings.sessionTimeoutMs,
     runtimeMaxConcurrency: settings.runtimeMaxConcurrency,
+    lanes: settings.lanes,
     blockMs: 500,
     sweepIntervalMs: settings.sweepIntervalMs ?? 500,
     maxAttempts: settings.maxAttempts,

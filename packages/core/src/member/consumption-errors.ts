@@ -1,0 +1,70 @@
+/**
+ * Thrown by a batch handler (`batch` member option) whose entry `failedIndex` failed: the entries
+ * before it are handled and acknowledged; the failed one and those after it are retried as a batch,
+ * and once the failed entry's attempts are used up it alone is dead-lettered (with `cause` as its
+ * error) and the rest go on. Any other error fails the whole batch.
+ *
+ * @example
+ * handler: async (messages: StreamMessage<Row>[]) => {
+ *   for (const [i, m] of messages.entries()) {
+ *     try { await insert(m.payload); } catch (error) { throw new BatchError(i, error); }
+ *   }
+ * }
+ */
+export class BatchError extends Error {
+  constructor(
+    readonly failedIndex: number,
+    cause: unknown,
+  ) {
+    super(`entry ${failedIndex} of the batch failed: ${cause instanceof Error ? `${cause.name}: ${cause.message}` : String(cause)}`, { cause });
+    this.name = 'BatchError';
+  }
+}
+
+/** Why `message.ack()`/`nack()` was refused. */
+export type AckRefusalReason = 'released' | 'settled' | 'fenced' | 'unsent' | 'auto';
+
+/**
+ * `message.ack()`/`nack()` could not count (ackMode 'manual'): the shard was revoked or lost
+ * (`released`; its next owner runs the entry again), a newer owner's fencing token refused the
+ * acknowledgement (`fenced`), it could not be sent (`unsent`: Redis unreachable), the entry was already settled (`settled`: acked, nacked, failed, or
+ * its ackTimeoutMs passed), or the member acknowledges on its own (`auto`).
+ */
+export class AckRefusedError extends Error {
+  constructor(
+    readonly reason: AckRefusalReason,
+    readonly entryId: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'AckRefusedError';
+  }
+}
+
+/** ackMode 'manual': the entry was neither acked nor nacked within `ackTimeoutMs`; the attempt failed. */
+export class AckTimeoutError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'AckTimeoutError';
+  }
+}
+
+/** ackMode 'manual': the handler called `message.nack()`; the attempt failed. */
+export class NackedError extends Error {
+  constructor(
+    message: string,
+    /** The retry delay it asked for, if any. */
+    readonly retryAfterMs: number | undefined,
+  ) {
+    super(message);
+    this.name = 'NackedError';
+  }
+}
+
+/** An acknowledgement refused after the handler asked for it ('ack-refused' event). */
+export interface AckRefusedEvent {
+  shardIndex: number;
+  entryId: string;
+  reason: AckRefusalReason;
+  message: string;
+}

@@ -1,0 +1,58 @@
+import { assertIntegerInRange } from '../protocol/names';
+
+const DAY_MS = 86_400_000;
+/** The most lanes one shard may run (each a handler call in flight). */
+export const MAX_LANES = 10_000;
+
+/** Batch handlers (`batch` member option): how many entries one call gets, and how long a short batch waits to fill. */
+export interface BatchOptions {
+  /** At most this many entries of one shard per call. */
+  maxSize: number;
+  /**
+   * How long fewer than `maxSize` queued entries wait for more before the handler gets them.
+   * Default 0: what is queued goes at once (a busy shard fills batches on its own).
+   */
+  maxWaitMs?: number;
+}
+
+/** How a member hands entries to its handler: lanes, batches, acknowledgement mode. */
+export interface ResolvedConsumptionOptions {
+  lanes: number;
+  ackMode: 'auto' | 'manual';
+  ackTimeoutMs: number;
+  batch: Required<BatchOptions> | undefined;
+}
+
+interface ConsumptionInput {
+  lanes?: unknown;
+  ackMode?: unknown;
+  ackTimeoutMs?: unknown;
+  batch?: unknown;
+}
+
+/**
+ * Checks `lanes`, `ackMode`, `ackTimeoutMs` and `batch`, alone and together: a batch is one shard's
+ * entries in order, acknowledged as one, so it runs on no lanes and takes no manual acks.
+ */
+export function resolveConsumptionOptions(options: ConsumptionInput): ResolvedConsumptionOptions {
+  const lanes = options.lanes ?? 1;
+  assertIntegerInRange('lanes', lanes as number, 1, MAX_LANES);
+  const ackMode = options.ackMode ?? 'auto';
+  if (ackMode !== 'auto' && ackMode !== 'manual') throw new TypeError(`ackMode must be 'auto' or 'manual', got ${JSON.stringify(ackMode)}`);
+  if (options.ackTimeoutMs !== undefined && ackMode !== 'manual') {
+    throw new TypeError(`ackTimeoutMs (${JSON.stringify(options.ackTimeoutMs)}) applies to ackMode 'manual' only; ackMode is 'auto' (use handlerTimeoutMs)`);
+  }
+  const ackTimeoutMs = options.ackTimeoutMs ?? 30_000;
+  assertIntegerInRange('ackTimeoutMs', ackTimeoutMs as number, 1, DAY_MS);
+  let batch: Required<BatchOptions> | undefined;
+  if (options.batch !== undefined) {
+    const given = options.batch as Partial<BatchOptions> | null;
+    if (given === null || typeof given !== 'object' || Array.isArray(given)) throw new TypeError(`batch must be an object { maxSize, maxWaitMs }, got ${JSON.stringify(given)}`);
+    batch = { maxSize: given.maxSize as number, maxWaitMs: given.maxWaitMs ?? 0 };
+    assertIntegerInRange('batch.maxSize', batch.maxSize, 1, 10_000);
+    assertIntegerInRange('batch.maxWaitMs', batch.maxWaitMs, 0, DAY_MS);
+    if (lanes !== 1) throw new TypeError(`batch and lanes (${JSON.stringify(lanes)}) cannot be combined: a batch is one shard's entries in order, acknowledged as one; use lanes or batch`);
+    if (ackMode === 'manual') throw new TypeError("batch and ackMode 'manual' cannot be combined: a batch is acknowledged as one when its handler resolves (throw a BatchError to fail part of it)");
+  }
+  return { lanes: lanes as number, ackMode, ackTimeoutMs: ackTimeoutMs as number, batch };
+}

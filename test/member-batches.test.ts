@@ -1,0 +1,106 @@
+import { describe, expect, it } from 'vitest';
+import { BatchError, CoordinatedMember, CoordinatorAdmin, type DeadLetterEvent, type StreamMessage, StreamProducer } from '@redis-stream-coordinator/core';
+import type { KeyedPayload } from './support/handler-recorder';
+import { pollUntil } from './support/poll';
+import { uniqueName, useRedisServer } from './support/vitest-redis';
+import { afterEach } from 'vitest';
+
+const redis = useRedisServer();
+const started: CoordinatedMember<KeyedPayload>[] = [];
+afterEach(async () => {
+  await Promise.all(started.splice(0).map((m) => m.stop().catch(() => undefined)));
+});
+
+/** A one-shard batch member of group "group"; `calls` gets the seqs of each call. */
+async function aBatchMember(streamPrefix: string, options: { maxSize: number; maxWaitMs?: number; maxAttempts?: number }, work: (messages: StreamMessage<KeyedPayload>[], call: number) => unknown = () => undefined) {
+  const calls: number[][] = [];
+  const deadLetters: DeadLetterEvent[] = [];
+  const member = new CoordinatedMember<KeyedPayload>(redis.client(), {
+    streamPrefix,
+    consumerGroup: 'group',
+    shardCount: 1,
+    maxAttempts: options.maxAttempts ?? 3,
+    retryBackoffMs: 10,
+    coordinator: { heartbeatIntervalMs: 200 },
+    batch: { maxSize: options.maxSize, maxWaitMs: options.maxWaitMs },
+    handler: async (messages: StreamMessage<KeyedPayload>[]) => {
+      calls.push(messages.map((m) => m.payload.seq));
+      return work(messages, calls.length);
+    },
+  });
+  member.on('error', () => undefined);
+  member.on('dead-letter', (event) => deadLetters.push(event));
+  started.push(member);
+  await member.start();
+  return { member, calls, deadLetters };
+}
+
+const entries = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, i) => ({ key: `k${(from + i) % 3}`, payload: { seq: from + i }, shardIndex: 0 }));
+
+async function settled(streamPrefix: string) {
+  await pollUntil('nothing pending or unread', async () => (await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group')).shards.every((s) => s.pending === 0 && s.lag === 0));
+}
+
+describe('batch handlers', () => {
+  it('get one shard\'s entries in order, at most maxSize per call, acknowledged together', async () => {
+    const streamPrefix = uniqueName('batch');
+    const { calls } = await aBatchMember(streamPrefix, { maxSize: 10 });
+    await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(entries(1, 95));
+    await pollUntil('95 entries handled', async () => calls.flat().length === 95);
+    expect(calls.flat()).toEqual(entries(1, 95).map((e) => e.payload.seq));
+    expect(Math.max(...calls.map((c) => c.length))).toBe(10);
+    await settled(streamPrefix);
+  });
+
+  it('a short batch waits up to maxWaitMs for more entries', async () => {
+    const streamPrefix = uniqueName('batch-wait');
+    const { calls } = await aBatchMember(streamPrefix, { maxSize: 10, maxWaitMs: 600 });
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.sendBatch(entries(1, 1));
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    await producer.sendBatch(entries(2, 3));
+    await pollUntil('3 entries handled', async () => calls.flat().length === 3);
+    expect(calls).toEqual([[1, 2, 3]]);
+  });
+
+  it('a BatchError acknowledges the entries before the failed one and retries from it; used up, only that entry is dead-lettered', async () => {
+    const streamPrefix = uniqueName('batch-partial');
+    const { calls, deadLetters } = await aBatchMember(streamPrefix, { maxSize: 5, maxAttempts: 2 }, (messages) => {
+      const bad = messages.findIndex((m) => m.payload.seq === 3);
+      if (bad >= 0) throw new BatchError(bad, new Error(`row ${messages[bad].payload.seq} refused`));
+    });
+    const written = await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(entries(1, 5));
+    await pollUntil('a dead letter and the rest handled', async () => deadLetters.length === 1 && calls.length === 3);
+    expect(calls).toEqual([
+      [1, 2, 3, 4, 5],
+      [3, 4, 5],
+      [4, 5],
+    ]);
+    expect(deadLetters[0]).toMatchObject({ id: written[2].id, attempts: 2, cause: 'attempts-exhausted', reason: 'Error: row 3 refused' });
+    await settled(streamPrefix);
+  });
+
+  it('a plain failure retries the whole batch; used up, every entry is dead-lettered, each on its own', async () => {
+    const streamPrefix = uniqueName('batch-fail');
+    const { calls, deadLetters } = await aBatchMember(streamPrefix, { maxSize: 5, maxAttempts: 2 }, () => {
+      throw new Error('database down');
+    });
+    const written = await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(entries(1, 3));
+    await pollUntil('3 dead letters', async () => deadLetters.length === 3);
+    expect(calls).toEqual([
+      [1, 2, 3],
+      [1, 2, 3],
+    ]);
+    expect(deadLetters.map((d) => d.id)).toEqual(written.map((w) => w.id));
+    expect(deadLetters.every((d) => d.attempts === 2 && d.reason === 'Error: database down')).toBe(true);
+    await settled(streamPrefix);
+  });
+
+  it('refuses a batch with manual acks, a maxSize past batchSize, and a bad maxSize', () => {
+    const base = { streamPrefix: 'x', consumerGroup: 'g', handler: (messages: StreamMessage[]) => messages };
+    expect(() => new CoordinatedMember(redis.client(), { ...base, batch: { maxSize: 10 }, ackMode: 'manual' })).toThrow(/batch and ackMode 'manual' cannot be combined/);
+    expect(() => new CoordinatedMember(redis.client(), { ...base, batch: { maxSize: 200 }, batchSize: 100 })).toThrow('batch.maxSize (200) must not exceed batchSize (100)');
+    expect(() => new CoordinatedMember(redis.client(), { ...base, batch: { maxSize: 0 } })).toThrow('batch.maxSize must be an integer from 1 to 10000, got 0');
+    expect(() => new CoordinatedMember(redis.client(), { ...base, batch: { maxSize: 5, maxWaitMs: -1 } })).toThrow('batch.maxWaitMs must be an integer from 0 to 86400000, got -1');
+  });
+});

@@ -132,7 +132,7 @@ export class ChaosHarness {
   ) {
     this.settings = {
       members: 3, shards: 8, sessionTimeoutMs: 1000, rate: 500, keys: 50, handlerDelayMs: 1, failPercent: 3, deadPermille: 5,
-      // RSC_CHAOS_MEMBER_LANES=n runs every member with key-ordered lanes (not RSC_CHAOS_LANES: harnesses side by side).
+      // RSC_CHAOS_MEMBER_LANES=n runs every member with key-ordered lanes.
       lanes: Math.max(1, Number(process.env.RSC_CHAOS_MEMBER_LANES ?? 1) || 1),
       ...options,
     };

@@ -5,11 +5,11 @@ import { ChaosHarness } from './harness';
 import { formatReport } from './report';
 
 /**
- * The short tier runs every fault kind once, dealt out over `SHORT_TIER_LANES` harnesses that run
+ * The short tier runs every fault kind once, dealt out over `SHORT_TIER_HARNESSES` harnesses that run
  * side by side (each with its own redis-server, member processes and load), in one test: vitest runs
  * test files one at a time on a 2-core machine (its default is a worker per core but one), so
  * separate files would add up. About how long each kind takes in a lane (seconds, with its recovery,
- * measured on a 2-core machine): the lanes are balanced by it, so the slowest decides the wall time.
+ * measured on a 2-core machine): the harnesses are balanced by it, so the slowest decides the wall time.
  */
 const COST_S: Record<FaultKind, number> = {
   kill: 1, graceful: 0.5, join: 1, pause: 2, partition: 2, reset: 0.1, 'redis-restart': 2.5,
@@ -21,8 +21,8 @@ const COST_S: Record<FaultKind, number> = {
   'unsafe-lease': 5.5, 'zombie-dead-letter': 6, 'revoke-twice': 2.6, 'group-keys-lost': 2.8,
 };
 
-/** Lanes side by side (RSC_CHAOS_LANES; 1 runs every kind in one harness, about 100 s). */
-export const SHORT_TIER_LANES = Math.max(1, Number(process.env.RSC_CHAOS_LANES ?? 2) || 2);
+/** Harnesses side by side (RSC_CHAOS_HARNESSES; 1 runs every kind in one harness, about 100 s). */
+export const SHORT_TIER_HARNESSES = Math.max(1, Number(process.env.RSC_CHAOS_HARNESSES ?? 2) || 2);
 
 /**
  * The kinds of lane `lane` (1-based): every kind in exactly one lane, the longest first into the
@@ -31,7 +31,7 @@ export const SHORT_TIER_LANES = Math.max(1, Number(process.env.RSC_CHAOS_LANES ?
  */
 export function shortTierKinds(lane: number, env = process.env.RSC_CHAOS_FAULTS): FaultKind[] {
   if (env !== undefined && env.trim() !== '') return lane === 1 ? selectedFaultKinds(env) : [];
-  const load = Array.from({ length: SHORT_TIER_LANES }, () => ({ seconds: 0, kinds: [] as FaultKind[] }));
+  const load = Array.from({ length: SHORT_TIER_HARNESSES }, () => ({ seconds: 0, kinds: [] as FaultKind[] }));
   const byCost = [...ALL_FAULT_KINDS].sort((a, b) => COST_S[b] - COST_S[a] || a.localeCompare(b));
   for (const kind of byCost) {
     const lightest = load.reduce((best, lane) => (lane.seconds < best.seconds ? lane : best));
@@ -50,7 +50,7 @@ interface LaneResult {
 
 /** One lane: a harness, its kinds once each in an order the seed decides, the load on a while after, the drain. */
 async function runLane(lane: number, kinds: FaultKind[], seed: number, started: ChaosHarness[]): Promise<LaneResult> {
-  // 200 entries/s a lane (the soak: 1,000): two lanes share two cores, and a starved member
+  // 200 entries/s a harness (the soak: 1,000): two harnesses share two cores, and a starved member
   // process looks like a faulty one. Still thousands of entries a lane, on every shard.
   const harness = await ChaosHarness.start({ seed, rate: 200, progress: (line) => process.stderr.write(`  [${lane}] ${line}\n`) });
   started.push(harness);
@@ -67,9 +67,9 @@ async function runLane(lane: number, kinds: FaultKind[], seed: number, started: 
 /** The short tier: every lane at once, then every promise of the checker for each. */
 export function shortTier(): void {
   const seed = Number(process.env.RSC_CHAOS_SEED ?? 20261129);
-  const lanes = Array.from({ length: SHORT_TIER_LANES }, (_, i) => shortTierKinds(i + 1));
+  const lanes = Array.from({ length: SHORT_TIER_HARNESSES }, (_, i) => shortTierKinds(i + 1));
   const title = lanes.filter((k) => k.length > 0).map((k) => k.join(', ')).join(' | ');
-  it(`reliability harness (short tier), each kind once in ${SHORT_TIER_LANES} harness(es) side by side (seed ${seed}): ${title}: nothing lost or stuck, order kept, no overlap, dead letters fenced, every duplicate explained`, async () => {
+  it(`reliability harness (short tier), each kind once in ${SHORT_TIER_HARNESSES} harness(es) side by side (seed ${seed}): ${title}: nothing lost or stuck, order kept, no overlap, dead letters fenced, every duplicate explained`, async () => {
     const started: ChaosHarness[] = [];
     try {
       const results = await Promise.all(lanes.map((kinds, i) => (kinds.length > 0 ? runLane(i + 1, kinds, seed, started) : undefined)));

@@ -331,26 +331,36 @@ export class ChaosHarness {
     }
   }
 
-  /** Every group is STABLE, every shard owned by a member that is running and reachable, no cutover pending. */
+  /**
+   * Every group is STABLE, every shard owned by a member that is running and reachable, and every
+   * running, reachable member process a member of its group again (one that stays out of it, wedged,
+   * would quietly take no work for the rest of the run).
+   */
   async waitUntilRecovered(timeoutMs: number): Promise<void> {
+    let why = '';
     await waitFor(
-      `every group (${this.groups.join(', ')}) STABLE with every shard owned by a running member`,
+      `every group (${this.groups.join(', ')}) STABLE with every shard owned by a running member and every running member in its group`,
       async () => {
         try {
           for (const group of this.groups) {
             const d = await this.admin.describeGroup(this.streamPrefix, group);
             const live = new Set(this.liveMembers(group));
             const read = d.shards.filter(mustBeOwned);
-            if (d.group.state !== 'STABLE' || !read.every((s) => s.state === 'OWNED' && s.owner !== null && live.has(s.owner))) return false;
+            const out = [...live].filter((id) => !d.members.some((m) => m.memberId === id));
+            why = `${group}: ${d.group.state}; shards not owned by a running member: [${read.filter((s) => !(s.state === 'OWNED' && s.owner !== null && live.has(s.owner))).map((s) => s.shardIndex).join(',')}]; running but not in the group: [${out.join(',')}]`;
+            if (d.group.state !== 'STABLE' || !read.every((s) => s.state === 'OWNED' && s.owner !== null && live.has(s.owner)) || out.length > 0) return false;
           }
           return true;
-        } catch {
+        } catch (error) {
+          why = `describeGroup failed: ${(error as Error).message}`;
           return false; // Redis restarting, or the group not (yet) recreated
         }
       },
       timeoutMs,
       50,
-    );
+    ).catch((error: Error) => {
+      throw new Error(`${error.message} (${why})`);
+    });
   }
 
   // ---- what sits pending ------------------------------------------------------------------------

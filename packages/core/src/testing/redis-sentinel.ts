@@ -1,0 +1,150 @@
+import { Redis } from 'ioredis';
+import { RedisServer } from './redis-server';
+
+export interface RedisSentinelOptions {
+  /** The name the Sentinels monitor the master under. Default 'rsc-master'. */
+  masterName?: string;
+  /** Replicas of the master. Default 1. */
+  replicas?: number;
+  /** Sentinels (quorum: a majority). Default 3. */
+  sentinels?: number;
+  /** `down-after-milliseconds`: how long the master may be unreachable before a failover. Default 1000 ms. */
+  downAfterMs?: number;
+}
+
+const DEADLINE_MS = 30_000;
+
+/**
+ * A private Sentinel setup on free loopback ports (by default one master, one replica and three
+ * Sentinels), for tests and benchmarks. `stop()` stops exactly the processes it started and removes
+ * their directories. `failover()` kills the master and waits until the Sentinels have promoted a
+ * replica.
+ *
+ * @example
+ * const setup = await RedisSentinel.start();
+ * const client = new Redis({ sentinels: setup.sentinelNodes, name: setup.masterName });
+ */
+export class RedisSentinel {
+  private constructor(
+    readonly masterName: string,
+    readonly servers: RedisServer[],
+    readonly sentinels: RedisServer[],
+  ) {}
+
+  static async start(options: RedisSentinelOptions = {}): Promise<RedisSentinel> {
+    const masterName = options.masterName ?? 'rsc-master';
+    if (!/^[A-Za-z0-9_.-]{1,64}$/.test(masterName)) throw new RangeError(`masterName must be 1-64 letters, digits, '_', '.' or '-', got ${JSON.stringify(masterName)}`);
+    const replicaCount = options.replicas ?? 1;
+    const sentinelCount = options.sentinels ?? 3;
+    const downAfter = options.downAfterMs ?? 1000;
+    const servers: RedisServer[] = [];
+    const sentinels: RedisServer[] = [];
+    const setup = new RedisSentinel(masterName, servers, sentinels);
+    try {
+      const master = await RedisServer.start({ args: ["--repl-diskless-sync-delay", "0"] });
+      servers.push(master);
+      for (let i = 0; i < replicaCount; i++) {
+        servers.push(await RedisServer.start({ args: ['--replicaof', '127.0.0.1', String(master.port)] }));
+      }
+      const quorum = Math.floor(sentinelCount / 2) + 1;
+      const config = [
+        `sentinel monitor ${masterName} 127.0.0.1 ${master.port} ${quorum}`,
+        `sentinel down-after-milliseconds ${masterName} ${downAfter}`,
+        `sentinel failover-timeout ${masterName} ${Math.max(3000, downAfter * 3)}`,
+        `sentinel parallel-syncs ${masterName} 1`,
+        '',
+      ].join('\n');
+      for (let i = 0; i < sentinelCount; i++) sentinels.push(await RedisServer.start({ config, sentinel: true }));
+      await setup.waitUntil(async () => (await setup.replicasSeen()) >= replicaCount, `the Sentinels to see ${replicaCount} replica(s) of ${masterName}`);
+    } catch (error) {
+      await setup.stop();
+      throw error;
+    }
+    return setup;
+  }
+
+  /** For ioredis: `new Redis({ sentinels: setup.sentinelNodes, name: setup.masterName })`. */
+  get sentinelNodes(): { host: string; port: number }[] {
+    return this.sentinels.map((s) => ({ host: '127.0.0.1', port: s.port }));
+  }
+
+  /** The port of the master as the Sentinels see it now. */
+  async masterPort(): Promise<number> {
+    const [, port] = (await this.ask((c) => c.call('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', this.masterName))) as [string, string];
+    return Number(port);
+  }
+
+  /**
+   * Kills (SIGKILL) the current master and waits until the Sentinels have promoted another server
+   * and it answers as a master. Returns the killed master's port.
+   */
+  async failover(): Promise<number> {
+    const old = await this.masterPort();
+    const server = this.servers.find((s) => s.port === old);
+    if (!server) throw new Error(`the master (port ${old}) is not a server of this setup`);
+    await server.kill('SIGKILL');
+    await this.waitUntil(async () => {
+      const port = await this.masterPort();
+      if (port === old) return false;
+      const client = new Redis({ host: '127.0.0.1', port, maxRetriesPerRequest: 1, retryStrategy: () => null });
+      client.on('error', () => undefined);
+      try {
+        return /role:master/.test(String(await client.info('replication')));
+      } finally {
+        client.disconnect();
+      }
+    }, `a replica to be promoted after the master on port ${old} was killed`);
+    return old;
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all([...this.sentinels, ...this.servers].map((s) => s.stop()));
+  }
+
+  private async replicasSeen(): Promise<number> {
+    const counts = await Promise.all(
+      this.sentinels.map(async (s) => {
+        const client = new Redis({ host: '127.0.0.1', port: s.port, maxRetriesPerRequest: 1, retryStrategy: () => null });
+        client.on('error', () => undefined);
+        try {
+          const replicas = (await client.call('SENTINEL', 'REPLICAS', this.masterName)) as string[][];
+          return replicas.filter((fields) => !String(fields[fields.indexOf('flags') + 1]).includes('down')).length;
+        } finally {
+          client.disconnect();
+        }
+      }),
+    );
+    return Math.min(...counts);
+  }
+
+  private async ask<R>(call: (client: Redis) => Promise<R>): Promise<R> {
+    let lastError: unknown = new Error('no Sentinel is running');
+    for (const sentinel of this.sentinels) {
+      if (!sentinel.isRunning()) continue;
+      const client = new Redis({ host: '127.0.0.1', port: sentinel.port, maxRetriesPerRequest: 1, retryStrategy: () => null });
+      client.on('error', () => undefined);
+      try {
+        return await call(client);
+      } catch (error) {
+        lastError = error;
+      } finally {
+        client.disconnect();
+      }
+    }
+    throw lastError;
+  }
+
+  private async waitUntil(check: () => Promise<boolean>, what: string): Promise<void> {
+    const deadline = Date.now() + DEADLINE_MS;
+    let lastError: unknown;
+    for (;;) {
+      try {
+        if (await check()) return;
+      } catch (error) {
+        lastError = error;
+      }
+      if (Date.now() > deadline) throw new Error(`timed out after ${DEADLINE_MS} ms waiting for ${what}${lastError ? `: ${(lastError as Error).message}` : ''}`);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+}

@@ -2,6 +2,7 @@ import { v7 as uuidv7 } from 'uuid';
 import { type PayloadCodec, type StreamMessage, jsonCodec } from '../protocol/entry-format';
 import { assertConsumerGroup, assertIntegerInRange, assertMemberId, assertStreamPrefix } from '../protocol/names';
 import type { CoordinatorOptions, HeartbeatObservation } from '../redis/coordinator-options';
+import { assertReplicaWait, type ReplicaWait } from '../redis/replica-wait';
 import { MemberTelemetry } from '../telemetry/member-telemetry';
 import { type DeadLetterOptions, type ResolvedDeadLetterOptions, resolveDeadLetterOptions } from './dead-letter-options';
 
@@ -73,10 +74,20 @@ export interface CoordinatedMemberOptions<T = unknown> {
    * them off altogether.
    */
   telemetry?: boolean;
+  /**
+   * Durability of acknowledgements against a failover (docs/cluster.md): each fenced ack batch is
+   * followed by `WAIT replicas timeoutMs` on the same connection, so an entry counts as
+   * acknowledged only once that many replicas of its shard's master have the ack. When WAIT counts
+   * fewer in time the member reports it ('error', a `NotReplicatedError` cause) and goes on: the
+   * ack stays on the master, and a failover before it reaches a replica redelivers those entries
+   * (at-least-once holds either way; this narrows the redeliveries a failover causes). Default:
+   * no WAIT. Costs the replication round trip per ack batch.
+   */
+  ackWaitForReplicas?: ReplicaWait;
 }
 
-export type ResolvedMemberOptions<T = unknown> = Required<Omit<CoordinatedMemberOptions<T>, 'shardCount' | 'coordinator' | 'telemetry' | 'deadLetter'>> &
-  Pick<CoordinatedMemberOptions<T>, 'shardCount' | 'coordinator'> & {
+export type ResolvedMemberOptions<T = unknown> = Required<Omit<CoordinatedMemberOptions<T>, 'shardCount' | 'coordinator' | 'telemetry' | 'deadLetter' | 'ackWaitForReplicas'>> &
+  Pick<CoordinatedMemberOptions<T>, 'shardCount' | 'coordinator' | 'ackWaitForReplicas'> & {
     deadLetter: ResolvedDeadLetterOptions<T>;
     /** The member's instrumentation; undefined when `telemetry` is false. */
     telemetry: MemberTelemetry | undefined;
@@ -122,6 +133,7 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T>): R
     codec: options.codec ?? jsonCodec,
     coordinator: options.coordinator,
     telemetry: undefined,
+    ackWaitForReplicas: assertReplicaWait('ackWaitForReplicas', options.ackWaitForReplicas),
   };
   if (typeof resolved.memberName !== 'string' || resolved.memberName.length === 0 || resolved.memberName.length > 256 || /[\x00-\x1f\x7f]/.test(resolved.memberName)) {
     throw new RangeError(`memberName must be 1-256 printable characters, got ${JSON.stringify(resolved.memberName)}`);

@@ -41,10 +41,10 @@ export class RedisSentinel {
     const sentinels: RedisServer[] = [];
     const setup = new RedisSentinel(masterName, servers, sentinels);
     try {
-      const master = await RedisServer.start({ args: ["--repl-diskless-sync-delay", "0"] });
+      const master = await RedisServer.start({ args: ['--repl-diskless-sync-delay', '0'] });
       servers.push(master);
       for (let i = 0; i < replicaCount; i++) {
-        servers.push(await RedisServer.start({ args: ['--replicaof', '127.0.0.1', String(master.port)] }));
+        servers.push(await RedisServer.start({ args: ['--replicaof', '127.0.0.1', String(master.port), '--repl-diskless-sync-delay', '0'] }));
       }
       const quorum = Math.floor(sentinelCount / 2) + 1;
       const config = [
@@ -95,6 +95,34 @@ export class RedisSentinel {
       }
     }, `a replica to be promoted after the master on port ${old} was killed`);
     return old;
+  }
+
+  /**
+   * Starts a killed server again (empty: no persistence) as a replica of the current master, and
+   * waits until it has synced (the Sentinels learn of it from the master within seconds).
+   */
+  async restartServer(port: number): Promise<void> {
+    const server = this.servers.find((s) => s.port === port);
+    if (!server) throw new Error(`no server of this setup listens on port ${port}`);
+    await server.restart();
+    // What the Sentinels would do some seconds later (they convert a returning old master): now.
+    const master = await this.masterPort();
+    const restarted = new Redis({ host: '127.0.0.1', port, maxRetriesPerRequest: 1, retryStrategy: () => null });
+    restarted.on('error', () => undefined);
+    try {
+      await restarted.call('REPLICAOF', '127.0.0.1', String(master));
+    } finally {
+      restarted.disconnect();
+    }
+    await this.waitUntil(async () => {
+      const client = new Redis({ host: '127.0.0.1', port, maxRetriesPerRequest: 1, retryStrategy: () => null });
+      client.on('error', () => undefined);
+      try {
+        return /master_link_status:up/.test(String(await client.info('replication')));
+      } finally {
+        client.disconnect();
+      }
+    }, `the restarted server on port ${port} to replicate the current master`);
   }
 
   async stop(): Promise<void> {

@@ -1,0 +1,192 @@
+import type { Cluster, Redis } from 'ioredis';
+import { afterEach, describe, expect, it } from 'vitest';
+import {
+  CoordinatedMember, type CoordinatedMemberOptions, CoordinatorAdmin, KeyBuilder, PartialBatchError, StreamProducer, type StreamMessage,
+} from '@redis-stream-coordinator/core';
+import { HandlerRecorder, type KeyedPayload, keyedMessages } from './support/handler-recorder';
+import { pollUntil } from './support/poll';
+import { uniqueName } from './support/vitest-redis';
+import { useRedisCluster, useRedisSentinel } from './support/vitest-cluster';
+
+// Issue 15 part A: every feature on a Redis Cluster (3 masters, 3 replicas) and through Sentinel,
+// including a slot moving between masters while members run, and a master failing over.
+const redis = useRedisCluster();
+const sentinel = useRedisSentinel();
+const keys = new KeyBuilder();
+
+const started: CoordinatedMember<KeyedPayload>[] = [];
+afterEach(async () => {
+  await Promise.all(started.splice(0).map((m) => m.stop().catch(() => undefined)));
+});
+
+function aMember(client: Cluster | Redis, options: Omit<CoordinatedMemberOptions<KeyedPayload>, 'consumerGroup'>) {
+  const member = new CoordinatedMember<KeyedPayload>(client, {
+    consumerGroup: 'group',
+    coordinator: { heartbeatIntervalMs: 200 },
+    sweepIntervalMs: 500,
+    ...options,
+  });
+  member.on('error', () => undefined);
+  started.push(member);
+  return member;
+}
+
+/** Sends one keyed entry every few ms until `stop` is set; keeps what was sent (resolved) and what failed. */
+function produceSteadily(producer: StreamProducer, label: string) {
+  const sent: { key: string; seq: number }[] = [];
+  let failures = 0;
+  let stopped = false;
+  const done = (async () => {
+    for (let seq = 1; !stopped; seq++) {
+      const batch = [0, 1, 2, 3].map((k) => ({ key: `${label}-${k}`, payload: { seq } }));
+      try {
+        await producer.sendBatch(batch);
+        sent.push(...batch.map((m) => ({ key: m.key, seq })));
+      } catch (error) {
+        // A batch refused during a failover: written entries of it count as sent.
+        if (error instanceof PartialBatchError) {
+          for (const w of error.written) sent.push({ key: batch[w.index].key, seq });
+        }
+        failures += 1;
+      }
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+  })();
+  return {
+    sent,
+    failures: () => failures,
+    stop: async () => {
+      stopped = true;
+      await done;
+    },
+  };
+}
+
+function handledAll(recorder: HandlerRecorder, sent: { key: string; seq: number }[]): boolean {
+  const handled = new Set(recorder.runs.map((r) => `${r.key}/${r.seq}`));
+  return sent.every((s) => handled.has(`${s.key}/${s.seq}`));
+}
+
+describe('on a Redis Cluster', () => {
+  it('members and a producer handle every entry once and per key in order, with shards spread over the three masters', async () => {
+    const streamPrefix = uniqueName('cluster');
+    const recorder = new HandlerRecorder();
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 12 });
+    const one = aMember(redis.client(), { streamPrefix, runtimeMaxConcurrency: 4, memberId: 'one', handler: recorder.handler('one') });
+    const two = aMember(redis.client(), { streamPrefix, runtimeMaxConcurrency: 4, memberId: 'two', handler: recorder.handler('two') });
+    await Promise.all([one.start(), two.start()]);
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    const messages = keyedMessages(30, 10);
+    // Before issue 15 this failed: one pipeline across the shards' slots is refused by a Cluster.
+    for (let i = 0; i < messages.length; i += 100) await producer.sendBatch(messages.slice(i, i + 100));
+    await pollUntil('every entry handled', async () => recorder.distinctEntries() === messages.length);
+    expect(recorder.duplicates()).toEqual([]);
+    expect(recorder.orderViolations()).toEqual([]);
+    expect(recorder.overlaps()).toEqual([]);
+    expect(new Set(recorder.runs.map((r) => r.memberId))).toEqual(new Set(['one', 'two']));
+
+    const masters = new Set<number>();
+    for (let shard = 0; shard < 12; shard++) masters.add((await redis.cluster.masterOf(await redis.cluster.slotOf(keys.shardStream(streamPrefix, shard)))).port);
+    expect(masters.size).toBe(3);
+    const description = await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group');
+    expect(description.shards.every((s) => s.backlog === 0)).toBe(true);
+  });
+
+  it('resizes while a member runs, dead-letters across shards, and trims what the group processed', async () => {
+    const streamPrefix = uniqueName('cluster-admin');
+    const recorder = new HandlerRecorder();
+    const admin = new CoordinatorAdmin(redis.client());
+    await admin.createStream({ streamPrefix, shardCount: 4 });
+    const member = aMember(redis.client(), {
+      streamPrefix,
+      runtimeMaxConcurrency: 4,
+      maxAttempts: 1,
+      handler: async (message: StreamMessage<KeyedPayload>) => {
+        if (message.payload.seq % 10 === 0) throw new Error(`poison ${message.key}/${message.payload.seq}`);
+        await recorder.handler('m')(message);
+      },
+    });
+    await member.start();
+    const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 50 });
+    await producer.sendBatch(keyedMessages(8, 10, 'before'));
+    await admin.resizeShards(streamPrefix, 8);
+    await producer.sendBatch(keyedMessages(8, 10, 'after'));
+    await pollUntil('every good entry handled', async () => recorder.distinctEntries() === 2 * 8 * 9, { timeoutMs: 15_000 });
+    await pollUntil('every poisoned entry dead-lettered', async () => (await admin.readDeadLetters(streamPrefix, 'group')).length === 2 * 8);
+    expect(recorder.orderViolations()).toEqual([]);
+    expect((await admin.describeGroup(streamPrefix, 'group')).shards.map((s) => s.shardIndex)).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+    await pollUntil('every entry acknowledged', async () => (await admin.describeGroup(streamPrefix, 'group')).shards.every((s) => s.backlog === 0));
+    const trimmed = await admin.trim(streamPrefix);
+    expect(trimmed.shards.reduce((n, s) => n + s.trimmed, 0)).toBe(2 * 8 * 10);
+  });
+
+  it('loses and stalls nothing while a shard slot moves to another master (ASK, then MOVED)', async () => {
+    const streamPrefix = uniqueName('cluster-move');
+    const recorder = new HandlerRecorder();
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 4 });
+    const member = aMember(redis.client(), { streamPrefix, runtimeMaxConcurrency: 4, handler: recorder.handler('m') });
+    await member.start();
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    const steady = produceSteadily(producer, 'k');
+    await pollUntil('entries flowing', async () => recorder.runs.length > 20);
+    const slots = await Promise.all([0, 1, 2, 3].map((shard) => redis.cluster.slotOf(keys.shardStream(streamPrefix, shard))));
+    for (const slot of slots.slice(0, 2)) {
+      const from = await redis.cluster.masterOf(slot);
+      const to = (await redis.cluster.nodes()).find((n) => n.role === 'master' && !n.failed && n.id !== from.id)!;
+      // One key at a time with a pause: the slot stays half-moved for a while, so clients meet ASK.
+      await redis.cluster.migrateSlot(slot, to.port, { keysPerMigrate: 1, pauseMs: 100 });
+      expect((await redis.cluster.masterOf(slot)).port).toBe(to.port);
+    }
+    const sentBefore = steady.sent.length;
+    await pollUntil('more entries sent after the moves', async () => steady.sent.length > sentBefore + 40);
+    await steady.stop();
+    expect(steady.failures()).toBe(0);
+    await pollUntil('every sent entry handled', async () => handledAll(recorder, steady.sent));
+    expect(recorder.orderViolations()).toEqual([]);
+  });
+
+  it('goes on after a master fails: with waitForReplicas every send that resolved is handled', async () => {
+    const streamPrefix = uniqueName('cluster-failover');
+    const recorder = new HandlerRecorder();
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 6 });
+    const member = aMember(redis.client(), {
+      streamPrefix,
+      runtimeMaxConcurrency: 6,
+      ackWaitForReplicas: { replicas: 1, timeoutMs: 500 },
+      handler: recorder.handler('m'),
+    });
+    await member.start();
+    const producer = new StreamProducer(redis.client(), { streamPrefix, waitForReplicas: { replicas: 1, timeoutMs: 500 } });
+    const steady = produceSteadily(producer, 'f');
+    await pollUntil('entries flowing', async () => recorder.runs.length > 20);
+    const slot = await redis.cluster.slotOf(keys.shardStream(streamPrefix, 0));
+    const killed = await redis.cluster.failMaster(slot);
+    // The promoted replica has no replica of its own until the old master comes back as one: till
+    // then WAIT 1 cannot be met on its shards, and their sends fail (NotReplicatedError), visibly.
+    await redis.cluster.restartNode(killed);
+    const sentBefore = steady.sent.length;
+    await pollUntil('sends succeed again after the failover', async () => steady.sent.length > sentBefore + 40, { timeoutMs: 15_000 });
+    await steady.stop();
+    await pollUntil('every sent entry handled', async () => handledAll(recorder, steady.sent), { timeoutMs: 15_000 });
+    expect(recorder.orderViolations()).toEqual([]);
+  });
+});
+
+describe('through Sentinel', () => {
+  it('goes on after the Sentinels fail the master over: with waitForReplicas every send that resolved is handled', async () => {
+    const streamPrefix = uniqueName('sentinel');
+    const recorder = new HandlerRecorder();
+    await new CoordinatorAdmin(sentinel.client()).createStream({ streamPrefix, shardCount: 4 });
+    const member = aMember(sentinel.client(), { streamPrefix, runtimeMaxConcurrency: 4, handler: recorder.handler('m'), sessionTimeoutMs: 10_000 });
+    await member.start();
+    const producer = new StreamProducer(sentinel.client(), { streamPrefix, waitForReplicas: { replicas: 1, timeoutMs: 500 } });
+    const steady = produceSteadily(producer, 's');
+    await pollUntil('entries flowing', async () => recorder.runs.length > 20);
+    const killed = await sentinel.setup.failover();
+    await sentinel.setup.restartServer(killed);
+    const sentBefore = steady.sent.length;
+    await pollUntil('sends succeed again after the failover', async () => steady.sent.length > sentBefore + 40, { timeoutMs: 15_000 });
+    await steady.stop();
+    await pollUntil('every sent entry handled', async () => handledAll(recorder, steady.sent), { timeoutMs: 15_000 });
+  });
+});

@@ -1,12 +1,18 @@
+import 'reflect-metadata';
+import { Injectable, Module } from '@nestjs/common';
+import { Test, type TestingModule } from '@nestjs/testing';
 import type { Cluster, Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
-  CoordinatedMember, type CoordinatedMemberOptions, CoordinatorAdmin, KeyBuilder, PartialBatchError, StreamProducer, type StreamMessage,
+  CoordinatedMember, type CoordinatedMemberOptions, CoordinatorAdmin, KeyBuilder, NotReplicatedError, PartialBatchError, ShardError, StreamProducer,
+  type StreamMessage,
 } from '@redis-stream-coordinator/core';
+import { CoordinatorHealthIndicator, CoordinatorModule, StreamListener, StreamPublisher } from '@redis-stream-coordinator/nestjs';
 import { HandlerRecorder, type KeyedPayload, keyedMessages } from './support/handler-recorder';
 import { pollUntil } from './support/poll';
 import { uniqueName } from './support/vitest-redis';
 import { useRedisCluster, useRedisSentinel } from './support/vitest-cluster';
+import { closedAfterEach } from './support/nest-apps';
 
 // Issue 15 part A: every feature on a Redis Cluster (3 masters, 3 replicas) and through Sentinel,
 // including a slot moving between masters while members run, and a master failing over.
@@ -169,6 +175,63 @@ describe('on a Redis Cluster', () => {
     await steady.stop();
     await pollUntil('every sent entry handled', async () => handledAll(recorder, steady.sent), { timeoutMs: 15_000 });
     expect(recorder.orderViolations()).toEqual([]);
+  });
+});
+
+describe('the NestJS module on a Cluster', () => {
+  const apps = closedAfterEach<TestingModule>();
+
+  it('connects by cluster nodes: listeners handle what the publisher sends, health is up', async () => {
+    const streamPrefix = uniqueName('cluster-nest');
+    const seen: number[] = [];
+    @Injectable()
+    class Handlers {
+      @StreamListener({ streamPrefix, consumerGroup: 'nest-group', concurrency: 2, shardCount: 6 })
+      async handle(message: StreamMessage<{ seq: number }>) {
+        seen.push(message.payload.seq);
+      }
+    }
+    @Module({ providers: [Handlers] })
+    class FeatureModule {}
+    const app = await Test.createTestingModule({
+      imports: [CoordinatorModule.forRoot({ redis: { cluster: { nodes: redis.cluster.startupNodes } }, coordinator: { heartbeatIntervalMs: 200 } }), FeatureModule],
+    }).compile();
+    apps.push(app);
+    await app.init();
+    await app.get(StreamPublisher).publishBatch(streamPrefix, Array.from({ length: 60 }, (_, i) => ({ key: `k${i}`, payload: { seq: i } })));
+    await pollUntil('every entry handled', async () => new Set(seen).size === 60);
+    expect((await app.get(CoordinatorHealthIndicator).check()).coordinator.status).toBe('up');
+  });
+});
+
+describe('waiting for replicas', () => {
+  it('fails a send that too few replicas confirmed, with its id (it is on the master), and reports such an ack', async () => {
+    const streamPrefix = uniqueName('cluster-wait');
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 2 });
+    // Each master has one replica: WAIT 2 cannot be met.
+    const producer = new StreamProducer(redis.client(), { streamPrefix, waitForReplicas: { replicas: 2, timeoutMs: 50 } });
+    const error = await producer.sendBatch([{ key: 'a', payload: { seq: 1 } }]).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(PartialBatchError);
+    const [failed] = (error as PartialBatchError).failed;
+    expect(failed.error).toBeInstanceOf(NotReplicatedError);
+    expect(failed.error.message).toMatch(/WAIT counted 1 of 2 replica\(s\) within 50 ms/);
+    expect(failed.maybeWritten).toBe(true);
+    const entries = await redis.client().xrange(keys.shardStream(streamPrefix, failed.shardIndex!), '-', '+');
+    expect(entries.map(([id]) => id)).toEqual([failed.id]);
+
+    const reported: ShardError[] = [];
+    const handled: string[] = [];
+    const member = aMember(redis.client(), { streamPrefix, ackWaitForReplicas: { replicas: 2, timeoutMs: 50 }, handler: (m) => void handled.push(m.id) });
+    member.on('error', (e: ShardError) => reported.push(e));
+    await member.start();
+    await pollUntil('the ack reported as not replicated', async () => reported.find((e) => e.cause instanceof NotReplicatedError));
+    expect(handled).toEqual([failed.id]);
+  });
+
+  it('refuses a bad waitForReplicas naming the option and the value', () => {
+    expect(() => new StreamProducer(redis.client(), { streamPrefix: 's', waitForReplicas: { replicas: 0, timeoutMs: 10 } })).toThrow(/waitForReplicas\.replicas.*0/);
+    expect(() => new StreamProducer(redis.client(), { streamPrefix: 's', waitForReplicas: { replicas: 1, timeoutMs: 0 } })).toThrow(/waitForReplicas\.timeoutMs.*0/);
+    expect(() => aMember(redis.client(), { streamPrefix: 's', handler: () => undefined, ackWaitForReplicas: 3 as never })).toThrow(/ackWaitForReplicas must be/);
   });
 });
 

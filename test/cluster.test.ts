@@ -1,4 +1,6 @@
 import 'reflect-metadata';
+import { execFile } from 'node:child_process';
+import path from 'node:path';
 import { Injectable, Module } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
 import type { Cluster, Redis } from 'ioredis';
@@ -201,6 +203,31 @@ describe('the NestJS module on a Cluster', () => {
     await app.get(StreamPublisher).publishBatch(streamPrefix, Array.from({ length: 60 }, (_, i) => ({ key: `k${i}`, payload: { seq: i } })));
     await pollUntil('every entry handled', async () => new Set(seen).size === 60);
     expect((await app.get(CoordinatorHealthIndicator).check()).coordinator.status).toBe('up');
+  });
+});
+
+describe('the CLI on a Cluster', () => {
+  const BIN = path.resolve(__dirname, '../packages/cli/dist/main.js');
+  const rsc = (...args: string[]) =>
+    new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
+      execFile(process.execPath, [BIN, ...args], { timeout: 20_000 }, (error, stdout, stderr) => {
+        resolve({ code: error ? Number((error as { code?: number }).code ?? 1) : 0, stdout, stderr });
+      });
+    });
+
+  it('--cluster takes host:port or URLs of some nodes: lists and resizes; a bad node is a usage error naming it', async () => {
+    const streamPrefix = uniqueName('cluster-cli');
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 3 });
+    const [first, second] = redis.cluster.startupNodes;
+    const listed = await rsc('--cluster', `${first.host}:${first.port},redis://${second.host}:${second.port}`, '--json', 'streams');
+    expect(listed.stderr).toBe('');
+    expect((JSON.parse(listed.stdout) as { streamPrefix: string }[]).map((s) => s.streamPrefix)).toContain(streamPrefix);
+    const resized = await rsc('--cluster', `${first.host}:${first.port}`, 'resize', streamPrefix, '6');
+    expect(resized.code).toBe(0);
+    expect((await new CoordinatorAdmin(redis.client()).describeStream(streamPrefix))?.shardCount).toBe(6);
+    const bad = await rsc('--cluster', 'nonsense', 'streams');
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/--cluster: "nonsense" is not host:port or a redis:\/\/ URL/);
   });
 });
 

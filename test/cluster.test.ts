@@ -100,7 +100,7 @@ describe('on a Redis Cluster', () => {
     expect(description.shards.every((s) => s.backlog === 0)).toBe(true);
   });
 
-  it('resizes while a member runs, dead-letters across shards, and trims what the group processed', async () => {
+  it('grows while a member runs, dead-letters across shards, trims what the group processed, shrinks and deletes the drained shards', async () => {
     const streamPrefix = uniqueName('cluster-admin');
     const recorder = new HandlerRecorder();
     const admin = new CoordinatorAdmin(redis.client());
@@ -109,6 +109,8 @@ describe('on a Redis Cluster', () => {
       streamPrefix,
       runtimeMaxConcurrency: 4,
       maxAttempts: 1,
+      // An ordered shrink switches once every lease as of the call has run out: keep them short.
+      sessionTimeoutMs: 2000,
       handler: async (message: StreamMessage<KeyedPayload>) => {
         if (message.payload.seq % 10 === 0) throw new Error(`poison ${message.key}/${message.payload.seq}`);
         await recorder.handler('m')(message);
@@ -126,6 +128,13 @@ describe('on a Redis Cluster', () => {
     await pollUntil('every entry acknowledged', async () => (await admin.describeGroup(streamPrefix, 'group')).shards.every((s) => s.backlog === 0));
     const trimmed = await admin.trim(streamPrefix);
     expect(trimmed.shards.reduce((n, s) => n + s.trimmed, 0)).toBe(2 * 8 * 10);
+
+    // Shrink back, let the member drain the removed shards, and delete them.
+    await producer.sendBatch(keyedMessages(8, 1, 'shrink'));
+    await admin.resizeShards(streamPrefix, 4, { graceMs: 50, switchDelayMs: 50 });
+    await pollUntil('the cutover done', async () => (await admin.cutoverStatus(streamPrefix)).every((s) => s.cutover === null), { timeoutMs: 15_000 });
+    expect(await admin.deleteDrainedShards(streamPrefix)).toEqual([4, 5, 6, 7]);
+    expect(await redis.client().exists(keys.shardStream(streamPrefix, 5))).toBe(0);
   });
 
   it('loses and stalls nothing while a shard slot moves to another master (ASK, then MOVED)', async () => {
@@ -178,6 +187,40 @@ describe('on a Redis Cluster', () => {
     await pollUntil('every sent entry handled', async () => handledAll(recorder, steady.sent), { timeoutMs: 15_000 });
     expect(recorder.orderViolations()).toEqual([]);
   });
+});
+
+// The long variant: RSC_CLUSTER_LONG=1 (RSC_CLUSTER_LONG_MS, default 120000) keeps moving slots and
+// failing masters over while members and a producer with waitForReplicas run, then checks that
+// every send that resolved was handled, per key in order.
+describe.runIf(process.env.RSC_CLUSTER_LONG === '1')('on a Redis Cluster, for a long while', () => {
+  const durationMs = Number(process.env.RSC_CLUSTER_LONG_MS ?? 120_000);
+  it('slot moves and failovers, one after another, lose nothing that was confirmed', async () => {
+    const streamPrefix = uniqueName('cluster-long');
+    const recorder = new HandlerRecorder();
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 16 });
+    const wait = { replicas: 1, timeoutMs: 500 };
+    for (const id of ['one', 'two']) {
+      await aMember(redis.client(), { streamPrefix, memberId: id, runtimeMaxConcurrency: 8, ackWaitForReplicas: wait, handler: recorder.handler(id) }).start();
+    }
+    const steady = produceSteadily(new StreamProducer(redis.client(), { streamPrefix, waitForReplicas: wait }), 'long');
+    const end = Date.now() + durationMs;
+    for (let round = 0; Date.now() < end; round++) {
+      const shard = round % 16;
+      const slot = await redis.cluster.slotOf(keys.shardStream(streamPrefix, shard));
+      if (round % 2 === 0) {
+        const from = await redis.cluster.masterOf(slot);
+        const to = (await redis.cluster.nodes()).find((n) => n.role === 'master' && !n.failed && n.id !== from.id)!;
+        await redis.cluster.migrateSlot(slot, to.port, { keysPerMigrate: 1, pauseMs: 50 });
+      } else {
+        await redis.cluster.restartNode(await redis.cluster.failMaster(slot));
+      }
+      const sent = steady.sent.length;
+      await pollUntil('sends going on', async () => steady.sent.length > sent + 20, { timeoutMs: 20_000 });
+    }
+    await steady.stop();
+    await pollUntil('every sent entry handled', async () => handledAll(recorder, steady.sent), { timeoutMs: 30_000 });
+    expect(recorder.orderViolations()).toEqual([]);
+  }, durationMs + 120_000);
 });
 
 describe('the NestJS module on a Cluster', () => {

@@ -1,6 +1,7 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
+import { onAnyNode, onNode, waitUntil } from './node-admin';
 import { RedisServer } from './redis-server';
 
 const run = promisify(execFile);
@@ -18,8 +19,6 @@ export interface RedisClusterOptions {
   /** Extra `redis-server` arguments for every node. */
   args?: string[];
 }
-
-const READY_DEADLINE_MS = 30_000;
 
 export interface ClusterNodeInfo {
   id: string;
@@ -124,7 +123,7 @@ export class RedisCluster {
   async failMaster(slot: number): Promise<number> {
     const master = await this.masterOf(slot);
     await this.server(master.port).kill('SIGKILL');
-    await this.waitUntil(async () => {
+    await waitUntil(async () => {
       const now = await this.masterOf(slot).catch(() => undefined);
       return now !== undefined && now.port !== master.port;
     }, `a replica of port ${master.port} to take over slot ${slot}`);
@@ -151,10 +150,8 @@ export class RedisCluster {
     if (!target) throw new Error(`port ${toPort} is not a live master of this cluster`);
     if (target.id === source.id) return;
     const batch = options.keysPerMigrate ?? 10;
-    const to = this.connect(target.port);
-    const from = this.connect(source.port);
-    try {
-      await to.cluster('SETSLOT', slot, 'IMPORTING', source.id);
+    await onNode(target.port, (to) => to.cluster('SETSLOT', slot, 'IMPORTING', source.id));
+    await onNode(source.port, async (from) => {
       await from.cluster('SETSLOT', slot, 'MIGRATING', target.id);
       for (;;) {
         const keys = (await from.cluster('GETKEYSINSLOT', slot, batch)) as string[];
@@ -162,22 +159,15 @@ export class RedisCluster {
         await from.migrate('127.0.0.1', target.port, '', 0, 5000, 'REPLACE', 'KEYS', ...keys);
         if (options.pauseMs) await new Promise((resolve) => setTimeout(resolve, options.pauseMs));
       }
-      await to.cluster('SETSLOT', slot, 'NODE', target.id);
-      await from.cluster('SETSLOT', slot, 'NODE', target.id);
-      for (const node of nodes) {
-        if (node.role !== 'master' || node.failed || node.id === source.id || node.id === target.id) continue;
-        const other = this.connect(node.port);
-        try {
-          await other.cluster('SETSLOT', slot, 'NODE', target.id);
-        } finally {
-          other.disconnect();
-        }
-      }
-    } finally {
-      to.disconnect();
-      from.disconnect();
+    });
+    // The target first (it bumps its config epoch), then the source, then every other master.
+    await onNode(target.port, (to) => to.cluster('SETSLOT', slot, 'NODE', target.id));
+    await onNode(source.port, (from) => from.cluster('SETSLOT', slot, 'NODE', target.id));
+    for (const node of nodes) {
+      if (node.role !== 'master' || node.failed || node.id === source.id || node.id === target.id) continue;
+      await onNode(node.port, (other) => other.cluster('SETSLOT', slot, 'NODE', target.id));
     }
-    await this.waitUntil(async () => (await this.masterOf(slot)).id === target.id, `slot ${slot} to be served by port ${toPort}`);
+    await waitUntil(async () => (await this.masterOf(slot)).id === target.id, `slot ${slot} to be served by port ${toPort}`);
   }
 
   /** Stops every node (SIGTERM, SIGKILL after a grace period) and removes their directories. */
@@ -187,62 +177,27 @@ export class RedisCluster {
 
   /** Until every live node reports cluster_state:ok with all slots assigned, and agrees on the masters. */
   async waitUntilReady(): Promise<void> {
-    await this.waitUntil(async () => {
+    await waitUntil(async () => {
       const live = this.servers.filter((s) => s.pid !== undefined && s.isRunning());
       const views = await Promise.all(
-        live.map(async (s) => {
-          const client = this.connect(s.port);
-          try {
+        live.map((s) =>
+          onNode(s.port, async (client) => {
             const info = String(await client.cluster('INFO'));
             const nodes = parseClusterNodes(String(await client.cluster('NODES')));
             const masters = nodes.filter((n) => n.role === 'master' && !n.failed && n.slots.length > 0).map((n) => `${n.id}:${JSON.stringify(n.slots)}`).sort().join(' ');
             // A replica must have synced: one that never did has no data to take over with.
-            const synced = !/role:slave/.test(String(await client.info('replication'))) || /master_link_status:up/.test(String(await client.info('replication')));
+            const replication = String(await client.info('replication'));
+            const synced = !/role:slave/.test(replication) || /master_link_status:up/.test(replication);
             return synced && /cluster_state:ok/.test(info) && /cluster_slots_assigned:16384/.test(info) ? masters : undefined;
-          } finally {
-            client.disconnect();
-          }
-        }),
+          }),
+        ),
       );
       return views.every((v) => v !== undefined && v === views[0]);
     }, 'the cluster to be ready (cluster_state:ok on every live node, one view of the masters)');
   }
 
-  private async waitUntil(check: () => Promise<boolean>, what: string): Promise<void> {
-    const deadline = Date.now() + READY_DEADLINE_MS;
-    let lastError: unknown;
-    for (;;) {
-      try {
-        if (await check()) return;
-      } catch (error) {
-        lastError = error;
-      }
-      if (Date.now() > deadline) throw new Error(`timed out after ${READY_DEADLINE_MS} ms waiting for ${what}${lastError ? `: ${(lastError as Error).message}` : ''}`);
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-  }
-
-  /** A plain connection to one node (no cluster routing), for administration. */
-  private connect(port: number): Redis {
-    const client = new Redis({ host: '127.0.0.1', port, lazyConnect: false, maxRetriesPerRequest: 1, retryStrategy: () => null });
-    client.on('error', () => undefined);
-    return client;
-  }
-
-  private async command<R>(call: (client: Redis) => Promise<R>): Promise<R> {
-    let lastError: unknown = new Error('no node of the cluster is running');
-    for (const server of this.servers) {
-      if (!server.isRunning()) continue;
-      const client = this.connect(server.port);
-      try {
-        return await call(client);
-      } catch (error) {
-        lastError = error;
-      } finally {
-        client.disconnect();
-      }
-    }
-    throw lastError;
+  private command<R>(call: (client: Redis) => Promise<R>): Promise<R> {
+    return onAnyNode(this.servers.filter((s) => s.isRunning()).map((s) => s.port), call);
   }
 }
 

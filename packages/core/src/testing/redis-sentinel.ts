@@ -1,4 +1,4 @@
-import { Redis } from 'ioredis';
+import { onAnyNode, onNode, waitUntil } from './node-admin';
 import { RedisServer } from './redis-server';
 
 export interface RedisSentinelOptions {
@@ -11,8 +11,6 @@ export interface RedisSentinelOptions {
   /** `down-after-milliseconds`: how long the master may be unreachable before a failover. Default 1000 ms. */
   downAfterMs?: number;
 }
-
-const DEADLINE_MS = 30_000;
 
 /**
  * A private Sentinel setup on free loopback ports (by default one master, one replica and three
@@ -55,7 +53,7 @@ export class RedisSentinel {
         '',
       ].join('\n');
       for (let i = 0; i < sentinelCount; i++) sentinels.push(await RedisServer.start({ config, sentinel: true }));
-      await setup.waitUntil(async () => (await setup.replicasSeen()) >= replicaCount, `the Sentinels to see ${replicaCount} replica(s) of ${masterName}`);
+      await waitUntil(async () => (await setup.replicasSeen()) >= replicaCount, `the Sentinels to see ${replicaCount} replica(s) of ${masterName}`);
     } catch (error) {
       await setup.stop();
       throw error;
@@ -70,7 +68,8 @@ export class RedisSentinel {
 
   /** The port of the master as the Sentinels see it now. */
   async masterPort(): Promise<number> {
-    const [, port] = (await this.ask((c) => c.call('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', this.masterName))) as [string, string];
+    const running = this.sentinels.filter((s) => s.isRunning()).map((s) => s.port);
+    const [, port] = (await onAnyNode(running, (c) => c.call('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', this.masterName))) as [string, string];
     return Number(port);
   }
 
@@ -83,16 +82,9 @@ export class RedisSentinel {
     const server = this.servers.find((s) => s.port === old);
     if (!server) throw new Error(`the master (port ${old}) is not a server of this setup`);
     await server.kill('SIGKILL');
-    await this.waitUntil(async () => {
+    await waitUntil(async () => {
       const port = await this.masterPort();
-      if (port === old) return false;
-      const client = new Redis({ host: '127.0.0.1', port, maxRetriesPerRequest: 1, retryStrategy: () => null });
-      client.on('error', () => undefined);
-      try {
-        return /role:master/.test(String(await client.info('replication')));
-      } finally {
-        client.disconnect();
-      }
+      return port !== old && /role:master/.test(await onNode(port, (c) => c.info('replication')));
     }, `a replica to be promoted after the master on port ${old} was killed`);
     return old;
   }
@@ -107,22 +99,11 @@ export class RedisSentinel {
     await server.restart();
     // What the Sentinels would do some seconds later (they convert a returning old master): now.
     const master = await this.masterPort();
-    const restarted = new Redis({ host: '127.0.0.1', port, maxRetriesPerRequest: 1, retryStrategy: () => null });
-    restarted.on('error', () => undefined);
-    try {
-      await restarted.call('REPLICAOF', '127.0.0.1', String(master));
-    } finally {
-      restarted.disconnect();
-    }
-    await this.waitUntil(async () => {
-      const client = new Redis({ host: '127.0.0.1', port, maxRetriesPerRequest: 1, retryStrategy: () => null });
-      client.on('error', () => undefined);
-      try {
-        return /master_link_status:up/.test(String(await client.info('replication')));
-      } finally {
-        client.disconnect();
-      }
-    }, `the restarted server on port ${port} to replicate the current master`);
+    await onNode(port, (c) => c.call('REPLICAOF', '127.0.0.1', String(master)));
+    await waitUntil(
+      async () => /master_link_status:up/.test(await onNode(port, (c) => c.info('replication'))),
+      `the restarted server on port ${port} to replicate the current master`,
+    );
   }
 
   async stop(): Promise<void> {
@@ -131,48 +112,13 @@ export class RedisSentinel {
 
   private async replicasSeen(): Promise<number> {
     const counts = await Promise.all(
-      this.sentinels.map(async (s) => {
-        const client = new Redis({ host: '127.0.0.1', port: s.port, maxRetriesPerRequest: 1, retryStrategy: () => null });
-        client.on('error', () => undefined);
-        try {
+      this.sentinels.map((s) =>
+        onNode(s.port, async (client) => {
           const replicas = (await client.call('SENTINEL', 'REPLICAS', this.masterName)) as string[][];
           return replicas.filter((fields) => !String(fields[fields.indexOf('flags') + 1]).includes('down')).length;
-        } finally {
-          client.disconnect();
-        }
-      }),
+        }),
+      ),
     );
     return Math.min(...counts);
-  }
-
-  private async ask<R>(call: (client: Redis) => Promise<R>): Promise<R> {
-    let lastError: unknown = new Error('no Sentinel is running');
-    for (const sentinel of this.sentinels) {
-      if (!sentinel.isRunning()) continue;
-      const client = new Redis({ host: '127.0.0.1', port: sentinel.port, maxRetriesPerRequest: 1, retryStrategy: () => null });
-      client.on('error', () => undefined);
-      try {
-        return await call(client);
-      } catch (error) {
-        lastError = error;
-      } finally {
-        client.disconnect();
-      }
-    }
-    throw lastError;
-  }
-
-  private async waitUntil(check: () => Promise<boolean>, what: string): Promise<void> {
-    const deadline = Date.now() + DEADLINE_MS;
-    let lastError: unknown;
-    for (;;) {
-      try {
-        if (await check()) return;
-      } catch (error) {
-        lastError = error;
-      }
-      if (Date.now() > deadline) throw new Error(`timed out after ${DEADLINE_MS} ms waiting for ${what}${lastError ? `: ${(lastError as Error).message}` : ''}`);
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
   }
 }

@@ -201,18 +201,22 @@ export class ShardReader {
 
   /**
    * One round of non-blocking reads of every readable shard on a Cluster, paced: when none found
-   * anything, waits (cut short by the wakeup) before the next round. A shard whose read failed is
-   * reported ('error') and read again next round; the others' entries are delivered.
+   * anything, waits (cut short by the wakeup) before the next round. Shards whose read failed are
+   * reported ('error', one per round) and read again next round; the others' entries are delivered.
    */
   private async readPolled(readable: number[], cursors: string[], count: number): Promise<ReadResult> {
     const result = await this.client.readEach(this.reader, readable, cursors, count, this.readGraceMs());
-    for (const [shardIndex, error] of result.failed) {
-      this.events.emit('error', new ShardError(`shard ${shardIndex}: reading it failed: ${error.message}; reading it again`, shardIndex, error));
+    if (result.failed.size > 0) {
+      // One report a round (a failover fails every shard of a master at once), then a pause as after any failed read.
+      const [[first, error]] = result.failed;
+      const shards = [...result.failed.keys()];
+      this.events.emit('error', new ShardError(`reading shard${shards.length === 1 ? '' : 's'} ${shards.join(', ')} failed: ${error.message}; reading again`, shards.length === 1 ? first : undefined, error));
     }
     if ([...result.entries.values()].some((entries) => entries.length > 0)) {
       this.pollDelayMs = CLUSTER_POLL_MIN_MS;
     } else {
-      await this.wakeup.wait(Math.min(this.pollDelayMs, this.idleWaitMs()));
+      const pause = result.failed.size > 0 ? Math.min(1000, this.options.blockMs) : this.pollDelayMs;
+      await this.wakeup.wait(Math.min(pause, this.idleWaitMs()));
       this.pollDelayMs = Math.min(CLUSTER_POLL_MAX_MS, this.pollDelayMs * 2);
     }
     return result;

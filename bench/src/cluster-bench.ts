@@ -4,8 +4,11 @@
  *     shards' slots are balanced over the masters;
  *  2. Redis CPU per entry (produce + drain with one member), cluster vs a single node;
  *  3. the cost of WAIT-based durability (producer waitForReplicas, member ackWaitForReplicas);
- *  4. throughput per master and the arithmetic for N masters.
- * Prints markdown on stdout. BENCH_CLUSTER_ENTRIES (default 60000) entries per drain.
+ *  4. throughput per master and the arithmetic for N masters;
+ *  5. latency from send to handler start at 1,000 entries/s, and what an idle member costs, cluster
+ *     (polled per-shard reads) vs single node (one blocking read).
+ * Prints markdown on stdout. BENCH_CLUSTER_ENTRIES (default 60000) entries per drain;
+ * BENCH_CLUSTER_SECTIONS (default 1,2,3,5) chooses sections (4 follows 2).
  */
 import os from 'node:os';
 import { Cluster, Redis } from 'ioredis';
@@ -118,6 +121,52 @@ async function balanceShards(cluster: RedisCluster, streamPrefix: string): Promi
   }
 }
 
+/**
+ * Send-to-handler-start latency at `rate` entries/s for `seconds` over 64 shards, producer in the
+ * same process (as benchmarks.md's latency scenario): p50 and p99 without the first tenth.
+ */
+async function latency(client: Redis | Cluster, streamPrefix: string, rate: number, seconds: number): Promise<{ p50: number; p99: number }> {
+  await new CoordinatorAdmin(client).createStream({ streamPrefix, shardCount: SHARDS });
+  const samples: number[] = [];
+  const member = new CoordinatedMember<{ sentAt: number }>(client, {
+    streamPrefix, consumerGroup: 'bench', runtimeMaxConcurrency: SHARDS, telemetry: false,
+    handler: (message) => void samples.push(performance.now() - message.payload.sentAt),
+  });
+  member.on('error', () => undefined);
+  await member.start();
+  await until(() => member.ownedShards().length === SHARDS, 30_000);
+  const producer = new StreamProducer(client, { streamPrefix, telemetry: false });
+  const tickMs = 10;
+  const perTick = Math.round((rate * tickMs) / 1000);
+  const begin = performance.now();
+  let sent = 0;
+  for (let tick = 0; performance.now() - begin < seconds * 1000; tick++) {
+    const wait = begin + tick * tickMs - performance.now();
+    if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+    await producer.sendBatch(Array.from({ length: perTick }, (_, i) => ({ key: `k${sent + i}`, payload: { sentAt: performance.now() } })));
+    sent += perTick;
+  }
+  await until(() => samples.length >= sent, 30_000);
+  await member.stop();
+  const steady = samples.slice(Math.floor(samples.length / 10));
+  return { p50: percentile(steady, 50), p99: percentile(steady, 99) };
+}
+
+/** Commands per second the servers at `ports` answer while one member owns 64 idle shards. */
+async function idleLoad(client: Redis | Cluster, streamPrefix: string, ports: number[], seconds: number): Promise<number> {
+  await new CoordinatorAdmin(client).createStream({ streamPrefix, shardCount: SHARDS });
+  const member = new CoordinatedMember(client, { streamPrefix, consumerGroup: 'bench', runtimeMaxConcurrency: SHARDS, telemetry: false, handler: () => undefined });
+  member.on('error', () => undefined);
+  await member.start();
+  await until(() => member.ownedShards().length === SHARDS, 30_000);
+  await new Promise((resolve) => setTimeout(resolve, 1000));
+  const before = await resetStats(ports);
+  await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+  const after = await deltas(before);
+  await member.stop();
+  return after.reduce((n, x) => n + x.calls, 0) / seconds;
+}
+
 function table(rows: (string | number)[][]): string {
   const [head, ...body] = rows;
   return [`| ${head.join(' | ')} |`, `|${head.map(() => '---').join('|')}|`, ...body.map((r) => `| ${r.join(' | ')} |`)].join('\n');
@@ -153,77 +202,109 @@ async function main(): Promise<void> {
         `ioredis ${(require('ioredis/package.json') as { version: string }).version}. ${fmt(ENTRIES)} entries per run, ${SHARDS} shards, batches of ${BATCH}, one member (runtimeMaxConcurrency ${SHARDS}, no-op handler). Date ${new Date().toISOString().slice(0, 10)}.`,
     );
 
+    const sections = new Set((process.env.BENCH_CLUSTER_SECTIONS ?? '1,2,3,5').split(','));
     // 1. Per-master load: as the slots fall, then balanced.
-    progress('1. per-master load, 64 shards');
-    const asHashed = await loadSection(cluster, client, 'as hashed', 'load-a', masters);
-    const moved = await balanceShards(cluster, 'load-b');
-    progress(`  moved ${moved} shard slot(s) to balance`);
-    const balanced = await loadSection(cluster, client, 'balanced', 'load-b', masters);
-    out.push('### 1. Command load per master, 64 shards', '',
-      `As the shards' hash tags fall on the slots (spread max - min: ${fmt(asHashed.spreadPct, 1)} % of the mean):`, '', table(asHashed.rows), '',
-      `After moving ${moved} shard slot(s) so that each master serves 21 or 22 shards (spread ${fmt(balanced.spreadPct, 1)} % of the mean):`, '', table(balanced.rows), '');
+    if (sections.has('1')) {
+      progress('1. per-master load, 64 shards');
+      const asHashed = await loadSection(cluster, client, 'as hashed', 'load-a', masters);
+      const moved = await balanceShards(cluster, 'load-b');
+      progress(`  moved ${moved} shard slot(s) to balance`);
+      const balanced = await loadSection(cluster, client, 'balanced', 'load-b', masters);
+      out.push('### 1. Command load per master, 64 shards', '',
+        `As the shards' hash tags fall on the slots (spread max - min: ${fmt(asHashed.spreadPct, 1)} % of the mean):`, '', table(asHashed.rows), '',
+        `After moving ${moved} shard slot(s) so that each master serves 21 or 22 shards (spread ${fmt(balanced.spreadPct, 1)} % of the mean):`, '', table(balanced.rows), '');
+    }
 
     // 2. CPU per entry, cluster vs single node.
-    progress('2. Redis CPU per entry');
-    const single = await RedisServer.start();
-    const singleClient = new Redis(single.url);
-    let singleCpuUs = 0;
-    let singleRate = 0;
-    try {
-      const before = await resetStats([single.port]);
-      singleRate = (await produceAndDrain(singleClient, 'cpu-single')).drainRate;
-      const [after] = await deltas(before);
-      singleCpuUs = (after.cpu * 1e6) / ENTRIES;
-    } finally {
-      singleClient.disconnect();
-      await single.stop();
+    if (sections.has('2')) {
+      progress('2. Redis CPU per entry');
+      const single = await RedisServer.start();
+      const singleClient = new Redis(single.url);
+      let singleCpuUs = 0;
+      let singleRate = 0;
+      try {
+        const before = await resetStats([single.port]);
+        singleRate = (await produceAndDrain(singleClient, 'cpu-single')).drainRate;
+        const [after] = await deltas(before);
+        singleCpuUs = (after.cpu * 1e6) / ENTRIES;
+      } finally {
+        singleClient.disconnect();
+        await single.stop();
+      }
+      const beforeAll = await resetStats([...masters, ...replicas]);
+      const clusterRun = await produceAndDrain(client, 'cpu-cluster');
+      const afterAll = await deltas(beforeAll);
+      const masterCpu = afterAll.filter((s) => masters.includes(s.port)).reduce((n, s) => n + s.cpu, 0);
+      const replicaCpu = afterAll.filter((s) => replicas.includes(s.port)).reduce((n, s) => n + s.cpu, 0);
+      out.push('### 2. Redis CPU per entry (produce + drain), cluster vs single node', '',
+        table([
+          ['setup', 'Redis CPU per entry (masters)', 'replicas', 'drain entries/s'],
+          ['single node', `${fmt(singleCpuUs, 1)} µs`, '—', fmt(singleRate)],
+          ['cluster, 3 masters', `${fmt((masterCpu * 1e6) / ENTRIES, 1)} µs`, `${fmt((replicaCpu * 1e6) / ENTRIES, 1)} µs`, fmt(clusterRun.drainRate)],
+        ]), '');
+
+      // 4. Per master.
+      const perMasterCpuUs = (masterCpu * 1e6) / ENTRIES;
+      out.push('### 4. Throughput per master, and N masters', '',
+        `One entry costs the masters ${fmt(perMasterCpuUs, 1)} µs of Redis CPU in all (produce + drain), so one master core, ` +
+          `saturated, carries about 1 s / ${fmt(perMasterCpuUs, 1)} µs ≈ ${fmt(1e6 / perMasterCpuUs)} entries/s of its shards (each entry touches only its own shard's master); ` +
+          `N balanced masters about N × ${fmt(1e6 / perMasterCpuUs)} entries/s, as long as clients keep up (here the single member process drained ${fmt(clusterRun.drainRate)} entries/s: the client, not Redis, was the limit).`,
+        '');
     }
-    const beforeAll = await resetStats([...masters, ...replicas]);
-    const clusterRun = await produceAndDrain(client, 'cpu-cluster');
-    const afterAll = await deltas(beforeAll);
-    const masterCpu = afterAll.filter((s) => masters.includes(s.port)).reduce((n, s) => n + s.cpu, 0);
-    const replicaCpu = afterAll.filter((s) => replicas.includes(s.port)).reduce((n, s) => n + s.cpu, 0);
-    out.push('### 2. Redis CPU per entry (produce + drain), cluster vs single node', '',
-      table([
-        ['setup', 'Redis CPU per entry (masters)', 'replicas', 'drain entries/s'],
-        ['single node', `${fmt(singleCpuUs, 1)} µs`, '—', fmt(singleRate)],
-        ['cluster, 3 masters', `${fmt((masterCpu * 1e6) / ENTRIES, 1)} µs`, `${fmt((replicaCpu * 1e6) / ENTRIES, 1)} µs`, fmt(clusterRun.drainRate)],
-      ]), '');
 
     // 3. WAIT.
-    progress('3. WAIT-based durability');
-    const wait: ReplicaWait = { replicas: 1, timeoutMs: 1000 };
-    const latencies = async (streamPrefix: string, waitForReplicas?: ReplicaWait) => {
-      await new CoordinatorAdmin(client).createStream({ streamPrefix, shardCount: SHARDS });
-      const producer = new StreamProducer(client, { streamPrefix, waitForReplicas, telemetry: false });
-      const samples: number[] = [];
-      for (let i = 0; i < 2000; i++) {
-        const t = performance.now();
-        await producer.send({ key: `k${i}`, payload: { i } });
-        samples.push(performance.now() - t);
-      }
-      return samples;
-    };
-    const plain = await latencies('wait-off');
-    const waited = await latencies('wait-on', wait);
-    const off = await produceAndDrain(client, 'wait-off-rate');
-    const on = await produceAndDrain(client, 'wait-on-rate', { waitForReplicas: wait, ackWaitForReplicas: wait });
-    out.push('### 3. Cost of WAIT-based durability (cluster, WAIT 1 replica)', '',
-      table([
-        ['', 'without WAIT', 'with WAIT 1'],
-        ['one `send` at a time: p50', `${fmt(percentile(plain, 50), 2)} ms`, `${fmt(percentile(waited, 50), 2)} ms`],
-        ['one `send` at a time: p99', `${fmt(percentile(plain, 99), 2)} ms`, `${fmt(percentile(waited, 99), 2)} ms`],
-        ['`sendBatch` of 100, 8 in flight: entries/s', fmt(off.produceRate), fmt(on.produceRate)],
-        ['drain with one member (`ackWaitForReplicas` for WAIT): entries/s', fmt(off.drainRate), fmt(on.drainRate)],
-      ]), '');
+    if (sections.has('3')) {
+      progress('3. WAIT-based durability');
+      const wait: ReplicaWait = { replicas: 1, timeoutMs: 1000 };
+      const latencies = async (streamPrefix: string, waitForReplicas?: ReplicaWait) => {
+        await new CoordinatorAdmin(client).createStream({ streamPrefix, shardCount: SHARDS });
+        const producer = new StreamProducer(client, { streamPrefix, waitForReplicas, telemetry: false });
+        const samples: number[] = [];
+        for (let i = 0; i < 2000; i++) {
+          const t = performance.now();
+          await producer.send({ key: `k${i}`, payload: { i } });
+          samples.push(performance.now() - t);
+        }
+        return samples;
+      };
+      const plain = await latencies('wait-off');
+      const waited = await latencies('wait-on', wait);
+      const off = await produceAndDrain(client, 'wait-off-rate');
+      const on = await produceAndDrain(client, 'wait-on-rate', { waitForReplicas: wait, ackWaitForReplicas: wait });
+      out.push('### 3. Cost of WAIT-based durability (cluster, WAIT 1 replica)', '',
+        table([
+          ['', 'without WAIT', 'with WAIT 1'],
+          ['one `send` at a time: p50', `${fmt(percentile(plain, 50), 2)} ms`, `${fmt(percentile(waited, 50), 2)} ms`],
+          ['one `send` at a time: p99', `${fmt(percentile(plain, 99), 2)} ms`, `${fmt(percentile(waited, 99), 2)} ms`],
+          ['`sendBatch` of 100, 8 in flight: entries/s', fmt(off.produceRate), fmt(on.produceRate)],
+          ['drain with one member (`ackWaitForReplicas` for WAIT): entries/s', fmt(off.drainRate), fmt(on.drainRate)],
+        ]), '');
 
-    // 4. Per master.
-    const perMasterCpuUs = (masterCpu * 1e6) / ENTRIES;
-    out.push('### 4. Throughput per master, and N masters', '',
-      `One entry costs the masters ${fmt(perMasterCpuUs, 1)} µs of Redis CPU in all (produce + drain), so one master core, ` +
-        `saturated, carries about 1 s / ${fmt(perMasterCpuUs, 1)} µs ≈ ${fmt(1e6 / perMasterCpuUs)} entries/s of its shards (each entry touches only its own shard's master); ` +
-        `N balanced masters about N × ${fmt(1e6 / perMasterCpuUs)} entries/s, as long as clients keep up (here the single member process drained ${fmt(clusterRun.drainRate)} entries/s: the client, not Redis, was the limit).`,
-      '');
+    }
+
+    // 5. Latency and idle load.
+    if (sections.has('5')) {
+      progress('5. latency and idle load');
+      const seconds = 8;
+      const onCluster = await latency(client, 'latency-cluster', 1000, seconds);
+      const clusterIdle = await idleLoad(client, 'idle-cluster', masters, 5);
+      const single = await RedisServer.start();
+      const singleClient = new Redis(single.url);
+      try {
+        const onSingle = await latency(singleClient, 'latency-single', 1000, seconds);
+        const singleIdle = await idleLoad(singleClient, 'idle-single', [single.port], 5);
+        out.push('### 5. Latency at 1,000 entries/s, and an idle member, 64 shards', '',
+          'Send to handler start, producer in the member\'s process (its event-loop delay included, as in benchmarks.md\'s latency scenario); idle: commands/s the servers answer while one member owns 64 shards and nothing is sent (heartbeats included).', '',
+          table([
+            ['setup', 'p50', 'p99', 'idle member: commands/s'],
+            ['single node (one blocking read)', `${fmt(onSingle.p50, 2)} ms`, `${fmt(onSingle.p99, 2)} ms`, fmt(singleIdle)],
+            ['cluster (per-shard reads, polled 2-50 ms)', `${fmt(onCluster.p50, 2)} ms`, `${fmt(onCluster.p99, 2)} ms`, fmt(clusterIdle)],
+          ]), '');
+      } finally {
+        singleClient.disconnect();
+        await single.stop();
+      }
+    }
   } finally {
     client.disconnect();
     await cluster.stop();

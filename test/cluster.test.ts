@@ -98,6 +98,12 @@ describe('on a Redis Cluster', () => {
     expect(masters.size).toBe(3);
     const description = await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group');
     expect(description.shards.every((s) => s.backlog === 0)).toBe(true);
+
+    // Stopped and started again, a member reconnects its (cluster) reader and reads on.
+    await Promise.all([one.stop(), two.stop()]);
+    await one.start();
+    await producer.sendBatch(keyedMessages(30, 1, 'again'));
+    await pollUntil('the new entries handled after a restart', async () => recorder.distinctEntries() === messages.length + 30);
   });
 
   it('grows while a member runs, dead-letters across shards, trims what the group processed, shrinks and deletes the drained shards', async () => {

@@ -3,7 +3,7 @@ import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { Injectable, Module } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
-import type { Cluster, Redis } from 'ioredis';
+import { type Cluster, Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   CoordinatedMember, type CoordinatedMemberOptions, CoordinatorAdmin, KeyBuilder, NotReplicatedError, PartialBatchError, ShardError, StreamProducer,
@@ -160,6 +160,15 @@ describe('on a Redis Cluster', () => {
       await redis.cluster.migrateSlot(slot, to.port, { keysPerMigrate: 1, pauseMs: 100 });
       expect((await redis.cluster.masterOf(slot)).port).toBe(to.port);
     }
+    // The clients did meet the half-moved slots: the servers answered ASK (and MOVED after).
+    const redirections = { ASK: 0, MOVED: 0 };
+    for (const server of redis.cluster.servers) {
+      const node = new Redis(server.port, { lazyConnect: true });
+      const stats = await node.info('errorstats').finally(() => node.disconnect());
+      for (const kind of ['ASK', 'MOVED'] as const) redirections[kind] += Number(new RegExp(`errorstat_${kind}:count=(\\d+)`).exec(stats)?.[1] ?? 0);
+    }
+    expect(redirections.ASK).toBeGreaterThan(0);
+    expect(redirections.MOVED).toBeGreaterThan(0);
     const sentBefore = steady.sent.length;
     await pollUntil('more entries sent after the moves', async () => steady.sent.length > sentBefore + 40);
     await steady.stop();

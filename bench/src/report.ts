@@ -274,6 +274,8 @@ export function report(r: BenchResults): string {
     '# Benchmarks',
     '',
     'Written by `npm run bench` (`npm run bench -- --quick` for a smoke run); do not edit by hand.',
+    'Redis Cluster figures (per-master load, CPU per entry against a single node, the cost of `WAIT`) are',
+    '`npm run bench:cluster`\'s, in [benchmarks-cluster.md](benchmarks-cluster.md).',
     '',
     `Measured ${e.date} on ${e.cpus}, ${e.memoryGiB} GiB; Node ${e.node}, Redis ${e.redis}, ioredis ${e.ioredis}, BullMQ ${e.bullmq}.`,
     `${e.repetitions} repetition(s) per figure: the median, with min–max in parentheses.` + (e.quick ? ' **Quick run: small sizes, one repetition.**' : ''),

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import type { CoordinatorAdmin } from '@redis-stream-coordinator/core';
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { connect, type ConnectionOptions } from './connection';
 
 export interface GlobalOptions extends ConnectionOptions {
@@ -9,7 +9,7 @@ export interface GlobalOptions extends ConnectionOptions {
 
 export interface CommandContext {
   admin: CoordinatorAdmin;
-  redis: Redis;
+  redis: Redis | Cluster;
   json: boolean;
   /** Resolves when the user asks to stop (SIGINT/SIGTERM): --watch and --follow end on it. */
   stopped: Promise<void>;

@@ -1,4 +1,4 @@
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import { DEFAULT_CONNECTION_NAME } from './coordinator.constants';
 import type { CoordinatorModuleOptions } from './coordinator-module-options';
 
@@ -16,7 +16,7 @@ export class CoordinatorConnection {
   private pendingPing: Promise<number> | undefined;
 
   private constructor(
-    readonly client: Redis,
+    readonly client: Redis | Cluster,
     readonly owned: boolean,
     readonly name: string,
     readonly options: CoordinatorModuleOptions,
@@ -24,8 +24,8 @@ export class CoordinatorConnection {
 
   static fromOptions(options: CoordinatorModuleOptions, onError: (error: Error) => void, name = DEFAULT_CONNECTION_NAME): CoordinatorConnection {
     const redis = options?.redis;
-    if (!redis || typeof redis !== 'object' || (!redis.url && !redis.options && !redis.client)) {
-      throw new Error('CoordinatorModule: the "redis" option is required: give redis.url, redis.options or redis.client');
+    if (!redis || typeof redis !== 'object' || (!redis.url && !redis.options && !redis.client && !redis.cluster)) {
+      throw new Error('CoordinatorModule: the "redis" option is required: give redis.url, redis.options, redis.cluster or redis.client');
     }
     if (typeof name !== 'string' || name === '') {
       throw new TypeError(`CoordinatorModule: name must be a non-empty string, got ${JSON.stringify(name)}`);
@@ -39,6 +39,16 @@ export class CoordinatorConnection {
     if (redis.client) return new CoordinatorConnection(redis.client, false, name, options);
     if (redis.url !== undefined && typeof redis.url !== 'string') {
       throw new TypeError(`CoordinatorModule: redis.url must be a string, got ${typeof redis.url}`);
+    }
+    if (redis.cluster !== undefined) {
+      const nodes = redis.cluster?.nodes;
+      if (!Array.isArray(nodes) || nodes.length === 0) {
+        throw new TypeError(`CoordinatorModule: redis.cluster.nodes must be a non-empty array of cluster nodes, got ${JSON.stringify(nodes)}`);
+      }
+      if (redis.url !== undefined) throw new TypeError('CoordinatorModule: give redis.url or redis.cluster, not both');
+      const cluster = new Cluster(nodes, redis.cluster.options ?? {});
+      cluster.on('error', onError);
+      return new CoordinatorConnection(cluster, true, name, options);
     }
     const client = redis.url ? new Redis(redis.url, redis.options ?? {}) : new Redis(redis.options ?? {});
     client.on('error', onError); // ioredis reconnects by itself; the error is logged, never thrown

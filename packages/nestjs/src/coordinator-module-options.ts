@@ -1,5 +1,5 @@
 import type { CoordinatedMemberOptions, CoordinatorOptions } from '@redis-stream-coordinator/core';
-import type { Redis, RedisOptions } from 'ioredis';
+import type { Cluster, ClusterNode, ClusterOptions, Redis, RedisOptions } from 'ioredis';
 import type { CoordinatorConsumerProperties } from './coordinator-consumer-properties';
 
 /** Member options that can be set once for every member of the application. */
@@ -9,10 +9,12 @@ export type MemberDefaults = Partial<
 
 export interface CoordinatorModuleOptions {
   /**
-   * The Redis connection: a URL and/or ioredis options (passwords, ACL users, TLS), which the module
-   * connects and closes; or an existing client, which the module uses and leaves open.
+   * The Redis connection: a URL and/or ioredis options (passwords, ACL users, TLS; Sentinel with
+   * `options.sentinels` and `options.name`), which the module connects and closes; a Redis Cluster
+   * by its `cluster.nodes` (and ioredis `ClusterOptions`), likewise; or an existing `Redis` or
+   * `Cluster` client, which the module uses and leaves open.
    */
-  redis: { url?: string; options?: RedisOptions; client?: Redis };
+  redis: { url?: string; options?: RedisOptions; cluster?: { nodes: ClusterNode[]; options?: ClusterOptions }; client?: Redis | Cluster };
   /** Coordinator settings (key prefix, heartbeat intervals, assignor), the same for every member. */
   coordinator?: CoordinatorOptions;
   /** Defaults for every member (session timeout, max attempts, batch size…); a listener or bean overrides them. */

@@ -1,6 +1,7 @@
 import { ensureScripts, pipelineScript, type RedisClient } from '../redis/scripts';
 import type { KeyBuilder } from '../redis/keys';
 import { findGroupInfo, isNoSuchKey, parseShardCsv } from '../redis/responses';
+import { execBySlot } from '../redis/slot-pipelines';
 
 /**
  * A group's pending cutover after `resizeShards` (docs/resharding.md), as stored in its metadata.
@@ -94,30 +95,47 @@ export async function cutoverProgress(
   // failed half way), in the same pipeline, before the streams are read.
   const markers = cutover.replay ? [] : cutover.wait;
   ensureScripts(redis);
-  const info = redis.pipeline();
   const routing = { version: cutover.version, count: cutover.to, previous: cutover.from, switchAt: cutover.switchAt };
-  for (const shard of markers) {
-    pipelineScript(info, 'ensureRouting', [keys.shardRouting(streamPrefix, shard)], [routing.version, routing.count, routing.previous, routing.switchAt]);
-  }
-  for (const stream of streams) info.xinfo('GROUPS', stream);
-  const infoReplies = (await info.exec()) ?? [];
-  for (const [error] of infoReplies.slice(0, markers.length)) if (error) throw error;
-  const groups = infoReplies.slice(markers.length).map(([error, reply]) => {
+  const marked = new Set(markers);
+  // Per shard (one slot each): its marker, then its group info; one pipeline on a single Redis.
+  const infoResults = await execBySlot(
+    redis,
+    cutover.wait.map((shard, i) => ({
+      build(pipeline) {
+        if (marked.has(shard)) {
+          pipelineScript(pipeline, 'ensureRouting', [keys.shardRouting(streamPrefix, shard)], [routing.version, routing.count, routing.previous, routing.switchAt]);
+        }
+        pipeline.xinfo('GROUPS', streams[i]);
+      },
+    })),
+  );
+  const groups = infoResults.map((result) => {
+    if ('error' in result) throw result.error;
+    const replies = result.replies;
+    for (const [error] of replies.slice(0, -1)) if (error) throw error;
+    const [error, reply] = replies[replies.length - 1];
     if (error && !isNoSuchKey(error)) throw error;
     // No stream: nothing to process. No group on it: the group never read it, all of it is undelivered.
     const found = error ? { lastDelivered: '0-0', pending: 0 } : findGroupInfo(reply, consumerGroup);
     return found ?? { lastDelivered: '0-0', pending: 0 };
   });
 
-  const probe = redis.pipeline();
-  streams.forEach((stream, i) => {
-    probe.xrange(stream, `(${groups[i].lastDelivered}`, end, 'COUNT', 1);
-    if (groups[i].pending > 0) probe.xpending(stream, consumerGroup, '-', end, 1);
-    else probe.echo('');
-  });
-  const probes = ((await probe.exec()) ?? []).map(([error, reply]) => {
-    if (error) throw error;
-    return reply;
+  const probeResults = await execBySlot(
+    redis,
+    streams.map((stream, i) => ({
+      build(pipeline) {
+        pipeline.xrange(stream, `(${groups[i].lastDelivered}`, end, 'COUNT', 1);
+        if (groups[i].pending > 0) pipeline.xpending(stream, consumerGroup, '-', end, 1);
+        else pipeline.echo('');
+      },
+    })),
+  );
+  const probes = probeResults.flatMap((result) => {
+    if ('error' in result) throw result.error;
+    return result.replies.map(([error, reply]) => {
+      if (error) throw error;
+      return reply;
+    });
   });
   const waitingFor: CutoverWait[] = [];
   cutover.wait.forEach((shardIndex, i) => {

@@ -104,8 +104,12 @@ export class AckBatcher {
   private async sendWithRetries(shardIndex: number, grantEpoch: number, ids: string[]): Promise<AckOutcome> {
     for (let attempt = 1; ; attempt++) {
       try {
-        const acked = await this.client.ack(shardIndex, grantEpoch, ids);
+        const { acked, notReplicated } = await this.client.ack(shardIndex, grantEpoch, ids);
         this.events.emit('acknowledged', { shardIndex, grantEpoch, ids, accepted: acked !== -1 });
+        if (notReplicated) {
+          // Not retried: the ack is on the master; only a failover before it replicates undoes it (a redelivery).
+          this.events.emit('error', new ShardError(`shard ${shardIndex}: ${ids.length} acknowledgement(s) ${notReplicated.message}; a failover now would deliver them again`, shardIndex, notReplicated));
+        }
         if (acked === -1) {
           this.events.emit('error', new ShardError(`shard ${shardIndex}: ${ids.length} acknowledgement(s) refused, the shard has a new owner; it will process them again`, shardIndex));
         }

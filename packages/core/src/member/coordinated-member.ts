@@ -21,6 +21,7 @@ import { MemberReconciler } from './member-reconciler';
 import type { MemberStats } from './member-stats';
 import { MetadataSync } from './metadata-sync';
 import { reconnect } from './reader-connection';
+import { duplicateClient } from '../redis/slot-pipelines';
 import { type ShardError, ShardPoller } from './shard-poller';
 
 export type { MemberEvents, ShardsEvent } from './member-events';
@@ -83,9 +84,9 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     const resolved = this.options as ResolvedMemberOptions;
     this.coordinator = new CoordinatorClient(redis, this.options.coordinator);
     // Blocking reads need a connection of their own (same options: password, ACL user, TLS).
-    this.reader = (redis as Redis).duplicate();
+    this.reader = duplicateClient(redis) as Redis;
     this.reader.on('error', () => undefined); // reported through the read loop
-    const shardClient = new ShardClient(redis, this.coordinator.keys, this.options.streamPrefix, this.options.consumerGroup, this.options.memberId);
+    const shardClient = new ShardClient(redis, this.coordinator.keys, this.options.streamPrefix, this.options.consumerGroup, this.options.memberId, this.options.ackWaitForReplicas);
     this.poller = new ShardPoller(shardClient, redis as Redis, this.reader, resolved, () => this.mayStartHandlers());
     this.lease = new MemberLease(this.options.sessionTimeoutMs);
     const requestHeartbeat = () => this.heartbeats.now();

@@ -3,6 +3,7 @@ import { type PayloadCodec, type StreamMessage, jsonCodec } from '../protocol/en
 import { type BatchOptions, type ResolvedConsumptionOptions, resolveConsumptionOptions } from './consumption-options';
 import { assertConsumerGroup, assertIntegerInRange, assertMemberId, assertStreamPrefix } from '../protocol/names';
 import type { CoordinatorOptions, HeartbeatObservation } from '../redis/coordinator-options';
+import { assertReplicaWait, type ReplicaWait } from '../redis/replica-wait';
 import { MemberTelemetry } from '../telemetry/member-telemetry';
 import { type DeadLetterOptions, type ResolvedDeadLetterOptions, resolveDeadLetterOptions } from './dead-letter-options';
 
@@ -107,10 +108,20 @@ export interface CoordinatedMemberSettings<T = unknown> {
   ackMode?: 'auto' | 'manual';
   /** ackMode 'manual': an entry neither acked nor nacked this long after its handler started counts as failed. Default 30000 ms. */
   ackTimeoutMs?: number;
+  /**
+   * Durability of acknowledgements against a failover (docs/cluster.md): each fenced ack batch is
+   * followed by `WAIT replicas timeoutMs` on the same connection, so an entry counts as
+   * acknowledged only once that many replicas of its shard's master have the ack. When WAIT counts
+   * fewer in time the member reports it ('error', a `NotReplicatedError` cause) and goes on: the
+   * ack stays on the master, and a failover before it reaches a replica redelivers those entries
+   * (at-least-once holds either way; this narrows the redeliveries a failover causes). Default:
+   * no WAIT. Costs the replication round trip per ack batch.
+   */
+  ackWaitForReplicas?: ReplicaWait;
 }
 
-export type ResolvedMemberOptions<T = unknown> = Required<Omit<CoordinatedMemberSettings<T>, 'shardCount' | 'coordinator' | 'telemetry' | 'deadLetter' | keyof ResolvedConsumptionOptions>> &
-  Pick<CoordinatedMemberSettings<T>, 'shardCount' | 'coordinator'> &
+export type ResolvedMemberOptions<T = unknown> = Required<Omit<CoordinatedMemberSettings<T>, 'shardCount' | 'coordinator' | 'telemetry' | 'deadLetter' | 'ackWaitForReplicas' | keyof ResolvedConsumptionOptions>> &
+  Pick<CoordinatedMemberSettings<T>, 'shardCount' | 'coordinator' | 'ackWaitForReplicas'> &
   ResolvedConsumptionOptions & {
     /** A MessageHandler, or a BatchMessageHandler when `batch` is set. */
     handler: (input: never) => unknown;
@@ -161,6 +172,7 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T> | B
     codec: options.codec ?? jsonCodec,
     coordinator: options.coordinator,
     telemetry: undefined,
+    ackWaitForReplicas: assertReplicaWait('ackWaitForReplicas', options.ackWaitForReplicas),
     ...consumption,
   };
   if (typeof resolved.memberName !== 'string' || resolved.memberName.length === 0 || resolved.memberName.length > 256 || /[\x00-\x1f\x7f]/.test(resolved.memberName)) {

@@ -2,6 +2,7 @@ import type { EventEmitter } from 'node:events';
 import type { Redis } from 'ioredis';
 import { compareStreamIds, nextStreamId } from '../protocol/stream-ids';
 import type { ClaimResult, RawEntry, ReadResult, ShardClient } from '../redis/shard-client';
+import { isCluster } from '../redis/slot-pipelines';
 
 type ClaimedPage = Extract<ClaimResult, { fenced: false }>;
 import { settlesWithin, Wakeup } from './abortable-sleep';
@@ -12,6 +13,13 @@ import { inFlightIds, isInFlight, type PollerEvents, type QueuedEntry, ShardErro
 /** Backoff of a refused shard claim: from this, doubling, up to the max. */
 const CLAIM_RETRY_MS = 100;
 const CLAIM_RETRY_MAX_MS = 5000;
+/**
+ * On a Redis Cluster reads do not block (one XREADGROUP cannot span shards' slots): after a read
+ * that found nothing, the next waits this long, doubling up to the max, and at once after one that
+ * found entries or when anything wakes the reader (a shard drained, granted, released).
+ */
+const CLUSTER_POLL_MIN_MS = 2;
+const CLUSTER_POLL_MAX_MS = 50;
 
 /**
  * The read side of the poller: installs each granted shard's fencing token (retrying, visibly, while
@@ -27,6 +35,9 @@ export class ShardReader {
   readonly wakeup = new Wakeup();
   private currentRead: { shards: Set<number>; done: Promise<unknown> } | undefined;
   private readerId: number | undefined;
+  /** A Cluster reader: reads are polled (readEach), not blocking; nothing to unblock. */
+  private readonly polled: boolean;
+  private pollDelayMs = CLUSTER_POLL_MIN_MS;
 
   constructor(
     private readonly shards: ShardSet,
@@ -41,7 +52,8 @@ export class ShardReader {
     private readonly isPaused: () => boolean,
     private readonly dispatch: () => void,
   ) {
-    reader.on('ready', () => void this.refreshReaderId());
+    this.polled = isCluster(reader);
+    if (!this.polled) reader.on('ready', () => void this.refreshReaderId());
   }
 
   start(): void {
@@ -92,7 +104,7 @@ export class ShardReader {
   /** Cuts a blocked read short (CLIENT UNBLOCK), so the next read sees the new set of shards. */
   interruptRead(): void {
     this.wakeup.notify();
-    if (this.currentRead && this.readerId !== undefined) {
+    if (this.currentRead && this.readerId !== undefined && !this.polled) {
       this.command.client('UNBLOCK', this.readerId).catch(() => undefined);
     }
   }
@@ -106,7 +118,7 @@ export class ShardReader {
   }
 
   private async readLoop(): Promise<void> {
-    if (this.readerId === undefined) await this.refreshReaderId();
+    if (this.readerId === undefined && !this.polled) await this.refreshReaderId();
     while (this.running) {
       try {
         await this.claimNewShards();
@@ -167,7 +179,7 @@ export class ShardReader {
     // A blocked read must not put off a sweep (lost read replies are found only there) or a claim
     // retry that is due.
     const blockMs = this.idleWaitMs();
-    const done = this.client.readNew(this.reader, readable, cursors, count, blockMs, blockMs + this.readGraceMs());
+    const done = this.polled ? this.readPolled(readable, cursors, count) : this.client.readNew(this.reader, readable, cursors, count, blockMs, blockMs + this.readGraceMs());
     this.currentRead = { shards: new Set(readable), done };
     let result: ReadResult;
     try {
@@ -185,6 +197,29 @@ export class ShardReader {
       state.readCursor = entries[entries.length - 1].id;
       this.shards.enqueue(state, entries.map((entry) => ({ entry, deliveries: 1 })));
     }
+  }
+
+  /**
+   * One round of non-blocking reads of every readable shard on a Cluster, paced: when none found
+   * anything, waits (cut short by the wakeup) before the next round. Shards whose read failed are
+   * reported ('error', one per round) and read again next round; the others' entries are delivered.
+   */
+  private async readPolled(readable: number[], cursors: string[], count: number): Promise<ReadResult> {
+    const result = await this.client.readEach(this.reader, readable, cursors, count, this.readGraceMs());
+    if (result.failed.size > 0) {
+      // One report a round (a failover fails every shard of a master at once), then a pause as after any failed read.
+      const [[first, error]] = result.failed;
+      const shards = [...result.failed.keys()];
+      this.events.emit('error', new ShardError(`reading shard${shards.length === 1 ? '' : 's'} ${shards.join(', ')} failed: ${error.message}; reading again`, shards.length === 1 ? first : undefined, error));
+    }
+    if ([...result.entries.values()].some((entries) => entries.length > 0)) {
+      this.pollDelayMs = CLUSTER_POLL_MIN_MS;
+    } else {
+      const pause = result.failed.size > 0 ? Math.min(1000, this.options.blockMs) : this.pollDelayMs;
+      await this.wakeup.wait(Math.min(pause, this.idleWaitMs()));
+      this.pollDelayMs = Math.min(CLUSTER_POLL_MAX_MS, this.pollDelayMs * 2);
+    }
+    return result;
   }
 
   /**

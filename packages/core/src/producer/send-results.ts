@@ -21,11 +21,17 @@ export interface FailedEntry<T = unknown> {
   shardIndex: number | undefined;
   error: Error;
   /**
-   * True only when the write's reply never came (connection lost, timeout): the entry may be in the
-   * stream, and a retry may write it twice (at-least-once). False: Redis said no, or the write was
+   * True when the write's reply never came (connection lost, timeout): the entry may be in the
+   * stream, and a retry may write it twice (at-least-once); and when it is on the master but not
+   * confirmed on replicas (`id` set, `NotReplicatedError`). False: Redis said no, or the write was
    * not attempted because an earlier entry of the same shard failed.
    */
   maybeWritten: boolean;
+  /**
+   * Its id, when it is known to be on the master but `waitForReplicas` did not see it on enough
+   * replicas (a `NotReplicatedError`): it stays unless a failover loses it.
+   */
+  id?: string;
 }
 
 /**

@@ -3,6 +3,7 @@ import { encodeEntry, jsonCodec, type OutgoingMessage, type PayloadCodec } from 
 import { GroupNotFoundError, ShardCountConflictError } from '../protocol/errors';
 import { assertIntegerInRange, assertStreamPrefix } from '../protocol/names';
 import { appendToShards, type ShardAppend } from '../redis/entry-writer';
+import { assertReplicaWait, type ReplicaWait } from '../redis/replica-wait';
 import { KeyBuilder } from '../redis/keys';
 import type { RedisClient } from '../redis/scripts';
 import { createStreamMetadata, ensureStreamRouting } from '../redis/stream-metadata';
@@ -51,6 +52,16 @@ export interface StreamProducerOptions {
    * registered, one check per send otherwise. false turns it off altogether.
    */
   telemetry?: boolean;
+  /**
+   * Durability against a failover (docs/cluster.md): after each shard's write, `WAIT replicas
+   * timeoutMs` on the same connection. A send resolves only when that many replicas of the shard's
+   * master have the entry; when WAIT counts fewer in time, the entry is failed with a
+   * `NotReplicatedError` (in a `PartialBatchError`, `maybeWritten: true`, with its `id`): it is on
+   * the master, and a failover before it reaches a replica loses it; a retry may write it twice.
+   * Without this option a send resolves once the master has the entry (Redis replicates
+   * asynchronously: a failover can lose acknowledged sends). Costs the replication round trip.
+   */
+  waitForReplicas?: ReplicaWait;
 }
 
 /** How the producer routes now: the shard count, and the switch time of a resize not yet in effect. */
@@ -100,6 +111,7 @@ export class StreamProducer {
   readonly producerId = uuidv7();
   private readonly writeSeqs = new Map<number, number>();
   private readonly telemetry: ProducerTelemetry | undefined;
+  private readonly replicaWait: ReplicaWait | undefined;
 
   constructor(
     private readonly redis: RedisClient,
@@ -116,6 +128,7 @@ export class StreamProducer {
       throw new TypeError(`telemetry must be a boolean, got ${JSON.stringify(options.telemetry)}`);
     }
     this.telemetry = options.telemetry === false ? undefined : new ProducerTelemetry(options.streamPrefix);
+    this.replicaWait = assertReplicaWait('waitForReplicas', options.waitForReplicas);
   }
 
   /** Writes one entry; rejects with the write's error when it was not written. */
@@ -178,7 +191,7 @@ export class StreamProducer {
     let pending = messages.map((_, i) => i);
     for (let round = 1; pending.length > 0; round++) {
       const appends = this.plan(messages, fields, pending, shardCount, failed);
-      const outcomes = await appendToShards(this.redis, shardCount, this.options.maxLenApprox, appends.map((a) => a.append));
+      const outcomes = await appendToShards(this.redis, shardCount, this.options.maxLenApprox, appends.map((a) => a.append), this.replicaWait);
       pending = [];
       let inEffect: number | undefined;
       let unrouted = false;
@@ -197,6 +210,12 @@ export class StreamProducer {
         switch (outcome.status) {
           case 'written':
             indices.forEach((index, i) => (written[index] = { index, shardIndex: append.shardIndex, id: outcome.ids[i] }));
+            break;
+          case 'unreplicated':
+            // On the master, not confirmed on replicas: the caller decides (retry: maybe twice).
+            indices.forEach((index, i) =>
+              failed.push({ index, message: messages[index], shardIndex: append.shardIndex, error: outcome.error, maybeWritten: true, id: outcome.ids[i] }),
+            );
             break;
           case 'stopped':
             outcome.ids.forEach((id, i) => (written[indices[i]] = { index: indices[i], shardIndex: append.shardIndex, id }));

@@ -2,6 +2,8 @@ import type { Redis } from 'ioredis';
 import type { KeyBuilder } from './keys';
 import { findGroupInfo, isNoSuchKey, type StreamGroupInfo } from './responses';
 import { ensureScripts, pipelineScript, type RedisClient, runScript } from './scripts';
+import { NotReplicatedError, type ReplicaWait, waitCommand, waitShortfall } from './replica-wait';
+import { execBySlot } from './slot-pipelines';
 
 /** A raw stream entry: id and flat field list. */
 export interface RawEntry {
@@ -52,11 +54,12 @@ export class ReadDeadlineError extends Error {
  * reconnects; the read counts as lost. Whatever it delivered, if it ran, is pending under this
  * member untracked, where the gap check and the own-pending sweep find it.
  */
-async function withReadDeadline<R>(reader: Redis, read: Promise<R>, deadlineMs: number): Promise<R> {
+async function withReadDeadline<R>(reader: RedisClient, read: Promise<R>, deadlineMs: number): Promise<R> {
   let timer: NodeJS.Timeout | undefined;
   const deadline = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
-      if (reader.stream && !reader.stream.destroyed) reader.stream.destroy();
+      const stream = (reader as Redis).stream as Redis['stream'] | undefined;
+      if (stream && !stream.destroyed) stream.destroy();
       else reader.disconnect(true);
       reject(new ReadDeadlineError(`the blocking read did not come back within ${deadlineMs} ms; the reader connection was reset`));
     }, deadlineMs);
@@ -81,7 +84,8 @@ function toEntries(raw: unknown): RawEntry[] {
 /**
  * The shard-side operations of one member on one group: fencing, reading, acknowledging, taking over
  * pending work, dead-lettering. Every call touches keys of one shard's hash slot only (Cluster-safe),
- * except `readNew`, which reads several shards in one blocking XREADGROUP on a single Redis.
+ * except `readNew`, which reads several shards in one blocking XREADGROUP on a single Redis (on a
+ * Cluster, `readEach` reads them without blocking, one pipeline per shard).
  */
 export class ShardClient {
   constructor(
@@ -90,6 +94,8 @@ export class ShardClient {
     readonly streamPrefix: string,
     readonly consumerGroup: string,
     readonly memberId: string,
+    /** `WAIT` after each ack batch (the member's `ackWaitForReplicas`). */
+    private readonly ackWait?: ReplicaWait,
   ) {}
 
   /** The group's incarnation as of the member's last successful heartbeat (HeartbeatResponse.incarnation). */
@@ -118,10 +124,24 @@ export class ShardClient {
     return Number(reply[0]) === 1 ? { claimed: true, cursor: String(reply[1]) } : { claimed: false, holder: String(reply[1]) };
   }
 
-  /** XACK under the fencing token: the number acknowledged, or -1 when the shard was lost. */
-  async ack(shardIndex: number, grantEpoch: number, ids: string[]): Promise<number> {
+  /**
+   * XACK under the fencing token: the number acknowledged, or -1 when the shard was lost. With
+   * `ackWait`, WAIT follows on the same connection; `notReplicated` says when it counted too few.
+   */
+  async ack(shardIndex: number, grantEpoch: number, ids: string[]): Promise<{ acked: number; notReplicated?: NotReplicatedError }> {
     const [stream, fence] = this.shardKeys(shardIndex);
-    return Number(await runScript(this.redis, 'ackFenced', [stream, fence], [this.consumerGroup, this.token(grantEpoch), ...ids]));
+    const args = [this.consumerGroup, this.token(grantEpoch), ...ids];
+    const wait = this.ackWait;
+    if (!wait) return { acked: Number(await runScript(this.redis, 'ackFenced', [stream, fence], args)) };
+    ensureScripts(this.redis);
+    const [result] = await execBySlot(this.redis, [{ build: (pipeline) => pipelineScript(pipeline, 'ackFenced', [stream, fence], args) }], { tail: (pipeline) => waitCommand(pipeline, wait) });
+    if ('error' in result) throw result.error;
+    const [error, reply] = result.replies[0];
+    if (error) throw error;
+    const acked = Number(reply);
+    const shortfall = acked > 0 ? waitShortfall(result.tail[0], wait) : undefined;
+    if (!shortfall) return { acked };
+    return { acked, notReplicated: new NotReplicatedError(`acknowledged on the master but not confirmed on its replicas: ${shortfall.why}`, shortfall.replicas, wait.replicas) };
   }
 
   /** One page of a fenced takeover (see claimPending-2.lua for the modes 'all' and 'others'). */
@@ -213,6 +233,40 @@ export class ShardClient {
       entries.set(shards[streams.indexOf(String(stream))], toEntries(list));
     }
     return { entries, firstAfter: new Map(shards.map((shard, i) => [shard, String((firsts as unknown[])[i] ?? '')])) };
+  }
+
+  /**
+   * `readNew` for a Redis Cluster, where one command cannot span shards (each has its own slot):
+   * per shard a pipeline of a non-blocking XREADGROUP and its `firstAfter` check, all sent side by
+   * side (ioredis routes each to its shard's node and follows MOVED/ASK). The caller paces the
+   * reads (nothing blocks here). A shard whose read failed is left out of `entries` and reported in
+   * `failed`; the others' entries are delivered.
+   */
+  async readEach(reader: RedisClient, shards: number[], cursors: string[], countPerShard: number, deadlineMs: number): Promise<ReadResult & { failed: Map<number, Error> }> {
+    const streams = shards.map((s) => this.keys.shardStream(this.streamPrefix, s));
+    ensureScripts(reader);
+    const read = execBySlot(
+      reader,
+      shards.map((_, i) => ({
+        build: (pipeline) => {
+          pipeline.xreadgroup('GROUP', this.consumerGroup, this.memberId, 'COUNT', countPerShard, 'STREAMS', streams[i], '>');
+          pipelineScript(pipeline, 'firstAfter', [streams[i]], [cursors[i]]);
+        },
+      })),
+    );
+    const results = await withReadDeadline(reader, read, deadlineMs);
+    const entries = new Map<number, RawEntry[]>();
+    const firstAfter = new Map<number, string>();
+    const failed = new Map<number, Error>();
+    results.forEach((result, i) => {
+      const shard = shards[i];
+      if ('error' in result) return failed.set(shard, result.error);
+      const [[readError, reply], [checkError, firsts]] = result.replies as [[Error | null, unknown], [Error | null, unknown]];
+      if (readError || checkError) return failed.set(shard, (readError ?? checkError)!);
+      for (const [, list] of (reply as [string, [string, string[]][]][] | null) ?? []) entries.set(shard, toEntries(list));
+      firstAfter.set(shard, String((firsts as unknown[])[0] ?? ''));
+    });
+    return { entries, firstAfter, failed };
   }
 
   /**

@@ -3,6 +3,7 @@ import { toCoordinatorError } from '../protocol/errors';
 import type { KeyBuilder } from './keys';
 import { pairs } from './responses';
 import { ensureScripts, pipelineScript, type RedisClient, runScript } from './scripts';
+import { execBySlot } from './slot-pipelines';
 
 /**
  * Creates a stream prefix's shard metadata (createStream-1.lua): idempotent for the same count, a
@@ -68,7 +69,7 @@ export interface ShardRouting {
 
 /**
  * Writes the routing marker of each of `shards` (ensureRouting-1.lua, in the shard's own slot)
- * unless it already describes this or a newer resize. One pipelined round trip; throws the first
+ * unless it already describes this or a newer resize. One pipelined round trip (side by side per shard on a Cluster); throws the first
  * error, since a caller that trusts the markers afterwards must not go on without them.
  */
 export async function ensureRoutingMarkers(
@@ -80,9 +81,16 @@ export async function ensureRoutingMarkers(
 ): Promise<void> {
   if (shards.length === 0) return;
   ensureScripts(client);
-  const pipeline = client.pipeline();
-  for (const shard of shards) {
-    pipelineScript(pipeline, 'ensureRouting', [keys.shardRouting(streamPrefix, shard)], [routing.version, routing.count, routing.previous, routing.switchAt]);
+  const results = await execBySlot(
+    client,
+    shards.map((shard) => ({
+      build(pipeline) {
+        pipelineScript(pipeline, 'ensureRouting', [keys.shardRouting(streamPrefix, shard)], [routing.version, routing.count, routing.previous, routing.switchAt]);
+      },
+    })),
+  );
+  for (const result of results) {
+    if ('error' in result) throw result.error;
+    for (const [error] of result.replies) if (error) throw error;
   }
-  for (const [error] of (await pipeline.exec()) ?? []) if (error) throw error;
 }

@@ -1,5 +1,5 @@
-import type { Redis } from 'ioredis';
 import type { RedisClient } from './scripts';
+import { duplicateClient } from './slot-pipelines';
 
 type Listener = (publisher: string) => void;
 
@@ -11,7 +11,7 @@ type Listener = (publisher: string) => void;
 export class WakeHub {
   private static readonly hubs = new WeakMap<object, WakeHub>();
   private readonly listeners = new Map<string, Set<Listener>>();
-  private connection: Redis | undefined;
+  private connection: RedisClient | undefined;
 
   private constructor(private readonly base: RedisClient) {}
 
@@ -50,11 +50,11 @@ export class WakeHub {
     };
   }
 
-  private subscriber(): Redis {
+  private subscriber(): RedisClient {
     if (!this.connection) {
       // ioredis' own resubscribe after a reconnect has no catch: a flushed SUBSCRIBE there is an
       // unhandled rejection, which ends the process. This hub resubscribes itself instead.
-      const connection = (this.base as Redis).duplicate({ autoResubscribe: false });
+      const connection = duplicateClient(this.base, { autoResubscribe: false });
       connection.on('error', () => undefined); // a lost wake-up only costs one heartbeat interval
       connection.on('message', (channel: string, publisher: string) => {
         for (const listener of this.listeners.get(channel) ?? []) listener(publisher);

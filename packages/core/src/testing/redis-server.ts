@@ -11,9 +11,17 @@ export interface RedisServerOptions {
   persistence?: Persistence;
   /** Extra `redis-server` arguments, e.g. ['--maxmemory', '10mb']. */
   args?: string[];
+  /**
+   * A config file's text, written to the server's directory and passed first (a Sentinel must have
+   * a writable config file: it rewrites it as it learns the topology).
+   */
+  config?: string;
+  /** Run as a Sentinel (`--sentinel`); `config` then holds its `sentinel monitor` lines. */
+  sentinel?: boolean;
 }
 
-const READY = /Ready to accept connections/;
+/** A server says the first, a Sentinel the second (it logs no "Ready" line). */
+const READY = /Ready to accept connections|Sentinel ID is/;
 const START_ATTEMPTS = 5;
 const START_DEADLINE_MS = 10_000;
 
@@ -81,14 +89,31 @@ export class RedisServer {
     return this.child?.pid;
   }
 
+  /** Whether the process is up (started and not exited). */
+  isRunning(): boolean {
+    return this.child !== undefined && this.child.exitCode === null && this.child.signalCode === null;
+  }
+
   private launch(): Promise<void> {
     const persistence =
       this.options.persistence === 'aof'
         ? ['--appendonly', 'yes', '--appendfsync', 'always', '--save', '']
         : ['--appendonly', 'no', '--save', ''];
+    const config: string[] = [];
+    if (this.options.config !== undefined) {
+      const file = path.join(this.dir, 'redis.conf');
+      if (!fs.existsSync(file)) fs.writeFileSync(file, this.options.config);
+      config.push(file);
+      if (this.options.sentinel) config.push('--sentinel');
+    }
     const child = spawn(
       'redis-server',
-      ['--port', String(this.port), '--bind', '127.0.0.1', '--dir', this.dir, '--logfile', '', ...persistence, ...(this.options.args ?? [])],
+      [
+        ...config,
+        '--port', String(this.port), '--bind', '127.0.0.1', '--dir', this.dir, '--logfile', '',
+        ...(this.options.sentinel ? [] : persistence),
+        ...(this.options.args ?? []),
+      ],
       { stdio: ['ignore', 'pipe', 'pipe'] },
     );
     this.child = child;

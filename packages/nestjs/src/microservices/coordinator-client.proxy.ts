@@ -1,7 +1,7 @@
 import { Logger } from '@nestjs/common';
 import { ClientProxy, type ReadPacket, type WritePacket } from '@nestjs/microservices';
 import { DEFAULT_KEY_PREFIX, type OutgoingMessage, StreamProducer, type StreamProducerOptions } from '@redis-stream-coordinator/core';
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { v7 as uuidv7 } from 'uuid';
 import { CoordinatorConnection } from '../coordinator-connection';
 import type { CoordinatorModuleOptions } from '../coordinator-module-options';
@@ -83,7 +83,7 @@ export class CoordinatorClientProxy extends ClientProxy {
   private readonly pending = new Map<string, PendingRequest>();
   /** The inbox, created by the first send(): a client that only emits never has one. */
   private inbox: Promise<ReplyInbox> | undefined;
-  private reader: Redis | undefined;
+  private reader: Redis | Cluster | undefined;
   private refreshTimer: NodeJS.Timeout | undefined;
   private closed = false;
   private readonly counters = { lateReplies: 0, timedOut: 0, inboxRecreated: 0 };
@@ -92,8 +92,8 @@ export class CoordinatorClientProxy extends ClientProxy {
     super();
     if (options === null || typeof options !== 'object') throw new TypeError('CoordinatorClientProxy(options): options must be an object');
     const redis = options.redis as unknown;
-    if (!redis || typeof redis !== 'object' || (!options.redis.url && !options.redis.options && !options.redis.client)) {
-      throw new Error('CoordinatorClientProxy: the "redis" option is required: give redis.url, redis.options or redis.client');
+    if (!redis || typeof redis !== 'object' || (!options.redis.url && !options.redis.options && !options.redis.client && !options.redis.cluster)) {
+      throw new Error('CoordinatorClientProxy: the "redis" option is required: give redis.url, redis.options, redis.cluster or redis.client');
     }
     if (options.key !== undefined && typeof options.key !== 'function') {
       throw new TypeError(`CoordinatorClientProxy: key must be a function (data, pattern) => string | undefined, got ${typeof options.key}`);
@@ -107,7 +107,7 @@ export class CoordinatorClientProxy extends ClientProxy {
   }
 
   /** Connects to Redis (once; emit() and send() call it). */
-  async connect(): Promise<Redis> {
+  async connect(): Promise<Redis | Cluster> {
     if (this.closed) throw new Error('CoordinatorClientProxy: closed');
     this.connection ??= CoordinatorConnection.fromOptions({ redis: this.options.redis }, (error) => this.throttled.warn('redis', `Redis: ${error.message}`), 'client');
     return this.connection.client;
@@ -225,7 +225,8 @@ export class CoordinatorClientProxy extends ClientProxy {
   private ensureInbox(): Promise<ReplyInbox> {
     this.inbox ??= (async () => {
       const redis = await this.connect();
-      this.reader = redis.duplicate();
+      // Without arguments Redis.duplicate() and Cluster.duplicate() do the same: a connection like this one.
+      this.reader = (redis as Redis).duplicate();
       this.reader.on('error', () => undefined); // reported through the read loop
       const inbox = new ReplyInbox(redis, this.reader, this.inboxKey, this.inboxTtlMs);
       await inbox.create();

@@ -90,8 +90,8 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
       throw new TypeError('RedisStreamsServer(options): options must be an object');
     }
     const redis = options.redis as unknown;
-    if (!redis || typeof redis !== 'object' || (!options.redis.url && !options.redis.options && !options.redis.client)) {
-      throw new Error('RedisStreamsServer: the "redis" option is required: give redis.url, redis.options or redis.client');
+    if (!redis || typeof redis !== 'object' || (!options.redis.url && !options.redis.options && !options.redis.client && !options.redis.cluster)) {
+      throw new Error('RedisStreamsServer: the "redis" option is required: give redis.url, redis.options, redis.cluster or redis.client');
     }
     this.events.on('error', () => undefined); // reported by the logger; listeners of on('error') get it too
   }

@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { compareStreamIds, nextStreamId } from '@redis-stream-coordinator/core';
 import { REPLY_FIELD, type ReplyBody } from './reply-protocol';
 
@@ -18,9 +18,9 @@ export class ReplyInbox {
 
   constructor(
     /** Commands (create, refresh, trim, delete). */
-    private readonly redis: Redis,
+    private readonly redis: Redis | Cluster,
     /** A connection of its own for the blocking XREAD. */
-    private readonly reader: Redis,
+    private readonly reader: Redis | Cluster,
     readonly key: string,
     readonly ttlMs: number,
   ) {}

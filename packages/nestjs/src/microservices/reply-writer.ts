@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { INBOX_MAX_LENGTH, REPLY_FIELD } from './reply-protocol';
 
 /**
@@ -8,7 +8,7 @@ import { INBOX_MAX_LENGTH, REPLY_FIELD } from './reply-protocol';
  * Rejects when Redis does not take the write (the caller retries the request). `body` is a
  * ReplyBody as JSON.
  */
-export async function writeReply(redis: Redis, inbox: string, correlationId: string, body: string): Promise<boolean> {
+export async function writeReply(redis: Redis | Cluster, inbox: string, correlationId: string, body: string): Promise<boolean> {
   const id = await redis.xadd(
     inbox,
     'NOMKSTREAM',

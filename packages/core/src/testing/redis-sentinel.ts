@@ -1,0 +1,124 @@
+import { onAnyNode, onNode, waitUntil } from './node-admin';
+import { RedisServer } from './redis-server';
+
+export interface RedisSentinelOptions {
+  /** The name the Sentinels monitor the master under. Default 'rsc-master'. */
+  masterName?: string;
+  /** Replicas of the master. Default 1. */
+  replicas?: number;
+  /** Sentinels (quorum: a majority). Default 3. */
+  sentinels?: number;
+  /** `down-after-milliseconds`: how long the master may be unreachable before a failover. Default 1000 ms. */
+  downAfterMs?: number;
+}
+
+/**
+ * A private Sentinel setup on free loopback ports (by default one master, one replica and three
+ * Sentinels), for tests and benchmarks. `stop()` stops exactly the processes it started and removes
+ * their directories. `failover()` kills the master and waits until the Sentinels have promoted a
+ * replica.
+ *
+ * @example
+ * const setup = await RedisSentinel.start();
+ * const client = new Redis({ sentinels: setup.sentinelNodes, name: setup.masterName });
+ */
+export class RedisSentinel {
+  private constructor(
+    readonly masterName: string,
+    readonly servers: RedisServer[],
+    readonly sentinels: RedisServer[],
+  ) {}
+
+  static async start(options: RedisSentinelOptions = {}): Promise<RedisSentinel> {
+    const masterName = options.masterName ?? 'rsc-master';
+    if (!/^[A-Za-z0-9_.-]{1,64}$/.test(masterName)) throw new RangeError(`masterName must be 1-64 letters, digits, '_', '.' or '-', got ${JSON.stringify(masterName)}`);
+    const replicaCount = options.replicas ?? 1;
+    const sentinelCount = options.sentinels ?? 3;
+    const downAfter = options.downAfterMs ?? 1000;
+    const servers: RedisServer[] = [];
+    const sentinels: RedisServer[] = [];
+    const setup = new RedisSentinel(masterName, servers, sentinels);
+    try {
+      const master = await RedisServer.start({ args: ['--repl-diskless-sync-delay', '0'] });
+      servers.push(master);
+      for (let i = 0; i < replicaCount; i++) {
+        servers.push(await RedisServer.start({ args: ['--replicaof', '127.0.0.1', String(master.port), '--repl-diskless-sync-delay', '0'] }));
+      }
+      const quorum = Math.floor(sentinelCount / 2) + 1;
+      const config = [
+        `sentinel monitor ${masterName} 127.0.0.1 ${master.port} ${quorum}`,
+        `sentinel down-after-milliseconds ${masterName} ${downAfter}`,
+        `sentinel failover-timeout ${masterName} ${Math.max(3000, downAfter * 3)}`,
+        `sentinel parallel-syncs ${masterName} 1`,
+        '',
+      ].join('\n');
+      for (let i = 0; i < sentinelCount; i++) sentinels.push(await RedisServer.start({ config, sentinel: true }));
+      await waitUntil(async () => (await setup.replicasSeen()) >= replicaCount, `the Sentinels to see ${replicaCount} replica(s) of ${masterName}`);
+    } catch (error) {
+      await setup.stop();
+      throw error;
+    }
+    return setup;
+  }
+
+  /** For ioredis: `new Redis({ sentinels: setup.sentinelNodes, name: setup.masterName })`. */
+  get sentinelNodes(): { host: string; port: number }[] {
+    return this.sentinels.map((s) => ({ host: '127.0.0.1', port: s.port }));
+  }
+
+  /** The port of the master as the Sentinels see it now. */
+  async masterPort(): Promise<number> {
+    const running = this.sentinels.filter((s) => s.isRunning()).map((s) => s.port);
+    const [, port] = (await onAnyNode(running, (c) => c.call('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', this.masterName))) as [string, string];
+    return Number(port);
+  }
+
+  /**
+   * Kills (SIGKILL) the current master and waits until the Sentinels have promoted another server
+   * and it answers as a master. Returns the killed master's port.
+   */
+  async failover(): Promise<number> {
+    const old = await this.masterPort();
+    const server = this.servers.find((s) => s.port === old);
+    if (!server) throw new Error(`the master (port ${old}) is not a server of this setup`);
+    await server.kill('SIGKILL');
+    await waitUntil(async () => {
+      const port = await this.masterPort();
+      return port !== old && /role:master/.test(await onNode(port, (c) => c.info('replication')));
+    }, `a replica to be promoted after the master on port ${old} was killed`);
+    return old;
+  }
+
+  /**
+   * Starts a killed server again (empty: no persistence) as a replica of the current master, and
+   * waits until it has synced (the Sentinels learn of it from the master within seconds).
+   */
+  async restartServer(port: number): Promise<void> {
+    const server = this.servers.find((s) => s.port === port);
+    if (!server) throw new Error(`no server of this setup listens on port ${port}`);
+    await server.restart();
+    // What the Sentinels would do some seconds later (they convert a returning old master): now.
+    const master = await this.masterPort();
+    await onNode(port, (c) => c.call('REPLICAOF', '127.0.0.1', String(master)));
+    await waitUntil(
+      async () => /master_link_status:up/.test(await onNode(port, (c) => c.info('replication'))),
+      `the restarted server on port ${port} to replicate the current master`,
+    );
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all([...this.sentinels, ...this.servers].map((s) => s.stop()));
+  }
+
+  private async replicasSeen(): Promise<number> {
+    const counts = await Promise.all(
+      this.sentinels.map((s) =>
+        onNode(s.port, async (client) => {
+          const replicas = (await client.call('SENTINEL', 'REPLICAS', this.masterName)) as string[][];
+          return replicas.filter((fields) => !String(fields[fields.indexOf('flags') + 1]).includes('down')).length;
+        }),
+      ),
+    );
+    return Math.min(...counts);
+  }
+}

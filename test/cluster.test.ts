@@ -1,0 +1,340 @@
+import 'reflect-metadata';
+import { execFile } from 'node:child_process';
+import path from 'node:path';
+import { Injectable, Module } from '@nestjs/common';
+import { Test, type TestingModule } from '@nestjs/testing';
+import { type Cluster, Redis } from 'ioredis';
+import { afterEach, describe, expect, it } from 'vitest';
+import {
+  CoordinatedMember, type CoordinatedMemberOptions, CoordinatorAdmin, KeyBuilder, NotReplicatedError, PartialBatchError, ShardError, StreamProducer,
+  type StreamMessage,
+} from '@redis-stream-coordinator/core';
+import { CoordinatorHealthIndicator, CoordinatorModule, StreamListener, StreamPublisher } from '@redis-stream-coordinator/nestjs';
+import { HandlerRecorder, type KeyedPayload, keyedMessages } from './support/handler-recorder';
+import { pollUntil } from './support/poll';
+import { uniqueName } from './support/vitest-redis';
+import { useRedisCluster, useRedisSentinel } from './support/vitest-cluster';
+import { closedAfterEach } from './support/nest-apps';
+
+// Issue 15 part A: every feature on a Redis Cluster (3 masters, 3 replicas) and through Sentinel,
+// including a slot moving between masters while members run, and a master failing over.
+const redis = useRedisCluster();
+const sentinel = useRedisSentinel();
+const keys = new KeyBuilder();
+
+const started: CoordinatedMember<KeyedPayload>[] = [];
+afterEach(async () => {
+  await Promise.all(started.splice(0).map((m) => m.stop().catch(() => undefined)));
+});
+
+function aMember(client: Cluster | Redis, options: Omit<CoordinatedMemberOptions<KeyedPayload>, 'consumerGroup'>) {
+  const member = new CoordinatedMember<KeyedPayload>(client, {
+    consumerGroup: 'group',
+    coordinator: { heartbeatIntervalMs: 200 },
+    sweepIntervalMs: 500,
+    ...options,
+  });
+  member.on('error', () => undefined);
+  started.push(member);
+  return member;
+}
+
+/** Sends one keyed entry every few ms until `stop` is set; keeps what was sent (resolved) and what failed. */
+function produceSteadily(producer: StreamProducer, label: string) {
+  const sent: { key: string; seq: number }[] = [];
+  let failures = 0;
+  let stopped = false;
+  const done = (async () => {
+    for (let seq = 1; !stopped; seq++) {
+      const batch = [0, 1, 2, 3].map((k) => ({ key: `${label}-${k}`, payload: { seq } }));
+      try {
+        await producer.sendBatch(batch);
+        sent.push(...batch.map((m) => ({ key: m.key, seq })));
+      } catch (error) {
+        // A batch refused during a failover: written entries of it count as sent.
+        if (error instanceof PartialBatchError) {
+          for (const w of error.written) sent.push({ key: batch[w.index].key, seq });
+        }
+        failures += 1;
+      }
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+  })();
+  return {
+    sent,
+    failures: () => failures,
+    stop: async () => {
+      stopped = true;
+      await done;
+    },
+  };
+}
+
+function handledAll(recorder: HandlerRecorder, sent: { key: string; seq: number }[]): boolean {
+  const handled = new Set(recorder.runs.map((r) => `${r.key}/${r.seq}`));
+  return sent.every((s) => handled.has(`${s.key}/${s.seq}`));
+}
+
+describe('on a Redis Cluster', () => {
+  it('members and a producer handle every entry once and per key in order, with shards spread over the three masters', async () => {
+    const streamPrefix = uniqueName('cluster');
+    const recorder = new HandlerRecorder();
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 12 });
+    const one = aMember(redis.client(), { streamPrefix, runtimeMaxConcurrency: 4, memberId: 'one', handler: recorder.handler('one') });
+    const two = aMember(redis.client(), { streamPrefix, runtimeMaxConcurrency: 4, memberId: 'two', handler: recorder.handler('two') });
+    await Promise.all([one.start(), two.start()]);
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    const messages = keyedMessages(30, 10);
+    // Before issue 15 this failed: one pipeline across the shards' slots is refused by a Cluster.
+    for (let i = 0; i < messages.length; i += 100) await producer.sendBatch(messages.slice(i, i + 100));
+    await pollUntil('every entry handled', async () => recorder.distinctEntries() === messages.length);
+    expect(recorder.duplicates()).toEqual([]);
+    expect(recorder.orderViolations()).toEqual([]);
+    expect(recorder.overlaps()).toEqual([]);
+    expect(new Set(recorder.runs.map((r) => r.memberId))).toEqual(new Set(['one', 'two']));
+
+    const masters = new Set<number>();
+    for (let shard = 0; shard < 12; shard++) masters.add((await redis.cluster.masterOf(await redis.cluster.slotOf(keys.shardStream(streamPrefix, shard)))).port);
+    expect(masters.size).toBe(3);
+    const description = await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group');
+    expect(description.shards.every((s) => s.backlog === 0)).toBe(true);
+
+    // Stopped and started again, a member reconnects its (cluster) reader and reads on.
+    await Promise.all([one.stop(), two.stop()]);
+    await one.start();
+    await producer.sendBatch(keyedMessages(30, 1, 'again'));
+    await pollUntil('the new entries handled after a restart', async () => recorder.distinctEntries() === messages.length + 30);
+  });
+
+  it('grows while a member runs, dead-letters across shards, trims what the group processed, shrinks and deletes the drained shards', async () => {
+    const streamPrefix = uniqueName('cluster-admin');
+    const recorder = new HandlerRecorder();
+    const admin = new CoordinatorAdmin(redis.client());
+    await admin.createStream({ streamPrefix, shardCount: 4 });
+    const member = aMember(redis.client(), {
+      streamPrefix,
+      runtimeMaxConcurrency: 4,
+      maxAttempts: 1,
+      // An ordered shrink switches once every lease as of the call has run out: keep them short.
+      sessionTimeoutMs: 2000,
+      handler: async (message: StreamMessage<KeyedPayload>) => {
+        if (message.payload.seq % 10 === 0) throw new Error(`poison ${message.key}/${message.payload.seq}`);
+        await recorder.handler('m')(message);
+      },
+    });
+    await member.start();
+    const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 50 });
+    await producer.sendBatch(keyedMessages(8, 10, 'before'));
+    await admin.resizeShards(streamPrefix, 8);
+    await producer.sendBatch(keyedMessages(8, 10, 'after'));
+    await pollUntil('every good entry handled', async () => recorder.distinctEntries() === 2 * 8 * 9, { timeoutMs: 15_000 });
+    await pollUntil('every poisoned entry dead-lettered', async () => (await admin.readDeadLetters(streamPrefix, 'group')).length === 2 * 8);
+    expect(recorder.orderViolations()).toEqual([]);
+    expect((await admin.describeGroup(streamPrefix, 'group')).shards.map((s) => s.shardIndex)).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+    await pollUntil('every entry acknowledged', async () => (await admin.describeGroup(streamPrefix, 'group')).shards.every((s) => s.backlog === 0));
+    const trimmed = await admin.trim(streamPrefix);
+    expect(trimmed.shards.reduce((n, s) => n + s.trimmed, 0)).toBe(2 * 8 * 10);
+
+    // Shrink back, let the member drain the removed shards, and delete them.
+    await producer.sendBatch(keyedMessages(8, 1, 'shrink'));
+    await admin.resizeShards(streamPrefix, 4, { graceMs: 50, switchDelayMs: 50 });
+    await pollUntil('the cutover done', async () => (await admin.cutoverStatus(streamPrefix)).every((s) => s.cutover === null), { timeoutMs: 15_000 });
+    expect(await admin.deleteDrainedShards(streamPrefix)).toEqual([4, 5, 6, 7]);
+    expect(await redis.client().exists(keys.shardStream(streamPrefix, 5))).toBe(0);
+  });
+
+  it('loses and stalls nothing while a shard slot moves to another master (ASK, then MOVED)', async () => {
+    const streamPrefix = uniqueName('cluster-move');
+    const recorder = new HandlerRecorder();
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 4 });
+    const member = aMember(redis.client(), { streamPrefix, runtimeMaxConcurrency: 4, handler: recorder.handler('m') });
+    await member.start();
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    const steady = produceSteadily(producer, 'k');
+    await pollUntil('entries flowing', async () => recorder.runs.length > 20);
+    const slots = await Promise.all([0, 1, 2, 3].map((shard) => redis.cluster.slotOf(keys.shardStream(streamPrefix, shard))));
+    for (const slot of slots.slice(0, 2)) {
+      const from = await redis.cluster.masterOf(slot);
+      const to = (await redis.cluster.nodes()).find((n) => n.role === 'master' && !n.failed && n.id !== from.id)!;
+      // One key at a time with a pause: the slot stays half-moved for a while, so clients meet ASK.
+      await redis.cluster.migrateSlot(slot, to.port, { keysPerMigrate: 1, pauseMs: 100 });
+      expect((await redis.cluster.masterOf(slot)).port).toBe(to.port);
+    }
+    // The clients did meet the half-moved slots: the servers answered ASK (and MOVED after).
+    const redirections = { ASK: 0, MOVED: 0 };
+    for (const server of redis.cluster.servers) {
+      const node = new Redis(server.port, { lazyConnect: true });
+      const stats = await node.info('errorstats').finally(() => node.disconnect());
+      for (const kind of ['ASK', 'MOVED'] as const) redirections[kind] += Number(new RegExp(`errorstat_${kind}:count=(\\d+)`).exec(stats)?.[1] ?? 0);
+    }
+    expect(redirections.ASK).toBeGreaterThan(0);
+    expect(redirections.MOVED).toBeGreaterThan(0);
+    const sentBefore = steady.sent.length;
+    await pollUntil('more entries sent after the moves', async () => steady.sent.length > sentBefore + 40);
+    await steady.stop();
+    expect(steady.failures()).toBe(0);
+    await pollUntil('every sent entry handled', async () => handledAll(recorder, steady.sent));
+    expect(recorder.orderViolations()).toEqual([]);
+  });
+
+  it('goes on after a master fails: with waitForReplicas every send that resolved is handled', async () => {
+    const streamPrefix = uniqueName('cluster-failover');
+    const recorder = new HandlerRecorder();
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 6 });
+    const member = aMember(redis.client(), {
+      streamPrefix,
+      runtimeMaxConcurrency: 6,
+      ackWaitForReplicas: { replicas: 1, timeoutMs: 500 },
+      handler: recorder.handler('m'),
+    });
+    await member.start();
+    const producer = new StreamProducer(redis.client(), { streamPrefix, waitForReplicas: { replicas: 1, timeoutMs: 500 } });
+    const steady = produceSteadily(producer, 'f');
+    await pollUntil('entries flowing', async () => recorder.runs.length > 20);
+    const slot = await redis.cluster.slotOf(keys.shardStream(streamPrefix, 0));
+    const killed = await redis.cluster.failMaster(slot);
+    // The promoted replica has no replica of its own until the old master comes back as one: till
+    // then WAIT 1 cannot be met on its shards, and their sends fail (NotReplicatedError), visibly.
+    await redis.cluster.restartNode(killed);
+    const sentBefore = steady.sent.length;
+    await pollUntil('sends succeed again after the failover', async () => steady.sent.length > sentBefore + 40, { timeoutMs: 15_000 });
+    await steady.stop();
+    await pollUntil('every sent entry handled', async () => handledAll(recorder, steady.sent), { timeoutMs: 15_000 });
+    expect(recorder.orderViolations()).toEqual([]);
+  });
+});
+
+// The long variant: RSC_CLUSTER_LONG=1 (RSC_CLUSTER_LONG_MS, default 120000) keeps moving slots and
+// failing masters over while members and a producer with waitForReplicas run, then checks that
+// every send that resolved was handled, per key in order.
+describe.runIf(process.env.RSC_CLUSTER_LONG === '1')('on a Redis Cluster, for a long while', () => {
+  const durationMs = Number(process.env.RSC_CLUSTER_LONG_MS ?? 120_000);
+  it('slot moves and failovers, one after another, lose nothing that was confirmed', async () => {
+    const streamPrefix = uniqueName('cluster-long');
+    const recorder = new HandlerRecorder();
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 16 });
+    const wait = { replicas: 1, timeoutMs: 500 };
+    for (const id of ['one', 'two']) {
+      await aMember(redis.client(), { streamPrefix, memberId: id, runtimeMaxConcurrency: 8, ackWaitForReplicas: wait, handler: recorder.handler(id) }).start();
+    }
+    const steady = produceSteadily(new StreamProducer(redis.client(), { streamPrefix, waitForReplicas: wait }), 'long');
+    const end = Date.now() + durationMs;
+    for (let round = 0; Date.now() < end; round++) {
+      const shard = round % 16;
+      const slot = await redis.cluster.slotOf(keys.shardStream(streamPrefix, shard));
+      if (round % 2 === 0) {
+        const from = await redis.cluster.masterOf(slot);
+        const to = (await redis.cluster.nodes()).find((n) => n.role === 'master' && !n.failed && n.id !== from.id)!;
+        await redis.cluster.migrateSlot(slot, to.port, { keysPerMigrate: 1, pauseMs: 50 });
+      } else {
+        await redis.cluster.restartNode(await redis.cluster.failMaster(slot));
+      }
+      const sent = steady.sent.length;
+      await pollUntil('sends going on', async () => steady.sent.length > sent + 20, { timeoutMs: 20_000 });
+    }
+    await steady.stop();
+    await pollUntil('every sent entry handled', async () => handledAll(recorder, steady.sent), { timeoutMs: 30_000 });
+    expect(recorder.orderViolations()).toEqual([]);
+  }, durationMs + 120_000);
+});
+
+describe('the NestJS module on a Cluster', () => {
+  const apps = closedAfterEach<TestingModule>();
+
+  it('connects by cluster nodes: listeners handle what the publisher sends, health is up', async () => {
+    const streamPrefix = uniqueName('cluster-nest');
+    const seen: number[] = [];
+    @Injectable()
+    class Handlers {
+      @StreamListener({ streamPrefix, consumerGroup: 'nest-group', concurrency: 2, shardCount: 6 })
+      async handle(message: StreamMessage<{ seq: number }>) {
+        seen.push(message.payload.seq);
+      }
+    }
+    @Module({ providers: [Handlers] })
+    class FeatureModule {}
+    const app = await Test.createTestingModule({
+      imports: [CoordinatorModule.forRoot({ redis: { cluster: { nodes: redis.cluster.startupNodes } }, coordinator: { heartbeatIntervalMs: 200 } }), FeatureModule],
+    }).compile();
+    apps.push(app);
+    await app.init();
+    await app.get(StreamPublisher).publishBatch(streamPrefix, Array.from({ length: 60 }, (_, i) => ({ key: `k${i}`, payload: { seq: i } })));
+    await pollUntil('every entry handled', async () => new Set(seen).size === 60);
+    expect((await app.get(CoordinatorHealthIndicator).check()).coordinator.status).toBe('up');
+  });
+});
+
+describe('the CLI on a Cluster', () => {
+  const BIN = path.resolve(__dirname, '../packages/cli/dist/main.js');
+  const rsc = (...args: string[]) =>
+    new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
+      execFile(process.execPath, [BIN, ...args], { timeout: 20_000 }, (error, stdout, stderr) => {
+        resolve({ code: error ? Number((error as { code?: number }).code ?? 1) : 0, stdout, stderr });
+      });
+    });
+
+  it('--cluster takes host:port or URLs of some nodes: lists and resizes; a bad node is a usage error naming it', async () => {
+    const streamPrefix = uniqueName('cluster-cli');
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 3 });
+    const [first, second] = redis.cluster.startupNodes;
+    const listed = await rsc('--cluster', `${first.host}:${first.port},redis://${second.host}:${second.port}`, '--json', 'streams');
+    expect(listed.stderr).toBe('');
+    expect((JSON.parse(listed.stdout) as { streamPrefix: string }[]).map((s) => s.streamPrefix)).toContain(streamPrefix);
+    const resized = await rsc('--cluster', `${first.host}:${first.port}`, 'resize', streamPrefix, '6');
+    expect(resized.code).toBe(0);
+    expect((await new CoordinatorAdmin(redis.client()).describeStream(streamPrefix))?.shardCount).toBe(6);
+    const bad = await rsc('--cluster', 'nonsense', 'streams');
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/--cluster: "nonsense" is not host:port or a redis:\/\/ URL/);
+  });
+});
+
+describe('waiting for replicas', () => {
+  it('fails a send that too few replicas confirmed, with its id (it is on the master), and reports such an ack', async () => {
+    const streamPrefix = uniqueName('cluster-wait');
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 2 });
+    // Each master has one replica: WAIT 2 cannot be met.
+    const producer = new StreamProducer(redis.client(), { streamPrefix, waitForReplicas: { replicas: 2, timeoutMs: 50 } });
+    const error = await producer.sendBatch([{ key: 'a', payload: { seq: 1 } }]).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(PartialBatchError);
+    const [failed] = (error as PartialBatchError).failed;
+    expect(failed.error).toBeInstanceOf(NotReplicatedError);
+    expect(failed.error.message).toMatch(/WAIT counted 1 of 2 replica\(s\) within 50 ms/);
+    expect(failed.maybeWritten).toBe(true);
+    const entries = await redis.client().xrange(keys.shardStream(streamPrefix, failed.shardIndex!), '-', '+');
+    expect(entries.map(([id]) => id)).toEqual([failed.id]);
+
+    const reported: ShardError[] = [];
+    const handled: string[] = [];
+    const member = aMember(redis.client(), { streamPrefix, ackWaitForReplicas: { replicas: 2, timeoutMs: 50 }, handler: (m) => void handled.push(m.id) });
+    member.on('error', (e: ShardError) => reported.push(e));
+    await member.start();
+    await pollUntil('the ack reported as not replicated', async () => reported.find((e) => e.cause instanceof NotReplicatedError));
+    expect(handled).toEqual([failed.id]);
+  });
+
+  it('refuses a bad waitForReplicas naming the option and the value', () => {
+    expect(() => new StreamProducer(redis.client(), { streamPrefix: 's', waitForReplicas: { replicas: 0, timeoutMs: 10 } })).toThrow(/waitForReplicas\.replicas.*0/);
+    expect(() => new StreamProducer(redis.client(), { streamPrefix: 's', waitForReplicas: { replicas: 1, timeoutMs: 0 } })).toThrow(/waitForReplicas\.timeoutMs.*0/);
+    expect(() => aMember(redis.client(), { streamPrefix: 's', handler: () => undefined, ackWaitForReplicas: 3 as never })).toThrow(/ackWaitForReplicas must be/);
+  });
+});
+
+describe('through Sentinel', () => {
+  it('goes on after the Sentinels fail the master over: with waitForReplicas every send that resolved is handled', async () => {
+    const streamPrefix = uniqueName('sentinel');
+    const recorder = new HandlerRecorder();
+    await new CoordinatorAdmin(sentinel.client()).createStream({ streamPrefix, shardCount: 4 });
+    const member = aMember(sentinel.client(), { streamPrefix, runtimeMaxConcurrency: 4, handler: recorder.handler('m'), sessionTimeoutMs: 10_000 });
+    await member.start();
+    const producer = new StreamProducer(sentinel.client(), { streamPrefix, waitForReplicas: { replicas: 1, timeoutMs: 500 } });
+    const steady = produceSteadily(producer, 's');
+    await pollUntil('entries flowing', async () => recorder.runs.length > 20);
+    const killed = await sentinel.setup.failover();
+    await sentinel.setup.restartServer(killed);
+    const sentBefore = steady.sent.length;
+    await pollUntil('sends succeed again after the failover', async () => steady.sent.length > sentBefore + 40, { timeoutMs: 15_000 });
+    await steady.stop();
+    await pollUntil('every sent entry handled', async () => handledAll(recorder, steady.sent), { timeoutMs: 15_000 });
+  });
+});

@@ -83,6 +83,8 @@ describe('on a Redis Cluster', () => {
     const one = aMember(redis.client(), { streamPrefix, runtimeMaxConcurrency: 4, memberId: 'one', handler: recorder.handler('one') });
     const two = aMember(redis.client(), { streamPrefix, runtimeMaxConcurrency: 4, memberId: 'two', handler: recorder.handler('two') });
     await Promise.all([one.start(), two.start()]);
+    // Both own shards before anything is written: otherwise the first to join may handle it all.
+    await pollUntil('both members own shards', async () => one.ownedShards().length > 0 && two.ownedShards().length > 0 && one.ownedShards().length + two.ownedShards().length === 12);
     const producer = new StreamProducer(redis.client(), { streamPrefix });
     const messages = keyedMessages(30, 10);
     // Before issue 15 this failed: one pipeline across the shards' slots is refused by a Cluster.

@@ -6,11 +6,13 @@ import { Redis } from 'ioredis';
 import { CoordinatorAdmin } from '@redis-stream-coordinator/core';
 import { RedisServer } from '@redis-stream-coordinator/core/testing';
 import type { MemberProcessSettings } from '../../packages/core/src/testing/member-process';
-import { findGroupInfo } from '../../packages/core/src/redis/responses';
 import { TcpProxy } from '../support/tcp-proxy';
 import { check, type CheckReport, type DeadLetter, type Fault, type FaultKind, type PendingSample, type RecordLine } from './checker';
 import { FAULTS } from './faults';
 import { LoadProducer } from './load';
+import { mustBeOwned, pendingSamples, readDeadLetters, unacknowledged } from './redis-state';
+
+export { mustBeOwned };
 
 /** The member process entry point, built by `npm run build` (the test script builds first). */
 const MEMBER_PROCESS = path.resolve(__dirname, '../../packages/core/dist/testing/member-process.js');
@@ -374,26 +376,7 @@ export class ChaosHarness {
     while (!this.stopped) {
       await sleep(250);
       try {
-        const t = wallNow();
-        // A group waiting for an ordered cutover holds back entries it has read of the shards the
-        // cutover gates (a group created mid-run can take a while to get there): not stuck.
-        const cutoverPending = new Set((await this.admin.cutoverStatus(this.streamPrefix)).filter((s) => s.cutover !== null).map((s) => s.consumerGroup));
-        for (const group of this.groups) {
-          const d = await this.admin.describeGroup(this.streamPrefix, group);
-          const pipeline = this.redis.pipeline();
-          const shards = d.shards.filter(mustBeOwned);
-          for (const s of shards) pipeline.xpending(this.admin.keys.shardStream(this.streamPrefix, s.shardIndex), group, 'IDLE', 1000, '-', '+', 100);
-          const replies = (await pipeline.exec()) ?? [];
-          const now = performance.now();
-          shards.forEach((s, i) => {
-            const [error, list] = replies[i] ?? [null, []];
-            if (error) return;
-            const owners = [...this.members.values()].filter((m) => m.memberId === s.owner && m.group === group);
-            const ownerLive = owners.length === 1 && !owners[0].isolated && owners[0].excusedUntil < now && this.excusedUntil < now && !cutoverPending.has(group);
-            const pending = (list as [string, string][]).map(([id, consumer]) => ({ id, consumer }));
-            this.samples.push({ t, group, shard: s.shardIndex, owner: s.owner, ownerLive, pending });
-          });
-        }
+        this.samples.push(...(await pendingSamples(this)));
       } catch {
         // Redis restarting or out of memory: the next sample tries again; streaks break on the gap.
       }
@@ -416,7 +399,7 @@ export class ChaosHarness {
     await Promise.all([this.load.stop(), this.staleLoad.stop()]);
     const produced = [...this.load.produced, ...this.staleLoad.produced];
     const outstanding = async () => {
-      const open = await this.unacknowledged();
+      const open = await unacknowledged(this);
       return produced.filter((p) => this.groups.some((g) => open.has(`${g}/${p.shard}/${p.id}`))).length;
     };
     try {
@@ -427,9 +410,9 @@ export class ChaosHarness {
     this.stopped = true;
     await this.sampling;
     await Promise.all([...this.members.keys()].map((handle) => this.removeMember(handle, 'SIGTERM')));
-    const unacknowledged = await this.unacknowledged();
-    const deadLetters = await this.deadLetters();
-    return () => check(produced, this.records(), this.faults, unacknowledged, {
+    const open = await unacknowledged(this);
+    const deadLetters = await readDeadLetters(this);
+    return () => check(produced, this.records(), this.faults, open, {
       deadLetters,
       pendingSamples: this.samples,
       // The sweep interval (500 ms) plus a margin for retries, backoff and a busy machine; the
@@ -442,38 +425,6 @@ export class ChaosHarness {
       lanes: this.settings.lanes > 1,
       mayBeTwice: new Set([...this.load.mayBeTwice, ...this.staleLoad.mayBeTwice]),
     });
-  }
-
-  /** "group/shard/id" of every entry a group has not acknowledged: pending, or after its last-delivered id. */
-  private async unacknowledged(): Promise<Set<string>> {
-    const outstanding = new Set<string>();
-    for (let shard = 0; shard < this.maxShards; shard++) {
-      const stream = this.admin.keys.shardStream(this.streamPrefix, shard);
-      const info = await this.redis.xinfo('GROUPS', stream).catch(() => []);
-      for (const group of this.groups) {
-        const mine = findGroupInfo(info, group);
-        for (const [id] of await this.redis.xrange(stream, `(${mine?.lastDelivered ?? '0-0'}`, '+')) outstanding.add(`${group}/${shard}/${id}`);
-        if (mine) {
-          for (const entry of (await this.redis.xpending(stream, group, '-', '+', 1_000_000)) as [string][]) outstanding.add(`${group}/${shard}/${entry[0]}`);
-        }
-      }
-    }
-    return outstanding;
-  }
-
-  /** Every dead letter in Redis, of either layout: one stream per group, or one per shard and group. */
-  private async deadLetters(): Promise<DeadLetter[]> {
-    const letters: DeadLetter[] = [];
-    for (const key of await this.redis.keys('*dead-letter*')) {
-      if ((await this.redis.type(key)) !== 'stream') continue;
-      const group = this.groups.find((g) => key.endsWith(`:${g}`) || key.endsWith(`:${g}}`)) ?? this.consumerGroup;
-      for (const [streamId, fields] of await this.redis.xrange(key, '-', '+')) {
-        const f = new Map<string, string>();
-        for (let i = 0; i + 1 < fields.length; i += 2) f.set(fields[i], fields[i + 1]);
-        letters.push({ group, shard: Number(f.get('shardIndex')), id: f.get('entryId') ?? '', member: f.get('memberId') ?? '', t: Number(streamId.split('-')[0]) });
-      }
-    }
-    return letters;
   }
 
   async stop(): Promise<void> {
@@ -492,16 +443,6 @@ export class ChaosHarness {
     if (process.env.RSC_CHAOS_KEEP) process.stderr.write(`record files kept in ${this.dir}\n`);
     else fs.rmSync(this.dir, { recursive: true, force: true });
   }
-}
-
-/**
- * Shards the group reads now, which a running member must own: readable, or draining after a shrink
- * (shards held back by an ordered cutover, or drained, have no owner). Descriptions from before
- * issue 11 #13 have no readability and list readable shards only.
- */
-export function mustBeOwned(shard: object): boolean {
-  const readability = (shard as { readability?: string }).readability;
-  return readability === undefined || readability === 'readable' || readability === 'draining';
 }
 
 export function readRecords(file: string): RecordLine[] {

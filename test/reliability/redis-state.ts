@@ -1,0 +1,81 @@
+/**
+ * What the harness reads from Redis for the checker: entries pending at whom while the run goes on,
+ * and at the end what every group has not acknowledged and every dead letter.
+ */
+import { findGroupInfo } from '../../packages/core/src/redis/responses';
+import type { DeadLetter, PendingSample } from './checker';
+import type { ChaosHarness } from './harness';
+
+const wallNow = () => performance.timeOrigin + performance.now();
+
+/**
+ * Shards the group reads now, which a running member must own: readable, or draining after a shrink
+ * (shards held back by an ordered cutover, or drained, have no owner). Descriptions from before
+ * issue 11 #13 have no readability and list readable shards only.
+ */
+export function mustBeOwned(shard: object): boolean {
+  const readability = (shard as { readability?: string }).readability;
+  return readability === undefined || readability === 'readable' || readability === 'draining';
+}
+
+/**
+ * One round of sampling: per group and shard, the entries pending for over a second and at whom,
+ * with the shard's owner and whether that owner has any excuse (a fault on it or on Redis). The
+ * checker finds stuck entries in these.
+ */
+export async function pendingSamples(h: ChaosHarness): Promise<PendingSample[]> {
+  const samples: PendingSample[] = [];
+  const t = wallNow();
+  // A group waiting for an ordered cutover holds back entries it has read of the shards the
+  // cutover gates (a group created mid-run can take a while to get there): not stuck.
+  const cutoverPending = new Set((await h.admin.cutoverStatus(h.streamPrefix)).filter((s) => s.cutover !== null).map((s) => s.consumerGroup));
+  for (const group of h.groups) {
+    const d = await h.admin.describeGroup(h.streamPrefix, group);
+    const pipeline = h.redis.pipeline();
+    const shards = d.shards.filter(mustBeOwned);
+    for (const s of shards) pipeline.xpending(h.admin.keys.shardStream(h.streamPrefix, s.shardIndex), group, 'IDLE', 1000, '-', '+', 100);
+    const replies = (await pipeline.exec()) ?? [];
+    const now = performance.now();
+    shards.forEach((s, i) => {
+      const [error, list] = replies[i] ?? [null, []];
+      if (error) return;
+      const owners = [...h.members.values()].filter((m) => m.memberId === s.owner && m.group === group);
+      const ownerLive = owners.length === 1 && !owners[0].isolated && owners[0].excusedUntil < now && h.excusedUntil < now && !cutoverPending.has(group);
+      const pending = (list as [string, string][]).map(([id, consumer]) => ({ id, consumer }));
+      samples.push({ t, group, shard: s.shardIndex, owner: s.owner, ownerLive, pending });
+    });
+  }
+  return samples;
+}
+
+/** "group/shard/id" of every entry a group has not acknowledged: pending, or after its last-delivered id. */
+export async function unacknowledged(h: ChaosHarness): Promise<Set<string>> {
+  const outstanding = new Set<string>();
+  for (let shard = 0; shard < h.maxShards; shard++) {
+    const stream = h.admin.keys.shardStream(h.streamPrefix, shard);
+    const info = await h.redis.xinfo('GROUPS', stream).catch(() => []);
+    for (const group of h.groups) {
+      const mine = findGroupInfo(info, group);
+      for (const [id] of await h.redis.xrange(stream, `(${mine?.lastDelivered ?? '0-0'}`, '+')) outstanding.add(`${group}/${shard}/${id}`);
+      if (mine) {
+        for (const entry of (await h.redis.xpending(stream, group, '-', '+', 1_000_000)) as [string][]) outstanding.add(`${group}/${shard}/${entry[0]}`);
+      }
+    }
+  }
+  return outstanding;
+}
+
+/** Every dead letter in Redis, of either layout: one stream per group, or one per shard and group. */
+export async function readDeadLetters(h: ChaosHarness): Promise<DeadLetter[]> {
+  const letters: DeadLetter[] = [];
+  for (const key of await h.redis.keys('*dead-letter*')) {
+    if ((await h.redis.type(key)) !== 'stream') continue;
+    const group = h.groups.find((g) => key.endsWith(`:${g}`) || key.endsWith(`:${g}}`)) ?? h.consumerGroup;
+    for (const [streamId, fields] of await h.redis.xrange(key, '-', '+')) {
+      const f = new Map<string, string>();
+      for (let i = 0; i + 1 < fields.length; i += 2) f.set(fields[i], fields[i + 1]);
+      letters.push({ group, shard: Number(f.get('shardIndex')), id: f.get('entryId') ?? '', member: f.get('memberId') ?? '', t: Number(streamId.split('-')[0]) });
+    }
+  }
+  return letters;
+}

@@ -203,3 +203,23 @@ describe('reliability checker', () => {
     expect(check(produced.slice(0, 2), copies, [], new Set(), { mayBeTwice: new Set(['a#1']) }).writtenTwice).toEqual([]);
   });
 });
+
+describe('record tail (what the harness polls while a fault waits)', () => {
+  it('reads only what was appended since it was made, whole lines only, a line cut mid-write on the next read', async () => {
+    const fs = await import('node:fs');
+    const os = await import('node:os');
+    const path = await import('node:path');
+    const { RecordTail } = await import('./reliability/record-tail');
+    const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'rsc-tail-')), 'p0.jsonl');
+    fs.writeFileSync(file, `${JSON.stringify({ e: 'old', t: 1, m: 'p0' })}\n`);
+    const tail = new RecordTail(file);
+    expect(tail.read()).toEqual([]);
+    const line = JSON.stringify({ e: 'start', t: 2, m: 'p0', msg: 'naïve' });
+    fs.appendFileSync(file, `${line}\n${line.slice(0, 20)}`);
+    expect(tail.read().map((l) => l.e)).toEqual(['start']);
+    fs.appendFileSync(file, `${line.slice(20)}\n`);
+    expect(tail.read().map((l) => [l.e, l.msg])).toEqual([['start', 'naïve'], ['start', 'naïve']]);
+    expect(new RecordTail(file, true).read().map((l) => l.e)).toEqual(['old', 'start', 'start']);
+    fs.rmSync(path.dirname(file), { recursive: true, force: true });
+  });
+});

@@ -12,6 +12,7 @@ import { findGroupInfo } from '../../packages/core/src/redis/responses';
 import type { Fault, RecordLine } from './checker';
 import { evalsha, scriptShas } from './faults';
 import { type ChaosHarness, type MemberProcess, mustBeOwned, readRecords, sleep, waitFor } from './harness';
+import { RecordTail } from './record-tail';
 
 /** SIGUSR2 to every member process not cut off: a failing spell starts (or ends). */
 export function failingSpell(h: ChaosHarness): void {
@@ -64,15 +65,15 @@ export async function unsafeLease(h: ChaosHarness, fault: Fault): Promise<{ lift
 }
 
 /** The victim's handler call now running the last attempt of an entry (after long handlers began). */
-function lastAttemptRunning(member: MemberProcess): RecordLine | undefined {
-  const lines = readRecords(member.recordFile);
+function lastAttemptRunning(tail: RecordTail): RecordLine | undefined {
+  const lines = tail.read();
   const from = lines.findIndex((l) => l.e === 'long-handlers');
   if (from < 0) return undefined;
   const starts = lines.slice(from).filter((l) => l.e === 'start' && (l.n ?? 0) >= MAX_ATTEMPTS);
   return starts.find((s) => !lines.some((l) => l.e === 'end' && l.id === s.id && l.t > s.t));
 }
 
-/** What a member recorded since its handlers turned long, for a fault that waited in vain. */
+/** What a member recorded since its handlers turned long, for a fault that waited in vain (reads the whole file, once). */
 export function whatItDid(member: MemberProcess): string {
   const lines = readRecords(member.recordFile);
   const from = lines.findIndex((l) => l.e === 'long-handlers');
@@ -107,20 +108,21 @@ export async function zombieDeadLetter(h: ChaosHarness, fault: Fault): Promise<v
   failingSpell(h);
   let spell = true;
   try {
+    const tail = new RecordTail(victim.recordFile);
     victim.child.kill('SIGUSR1');
     let last: RecordLine | undefined;
     // Each attempt is long (1.5 sessions) and the victim's shards may first have to work through
     // long runs begun before the spell: a last attempt can take a while to come.
-    await waitFor('a last attempt to start at the victim', () => (last = lastAttemptRunning(victim)) !== undefined, 45_000, 20).catch((error: Error) => {
+    await waitFor('a last attempt to start at the victim', () => (last = lastAttemptRunning(tail)) !== undefined, 45_000, 20).catch((error: Error) => {
       throw new Error(`${error.message} (${whatItDid(victim)})`);
     });
     await h.isolate(fault, (m) => m.child.kill('SIGSTOP'), (m) => m.child.kill('SIGCONT'), victim);
     fault.detail = `(entry ${last!.s}/${last!.id})`;
     const entry = last!;
-    await waitFor('the paused attempt to end', () => readRecords(victim.recordFile).some((l) => l.e === 'end' && l.id === entry.id && l.t > entry.t), 10_000);
+    await waitFor('the paused attempt to end', () => tail.read().some((l) => l.e === 'end' && l.id === entry.id && l.t > entry.t), 10_000);
     // The member then writes the dead letter (which must be refused) or, if it learnt first that the
     // shard moved, does not try: either is fine, so this wait may run out.
-    await waitFor('the dead letter written or refused', () => readRecords(victim.recordFile).some((l) => l.t > entry.t && (l.e === 'dead-letter' ? l.id === entry.id : l.e === 'error' && (l.msg ?? '').includes(entry.id!))), 2000).catch(() => undefined);
+    await waitFor('the dead letter written or refused', () => tail.read().some((l) => l.t > entry.t && (l.e === 'dead-letter' ? l.id === entry.id : l.e === 'error' && (l.msg ?? '').includes(entry.id!))), 2000).catch(() => undefined);
     failingSpell(h);
     spell = false;
   } finally {

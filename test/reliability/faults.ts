@@ -13,7 +13,8 @@ import { loadScriptSource } from '../../packages/core/src/redis/scripts';
 import { TcpProxy } from '../support/tcp-proxy';
 import type { Fault, FaultKind } from './checker';
 import { failingSpell, groupKeysLost, revokeTwice, trimHistory, unsafeLease, whatItDid, zombieDeadLetter } from './fault-scenarios';
-import { type ChaosHarness, type MemberProcess, readRecords, sleep, waitFor } from './harness';
+import { type ChaosHarness, type MemberProcess, sleep, waitFor } from './harness';
+import { RecordTail } from './record-tail';
 
 export interface FaultSpec {
   what: string;
@@ -300,9 +301,10 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
       const victim = h.pick();
       fault.target = victim.memberId;
       h.excuse(victim, 60_000);
+      const tail = new RecordTail(victim.recordFile);
       victim.child.kill('SIGUSR1');
       try {
-        await waitFor('a long handler to start', () => longHandlerStarted(victim), 20_000).catch((error: Error) => {
+        await waitFor('a long handler to start', () => longHandlerStarted(tail), 20_000).catch((error: Error) => {
           throw new Error(`${error.message} (${whatItDid(victim)})`);
         });
       } finally {
@@ -437,7 +439,8 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
       const twin = await h.spawnMember({ memberId: original.memberId, waitReady: false });
       const started = performance.now();
       try {
-        await waitFor('the second process to be refused', () => refused(twin), 10_000, 50);
+        const tail = new RecordTail(twin.recordFile, true);
+        await waitFor('the second process to be refused', () => refused(twin, tail), 10_000, 50);
         fault.recoveryMs = performance.now() - started;
       } finally {
         await h.removeMember(twin.handle, 'SIGKILL');
@@ -464,16 +467,16 @@ async function staleWrites(h: ChaosHarness, fault: Fault, meanwhile: () => Promi
   return { liftedAt: performance.now() };
 }
 
-function longHandlerStarted(member: MemberProcess): boolean {
-  const lines = readRecords(member.recordFile);
+function longHandlerStarted(tail: RecordTail): boolean {
+  const lines = tail.read();
   const switched = lines.findIndex((l) => l.e === 'long-handlers');
   return switched >= 0 && lines.slice(switched).some((l) => l.e === 'start');
 }
 
 /** The process exited, or said it was refused as a second instance of a live member. */
-async function refused(member: MemberProcess): Promise<boolean> {
+async function refused(member: MemberProcess, tail: RecordTail): Promise<boolean> {
   if (member.child.exitCode !== null) return true;
-  return readRecords(member.recordFile).some((l) => l.e === 'error' && /FENCED_INSTANCE_ID|instance/i.test(l.msg ?? ''));
+  return tail.read().some((l) => l.e === 'error' && /FENCED_INSTANCE_ID|instance/i.test(l.msg ?? ''));
 }
 
 export const ALL_FAULT_KINDS = Object.keys(FAULTS) as FaultKind[];

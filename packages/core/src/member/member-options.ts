@@ -14,6 +14,20 @@ export interface CoordinatedMemberOptions<T = unknown> {
   handler: MessageHandler<T>;
   /** UUIDv7 by default. Also the member's Redis consumer name. */
   memberId?: string;
+  /**
+   * Static membership (like Kafka's `group.instance.id`, KIP-345): a stable name for this member
+   * that outlives its process, 1-128 characters of A-Z a-z 0-9 . _ -, and used as its memberId.
+   * `stop()` then keeps the membership (and the shards, unread) for `sessionTimeoutMs` instead of
+   * leaving, and a new process started with the same `memberInstanceId` within that time takes the
+   * same shards back with a new epoch: no other member's shards move, nothing is handed off, and
+   * the old process is fenced for good (it can no longer ack or dead-letter). A second live process
+   * with the same `memberInstanceId` is refused (FencedInstanceIdError) once it has waited
+   * `sessionTimeoutMs` for the first one to fall silent. Give every member its own.
+   *
+   * @example
+   * new CoordinatedMember(redis, { streamPrefix: 'orders', consumerGroup: 'billing', memberInstanceId: `billing-${process.env.POD_NAME}`, handler })
+   */
+  memberInstanceId?: string;
   /** A label for people (dashboards, describeGroup). Defaults to the memberId. */
   memberName?: string;
   /** Handlers this member runs at once, across its shards (one at a time per shard). Default 1. */
@@ -75,8 +89,8 @@ export interface CoordinatedMemberOptions<T = unknown> {
   telemetry?: boolean;
 }
 
-export type ResolvedMemberOptions<T = unknown> = Required<Omit<CoordinatedMemberOptions<T>, 'shardCount' | 'coordinator' | 'telemetry' | 'deadLetter'>> &
-  Pick<CoordinatedMemberOptions<T>, 'shardCount' | 'coordinator'> & {
+export type ResolvedMemberOptions<T = unknown> = Required<Omit<CoordinatedMemberOptions<T>, 'shardCount' | 'coordinator' | 'telemetry' | 'deadLetter' | 'memberInstanceId'>> &
+  Pick<CoordinatedMemberOptions<T>, 'shardCount' | 'coordinator' | 'memberInstanceId'> & {
     deadLetter: ResolvedDeadLetterOptions<T>;
     /** The member's instrumentation; undefined when `telemetry` is false. */
     telemetry: MemberTelemetry | undefined;
@@ -94,13 +108,18 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T>): R
   if (typeof options.handler !== 'function') {
     throw new TypeError(`handler must be a function, got ${options.handler === null ? 'null' : typeof options.handler}`);
   }
-  const memberId = assertMemberId(options.memberId ?? uuidv7());
+  const memberInstanceId = options.memberInstanceId === undefined ? undefined : assertMemberId(options.memberInstanceId, 'memberInstanceId');
+  if (memberInstanceId !== undefined && options.memberId !== undefined && options.memberId !== memberInstanceId) {
+    throw new RangeError(`memberInstanceId ${JSON.stringify(memberInstanceId)} is also the memberId: give one of them, or both equal (memberId is ${JSON.stringify(options.memberId)})`);
+  }
+  const memberId = assertMemberId(options.memberId ?? memberInstanceId ?? uuidv7());
   const rebalanceTimeoutMs = options.rebalanceTimeoutMs ?? 30_000;
   const resolved: ResolvedMemberOptions<T> = {
     streamPrefix: options.streamPrefix,
     consumerGroup: options.consumerGroup,
     handler: options.handler,
     memberId,
+    memberInstanceId,
     memberName: options.memberName ?? memberId,
     runtimeMaxConcurrency: options.runtimeMaxConcurrency ?? 1,
     weight: options.weight ?? 1,

@@ -78,7 +78,7 @@ describe('retries and dead letters', () => {
     expect(handled).toEqual([1, 3]);
     const [letter] = await deadLetters(streamPrefix);
     expect(letter).toMatchObject({ shardIndex: '0', entryId: poison.id, error: 'TypeError: cannot handle 2', attempts: '4', memberId: member.memberId });
-    expect(JSON.parse(letter.fields)).toEqual(['p', '{"seq":2}', 'k', 'k']);
+    expect(JSON.parse(letter.fields)).toEqual(['p', '{"seq":2}', 'c', 'json', 'k', 'k']);
     expect(letters).toHaveLength(1);
   });
 

@@ -38,8 +38,15 @@ export interface DeadLetter {
   error: string;
   /** Handler attempts made (0 when it could not be decoded). */
   attempts: number;
-  /** The entry's own fields, as the producer wrote them (flat name/value list). */
+  /**
+   * The entry's own fields, as the producer wrote them (flat name/value list). The payload field
+   * (`p`) of a binary codec's entry is not its bytes here: see `payloadBytes`.
+   */
   fields: string[];
+  /** The codec that wrote the entry (its `c` field); undefined for entries that name none (JSON, or the writer's own). */
+  codec: string | undefined;
+  /** The payload's bytes, when they are not text (a binary codec such as msgpack wrote them). */
+  payloadBytes: Buffer | undefined;
 }
 
 /** Which dead letters a list, replay or purge takes; every condition given must hold. */
@@ -164,7 +171,12 @@ function toDeadLetter(shardIndex: number, deadLetterId: string, flat: string[]):
     // Written by hand or by another tool: the letter is still shown, with no original fields.
   }
   let key: string | undefined;
-  for (let i = 0; i + 1 < original.length; i += 2) if (original[i] === ENTRY_FIELD.key) key = original[i + 1];
+  let codec: string | undefined;
+  for (let i = 0; i + 1 < original.length; i += 2) {
+    if (original[i] === ENTRY_FIELD.key) key = original[i + 1];
+    else if (original[i] === ENTRY_FIELD.codec) codec = original[i + 1];
+  }
+  const base64 = fields.get('payloadBase64');
   return {
     ref: deadLetterRef(shardIndex, deadLetterId),
     deadLetterId,
@@ -178,5 +190,7 @@ function toDeadLetter(shardIndex: number, deadLetterId: string, flat: string[]):
     error: fields.get('error') ?? '',
     attempts: Number(fields.get('attempts') ?? 0),
     fields: original,
+    codec,
+    payloadBytes: base64 === undefined ? undefined : Buffer.from(base64, 'base64'),
   };
 }

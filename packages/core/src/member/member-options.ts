@@ -1,5 +1,7 @@
 import { v7 as uuidv7 } from 'uuid';
+import { assertCodec, codecRegistry } from '../protocol/codecs';
 import { type PayloadCodec, type StreamMessage, jsonCodec } from '../protocol/entry-format';
+import { assertStandardSchema, type StandardSchemaV1 } from '../protocol/standard-schema';
 import { assertConsumerGroup, assertIntegerInRange, assertMemberId, assertStreamPrefix } from '../protocol/names';
 import type { CoordinatorOptions, HeartbeatObservation } from '../redis/coordinator-options';
 import { MemberTelemetry } from '../telemetry/member-telemetry';
@@ -76,8 +78,25 @@ export interface CoordinatedMemberOptions<T = unknown> {
   sweepIntervalMs?: number;
   /** While the group cuts over after a resize, how often this member checks whether it may complete. Default 250 ms. */
   cutoverCheckIntervalMs?: number;
-  /** Payload codec. Default JSON. */
+  /**
+   * The codec of entries that name none (written before codecs were named). Default JSON. Entries
+   * name the codec that wrote them (`c`), and are decoded with it: `json` and `msgpack` are built
+   * in, others are added with `codecs`. An entry whose codec the member does not know goes to the
+   * dead letters (cause `undecodable`) with a reason naming it.
+   */
   codec?: PayloadCodec;
+  /** More codecs this member decodes, by name (a custom one may replace a built-in of its name). */
+  codecs?: PayloadCodec[];
+  /**
+   * Validates each decoded payload before the handler sees it: any Standard Schema (zod 4, valibot,
+   * ArkType…). An entry that does not match goes to the dead letters at once (cause `invalid`, the
+   * schema's messages as the reason), never retried; the handler gets the schema's output (with
+   * its defaults and transforms).
+   *
+   * @example
+   * schema: z.object({ orderId: z.string(), amount: z.number().positive() })
+   */
+  schema?: StandardSchemaV1;
   /** Coordinator settings (key prefix, intervals, assignor); the same for every member of a group. */
   coordinator?: CoordinatorOptions;
   /**
@@ -89,8 +108,10 @@ export interface CoordinatedMemberOptions<T = unknown> {
   telemetry?: boolean;
 }
 
-export type ResolvedMemberOptions<T = unknown> = Required<Omit<CoordinatedMemberOptions<T>, 'shardCount' | 'coordinator' | 'telemetry' | 'deadLetter' | 'memberInstanceId'>> &
-  Pick<CoordinatedMemberOptions<T>, 'shardCount' | 'coordinator' | 'memberInstanceId'> & {
+export type ResolvedMemberOptions<T = unknown> = Required<Omit<CoordinatedMemberOptions<T>, 'shardCount' | 'coordinator' | 'telemetry' | 'deadLetter' | 'memberInstanceId' | 'schema' | 'codecs'>> &
+  Pick<CoordinatedMemberOptions<T>, 'shardCount' | 'coordinator' | 'memberInstanceId' | 'schema'> & {
+    /** Every codec the member decodes with, by name. */
+    codecs: ReadonlyMap<string, PayloadCodec>;
     deadLetter: ResolvedDeadLetterOptions<T>;
     /** The member's instrumentation; undefined when `telemetry` is false. */
     telemetry: MemberTelemetry | undefined;
@@ -139,6 +160,8 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T>): R
     sweepIntervalMs: options.sweepIntervalMs ?? 5000,
     cutoverCheckIntervalMs: options.cutoverCheckIntervalMs ?? 250,
     codec: options.codec ?? jsonCodec,
+    codecs: new Map(),
+    schema: options.schema === undefined ? undefined : assertStandardSchema(options.schema),
     coordinator: options.coordinator,
     telemetry: undefined,
   };
@@ -161,9 +184,9 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T>): R
   assertIntegerInRange('blockMs', resolved.blockMs, 1, 60_000);
   assertIntegerInRange('sweepIntervalMs', resolved.sweepIntervalMs, 1, DAY_MS);
   assertIntegerInRange('cutoverCheckIntervalMs', resolved.cutoverCheckIntervalMs, 1, DAY_MS);
-  if (typeof resolved.codec?.encode !== 'function' || typeof resolved.codec?.decode !== 'function') {
-    throw new TypeError('codec must have encode(payload) and decode(raw) functions');
-  }
+  assertCodec(resolved.codec);
+  if (options.codecs !== undefined && !Array.isArray(options.codecs)) throw new TypeError(`codecs must be an array of codecs, got ${typeof options.codecs}`);
+  resolved.codecs = codecRegistry(resolved.codec, (options.codecs ?? []).map((codec, i) => assertCodec(codec, `codecs[${i}]`)));
   if (options.telemetry !== undefined && typeof options.telemetry !== 'boolean') {
     throw new TypeError(`telemetry must be a boolean, got ${JSON.stringify(options.telemetry)}`);
   }

@@ -1,5 +1,6 @@
 import type { EventEmitter } from 'node:events';
 import { type DecodedEntry, decodeEntry, type StreamMessage } from '../protocol/entry-format';
+import { checkWithSchema, type SchemaCheck } from '../protocol/standard-schema';
 import type { RawEntry, ShardClient } from '../redis/shard-client';
 import { sleep } from './abortable-sleep';
 import type { AckBatcher } from './ack-batcher';
@@ -91,9 +92,17 @@ export class ShardDispatcher {
 
   /** Handles one entry; returns undefined when it completed synchronously, else a promise. */
   private process(state: ShardState, queued: QueuedEntry): Promise<void> | undefined {
-    const decoded = decodeEntry(queued.entry.fields, this.options.codec);
+    const decoded = decodeEntry(queued.entry, this.options.codec, this.options.codecs);
     if (!decoded.ok) return this.deadLetter(state, queued.entry, { cause: 'undecodable', reason: decoded.reason, attempts: 0, error: undefined, message: undefined });
-    return this.attempt(state, queued, decoded, 1);
+    const schema = this.options.schema;
+    if (schema === undefined) return this.attempt(state, queued, decoded, 1);
+    // A payload that does not match will not match on a retry either: dead-lettered at once.
+    const validated = (check: SchemaCheck): Promise<void> | undefined =>
+      check.ok
+        ? this.attempt(state, queued, { ...decoded, payload: check.value }, 1)
+        : this.deadLetter(state, queued.entry, { cause: 'invalid', reason: check.reason, attempts: 0, error: undefined, message: undefined });
+    const check = checkWithSchema(schema, decoded.payload);
+    return check instanceof Promise ? check.then(validated) : validated(check);
   }
 
   private attempt(state: ShardState, queued: QueuedEntry, decoded: DecodedPayload, attempt: number): Promise<void> | undefined {

@@ -1,12 +1,14 @@
 import type { Redis } from 'ioredis';
+import { ENTRY_FIELD } from '../protocol/entry-format';
 import type { KeyBuilder } from './keys';
 import { findGroupInfo, isNoSuchKey, type StreamGroupInfo } from './responses';
-import { ensureScripts, pipelineScript, type RedisClient, runScript } from './scripts';
+import { ensureScripts, pipelineScript, type RedisClient, runScript, runScriptBuffer } from './scripts';
 
-/** A raw stream entry: id and flat field list. */
+/** A raw stream entry: id and flat field list (text), and the payload's bytes as read. */
 export interface RawEntry {
   id: string;
   fields: string[];
+  payloadBytes?: Buffer;
 }
 
 /**
@@ -70,12 +72,34 @@ async function withReadDeadline<R>(reader: Redis, read: Promise<R>, deadlineMs: 
   }
 }
 
+/**
+ * Entries as read with Buffer replies: ids and fields as text, and the payload's bytes beside its
+ * text, for binary codecs (the UTF-8 text of arbitrary bytes is not those bytes).
+ */
 function toEntries(raw: unknown): RawEntry[] {
   const out: RawEntry[] = [];
-  for (const item of (raw as [string, string[] | null][]) ?? []) {
-    if (item && item[1]) out.push({ id: String(item[0]), fields: item[1].map(String) });
+  for (const item of (raw as [Buffer | string, (Buffer | string)[] | null][]) ?? []) {
+    if (!item || !item[1]) continue;
+    const values = item[1];
+    const fields: string[] = new Array(values.length);
+    let payloadBytes: Buffer | undefined;
+    for (let i = 0; i < values.length; i++) {
+      const value = values[i];
+      fields[i] = typeof value === 'string' ? value : value.toString('utf8');
+      if (i % 2 === 1 && fields[i - 1] === ENTRY_FIELD.payload && typeof value !== 'string') payloadBytes = value;
+    }
+    out.push(payloadBytes === undefined ? { id: String(item[0]), fields } : { id: String(item[0]), fields, payloadBytes });
   }
   return out;
+}
+
+/** The payload as base64 when its bytes are not the UTF-8 of its text (a binary codec's), else undefined. */
+function binaryPayload(entry: RawEntry): string | undefined {
+  const bytes = entry.payloadBytes;
+  if (bytes === undefined) return undefined;
+  const index = entry.fields.indexOf(ENTRY_FIELD.payload);
+  const text = index >= 0 && index % 2 === 0 ? entry.fields[index + 1] : undefined;
+  return text !== undefined && Buffer.from(text, 'utf8').equals(bytes) ? undefined : bytes.toString('base64');
 }
 
 /**
@@ -144,7 +168,8 @@ export class ShardClient {
 
   private async claim(shardIndex: number, grantEpoch: number, modeArgs: (string | number)[]): Promise<ClaimResult> {
     const [stream, fence] = this.shardKeys(shardIndex);
-    const reply = (await runScript(this.redis, 'claimPending', [stream, fence], [
+    // Buffer replies: a binary payload's bytes survive (toEntries).
+    const reply = (await runScriptBuffer(this.redis, 'claimPending', [stream, fence], [
       this.consumerGroup,
       this.token(grantEpoch),
       this.memberId,
@@ -203,13 +228,14 @@ export class ShardClient {
     const streams = shards.map((s) => this.keys.shardStream(this.streamPrefix, s));
     ensureScripts(reader);
     const pipeline = reader.pipeline();
-    pipeline.xreadgroup('GROUP', this.consumerGroup, this.memberId, 'COUNT', countPerShard, 'BLOCK', blockMs, 'STREAMS', ...streams, ...shards.map(() => '>'));
+    // Buffer replies: a binary payload's bytes survive (toEntries).
+    pipeline.xreadgroupBuffer('GROUP', this.consumerGroup, this.memberId, 'COUNT', countPerShard, 'BLOCK', blockMs, 'STREAMS', ...streams, ...shards.map(() => '>'));
     pipelineScript(pipeline, 'firstAfter', streams, cursors);
     const [[readError, reply], [checkError, firsts]] = (await withReadDeadline(reader, pipeline.exec(), deadlineMs)) as [[Error | null, unknown], [Error | null, unknown]];
     if (readError) throw readError;
     if (checkError) throw checkError;
     const entries = new Map<number, RawEntry[]>();
-    for (const [stream, list] of (reply as [string, [string, string[]][]][] | null) ?? []) {
+    for (const [stream, list] of (reply as [Buffer, [Buffer, Buffer[]][]][] | null) ?? []) {
       entries.set(shards[streams.indexOf(String(stream))], toEntries(list));
     }
     return { entries, firstAfter: new Map(shards.map((shard, i) => [shard, String((firsts as unknown[])[i] ?? '')])) };
@@ -230,6 +256,7 @@ export class ShardClient {
   ): Promise<string | null> {
     const [stream, fence] = this.shardKeys(shardIndex);
     const deadLetters = this.keys.shardDeadLetterStream(this.streamPrefix, shardIndex, letter.destination);
+    const payloadBase64 = binaryPayload(entry);
     const reply = await runScript(this.redis, 'deadLetterFenced', [stream, fence, deadLetters], [
       this.consumerGroup,
       this.token(grantEpoch),
@@ -243,6 +270,8 @@ export class ShardClient {
       'error', letter.error,
       'attempts', String(letter.attempts),
       'fields', JSON.stringify(entry.fields),
+      // The text in `fields` of a binary payload is not its bytes: they are kept beside it.
+      ...(payloadBase64 === undefined ? [] : ['payloadBase64', payloadBase64]),
     ]);
     return Number(reply) === -1 ? null : String(reply);
   }

@@ -83,8 +83,10 @@ describe('codecs', () => {
       return letters.length > 0 && letters;
     });
     expect(letter.codec).toBe('msgpack');
-    expect(letter.payloadBytes).toBeInstanceOf(Buffer);
-    expect(Buffer.from((msgpackCodec.decode(letter.payloadBytes!) as { bytes: Uint8Array }).bytes).equals(bytes)).toBe(true);
+    const stored = Buffer.from(letter.payloadBase64!, 'base64');
+    expect(Buffer.from((msgpackCodec.decode(stored) as { bytes: Uint8Array }).bytes).equals(bytes)).toBe(true);
+    // for people (CLI, dashboard): decoded, the bytes inside as base64
+    expect(letter.payloadText).toBe(JSON.stringify({ bytes: { base64: bytes.toString('base64') } }));
     await failing.stop();
 
     const { seen, handler } = collector();

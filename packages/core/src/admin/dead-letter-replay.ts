@@ -180,7 +180,7 @@ function replayMessage(letter: DeadLetter, consumerGroup: string, shardCount: nu
     key: letter.key,
     // An entry without a key goes back to its shard while that takes writes (else round-robin).
     ...(letter.key === undefined && letter.shardIndex < shardCount ? { shardIndex: letter.shardIndex } : {}),
-    payload: { raw: letter.payloadBytes ?? payload, codec: letter.codec },
+    payload: { raw: letter.payloadBase64 === undefined ? payload : Buffer.from(letter.payloadBase64, 'base64'), codec: letter.codec },
     headers: { ...headers, [REPLAY_HEADER.of]: letter.ref, [REPLAY_HEADER.group]: group, [REPLAY_HEADER.originalId]: letter.entryId },
   };
 }

@@ -25,6 +25,15 @@ async function aStream(shardCount = 1) {
   return streamPrefix;
 }
 
+/** Waits for the group's first dead letter. */
+async function firstDeadLetter(streamPrefix: string) {
+  const [letter] = await pollUntil('a dead letter', async () => {
+    const letters = await new CoordinatorAdmin(redis.client()).readDeadLetters(streamPrefix, 'group');
+    return letters.length > 0 && letters;
+  });
+  return letter;
+}
+
 function collector() {
   const seen: StreamMessage<unknown>[] = [];
   return { seen, handler: (message: StreamMessage<unknown>) => void seen.push(message) };
@@ -55,10 +64,7 @@ describe('codecs', () => {
     const dead = aMember({ streamPrefix, memberId: 'first', handler: () => undefined });
     await dead.start();
     const admin = new CoordinatorAdmin(redis.client());
-    const [letter] = await pollUntil('the dead letter', async () => {
-      const letters = await admin.readDeadLetters(streamPrefix, 'group');
-      return letters.length > 0 && letters;
-    });
+    const letter = await firstDeadLetter(streamPrefix);
     expect(letter.cause).toBe('undecodable');
     expect(letter.error).toMatch(/codec "reversed", which this member does not know \(it knows json, msgpack\)/);
     expect(letter.codec).toBe('reversed');
@@ -78,10 +84,7 @@ describe('codecs', () => {
     const failing = aMember({ streamPrefix, memberId: 'failing', maxAttempts: 1, handler: () => { throw new Error('nope'); } });
     await failing.start();
     const admin = new CoordinatorAdmin(redis.client());
-    const [letter] = await pollUntil('the dead letter', async () => {
-      const letters = await admin.readDeadLetters(streamPrefix, 'group');
-      return letters.length > 0 && letters;
-    });
+    const letter = await firstDeadLetter(streamPrefix);
     expect(letter.codec).toBe('msgpack');
     const stored = Buffer.from(letter.payloadBase64!, 'base64');
     expect(Buffer.from((msgpackCodec.decode(stored) as { bytes: Uint8Array }).bytes).equals(bytes)).toBe(true);
@@ -123,11 +126,7 @@ describe('schemas (Standard Schema, tested with zod 4)', () => {
     let calls = 0;
     const seen: unknown[] = [];
     await aMember({ streamPrefix, memberId: 'm', schema: Order, maxAttempts: 5, handler: (message) => { calls += 1; seen.push(message.payload); } }).start();
-    const admin = new CoordinatorAdmin(redis.client());
-    const [letter] = await pollUntil('the dead letter', async () => {
-      const letters = await admin.readDeadLetters(streamPrefix, 'group');
-      return letters.length > 0 && letters;
-    });
+    const letter = await firstDeadLetter(streamPrefix);
     await pollUntil('the valid entry handled', async () => seen.length === 1);
     expect(letter.cause).toBe('invalid');
     expect(letter.attempts).toBe(0);
@@ -149,11 +148,7 @@ describe('schemas (Standard Schema, tested with zod 4)', () => {
     const throwing = { '~standard': { version: 1 as const, vendor: 'test', validate: () => { throw new Error('schema bug'); } } };
     await new StreamProducer(redis.client(), { streamPrefix }).send({ key: 'o', payload: { orderId: 'd', amount: 1 } });
     await aMember({ streamPrefix, memberId: 'throwing', schema: throwing, handler }).start();
-    const admin = new CoordinatorAdmin(redis.client());
-    const [letter] = await pollUntil('the dead letter', async () => {
-      const letters = await admin.readDeadLetters(streamPrefix, 'group');
-      return letters.length > 0 && letters;
-    });
+    const letter = await firstDeadLetter(streamPrefix);
     expect(letter.error).toBe('the schema threw: schema bug');
   });
 

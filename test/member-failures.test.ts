@@ -247,7 +247,7 @@ describe('bad options fail at construction, naming the option', () => {
     [{ handler: undefined }, /handler must be a function, got undefined/],
     [{ memberId: 'a{b}' }, /memberId "a\{b\}" is invalid/],
     [{ memberName: 'line\nbreak' }, /memberName must be 1-256 printable characters/],
-    [{ codec: { name: 'x' } }, /codec must have encode\(payload\) and decode\(raw\) functions/],
+    [{ codec: { name: 'x' } }, /codec must have a name and encode\(payload\) and decode\(raw\) functions/],
   ])('%o', (override, message) => {
     expect(() => new CoordinatedMember(redis.client(), { ...base, ...override } as never)).toThrow(message);
   });

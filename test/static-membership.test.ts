@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
-import { ErrorCode, type HeartbeatRequest } from '@redis-stream-coordinator/core';
+import { ErrorCode, type HeartbeatRequest, KeyBuilder, StreamProducer } from '@redis-stream-coordinator/core';
+import { ShardClient } from '../packages/core/src/redis/shard-client';
 import { settle } from '@redis-stream-coordinator/core/testing';
 import { aGroup, type GroupFixture, ownership } from './support/group-fixture';
 import { pollUntil } from './support/poll';
@@ -79,6 +80,39 @@ describe('static membership (issue 17 item 4)', () => {
     expect((await next.heartbeat()).errorCode).toBe(ErrorCode.NONE);
   });
 
+  it('shard fencing: after a takeover the old instance can neither ack nor dead-letter its entry; the new one runs it', async () => {
+    const group = await aGroup(redis, 1, { heartbeatIntervalMs: 50 });
+    const old = anInstance(group, 'z', 'z-1');
+    await old.join();
+    await settle([old]);
+    const shardsOf = (instance: typeof old) => {
+      const client = new ShardClient(redis.client(), new KeyBuilder(), group.streamPrefix, group.consumerGroup, 'z');
+      client.setIncarnation(instance.last!.incarnation);
+      return client;
+    };
+    const oldShards = shardsOf(old);
+    expect((await oldShards.claimShard(0, old.memberEpoch)).claimed).toBe(true);
+    const { id } = await new StreamProducer(redis.client(), { streamPrefix: group.streamPrefix }).send({ key: 'k', payload: { n: 1 } });
+    const stream = new KeyBuilder().shardStream(group.streamPrefix, 0);
+    const read = (await redis.client().xreadgroup('GROUP', group.consumerGroup, 'z', 'COUNT', 10, 'STREAMS', stream, '>')) as [string, [string, string[]][]][];
+    expect(read[0][1].map(([entryId]) => entryId)).toEqual([id]); // in flight at the old instance when it hangs
+
+    const next = anInstance(group, 'z', 'z-2');
+    await pollUntil('the takeover', async () => (await next.join()).errorCode === ErrorCode.NONE, { timeoutMs: 5000 });
+    const nextShards = shardsOf(next);
+    expect((await nextShards.claimShard(0, next.memberEpoch)).claimed).toBe(true);
+    // The old instance wakes up and finishes its handler: refused, nothing written.
+    expect(await oldShards.ack(0, old.memberEpoch, [id])).toBe(-1);
+    const letter = { destination: group.consumerGroup, maxLen: 0, error: 'late', attempts: 1, cause: 'attempts-exhausted' };
+    expect(await oldShards.deadLetter(0, old.memberEpoch, { id, fields: read[0][1][0][1] }, letter)).toBeNull();
+    // Its old grant cannot win the shard back either.
+    expect((await oldShards.claimShard(0, old.memberEpoch)).claimed).toBe(false);
+    // The new instance takes the entry over (pending under the same member) and acknowledges it.
+    const taken = await nextShards.claimPending(0, next.memberEpoch, 'all', '0-0', 10);
+    expect(taken.fenced ? [] : taken.entries.map((e) => e.id)).toEqual([id]);
+    expect(await nextShards.ack(0, next.memberEpoch, [id])).toBe(1);
+  });
+
   it('a static member that does not come back within its session timeout expires and its shards move', async () => {
     const group = await aGroup(redis, 4);
     const a = anInstance(group, 'a', 'a-1', { sessionTimeoutMs: 300 });
@@ -107,19 +141,19 @@ describe('static membership (issue 17 item 4)', () => {
   });
 
   it('model: whatever the restarts, crashes and departures, no shard has two live owners and a replaced instance is never accepted again', async () => {
-    const group = await aGroup(redis, 6, { heartbeatIntervalMs: 20 });
-    type Op = { kind: 'restart' | 'beat' | 'depart' | 'crash'; member: number } | { kind: 'wait' };
+    type Op = { kind: 'restart' | 'beat' | 'depart' | 'crash'; member: number } | { kind: 'wait' } | { kind: 'settle' };
     const op = fc.oneof(
-      fc.record({ kind: fc.constantFrom('restart', 'beat', 'beat', 'depart', 'crash'), member: fc.integer({ min: 0, max: 2 }) }) as fc.Arbitrary<Op>,
+      fc.record({ kind: fc.constantFrom('restart', 'restart', 'beat', 'depart', 'crash'), member: fc.integer({ min: 0, max: 2 }) }) as fc.Arbitrary<Op>,
       fc.constant<Op>({ kind: 'wait' }),
+      fc.constant<Op>({ kind: 'settle' }), // every running instance heartbeats until the group is quiet
     );
     let run = 0;
     await fc.assert(
       fc.asyncProperty(fc.array(op, { minLength: 5, maxLength: 25 }), async (ops) => {
         run += 1;
         const ids = [0, 1, 2].map((i) => `r${run}-s${i}`);
-        const fixture = { ...group, consumerGroup: `model-${run}` };
-        const member = (id: string, instance: string) => fixture.member(id, { instanceId: instance, staticMember: true, sessionTimeoutMs: 2000 });
+        const group = await aGroup(redis, 6, { heartbeatIntervalMs: 20 }); // a fresh stream and group per run
+        const member = (id: string, instance: string) => group.member(id, { instanceId: instance, staticMember: true, sessionTimeoutMs: 2000 });
         // the instance holding each memberId as far as the model knows, and every instance replaced or departed
         const current = ids.map((id) => ({ instance: member(id, `${id}-0`), running: false, generation: 0 }));
         const retired: { instance: ReturnType<typeof member>; view: HeartbeatRequest }[] = [];
@@ -127,6 +161,13 @@ describe('static membership (issue 17 item 4)', () => {
         for (const step of ops) {
           if (step.kind === 'wait') {
             await new Promise((resolve) => setTimeout(resolve, 50));
+          } else if (step.kind === 'settle') {
+            for (let round = 0; round < 4; round++) {
+              for (const slot of current.filter((s) => s.running)) {
+                const answer = await slot.instance.heartbeat();
+                if (answer.errorCode !== ErrorCode.NONE) await slot.instance.join();
+              }
+            }
           } else {
             const slot = current[step.member];
             if (step.kind === 'restart') {
@@ -135,14 +176,15 @@ describe('static membership (issue 17 item 4)', () => {
               const answer = await candidate.join();
               if (answer.errorCode === ErrorCode.NONE) {
                 // taken over: whatever the old instance held is fenced from now on
-                retired.push({ instance: slot.instance, view: slot.instance.request() });
-                retiredEpoch[step.member] = Math.max(retiredEpoch[step.member], slot.instance.memberEpoch);
+                const view = slot.instance.request();
+                retired.push({ instance: slot.instance, view });
+                retiredEpoch[step.member] = Math.max(retiredEpoch[step.member], view.memberEpoch);
                 slot.instance = candidate;
                 slot.running = true;
               } else {
-                // the old instance still heartbeats: a second live process never gets the id
+                // the old instance heartbeated moments ago (it runs, or crashed just now): a second
+                // live process never gets the id
                 expect(answer.errorCode).toBe(ErrorCode.FENCED_INSTANCE_ID);
-                expect(slot.running).toBe(true);
               }
             } else if (step.kind === 'beat' && slot.running) {
               const answer = await slot.instance.heartbeat();
@@ -152,6 +194,7 @@ describe('static membership (issue 17 item 4)', () => {
               const view = slot.instance.request();
               expect((await slot.instance.leave()).errorCode).toBe(ErrorCode.NONE);
               retired.push({ instance: slot.instance, view });
+              retiredEpoch[step.member] = Math.max(retiredEpoch[step.member], view.memberEpoch);
               slot.running = false;
             } else if (step.kind === 'crash') {
               slot.running = false;
@@ -173,7 +216,7 @@ describe('static membership (issue 17 item 4)', () => {
           }
         }
       }),
-      { numRuns: 12 },
+      { numRuns: 15 },
     );
   }, 60_000);
 });

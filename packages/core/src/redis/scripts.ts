@@ -74,12 +74,6 @@ export function runScript(client: RedisClient, script: ScriptName, keys: string[
   return command.call(client, ...scriptArguments(script, keys, args));
 }
 
-/** As runScript, with Buffer replies (for entries whose payload may be bytes). */
-export function runScriptBuffer(client: RedisClient, script: ScriptName, keys: string[], args: (string | number | Buffer)[]): Promise<unknown> {
-  const command = (client as unknown as Record<string, (...a: (string | number | Buffer)[]) => Promise<unknown>>)[`${defineScripts(client, script)}Buffer`];
-  return command.call(client, ...scriptArguments(script, keys, args));
-}
-
 /**
  * Adds a script call to a pipeline. The scripts must be defined on the pipeline's client before the
  * pipeline is made (`ensureScripts`): a pipeline only has the commands its client had then.

@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import { ENTRY_FIELD } from '../protocol/entry-format';
 import type { KeyBuilder } from './keys';
 import { findGroupInfo, isNoSuchKey, type StreamGroupInfo } from './responses';
-import { ensureScripts, pipelineScript, type RedisClient, runScript, runScriptBuffer } from './scripts';
+import { ensureScripts, pipelineScript, type RedisClient, runScript } from './scripts';
 
 /** A raw stream entry: id and flat field list (text), and the payload's bytes as read. */
 export interface RawEntry {
@@ -72,25 +72,18 @@ async function withReadDeadline<R>(reader: Redis, read: Promise<R>, deadlineMs: 
   }
 }
 
-/**
- * Entries as read with Buffer replies: ids and fields as text, and the payload's bytes beside its
- * text, for binary codecs (the UTF-8 text of arbitrary bytes is not those bytes).
- */
 function toEntries(raw: unknown): RawEntry[] {
   const out: RawEntry[] = [];
-  for (const item of (raw as [Buffer | string, (Buffer | string)[] | null][]) ?? []) {
-    if (!item || !item[1]) continue;
-    const values = item[1];
-    const fields: string[] = new Array(values.length);
-    let payloadBytes: Buffer | undefined;
-    for (let i = 0; i < values.length; i++) {
-      const value = values[i];
-      fields[i] = typeof value === 'string' ? value : value.toString('utf8');
-      if (i % 2 === 1 && fields[i - 1] === ENTRY_FIELD.payload && typeof value !== 'string') payloadBytes = value;
-    }
-    out.push(payloadBytes === undefined ? { id: String(item[0]), fields } : { id: String(item[0]), fields, payloadBytes });
+  for (const item of (raw as [string, string[] | null][]) ?? []) {
+    if (item && item[1]) out.push({ id: String(item[0]), fields: item[1].map(String) });
   }
   return out;
+}
+
+/** The codec an entry names (`c`), or undefined. */
+function entryCodec(fields: readonly string[]): string | undefined {
+  for (let i = 0; i + 1 < fields.length; i += 2) if (fields[i] === ENTRY_FIELD.codec) return fields[i + 1];
+  return undefined;
 }
 
 /** The payload as base64 when its bytes are not the UTF-8 of its text (a binary codec's), else undefined. */
@@ -108,13 +101,48 @@ function binaryPayload(entry: RawEntry): string | undefined {
  * except `readNew`, which reads several shards in one blocking XREADGROUP on a single Redis.
  */
 export class ShardClient {
+  /**
+   * @param textCodecs codecs whose payloads are text ('' for entries that name none, when the
+   *   member's own codec is text): entries of any other codec (binary, or not known here) get
+   *   their payload's bytes fetched beside the text (`withPayloadBytes`).
+   */
   constructor(
     private readonly redis: RedisClient,
     private readonly keys: KeyBuilder,
     readonly streamPrefix: string,
     readonly consumerGroup: string,
     readonly memberId: string,
+    private readonly textCodecs: ReadonlySet<string> = new Set(['json', '']),
   ) {}
+
+  /**
+   * Reads are text replies: a JSON entry costs nothing extra. The UTF-8 text of arbitrary bytes is
+   * not those bytes, so entries of a binary (or unknown) codec get their payload's bytes with one
+   * XRANGE in Buffer replies over their id range, per shard and read. An entry deleted meanwhile
+   * keeps only its text (it decodes as garbage and is dead-lettered, never skipped).
+   */
+  private async withPayloadBytes(shardIndex: number, entries: RawEntry[]): Promise<RawEntry[]> {
+    let first: string | undefined;
+    let last: string | undefined;
+    for (const entry of entries) {
+      if (this.textCodecs.has(entryCodec(entry.fields) ?? '')) continue;
+      first ??= entry.id;
+      last = entry.id;
+    }
+    if (first === undefined || last === undefined) return entries;
+    const [stream] = this.shardKeys(shardIndex);
+    const rows = await this.redis.xrangeBuffer(stream, first, last);
+    const bytes = new Map<string, Buffer>();
+    for (const [id, values] of rows) {
+      for (let i = 0; i + 1 < values.length; i += 2) {
+        if (values[i].length === 1 && values[i].toString() === ENTRY_FIELD.payload) bytes.set(id.toString(), values[i + 1]);
+      }
+    }
+    return entries.map((entry) => {
+      const payloadBytes = bytes.get(entry.id);
+      return payloadBytes === undefined ? entry : { ...entry, payloadBytes };
+    });
+  }
 
   /** The group's incarnation as of the member's last successful heartbeat (HeartbeatResponse.incarnation). */
   private incarnation = '0';
@@ -168,15 +196,15 @@ export class ShardClient {
 
   private async claim(shardIndex: number, grantEpoch: number, modeArgs: (string | number)[]): Promise<ClaimResult> {
     const [stream, fence] = this.shardKeys(shardIndex);
-    // Buffer replies: a binary payload's bytes survive (toEntries).
-    const reply = (await runScriptBuffer(this.redis, 'claimPending', [stream, fence], [
+    const reply = (await runScript(this.redis, 'claimPending', [stream, fence], [
       this.consumerGroup,
       this.token(grantEpoch),
       this.memberId,
       ...modeArgs,
     ])) as unknown[];
     if (Number(reply[0]) === -1) return { fenced: true };
-    return { fenced: false, cursor: String(reply[1]), entries: toEntries(reply[2]), deleted: ((reply[3] as unknown[]) ?? []).map(String) };
+    const entries = await this.withPayloadBytes(shardIndex, toEntries(reply[2]));
+    return { fenced: false, cursor: String(reply[1]), entries, deleted: ((reply[3] as unknown[]) ?? []).map(String) };
   }
 
   /**
@@ -228,15 +256,15 @@ export class ShardClient {
     const streams = shards.map((s) => this.keys.shardStream(this.streamPrefix, s));
     ensureScripts(reader);
     const pipeline = reader.pipeline();
-    // Buffer replies: a binary payload's bytes survive (toEntries).
-    pipeline.xreadgroupBuffer('GROUP', this.consumerGroup, this.memberId, 'COUNT', countPerShard, 'BLOCK', blockMs, 'STREAMS', ...streams, ...shards.map(() => '>'));
+    pipeline.xreadgroup('GROUP', this.consumerGroup, this.memberId, 'COUNT', countPerShard, 'BLOCK', blockMs, 'STREAMS', ...streams, ...shards.map(() => '>'));
     pipelineScript(pipeline, 'firstAfter', streams, cursors);
     const [[readError, reply], [checkError, firsts]] = (await withReadDeadline(reader, pipeline.exec(), deadlineMs)) as [[Error | null, unknown], [Error | null, unknown]];
     if (readError) throw readError;
     if (checkError) throw checkError;
     const entries = new Map<number, RawEntry[]>();
-    for (const [stream, list] of (reply as [Buffer, [Buffer, Buffer[]][]][] | null) ?? []) {
-      entries.set(shards[streams.indexOf(String(stream))], toEntries(list));
+    for (const [stream, list] of (reply as [string, [string, string[]][]][] | null) ?? []) {
+      const shard = shards[streams.indexOf(String(stream))];
+      entries.set(shard, await this.withPayloadBytes(shard, toEntries(list)));
     }
     return { entries, firstAfter: new Map(shards.map((shard, i) => [shard, String((firsts as unknown[])[i] ?? '')])) };
   }

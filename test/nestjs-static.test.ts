@@ -43,6 +43,7 @@ async function owners(streamPrefix: string) {
   return pollUntil('a STABLE group with every shard owned', async () => {
     const d = await admin.describeGroup(streamPrefix, 'g').catch(() => undefined);
     if (!d || d.group.state !== 'STABLE' || !d.shards.every((s) => s.state === 'OWNED')) return false;
+    if (d.members.filter((m) => m.state === 'ACTIVE').length < 3) return false; // the three members joined
     return Object.fromEntries(d.members.filter((m) => m.state === 'ACTIVE').map((m) => [m.memberId, m.currentAssignment.map((s) => s.shardIndex)]));
   });
 }

@@ -102,7 +102,7 @@ describe('static membership (issue 17 item 4)', () => {
     const nextShards = shardsOf(next);
     expect((await nextShards.claimShard(0, next.memberEpoch)).claimed).toBe(true);
     // The old instance wakes up and finishes its handler: refused, nothing written.
-    expect(await oldShards.ack(0, old.memberEpoch, [id])).toBe(-1);
+    expect(await oldShards.ack(0, old.memberEpoch, [id])).toEqual({ acked: -1 });
     const letter = { destination: group.consumerGroup, maxLen: 0, error: 'late', attempts: 1, cause: 'attempts-exhausted' };
     expect(await oldShards.deadLetter(0, old.memberEpoch, { id, fields: read[0][1][0][1] }, letter)).toBeNull();
     // Its old grant cannot win the shard back either.
@@ -110,7 +110,7 @@ describe('static membership (issue 17 item 4)', () => {
     // The new instance takes the entry over (pending under the same member) and acknowledges it.
     const taken = await nextShards.claimPending(0, next.memberEpoch, 'all', '0-0', 10);
     expect(taken.fenced ? [] : taken.entries.map((e) => e.id)).toEqual([id]);
-    expect(await nextShards.ack(0, next.memberEpoch, [id])).toBe(1);
+    expect(await nextShards.ack(0, next.memberEpoch, [id])).toEqual({ acked: 1 });
   });
 
   it('a static member that does not come back within its session timeout expires and its shards move', async () => {

@@ -31,7 +31,7 @@ export interface DeadLetter {
    */
   consumerGroup: string | undefined;
   /**
-   * Why: `undecodable`, `attempts-exhausted`, or `non-retryable` (the member's `deadLetter.nonRetryable`
+   * Why: `undecodable`, `invalid` (the member's `schema` refused it), `attempts-exhausted`, or `non-retryable` (the member's `deadLetter.nonRetryable`
    * matched at the first failure). Undefined for dead letters written before it was recorded.
    */
   cause: DeadLetterCause | undefined;

@@ -2,7 +2,7 @@ import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { CoordinatorAdmin, KeyBuilder, StreamProducer, type StreamMessage } from '@redis-stream-coordinator/core';
+import { CoordinatorAdmin, KeyBuilder, StreamProducer, type StreamMessage, msgpackCodec } from '@redis-stream-coordinator/core';
 import type { KeyedPayload } from './support/handler-recorder';
 import { memberFactory } from './support/member-factory';
 import { pollUntil } from './support/poll';
@@ -219,6 +219,21 @@ describe('rsc dead-letters and trim', () => {
     expect((await rsc('dead-letters', streamPrefix, 'group', 'list')).stdout).toMatch(/^no dead letters$/m);
     const unknownRef = await rsc('dead-letters', streamPrefix, 'group', 'show', '--id', 'x');
     expect(unknownRef).toMatchObject({ code: 2, stderr: expect.stringMatching(/dead letter ref "x" is invalid/) });
+  });
+
+  it('shows a msgpack dead letter decoded, with the bytes inside it as base64', async () => {
+    const { streamPrefix } = await aGroup(1);
+    const bytes = Buffer.from([0xff, 0x00, 0xfe]);
+    await new StreamProducer(redis.client(), { streamPrefix, codec: msgpackCodec }).send({ key: 'bin', payload: { seq: 1, poison: true, bytes } });
+    const [letter] = await pollUntil('the dead letter', async () => {
+      const letters = await admin().readDeadLetters(streamPrefix, 'group');
+      return letters.length > 0 && letters;
+    });
+    const show = await rsc('dead-letters', streamPrefix, 'group', 'show', '--id', letter.ref);
+    expect(show.stdout).toMatch(/^codec\s+msgpack$/m);
+    expect(show.stdout).toMatch(/^payload\s+\{"seq":1,"poison":true,"bytes":\{"base64":"\/wD\+"\}\}$/m);
+    const json = JSON.parse((await rsc('--json', 'dead-letters', streamPrefix, 'group', 'show', '--id', letter.ref)).stdout);
+    expect(json).toMatchObject({ codec: 'msgpack', payloadBase64: expect.any(String) });
   });
 
   it('trims what every group has acknowledged, with a dry run first', async () => {

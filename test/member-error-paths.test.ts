@@ -150,7 +150,7 @@ describe('dead letters', () => {
       [0, written[1].id, 'RangeError: no 0', 1],
       [1, written[2].id, 'RangeError: no 1', 1],
     ]);
-    expect(letters[0].fields).toEqual(['p', '{"seq":2}']);
+    expect(letters[0].fields).toEqual(['p', '{"seq":2}', 'c', 'json']);
     expect(letters[0].deadLetterId).toMatch(/^\d+-\d+$/);
     expect(await admin().readDeadLetters(streamPrefix, 'group', { count: 1 })).toHaveLength(1);
     await expect(admin().readDeadLetters(streamPrefix, 'group', { count: 0 })).rejects.toThrow(/count must be an integer from 1/);

@@ -78,7 +78,7 @@ describe('retries and dead letters', () => {
     expect(handled).toEqual([1, 3]);
     const [letter] = await deadLetters(streamPrefix);
     expect(letter).toMatchObject({ shardIndex: '0', entryId: poison.id, error: 'TypeError: cannot handle 2', attempts: '4', memberId: member.memberId });
-    expect(JSON.parse(letter.fields)).toEqual(['p', '{"seq":2}', 'k', 'k']);
+    expect(JSON.parse(letter.fields)).toEqual(['p', '{"seq":2}', 'c', 'json', 'k', 'k']);
     expect(letters).toHaveLength(1);
   });
 
@@ -247,7 +247,7 @@ describe('bad options fail at construction, naming the option', () => {
     [{ handler: undefined }, /handler must be a function, got undefined/],
     [{ memberId: 'a{b}' }, /memberId "a\{b\}" is invalid/],
     [{ memberName: 'line\nbreak' }, /memberName must be 1-256 printable characters/],
-    [{ codec: { name: 'x' } }, /codec must have encode\(payload\) and decode\(raw\) functions/],
+    [{ codec: { name: 'x' } }, /codec must have a name and encode\(payload\) and decode\(raw\) functions/],
   ])('%o', (override, message) => {
     expect(() => new CoordinatedMember(redis.client(), { ...base, ...override } as never)).toThrow(message);
   });

@@ -21,7 +21,7 @@ describe('StreamProducer', () => {
     expect(sent.shardIndex).toBe(shardForKey('user-42', 8));
     const [[id, fields]] = await redis.client().xrange(keys.shardStream(streamPrefix, sent.shardIndex), '-', '+');
     expect(id).toBe(sent.id);
-    expect(fields).toEqual(['p', '{"text":"hi"}', 'k', 'user-42', 'h', '{"traceId":"x"}']);
+    expect(fields).toEqual(['p', '{"text":"hi"}', 'c', 'json', 'k', 'user-42', 'h', '{"traceId":"x"}']);
   });
 
   it('sendBatch pipelines, answers in order, honours shardIndex, and spreads unkeyed entries round-robin', async () => {
@@ -54,7 +54,7 @@ describe('StreamProducer', () => {
     const producer = new StreamProducer(redis.client(), { streamPrefix, codec: upper });
     await producer.send({ payload: 'hello' });
     const [[, fields]] = await redis.client().xrange(keys.shardStream(streamPrefix, 0), '-', '+');
-    expect(fields).toEqual(['p', 'HELLO']);
+    expect(fields).toEqual(['p', 'HELLO', 'c', 'upper']); // the codec's name goes with each entry
   });
 
   it('refuses a shardIndex outside the stream, a stream without metadata, and bad options, naming them', async () => {

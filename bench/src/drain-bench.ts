@@ -37,7 +37,7 @@ async function produceRaw(redis: Redis, streamPrefix: string, total: number): Pr
     const pipeline = redis.pipeline();
     for (let j = i; j < Math.min(total, i + BATCH); j++) {
       const m = message(j);
-      pipeline.xadd(streams[j % SHARDS], '*', 'p', JSON.stringify(m.payload), 'k', m.key);
+      pipeline.xadd(streams[j % SHARDS], '*', 'p', JSON.stringify(m.payload), 'c', 'json', 'k', m.key);
     }
     await pipeline.exec();
   }

@@ -17,6 +17,7 @@ import { ioBullmq, ioCase } from './io-bench';
 import { crashRecovery, latency, rebalance } from './member-bench';
 import { memory } from './memory-bench';
 import { RESIZE_CASES, resizeUnderLoad } from './resize-bench';
+import { rollingRestart } from './restart-bench';
 import { redisVersion } from './redis-stats';
 import { type BenchResults, type IoFigures, report } from './report';
 import { spread } from './stats';
@@ -118,7 +119,10 @@ async function main(): Promise<void> {
     progress('scenario 9: key-ordered lanes and batch handlers');
     const consumption = await measureConsumption(server.url, quick, repetitions, progress);
 
-    const results: BenchResults = { environment, coordinator, drain, io, latency: lat, rebalance: rebalances, recovery, resize, memory: mem, consumption };
+    progress('scenario 10: rolling restart, plain and static membership');
+    const restart = [await rollingRestart(server.url, 'plain'), await rollingRestart(server.url, 'static')];
+
+    const results: BenchResults = { environment, coordinator, drain, io, latency: lat, rebalance: rebalances, recovery, resize, memory: mem, consumption, restart };
     const docs = path.resolve(__dirname, '../../docs');
     fs.writeFileSync(path.join(docs, 'benchmarks.md'), report(results));
     fs.writeFileSync(

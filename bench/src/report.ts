@@ -1,6 +1,7 @@
 import type { CoordinatorFigures } from './coordinator-bench';
 import type { DrainRepetition } from './drain-bench';
 import type { MemoryFigures } from './memory-bench';
+import type { RestartFigures } from './restart-bench';
 import { type Spread, spread } from './stats';
 
 export interface Environment {
@@ -41,6 +42,7 @@ export interface BenchResults {
   resize: { label: string; ms: Spread }[];
   memory: MemoryFigures;
   consumption: ConsumptionFigures;
+  restart: RestartFigures[];
 }
 
 const us = (n: number) => `${n.toFixed(1)} µs`;
@@ -179,6 +181,27 @@ function resizeSection(r: BenchResults): string[] {
   ];
 }
 
+/** Scenario 9; also printed alone by `npm run bench:restart`. */
+export function restartSection(figures: RestartFigures[], measured?: string): string[] {
+  const label = { plain: 'plain (a new memberId per process)', static: 'static (`memberInstanceId`)' };
+  return [
+    '## 10. Rolling restart: static against plain membership',
+    '',
+    '4 members on 16 shards while a producer writes 1,000 keyed entries/s; each member in turn is',
+    'stopped (`stop()`) and, 1 s later (a quick process restart), a new `CoordinatedMember` started in',
+    'its place, waiting for the group to be STABLE with every shard owned before the next. Shard moves:',
+    "assignments to another member id than the shard's owner before the restarts (from the group's event",
+    'log). One run each. The price of static membership: a stopped member\'s shards wait unread for its',
+    'next instance (here 1 s each), up to `sessionTimeoutMs`; plain membership hands them to the others',
+    'and back.',
+    ...(measured === undefined ? [] : ['', measured]),
+    '',
+    ...header('membership', 'shard moves', 'shards revoked', 'targets computed', 'entries run twice', 'rolling restart'),
+    ...figures.map((f) => row([label[f.mode], int(f.shardMoves), int(f.revocations), int(f.targetCommits), int(f.duplicates), ms(f.ms)])),
+    '',
+  ];
+}
+
 function memorySection(r: BenchResults): string[] {
   const m = r.memory;
   return [
@@ -288,5 +311,6 @@ export function report(r: BenchResults): string {
     ...memorySection(r),
     ...resizeSection(r),
     ...consumptionSection(r.consumption),
+    ...restartSection(r.restart),
   ].join('\n');
 }

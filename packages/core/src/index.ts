@@ -30,6 +30,7 @@ export { TrimError, type ShardTrim, type TrimOptions, type TrimResult } from './
 export { TrimSchedule, type PeriodicTrimOptions, type TrimRun, type TrimScheduleEvents, type TrimScheduleStats } from './admin/periodic-trim';
 export { compareStreamIds, nextStreamId } from './protocol/stream-ids';
 export * from './protocol/entry-format';
+export { type StandardSchemaIssue, type StandardSchemaResult, type StandardSchemaV1 } from './protocol/standard-schema';
 export { shardForKey, jumpConsistentHash, fnv1a64 } from './producer/key-hash';
 export { StreamProducer, type StreamProducerOptions } from './producer/stream-producer';
 export { PartialBatchError, type FailedEntry, type SendResult, type WrittenEntry } from './producer/send-results';

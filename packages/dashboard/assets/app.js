@@ -376,10 +376,13 @@
         : h('p', { class: 'muted' }, c.held.length ? `held shards: ${ranges(c.held)}` : 'every shard processed'));
   }
 
-  /** The entry's own fields, one `name: value` line each (as the producer wrote them). */
-  function entryText(fields) {
+  /**
+   * The entry's own fields, one `name: value` line each (as the producer wrote them), the payload as
+   * people read it: a binary codec's (msgpack) decoded, or its bytes as base64 (payloadText).
+   */
+  function entryText(fields, payloadText) {
     const lines = [];
-    for (let i = 0; i + 1 < fields.length; i += 2) lines.push(`${fields[i]}: ${fields[i + 1]}`);
+    for (let i = 0; i + 1 < fields.length; i += 2) lines.push(`${fields[i]}: ${fields[i] === 'p' && payloadText !== undefined ? payloadText : fields[i + 1]}`);
     return lines.join('\n') || '–';
   }
 
@@ -395,7 +398,7 @@
       h('td', {}, l.key === undefined ? '–' : l.key),
       h('td', { class: 'wrap reason' }, l.error),
       h('td', { class: 'num' }, l.attempts),
-      h('td', { class: 'mono wrap payload' }, entryText(l.fields)),
+      h('td', { class: 'mono wrap payload' }, entryText(l.fields, l.payloadText)),
       h('td', {}, READ_ONLY ? '' : [h('button', { on: { click: act('replay', l.ref) } }, 'Replay'), ' ', h('button', { on: { click: act('purge', l.ref) } }, 'Purge')])));
     replace(section, h('h2', {}, `Dead letters (${letters.length}${letters.length >= 100 ? '+, the oldest 100' : ''})`, ' ', h('button', { on: { click: reload } }, 'Refresh')),
       letters.length === 0 ? h('p', { class: 'muted' }, 'None.') :

@@ -4,7 +4,7 @@ import type { CoordinatorConsumerProperties } from './coordinator-consumer-prope
 
 /** Member options that can be set once for every member of the application. */
 export type MemberDefaults = Partial<
-  Omit<CoordinatedMemberOptions, 'streamPrefix' | 'consumerGroup' | 'handler' | 'memberId' | 'memberName' | 'coordinator'>
+  Omit<CoordinatedMemberOptions, 'streamPrefix' | 'consumerGroup' | 'handler' | 'memberId' | 'memberInstanceId' | 'memberName' | 'coordinator'>
 >;
 
 export interface CoordinatorModuleOptions {

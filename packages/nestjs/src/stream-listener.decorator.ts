@@ -14,6 +14,13 @@ export type StreamListenerOptions = Omit<CoordinatedMemberOptions, 'handler' | '
    * shards: `<baseId>-m0` … `-m(N-1)`. Default 1.
    */
   concurrency?: number;
+  /**
+   * Static membership (docs/runtime.md "Static membership"): a stable name of this listener in this
+   * process, e.g. `summary-${process.env.POD_NAME}`. Its members are `<memberInstanceId>-m0` …
+   * `-m(N-1)` (their memberIds too), so a restarted process takes each member's shards back
+   * without a rebalance. Every process of the group needs its own.
+   */
+  memberInstanceId?: string;
   /** Workers of each of those members (one entry at a time per shard, or per key of a shard with `lanes`). Default `lanes` (1). */
   runtimeMaxConcurrency?: number;
   /**

@@ -103,7 +103,15 @@ export class StreamListenerRegistry {
     const createMember = async (i: number, start: boolean) =>
       this.createMember(
         connection,
-        { ...options, memberId: `${baseId}-m${i}`, memberName: `${baseName}-m${i}`, runtimeMaxConcurrency: options.runtimeMaxConcurrency ?? options.lanes ?? connection.options.defaults?.lanes ?? 1 },
+        {
+          ...options,
+          // A static listener's members are named after its memberInstanceId, so the next process finds them.
+          ...(options.memberInstanceId === undefined
+            ? { memberId: `${baseId}-m${i}` }
+            : { memberId: `${options.memberInstanceId}-m${i}`, memberInstanceId: `${options.memberInstanceId}-m${i}` }),
+          memberName: `${baseName}-m${i}`,
+          runtimeMaxConcurrency: options.runtimeMaxConcurrency ?? options.lanes ?? connection.options.defaults?.lanes ?? 1,
+        },
         where,
         await nextHandler(),
         { listenerId, autoStartup: start },

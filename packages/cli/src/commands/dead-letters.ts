@@ -40,10 +40,10 @@ function selection(action: string, options: DeadLetterOptions): { id: string } |
   return { filter };
 }
 
+/** The payload as people read it (a binary codec's decoded, or base64: DeadLetter.payloadText) and the headers. */
 function payloadOf(letter: DeadLetter): { payload?: string; headers?: string } {
-  const out: { payload?: string; headers?: string } = {};
+  const out: { payload?: string; headers?: string } = { payload: letter.payloadText };
   for (let i = 0; i + 1 < letter.fields.length; i += 2) {
-    if (letter.fields[i] === 'p') out.payload = letter.fields[i + 1];
     if (letter.fields[i] === 'h') out.headers = letter.fields[i + 1];
   }
   return out;
@@ -80,7 +80,7 @@ async function act(admin: CoordinatorAdmin, prefix: string, group: string, actio
         ['ref', letter.ref], ['dead-lettered', letter.deadLetteredAt], ['shard', letter.shardIndex], ['entry id', letter.entryId],
         ['key', letter.key], ['group', letter.consumerGroup], ['member', letter.memberId], ['attempts', letter.attempts],
         ['cause', letter.cause], ['error', letter.error],
-        ['headers', headers], ['payload', payload],
+        ['headers', headers], ['codec', letter.codec], ['payload', payload],
       ]));
       return;
     }

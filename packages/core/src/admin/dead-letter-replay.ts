@@ -1,4 +1,4 @@
-import { ENTRY_FIELD, type OutgoingMessage, type PayloadCodec } from '../protocol/entry-format';
+import { ENTRY_CODEC_OF, ENTRY_FIELD, type OutgoingMessage, type PassThroughCodec, type PayloadCodec } from '../protocol/entry-format';
 import type { StreamMetadata } from '../protocol/records';
 import { shardForKey } from '../producer/key-hash';
 import { PartialBatchError, type SendResult } from '../producer/send-results';
@@ -57,10 +57,18 @@ export class DeadLetterReplayError extends Error {
 }
 
 /** Hands the stored payload through as it is: a replay writes the bytes the producer wrote. */
-const rawCodec: PayloadCodec = {
+/** A stored payload: its text or bytes, and the codec that wrote it (kept in the replayed entry). */
+interface StoredPayload {
+  raw: string | Buffer;
+  codec: string | undefined;
+}
+
+/** Writes stored payloads back unchanged, bytes as bytes, each with its original codec's name. */
+const rawCodec: PassThroughCodec = {
   name: 'raw',
-  encode: (payload) => String(payload),
-  decode: (raw) => raw,
+  encode: (payload: unknown) => (payload as StoredPayload).raw as string,
+  decode: (raw: string) => raw,
+  [ENTRY_CODEC_OF]: (payload: unknown) => (payload as StoredPayload).codec,
 };
 
 const SEARCH_PAGE = 1000;
@@ -152,7 +160,7 @@ async function drop(ctx: ReplayContext, shardIndex: number, deadLetterId: string
 }
 
 /** The entry to write again, or why it cannot be. */
-function replayMessage(letter: DeadLetter, consumerGroup: string, shardCount: number): OutgoingMessage<string> | string {
+function replayMessage(letter: DeadLetter, consumerGroup: string, shardCount: number): OutgoingMessage<StoredPayload> | string {
   const fields = new Map<string, string>();
   for (let i = 0; i + 1 < letter.fields.length; i += 2) fields.set(letter.fields[i], letter.fields[i + 1]);
   const payload = fields.get(ENTRY_FIELD.payload);
@@ -172,7 +180,7 @@ function replayMessage(letter: DeadLetter, consumerGroup: string, shardCount: nu
     key: letter.key,
     // An entry without a key goes back to its shard while that takes writes (else round-robin).
     ...(letter.key === undefined && letter.shardIndex < shardCount ? { shardIndex: letter.shardIndex } : {}),
-    payload,
+    payload: { raw: letter.payloadBase64 === undefined ? payload : Buffer.from(letter.payloadBase64, 'base64'), codec: letter.codec },
     headers: { ...headers, [REPLAY_HEADER.of]: letter.ref, [REPLAY_HEADER.group]: group, [REPLAY_HEADER.originalId]: letter.entryId },
   };
 }

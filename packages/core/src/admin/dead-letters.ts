@@ -1,3 +1,4 @@
+import { BUILT_IN_CODECS } from '../protocol/codecs';
 import { DEAD_LETTER_CAUSES, type DeadLetterCause } from '../protocol/dead-letter-cause';
 import { InvalidRequestError } from '../protocol/errors';
 import { compareStreamIds } from '../protocol/stream-ids';
@@ -30,7 +31,7 @@ export interface DeadLetter {
    */
   consumerGroup: string | undefined;
   /**
-   * Why: `undecodable`, `attempts-exhausted`, or `non-retryable` (the member's `deadLetter.nonRetryable`
+   * Why: `undecodable`, `invalid` (the member's `schema` refused it), `attempts-exhausted`, or `non-retryable` (the member's `deadLetter.nonRetryable`
    * matched at the first failure). Undefined for dead letters written before it was recorded.
    */
   cause: DeadLetterCause | undefined;
@@ -38,8 +39,20 @@ export interface DeadLetter {
   error: string;
   /** Handler attempts made (0 when it could not be decoded). */
   attempts: number;
-  /** The entry's own fields, as the producer wrote them (flat name/value list). */
+  /**
+   * The entry's own fields, as the producer wrote them (flat name/value list). The payload field
+   * (`p`) of a binary codec's entry is not its bytes here: see `payloadBytes`.
+   */
   fields: string[];
+  /** The codec that wrote the entry (its `c` field); undefined for entries that name none (JSON, or the writer's own). */
+  codec: string | undefined;
+  /** The payload's bytes in base64, when they are not text (a binary codec such as msgpack wrote them). */
+  payloadBase64: string | undefined;
+  /**
+   * The payload for people (CLI, dashboard): its text; a msgpack payload decoded and shown as JSON
+   * (bytes inside it as `{"base64": …}`); other bytes as `base64:…`. Undefined without a payload.
+   */
+  payloadText: string | undefined;
 }
 
 /** Which dead letters a list, replay or purge takes; every condition given must hold. */
@@ -164,7 +177,12 @@ function toDeadLetter(shardIndex: number, deadLetterId: string, flat: string[]):
     // Written by hand or by another tool: the letter is still shown, with no original fields.
   }
   let key: string | undefined;
-  for (let i = 0; i + 1 < original.length; i += 2) if (original[i] === ENTRY_FIELD.key) key = original[i + 1];
+  let codec: string | undefined;
+  for (let i = 0; i + 1 < original.length; i += 2) {
+    if (original[i] === ENTRY_FIELD.key) key = original[i + 1];
+    else if (original[i] === ENTRY_FIELD.codec) codec = original[i + 1];
+  }
+  const base64 = fields.get('payloadBase64');
   return {
     ref: deadLetterRef(shardIndex, deadLetterId),
     deadLetterId,
@@ -178,5 +196,36 @@ function toDeadLetter(shardIndex: number, deadLetterId: string, flat: string[]):
     error: fields.get('error') ?? '',
     attempts: Number(fields.get('attempts') ?? 0),
     fields: original,
+    codec,
+    payloadBase64: base64,
+    payloadText: payloadText(original, codec, base64),
   };
+}
+
+function payloadText(fields: string[], codec: string | undefined, base64: string | undefined): string | undefined {
+  if (base64 === undefined) {
+    for (let i = 0; i + 1 < fields.length; i += 2) if (fields[i] === ENTRY_FIELD.payload) return fields[i + 1];
+    return undefined;
+  }
+  const builtIn = codec === undefined ? undefined : BUILT_IN_CODECS.get(codec);
+  if (builtIn?.binary) {
+    try {
+      return JSON.stringify(builtIn.decode(Buffer.from(base64, 'base64')), readableJson);
+    } catch {
+      // msgpackr missing, or bytes it cannot read: shown as bytes
+    }
+  }
+  return `base64:${base64}`;
+}
+
+/** JSON for values a binary codec carries that JSON has no form for. */
+function readableJson(this: unknown, _key: string, value: unknown): unknown {
+  if (value instanceof Uint8Array) return { base64: Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('base64') };
+  if (value !== null && typeof value === 'object' && (value as { type?: unknown }).type === 'Buffer' && Array.isArray((value as { data?: unknown }).data)) {
+    return { base64: Buffer.from((value as { data: number[] }).data).toString('base64') };
+  }
+  if (value instanceof Map) return Object.fromEntries(value);
+  if (value instanceof Set) return [...value];
+  if (typeof value === 'bigint') return value.toString();
+  return value;
 }

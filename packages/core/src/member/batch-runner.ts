@@ -1,8 +1,9 @@
-import { decodeEntry, type StreamMessage } from '../protocol/entry-format';
+import type { StreamMessage } from '../protocol/entry-format';
 import type { AckBatcher } from './ack-batcher';
 import type { AttemptPolicy } from './attempt-policy';
 import { BatchError } from './consumption-errors';
 import { type DeadLetterWriter, failureReason } from './dead-letter-writer';
+import { checkEntry } from './entry-check';
 import { autoModeAck, autoModeNack } from './manual-ack';
 import type { ResolvedMemberOptions } from './member-options';
 import type { QueuedEntry, ShardState, Work } from './shard-state';
@@ -25,7 +26,9 @@ interface BatchEntry {
  * and once `maxAttempts` are used every entry is dead-lettered (each its own letter). A `BatchError`
  * names the failed entry: those before it are acknowledged, and only the failed one and those after
  * it are retried; when the failed entry's attempts are used up (or its error is not retryable) it
- * alone is dead-lettered and the rest go on, in order.
+ * alone is dead-lettered and the rest go on, in order. An entry that cannot be decoded or that the
+ * `schema` refuses is dead-lettered in place (cause `undecodable` / `invalid`), never handed to the
+ * handler: the entries before it are handled first, those after it form the next call.
  */
 export class BatchRunner {
   constructor(
@@ -39,15 +42,20 @@ export class BatchRunner {
   async run(state: ShardState, work: Work, taken: QueuedEntry[]): Promise<void> {
     let pending: BatchEntry[] = [];
     for (const queued of taken) {
-      const decoded = decodeEntry(queued.entry.fields, this.options.codec);
-      if (decoded.ok) {
+      // Each entry is decoded with the codec it names and checked against the schema on its own.
+      const maybe = checkEntry(queued.entry, this.options);
+      const checked = maybe instanceof Promise ? await maybe : maybe;
+      if (state.released.signal.aborted) return;
+      if (checked.ok) {
+        const { decoded } = checked;
         pending.push({ queued, payload: decoded.payload, key: decoded.key, headers: decoded.headers, failures: 0 });
         continue;
       }
-      // Entries before it are not handled yet: they go first, so the shard's order holds for what is handled.
+      // An undecodable or invalid entry is dead-lettered in place. Entries before it are not
+      // handled yet: they go first, so the shard's order holds for what is handled.
       if (pending.length > 0 && !(await this.handle(state, work, pending))) return;
       pending = [];
-      if (!(await this.deadLetters.write(state, queued.entry, { cause: 'undecodable', reason: decoded.reason, attempts: 0, error: undefined, message: undefined }))) return;
+      if (!(await this.deadLetters.write(state, queued.entry, { cause: checked.cause, reason: checked.reason, attempts: 0, error: undefined, message: undefined }))) return;
     }
     if (pending.length > 0) await this.handle(state, work, pending);
   }

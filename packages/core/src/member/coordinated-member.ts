@@ -86,7 +86,12 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     // Blocking reads need a connection of their own (same options: password, ACL user, TLS).
     this.reader = duplicateClient(redis) as Redis;
     this.reader.on('error', () => undefined); // reported through the read loop
-    const shardClient = new ShardClient(redis, this.coordinator.keys, this.options.streamPrefix, this.options.consumerGroup, this.options.memberId, this.options.ackWaitForReplicas);
+    const textCodecs = new Set([...this.options.codecs.values()].filter((codec) => !codec.binary).map((codec) => codec.name));
+    if (!this.options.codec.binary) textCodecs.add(''); // entries that name no codec are the member's own
+    const shardClient = new ShardClient(redis, this.coordinator.keys, this.options.streamPrefix, this.options.consumerGroup, this.options.memberId, {
+      ackWait: this.options.ackWaitForReplicas,
+      textCodecs,
+    });
     this.poller = new ShardPoller(shardClient, redis as Redis, this.reader, resolved, () => this.mayStartHandlers());
     this.lease = new MemberLease(this.options.sessionTimeoutMs);
     const requestHeartbeat = () => this.heartbeats.now();

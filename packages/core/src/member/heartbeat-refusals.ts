@@ -35,6 +35,10 @@ export class HeartbeatRefusals {
   private invalidInARow = 0;
   /** GROUP_NOT_FOUND answers in a row (the stream has no metadata): sets the backoff. */
   private missingInARow = 0;
+  /** Whether a heartbeat was accepted since the member (re)started: then FENCED_INSTANCE_ID means it was taken over. */
+  private acceptedSinceStart = false;
+  /** When a static member's join was first refused because its previous instance still heartbeats (performance.now()). */
+  private staticWaitSince: number | undefined;
 
   constructor(
     private readonly options: ResolvedMemberOptions,
@@ -48,6 +52,9 @@ export class HeartbeatRefusals {
 
   /** A heartbeat was accepted: the refusals in a row end, and so do the problems they reported. */
   accepted(): void {
+    this.acceptedSinceStart = true;
+    this.staticWaitSince = undefined;
+    this.problems.delete('instance');
     this.invalidInARow = 0;
     this.missingInARow = 0;
     this.problems.delete('group');
@@ -56,6 +63,8 @@ export class HeartbeatRefusals {
 
   /** For a member started again: no refusals in a row yet. */
   reset(): void {
+    this.acceptedSinceStart = false;
+    this.staticWaitSince = undefined;
     this.invalidInARow = 0;
     this.missingInARow = 0;
   }
@@ -63,6 +72,7 @@ export class HeartbeatRefusals {
   /** The coordinator refused the heartbeat sent at `sentAt` (performance.now()) with `errorCode`. */
   async handle(errorCode: Exclude<ErrorCode, 'NONE'>, message: string, sentAt: number): Promise<void> {
     if (errorCode === ErrorCode.FENCED_INSTANCE_ID) {
+      if (this.waitForStaticTakeover(message)) return;
       this.actions.halt(toCoordinatorError(errorCode, `member ${this.options.memberId} (instance ${this.instanceId}) stopped for good: ${message}`));
       return;
     }
@@ -77,6 +87,23 @@ export class HeartbeatRefusals {
       return;
     }
     this.refused(errorCode, message);
+  }
+
+  /**
+   * A static member's new instance whose join was refused because the previous instance still
+   * heartbeats: that one may be a process being replaced (it stops heartbeating within moments) or
+   * one that crashed a moment ago. It retries for `sessionTimeoutMs` (by then a crashed instance is
+   * silent for certain) and only then halts, as for a duplicate process. An instance that was
+   * accepted before and is now refused was taken over: it halts at once.
+   */
+  private waitForStaticTakeover(message: string): boolean {
+    if (this.options.memberInstanceId === undefined || this.acceptedSinceStart) return false;
+    const now = performance.now();
+    this.staticWaitSince ??= now;
+    if (now - this.staticWaitSince >= this.options.sessionTimeoutMs) return false;
+    this.problems.set('instance', `waiting to take over static member ${this.options.memberId}: ${message}`);
+    this.actions.schedule(Math.max(50, Math.min(1000, Math.floor(this.options.sessionTimeoutMs / 10))));
+    return true;
   }
 
   /** The coordinator no longer agrees with this member's ownership: say so, drop it, rejoin at once. */

@@ -141,6 +141,7 @@ export class MemberHeartbeat {
     const { reconciler, metadata } = this.parts;
     return {
       instanceId: this.instanceId,
+      staticMember: this.options.memberInstanceId !== undefined,
       streamPrefix: this.options.streamPrefix,
       consumerGroup: this.options.consumerGroup,
       memberId: this.options.memberId,

@@ -1,6 +1,8 @@
 import { v7 as uuidv7 } from 'uuid';
+import { assertCodec, codecRegistry } from '../protocol/codecs';
 import { type PayloadCodec, type StreamMessage, jsonCodec } from '../protocol/entry-format';
 import { type BatchOptions, type ResolvedConsumptionOptions, resolveConsumptionOptions } from './consumption-options';
+import { assertStandardSchema, type StandardSchemaV1 } from '../protocol/standard-schema';
 import { assertConsumerGroup, assertIntegerInRange, assertMemberId, assertStreamPrefix } from '../protocol/names';
 import type { CoordinatorOptions, HeartbeatObservation } from '../redis/coordinator-options';
 import { assertReplicaWait, type ReplicaWait } from '../redis/replica-wait';
@@ -34,6 +36,20 @@ export interface CoordinatedMemberSettings<T = unknown> {
   consumerGroup: string;
   /** UUIDv7 by default. Also the member's Redis consumer name. */
   memberId?: string;
+  /**
+   * Static membership (like Kafka's `group.instance.id`, KIP-345): a stable name for this member
+   * that outlives its process, 1-128 characters of A-Z a-z 0-9 . _ -, and used as its memberId.
+   * `stop()` then keeps the membership (and the shards, unread) for `sessionTimeoutMs` instead of
+   * leaving, and a new process started with the same `memberInstanceId` within that time takes the
+   * same shards back with a new epoch: no other member's shards move, nothing is handed off, and
+   * the old process is fenced for good (it can no longer ack or dead-letter). A second live process
+   * with the same `memberInstanceId` is refused (FencedInstanceIdError) once it has waited
+   * `sessionTimeoutMs` for the first one to fall silent. Give every member its own.
+   *
+   * @example
+   * new CoordinatedMember(redis, { streamPrefix: 'orders', consumerGroup: 'billing', memberInstanceId: `billing-${process.env.POD_NAME}`, handler })
+   */
+  memberInstanceId?: string;
   /** A label for people (dashboards, describeGroup). Defaults to the memberId. */
   memberName?: string;
   /** Handlers this member runs at once, across its shards (one at a time per shard, or per key of a shard with `lanes`). Default `lanes` (1). */
@@ -82,8 +98,27 @@ export interface CoordinatedMemberSettings<T = unknown> {
   sweepIntervalMs?: number;
   /** While the group cuts over after a resize, how often this member checks whether it may complete. Default 250 ms. */
   cutoverCheckIntervalMs?: number;
-  /** Payload codec. Default JSON. */
+  /**
+   * The codec of entries that name none (written before codecs were named). Default JSON. Entries
+   * name the codec that wrote them (`c`), and are decoded with it: `json` and `msgpack` are built
+   * in, others are added with `codecs`. An entry whose codec the member does not know goes to the
+   * dead letters (cause `undecodable`) with a reason naming it.
+   */
   codec?: PayloadCodec;
+  /** More codecs this member decodes, by name (a custom one may replace a built-in of its name). */
+  codecs?: PayloadCodec[];
+  /**
+   * Validates each decoded payload before the handler sees it: any Standard Schema (zod 4, valibot,
+   * ArkType…). An entry that does not match goes to the dead letters at once (cause `invalid`, the
+   * schema's messages as the reason), never retried; the handler gets the schema's output (with
+   * its defaults and transforms). With `batch`, each entry is checked on its own: one that does
+   * not match is dead-lettered in place and the batch holds the others; with `lanes`, only its key's
+   * lane is held until its dead letter is written.
+   *
+   * @example
+   * schema: z.object({ orderId: z.string(), amount: z.number().positive() })
+   */
+  schema?: StandardSchemaV1;
   /** Coordinator settings (key prefix, intervals, assignor); the same for every member of a group. */
   coordinator?: CoordinatorOptions;
   /**
@@ -120,11 +155,15 @@ export interface CoordinatedMemberSettings<T = unknown> {
   ackWaitForReplicas?: ReplicaWait;
 }
 
-export type ResolvedMemberOptions<T = unknown> = Required<Omit<CoordinatedMemberSettings<T>, 'shardCount' | 'coordinator' | 'telemetry' | 'deadLetter' | 'ackWaitForReplicas' | keyof ResolvedConsumptionOptions>> &
-  Pick<CoordinatedMemberSettings<T>, 'shardCount' | 'coordinator' | 'ackWaitForReplicas'> &
+export type ResolvedMemberOptions<T = unknown> = Required<
+  Omit<CoordinatedMemberSettings<T>, 'shardCount' | 'coordinator' | 'telemetry' | 'deadLetter' | 'ackWaitForReplicas' | 'memberInstanceId' | 'schema' | 'codecs' | keyof ResolvedConsumptionOptions>
+> &
+  Pick<CoordinatedMemberSettings<T>, 'shardCount' | 'coordinator' | 'ackWaitForReplicas' | 'memberInstanceId' | 'schema'> &
   ResolvedConsumptionOptions & {
     /** A MessageHandler, or a BatchMessageHandler when `batch` is set. */
     handler: (input: never) => unknown;
+    /** Every codec the member decodes with, by name. */
+    codecs: ReadonlyMap<string, PayloadCodec>;
     deadLetter: ResolvedDeadLetterOptions<T>;
     /** The member's instrumentation; undefined when `telemetry` is false. */
     telemetry: MemberTelemetry | undefined;
@@ -142,7 +181,11 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T> | B
   if (typeof options.handler !== 'function') {
     throw new TypeError(`handler must be a function, got ${options.handler === null ? 'null' : typeof options.handler}`);
   }
-  const memberId = assertMemberId(options.memberId ?? uuidv7());
+  const memberInstanceId = options.memberInstanceId === undefined ? undefined : assertMemberId(options.memberInstanceId, 'memberInstanceId');
+  if (memberInstanceId !== undefined && options.memberId !== undefined && options.memberId !== memberInstanceId) {
+    throw new RangeError(`memberInstanceId ${JSON.stringify(memberInstanceId)} is also the memberId: give one of them, or both equal (memberId is ${JSON.stringify(options.memberId)})`);
+  }
+  const memberId = assertMemberId(options.memberId ?? memberInstanceId ?? uuidv7());
   const consumption = resolveConsumptionOptions(options);
   const rebalanceTimeoutMs = options.rebalanceTimeoutMs ?? 30_000;
   const resolved: ResolvedMemberOptions<T> = {
@@ -150,6 +193,7 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T> | B
     consumerGroup: options.consumerGroup,
     handler: options.handler,
     memberId,
+    memberInstanceId,
     memberName: options.memberName ?? memberId,
     runtimeMaxConcurrency: options.runtimeMaxConcurrency ?? consumption.lanes,
     weight: options.weight ?? 1,
@@ -170,6 +214,8 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T> | B
     sweepIntervalMs: options.sweepIntervalMs ?? 5000,
     cutoverCheckIntervalMs: options.cutoverCheckIntervalMs ?? 250,
     codec: options.codec ?? jsonCodec,
+    codecs: new Map(),
+    schema: options.schema === undefined ? undefined : assertStandardSchema(options.schema),
     coordinator: options.coordinator,
     telemetry: undefined,
     ackWaitForReplicas: assertReplicaWait('ackWaitForReplicas', options.ackWaitForReplicas),
@@ -200,9 +246,9 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T> | B
   if (resolved.batch && resolved.batch.maxSize > resolved.maxBufferedEntries) {
     throw new RangeError(`batch.maxSize (${resolved.batch.maxSize}) must not exceed maxBufferedEntries (${resolved.maxBufferedEntries}): a batch could never fill`);
   }
-  if (typeof resolved.codec?.encode !== 'function' || typeof resolved.codec?.decode !== 'function') {
-    throw new TypeError('codec must have encode(payload) and decode(raw) functions');
-  }
+  assertCodec(resolved.codec);
+  if (options.codecs !== undefined && !Array.isArray(options.codecs)) throw new TypeError(`codecs must be an array of codecs, got ${typeof options.codecs}`);
+  resolved.codecs = codecRegistry(resolved.codec, (options.codecs ?? []).map((codec, i) => assertCodec(codec, `codecs[${i}]`)));
   if (options.telemetry !== undefined && typeof options.telemetry !== 'boolean') {
     throw new TypeError(`telemetry must be a boolean, got ${JSON.stringify(options.telemetry)}`);
   }

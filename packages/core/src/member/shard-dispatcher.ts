@@ -1,16 +1,15 @@
 import type { EventEmitter } from 'node:events';
-import { type DecodedEntry, decodeEntry, routingKeyOf, type StreamMessage } from '../protocol/entry-format';
+import { routingKeyOf, type StreamMessage } from '../protocol/entry-format';
 import type { ShardClient } from '../redis/shard-client';
 import type { AckBatcher } from './ack-batcher';
 import { AttemptPolicy } from './attempt-policy';
 import { BatchRunner } from './batch-runner';
 import { AckRefusedError, type AckRefusalReason, AckTimeoutError } from './consumption-errors';
 import { DeadLetterWriter, failureReason, isThenable } from './dead-letter-writer';
+import { checkEntry, type DecodedPayload, type EntryCheck } from './entry-check';
 import { autoModeAck, autoModeNack, ManualSettlement } from './manual-ack';
 import type { ResolvedMemberOptions } from './member-options';
 import { HandlerAbortedError, HandlerTimeoutError, type PollerEvents, type QueuedEntry, ShardError, type ShardSet, type ShardState, type Work } from './shard-state';
-
-type DecodedPayload = Extract<DecodedEntry, { ok: true }>;
 
 /** The lane of entries without a routing key (they keep their order among themselves); keys get a prefix so none equals it. */
 const NO_KEY_LANE = '';
@@ -153,11 +152,22 @@ export class ShardDispatcher {
 
   /** Handles one entry; returns undefined when it completed synchronously, else a promise. */
   private process(state: ShardState, work: Work, queued: QueuedEntry): Promise<void> | undefined {
-    const decoded = decodeEntry(queued.entry.fields, this.options.codec);
-    if (!decoded.ok) {
-      return this.deadLetters.write(state, queued.entry, { cause: 'undecodable', reason: decoded.reason, attempts: 0, error: undefined, message: undefined }).then(() => undefined);
-    }
-    return this.attempt(state, work, queued, decoded, 1);
+    const checked = checkEntry(queued.entry, this.options);
+    if (!(checked instanceof Promise)) return this.checked(state, work, queued, checked);
+    return checked.then((result) => {
+      // An asynchronous schema answered after the shard was released: the entry stays pending for its next owner.
+      if (state.released.signal.aborted) return undefined;
+      return this.checked(state, work, queued, result);
+    });
+  }
+
+  /**
+   * A decoded, valid entry runs; an undecodable or invalid one is dead-lettered at once (a retry
+   * would not change it), holding only its lane (its key, with lanes) until the letter is written.
+   */
+  private checked(state: ShardState, work: Work, queued: QueuedEntry, checked: EntryCheck): Promise<void> | undefined {
+    if (checked.ok) return this.attempt(state, work, queued, checked.decoded, 1);
+    return this.deadLetters.write(state, queued.entry, { cause: checked.cause, reason: checked.reason, attempts: 0, error: undefined, message: undefined }).then(() => undefined);
   }
 
   private attempt(state: ShardState, work: Work, queued: QueuedEntry, decoded: DecodedPayload, attempt: number): Promise<void> | undefined {

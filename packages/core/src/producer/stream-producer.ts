@@ -1,4 +1,5 @@
 import { v7 as uuidv7 } from 'uuid';
+import { assertCodec } from '../protocol/codecs';
 import { encodeEntry, jsonCodec, type OutgoingMessage, type PayloadCodec } from '../protocol/entry-format';
 import { GroupNotFoundError, ShardCountConflictError } from '../protocol/errors';
 import { assertIntegerInRange, assertStreamPrefix } from '../protocol/names';
@@ -20,7 +21,10 @@ export interface StreamProducerOptions {
   streamPrefix: string;
   /** Key prefix of the coordinator keys. Default `rsc`. */
   keyPrefix?: string;
-  /** Payload codec. Default JSON. */
+  /**
+   * Payload codec. Default JSON. Its name is stored with each entry, so members decode it with the
+   * same codec whatever their own default (`json` and `msgpack` are built in; see the member's `codecs`).
+   */
   codec?: PayloadCodec;
   /**
    * Approximate cap per shard stream (`XADD MAXLEN ~`). Default: no trimming.
@@ -120,7 +124,7 @@ export class StreamProducer {
     assertStreamPrefix(options?.streamPrefix);
     this.keys = new KeyBuilder(options.keyPrefix);
     this.codec = options.codec ?? jsonCodec;
-    if (typeof this.codec.encode !== 'function') throw new TypeError('codec must have an encode(payload) function');
+    assertCodec(this.codec);
     if (options.maxLenApprox !== undefined) assertIntegerInRange('maxLenApprox', options.maxLenApprox, 1, Number.MAX_SAFE_INTEGER);
     this.refreshMs = assertIntegerInRange('metadataRefreshMs', options.metadataRefreshMs ?? 500, 1, 3_600_000);
     this.shardCount = options.shardCount === undefined ? undefined : assertIntegerInRange('shardCount', options.shardCount, 1, MAX_SHARD_COUNT);
@@ -268,7 +272,7 @@ export class StreamProducer {
     );
   }
 
-  private encode(message: OutgoingMessage): string[] {
+  private encode(message: OutgoingMessage): (string | Buffer)[] {
     if (message.key !== undefined && typeof message.key !== 'string') throw new TypeError(`key must be a string, got ${typeof message.key}`);
     if (message.shardIndex !== undefined) assertIntegerInRange('shardIndex', message.shardIndex, 0, MAX_SHARD_COUNT - 1);
     return encodeEntry(message, this.codec);
@@ -277,7 +281,7 @@ export class StreamProducer {
   /** Groups the entries at `indices` by the shard they route to with `shardCount`, in batch order. */
   private plan(
     messages: OutgoingMessage[],
-    fields: string[][],
+    fields: (string | Buffer)[][],
     indices: number[],
     shardCount: number,
     failed: FailedEntry[],

@@ -1,27 +1,23 @@
+import { type PayloadCodec, jsonCodec } from './codecs';
+
+export { type BinaryCodec, type PayloadCodec, type TextCodec, jsonCodec, msgpackCodec } from './codecs';
+
 /**
  * How an entry is laid out in a shard stream, shared by the producer and the member runtime.
- * Fields: `p` the encoded payload (required), `k` the routing key (optional), `h` the headers as
- * JSON (optional). Anything else in an entry is ignored; an entry without `p` was not written by
- * a producer of this library and goes to the dead-letter stream.
+ * Fields: `p` the encoded payload (required; bytes for a binary codec), `c` the name of the codec
+ * that wrote it (absent in entries written before codecs were named: the reader's own codec then),
+ * `k` the routing key (optional), `h` the headers as JSON (optional). Anything else in an entry is
+ * ignored; an entry without `p` was not written by a producer of this library and goes to the
+ * dead-letter stream.
  */
-export const ENTRY_FIELD = { payload: 'p', key: 'k', headers: 'h' } as const;
+export const ENTRY_FIELD = { payload: 'p', codec: 'c', key: 'k', headers: 'h' } as const;
 
-/** Turns payloads into stream field values and back. The default is JSON. */
-export interface PayloadCodec {
-  readonly name: string;
-  encode(payload: unknown): string;
-  decode(raw: string): unknown;
-}
-
-export const jsonCodec: PayloadCodec = {
-  name: 'json',
-  encode: (payload) => {
-    const encoded = JSON.stringify(payload);
-    if (encoded === undefined) throw new TypeError(`payload of type ${typeof payload} cannot be encoded as JSON`);
-    return encoded;
-  },
-  decode: (raw) => JSON.parse(raw),
-};
+/**
+ * A codec that writes stored payloads back as they are (dead-letter replay): it names, per payload,
+ * the codec that originally wrote it, so the entry keeps its `c` field.
+ */
+export const ENTRY_CODEC_OF = Symbol('entryCodecOf');
+export type PassThroughCodec = PayloadCodec & { [ENTRY_CODEC_OF](payload: unknown): string | undefined };
 
 /** A message as a handler sees it. */
 export interface StreamMessage<T = unknown> {
@@ -77,7 +73,7 @@ export interface OutgoingMessage<T = unknown> {
 }
 
 export type DecodedEntry =
-  | { ok: true; key: string | undefined; payload: unknown; headers: Record<string, string> }
+  | { ok: true; key: string | undefined; payload: unknown; headers: Record<string, string>; codec: string }
   | { ok: false; reason: string; key: string | undefined };
 
 /** The routing key field of a raw entry (flat field list), without decoding anything else. */
@@ -86,14 +82,29 @@ export function routingKeyOf(fields: readonly string[]): string | undefined {
   return undefined;
 }
 
-/** Decodes a raw entry (flat field list). Never throws: a bad entry is a reason to dead-letter it. */
-export function decodeEntry(fields: readonly string[], codec: PayloadCodec): DecodedEntry {
+/**
+ * An entry as read: the flat field list as text, and the payload's bytes when the read kept them
+ * (binary codecs decode from those; the text of a binary payload is not its bytes).
+ */
+export interface EntryFields {
+  fields: readonly string[];
+  payloadBytes?: Buffer;
+}
+
+/**
+ * Decodes a raw entry with the codec named in it (`codecs`, by name), or with `codec` when it names
+ * none. Never throws: a bad entry is a reason to dead-letter it.
+ */
+export function decodeEntry(entry: EntryFields | readonly string[], codec: PayloadCodec, codecs?: ReadonlyMap<string, PayloadCodec>): DecodedEntry {
+  const { fields, payloadBytes } = isFieldList(entry) ? { fields: entry, payloadBytes: undefined } : entry;
   let payload: string | undefined;
   let key: string | undefined;
   let headers: string | undefined;
+  let codecName: string | undefined;
   for (let i = 0; i + 1 < fields.length; i += 2) {
     const name = fields[i];
     if (name === ENTRY_FIELD.payload) payload = fields[i + 1];
+    else if (name === ENTRY_FIELD.codec) codecName = fields[i + 1];
     else if (name === ENTRY_FIELD.key) key = fields[i + 1];
     else if (name === ENTRY_FIELD.headers) headers = fields[i + 1];
   }
@@ -108,19 +119,39 @@ export function decodeEntry(fields: readonly string[], codec: PayloadCodec): Dec
       return { ok: false, reason: `the headers cannot be decoded: ${(error as Error).message}`, key };
     }
   }
+  const used = codecName === undefined ? codec : codecs?.get(codecName) ?? (codecName === codec.name ? codec : undefined);
+  if (used === undefined) {
+    const known = [...(codecs?.keys() ?? [codec.name])].join(', ');
+    return { ok: false, reason: `the entry was written with codec "${codecName}", which this member does not know (it knows ${known}); add it to the member's \`codecs\``, key };
+  }
   try {
-    return { ok: true, key, payload: codec.decode(payload), headers: decodedHeaders };
+    const decoded = used.binary ? used.decode(payloadBytes ?? Buffer.from(payload, 'utf8')) : used.decode(payload);
+    return { ok: true, key, payload: decoded, headers: decodedHeaders, codec: used.name };
   } catch (error) {
-    return { ok: false, reason: `the payload cannot be decoded by codec "${codec.name}": ${(error as Error).message}`, key };
+    return { ok: false, reason: `the payload cannot be decoded by codec "${used.name}": ${(error as Error).message}`, key };
   }
 }
 
-/** The flat field list of an entry, ready for XADD. */
-export function encodeEntry(message: OutgoingMessage, codec: PayloadCodec): string[] {
-  const fields: string[] = [ENTRY_FIELD.payload, codec.encode(message.payload)];
+function isFieldList(entry: EntryFields | readonly string[]): entry is readonly string[] {
+  return Array.isArray(entry);
+}
+
+/** The flat field list of an entry, ready for XADD: text, and the payload's bytes for a binary codec. */
+export function encodeEntry(message: OutgoingMessage, codec: PayloadCodec): (string | Buffer)[] {
+  const encoded: string | Uint8Array = codec.encode(message.payload);
+  const passThrough = (codec as Partial<PassThroughCodec>)[ENTRY_CODEC_OF];
+  const codecName = passThrough ? passThrough(message.payload) : codec.name;
+  const fields: (string | Buffer)[] = [ENTRY_FIELD.payload, typeof encoded === 'string' ? encoded : toBuffer(encoded)];
+  if (codecName !== undefined) fields.push(ENTRY_FIELD.codec, codecName);
   if (message.key !== undefined) fields.push(ENTRY_FIELD.key, message.key);
   if (message.headers !== undefined && Object.keys(message.headers).length > 0) {
     fields.push(ENTRY_FIELD.headers, JSON.stringify(message.headers));
   }
   return fields;
+}
+
+function toBuffer(bytes: Uint8Array): Buffer {
+  if (Buffer.isBuffer(bytes)) return bytes;
+  if (bytes instanceof Uint8Array) return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  throw new TypeError(`a codec's encode must return a string or bytes (Uint8Array), got ${typeof bytes}`);
 }

@@ -29,6 +29,12 @@ export interface HeartbeatRequest {
    * with FENCED_INSTANCE_ID. Empty or absent: no identity (the record then belongs to any caller).
    */
   instanceId?: string;
+  /**
+   * The memberId is a static member's `memberInstanceId` (docs/runtime.md "Static membership"): a
+   * leave (-1) keeps the membership for the next instance, and a join from a new instance takes the
+   * assignment over once the instance holding it went away or fell silent.
+   */
+  staticMember?: boolean;
 }
 
 export interface HeartbeatResponse {

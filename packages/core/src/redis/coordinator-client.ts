@@ -97,6 +97,7 @@ export class CoordinatorClient {
       toShardCsv(request.revoking),
       toShardCsv(request.ackedRevocations),
       request.instanceId ?? '',
+      request.staticMember === true ? '1' : '',
     ]);
     return parseHeartbeatReply(reply);
   }

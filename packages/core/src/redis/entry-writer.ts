@@ -10,7 +10,8 @@ export interface ShardAppend {
   /** The producer's write log on the shard, and this call's sequence number in it (unique per producer and shard). */
   writes: string;
   writeSeq: number;
-  entries: string[][];
+  /** Field names and values; a binary codec's payload is bytes, stored as they are. */
+  entries: (string | Buffer)[][];
 }
 
 /** What became of one shard's part (appendEntries-3.lua). */
@@ -60,7 +61,7 @@ export async function appendToShards(
     client,
     appends.map((append) => ({
       build(pipeline) {
-        const args: (string | number)[] = [append.shardIndex, routedCount, cap, append.writeSeq];
+        const args: (string | number | Buffer)[] = [append.shardIndex, routedCount, cap, append.writeSeq];
         for (const fields of append.entries) args.push(fields.length, ...fields);
         pipelineScript(pipeline, 'appendEntries', [append.stream, append.routing, append.writes], args);
       },

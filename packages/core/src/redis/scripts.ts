@@ -69,8 +69,8 @@ const defined = new WeakSet<object>();
  * Defines the coordinator scripts on a client (once per client) with ioredis `defineCommand`:
  * EVALSHA, with a transparent reload after `NOSCRIPT` (e.g. after a Redis restart or SCRIPT FLUSH).
  */
-export function runScript(client: RedisClient, script: ScriptName, keys: string[], args: (string | number)[]): Promise<unknown> {
-  const command = (client as unknown as Record<string, (...a: (string | number)[]) => Promise<unknown>>)[defineScripts(client, script)];
+export function runScript(client: RedisClient, script: ScriptName, keys: string[], args: (string | number | Buffer)[]): Promise<unknown> {
+  const command = (client as unknown as Record<string, (...a: (string | number | Buffer)[]) => Promise<unknown>>)[defineScripts(client, script)];
   return command.call(client, ...scriptArguments(script, keys, args));
 }
 
@@ -78,8 +78,8 @@ export function runScript(client: RedisClient, script: ScriptName, keys: string[
  * Adds a script call to a pipeline. The scripts must be defined on the pipeline's client before the
  * pipeline is made (`ensureScripts`): a pipeline only has the commands its client had then.
  */
-export function pipelineScript(pipeline: ChainableCommander, script: ScriptName, keys: string[], args: (string | number)[]): void {
-  const command = (pipeline as unknown as Record<string, ((...a: (string | number)[]) => unknown) | undefined>)[commandName(script)];
+export function pipelineScript(pipeline: ChainableCommander, script: ScriptName, keys: string[], args: (string | number | Buffer)[]): void {
+  const command = (pipeline as unknown as Record<string, ((...a: (string | number | Buffer)[]) => unknown) | undefined>)[commandName(script)];
   if (!command) throw new Error(`script ${script} is not defined on the pipeline's client: call ensureScripts(client) first`);
   command.call(pipeline, ...scriptArguments(script, keys, args));
 }
@@ -89,7 +89,7 @@ export function ensureScripts(client: RedisClient): void {
   defineScripts(client, 'heartbeat');
 }
 
-function scriptArguments(script: ScriptName, keys: string[], args: (string | number)[]): (string | number)[] {
+function scriptArguments(script: ScriptName, keys: string[], args: (string | number | Buffer)[]): (string | number | Buffer)[] {
   return keyCount(SCRIPT_FILES[script]) === undefined ? [keys.length, ...keys, ...args] : [...keys, ...args];
 }
 

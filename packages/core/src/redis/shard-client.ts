@@ -1,14 +1,16 @@
 import type { Redis } from 'ioredis';
+import { ENTRY_FIELD } from '../protocol/entry-format';
 import type { KeyBuilder } from './keys';
 import { findGroupInfo, isNoSuchKey, type StreamGroupInfo } from './responses';
 import { ensureScripts, pipelineScript, type RedisClient, runScript } from './scripts';
 import { NotReplicatedError, type ReplicaWait, waitCommand, waitShortfall } from './replica-wait';
 import { execBySlot } from './slot-pipelines';
 
-/** A raw stream entry: id and flat field list. */
+/** A raw stream entry: id and flat field list (text), and the payload's bytes as read. */
 export interface RawEntry {
   id: string;
   fields: string[];
+  payloadBytes?: Buffer;
 }
 
 /**
@@ -81,6 +83,21 @@ function toEntries(raw: unknown): RawEntry[] {
   return out;
 }
 
+/** The codec an entry names (`c`), or undefined. */
+function entryCodec(fields: readonly string[]): string | undefined {
+  for (let i = 0; i + 1 < fields.length; i += 2) if (fields[i] === ENTRY_FIELD.codec) return fields[i + 1];
+  return undefined;
+}
+
+/** The payload as base64 when its bytes are not the UTF-8 of its text (a binary codec's), else undefined. */
+function binaryPayload(entry: RawEntry): string | undefined {
+  const bytes = entry.payloadBytes;
+  if (bytes === undefined) return undefined;
+  const index = entry.fields.indexOf(ENTRY_FIELD.payload);
+  const text = index >= 0 && index % 2 === 0 ? entry.fields[index + 1] : undefined;
+  return text !== undefined && Buffer.from(text, 'utf8').equals(bytes) ? undefined : bytes.toString('base64');
+}
+
 /**
  * The shard-side operations of one member on one group: fencing, reading, acknowledging, taking over
  * pending work, dead-lettering. Every call touches keys of one shard's hash slot only (Cluster-safe),
@@ -94,9 +111,52 @@ export class ShardClient {
     readonly streamPrefix: string,
     readonly consumerGroup: string,
     readonly memberId: string,
-    /** `WAIT` after each ack batch (the member's `ackWaitForReplicas`). */
-    private readonly ackWait?: ReplicaWait,
-  ) {}
+    options: {
+      /** `WAIT` after each ack batch (the member's `ackWaitForReplicas`). */
+      ackWait?: ReplicaWait;
+      /**
+       * Codecs whose payloads are text ('' for entries that name none, when the member's own codec
+       * is text): entries of any other codec (binary, or not known here) get their payload's bytes
+       * fetched beside the text (`withPayloadBytes`).
+       */
+      textCodecs?: ReadonlySet<string>;
+    } = {},
+  ) {
+    this.ackWait = options.ackWait;
+    this.textCodecs = options.textCodecs ?? new Set(['json', '']);
+  }
+
+  private readonly ackWait: ReplicaWait | undefined;
+  private readonly textCodecs: ReadonlySet<string>;
+
+  /**
+   * Reads are text replies: a JSON entry costs nothing extra. The UTF-8 text of arbitrary bytes is
+   * not those bytes, so entries of a binary (or unknown) codec get their payload's bytes with one
+   * XRANGE in Buffer replies over their id range, per shard and read. An entry deleted meanwhile
+   * keeps only its text (it decodes as garbage and is dead-lettered, never skipped).
+   */
+  private async withPayloadBytes(shardIndex: number, entries: RawEntry[]): Promise<RawEntry[]> {
+    let first: string | undefined;
+    let last: string | undefined;
+    for (const entry of entries) {
+      if (this.textCodecs.has(entryCodec(entry.fields) ?? '')) continue;
+      first ??= entry.id;
+      last = entry.id;
+    }
+    if (first === undefined || last === undefined) return entries;
+    const [stream] = this.shardKeys(shardIndex);
+    const rows = await this.redis.xrangeBuffer(stream, first, last);
+    const bytes = new Map<string, Buffer>();
+    for (const [id, values] of rows) {
+      for (let i = 0; i + 1 < values.length; i += 2) {
+        if (values[i].length === 1 && values[i].toString() === ENTRY_FIELD.payload) bytes.set(id.toString(), values[i + 1]);
+      }
+    }
+    return entries.map((entry) => {
+      const payloadBytes = bytes.get(entry.id);
+      return payloadBytes === undefined ? entry : { ...entry, payloadBytes };
+    });
+  }
 
   /** The group's incarnation as of the member's last successful heartbeat (HeartbeatResponse.incarnation). */
   private incarnation = '0';
@@ -171,7 +231,8 @@ export class ShardClient {
       ...modeArgs,
     ])) as unknown[];
     if (Number(reply[0]) === -1) return { fenced: true };
-    return { fenced: false, cursor: String(reply[1]), entries: toEntries(reply[2]), deleted: ((reply[3] as unknown[]) ?? []).map(String) };
+    const entries = await this.withPayloadBytes(shardIndex, toEntries(reply[2]));
+    return { fenced: false, cursor: String(reply[1]), entries, deleted: ((reply[3] as unknown[]) ?? []).map(String) };
   }
 
   /**
@@ -230,7 +291,8 @@ export class ShardClient {
     if (checkError) throw checkError;
     const entries = new Map<number, RawEntry[]>();
     for (const [stream, list] of (reply as [string, [string, string[]][]][] | null) ?? []) {
-      entries.set(shards[streams.indexOf(String(stream))], toEntries(list));
+      const shard = shards[streams.indexOf(String(stream))];
+      entries.set(shard, await this.withPayloadBytes(shard, toEntries(list)));
     }
     return { entries, firstAfter: new Map(shards.map((shard, i) => [shard, String((firsts as unknown[])[i] ?? '')])) };
   }
@@ -258,14 +320,26 @@ export class ShardClient {
     const entries = new Map<number, RawEntry[]>();
     const firstAfter = new Map<number, string>();
     const failed = new Map<number, Error>();
-    results.forEach((result, i) => {
-      const shard = shards[i];
-      if ('error' in result) return failed.set(shard, result.error);
-      const [[readError, reply], [checkError, firsts]] = result.replies as [[Error | null, unknown], [Error | null, unknown]];
-      if (readError || checkError) return failed.set(shard, (readError ?? checkError)!);
-      for (const [, list] of (reply as [string, [string, string[]][]][] | null) ?? []) entries.set(shard, toEntries(list));
-      firstAfter.set(shard, String((firsts as unknown[])[0] ?? ''));
-    });
+    await Promise.all(
+      results.map(async (result, i) => {
+        const shard = shards[i];
+        if ('error' in result) return failed.set(shard, result.error);
+        const [[readError, reply], [checkError, firsts]] = result.replies as [[Error | null, unknown], [Error | null, unknown]];
+        if (readError || checkError) return failed.set(shard, (readError ?? checkError)!);
+        firstAfter.set(shard, String((firsts as unknown[])[0] ?? ''));
+        const list = ((reply as [string, [string, string[]][]][] | null) ?? [])[0]?.[1];
+        if (list === undefined) return;
+        // The bytes of binary payloads: one XRANGE on the shard's own slot (its node). When it
+        // fails, the entries were delivered (pending under this member) all the same: the shard
+        // counts as failed this round, and the gap check finds them untracked and claims them again.
+        try {
+          entries.set(shard, await this.withPayloadBytes(shard, toEntries(list)));
+        } catch (error) {
+          firstAfter.delete(shard);
+          failed.set(shard, error as Error);
+        }
+      }),
+    );
     return { entries, firstAfter, failed };
   }
 
@@ -284,6 +358,7 @@ export class ShardClient {
   ): Promise<string | null> {
     const [stream, fence] = this.shardKeys(shardIndex);
     const deadLetters = this.keys.shardDeadLetterStream(this.streamPrefix, shardIndex, letter.destination);
+    const payloadBase64 = binaryPayload(entry);
     const reply = await runScript(this.redis, 'deadLetterFenced', [stream, fence, deadLetters], [
       this.consumerGroup,
       this.token(grantEpoch),
@@ -297,6 +372,8 @@ export class ShardClient {
       'error', letter.error,
       'attempts', String(letter.attempts),
       'fields', JSON.stringify(entry.fields),
+      // The text in `fields` of a binary payload is not its bytes: they are kept beside it.
+      ...(payloadBase64 === undefined ? [] : ['payloadBase64', payloadBase64]),
     ]);
     return Number(reply) === -1 ? null : String(reply);
   }

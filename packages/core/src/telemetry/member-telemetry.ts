@@ -145,6 +145,7 @@ export class MemberTelemetry {
     this.member = { ...this.base, [ATTR.clientId]: identity.memberId };
     this.deadLetterCauses = {
       undecodable: { ...this.base, [ATTR.deadLetterCause]: 'undecodable' },
+      invalid: { ...this.base, [ATTR.deadLetterCause]: 'invalid' },
       'attempts-exhausted': { ...this.base, [ATTR.deadLetterCause]: 'attempts_exhausted' },
       'non-retryable': { ...this.base, [ATTR.deadLetterCause]: 'non_retryable' },
     };

@@ -14,6 +14,11 @@ export type RedisStreamsPatternOptions = MemberDefaults & {
   concurrency?: number;
   /** Base member id; a member's id is `<memberId>-m<i>`. Default: a new UUIDv7 per start of the process. */
   memberId?: string;
+  /**
+   * Static membership (docs/runtime.md): a stable name of this process's members of the stream,
+   * `<memberInstanceId>-m0` …, so a restarted process takes their shards back without a rebalance.
+   */
+  memberInstanceId?: string;
   /** Base member name for people (describeGroup, dashboards). Default: the stream prefix. */
   memberName?: string;
 };

@@ -165,7 +165,7 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
   private createGroup(pattern: string, handler: MessageHandler): PatternGroup {
     const connection = this.connection!;
     const { concurrency, memberOptions } = resolvePatternOptions(pattern, handler.extras, this.options);
-    const { memberId, memberName, ...rest } = memberOptions;
+    const { memberId, memberName, memberInstanceId, ...rest } = memberOptions;
     const baseId = memberId ?? undefined;
     const members: CoordinatedMember[] = [];
     for (let i = 0; i < concurrency; i++) {
@@ -175,6 +175,8 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
         streamPrefix: pattern,
         memberName: `${memberName ?? pattern}-m${i}`,
         ...(baseId !== undefined ? { memberId: `${baseId}-m${i}` } : {}),
+        // static membership: each member named after the pattern's memberInstanceId (docs/runtime.md)
+        ...(memberInstanceId !== undefined ? { memberId: `${memberInstanceId}-m${i}`, memberInstanceId: `${memberInstanceId}-m${i}` } : {}),
         coordinator: this.options.coordinator,
         handler: (message: StreamMessage) => this.handle(pattern, message, member!),
       };

@@ -10,12 +10,14 @@
   ARGV[15] weight                  ARGV[16] sessionTimeoutMs       ARGV[17] rebalanceTimeoutMs
   ARGV[18] metadataVersion         ARGV[19] owned (CSV)            ARGV[20] revoking (CSV)
   ARGV[21] ackedRevocations (CSV)     ARGV[22] instanceId (one per member process; '' = none)
+  ARGV[23] static ('1': the memberId is a stable memberInstanceId, see includes/static.lua; '' = not)
 
   Output: the heartbeat response (includes/respond.lua), or { errorCode, message } when the request
   was refused; a refused request changed nothing. A member is checked (ACTIVE, lease, epoch,
   instance) before its shard lists are: a stale member is told it is stale even when its report no
   longer fits the stream (shards deleted after a shrink while it was paused). A join for an ACTIVE
-  member with a live lease from another instance is refused with FENCED_INSTANCE_ID (SPEC 9.4).
+  member with a live lease from another instance is refused with FENCED_INSTANCE_ID (SPEC 9.4),
+  unless the member is static and its instance went away or fell silent (includes/static.lua).
 
   The steady-state heartbeat (current epoch, report equal to the stored assignment, nothing changed,
   group STABLE) is answered before the rest of the script is even defined: it decodes only the
@@ -67,6 +69,7 @@ end
 --- @include "includes/reconcile"
 --- @include "includes/memberCheck"
 --- @include "includes/instance"
+--- @include "includes/static"
 --- @include "includes/incarnation"
 --- @include "includes/callContext"
 --- @include "includes/respond"
@@ -76,6 +79,7 @@ local memberId = ARGV[10]
 local memberName = ARGV[12]
 local rawOwned = ARGV[19]
 local instanceId = ARGV[22] or ''
+local isStatic = ARGV[23] == '1'
 
 -- 1. Validate everything before touching anything.
 if not isValidMemberId(memberId) then return errorResponse(ERR_INVALID_REQUEST, MEMBER_ID_RULE) end
@@ -105,14 +109,29 @@ local memberEpoch = req.memberEpoch
 if memberEpoch > 0 then
   local code, message = checkMemberEpoch(K, rec, memberId, memberEpoch, now, minLease)
   if code ~= ERR_NONE then return errorResponse(code, message) end
+  if rec.awayAt and not isOtherInstance(rec, instanceId) then
+    return errorResponse(ERR_UNKNOWN_MEMBER_ID, 'static member ' .. memberId .. ' departed (stop()); rejoin with memberEpoch 0')
+  end
   if isOtherInstance(rec, instanceId) then
+    if rec.static then
+      -- The old incarnation of a static member: a newer process of this memberInstanceId took over.
+      return errorResponse(ERR_FENCED_INSTANCE_ID, 'static member ' .. memberId .. ' was taken over by a newer instance; this one stops for good')
+    end
     return errorResponse(ERR_FENCED_MEMBER_EPOCH, 'member ' .. memberId .. ' was taken over by another instance; rejoin with memberEpoch 0')
   end
 elseif isOtherInstance(rec, instanceId) and rec.state == 'ACTIVE' and (memberEpoch == -1 or isAlive(K, rec, now, minLease)) then
   -- A second live process with this id (or a leave from one): it must never share the id's
-  -- ownership, and must not end the membership of the instance that holds it.
-  return errorResponse(ERR_FENCED_INSTANCE_ID, 'memberId ' .. memberId .. ' is in use by another live instance of group '
-    .. groupName .. '; give every member process its own memberId')
+  -- ownership, and must not end the membership of the instance that holds it. A static member's
+  -- restart is the exception once the instance holding it fell silent: that one crashed (or hangs),
+  -- and the restart takes over, fencing it (includes/static.lua).
+  local staticRestart = memberEpoch == 0 and isStatic and rec.static
+  if staticRestart and not staticInstanceSilent(K, cfg, rec, now) then
+    return errorResponse(ERR_FENCED_INSTANCE_ID, 'static member ' .. memberId .. ' is held by a live instance that still heartbeats; '
+      .. 'a restarted instance takes over once the old one has been silent for ' .. staticTakeoverAfterMs(cfg, rec) .. ' ms')
+  elseif not staticRestart then
+    return errorResponse(ERR_FENCED_INSTANCE_ID, 'memberId ' .. memberId .. ' is in use by another live instance of group '
+      .. groupName .. '; give every member process its own memberId')
+  end
 end
 
 -- The steady-state report repeats the stored list exactly (canonical CSV): it is valid and true as
@@ -149,6 +168,14 @@ end
 if g.groupEpoch ~= groupEpochBefore then wakeMembers(cfg, memberId) end -- someone expired
 if g.groupEpoch ~= groupEpochBefore then rec = loadMember(K, memberId) end
 
+-- A static member's leave keeps its membership: its shards wait, unread, for its next instance until
+-- its lease runs out (includes/static.lua).
+if memberEpoch == -1 and isStatic and rec and rec.state == 'ACTIVE' and rec.static then
+  staticDepart(K, cfg, g, rec, now)
+  return { ERR_NONE, '', -1, cfg.heartbeatIntervalMs, req.sessionTimeoutMs, '', '', '', g.groupEpoch,
+    g.assignmentEpoch, groupState(K, g), stream.metadataVersion, stream.count, false, 0, '', g.incarnation }
+end
+
 -- Leave: shards are free at once; the record stays as LEFT until retention ends.
 if memberEpoch == -1 then
   if rec and rec.state == 'ACTIVE' then
@@ -170,13 +197,16 @@ if memberEpoch == 0 then
       joinEpoch = g.groupEpoch, mv = req.metadataVersion, rmc = req.runtimeMaxConcurrency,
       acw = req.activeConsumerWorkers, weight = req.weight, st = req.sessionTimeoutMs,
       rt = req.rebalanceTimeoutMs, owned = '', revoking = '', pending = '', lastHb = now, waiting = true,
-      leaseExp = now + req.sessionTimeoutMs, inst = instanceId,
+      leaseExp = now + req.sessionTimeoutMs, inst = instanceId, static = isStatic or nil,
     }
     indexWeight(K, memberId, req.weight)
     appendEvent(K, cfg, g, 'MEMBER_JOINED', memberId, memberName)
   elseif rec.state == 'ACTIVE' and rec.waiting and rec.owned == '' and rec.revoking == '' then
     -- The same join again: the member was told epoch 0 (it waits for its first target after the
     -- join) or the answer was lost. It holds nothing that a rejoin would drop.
+  elseif isStatic and canRejoinStatically(K, g, rec, groupEpochBefore) then
+    -- A static member's new instance takes the same assignment with a new epoch; nobody else moves.
+    staticRejoin(K, cfg, g, rec, instanceId, now)
   else
     -- A rejoin: whatever the member held is dropped first (shard fencing protects those shards),
     -- and it waits for a target computed after this join, so its next epoch is strictly higher.
@@ -189,7 +219,7 @@ if memberEpoch == 0 then
       redis.call('ZREM', K.retained, memberId)
     end
     rec.state, rec.owned, rec.revoking, rec.pending, rec.endedAt, rec.rvAt = 'ACTIVE', '', '', '', nil, nil
-    rec.inst = instanceId
+    rec.inst, rec.static, rec.awayAt = instanceId, isStatic or nil, nil
     -- The incarnation that joined before must not slip back in through the previous-epoch rule.
     rec.prevEpoch, rec.known, rec.waiting = -1, -1, true
     indexWeight(K, memberId, rec.weight)
@@ -197,7 +227,9 @@ if memberEpoch == 0 then
     rec.joinEpoch = g.groupEpoch
     appendEvent(K, cfg, g, 'MEMBER_REJOINED', memberId, previousState)
   end
-  dirty, mustReconcile = true, true
+  rec.awayAt = nil
+  dirty, mustReconcile = true, not rec.staticRejoin
+  rec.staticRejoin = nil
 end
 
 -- 4. What the member reports about itself.

@@ -19,7 +19,7 @@ end
 
 local function saveMember(K, rec)
   redis.call('HSET', K.members, rec.id, cjson.encode(rec))
-  if rec.state == 'ACTIVE' and not rec.waiting and rec.revoking == '' and rec.pending == '' and rec.known == rec.epoch then
+  if rec.state == 'ACTIVE' and not rec.waiting and not rec.awayAt and rec.revoking == '' and rec.pending == '' and rec.known == rec.epoch then
     redis.call('HSET', K.steady, rec.id, steadySignature(rec))
   else
     redis.call('HDEL', K.steady, rec.id)

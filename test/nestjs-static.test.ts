@@ -1,0 +1,71 @@
+import 'reflect-metadata';
+import { Injectable, Module } from '@nestjs/common';
+import { Test, type TestingModule } from '@nestjs/testing';
+import { describe, expect, it } from 'vitest';
+import { CoordinatorAdmin, type StreamMessage } from '@redis-stream-coordinator/core';
+import { CoordinatorConsumerProperties, CoordinatorModule, StreamListener } from '@redis-stream-coordinator/nestjs';
+import { closedAfterEach } from './support/nest-apps';
+import { pollUntil } from './support/poll';
+import { uniqueName, useRedisServer } from './support/vitest-redis';
+
+// Static membership through the Nest starter (issue 17 item 4): a listener's members and a bean
+// consumer keep their shards when the application restarts with the same memberInstanceId.
+const redis = useRedisServer();
+const apps = closedAfterEach<TestingModule>();
+
+async function anApp(streamPrefix: string, pod: string) {
+  @Injectable()
+  class Handlers {
+    @StreamListener({ streamPrefix, consumerGroup: 'g', concurrency: 2, shardCount: 6, memberInstanceId: `listener-${pod}` })
+    async onEntry(_message: StreamMessage) {}
+  }
+  @Module({
+    providers: [
+      Handlers,
+      {
+        provide: 'beanConsumer',
+        useFactory: () =>
+          CoordinatorConsumerProperties.consumer({ streamPrefix, consumerGroup: 'g', memberInstanceId: `bean-${pod}`, shardCount: 6, handler: () => undefined }),
+      },
+    ],
+  })
+  class FeatureModule {}
+  const app = await Test.createTestingModule({
+    imports: [CoordinatorModule.forRoot({ redis: { url: redis.server.url }, coordinator: { heartbeatIntervalMs: 100 } }), FeatureModule],
+  }).compile();
+  apps.push(app);
+  await app.init();
+  return app;
+}
+
+async function owners(streamPrefix: string) {
+  const admin = new CoordinatorAdmin(redis.client());
+  return pollUntil('a STABLE group with every shard owned', async () => {
+    const d = await admin.describeGroup(streamPrefix, 'g').catch(() => undefined);
+    if (!d || d.group.state !== 'STABLE' || !d.shards.every((s) => s.state === 'OWNED')) return false;
+    if (d.members.filter((m) => m.state === 'ACTIVE').length < 3) return false; // the three members joined
+    return Object.fromEntries(d.members.filter((m) => m.state === 'ACTIVE').map((m) => [m.memberId, m.currentAssignment.map((s) => s.shardIndex)]));
+  });
+}
+
+describe('static membership in NestJS', () => {
+  it('a listener with concurrency 2 has members <memberInstanceId>-m0/-m1; a restarted application takes back the same shards', async () => {
+    const streamPrefix = uniqueName('nest-static');
+    const first = await anApp(streamPrefix, 'pod-a');
+    const before = await owners(streamPrefix);
+    expect(Object.keys(before).sort()).toEqual(['bean-pod-a', 'listener-pod-a-m0', 'listener-pod-a-m1']);
+    const events = async () => (await new CoordinatorAdmin(redis.client()).readGroupEvents(streamPrefix, 'g', { count: 1000 })).map((e) => e.type);
+    const commitsBefore = (await events()).filter((t) => t === 'TARGET_COMMITTED').length;
+
+    await first.close(); // the members depart, keeping their shards
+    apps.splice(apps.indexOf(first), 1);
+    await anApp(streamPrefix, 'pod-a');
+    // The departed members still own their shards: wait for the new ones to have taken them over.
+    const after = await pollUntil('the three members rejoined', async () => {
+      const types = await events();
+      return types.filter((t) => t === 'MEMBER_STATIC_REJOINED').length === 3 && types;
+    });
+    expect(after.filter((t) => t === 'TARGET_COMMITTED')).toHaveLength(commitsBefore);
+    expect(await owners(streamPrefix)).toEqual(before);
+  }, 20_000);
+});

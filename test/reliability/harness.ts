@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Redis } from 'ioredis';
-import { CoordinatorAdmin } from '@redis-stream-coordinator/core';
+import { CoordinatorAdmin, LOADING_RETRY_MS } from '@redis-stream-coordinator/core';
 import { RedisServer } from '@redis-stream-coordinator/core/testing';
 import type { MemberProcessSettings } from '../../packages/core/src/testing/member-process';
 import { TcpProxy } from '../support/tcp-proxy';
@@ -148,7 +148,7 @@ export class ChaosHarness {
     if (!fs.existsSync(MEMBER_PROCESS)) throw new Error(`${MEMBER_PROCESS} is missing: run npm run build first`);
     const server = await RedisServer.start({ persistence: 'aof' });
     const harness = new ChaosHarness(server, options);
-    harness.redis = new Redis(server.url, { maxRetriesPerRequest: 1, retryStrategy: () => 50 });
+    harness.redis = new Redis(server.url, { maxRetriesPerRequest: 1, retryStrategy: () => 50, maxLoadingRetryTime: LOADING_RETRY_MS });
     harness.redis.on('error', () => undefined);
     harness.admin = new CoordinatorAdmin(harness.redis);
     await harness.admin.createStream({ streamPrefix: harness.streamPrefix, shardCount: harness.settings.shards });
@@ -307,6 +307,7 @@ export class ChaosHarness {
     } catch (error) {
       // The group did not come back (or the fault could not be made): a broken promise the report shows.
       fault.failed ??= (error as Error).message;
+      fault.until ??= performance.timeOrigin + performance.now();
     }
     this.faults.push(fault);
     this.progress(`${kind}${fault.target ? ` ${fault.target}` : ''}${fault.detail ? ` ${fault.detail}` : ''}: ${fault.failed ? `NOT RECOVERED: ${fault.failed}` : `recovered in ${Math.round(fault.recoveryMs!)} ms`} (${Math.round(performance.now() - started)} ms in all)`);

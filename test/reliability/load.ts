@@ -1,5 +1,5 @@
 import { Redis } from 'ioredis';
-import { StreamProducer } from '@redis-stream-coordinator/core';
+import { LOADING_RETRY_MS, StreamProducer } from '@redis-stream-coordinator/core';
 import { TcpProxy } from '../support/tcp-proxy';
 import type { Produced } from './checker';
 
@@ -62,7 +62,7 @@ export class LoadProducer {
 
   static async start(host: LoadHost, options: LoadOptions): Promise<LoadProducer> {
     const proxy = options.viaProxy ? await TcpProxy.start(host.server.port) : undefined;
-    const connection = new Redis(proxy?.url ?? host.server.url, { maxRetriesPerRequest: 1, retryStrategy: () => 50 });
+    const connection = new Redis(proxy?.url ?? host.server.url, { maxRetriesPerRequest: 1, retryStrategy: () => 50, maxLoadingRetryTime: LOADING_RETRY_MS });
     connection.on('error', () => undefined);
     const load = new LoadProducer(connection, proxy);
     load.loop = load.run(new StreamProducer(connection, { streamPrefix: host.streamPrefix }), options);

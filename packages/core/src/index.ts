@@ -35,6 +35,7 @@ export { shardForKey, jumpConsistentHash, fnv1a64 } from './producer/key-hash';
 export { StreamProducer, type StreamProducerOptions } from './producer/stream-producer';
 export { PartialBatchError, type FailedEntry, type SendResult, type WrittenEntry } from './producer/send-results';
 export { NotReplicatedError, type ReplicaWait } from './redis/replica-wait';
+export { LOADING_RETRY_MS } from './redis/connection-defaults';
 export { CoordinatedMember, type MemberEvents, type ShardsEvent } from './member/coordinated-member';
 export { type BatchMemberOptions, type BatchMessageHandler, type CoordinatedMemberOptions, type CoordinatedMemberSettings, type MessageHandler } from './member/member-options';
 export { type BatchOptions, MAX_LANES } from './member/consumption-options';

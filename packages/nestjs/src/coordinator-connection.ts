@@ -1,4 +1,5 @@
 import { Cluster, Redis } from 'ioredis';
+import { LOADING_RETRY_MS } from '@redis-stream-coordinator/core';
 import { DEFAULT_CONNECTION_NAME } from './coordinator.constants';
 import type { CoordinatorModuleOptions } from './coordinator-module-options';
 
@@ -46,11 +47,16 @@ export class CoordinatorConnection {
         throw new TypeError(`CoordinatorModule: redis.cluster.nodes must be a non-empty array of cluster nodes, got ${JSON.stringify(nodes)}`);
       }
       if (redis.url !== undefined) throw new TypeError('CoordinatorModule: give redis.url or redis.cluster, not both');
-      const cluster = new Cluster(nodes, redis.cluster.options ?? {});
+      const clusterOptions = redis.cluster.options ?? {};
+      // A restarted node's clients ask every 200 ms whether it has loaded its data (not after up to 10 s).
+      const cluster = new Cluster(nodes, { ...clusterOptions, redisOptions: { maxLoadingRetryTime: LOADING_RETRY_MS, ...clusterOptions.redisOptions } });
       cluster.on('error', onError);
       return new CoordinatorConnection(cluster, true, name, options);
     }
-    const client = redis.url ? new Redis(redis.url, redis.options ?? {}) : new Redis(redis.options ?? {});
+    // After a Redis restart, ask every 200 ms whether it has loaded its data, not after up to 10 s
+    // (ioredis's default; LOADING_RETRY_MS in core). The application's own setting wins.
+    const clientOptions = { maxLoadingRetryTime: LOADING_RETRY_MS, ...redis.options };
+    const client = redis.url ? new Redis(redis.url, clientOptions) : new Redis(clientOptions);
     client.on('error', onError); // ioredis reconnects by itself; the error is logged, never thrown
     return new CoordinatorConnection(client, true, name, options);
   }

@@ -1,5 +1,6 @@
 import type { ChainableCommander, Cluster, RedisOptions } from 'ioredis';
 import type { RedisClient } from './scripts';
+import { loadingRetryTime } from './connection-defaults';
 
 /** One batch of commands whose keys all share one hash slot (e.g. one shard's keys). */
 export interface SlotBatch {
@@ -40,11 +41,13 @@ export function isCluster(client: RedisClient): client is Cluster {
 /**
  * Another connection with the same options (password, ACL user, TLS, Sentinel or Cluster nodes):
  * `Redis.duplicate(options)` and `Cluster.duplicate(nodes, options)` differ, and a Cluster's
- * per-node options sit under `redisOptions`.
+ * per-node options sit under `redisOptions`. It asks every LOADING_RETRY_MS whether a restarted
+ * Redis has loaded its data (connection-defaults.ts).
  */
 export function duplicateClient(client: RedisClient, overrides: RedisOptions = {}): RedisClient {
-  if (!isCluster(client)) return client.duplicate(overrides);
-  return client.duplicate([], { redisOptions: { ...client.options.redisOptions, ...overrides } });
+  if (!isCluster(client)) return client.duplicate({ maxLoadingRetryTime: loadingRetryTime(client.options.maxLoadingRetryTime), ...overrides });
+  const redisOptions = client.options.redisOptions ?? {};
+  return client.duplicate([], { redisOptions: { ...redisOptions, maxLoadingRetryTime: loadingRetryTime(redisOptions.maxLoadingRetryTime), ...overrides } });
 }
 
 /**

@@ -24,6 +24,7 @@
 import fs from 'node:fs';
 import { Redis } from 'ioredis';
 import { CoordinatedMember } from '../member/coordinated-member';
+import { LOADING_RETRY_MS } from '../redis/connection-defaults';
 
 export interface MemberProcessSettings {
   url: string;
@@ -112,7 +113,7 @@ function main(): void {
   // Per shard and entry id: ids of different shard streams can be equal.
   const attempts = new Map<string, number>();
 
-  const redis = new Redis(settings.url, { maxRetriesPerRequest: 1, retryStrategy: () => 50 });
+  const redis = new Redis(settings.url, { maxRetriesPerRequest: 1, retryStrategy: () => 50, maxLoadingRetryTime: LOADING_RETRY_MS });
   redis.on('error', () => undefined);
   const member = new CoordinatedMember<{ seq: number }>(redis, {
     streamPrefix: settings.streamPrefix,

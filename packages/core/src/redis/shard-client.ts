@@ -57,12 +57,7 @@ export class ReadDeadlineError extends Error {
 async function withReadDeadline<R>(reader: RedisClient, read: Promise<R>, deadlineMs: number): Promise<R> {
   let timer: NodeJS.Timeout | undefined;
   const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
-      const stream = (reader as Redis).stream as Redis['stream'] | undefined;
-      if (stream && !stream.destroyed) stream.destroy();
-      else reader.disconnect(true);
-      reject(new ReadDeadlineError(`the blocking read did not come back within ${deadlineMs} ms; the reader connection was reset`));
-    }, deadlineMs);
+    timer = setTimeout(() => reject(new ReadDeadlineError(`the blocking read did not come back within ${deadlineMs} ms; ${resetReader(reader)}`)), deadlineMs);
   });
   // The abandoned read settles later (a resend after the reconnect, or an error): nobody waits for it.
   read.catch(() => undefined);
@@ -71,6 +66,25 @@ async function withReadDeadline<R>(reader: RedisClient, read: Promise<R>, deadli
   } finally {
     clearTimeout(timer);
   }
+}
+
+/**
+ * Resets a reader whose read is overdue; says what it did. Only a connected socket can be stuck:
+ * while ioredis is (re)connecting, the read waits in its offline queue and the reconnect goes on by
+ * itself. Closing the connector then (`disconnect(true)`) would make ioredis give the client up for
+ * good: a Sentinel lookup under way fails "Connection is closed." and the status becomes "end", with
+ * no reconnect ever after (seen in a Sentinel failover: the member read nothing from then on).
+ */
+function resetReader(reader: RedisClient): string {
+  if (reader.status !== 'ready' && reader.status !== 'connect') return `the reader connection is ${reader.status} (left to reconnect)`;
+  const stream = (reader as Redis).stream as Redis['stream'] | undefined;
+  if (stream) {
+    if (!stream.destroyed) stream.destroy();
+  } else {
+    // A Cluster: no single socket to destroy; its connections are reset and it reconnects.
+    reader.disconnect(true);
+  }
+  return 'the reader connection was reset';
 }
 
 function toEntries(raw: unknown): RawEntry[] {

@@ -3,7 +3,7 @@ import type { KeyBuilder } from './keys';
 import { findGroupInfo, isNoSuchKey, type StreamGroupInfo } from './responses';
 import { ensureScripts, pipelineScript, type RedisClient, runScript } from './scripts';
 import { NotReplicatedError, type ReplicaWait, waitCommand, waitShortfall } from './replica-wait';
-import { execBySlot } from './slot-pipelines';
+import { execBySlot, isCluster } from './slot-pipelines';
 
 /** A raw stream entry: id and flat field list. */
 export interface RawEntry {
@@ -69,22 +69,24 @@ async function withReadDeadline<R>(reader: RedisClient, read: Promise<R>, deadli
 }
 
 /**
- * Resets a reader whose read is overdue; says what it did. Only a connected socket can be stuck:
- * while ioredis is (re)connecting, the read waits in its offline queue and the reconnect goes on by
- * itself. Closing the connector then (`disconnect(true)`) would make ioredis give the client up for
- * good: a Sentinel lookup under way fails "Connection is closed." and the status becomes "end", with
- * no reconnect ever after (seen in a Sentinel failover: the member read nothing from then on).
+ * Resets a reader whose read is overdue; says what it did. A live socket is destroyed, so ioredis
+ * reconnects. Without one (the old socket is gone, ioredis is already reconnecting: the read waits in
+ * its offline queue) the client is left alone: `disconnect(true)` then would close the connector
+ * mid-way, and ioredis gives a client up for good when its connector fails ("Connection is closed."
+ * from a Sentinel lookup under way, status "end", no reconnect ever: seen in a Sentinel failover,
+ * after which the member read nothing). A Cluster has no one socket: its connections are reset.
  */
 function resetReader(reader: RedisClient): string {
-  if (reader.status !== 'ready' && reader.status !== 'connect') return `the reader connection is ${reader.status} (left to reconnect)`;
-  const stream = (reader as Redis).stream as Redis['stream'] | undefined;
-  if (stream) {
-    if (!stream.destroyed) stream.destroy();
-  } else {
-    // A Cluster: no single socket to destroy; its connections are reset and it reconnects.
+  if (isCluster(reader)) {
     reader.disconnect(true);
+    return 'the reader connections were reset';
   }
-  return 'the reader connection was reset';
+  const stream = reader.stream as Redis['stream'] | undefined;
+  if (stream && !stream.destroyed) {
+    stream.destroy();
+    return 'the reader connection was reset';
+  }
+  return `the reader connection is ${reader.status}, left to reconnect`;
 }
 
 function toEntries(raw: unknown): RawEntry[] {

@@ -6,6 +6,7 @@ import { isCluster } from '../redis/slot-pipelines';
 
 type ClaimedPage = Extract<ClaimResult, { fenced: false }>;
 import { settlesWithin, Wakeup } from './abortable-sleep';
+import { reconnect } from './reader-connection';
 import type { AckBatcher } from './ack-batcher';
 import { type ResolvedMemberOptions, retryDelayMs } from './member-options';
 import { inFlightIds, isInFlight, type PollerEvents, type QueuedEntry, ShardError, type ShardSet, type ShardState } from './shard-state';
@@ -143,6 +144,10 @@ export class ShardReader {
       } catch (error) {
         if (!this.running) break;
         this.events.emit('error', new ShardError(`reading shards failed: ${(error as Error).message}`, undefined, error));
+        // ioredis gives a client up for good ("end") when a (re)connect fails in certain ways (its
+        // connector closed mid-way, a Sentinel lookup it may not retry): every read would fail
+        // "Connection is closed." while the member keeps its shards. It is opened again here.
+        if (this.reader.status === 'end') await reconnect(this.reader);
         await this.wakeup.wait(Math.min(1000, this.options.blockMs));
       }
     }

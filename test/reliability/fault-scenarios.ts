@@ -6,7 +6,7 @@
  * lost (`group-keys-lost`). Each was run alone against the code before the fixes (docs/reliability.md
  * says what the checker reported) and is clean on the fixed code. Registered in faults.ts.
  */
-import { CoordinatorClient, ErrorCode, type HeartbeatResponse } from '@redis-stream-coordinator/core';
+import { CoordinatorClient, compareStreamIds, ErrorCode, type HeartbeatResponse } from '@redis-stream-coordinator/core';
 import { ProtocolMember } from '@redis-stream-coordinator/core/testing';
 import { findGroupInfo } from '../../packages/core/src/redis/responses';
 import type { Fault, RecordLine } from './checker';
@@ -249,9 +249,9 @@ export async function waitUntilRead(h: ChaosHarness, group: string, timeoutMs: n
         behind = [];
         for (const [shard, start] of from) {
           const now = await delivered(shard);
-          if (compareIds(now, start) > 0) continue;
+          if (compareStreamIds(now, start) > 0) continue;
           const [newest] = await h.redis.xrevrange(stream(shard), '+', '-', 'COUNT', 1);
-          if (newest === undefined || compareIds(now, newest[0]) >= 0) continue;
+          if (newest === undefined || compareStreamIds(now, newest[0]) >= 0) continue;
           behind.push(shard);
         }
         return behind.length === 0;
@@ -262,12 +262,6 @@ export async function waitUntilRead(h: ChaosHarness, group: string, timeoutMs: n
   } catch {
     throw new Error(`shards [${behind.join(',')}] of ${group} not read for ${timeoutMs} ms after the group recovered`);
   }
-}
-
-function compareIds(a: string, b: string): number {
-  const [am, as] = a.split('-').map(Number);
-  const [bm, bs] = b.split('-').map(Number);
-  return am === bm ? as - bs : am - bm;
 }
 
 /**
@@ -285,14 +279,14 @@ export async function trimHistory(h: ChaosHarness, keepMs: number): Promise<Set<
   const needed = await h.admin.trim(h.streamPrefix, { dryRun: true });
   for (const shard of needed.shards) {
     if (shard.minId === undefined) continue; // left alone: a group has not read it yet, or no stream
-    const cut = shard.minId === '' || compareIds(floor, shard.minId) < 0 ? floor : shard.minId;
+    const cut = shard.minId === '' || compareStreamIds(floor, shard.minId) < 0 ? floor : shard.minId;
     await h.redis.xtrim(h.admin.keys.shardStream(h.streamPrefix, shard.shardIndex), 'MINID', cut);
     cuts.set(shard.shardIndex, cut);
   }
   const trimmed = new Set<string>();
   for (const p of [...h.load.produced, ...h.staleLoad.produced]) {
     const cut = cuts.get(p.shard);
-    if (cut !== undefined && compareIds(p.id, cut) < 0) trimmed.add(`${p.shard}/${p.id}`);
+    if (cut !== undefined && compareStreamIds(p.id, cut) < 0) trimmed.add(`${p.shard}/${p.id}`);
   }
   return trimmed;
 }

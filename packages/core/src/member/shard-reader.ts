@@ -130,9 +130,12 @@ export class ShardReader {
         await this.takeOverPending();
         await this.sweep();
         this.dispatch();
+        // Read ahead: a shard whose queue holds less than two reads' worth is read again (within
+        // maxBufferedEntries), and what the last read brought is dispatched while this read is out,
+        // so handling overlaps the round trip instead of waiting for it.
         const readable = this.shards.order.filter((s) => {
           const state = this.shards.get(s)!;
-          return state.phase === 'reading' && state.queue.length < this.options.batchSize && state.held.length === 0;
+          return state.phase === 'reading' && state.queue.length < 2 * this.options.batchSize && state.held.length === 0;
         });
         const budget = this.options.maxBufferedEntries - this.shards.buffered;
         if (readable.length === 0 || budget <= 0 || !this.mayStartHandlers()) {
@@ -140,7 +143,6 @@ export class ShardReader {
           continue;
         }
         await this.readOnce(readable, budget);
-        this.dispatch();
       } catch (error) {
         if (!this.running) break;
         this.events.emit('error', new ShardError(`reading shards failed: ${(error as Error).message}`, undefined, error));
@@ -186,6 +188,7 @@ export class ShardReader {
     const blockMs = this.idleWaitMs();
     const done = this.polled ? this.readPolled(readable, cursors, count) : this.client.readNew(this.reader, readable, cursors, count, blockMs, blockMs + this.readGraceMs());
     this.currentRead = { shards: new Set(readable), done };
+    this.dispatch();
     let result: ReadResult;
     try {
       result = await done;
@@ -320,7 +323,8 @@ export class ShardReader {
     // Enough to see past everything tracked: untracked entries, if any, are among the first ones.
     const ids = await this.client.ownPending(state.index, tracked.size + this.acks.unsettledCount(state.index) + this.options.batchSize);
     if (!this.shards.isCurrent(state)) return;
-    const untracked = ids.filter((id) => !tracked.has(id) && !isInFlight(state, id) && !this.acks.tracks(state.index, id) && !this.isQueued(state, id));
+    const acking = this.acks.unsettledIds(state.index);
+    const untracked = ids.filter((id) => !tracked.has(id) && !isInFlight(state, id) && !acking.has(id) && !this.isQueued(state, id));
     if (untracked.length === 0) return;
     const page = await this.accept(state, await this.client.claimIds(state.index, state.grantEpoch, untracked), '(fencing token changed)');
     if (page && page.entries.length > 0) {

@@ -1,6 +1,7 @@
 import type { CoordinatedMemberOptions, CoordinatorOptions } from '@redis-stream-coordinator/core';
 import type { Cluster, ClusterNode, ClusterOptions, Redis, RedisOptions } from 'ioredis';
 import type { CoordinatorConsumerProperties } from './coordinator-consumer-properties';
+import type { PublisherCodec } from './stream-publisher';
 
 /** Member options that can be set once for every member of the application. */
 export type MemberDefaults = Partial<
@@ -19,6 +20,11 @@ export interface CoordinatorModuleOptions {
   coordinator?: CoordinatorOptions;
   /** Defaults for every member (session timeout, max attempts, batch size…); a listener or bean overrides them. */
   defaults?: MemberDefaults;
+  /**
+   * The module's StreamPublisher: `codec` its entries are written with unless a call names its own
+   * (`'json'` (default), `'msgpack'` (needs the msgpackr package) or a custom `PayloadCodec`).
+   */
+  publisher?: { codec?: PublisherCodec };
   /** Bean-style consumers registered through module configuration (any payload type). */
   consumers?: CoordinatorConsumerProperties<never>[];
   /** How long to wait between attempts to start a member while Redis cannot be reached. Default 2000 ms. */

@@ -18,7 +18,11 @@ export interface CoordinatorModuleOptions {
   redis: { url?: string; options?: RedisOptions; cluster?: { nodes: ClusterNode[]; options?: ClusterOptions }; client?: Redis | Cluster };
   /** Coordinator settings (key prefix, heartbeat intervals, assignor), the same for every member. */
   coordinator?: CoordinatorOptions;
-  /** Defaults for every member (session timeout, max attempts, batch size…); a listener or bean overrides them. */
+  /**
+   * Defaults for every member, listeners and beans alike (session timeout, max attempts, workers…);
+   * a listener or bean overrides them (docs/nestjs.md "Module defaults"). Options naming one member
+   * or changing what a handler receives (`memberInstanceId`, `batch`…) are refused.
+   */
   defaults?: MemberDefaults;
   /**
    * The module's StreamPublisher: `codec` its entries are written with unless a call names its own

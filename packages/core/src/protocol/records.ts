@@ -115,6 +115,11 @@ export interface StreamMetadata {
   switchAt?: string;
   /** 1 + the highest shard index whose stream may still hold entries (above shardCount after a shrink). */
   shardSpan: number;
+  /**
+   * 1 + the highest shard index whose dead-letter streams may hold letters: above `shardSpan` once
+   * `deleteDrainedShards` retired shards (their dead letters are kept, and read and purged as any).
+   */
+  deadLetterSpan: number;
   createdAt: string;
   updatedAt: string;
 }

@@ -97,7 +97,8 @@ const METADATA_FIELDS = ['shardCount', 'previousShardCount', 'switchAt', 'metada
  */
 export class StreamProducer {
   private readonly keys: KeyBuilder;
-  private readonly codec: PayloadCodec;
+  /** The codec this producer writes with (its name goes into each entry). */
+  readonly codec: PayloadCodec;
   private routing: Routing | undefined;
   private refreshing: Promise<Routing> | undefined;
   private readonly refreshMs: number;

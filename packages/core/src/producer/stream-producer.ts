@@ -7,6 +7,7 @@ import { appendToShards, type ShardAppend } from '../redis/entry-writer';
 import { assertReplicaWait, type ReplicaWait } from '../redis/replica-wait';
 import { KeyBuilder } from '../redis/keys';
 import type { RedisClient } from '../redis/scripts';
+import { isCluster } from '../redis/slot-pipelines';
 import { createStreamMetadata, ensureStreamRouting } from '../redis/stream-metadata';
 import { ProducerTelemetry } from '../telemetry/producer-telemetry';
 import { shardForKey } from './key-hash';
@@ -107,8 +108,11 @@ export class StreamProducer {
   private roundRobin = 0;
   /** Recent keys' shards for `routedCount` (keys repeat; hashing them is the hot path). */
   private readonly routes = new Map<string, number>();
-  /** Shard stream, routing marker and write log keys per shard index, built (and validated) once. */
-  private readonly shardKeys: { stream: string; routing: string; writes: string }[] = [];
+  /**
+   * Shard stream, routing marker and write log keys per shard index, built (and validated) once; on
+   * a Cluster also the shard channel a write wakes the polling members on.
+   */
+  private readonly shardKeys: { stream: string; routing: string; writes: string; wake?: string }[] = [];
   /**
    * This producer's identity in the shards' write logs (appendEntries-3.lua), and its next write
    * sequence number per shard: a write the client sends again after a lost reply is not written twice.
@@ -297,6 +301,7 @@ export class StreamProducer {
         stream: this.keys.shardStream(this.options.streamPrefix, i),
         routing: this.keys.shardRouting(this.options.streamPrefix, i),
         writes: this.keys.shardProducerWrites(this.options.streamPrefix, i, this.producerId),
+        wake: isCluster(this.redis) ? this.keys.shardWakeChannel(this.options.streamPrefix, i) : undefined,
       });
     }
     const byShard = new Map<number, { append: ShardAppend; indices: number[] }>();

@@ -187,6 +187,11 @@ export class ShardClient {
     return fenceToken(this.incarnation, grantEpoch, this.memberId);
   }
 
+  /** The shard channel a producer's write publishes on (Cluster only: members poll there). */
+  wakeChannel(shardIndex: number): string {
+    return this.keys.shardWakeChannel(this.streamPrefix, shardIndex);
+  }
+
   private shardKeys(shardIndex: number): [string, string] {
     return [this.keys.shardStream(this.streamPrefix, shardIndex), this.keys.shardFence(this.streamPrefix, shardIndex, this.consumerGroup)];
   }

@@ -426,37 +426,63 @@ describe('through Sentinel', () => {
     await new CoordinatorAdmin(sentinel.client()).createStream({ streamPrefix, shardCount: 2 });
     const viaProxy = await TcpProxy.start(sentinel.setup.sentinelNodes[0].port);
     // Only this Sentinel: by default ioredis adds the others it learns of and asks them in turn.
-    const client = new Redis({ sentinels: [{ host: '127.0.0.1', port: viaProxy.port }], updateSentinels: false, name: sentinel.setup.masterName, sentinelRetryStrategy: () => 100 });
+    const sentinelRetryMs = 100;
+    const client = new Redis({ sentinels: [{ host: '127.0.0.1', port: viaProxy.port }], updateSentinels: false, name: sentinel.setup.masterName, sentinelRetryStrategy: () => sentinelRetryMs });
     client.on('error', () => undefined);
     // A short session timeout keeps the read's deadline (block time + a third of it, at least 2 s) short.
-    const member = aMember(client, { streamPrefix, handler: recorder.handler('m'), blockMs: 200, sessionTimeoutMs: 6000 });
+    const blockMs = 200;
+    const sessionTimeoutMs = 6000;
+    const sweepIntervalMs = 500;
+    const member = aMember(client, { streamPrefix, handler: recorder.handler('m'), blockMs, sessionTimeoutMs, sweepIntervalMs });
+    const events = eventLog(member);
+    // What each wait below may take, from the configuration. The reader reconnects 50-250 ms after its
+    // connection drops (ioredis 6's first retry: 50 ms plus up to 200 ms of jitter); its Sentinel
+    // iterator, exhausted by the last lookup, first fails "All sentinels are unreachable" and starts
+    // over after sentinelRetryStrategy. The read counts as lost at its block time plus
+    // max(2 s, sessionTimeoutMs / 3, blockMs) after it was sent. Entries a stale read resent after
+    // the reconnect took are pending untracked, found by the own-pending sweep. Plus what a loaded
+    // 2-core machine adds (two test files at a time, a Redis Cluster and a Sentinel setup each).
+    const loadSlackMs = 5000;
+    const askWithinMs = 250 + sentinelRetryMs + loadSlackMs;
+    const readDeadlineMs = blockMs + Math.max(2000, Math.floor(sessionTimeoutMs / 3), blockMs);
+    const resetWithinMs = readDeadlineMs + loadSlackMs;
+    const handledWithinMs = sweepIntervalMs + blockMs + loadSlackMs;
     try {
-      const resets: Error[] = [];
-      member.on('error', (e: Error) => /did not come back/.test(e.message) && resets.push(e));
+      const resets: string[] = [];
+      member.on('error', (e: Error) => /did not come back/.test(e.message) && resets.push(e.message));
       await member.start();
       const producer = new StreamProducer(sentinel.client(), { streamPrefix });
       await producer.sendBatch(keyedMessages(2, 2, 'before'));
       await pollUntil('the first entries handled', async () => recorder.distinctEntries() === 4);
 
-      // The reader's connection drops; its reconnect asks the Sentinel, whose answer is held back
-      // until the blocking read's deadline has passed and the member has reset the reader.
-      const held = viaProxy.holdNextRequest((request) => /get-master-addr-by-name/i.test(request));
+      // The Sentinel stops answering: the lookup of the reader's reconnect waits there until the
+      // read's deadline has passed and the member has reset the reader. (The whole Sentinel, not one
+      // request: a lookup by another connection of the member cannot let the reader's through.)
+      viaProxy.freeze();
+      const asked = viaProxy.accepted;
       const master = new Redis(await sentinel.setup.masterPort(), { lazyConnect: true });
       try {
         const blocked = await pollUntil('the blocking read on the master', async () => /id=(\d+) [^\n]*cmd=xreadgroup/.exec(String(await master.call('CLIENT', 'LIST', 'TYPE', 'normal')))?.[1]);
         await master.client('KILL', 'ID', blocked);
+        events.note('reader connection killed');
       } finally {
         master.disconnect();
       }
-      let asking = false;
-      void held.arrived.then(() => (asking = true));
-      await pollUntil('the reader asking the Sentinel for the master', async () => asking);
-      await pollUntil('the read deadline passed and the reader reset', async () => resets.length > 0);
-      held.release();
+      await pollUntil('the reader asking the Sentinel for the master', async () => viaProxy.accepted > asked, { timeoutMs: askWithinMs });
+      events.note('reader asking the Sentinel');
+      const reset = await pollUntil('the read deadline passed and the reader reset', async () => resets[0], { timeoutMs: resetWithinMs }).catch((error: Error) => {
+        throw new Error(`${error.message}; events:\n${events.lines().join('\n')}`);
+      });
+      // Reset while the Sentinel lookup was under way: left to ioredis, never closed mid-way.
+      expect(reset).toMatch(/the reader connection is (connecting|reconnecting), left to reconnect/);
+      viaProxy.thaw();
 
       await producer.sendBatch(keyedMessages(2, 2, 'after'));
-      await pollUntil('the entries sent after the reset handled', async () => recorder.distinctEntries() === 8);
+      await pollUntil('the entries sent after the reset handled', async () => recorder.distinctEntries() === 8, { timeoutMs: handledWithinMs }).catch((error: Error) => {
+        throw new Error(`${error.message}: ${recorder.distinctEntries()} of 8 handled; stats ${JSON.stringify(member.stats())}; events:\n${events.lines().join('\n')}`);
+      });
     } finally {
+      viaProxy.thaw();
       await member.stop().catch(() => undefined);
       await viaProxy.stop();
       client.disconnect();

@@ -82,6 +82,8 @@ export class TcpProxy {
   private holdRules: HoldRule[] = [];
   private matchDelays: { matches: RequestMatcher; ms: number }[] = [];
   port = 0;
+  /** Connections accepted so far (also while frozen, when they wait with nothing forwarded). */
+  accepted = 0;
 
   private constructor(private readonly targetPort: number) {
     this.server = net.createServer((client) => this.accept(client));
@@ -227,6 +229,7 @@ export class TcpProxy {
   }
 
   private accept(client: net.Socket): void {
+    this.accepted += 1;
     const upstream = net.connect(this.targetPort, '127.0.0.1');
     const link: Link = {
       client,

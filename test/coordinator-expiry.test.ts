@@ -54,6 +54,32 @@ describe('lease expiry (SPEC 2.4), by Redis time', () => {
   });
 });
 
+describe('request deadlines (SPEC 9.1: only a heartbeat whose answer the member acts on renews its lease)', () => {
+  it('a heartbeat that runs after its deadline changes nothing, steady or not, and says when it ran', async () => {
+    const group = await aGroup(redis, 2);
+    const a = group.member('a', { sessionTimeoutMs: 5000 });
+    await a.join();
+    const steady = await settle([a]);
+    const before = (await group.describe()).members[0];
+    const ranAt = steady.serverTimeMs!;
+    expect(ranAt).toBeGreaterThan(0);
+
+    // The steady path (nothing changed) and the full path (a new report) both refuse a late request.
+    for (const overrides of [{}, { activeConsumerWorkers: 7 }, { memberEpoch: 0, owned: [] }]) {
+      const late = await a.send({ ...overrides, deadline: ranAt - 1 });
+      expect(late).toMatchObject({ errorCode: 'DEADLINE_EXCEEDED', errorMessage: expect.stringMatching(/after its deadline; nothing changed/) });
+      expect(late.serverTimeMs).toBeGreaterThan(ranAt - 1);
+    }
+    const after = (await group.describe()).members[0];
+    expect(after).toEqual(before); // the lease, the epoch, the report: untouched
+
+    // In time, it counts.
+    const onTime = await a.heartbeat({ deadline: Date.now() + 60_000 });
+    expect(onTime.errorCode).toBe('NONE');
+    expect(Date.parse((await group.describe()).members[0].lastHeartbeatAt)).toBeGreaterThan(Date.parse(before.lastHeartbeatAt));
+  });
+});
+
 describe('retention of LEFT and EXPIRED members', () => {
   it('keeps at most retentionMaxCount records, the newest', async () => {
     const group = await aGroup(redis, 2, { retentionMaxCount: 2 });

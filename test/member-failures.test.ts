@@ -248,6 +248,7 @@ describe('bad options fail at construction, naming the option', () => {
     [{ memberId: 'a{b}' }, /memberId "a\{b\}" is invalid/],
     [{ memberName: 'line\nbreak' }, /memberName must be 1-256 printable characters/],
     [{ codec: { name: 'x' } }, /codec must have a name and encode\(payload\) and decode\(raw\) functions/],
+    [{ resetStuckConnection: 'yes' }, /resetStuckConnection must be a boolean, got "yes"/],
   ])('%o', (override, message) => {
     expect(() => new CoordinatedMember(redis.client(), { ...base, ...override } as never)).toThrow(message);
   });

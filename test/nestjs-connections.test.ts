@@ -36,6 +36,27 @@ async function activeMembers(admin: CoordinatorAdmin, streamPrefix: string, grou
 }
 
 describe('named connections', () => {
+  it("members reset a connection the module created when it hangs (resetStuckConnection), an application's own client only when told", async () => {
+    const prefix = uniqueName('reset-stuck');
+    @Injectable()
+    class Handlers {
+      @StreamListener({ streamPrefix: prefix, consumerGroup: 'g', shardCount: 1 })
+      onOwned() {}
+
+      @StreamListener({ streamPrefix: prefix, consumerGroup: 'given', connection: 'given', shardCount: 1 })
+      onGiven() {}
+
+      @StreamListener({ streamPrefix: prefix, consumerGroup: 'told', connection: 'given', shardCount: 1, resetStuckConnection: true })
+      onTold() {}
+    }
+    const app = await anApp(
+      [CoordinatorModule.forRoot({ redis: { url: main.server.url } }), CoordinatorModule.forRoot({ name: 'given', redis: { client: audit.client() } })],
+      [Handlers],
+    );
+    const byGroup = Object.fromEntries(app.get(CoordinatorRegistry).entries().map((r) => [r.member.options.consumerGroup, r.member.options.resetStuckConnection]));
+    expect(byGroup).toEqual({ g: true, given: false, told: true });
+  });
+
   it('two roots: each listener and bean is one set of members, on the Redis of the connection it names', async () => {
     const summaries = uniqueName('summary');
     const audits = uniqueName('audit');

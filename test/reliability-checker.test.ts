@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { check, type DeadLetter, type Fault, type PendingSample, type Produced, type RecordLine } from './reliability/checker';
+import { check, collectRuns, type DeadLetter, type Fault, type PendingSample, type Produced, type RecordLine } from './reliability/checker';
 
 /** The checker must catch each kind of broken promise; a checker that passes everything proves nothing. */
 const produced: Produced[] = [
@@ -176,9 +176,30 @@ describe('reliability checker', () => {
     const assigned = (t: number, ep: number): RecordLine => ({ e: 'assigned', t, m: 'p0', shards: [0], ep });
     const acked = (t: number, ge: number): RecordLine => ({ ...ack('p0', 0, ['1-0'], true, t), ge });
     const twice = [assigned(1, 3), ...run('p0', 0, '1-0', 'a', 1, 10, 11), ...run('p0', 0, '1-0', 'a', 1, 12, 13), acked(14, 3)];
-    expect(check(produced.slice(0, 1), twice, [], new Set()).grantDuplicates).toEqual(['shard 0 1-0 run to success twice by p0 under grant 3']);
+    expect(check(produced.slice(0, 1), twice, [], new Set()).grantDuplicates).toEqual(['shard 0 1-0 run to success twice by p0 under grant 3 (assigned at 1)']);
     const regranted = [assigned(1, 3), ...run('p0', 0, '1-0', 'a', 1, 10, 11), assigned(12, 5), ...run('p0', 0, '1-0', 'a', 1, 13, 14), acked(15, 5)];
     expect(check(produced.slice(0, 1), regranted, [], new Set()).grantDuplicates).toEqual([]);
+  });
+
+  it('tells apart two grants of one epoch in a recreated group (epochs start again): a grant is the assigned record that began it', () => {
+    // CI, lane 2: "shard 1 ... run to success twice by p2 under grant 3". p0 ran the entry under its
+    // grant 3; the group's keys were lost (its ack was refused: the fence had moved on); the group,
+    // recreated, counted epochs from 1 again and granted p0 the shard at epoch 3 once more, and p0 ran
+    // the pending entry again, acknowledged this time. Two grants, one run each.
+    const assigned = (t: number, ep: number): RecordLine => ({ e: 'assigned', t, m: 'p0', shards: [0], ep });
+    const acked = (t: number, ge: number, ok: boolean): RecordLine => ({ ...ack('p0', 0, ['1-0'], ok, t), ge });
+    const lost: Fault = { kind: 'group-keys-lost', at: 15 };
+    const twoLives = [assigned(1, 3), ...run('p0', 0, '1-0', 'a', 1, 10, 11), acked(12, 3, false), assigned(20, 1), assigned(30, 3), ...run('p0', 0, '1-0', 'a', 1, 31, 32), acked(33, 3, true)];
+    const report = check(produced.slice(0, 1), twoLives, [lost], new Set());
+    expect(report).toMatchObject({ grantDuplicates: [], duplicates: 1, unexplainedDuplicates: [], lost: [] });
+    // Only the second life's run counts as acknowledged (it matters for overlaps as well).
+    expect(collectRuns(twoLives).map((r) => [r.grant, r.grantAt, r.acked])).toEqual([[3, 1, false], [3, 30, true]]);
+    // The same the other way round: the old life's ack was accepted, the new life's run was not acknowledged.
+    const firstAcked = [assigned(1, 3), ...run('p0', 0, '1-0', 'a', 1, 10, 11), acked(12, 3, true), assigned(30, 3), ...run('p0', 0, '1-0', 'a', 1, 31, 32)];
+    expect(collectRuns(firstAcked).map((r) => r.acked)).toEqual([true, false]);
+    // Within one assigned record a second accepted run is still caught, whatever came before.
+    const twiceInSecondLife = [...twoLives, ...run('p0', 0, '1-0', 'a', 1, 34, 35), acked(36, 3, true)];
+    expect(check(produced.slice(0, 1), twiceInSecondLife, [lost], new Set()).grantDuplicates).toEqual(['shard 0 1-0 run to success twice by p0 under grant 3 (assigned at 30)']);
   });
 
   it('checks per-key order and loss for every consumer group, and reports faults that never recovered', () => {

@@ -128,6 +128,12 @@ export interface Run {
   ok: boolean;
   /** The grant (the epoch the shard was assigned at) the run happened under, as its member recorded it. */
   grant?: number;
+  /**
+   * When the member recorded the `assigned` line that began that grant. An epoch alone does not name
+   * a grant: a recreated group (its keys lost or flushed) counts epochs from 1 again, so one member can
+   * hold "grant 3" twice, with different fencing tokens.
+   */
+  grantAt?: number;
   /** Whether an acknowledgement of this entry by this member (under this grant) was accepted. */
   acked: boolean;
 }
@@ -215,29 +221,50 @@ const DEFAULT_GROUP = '';
 /** How far from an unordered resize two writes of a key may be and still be excused an inversion. */
 const UNORDERED_SLACK_MS = 5000;
 
+/**
+ * Every handler run, with the grant it ran under and whether an acknowledgement of it under that
+ * grant was accepted. A grant is the `assigned` record that began it (its epoch and time), not the
+ * epoch alone: after a group is recreated the epochs start again, and an ack accepted under the new
+ * life's "grant 3" says nothing about a run under the old life's "grant 3" (which the loss of the
+ * group fenced; its entry is rightly run again).
+ */
 export function collectRuns(lines: RecordLine[]): Run[] {
   const sorted = [...lines].sort((a, b) => a.t - b.t);
+  const grantName = (epoch: number | undefined, at: number | undefined) => `${epoch ?? ''}@${at ?? ''}`;
+  // An ack carries its grant's epoch (`ge`): it belongs to the latest `assigned` record of that
+  // epoch for its member and shard before it (a member records a grant before it can ack under it).
+  const assignedAt = new Map<string, Map<number, number>>(); // group/member/shard -> epoch -> time of its latest assigned record
   const accepted = new Set<string>();
   /** The same without the grant: for runs whose grant the records do not show. */
   const acceptedAnyGrant = new Set<string>();
   for (const line of sorted) {
+    const g = line.g ?? DEFAULT_GROUP;
+    if (line.e === 'assigned') {
+      for (const s of line.shards ?? []) {
+        const k = `${g}/${line.m}/${s}`;
+        const byEpoch = assignedAt.get(k);
+        if (byEpoch) byEpoch.set(line.ep!, line.t);
+        else assignedAt.set(k, new Map([[line.ep!, line.t]]));
+      }
+    }
     if (!(line.e === 'ack' && line.ok)) continue;
+    const at = line.ge === undefined ? undefined : assignedAt.get(`${g}/${line.m}/${line.s}`)?.get(line.ge);
     for (const id of line.ids ?? []) {
-      accepted.add(`${line.g ?? DEFAULT_GROUP}/${line.m}/${line.s}/${id}/${line.ge ?? ''}`);
-      acceptedAnyGrant.add(`${line.g ?? DEFAULT_GROUP}/${line.m}/${line.s}/${id}`);
+      accepted.add(`${g}/${line.m}/${line.s}/${id}/${grantName(line.ge, at)}`);
+      acceptedAnyGrant.add(`${g}/${line.m}/${line.s}/${id}`);
     }
   }
   const open = new Map<string, Run>();
-  const grants = new Map<string, number>(); // group/member/shard -> grant epoch now
+  const grants = new Map<string, { epoch: number; at: number }>(); // group/member/shard -> the grant now
   const runs: Run[] = [];
   for (const line of sorted) {
     const g = line.g ?? DEFAULT_GROUP;
-    if (line.e === 'assigned') for (const s of line.shards ?? []) grants.set(`${g}/${line.m}/${s}`, line.ep!);
+    if (line.e === 'assigned') for (const s of line.shards ?? []) grants.set(`${g}/${line.m}/${s}`, { epoch: line.ep!, at: line.t });
     const key = `${g}/${line.m}/${line.s}/${line.id}`;
     if (line.e === 'start') {
       const grant = grants.get(`${g}/${line.m}/${line.s}`);
-      const acked = accepted.has(`${key}/${grant ?? ''}`) || (grant === undefined && acceptedAnyGrant.has(key));
-      const run: Run = { group: g, member: line.m, shard: line.s!, id: line.id!, key: line.k!, seq: line.q!, start: line.t, ok: true, grant, acked };
+      const acked = grant === undefined ? acceptedAnyGrant.has(key) : accepted.has(`${key}/${grantName(grant.epoch, grant.at)}`);
+      const run: Run = { group: g, member: line.m, shard: line.s!, id: line.id!, key: line.k!, seq: line.q!, start: line.t, ok: true, grant: grant?.epoch, grantAt: grant?.at, acked };
       open.set(key, run);
       runs.push(run);
     } else if (line.e === 'end') {

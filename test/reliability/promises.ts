@@ -169,19 +169,22 @@ export function deadLetterFencing(lines: RecordLine[], deadLetters: DeadLetter[]
 }
 
 /**
- * At most one accepted handler run per entry per grant: under one grant a member runs an entry to
- * success once; a second successful run whose acknowledgement counted means the entry was read or
- * claimed twice (e.g. a takeover page not advancing the read cursor). Failed attempts are retries.
+ * At most one accepted handler run per entry per grant (the `assigned` record that began it, see
+ * `collectRuns`): under one grant a member runs an entry to success once; a second successful run
+ * whose acknowledgement counted means the entry was read or claimed twice (e.g. a takeover page not
+ * advancing the read cursor). Failed attempts are retries.
  */
 export function grantDuplicates(runs: Run[]): string[] {
   const count = new Map<string, number>();
   const problems: string[] = [];
   for (const run of runs) {
     if (!run.ok || run.end === undefined || !run.acked) continue;
-    const k = `${run.group}/${run.member}/${run.grant ?? '?'}/${run.shard}/${run.id}`;
+    // The grant is the assigned record that began it (epoch and time): epochs repeat in a recreated group.
+    const k = `${run.group}/${run.member}/${run.grant ?? '?'}@${run.grantAt ?? '?'}/${run.shard}/${run.id}`;
     const n = (count.get(k) ?? 0) + 1;
     count.set(k, n);
-    if (n === 2) problems.push(`${run.group ? `${run.group}: ` : ''}shard ${run.shard} ${run.id} run to success twice by ${run.member} under grant ${run.grant ?? '?'}`);
+    const grant = run.grant === undefined ? '?' : `${run.grant}${run.grantAt === undefined ? '' : ` (assigned at ${run.grantAt.toFixed(0)})`}`;
+    if (n === 2) problems.push(`${run.group ? `${run.group}: ` : ''}shard ${run.shard} ${run.id} run to success twice by ${run.member} under grant ${grant}`);
   }
   return problems;
 }

@@ -30,6 +30,8 @@ interface Link {
   /** A matched request reached Redis: the next reply bytes cut the connection instead of arriving. */
   dropReply: (() => void) | undefined;
   closed: boolean;
+  /** Silent for good in both directions, never closed (`blackholeOpenConnections`). */
+  blackholed: boolean;
 }
 
 interface DropRule {
@@ -56,6 +58,7 @@ export interface HeldRequest {
  * - `freeze()` stops forwarding in both directions (a partition, or a paused process: nothing is
  *   lost, it is delivered on `thaw()`);
  * - `cut()` closes every connection (a crash or a reset);
+ * - `blackholeOpenConnections()` silences the open connections for good without closing them (half-open);
  * - `delay(direction, ms, jitterMs)` makes requests or replies late (a slow network, a busy Redis whose
  *   answer arrives late although the command ran at once), settable and clearable while connections
  *   are open; chunks keep their order, and those already under way keep their schedule;
@@ -79,6 +82,8 @@ export class TcpProxy {
   private holdRules: HoldRule[] = [];
   private matchDelays: { matches: RequestMatcher; ms: number }[] = [];
   port = 0;
+  /** Connections accepted so far (also while frozen, when they wait with nothing forwarded). */
+  accepted = 0;
 
   private constructor(private readonly targetPort: number) {
     this.server = net.createServer((client) => this.accept(client));
@@ -129,6 +134,22 @@ export class TcpProxy {
       link.upstream.resume();
       this.pump(link.request);
       this.pump(link.reply);
+    }
+  }
+
+  /**
+   * Every connection open now goes silent for good, both ways, and stays open: what either side
+   * sends is taken and dropped, with no FIN, no RST and no error (a half-open connection: NAT or
+   * firewall state dropped). Connections made afterwards work normally.
+   */
+  blackholeOpenConnections(): void {
+    for (const link of this.links) {
+      link.blackholed = true;
+      for (const lane of [link.request, link.reply]) {
+        clearTimeout(lane.timer);
+        lane.timer = undefined;
+        lane.queue = [];
+      }
     }
   }
 
@@ -208,6 +229,7 @@ export class TcpProxy {
   }
 
   private accept(client: net.Socket): void {
+    this.accepted += 1;
     const upstream = net.connect(this.targetPort, '127.0.0.1');
     const link: Link = {
       client,
@@ -216,6 +238,7 @@ export class TcpProxy {
       reply: { to: client, queue: [], timer: undefined },
       dropReply: undefined,
       closed: false,
+      blackholed: false,
     };
     this.links.add(link);
     if (this.frozen) {
@@ -230,6 +253,7 @@ export class TcpProxy {
   }
 
   private fromClient(link: Link, data: Buffer): void {
+    if (link.blackholed) return;
     let onSent: (() => void) | undefined;
     const rule = this.dropRules.length > 0 ? this.dropRules.find((r) => r.matches(data.toString('latin1'))) : undefined;
     if (rule) {
@@ -252,6 +276,7 @@ export class TcpProxy {
   }
 
   private fromRedis(link: Link, data: Buffer): void {
+    if (link.blackholed) return;
     if (link.dropReply) {
       const dropped = link.dropReply;
       link.dropReply = undefined;

@@ -171,6 +171,9 @@ export class StreamListenerRegistry {
       const defaults = connection.options.defaults;
       // With `batch` the handler gets arrays of messages: passed on as they come.
       member = new CoordinatedMember(connection.client, {
+        // A connection the module created is the library's to reset when it hangs (half-open); an
+        // application's own client is reset only when its options say so.
+        resetStuckConnection: connection.owned,
         ...defaults,
         ...options,
         // Workers: the member's own runtimeMaxConcurrency or lanes before the module's (member-defaults.ts).

@@ -14,13 +14,21 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<boolean> {
   });
 }
 
-/** `promise`, or a rejection "no answer within `ms` ms" when it has not settled by then. */
+/** A call that did not settle within its bound (`withTimeout`): no answer, not a refusal or an error. */
+export class NoAnswerError extends Error {
+  constructor(ms: number) {
+    super(`no answer within ${ms} ms`);
+    this.name = 'NoAnswerError';
+  }
+}
+
+/** `promise`, or a rejection "no answer within `ms` ms" (a NoAnswerError) when it has not settled by then. */
 export function withTimeout<R>(promise: Promise<R>, ms: number): Promise<R> {
   const timer = new AbortController();
   return Promise.race([
     promise,
     sleep(ms, timer.signal).then((elapsed) => {
-      if (elapsed) throw new Error(`no answer within ${ms} ms`);
+      if (elapsed) throw new NoAnswerError(ms);
       return new Promise<never>(() => undefined); // cleared: the promise settled first
     }),
   ]).finally(() => timer.abort());

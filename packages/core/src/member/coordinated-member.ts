@@ -8,6 +8,7 @@ import { EventEmitter } from 'node:events';
 import type { Redis } from 'ioredis';
 import { assertIntegerInRange } from '../protocol/names';
 import type { CoordinatorError } from '../protocol/errors';
+import { resetConnection } from '../redis/connection-reset';
 import { CoordinatorClient } from '../redis/coordinator-client';
 import type { RedisClient } from '../redis/scripts';
 import { ShardClient } from '../redis/shard-client';
@@ -97,7 +98,15 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     const requestHeartbeat = () => this.heartbeats.now();
     this.reconciler = new MemberReconciler(this.poller, this, this.lease, this.options, requestHeartbeat, () => this.drained);
     this.metadata = new MetadataSync(redis, this.coordinator, resolved, this.poller, this, this.memberProblems, coordinatorCallTimeoutMs(this.options), requestHeartbeat);
-    const parts = { coordinator: this.coordinator, shardClient, reconciler: this.reconciler, metadata: this.metadata, lease: this.lease, problems: this.memberProblems };
+    const parts = {
+      coordinator: this.coordinator,
+      shardClient,
+      reconciler: this.reconciler,
+      metadata: this.metadata,
+      lease: this.lease,
+      problems: this.memberProblems,
+      resetConnection: () => resetConnection(redis, 'command'),
+    };
     this.heartbeats = new MemberHeartbeat(resolved, this.instanceId, this, parts, {
       heartbeating: () => this.heartbeating(),
       running: () => this.lifecycle === 'running',

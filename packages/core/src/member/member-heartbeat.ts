@@ -1,9 +1,10 @@
 import type { EventEmitter } from 'node:events';
 import { ErrorCode } from '../protocol/error-codes';
+import { toCoordinatorError } from '../protocol/errors';
 import { type HeartbeatRequest, type HeartbeatResponse, LEAVE_EPOCH } from '../protocol/heartbeat';
 import type { CoordinatorClient } from '../redis/coordinator-client';
 import type { ShardClient } from '../redis/shard-client';
-import { withTimeout } from './abortable-sleep';
+import { NoAnswerError, withTimeout } from './abortable-sleep';
 import { HeartbeatRefusals, type RefusalActions } from './heartbeat-refusals';
 import { HeartbeatSchedule } from './heartbeat-schedule';
 import type { MemberEvents } from './member-events';
@@ -12,6 +13,10 @@ import type { MemberProblems } from './member-problems';
 import type { MemberReconciler } from './member-reconciler';
 import { coordinatorCallTimeoutMs, type ResolvedMemberOptions } from './member-options';
 import type { MetadataSync } from './metadata-sync';
+import { RedisClockBound } from './redis-clock';
+
+/** Heartbeats in a row that got no answer at all before the command connection is reset (`resetStuckConnection`). */
+export const NO_ANSWERS_BEFORE_RESET = 2;
 
 /** What the heartbeat loop needs from the member's lifecycle. */
 export interface HeartbeatHost extends Pick<RefusalActions, 'halt' | 'endDrain' | 'running'> {
@@ -27,6 +32,11 @@ export interface HeartbeatParts {
   metadata: MetadataSync;
   lease: MemberLease;
   problems: MemberProblems;
+  /**
+   * Resets the command connection (the one heartbeats and acknowledgements use) and says what it
+   * did; called only with `resetStuckConnection`.
+   */
+  resetConnection: () => string;
 }
 
 /**
@@ -35,6 +45,12 @@ export interface HeartbeatParts {
  * renews the lease, syncs the metadata and is reconciled, a refusal goes to `HeartbeatRefusals`, and
  * a failed or late call (bounded by a third of the session timeout) is retried soon while the lease
  * is checked. Also tracks whether the member joined, for start() and for the leave in stop().
+ *
+ * Every heartbeat carries a deadline in Redis time (SPEC 9.1: a lease is renewed only by a heartbeat
+ * whose answer the member acts on): the moment the member stops waiting for the answer, or gives its
+ * lease up if that comes first. A heartbeat that reaches Redis later (it sat in ioredis' offline
+ * queue through a reconnect, or on a slow link) changes nothing there. With `resetStuckConnection`,
+ * heartbeats that got no answer at all twice in a row reset the command connection (half-open).
  */
 export class MemberHeartbeat {
   private readonly schedule: HeartbeatSchedule;
@@ -48,6 +64,10 @@ export class MemberHeartbeat {
    */
   private sentSinceGroupGone = false;
   private joinWaiter: { resolve: () => void; reject: (error: Error) => void } | undefined;
+  /** Bounds Redis's clock from the answers, to put deadlines in it. */
+  private readonly redisClock = new RedisClockBound();
+  /** Heartbeats in a row that got no answer within the call timeout. */
+  private noAnswersInARow = 0;
 
   constructor(
     private readonly options: ResolvedMemberOptions,
@@ -134,7 +154,50 @@ export class MemberHeartbeat {
 
   /** Leaves the group, bounded like every coordinator call (rejects when it fails or is late). */
   async leave(): Promise<void> {
-    await withTimeout(this.parts.coordinator.heartbeat(this.request(LEAVE_EPOCH)), this.callTimeoutMs);
+    const request = this.request(LEAVE_EPOCH);
+    const sentAt = performance.now();
+    // A leave that got here after stop() gave up on it must not end a membership begun since (start()).
+    request.deadline = this.redisClock.redisTimeAt(sentAt + this.callTimeoutMs);
+    const response = await withTimeout(this.parts.coordinator.heartbeat(request), this.callTimeoutMs);
+    this.observeClock(response);
+    if (response.errorCode === ErrorCode.DEADLINE_EXCEEDED) throw toCoordinatorError(response.errorCode, response.errorMessage);
+  }
+
+  /**
+   * The Redis time by which a heartbeat sent at `sentAt` must have run to count: when the member stops
+   * waiting for its answer, or, while it holds shards, when it gives its lease up if that is sooner
+   * (from then on no handler starts, and a renewal would keep its shards from the others unread).
+   * Undefined before the first answer (no bound of Redis's clock yet): a join holds nothing.
+   */
+  private deadline(sentAt: number): number | undefined {
+    let until = sentAt + this.callTimeoutMs;
+    const giveUpAt = this.parts.reconciler.holdsShards() ? this.parts.lease.giveUpAt() : undefined;
+    if (giveUpAt !== undefined) until = Math.min(until, giveUpAt);
+    return this.redisClock.redisTimeAt(until);
+  }
+
+  private observeClock(response: HeartbeatResponse): void {
+    if (response.serverTimeMs !== undefined) this.redisClock.observe(response.serverTimeMs, performance.now());
+  }
+
+  /**
+   * A heartbeat that renewed nothing: no answer in time, an error, or too late for its deadline. The
+   * lease is checked, and the next one goes soon. Heartbeats that got no answer at all, twice in a
+   * row, mean a connection that is stuck (half-open: the socket stays, nothing gets through); with
+   * `resetStuckConnection` it is reset, and ioredis sends what waited on it again on the new one
+   * (acknowledgements are decided there, accepted or refused by their fencing token; a heartbeat
+   * resent past its deadline changes nothing).
+   */
+  private failed(error: Error): void {
+    this.events.emit('error', new Error(`member ${this.options.memberId}: heartbeat failed: ${error.message}`));
+    this.parts.reconciler.checkLease();
+    this.noAnswersInARow = error instanceof NoAnswerError ? this.noAnswersInARow + 1 : 0;
+    if (this.options.resetStuckConnection && this.noAnswersInARow >= NO_ANSWERS_BEFORE_RESET) {
+      this.noAnswersInARow = 0;
+      const what = this.parts.resetConnection();
+      this.events.emit('error', new Error(`member ${this.options.memberId}: ${NO_ANSWERS_BEFORE_RESET} heartbeats in a row got no answer within ${this.callTimeoutMs} ms; ${what}`));
+    }
+    this.after(Math.min(1000, Math.floor(this.options.sessionTimeoutMs / 5)));
   }
 
   private request(memberEpoch = this.parts.reconciler.memberEpoch): HeartbeatRequest {
@@ -163,17 +226,22 @@ export class MemberHeartbeat {
     const { reconciler, metadata, lease } = this.parts;
     const request = this.request();
     const sentAt = performance.now();
+    request.deadline = this.deadline(sentAt);
     this.sentSinceGroupGone = true;
     let response: HeartbeatResponse;
     try {
       response = await withTimeout(this.parts.coordinator.heartbeat(request), this.callTimeoutMs);
     } catch (error) {
-      this.events.emit('error', new Error(`member ${this.options.memberId}: heartbeat failed: ${(error as Error).message}`));
-      reconciler.checkLease();
-      this.after(Math.min(1000, Math.floor(this.options.sessionTimeoutMs / 5)));
+      this.failed(error as Error);
       return;
     }
+    this.observeClock(response);
+    this.noAnswersInARow = 0;
     if (!this.host.heartbeating()) return;
+    if (response.errorCode === ErrorCode.DEADLINE_EXCEEDED) {
+      this.failed(toCoordinatorError(response.errorCode, response.errorMessage));
+      return;
+    }
     if (response.errorCode !== ErrorCode.NONE) {
       await this.refusals.handle(response.errorCode, response.errorMessage, sentAt);
       return;

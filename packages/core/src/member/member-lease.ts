@@ -30,6 +30,14 @@ export class MemberLease {
     return this.sinceRenewedMs() >= this.budgetMs();
   }
 
+  /**
+   * When the member gives its lease up unless a heartbeat is answered first (performance.now()):
+   * no handler starts from then on and its shards are dropped. Undefined before the first answer.
+   */
+  giveUpAt(): number | undefined {
+    return this.lastGoodSentAt === 0 ? undefined : this.lastGoodSentAt + this.budgetMs();
+  }
+
   sinceRenewedMs(): number {
     return performance.now() - this.lastGoodSentAt;
   }

@@ -153,6 +153,17 @@ export interface CoordinatedMemberSettings<T = unknown> {
    * no WAIT. Costs the replication round trip per ack batch.
    */
   ackWaitForReplicas?: ReplicaWait;
+  /**
+   * Reset the client passed in (the member's command connection: heartbeats, acknowledgements,
+   * claims) when two heartbeats in a row got no answer within a third of the session timeout: the
+   * socket is destroyed and ioredis reconnects and sends again what waited on it, as it does when a
+   * socket fails by itself (docs/runtime.md, "A stuck command connection"). Without it, a half-open
+   * connection (NAT or firewall state dropped: no error, no reply) keeps the member from renewing its
+   * lease until TCP gives up, minutes later. Default false: the client is the application's, and the
+   * reset resends the application's unanswered commands too. The NestJS module sets it for the
+   * connections it creates itself.
+   */
+  resetStuckConnection?: boolean;
 }
 
 export type ResolvedMemberOptions<T = unknown> = Required<
@@ -219,6 +230,7 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T> | B
     coordinator: options.coordinator,
     telemetry: undefined,
     ackWaitForReplicas: assertReplicaWait('ackWaitForReplicas', options.ackWaitForReplicas),
+    resetStuckConnection: options.resetStuckConnection ?? false,
     ...consumption,
   };
   if (typeof resolved.memberName !== 'string' || resolved.memberName.length === 0 || resolved.memberName.length > 256 || /[\x00-\x1f\x7f]/.test(resolved.memberName)) {
@@ -249,6 +261,9 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T> | B
   assertCodec(resolved.codec);
   if (options.codecs !== undefined && !Array.isArray(options.codecs)) throw new TypeError(`codecs must be an array of codecs, got ${typeof options.codecs}`);
   resolved.codecs = codecRegistry(resolved.codec, (options.codecs ?? []).map((codec, i) => assertCodec(codec, `codecs[${i}]`)));
+  if (typeof resolved.resetStuckConnection !== 'boolean') {
+    throw new TypeError(`resetStuckConnection must be a boolean, got ${JSON.stringify(resolved.resetStuckConnection)}`);
+  }
   if (options.telemetry !== undefined && typeof options.telemetry !== 'boolean') {
     throw new TypeError(`telemetry must be a boolean, got ${JSON.stringify(options.telemetry)}`);
   }

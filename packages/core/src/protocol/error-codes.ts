@@ -14,6 +14,12 @@ export const ErrorCode = {
   RESIZE_IN_PROGRESS: 'RESIZE_IN_PROGRESS',
   /** Another live instance holds this memberId (SPEC 9.4): this instance must stop for good. */
   FENCED_INSTANCE_ID: 'FENCED_INSTANCE_ID',
+  /**
+   * The request reached Redis after its `deadline` (Redis time): the caller had stopped waiting for
+   * the answer by then, so the coordinator changed nothing (a late heartbeat must not renew a lease
+   * its member already gave up).
+   */
+  DEADLINE_EXCEEDED: 'DEADLINE_EXCEEDED',
 } as const;
 
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
@@ -30,6 +36,7 @@ export const ERROR_CODE_BY_NUMBER: readonly ErrorCode[] = [
   ErrorCode.SHARD_COUNT_CONFLICT,
   ErrorCode.RESIZE_IN_PROGRESS,
   ErrorCode.FENCED_INSTANCE_ID,
+  ErrorCode.DEADLINE_EXCEEDED,
 ];
 
 export function errorCodeFromWire(value: unknown): ErrorCode {

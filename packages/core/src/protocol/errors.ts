@@ -78,6 +78,16 @@ export class FencedInstanceIdError extends CoordinatorError {
   }
 }
 
+/**
+ * A coordinator request reached Redis after its `deadline`, when its caller no longer waited for the
+ * answer: nothing changed. A member counts it as a heartbeat that got no answer (and sends another).
+ */
+export class DeadlineExceededError extends CoordinatorError {
+  constructor(message: string) {
+    super(ErrorCode.DEADLINE_EXCEEDED, message);
+  }
+}
+
 const ERROR_CLASSES: Record<Exclude<ErrorCode, 'NONE'>, new (message: string) => CoordinatorError> = {
   UNKNOWN_MEMBER_ID: UnknownMemberIdError,
   FENCED_MEMBER_EPOCH: FencedMemberEpochError,
@@ -88,6 +98,7 @@ const ERROR_CLASSES: Record<Exclude<ErrorCode, 'NONE'>, new (message: string) =>
   SHARD_COUNT_CONFLICT: ShardCountConflictError,
   RESIZE_IN_PROGRESS: ResizeInProgressError,
   FENCED_INSTANCE_ID: FencedInstanceIdError,
+  DEADLINE_EXCEEDED: DeadlineExceededError,
 };
 
 /** The one place that turns a protocol code into its typed error. */

@@ -35,6 +35,14 @@ export interface HeartbeatRequest {
    * assignment over once the instance holding it went away or fell silent.
    */
   staticMember?: boolean;
+  /**
+   * Redis time (ms since the epoch, as Redis `TIME` counts it) after which the request must change
+   * nothing: the caller stops waiting for the answer then. A request that reaches Redis later (it
+   * sat in a client's offline queue, or on a slow link) is refused with DEADLINE_EXCEEDED, so a
+   * heartbeat whose answer its member will ignore cannot renew a lease the member gave up (SPEC 9.1).
+   * Absent: no deadline. A member derives it from `serverTimeMs` of earlier answers.
+   */
+  deadline?: number;
 }
 
 export interface HeartbeatResponse {
@@ -71,6 +79,11 @@ export interface HeartbeatResponse {
    * fencing token, so a recreated group's tokens always win over its former life's (SPEC 9.3).
    */
   incarnation: string;
+  /**
+   * Redis time (ms) when the script ran; present on every answer from this version on, including
+   * DEADLINE_EXCEEDED. A member bounds Redis's clock against its own with it, to set `deadline`.
+   */
+  serverTimeMs?: number;
 }
 
 export interface AssignmentMember {

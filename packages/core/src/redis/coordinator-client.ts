@@ -98,6 +98,7 @@ export class CoordinatorClient {
       toShardCsv(request.ackedRevocations),
       request.instanceId ?? '',
       request.staticMember === true ? '1' : '',
+      request.deadline === undefined ? '' : String(Math.floor(request.deadline)),
     ]);
     return parseHeartbeatReply(reply);
   }

@@ -88,6 +88,8 @@ export function parseHeartbeatReply(reply: unknown): HeartbeatResponse {
       shardCount: 0,
       computeAssignment: false,
       incarnation: '0',
+      // Only DEADLINE_EXCEEDED carries it (third element): the member re-bounds Redis's clock with it.
+      serverTimeMs: serverTime(r[2]),
     };
   }
   const computeAssignment = Number(r[14]) === 1;
@@ -109,7 +111,13 @@ export function parseHeartbeatReply(reply: unknown): HeartbeatResponse {
     computeAssignment,
     assignmentInput: computeAssignment ? parseAssignmentInput(String(r[15])) : undefined,
     incarnation: r[16] == null ? '0' : String(r[16]),
+    serverTimeMs: serverTime(r[17]),
   };
+}
+
+function serverTime(value: unknown): number | undefined {
+  const ms = Number(value);
+  return value == null || !Number.isFinite(ms) ? undefined : ms;
 }
 
 export interface CommitResult {
@@ -119,12 +127,12 @@ export interface CommitResult {
   commitMessage: string;
 }
 
-/** The commit script answers with the member's heartbeat response plus the commit's own outcome. */
+/** The commit script answers with the member's heartbeat response (18 elements) plus the commit's own outcome. */
 export function parseCommitReply(reply: unknown): CommitResult {
   const r = reply as unknown[];
   const response = parseHeartbeatReply(r);
   if (response.errorCode !== ErrorCode.NONE) {
     return { response, commitResult: ErrorCode.NONE, commitMessage: '' };
   }
-  return { response, commitResult: errorCodeFromWire(r[17]), commitMessage: String(r[18]) };
+  return { response, commitResult: errorCodeFromWire(r[18]), commitMessage: String(r[19]) };
 }

@@ -2,9 +2,10 @@ import type { Redis } from 'ioredis';
 import { ENTRY_FIELD } from '../protocol/entry-format';
 import type { KeyBuilder } from './keys';
 import { findGroupInfo, isNoSuchKey, type StreamGroupInfo } from './responses';
+import { resetConnection } from './connection-reset';
 import { ensureScripts, pipelineScript, type RedisClient, runScript } from './scripts';
 import { NotReplicatedError, type ReplicaWait, waitCommand, waitShortfall } from './replica-wait';
-import { execBySlot, isCluster } from './slot-pipelines';
+import { execBySlot } from './slot-pipelines';
 
 /** A raw stream entry: id and flat field list (text), and the payload's bytes as read. */
 export interface RawEntry {
@@ -59,7 +60,7 @@ export class ReadDeadlineError extends Error {
 async function withReadDeadline<R>(reader: RedisClient, read: Promise<R>, deadlineMs: number): Promise<R> {
   let timer: NodeJS.Timeout | undefined;
   const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new ReadDeadlineError(`the blocking read did not come back within ${deadlineMs} ms; ${resetReader(reader)}`)), deadlineMs);
+    timer = setTimeout(() => reject(new ReadDeadlineError(`the blocking read did not come back within ${deadlineMs} ms; ${resetConnection(reader, 'reader')}`)), deadlineMs);
   });
   // The abandoned read settles later (a resend after the reconnect, or an error): nobody waits for it.
   read.catch(() => undefined);
@@ -68,27 +69,6 @@ async function withReadDeadline<R>(reader: RedisClient, read: Promise<R>, deadli
   } finally {
     clearTimeout(timer);
   }
-}
-
-/**
- * Resets a reader whose read is overdue; says what it did. A live socket is destroyed, so ioredis
- * reconnects. Without one (the old socket is gone, ioredis is already reconnecting: the read waits in
- * its offline queue) the client is left alone: `disconnect(true)` then would close the connector
- * mid-way, and ioredis gives a client up for good when its connector fails ("Connection is closed."
- * from a Sentinel lookup under way, status "end", no reconnect ever: seen in a Sentinel failover,
- * after which the member read nothing). A Cluster has no one socket: its connections are reset.
- */
-function resetReader(reader: RedisClient): string {
-  if (isCluster(reader)) {
-    reader.disconnect(true);
-    return 'the reader connections were reset';
-  }
-  const stream = reader.stream as Redis['stream'] | undefined;
-  if (stream && !stream.destroyed) {
-    stream.destroy();
-    return 'the reader connection was reset';
-  }
-  return `the reader connection is ${reader.status}, left to reconnect`;
 }
 
 function toEntries(raw: unknown): RawEntry[] {

@@ -171,6 +171,8 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
     for (let i = 0; i < concurrency; i++) {
       let member: CoordinatedMember | undefined;
       const options = {
+        // The server's own connection is the library's to reset when it hangs (half-open).
+        resetStuckConnection: connection.owned,
         ...rest,
         streamPrefix: pattern,
         memberName: `${memberName ?? pattern}-m${i}`,

@@ -11,9 +11,13 @@
   ARGV[18] metadataVersion         ARGV[19] owned (CSV)            ARGV[20] revoking (CSV)
   ARGV[21] ackedRevocations (CSV)     ARGV[22] instanceId (one per member process; '' = none)
   ARGV[23] static ('1': the memberId is a stable memberInstanceId, see includes/static.lua; '' = not)
+  ARGV[24] deadline: Redis time (ms) after which the request changes nothing ('' = none)
 
   Output: the heartbeat response (includes/respond.lua), or { errorCode, message } when the request
-  was refused; a refused request changed nothing. A member is checked (ACTIVE, lease, epoch,
+  was refused; a refused request changed nothing. A request that runs after its deadline is refused
+  first of all with { DEADLINE_EXCEEDED, message, Redis time (ms) }: its member stopped waiting for
+  the answer by then (the request sat in an offline queue or on a slow link), and a heartbeat whose
+  answer the member ignores must not renew a lease it may have given up (SPEC 9.1). A member is checked (ACTIVE, lease, epoch,
   instance) before its shard lists are: a stale member is told it is stale even when its report no
   longer fits the stream (shards deleted after a shrink while it was paused). A join for an ACTIVE
   member with a live lease from another instance is refused with FENCED_INSTANCE_ID (SPEC 9.4),
@@ -25,6 +29,16 @@
 ]]
 --- @include "includes/errorCodes"
 --- @include "includes/groupKeys"
+
+-- Late: the member stopped waiting for this answer before the request got here, so it changes
+-- nothing, whatever it says (it would renew a lease the member may have given up). Before anything
+-- else, the steady path included.
+local callTime = redis.call('TIME')
+local callNow = tonumber(callTime[1]) * 1000 + math.floor(tonumber(callTime[2]) / 1000)
+local deadline = tonumber(ARGV[24])
+if deadline and callNow > deadline then
+  return { ERR_DEADLINE_EXCEEDED, 'the request reached Redis ' .. (callNow - deadline) .. ' ms after its deadline; nothing changed', callNow }
+end
 
 --[[ Steady state. The member's stored signature (includes/members.lua) equals this request, and
   the group is STABLE at the member's epoch with nothing due: the full path would only renew the
@@ -38,8 +52,7 @@ do
       and ARGV[20] == '' and ARGV[21] == '' then
     local g = redis.call('HMGET', K.groupMeta, 'groupEpoch', 'assignmentEpoch', 'nextDeadlineAt', 'retainedNextAt', 'incarnation')
     local stream = redis.call('HMGET', K.streamMeta, 'shardCount', 'metadataVersion')
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local now = callNow
     local minLease = redis.call('ZRANGE', K.leases, 0, 0, 'WITHSCORES')
     local nextDeadlineAt = tonumber(g[3]) or 0
     local retainedNextAt = tonumber(g[4]) or 0
@@ -51,7 +64,7 @@ do
       redis.call('ZADD', K.leases, now + sessionTimeoutMs, ARGV[10])
       local interval = math.max(1, math.min(tonumber(ARGV[1]), math.floor(sessionTimeoutMs / 3)))
       return { ERR_NONE, '', tonumber(ARGV[11]), interval, sessionTimeoutMs, ARGV[19], '', '', tonumber(g[1]),
-        tonumber(g[2]), 'STABLE', tonumber(stream[2]), tonumber(stream[1]), false, 0, '', g[5] or '0' }
+        tonumber(g[2]), 'STABLE', tonumber(stream[2]), tonumber(stream[1]), false, 0, '', g[5] or '0', now }
     end
   end
 end
@@ -155,7 +168,7 @@ end
 if not g then
   if memberEpoch == -1 then
     return { ERR_NONE, '', -1, cfg.heartbeatIntervalMs, req.sessionTimeoutMs, '', '', '', 0, 0, 'EMPTY',
-      stream.metadataVersion, stream.count, false, 0, '', '0' }
+      stream.metadataVersion, stream.count, false, 0, '', '0', now }
   end
   g = createGroup(K, groupName, now, stream)
   assignIncarnation(K, g)
@@ -173,7 +186,7 @@ if g.groupEpoch ~= groupEpochBefore then rec = loadMember(K, memberId) end
 if memberEpoch == -1 and isStatic and rec and rec.state == 'ACTIVE' and rec.static then
   staticDepart(K, cfg, g, rec, now)
   return { ERR_NONE, '', -1, cfg.heartbeatIntervalMs, req.sessionTimeoutMs, '', '', '', g.groupEpoch,
-    g.assignmentEpoch, groupState(K, g), stream.metadataVersion, stream.count, false, 0, '', g.incarnation }
+    g.assignmentEpoch, groupState(K, g), stream.metadataVersion, stream.count, false, 0, '', g.incarnation, now }
 end
 
 -- Leave: shards are free at once; the record stays as LEFT until retention ends.
@@ -184,7 +197,7 @@ if memberEpoch == -1 then
     wakeMembers(cfg, memberId)
   end
   return { ERR_NONE, '', -1, cfg.heartbeatIntervalMs, req.sessionTimeoutMs, '', '', '', g.groupEpoch,
-    g.assignmentEpoch, groupState(K, g), stream.metadataVersion, stream.count, false, 0, '', g.incarnation }
+    g.assignmentEpoch, groupState(K, g), stream.metadataVersion, stream.count, false, 0, '', g.incarnation, now }
 end
 
 local dirty = false

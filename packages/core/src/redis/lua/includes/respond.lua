@@ -7,6 +7,8 @@
 -- 11 state     12 metadataVersion             13 shardCount          14 readableShardSet or nil
 -- 15 computeAssignment (0/1)   16 assignment input (JSON) or ''
 -- 17 the group's incarnation (includes/incarnation.lua), the first part of every fencing token
+-- 18 Redis time (ms) of this call: the member bounds Redis's clock with it to set its deadlines
+--    (heartbeat-13.lua ARGV[24]). Every successful answer of the heartbeat script carries it.
 
 local function assignmentInput(K, g, stream)
   local ids = redis.call('ZRANGE', K.leases, 0, -1)
@@ -66,5 +68,5 @@ local function memberResponse(K, cfg, g, rec, stream, reportedMv, now, dirty)
   if compute == 1 then input = assignmentInput(K, g, stream) end
   return { ERR_NONE, '', toldEpoch, interval, rec.st, rec.owned, rec.revoking, rec.pending,
     g.groupEpoch, g.assignmentEpoch, state, stream.metadataVersion, stream.count, readable,
-    compute, input, g.incarnation }
+    compute, input, g.incarnation, now }
 end

@@ -14,7 +14,7 @@ import { ShardClient } from '../redis/shard-client';
 import { WakeHub } from '../redis/wake-hub';
 import type { MemberEvents } from './member-events';
 import { MemberHeartbeat } from './member-heartbeat';
-import { MemberLease } from './member-lease';
+import { MemberLease, staticTakeoverAfterMs } from './member-lease';
 import { type BatchMemberOptions, type CoordinatedMemberOptions, coordinatorCallTimeoutMs, MAX_RUNTIME_CONCURRENCY, type ResolvedMemberOptions, resolveMemberOptions } from './member-options';
 import type { MemberProblems } from './member-problems';
 import { MemberReconciler } from './member-reconciler';
@@ -93,7 +93,9 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
       textCodecs,
     });
     this.poller = new ShardPoller(shardClient, redis as Redis, this.reader, resolved, () => this.mayStartHandlers());
-    this.lease = new MemberLease(this.options.sessionTimeoutMs);
+    // A static member can be taken over by a new instance long before its session times out.
+    const takeoverAfterMs = this.options.memberInstanceId === undefined ? undefined : staticTakeoverAfterMs(this.coordinator.options.heartbeatIntervalMs, this.options.sessionTimeoutMs);
+    this.lease = new MemberLease(this.options.sessionTimeoutMs, takeoverAfterMs);
     const requestHeartbeat = () => this.heartbeats.now();
     this.reconciler = new MemberReconciler(this.poller, this, this.lease, this.options, requestHeartbeat, () => this.drained);
     this.metadata = new MetadataSync(redis, this.coordinator, resolved, this.poller, this, this.memberProblems, coordinatorCallTimeoutMs(this.options), requestHeartbeat);

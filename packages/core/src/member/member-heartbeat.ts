@@ -160,7 +160,7 @@ export class MemberHeartbeat {
   }
 
   private async beat(): Promise<void> {
-    const { reconciler, metadata, lease } = this.parts;
+    const { reconciler, metadata } = this.parts;
     const request = this.request();
     const sentAt = performance.now();
     this.sentSinceGroupGone = true;
@@ -178,7 +178,7 @@ export class MemberHeartbeat {
       await this.refusals.handle(response.errorCode, response.errorMessage, sentAt);
       return;
     }
-    lease.renewed(sentAt);
+    reconciler.leaseRenewed(sentAt);
     this.joinedGroup = true;
     this.refusals.accepted();
     this.parts.shardClient.setIncarnation(response.incarnation);

@@ -153,6 +153,16 @@ export class MemberReconciler {
     return this.lease.isSafe(this.owned.size > 0);
   }
 
+  /**
+   * An accepted heartbeat sent at `sentAt`. If handlers were held back meanwhile (a static member's
+   * start budget is short), the poller is told at once rather than at its next idle wake-up.
+   */
+  leaseRenewed(sentAt: number): void {
+    const wasSafe = this.leaseIsSafe();
+    this.lease.renewed(sentAt);
+    if (!wasSafe && this.leaseIsSafe()) this.poller.handlersMayStart();
+  }
+
   /** No heartbeat got through for the lease budget: stop before the shards can be given away. */
   checkLease(): void {
     if (!this.holdsShards()) return;

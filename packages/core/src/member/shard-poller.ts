@@ -112,6 +112,12 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     this.reader.interruptRead();
   }
 
+  /** Handlers may start again (the lease is safe again): start what is queued, and read on. */
+  handlersMayStart(): void {
+    this.dispatcher.dispatch();
+    this.reader.wakeup.notify();
+  }
+
   /** `runtimeMaxConcurrency` changed: start what the new capacity allows (a lower one lets in-flight calls finish). */
   capacityChanged(): void {
     this.dispatcher.dispatch();

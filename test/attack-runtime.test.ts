@@ -1,5 +1,7 @@
-import { describe, expect, it } from 'vitest';
-import { FencedInstanceIdError, StreamProducer } from '@redis-stream-coordinator/core';
+import { afterEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { CoordinatedMember, CoordinatorAdmin, FencedInstanceIdError, type PayloadCodec, type StreamMessage, StreamProducer } from '@redis-stream-coordinator/core';
+import type { KeyedPayload } from './support/handler-recorder';
 import { memberFactory } from './support/member-factory';
 import { pollUntil } from './support/poll';
 import { proxyFactory } from './support/proxy-fixture';
@@ -10,6 +12,11 @@ import { uniqueName, useRedisServer } from './support/vitest-redis';
 const redis = useRedisServer();
 const aMember = memberFactory(redis, { retryBackoffMs: 1 });
 const aProxy = proxyFactory(redis);
+/** Batch members (the factory's options are for single-entry handlers), stopped after each test. */
+const batchMembers: CoordinatedMember<KeyedPayload>[] = [];
+afterEach(async () => {
+  await Promise.all(batchMembers.splice(0).map((m) => m.stop().catch(() => undefined)));
+});
 
 function sendKeyed(streamPrefix: string, count: number, key = 'k') {
   return new StreamProducer(redis.client(), { streamPrefix }).sendBatch(Array.from({ length: count }, (_, i) => ({ key, shardIndex: 0, payload: { seq: i + 1 } })));
@@ -53,5 +60,92 @@ describe('attack: a static member instance that went silent, and its replacement
     await pollUntil('the old instance to stop for good', async () => halted.some((e) => e instanceof FencedInstanceIdError));
     await pollUntil('every entry handled', async () => new Set(starts.map((s) => s.seq)).size === 300);
     expect(old.ownedShards()).toEqual([]);
+  });
+});
+
+/** A gate a test opens: `wait` resolves once `open()` was called. */
+function aGate() {
+  let open: () => void = () => undefined;
+  const wait = new Promise<void>((resolve) => (open = resolve));
+  return { wait, open };
+}
+
+/** A codec no member here knows: its entries cannot be decoded (dead-lettered at once). */
+const unknownCodec: PayloadCodec = { name: 'unknown-here', encode: (p) => JSON.stringify(p), decode: (raw) => JSON.parse(raw) };
+
+describe('attack: handler calls that start inside one piece of work, without the dispatcher', () => {
+  // docs/runtime.md (pause: "starts no handler"; a member whose lease may be lost starts none,
+  // SPEC 5). The dispatcher asks before it starts work, but a batch is several handler calls when an
+  // undecodable entry (or a BatchError's dead-lettered head) splits it: the call after the dead
+  // letter started at once, whatever happened meanwhile. Paused, or with a lease that may be lost (the
+  // shard may be another member's already), the member started a handler anyway.
+  it('a batch split by an undecodable entry: the call after its dead letter waits while the member is paused', async () => {
+    const streamPrefix = uniqueName('attack-batch-split-pause');
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 1 });
+    const json = new StreamProducer(redis.client(), { streamPrefix });
+    const odd = new StreamProducer(redis.client(), { streamPrefix, codec: unknownCodec });
+    await json.sendBatch([1, 2].map((seq) => ({ shardIndex: 0, payload: { seq } })));
+    await odd.send({ shardIndex: 0, payload: { seq: 3 } });
+    await json.sendBatch([4, 5].map((seq) => ({ shardIndex: 0, payload: { seq } })));
+
+    const gate = aGate();
+    const calls: { seqs: number[]; paused: boolean }[] = [];
+    const deadLetters: string[] = [];
+    const member = new CoordinatedMember<KeyedPayload>(redis.client(), {
+      streamPrefix,
+      consumerGroup: 'group',
+      coordinator: { heartbeatIntervalMs: 200 },
+      batch: { maxSize: 10 },
+      handler: async (messages: StreamMessage<KeyedPayload>[]) => {
+        calls.push({ seqs: messages.map((m) => m.payload.seq), paused: member.isPaused() });
+        if (calls.length === 1) await gate.wait;
+      },
+    });
+    batchMembers.push(member);
+    member.on('error', () => undefined);
+    member.on('dead-letter', (event) => deadLetters.push(event.id));
+    await member.start();
+    await pollUntil('the first call (entries 1 and 2) to run', async () => calls.length === 1);
+
+    member.pause();
+    gate.open();
+    await pollUntil('entry 3 dead-lettered', async () => deadLetters.length === 1);
+    const whilePaused = calls.slice(1);
+    member.resume();
+    await pollUntil('entries 4 and 5 handled', async () => calls.length === 2);
+    expect(whilePaused).toEqual([]);
+    expect(calls).toEqual([
+      { seqs: [1, 2], paused: false },
+      { seqs: [4, 5], paused: false },
+    ]);
+  });
+
+  // The same for one entry: an asynchronous schema (zod refine(async …)) is awaited between the
+  // dispatcher's go and the handler call; paused (or the lease gone) meanwhile, the handler started.
+  it('an entry whose asynchronous schema answers while the member is paused waits for resume()', async () => {
+    const streamPrefix = uniqueName('attack-async-schema-pause');
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 1 });
+    const gate = aGate();
+    let checking = false;
+    let answered = false;
+    const Slow = z.object({ seq: z.number() }).refine(async () => {
+      checking = true;
+      await gate.wait;
+      answered = true;
+      return true;
+    });
+    const starts: boolean[] = [];
+    const member = aMember({ streamPrefix, schema: Slow, handler: () => void starts.push(member.isPaused()) });
+    await member.start();
+    await new StreamProducer(redis.client(), { streamPrefix }).send({ shardIndex: 0, payload: { seq: 1 } });
+    await pollUntil('the schema to check entry 1', async () => checking);
+
+    member.pause();
+    gate.open();
+    // Polled (a timer later): by then a handler that ignores the pause has started.
+    await pollUntil('the schema to have answered', async () => answered);
+    member.resume();
+    await pollUntil('entry 1 handled', async () => starts.length === 1);
+    expect(starts).toEqual([false]); // started after resume(), not while paused
   });
 });

@@ -63,7 +63,9 @@ export class BatchRunner {
   /** Runs `pending` until every entry is acknowledged or dead-lettered; false if the shard was released first. */
   private async handle(state: ShardState, work: Work, pending: BatchEntry[]): Promise<boolean> {
     while (pending.length > 0) {
-      if (state.released.signal.aborted) return false;
+      // Every call asks, not only the first (which the dispatcher let start): a batch split by a dead
+      // letter is several calls, and the member may have been paused or lost its lease meanwhile.
+      if (!(await this.policy.untilHandlersMayStart(state))) return false;
       const call = new AbortController();
       const messages = pending.map((p): StreamMessage => ({
         id: p.queued.entry.id,

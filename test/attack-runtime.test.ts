@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { CoordinatedMember, CoordinatorAdmin, FencedInstanceIdError, type PayloadCodec, type StreamMessage, StreamProducer } from '@redis-stream-coordinator/core';
+import { CoordinatedMember, CoordinatorAdmin, FencedInstanceIdError, KeyBuilder, type PayloadCodec, type StreamMessage, StreamProducer } from '@redis-stream-coordinator/core';
 import type { KeyedPayload } from './support/handler-recorder';
 import { memberFactory } from './support/member-factory';
 import { pollUntil } from './support/poll';
@@ -148,4 +148,61 @@ describe('attack: handler calls that start inside one piece of work, without the
     await pollUntil('entry 1 handled', async () => starts.length === 1);
     expect(starts).toEqual([false]); // started after resume(), not while paused
   });
+});
+
+describe('attack: a zombie read takes entries between two reads, with lanes and with batches', () => {
+  // SPEC 5 per-key order (lanes) and per-shard order (batches). A late read of another consumer
+  // takes entries 2 and 3 between two of the owner's reads; the owner's next read starts at 4. The
+  // gap check must queue 2 and 3 before 4 with lanes (where the dispatcher picks any free key) and
+  // with batches (where a batch is the queue's head), while entry 1 still runs. Guards the gap check
+  // with the dispatch modes added in issue 17; it held (no product change).
+  const shapes = [
+    { name: 'lanes 4', options: { lanes: 4, runtimeMaxConcurrency: 4 } },
+    { name: 'batch of 10', options: { batch: { maxSize: 10 } } },
+  ];
+  for (const shape of shapes) {
+    it(`${shape.name}: the zombie's entries run before the later ones of their key, once`, async () => {
+      const streamPrefix = uniqueName('attack-zombie-gap');
+      const stream = new KeyBuilder().shardStream(streamPrefix, 0);
+      await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 1 });
+      const gate = aGate();
+      const runs: string[] = [];
+      const run = async (message: StreamMessage<KeyedPayload>) => {
+        runs.push(`${message.key}:${message.payload.seq}`);
+        if (message.payload.seq === 1) await gate.wait;
+      };
+      const member = new CoordinatedMember<KeyedPayload>(redis.client(), {
+        streamPrefix,
+        consumerGroup: 'group',
+        coordinator: { heartbeatIntervalMs: 200 },
+        ...(shape.options.batch
+          ? { batch: shape.options.batch, handler: async (messages: StreamMessage<KeyedPayload>[]) => { for (const m of messages) await run(m); } }
+          : { ...shape.options, handler: run }),
+      } as ConstructorParameters<typeof CoordinatedMember<KeyedPayload>>[1]);
+      batchMembers.push(member);
+      const errors: string[] = [];
+      member.on('error', (error) => errors.push(error.message));
+      await member.start();
+      const producer = new StreamProducer(redis.client(), { streamPrefix });
+      await producer.send({ shardIndex: 0, key: 'k', payload: { seq: 1 } });
+      await pollUntil('entry 1 running', async () => runs.length === 1);
+
+      // Written and taken by a zombie in one transaction: the owner's blocked read never sees them.
+      const late = redis.client().multi();
+      late.xadd(stream, '*', 'p', JSON.stringify({ seq: 2 }), 'k', 'k');
+      late.xadd(stream, '*', 'p', JSON.stringify({ seq: 3 }), 'k', 'j');
+      late.xreadgroup('GROUP', 'group', 'zombie', 'COUNT', 10, 'STREAMS', stream, '>');
+      await late.exec();
+      await producer.sendBatch([{ shardIndex: 0, key: 'k', payload: { seq: 4 } }, { shardIndex: 0, key: 'j', payload: { seq: 5 } }]);
+      await pollUntil('the owner to have read on (2, 3 recovered, 4, 5 queued)', async () => member.stats().bufferedEntries >= 4 || (shape.options.lanes !== undefined && runs.length > 1));
+      gate.open();
+      await pollUntil('all five handled', async () => new Set(runs).size === 5);
+      const of = (key: string) => runs.filter((r) => r.startsWith(`${key}:`));
+      expect(of('k')).toEqual(['k:1', 'k:2', 'k:4']);
+      expect(of('j')).toEqual(['j:3', 'j:5']);
+      if (shape.options.batch) expect(runs).toEqual(['k:1', 'k:2', 'j:3', 'k:4', 'j:5']);
+      expect(errors).toContainEqual(expect.stringMatching(/2 entries before .* were delivered elsewhere/));
+      await pollUntil('nothing pending', async () => (await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group')).shards[0].pending === 0);
+    });
+  }
 });

@@ -100,6 +100,18 @@ describe('static membership: CoordinatedMember with memberInstanceId', () => {
     expect(first.ownedShards()).toEqual([0, 1]);
   }, 15_000);
 
+  it('stop({ leaveGroup: true }) leaves for good: the member is LEFT and its shards move at once, long before its session timeout', async () => {
+    const streamPrefix = uniqueName('static-leave');
+    const leaving = aMember({ streamPrefix, memberInstanceId: 'leaving', shardCount: 2, sessionTimeoutMs: 20_000, handler: () => undefined });
+    const staying = aMember({ streamPrefix, memberInstanceId: 'staying', shardCount: 2, sessionTimeoutMs: 20_000, handler: () => undefined });
+    await Promise.all([leaving.start(), staying.start()]);
+    await stable(streamPrefix, 2);
+    await leaving.stop({ leaveGroup: true });
+    await pollUntil('the other member to own both shards', async () => staying.ownedShards().length === 2, { timeoutMs: 5000 });
+    const { description } = await ownershipOf(streamPrefix);
+    expect(description.members.find((m) => m.memberId === 'leaving')?.state).toBe('LEFT');
+  });
+
   it('names the option when memberInstanceId is not a valid id, or disagrees with memberId', () => {
     expect(() => aMember({ streamPrefix: 'x', memberInstanceId: 'has space', handler: () => undefined })).toThrow(/memberInstanceId/);
     expect(() => aMember({ streamPrefix: 'x', memberInstanceId: 'a', memberId: 'b', handler: () => undefined })).toThrow(/memberInstanceId "a"/);

@@ -28,6 +28,16 @@ export type { MemberEvents, ShardsEvent } from './member-events';
 
 type Lifecycle = 'new' | 'starting' | 'running' | 'stopping' | 'stopped';
 
+/** How `stop()` ends a member's membership. */
+export interface StopOptions {
+  /**
+   * A static member (`memberInstanceId`) leaves the group for good instead of departing, so that its
+   * shards move to the other members at once rather than wait for its next instance (scaling down).
+   * No effect on other members, which always leave.
+   */
+  leaveGroup?: boolean;
+}
+
 /**
  * One member of a consumer group (SPEC sections 3-5): heartbeats at the interval the coordinator
  * asks for, reconciles its shards with each answer (revoke before the next owner reads), polls and
@@ -69,6 +79,8 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   private draining = false;
   /** Resolves when stop()'s drain ended (handlers finished or shutdownTimeoutMs passed). */
   private drained: Promise<void> | undefined;
+  /** stop({ leaveGroup: true }) asked: a static member leaves for good instead of departing. */
+  private leaveForGood = false;
   /** Conditions of this member (not of a shard) that keep it from working, by kind. */
   private readonly memberProblems: MemberProblems = new Map();
 
@@ -275,8 +287,19 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
    * shards meanwhile. While stopping it applies revocations (after the drain, bounded by
    * revocationTimeoutMs) and takes no new shards. Calling it again while it runs returns the same
    * promise. The member can be started again afterwards.
+   *
+   * A static member (`memberInstanceId`) departs instead of leaving: the coordinator keeps its
+   * membership and shards, unread, for its next instance until its session times out. Pass
+   * `{ leaveGroup: true }` when no instance will come back (scaling down): it leaves for good and
+   * its shards move at once. Other members always leave.
+   *
+   * ```ts
+   * await member.stop();                      // a restart: a static member's next instance takes its shards back
+   * await member.stop({ leaveGroup: true });  // for good: its shards move to the other members now
+   * ```
    */
-  stop(): Promise<void> {
+  stop(options: StopOptions = {}): Promise<void> {
+    if (options.leaveGroup === true) this.leaveForGood = true;
     if (this.lifecycle === 'stopping') return this.shutdown ?? Promise.resolve();
     if (this.lifecycle === 'stopped') return Promise.resolve();
     this.generation += 1;
@@ -300,11 +323,12 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
       try {
         // Bounded like every coordinator call: a leave that cannot get through must not hold up
         // stop() (the coordinator expires the member after its session timeout instead).
-        await this.heartbeats.leave();
+        await this.heartbeats.leave(this.leaveForGood);
       } catch (error) {
         this.emit('error', new Error(`member ${this.memberId} could not leave the group: ${(error as Error).message}`));
       }
     }
+    this.leaveForGood = false;
     this.reconciler.left();
     this.reader.disconnect();
     await this.stopListening?.();

@@ -132,16 +132,20 @@ export class MemberHeartbeat {
     this.refusals.reset();
   }
 
-  /** Leaves the group, bounded like every coordinator call (rejects when it fails or is late). */
-  async leave(): Promise<void> {
-    await withTimeout(this.parts.coordinator.heartbeat(this.request(LEAVE_EPOCH)), this.callTimeoutMs);
+  /**
+   * Leaves the group, bounded like every coordinator call (rejects when it fails or is late). A
+   * static member departs (keeps its membership for its next instance) unless `forGood`: then it
+   * leaves as a plain member does, and its shards move at once.
+   */
+  async leave(forGood = false): Promise<void> {
+    await withTimeout(this.parts.coordinator.heartbeat(this.request(LEAVE_EPOCH, forGood)), this.callTimeoutMs);
   }
 
-  private request(memberEpoch = this.parts.reconciler.memberEpoch): HeartbeatRequest {
+  private request(memberEpoch = this.parts.reconciler.memberEpoch, leaveForGood = false): HeartbeatRequest {
     const { reconciler, metadata } = this.parts;
     return {
       instanceId: this.instanceId,
-      staticMember: this.options.memberInstanceId !== undefined,
+      staticMember: this.options.memberInstanceId !== undefined && !leaveForGood,
       streamPrefix: this.options.streamPrefix,
       consumerGroup: this.options.consumerGroup,
       memberId: this.options.memberId,

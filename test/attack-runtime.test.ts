@@ -206,3 +206,31 @@ describe('attack: a zombie read takes entries between two reads, with lanes and 
     });
   }
 });
+
+describe('attack: two zombies, and a sweep that takes one page of their entries', () => {
+  // SPEC 5 per-shard order. The sweep of other consumers' pending entries takes at most a page
+  // (batchSize) per sweep. It went consumer by consumer (in the order Redis lists them, by name), so
+  // when two zombies' late reads hold more than a page, it could take the later entries of one
+  // zombie, queue and run them, and leave the earlier entries of the other for the next sweep: run
+  // after newer ones. The member's own reads do not catch it: its cursor moved past both.
+  it('the sweep takes the oldest page across zombies: entries run in stream order', async () => {
+    const streamPrefix = uniqueName('attack-two-zombies');
+    const stream = new KeyBuilder().shardStream(streamPrefix, 0);
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 1 });
+    const order: number[] = [];
+    const member = aMember({ streamPrefix, batchSize: 5, sweepIntervalMs: 200, handler: (m) => void order.push(m.payload.seq) });
+    await member.start();
+    await sendKeyed(streamPrefix, 1);
+    await pollUntil('entry 1 handled', async () => order.length === 1);
+
+    // Ten entries written and taken by two zombies in one transaction (the owner's blocked read gets
+    // none): 2-6 by "zz-late", 7-11 by "aa-late", whose name Redis lists first.
+    const late = redis.client().multi();
+    for (let seq = 2; seq <= 11; seq++) late.xadd(stream, '*', 'p', JSON.stringify({ seq }), 'k', 'k');
+    late.xreadgroup('GROUP', 'group', 'zz-late', 'COUNT', 5, 'STREAMS', stream, '>');
+    late.xreadgroup('GROUP', 'group', 'aa-late', 'COUNT', 5, 'STREAMS', stream, '>');
+    await late.exec();
+    await pollUntil('all eleven handled', async () => order.length === 11, { timeoutMs: 5000 });
+    expect(order).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+  });
+});

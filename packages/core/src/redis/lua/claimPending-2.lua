@@ -5,7 +5,8 @@
     unacknowledged work, and the caller's own from before a restart), in ID order, page by page
     with XAUTOCLAIM.
   - 'others', a periodic sweep while owning it: only entries pending for other consumers (a zombie
-    whose blocked read Redis served after the shard moved), never the caller's own in-flight ones.
+    whose blocked read Redis served after the shard moved), never the caller's own in-flight ones;
+    the oldest first across all those consumers, up to count.
   - 'range', after a read skipped entries: the entries pending (for anyone) from the cursor up to,
     not including, an end id, page by page; nothing at or past the end is touched, so entries the
     caller cannot queue in order yet are not moved under its name.
@@ -84,21 +85,23 @@ if ARGV[4] == 'ids' then
   return { 1, '0-0', entries, deleted }
 end
 
-local summary = redis.call('XPENDING', KEYS[1], ARGV[1])
-local entries, deleted = {}, {}
-for _, consumer in ipairs(summary[4] or {}) do
-  if consumer[1] ~= ARGV[3] and #entries + #deleted < count then
-    local pending = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', count - #entries - #deleted, consumer[1])
-    local ids = {}
-    for i = 1, #pending do ids[i] = pending[i][1] end
-    claimIds(KEYS[1], ARGV[1], ARGV[3], ids, entries, deleted)
+-- 'others': the oldest entries pending for other consumers, across all of them, in ID order. Not
+-- consumer by consumer: a page of one zombie's later entries would leave another's earlier ones for
+-- the next sweep, to run after newer ones (SPEC 5 order). The pending list is walked in ID order,
+-- skipping the caller's own entries, for at most MAX_SWEEP_PAGES pages: whatever it stops at,
+-- the entries it takes are older than every other consumer's entry it leaves.
+local MAX_SWEEP_PAGES = 10
+local ids = {}
+local from = '-'
+for _ = 1, MAX_SWEEP_PAGES do
+  local pending = redis.call('XPENDING', KEYS[1], ARGV[1], from, '+', count)
+  for i = 1, #pending do
+    if pending[i][2] ~= ARGV[3] and #ids < count then ids[#ids + 1] = pending[i][1] end
   end
+  if #ids >= count or #pending < count then break end
+  from = '(' .. pending[#pending][1]
 end
+local entries, deleted = {}, {}
+claimIds(KEYS[1], ARGV[1], ARGV[3], ids, entries, deleted)
 forgetIdleConsumers(KEYS[1], ARGV[1], ARGV[3])
-table.sort(entries, function(a, b)
-  local ams, aseq = string.match(a[1], '^(%d+)-(%d+)$')
-  local bms, bseq = string.match(b[1], '^(%d+)-(%d+)$')
-  if ams ~= bms then return tonumber(ams) < tonumber(bms) end
-  return tonumber(aseq) < tonumber(bseq)
-end)
 return { 1, '0-0', entries, deleted }

@@ -233,4 +233,28 @@ describe('attack: two zombies, and a sweep that takes one page of their entries'
     await pollUntil('all eleven handled', async () => order.length === 11, { timeoutMs: 5000 });
     expect(order).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
   });
+
+  // The same sweep also recovers this member's own untracked entries (a read reply it never got).
+  // When the other consumers' page was full, more of theirs, older than those own entries, wait for
+  // the next sweep: the own entries must wait with them, not run first.
+  it('own entries of a lost read reply newer than a full page of zombie entries wait for the rest of them', async () => {
+    const streamPrefix = uniqueName('attack-zombies-and-own');
+    const stream = new KeyBuilder().shardStream(streamPrefix, 0);
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 1 });
+    const order: number[] = [];
+    const member = aMember({ streamPrefix, memberId: 'owner', batchSize: 5, sweepIntervalMs: 200, handler: (m) => void order.push(m.payload.seq) });
+    await member.start();
+    await sendKeyed(streamPrefix, 1);
+    await pollUntil('entry 1 handled', async () => order.length === 1);
+
+    // 2-6 and 7-11 taken by two zombies; 12-16 delivered to the owner itself in a reply it never got.
+    const late = redis.client().multi();
+    for (let seq = 2; seq <= 16; seq++) late.xadd(stream, '*', 'p', JSON.stringify({ seq }), 'k', 'k');
+    late.xreadgroup('GROUP', 'group', 'zz-late', 'COUNT', 5, 'STREAMS', stream, '>');
+    late.xreadgroup('GROUP', 'group', 'aa-late', 'COUNT', 5, 'STREAMS', stream, '>');
+    late.xreadgroup('GROUP', 'group', 'owner', 'COUNT', 5, 'STREAMS', stream, '>');
+    await late.exec();
+    await pollUntil('all sixteen handled', async () => order.length === 16, { timeoutMs: 5000 });
+    expect(order).toEqual(Array.from({ length: 16 }, (_, i) => i + 1));
+  });
 });

@@ -221,7 +221,11 @@ export class ShardClient {
     return { acked, notReplicated: new NotReplicatedError(`acknowledged on the master but not confirmed on its replicas: ${shortfall.why}`, shortfall.replicas, wait.replicas) };
   }
 
-  /** One page of a fenced takeover (see claimPending-2.lua for the modes 'all' and 'others'). */
+  /**
+   * One page of a fenced takeover (see claimPending-2.lua for the modes 'all' and 'others'). In mode
+   * 'others' the cursor is '0-0' when every other consumer's entry was taken, else the id up to
+   * which they were (the ones left are newer).
+   */
   async claimPending(shardIndex: number, grantEpoch: number, mode: 'all' | 'others', cursor: string, count: number): Promise<ClaimResult> {
     return this.claim(shardIndex, grantEpoch, [mode, cursor, count]);
   }

@@ -258,3 +258,36 @@ describe('attack: two zombies, and a sweep that takes one page of their entries'
     expect(order).toEqual(Array.from({ length: 16 }, (_, i) => i + 1));
   });
 });
+
+describe('attack: acknowledgements that wait for replicas, when a replica is missing', () => {
+  // SPEC 9.1 (a late reply: the shard is handed off only when the member is gone). With
+  // ackWaitForReplicas, each ack batch is followed by WAIT, which holds its connection for up to
+  // timeoutMs when too few replicas answer. It ran on the connection the heartbeats use: with a
+  // replica missing, the ack batches of a few shards kept the heartbeats queued behind their WAITs
+  // until the lease ran out, and a busy, healthy member dropped its shards.
+  it('heartbeats do not wait behind WAIT: a busy member keeps its lease and its shards', async () => {
+    const streamPrefix = uniqueName('attack-wait-starves');
+    const lost: unknown[] = [];
+    let acknowledged = 0;
+    const member = aMember({
+      streamPrefix,
+      shardCount: 4,
+      runtimeMaxConcurrency: 4,
+      sessionTimeoutMs: 3000, // heartbeat calls time out after 1 s, the lease after 2.4 s without one
+      ackWaitForReplicas: { replicas: 1, timeoutMs: 400 }, // this Redis has no replica: every WAIT takes 400 ms
+      handler: () => undefined,
+    });
+    member.on('lease-lost', (event) => lost.push(event));
+    member.on('fenced', (event) => lost.push(event));
+    member.on('acknowledged', (event) => (acknowledged += event.ids.length));
+    await member.start();
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    // Four rounds of one entry per shard, each acknowledged (four WAITs) before the next: 6.4 s.
+    for (let round = 1; round <= 4; round++) {
+      await producer.sendBatch(Array.from({ length: 4 }, (_, shardIndex) => ({ shardIndex, payload: { seq: round } })));
+      await pollUntil(`round ${round} acknowledged`, async () => acknowledged >= round * 4 || lost.length > 0, { timeoutMs: 10_000 });
+    }
+    expect(lost).toEqual([]);
+    expect(member.ownedShards()).toEqual([0, 1, 2, 3]);
+  }, 60_000);
+});

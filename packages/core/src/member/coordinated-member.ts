@@ -57,6 +57,12 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   readonly options: ResolvedMemberOptions<T>;
   readonly coordinator: CoordinatorClient;
   private readonly reader: Redis;
+  /**
+   * With `ackWaitForReplicas`: the connection acknowledgements are sent on. Their WAIT holds its
+   * connection for up to `timeoutMs` when replicas are missing: on the command connection, the
+   * heartbeats queued behind it until the lease ran out.
+   */
+  private readonly ackConnection: Redis | undefined;
   private readonly poller: ShardPoller;
   private lifecycle: Lifecycle = 'new';
   private readonly lease: MemberLease;
@@ -98,10 +104,13 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     // Blocking reads need a connection of their own (same options: password, ACL user, TLS).
     this.reader = duplicateClient(redis) as Redis;
     this.reader.on('error', () => undefined); // reported through the read loop
+    this.ackConnection = this.options.ackWaitForReplicas ? (duplicateClient(redis) as Redis) : undefined;
+    this.ackConnection?.on('error', () => undefined); // a failed ack is reported (and retried) by the ack batcher
     const textCodecs = new Set([...this.options.codecs.values()].filter((codec) => !codec.binary).map((codec) => codec.name));
     if (!this.options.codec.binary) textCodecs.add(''); // entries that name no codec are the member's own
     const shardClient = new ShardClient(redis, this.coordinator.keys, this.options.streamPrefix, this.options.consumerGroup, this.options.memberId, {
       ackWait: this.options.ackWaitForReplicas,
+      ackClient: this.ackConnection,
       textCodecs,
     });
     this.poller = new ShardPoller(shardClient, redis as Redis, this.reader, resolved, () => this.mayStartHandlers());
@@ -277,7 +286,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.drained = undefined;
     this.memberProblems.clear();
     this.lease.reset();
-    await reconnect(this.reader);
+    await Promise.all([reconnect(this.reader), this.ackConnection && reconnect(this.ackConnection)]);
   }
 
   /**
@@ -331,6 +340,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.leaveForGood = false;
     this.reconciler.left();
     this.reader.disconnect();
+    this.ackConnection?.disconnect(); // the drain sent the last acknowledgements
     await this.stopListening?.();
     this.stopListening = undefined;
     this.lifecycle = 'stopped';
@@ -349,7 +359,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.metadata.stop();
     this.heartbeats.joinFailed(new Error(`member ${this.memberId} aborted`));
     this.poller.dropAll('stopped');
-    const stopping = this.poller.stop(0);
+    const stopping = this.poller.stop(0).finally(() => this.ackConnection?.disconnect());
     this.reader.disconnect();
     const listening = this.stopListening?.();
     this.stopListening = undefined;
@@ -376,7 +386,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.lifecycle = 'stopped';
     this.heartbeats.cancel();
     this.metadata.stop();
-    this.shutdown = this.poller.stop(0);
+    this.shutdown = this.poller.stop(0).finally(() => this.ackConnection?.disconnect());
     this.reader.disconnect();
     void this.stopListening?.();
     this.stopListening = undefined;

@@ -132,6 +132,11 @@ export class ShardClient {
       /** `WAIT` after each ack batch (the member's `ackWaitForReplicas`). */
       ackWait?: ReplicaWait;
       /**
+       * The connection acks with `ackWait` go on (WAIT must follow the XACK on one connection, and
+       * holds it up to its timeout: other calls must not queue behind it). Default: `redis`.
+       */
+      ackClient?: RedisClient;
+      /**
        * Codecs whose payloads are text ('' for entries that name none, when the member's own codec
        * is text): entries of any other codec (binary, or not known here) get their payload's bytes
        * fetched beside the text (`withPayloadBytes`).
@@ -140,10 +145,12 @@ export class ShardClient {
     } = {},
   ) {
     this.ackWait = options.ackWait;
+    this.ackClient = options.ackClient ?? redis;
     this.textCodecs = options.textCodecs ?? new Set(['json', '']);
   }
 
   private readonly ackWait: ReplicaWait | undefined;
+  private readonly ackClient: RedisClient;
   private readonly textCodecs: ReadonlySet<string>;
 
   /**
@@ -210,8 +217,8 @@ export class ShardClient {
     const args = [this.consumerGroup, this.token(grantEpoch), ...ids];
     const wait = this.ackWait;
     if (!wait) return { acked: Number(await runScript(this.redis, 'ackFenced', [stream, fence], args)) };
-    ensureScripts(this.redis);
-    const [result] = await execBySlot(this.redis, [{ build: (pipeline) => pipelineScript(pipeline, 'ackFenced', [stream, fence], args) }], { tail: (pipeline) => waitCommand(pipeline, wait) });
+    ensureScripts(this.ackClient);
+    const [result] = await execBySlot(this.ackClient, [{ build: (pipeline) => pipelineScript(pipeline, 'ackFenced', [stream, fence], args) }], { tail: (pipeline) => waitCommand(pipeline, wait) });
     if ('error' in result) throw result.error;
     const [error, reply] = result.replies[0];
     if (error) throw error;

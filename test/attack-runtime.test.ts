@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { CoordinatedMember, CoordinatorAdmin, FencedInstanceIdError, KeyBuilder, type PayloadCodec, type StreamMessage, StreamProducer } from '@redis-stream-coordinator/core';
+import { CoordinatedMember, CoordinatorAdmin, FencedInstanceIdError, KeyBuilder, msgpackCodec, type PayloadCodec, type StreamMessage, StreamProducer } from '@redis-stream-coordinator/core';
 import type { KeyedPayload } from './support/handler-recorder';
 import { memberFactory } from './support/member-factory';
 import { pollUntil } from './support/poll';
@@ -290,4 +290,38 @@ describe('attack: acknowledgements that wait for replicas, when a replica is mis
     expect(lost).toEqual([]);
     expect(member.ownedShards()).toEqual([0, 1, 2, 3]);
   }, 60_000);
+});
+
+describe('attack: the payload bytes of a takeover whose pending entries are far apart', () => {
+  // SPEC 9.1 (a call that cannot answer leaves the shard owned but unread). Entries of a binary codec
+  // get their payload bytes with one XRANGE over the id range of those fetched. For a read the range
+  // is the read; for a takeover or a sweep the entries can be far apart (an old entry still pending
+  // beside recent ones), and the XRANGE returned everything written in between: here 3000 entries of
+  // 1 kB for two entries of a few bytes. On a long stream that is a reply of gigabytes, on every try.
+  it('fetches the bytes of the entries it took over, not of the stream between them', async () => {
+    const streamPrefix = uniqueName('attack-sparse-bytes');
+    const stream = new KeyBuilder().shardStream(streamPrefix, 0);
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 1 });
+    const binary = new StreamProducer(redis.client(), { streamPrefix, codec: msgpackCodec });
+    const client = redis.client();
+    await client.xgroup('CREATE', stream, 'group', '0', 'MKSTREAM');
+    await binary.send({ shardIndex: 0, payload: { seq: 1 } });
+    const filler = client.pipeline();
+    for (let i = 0; i < 3000; i++) filler.xadd(stream, '*', 'p', JSON.stringify({ seq: 0, pad: 'x'.repeat(1000) }));
+    await filler.exec();
+    await binary.send({ shardIndex: 0, payload: { seq: 2 } });
+    // A previous owner read everything and acknowledged all but the first and the last entry.
+    const read = (await client.xreadgroup('GROUP', 'group', 'previous', 'COUNT', 5000, 'STREAMS', stream, '>')) as [string, [string, string[]][]][];
+    const ids = read[0][1].map(([id]) => id);
+    await client.xack(stream, 'group', ...ids.slice(1, -1));
+
+    const outBefore = Number(/total_net_output_bytes:(\d+)/.exec(await client.info('stats'))![1]);
+    const handled: number[] = [];
+    const member = aMember({ streamPrefix, codecs: [msgpackCodec], handler: (m) => void handled.push(m.payload.seq) });
+    await member.start();
+    await pollUntil('both taken-over entries handled', async () => handled.length === 2);
+    const sent = Number(/total_net_output_bytes:(\d+)/.exec(await client.info('stats'))![1]) - outBefore;
+    expect(handled).toEqual([1, 2]);
+    expect(sent).toBeLessThan(500_000); // the stream between them is 3 MB
+  });
 });

@@ -93,9 +93,12 @@ describe('static membership: CoordinatedMember with memberInstanceId', () => {
 
   it('a second live process with the same memberInstanceId is refused for good once it waited a session timeout', async () => {
     const streamPrefix = uniqueName('duplicate');
-    const first = aMember({ streamPrefix, memberInstanceId: 'twin', shardCount: 2, sessionTimeoutMs: 1000, handler: () => undefined });
+    // Heartbeats every 300 ms, so a takeover needs 600 ms of silence: with 100 ms (200 ms of silence)
+    // one hiccup of a loaded machine let the second take over, twice in a run of 20 files.
+    const twin = { streamPrefix, memberInstanceId: 'twin', shardCount: 2, sessionTimeoutMs: 1000, coordinator: { heartbeatIntervalMs: 300 }, handler: () => undefined };
+    const first = aMember(twin);
     await first.start();
-    const second = aMember({ streamPrefix, memberInstanceId: 'twin', shardCount: 2, sessionTimeoutMs: 1000, handler: () => undefined });
+    const second = aMember(twin);
     await expect(second.start()).rejects.toBeInstanceOf(FencedInstanceIdError);
     expect(first.ownedShards()).toEqual([0, 1]);
   }, 15_000);

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { CoordinatedMember, CoordinatorAdmin, FencedInstanceIdError, KeyBuilder, msgpackCodec, type PayloadCodec, type StreamMessage, StreamProducer } from '@redis-stream-coordinator/core';
+import { CoordinatedMember, CoordinatorAdmin, FencedInstanceIdError, type HandlerAbortedError, KeyBuilder, msgpackCodec, type PayloadCodec, type StreamMessage, StreamProducer } from '@redis-stream-coordinator/core';
 import type { KeyedPayload } from './support/handler-recorder';
 import { memberFactory } from './support/member-factory';
 import { pollUntil } from './support/poll';
@@ -325,5 +325,44 @@ describe('attack: the payload bytes of a takeover whose pending entries are far 
     const sent = Number(/total_net_output_bytes:(\d+)/.exec(await client.info('stats'))![1]) - outBefore;
     expect(handled).toEqual([1, 2]);
     expect(sent).toBeLessThan(500_000); // the stream between them is 3 MB
+  });
+});
+
+describe('attack: a call of another lane when a fenced write gives the shard up', () => {
+  // docs/runtime.md (message.signal fires with `shard-lost` when the shard is no longer this
+  // member's). A dead letter (or a takeover, a sweep) refused by a newer fencing token gives the shard
+  // up at once, locally; the next owner runs its entries. The calls still running on the shard's other
+  // lanes were not told: a handler honouring its signal ran on beside the next owner's run.
+  it('the signals of the calls still running fire (shard-lost) when a dead letter is refused by a newer token', async () => {
+    const streamPrefix = uniqueName('attack-fenced-lanes');
+    const fence = new KeyBuilder().shardFence(streamPrefix, 0, 'group');
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 1 });
+    const reasons: string[] = [];
+    const member = aMember({
+      streamPrefix,
+      lanes: 2,
+      runtimeMaxConcurrency: 2,
+      maxAttempts: 1,
+      handler: async (message) => {
+        if (message.key === 'b') throw new Error('b fails: dead-lettered at once');
+        // Key a runs until it is told to stop.
+        await new Promise<void>((resolve) => message.signal.addEventListener('abort', () => resolve(), { once: true }));
+        reasons.push((message.signal.reason as HandlerAbortedError).reason);
+      },
+    });
+    const refused: string[] = [];
+    member.on('error', (error) => /dead letter of .* refused/.test(error.message) && refused.push(error.message));
+    await member.start();
+    await pollUntil('shard 0 claimed', async () => (await redis.client().get(fence)) !== null);
+    // A newer owner's token (same incarnation, a later epoch): this member's writes are refused now.
+    const [incarnation, epoch] = (await redis.client().get(fence))!.split(':');
+    await redis.client().set(fence, `${incarnation}:${Number(epoch) + 5}:someone-else`);
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.send({ shardIndex: 0, key: 'a', payload: { seq: 1 } });
+    await pollUntil('a running', async () => member.stats().activeHandlers === 1);
+    await producer.send({ shardIndex: 0, key: 'b', payload: { seq: 2 } });
+    await pollUntil('the dead letter of b refused', async () => refused.length === 1);
+    await pollUntil("a's signal fired", async () => reasons.length === 1, { timeoutMs: 3000 });
+    expect(reasons).toEqual(['shard-lost']);
   });
 });

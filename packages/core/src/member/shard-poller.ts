@@ -6,7 +6,7 @@ import { AckBatcher } from './ack-batcher';
 import type { ResolvedMemberOptions } from './member-options';
 import { ShardDispatcher } from './shard-dispatcher';
 import { ShardReader } from './shard-reader';
-import { HandlerAbortedError, type HandlerAbortReason, inFlightIds, type PollerEvents, ShardError, ShardSet, type ShardState, workInFlight } from './shard-state';
+import { abortCalls, type HandlerAbortReason, inFlightIds, type PollerEvents, ShardError, ShardSet, type ShardState, workInFlight } from './shard-state';
 
 export {
   type AcknowledgedEvent,
@@ -209,7 +209,7 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
   }
 
   private abortCall(state: ShardState, reason: HandlerAbortReason, message: string): void {
-    for (const work of state.work.values()) work.call?.abort(new HandlerAbortedError(reason, message));
+    abortCalls(state, reason, message);
   }
 
   /** Stops reading, waits (bounded) for in-flight handlers, flushes acknowledgements. */

@@ -346,7 +346,7 @@ export class ShardReader {
    */
   private async accept(state: ShardState, page: ClaimResult, when: string): Promise<ClaimedPage | null> {
     if (page.fenced) {
-      this.shards.release(state);
+      this.shards.lose(state, `shard ${state.index} has a newer owner (its fencing token refused a takeover)`);
       this.events.emit('error', new ShardError(`shard ${state.index}: lost ${when}`, state.index));
       return null;
     }

@@ -79,6 +79,11 @@ export function inFlightIds(state: ShardState): string[] {
   return [...state.work.values()].flatMap((w) => w.ids);
 }
 
+/** Fires `message.signal` of every handler call running on the shard's grant (each lane's). */
+export function abortCalls(state: ShardState, reason: HandlerAbortReason, message: string): void {
+  for (const work of state.work.values()) work.call?.abort(new HandlerAbortedError(reason, message));
+}
+
 /** Something went wrong on a shard; the poller goes on. `shardIndex` is set where it applies. */
 export class ShardError extends Error {
   constructor(
@@ -253,6 +258,17 @@ export class ShardSet {
   /** In-flight work of `state` ended: if it was a released grant's last, a new grant may start handlers. */
   settled(state: ShardState): void {
     if (state.work.size === 0 && this.lingering.get(state.index) === state) this.lingering.delete(state.index);
+  }
+
+  /**
+   * Gives a shard up because a fenced call was refused (a newer owner's token is there): released as
+   * above, and the calls still running on it are told (`message.signal`, reason `shard-lost`), as
+   * when the lease is lost: the next owner runs their entries too.
+   */
+  lose(state: ShardState, why: string): void {
+    if (state.phase === 'released') return;
+    this.release(state);
+    abortCalls(state, 'shard-lost', why);
   }
 
   /** Entry ids this member tracks on a shard: queued or held (in flight is the dispatcher's, acks the batcher's). */

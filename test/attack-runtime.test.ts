@@ -366,3 +366,37 @@ describe('attack: a call of another lane when a fenced write gives the shard up'
     expect(reasons).toEqual(['shard-lost']);
   });
 });
+
+describe('attack: an acknowledgement refused by a newer token', () => {
+  // docs/runtime.md ("gives the shard up locally, as after any fenced call"; SPEC 5: one owner runs a
+  // shard). A takeover or a dead letter refused by a newer owner's token gives the shard up at once,
+  // but a refused acknowledgement did not: the member went on reading the shard (reads are not
+  // fenced) and running what it read, beside the new owner, every ack refused, until a heartbeat
+  // told it. Read entries went to it instead of the owner, which had to take them back.
+  it('gives the shard up at once: nothing more is read or run on it, its other shards go on', async () => {
+    const streamPrefix = uniqueName('attack-ack-refused');
+    const fence = new KeyBuilder().shardFence(streamPrefix, 0, 'group');
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 2 });
+    const seqs: number[] = [];
+    // A heartbeat far off: only the refused ack can tell the member it lost shard 0.
+    const member = aMember({ streamPrefix, coordinator: { heartbeatIntervalMs: 60_000 }, sessionTimeoutMs: 180_000, handler: (m) => void seqs.push(m.payload.seq) });
+    const refusals: boolean[] = [];
+    member.on('acknowledged', (event) => refusals.push(event.accepted));
+    await member.start();
+    await pollUntil('both shards claimed', async () => (await redis.client().get(fence)) !== null && member.ownedShards().length === 2);
+    const [incarnation, epoch] = (await redis.client().get(fence))!.split(':');
+    await redis.client().set(fence, `${incarnation}:${Number(epoch) + 5}:someone-else`);
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.send({ shardIndex: 0, payload: { seq: 1 } });
+    await pollUntil('the ack of entry 1 refused', async () => refusals.includes(false));
+    // Entry 2 on the lost shard, then entry 3 on shard 1: a member still reading shard 0 gets entry 2
+    // no later than entry 3 (one read covers both shards, and 2 was written first).
+    await producer.send({ shardIndex: 0, payload: { seq: 2 } });
+    await producer.send({ shardIndex: 1, payload: { seq: 3 } });
+    await pollUntil('entry 3 handled', async () => seqs.includes(3));
+    expect(seqs).toEqual([1, 3]);
+    // Not left owned but unread: the member heartbeats at once; the coordinator (which this test
+    // went around) still grants shard 0, so it is claimed again, and the claim says who holds it.
+    await pollUntil('the claim refused, visibly', async () => member.stats().problems.some((p) => /shard 0: .*newer fencing token ".*someone-else"/.test(p)), { timeoutMs: 5000 });
+  });
+});

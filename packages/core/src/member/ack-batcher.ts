@@ -34,6 +34,8 @@ export class AckBatcher {
     private readonly events: EventEmitter<PollerEvents>,
     /** False once the poller stopped: failed sends are not tried again then. */
     private readonly running: () => boolean,
+    /** A newer owner's fencing token refused acks of the shard's grant at `grantEpoch`: that grant is over. */
+    private readonly refused: (shardIndex: number, grantEpoch: number) => void = () => undefined,
   ) {}
 
   /** Queues the ack of `id` (or of several ids, one batch's); `onSettled` learns what became of it. */
@@ -120,6 +122,7 @@ export class AckBatcher {
         }
         if (acked === -1) {
           this.events.emit('error', new ShardError(`shard ${shardIndex}: ${ids.length} acknowledgement(s) refused, the shard has a new owner; it will process them again`, shardIndex));
+          this.refused(shardIndex, grantEpoch);
         }
         return acked === -1 ? 'refused' : 'accepted';
       } catch (error) {

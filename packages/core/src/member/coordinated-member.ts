@@ -134,6 +134,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.poller.on('acknowledged', (event) => this.emit('acknowledged', event));
     this.poller.on('ack-refused', (event) => this.emit('ack-refused', event));
     this.poller.on('claim-refused', requestHeartbeat); // the grant may be stale: ask now
+    this.poller.on('shard-lost', requestHeartbeat); // a fenced call was refused: is the shard still ours?
   }
 
   get memberId(): string {

@@ -98,6 +98,11 @@ export class MemberReconciler {
     const gained: number[] = [];
     // Not taken now, still granted: the next heartbeat's answer offers them again.
     if (!takeNewShards) assigned.clear();
+    // Owned here and still granted, but given up by the poller (a fenced call was refused): claimed
+    // again, so the shard is never left owned but unread; the claim says who holds it meanwhile.
+    for (const [shard, grantEpoch] of this.owned) {
+      if (assigned.has(shard)) this.poller.addShard(shard, grantEpoch);
+    }
     for (const shard of assigned) {
       if (!this.owned.has(shard) && !this.revoking.has(shard)) {
         this.owned.set(shard, response.memberEpoch);

@@ -31,7 +31,7 @@ const MIN_ACK_SETTLE_MS = 1000;
  * and the ack batcher (fenced acknowledgements).
  */
 export class ShardPoller extends EventEmitter<PollerEvents> {
-  private readonly shards = new ShardSet();
+  private readonly shards = new ShardSet((state) => this.emit('shard-lost', { shardIndex: state.index, grantEpoch: state.grantEpoch }));
   private readonly acks: AckBatcher;
   private readonly dispatcher: ShardDispatcher;
   private readonly reader: ShardReader;
@@ -48,7 +48,14 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     mayStartHandlers: () => boolean,
   ) {
     super();
-    this.acks = new AckBatcher(client, this, () => this.running);
+    // A refused ack ends the grant at once, as any fenced call does: reads are not fenced, and the
+    // member would go on reading and running the shard beside its new owner until a heartbeat said so.
+    this.acks = new AckBatcher(client, this, () => this.running, (shardIndex, grantEpoch) => {
+      const state = this.shards.get(shardIndex);
+      if (!state || state.grantEpoch !== grantEpoch) return;
+      this.shards.lose(state, `shard ${shardIndex} has a newer owner (its fencing token refused an acknowledgement)`);
+      this.reader.interruptRead();
+    });
     const mayStart = () => !this.paused && mayStartHandlers();
     this.dispatcher = new ShardDispatcher(this.shards, client, this.acks, this, options, mayStart, (state) => this.reader.onDrained(state));
     this.reader = new ShardReader(this.shards, client, command, reader, this.acks, this, options, mayStart, () => this.paused, () => this.dispatcher.dispatch());

@@ -149,6 +149,13 @@ export interface PollerEvents {
    * backoff, and the member should heartbeat at once: its grant may be stale.
    */
   'claim-refused': [ClaimRefusedEvent];
+  /**
+   * A fenced call (an ack, a takeover, a dead letter) was refused by a newer owner's token, and the
+   * shard was given up locally. The member should heartbeat at once: the coordinator either takes
+   * the shard away, or still grants it (then it is claimed again, visibly refused while the newer
+   * token holds it), so it is never left owned but unread.
+   */
+  'shard-lost': [{ shardIndex: number; grantEpoch: number }];
   /** ackMode 'manual': a `message.ack()`/`nack()` that could not count. */
   'ack-refused': [AckRefusedEvent];
 }
@@ -159,6 +166,10 @@ export interface PollerEvents {
  */
 export class ShardSet {
   private readonly states = new Map<number, ShardState>();
+
+  /** `onLost`: a shard was given up because a fenced call was refused (see `lose`). */
+  constructor(private readonly onLost: (state: ShardState) => void = () => undefined) {}
+
   order: number[] = [];
   /** Entries queued (not held) over all shards: what counts against `maxBufferedEntries`. */
   buffered = 0;
@@ -269,6 +280,7 @@ export class ShardSet {
     if (state.phase === 'released') return;
     this.release(state);
     abortCalls(state, 'shard-lost', why);
+    this.onLost(state);
   }
 
   /** Entry ids this member tracks on a shard: queued or held (in flight is the dispatcher's, acks the batcher's). */

@@ -50,10 +50,9 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     super();
     // A refused ack ends the grant at once, as any fenced call does: reads are not fenced, and the
     // member would go on reading and running the shard beside its new owner until a heartbeat said so.
-    this.acks = new AckBatcher(client, this, () => this.running, (shardIndex, grantEpoch) => {
-      const state = this.shards.get(shardIndex);
-      if (!state || state.grantEpoch !== grantEpoch) return;
-      this.shards.lose(state, `shard ${shardIndex} has a newer owner (its fencing token refused an acknowledgement)`);
+    this.acks = new AckBatcher(client, this, () => this.running, (state) => {
+      if (!this.shards.isCurrent(state)) return; // an earlier grant's late ack: that grant is over already
+      this.shards.lose(state, `shard ${state.index} has a newer owner (its fencing token refused an acknowledgement)`);
       this.reader.interruptRead();
     });
     const mayStart = () => !this.paused && mayStartHandlers();

@@ -117,8 +117,12 @@ describe('dead letters', () => {
     await member.start();
     const [entry] = await send(streamPrefix, [1]);
     await pollUntil('the handler to run', async () => started);
-    // Another owner installs its token (the coordinator moved the shard; this member has not heard yet).
-    await redis.client().set(keys.shardFence(streamPrefix, 0, 'group'), 'another-owner');
+    // Another owner installs its token (the coordinator moved the shard; this member has not heard
+    // yet): a newer one, as a real owner's is. (A refused call makes the member heartbeat and, the
+    // coordinator here still granting the shard, claim it again: a token that is not newer would lose.)
+    const fence = keys.shardFence(streamPrefix, 0, 'group');
+    const [incarnation, epoch] = (await redis.client().get(fence))!.split(':');
+    await redis.client().set(fence, `${incarnation}:${Number(epoch) + 5}:another-owner`);
     release();
     await pollUntil('the dead letter to be refused', async () => refused.length === 1);
     expect(await redis.client().exists(keys.shardDeadLetterStream(streamPrefix, 0, 'group'))).toBe(0);

@@ -4,7 +4,7 @@ import { EventPattern } from '@nestjs/microservices';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { describe, expect, it } from 'vitest';
 import { CoordinatorAdmin, type StreamMessage } from '@redis-stream-coordinator/core';
-import { CoordinatorConsumerProperties, CoordinatorModule, StreamListener } from '@redis-stream-coordinator/nestjs';
+import { CoordinatorConsumerProperties, CoordinatorModule, StreamListener, StreamListenerRegistry } from '@redis-stream-coordinator/nestjs';
 import { RedisStreamsServer } from '@redis-stream-coordinator/nestjs/microservices';
 import { closedAfterEach } from './support/nest-apps';
 import { pollUntil } from './support/poll';
@@ -69,6 +69,33 @@ describe('static membership in NestJS', () => {
     });
     expect(after.filter((t) => t === 'TARGET_COMMITTED')).toHaveLength(commitsBefore);
     expect(await owners(streamPrefix)).toEqual(before);
+  }, 20_000);
+
+  // SPEC 9.1: a shard is never left owned but unread. A static member's stop() departs (keeps its
+  // shards for its next instance), which is right for a restart; but setConcurrency(n) removes the
+  // highest members for good, and their shards waited, unread, for the whole session timeout.
+  it('setConcurrency lowering a static listener: the removed members leave for good, their shards move at once', async () => {
+    const streamPrefix = uniqueName('nest-static-scale');
+    @Injectable()
+    class Handlers {
+      @StreamListener({ id: 'scaled', streamPrefix, consumerGroup: 'g', concurrency: 2, shardCount: 4, memberInstanceId: 'pod-z', sessionTimeoutMs: 20_000 })
+      async onEntry(_message: StreamMessage) {}
+    }
+    @Module({ providers: [Handlers] })
+    class FeatureModule {}
+    const app = await Test.createTestingModule({
+      imports: [CoordinatorModule.forRoot({ redis: { url: redis.server.url }, coordinator: { heartbeatIntervalMs: 100 } }), FeatureModule],
+    }).compile();
+    apps.push(app);
+    await app.init();
+    const scaled = app.get(StreamListenerRegistry).getOrThrow('scaled');
+    await pollUntil('two members with two shards each', async () => scaled.members().every((m) => m.ownedShards().length === 2));
+
+    await scaled.setConcurrency(1);
+    // Well within the 20 s session timeout: the remaining member takes the removed one's shards.
+    await pollUntil('pod-z-m0 to own every shard', async () => scaled.members()[0].ownedShards().length === 4, { timeoutMs: 8000 });
+    const members = (await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'g')).members;
+    expect(members.find((m) => m.memberId === 'pod-z-m1')?.state).toBe('LEFT');
   }, 20_000);
 });
 

@@ -93,12 +93,27 @@ describe('static membership: CoordinatedMember with memberInstanceId', () => {
 
   it('a second live process with the same memberInstanceId is refused for good once it waited a session timeout', async () => {
     const streamPrefix = uniqueName('duplicate');
-    const first = aMember({ streamPrefix, memberInstanceId: 'twin', shardCount: 2, sessionTimeoutMs: 1000, handler: () => undefined });
+    // Heartbeats every 300 ms, so a takeover needs 600 ms of silence: with 100 ms (200 ms of silence)
+    // one hiccup of a loaded machine let the second take over, twice in a run of 20 files.
+    const twin = { streamPrefix, memberInstanceId: 'twin', shardCount: 2, sessionTimeoutMs: 1000, coordinator: { heartbeatIntervalMs: 300 }, handler: () => undefined };
+    const first = aMember(twin);
     await first.start();
-    const second = aMember({ streamPrefix, memberInstanceId: 'twin', shardCount: 2, sessionTimeoutMs: 1000, handler: () => undefined });
+    const second = aMember(twin);
     await expect(second.start()).rejects.toBeInstanceOf(FencedInstanceIdError);
     expect(first.ownedShards()).toEqual([0, 1]);
   }, 15_000);
+
+  it('stop({ leaveGroup: true }) leaves for good: the member is LEFT and its shards move at once, long before its session timeout', async () => {
+    const streamPrefix = uniqueName('static-leave');
+    const leaving = aMember({ streamPrefix, memberInstanceId: 'leaving', shardCount: 2, sessionTimeoutMs: 20_000, handler: () => undefined });
+    const staying = aMember({ streamPrefix, memberInstanceId: 'staying', shardCount: 2, sessionTimeoutMs: 20_000, handler: () => undefined });
+    await Promise.all([leaving.start(), staying.start()]);
+    await stable(streamPrefix, 2);
+    await leaving.stop({ leaveGroup: true });
+    await pollUntil('the other member to own both shards', async () => staying.ownedShards().length === 2, { timeoutMs: 5000 });
+    const { description } = await ownershipOf(streamPrefix);
+    expect(description.members.find((m) => m.memberId === 'leaving')?.state).toBe('LEFT');
+  });
 
   it('names the option when memberInstanceId is not a valid id, or disagrees with memberId', () => {
     expect(() => aMember({ streamPrefix: 'x', memberInstanceId: 'has space', handler: () => undefined })).toThrow(/memberInstanceId/);

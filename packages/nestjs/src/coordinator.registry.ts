@@ -1,5 +1,5 @@
 import { type BeforeApplicationShutdown, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
-import type { CoordinatedMember } from '@redis-stream-coordinator/core';
+import type { CoordinatedMember, StopOptions } from '@redis-stream-coordinator/core';
 import type { CoordinatorConnection } from './coordinator-connection';
 import { CoordinatorConnections } from './coordinator-connections';
 import { ThrottledLogger } from './throttled-logger';
@@ -113,10 +113,13 @@ export class CoordinatorRegistry implements OnApplicationBootstrap, BeforeApplic
     return entry.starting;
   }
 
-  /** Stops a member (drains, acknowledges, leaves); a start retrying in the background gives up. */
-  async stop(entry: RegisteredMember): Promise<void> {
+  /**
+   * Stops a member (drains, acknowledges, leaves); a start retrying in the background gives up.
+   * `leaveGroup`: a static member leaves for good instead of departing (it is removed, not restarted).
+   */
+  async stop(entry: RegisteredMember, options: StopOptions = {}): Promise<void> {
     entry.desired = 'stopped';
-    await entry.member.stop().catch((error: Error) => this.logger.warn(`member ${entry.member.memberId} (${entry.source}) did not stop cleanly: ${error.message}`));
+    await entry.member.stop(options).catch((error: Error) => this.logger.warn(`member ${entry.member.memberId} (${entry.source}) did not stop cleanly: ${error.message}`));
   }
 
   private async startWithRetries(entry: RegisteredMember): Promise<void> {

@@ -126,7 +126,8 @@ export class StreamListenerContainer {
       await Promise.all([
         ...(this.running ? added.map((entry) => this.registry.start(entry)) : []),
         ...removed.map(async (entry) => {
-          await this.registry.stop(entry);
+          // Removed for good: a static member must not keep its shards, unread, for an instance that never comes.
+          await this.registry.stop(entry, { leaveGroup: true });
           this.registry.unregister(entry);
         }),
       ]);

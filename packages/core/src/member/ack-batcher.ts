@@ -18,7 +18,8 @@ export type AckOutcome = 'accepted' | 'refused' | 'unsent';
 type AckWaiter = (outcome: AckOutcome) => void;
 
 export class AckBatcher {
-  private readonly batches = new Map<number, { grantEpoch: number; ids: string[]; waiters: AckWaiter[] }>();
+  /** shardIndex -> the acks batched for the grant (`state`) the entries ran under. */
+  private readonly batches = new Map<number, { state: ShardState; ids: string[]; waiters: AckWaiter[] }>();
   private flushing: Promise<void> | undefined;
   /**
    * shardIndex -> the id lists of its batches whose ack has not landed yet (batched or being sent).
@@ -34,14 +35,16 @@ export class AckBatcher {
     private readonly events: EventEmitter<PollerEvents>,
     /** False once the poller stopped: failed sends are not tried again then. */
     private readonly running: () => boolean,
+    /** A newer owner's fencing token refused acks of this grant of a shard: that grant is over. */
+    private readonly refused: (state: ShardState) => void = () => undefined,
   ) {}
 
   /** Queues the ack of `id` (or of several ids, one batch's); `onSettled` learns what became of it. */
   queue(state: ShardState, id: string | string[], onSettled?: AckWaiter): void {
     let batch = this.batches.get(state.index);
-    if (!batch || batch.grantEpoch !== state.grantEpoch) {
+    if (!batch || batch.state !== state) {
       if (batch) void this.flush();
-      batch = { grantEpoch: state.grantEpoch, ids: [], waiters: [] };
+      batch = { state, ids: [], waiters: [] };
       this.batches.set(state.index, batch);
       this.track(state.index, batch.ids);
     }
@@ -70,7 +73,7 @@ export class AckBatcher {
     this.flushing = undefined;
     const batches = [...this.batches];
     this.batches.clear();
-    await Promise.all(batches.map(([shardIndex, { grantEpoch, ids, waiters }]) => this.send(shardIndex, grantEpoch, ids, waiters)));
+    await Promise.all(batches.map(([, { state, ids, waiters }]) => this.send(state, ids, waiters)));
   }
 
   /**
@@ -81,7 +84,7 @@ export class AckBatcher {
     const batch = this.batches.get(shardIndex);
     if (batch) {
       this.batches.delete(shardIndex);
-      void this.send(shardIndex, batch.grantEpoch, batch.ids, batch.waiters);
+      void this.send(batch.state, batch.ids, batch.waiters);
     }
     const sends = [...(this.sending.get(shardIndex) ?? [])];
     if (sends.length === 0) return true;
@@ -89,10 +92,11 @@ export class AckBatcher {
     return Promise.race([all, sleep(timeoutMs).then(() => false)]);
   }
 
-  private send(shardIndex: number, grantEpoch: number, ids: string[], waiters: AckWaiter[]): Promise<void> {
+  private send(state: ShardState, ids: string[], waiters: AckWaiter[]): Promise<void> {
+    const shardIndex = state.index;
     const sends = this.sending.get(shardIndex) ?? new Set<Promise<void>>();
     this.sending.set(shardIndex, sends);
-    const sent: Promise<void> = this.sendWithRetries(shardIndex, grantEpoch, ids).then((outcome) => {
+    const sent: Promise<void> = this.sendWithRetries(state, ids).then((outcome) => {
       for (const waiter of waiters) waiter(outcome);
     }).finally(() => {
       sends.delete(sent);
@@ -109,7 +113,8 @@ export class AckBatcher {
    * the last attempt they stay pending, and the owner's sweep of its own untracked entries (or the
    * shard's next owner) processes them again.
    */
-  private async sendWithRetries(shardIndex: number, grantEpoch: number, ids: string[]): Promise<AckOutcome> {
+  private async sendWithRetries(state: ShardState, ids: string[]): Promise<AckOutcome> {
+    const { index: shardIndex, grantEpoch } = state;
     for (let attempt = 1; ; attempt++) {
       try {
         const { acked, notReplicated } = await this.client.ack(shardIndex, grantEpoch, ids);
@@ -120,6 +125,7 @@ export class AckBatcher {
         }
         if (acked === -1) {
           this.events.emit('error', new ShardError(`shard ${shardIndex}: ${ids.length} acknowledgement(s) refused, the shard has a new owner; it will process them again`, shardIndex));
+          this.refused(state);
         }
         return acked === -1 ? 'refused' : 'accepted';
       } catch (error) {

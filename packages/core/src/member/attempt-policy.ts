@@ -42,6 +42,17 @@ export class AttemptPolicy {
     const asked = error instanceof NackedError ? error.retryAfterMs : undefined;
     const delay = asked ?? retryDelayMs(attempt, this.options.retryBackoffMs, this.options.retryBackoffMaxMs);
     if (!(await sleep(delay, state.released.signal))) return false;
+    return this.untilHandlersMayStart(state);
+  }
+
+  /**
+   * Resolves true once a handler may start (lease safe, not paused), at once when it may now; false
+   * if the shard was released first. For handler calls that start inside one piece of work, not
+   * through the dispatcher (a retry, the next part of a batch split by a dead letter, a handler
+   * after an asynchronous schema): each asks again, or a paused member, or one whose shard may be
+   * another member's already, would start it.
+   */
+  async untilHandlersMayStart(state: ShardState): Promise<boolean> {
     while (!this.mayStartHandlers()) {
       if (!(await sleep(LEASE_RECHECK_MS, state.released.signal))) return false;
     }

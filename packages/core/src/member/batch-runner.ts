@@ -65,7 +65,9 @@ export class BatchRunner {
     // `pending` comes fresh from run(): its first call is the first time its entries are handed.
     let firstCall = true;
     while (pending.length > 0) {
-      if (state.released.signal.aborted) return false;
+      // Every call asks, not only the first (which the dispatcher let start): a batch split by a dead
+      // letter is several calls, and the member may have been paused or lost its lease meanwhile.
+      if (!(await this.policy.untilHandlersMayStart(state))) return false;
       const call = new AbortController();
       const messages = pending.map((p): StreamMessage => ({
         id: p.queued.entry.id,

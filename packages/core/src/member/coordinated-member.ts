@@ -15,7 +15,7 @@ import { ShardClient } from '../redis/shard-client';
 import { WakeHub } from '../redis/wake-hub';
 import type { MemberEvents } from './member-events';
 import { MemberHeartbeat } from './member-heartbeat';
-import { MemberLease } from './member-lease';
+import { MemberLease, staticTakeoverAfterMs } from './member-lease';
 import { type BatchMemberOptions, type CoordinatedMemberOptions, coordinatorCallTimeoutMs, MAX_RUNTIME_CONCURRENCY, type ResolvedMemberOptions, resolveMemberOptions } from './member-options';
 import type { MemberProblems } from './member-problems';
 import { MemberReconciler } from './member-reconciler';
@@ -28,6 +28,16 @@ import { type ShardError, ShardPoller } from './shard-poller';
 export type { MemberEvents, ShardsEvent } from './member-events';
 
 type Lifecycle = 'new' | 'starting' | 'running' | 'stopping' | 'stopped';
+
+/** How `stop()` ends a member's membership. */
+export interface StopOptions {
+  /**
+   * A static member (`memberInstanceId`) leaves the group for good instead of departing, so that its
+   * shards move to the other members at once rather than wait for its next instance (scaling down).
+   * No effect on other members, which always leave.
+   */
+  leaveGroup?: boolean;
+}
 
 /**
  * One member of a consumer group (SPEC sections 3-5): heartbeats at the interval the coordinator
@@ -48,6 +58,12 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   readonly options: ResolvedMemberOptions<T>;
   readonly coordinator: CoordinatorClient;
   private readonly reader: Redis;
+  /**
+   * With `ackWaitForReplicas`: the connection acknowledgements are sent on. Their WAIT holds its
+   * connection for up to `timeoutMs` when replicas are missing: on the command connection, the
+   * heartbeats queued behind it until the lease ran out.
+   */
+  private readonly ackConnection: Redis | undefined;
   private readonly poller: ShardPoller;
   private lifecycle: Lifecycle = 'new';
   private readonly lease: MemberLease;
@@ -70,6 +86,8 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   private draining = false;
   /** Resolves when stop()'s drain ended (handlers finished or shutdownTimeoutMs passed). */
   private drained: Promise<void> | undefined;
+  /** stop({ leaveGroup: true }) asked: a static member leaves for good instead of departing. */
+  private leaveForGood = false;
   /** Conditions of this member (not of a shard) that keep it from working, by kind. */
   private readonly memberProblems: MemberProblems = new Map();
 
@@ -87,14 +105,19 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     // Blocking reads need a connection of their own (same options: password, ACL user, TLS).
     this.reader = duplicateClient(redis) as Redis;
     this.reader.on('error', () => undefined); // reported through the read loop
+    this.ackConnection = this.options.ackWaitForReplicas ? (duplicateClient(redis) as Redis) : undefined;
+    this.ackConnection?.on('error', () => undefined); // a failed ack is reported (and retried) by the ack batcher
     const textCodecs = new Set([...this.options.codecs.values()].filter((codec) => !codec.binary).map((codec) => codec.name));
     if (!this.options.codec.binary) textCodecs.add(''); // entries that name no codec are the member's own
     const shardClient = new ShardClient(redis, this.coordinator.keys, this.options.streamPrefix, this.options.consumerGroup, this.options.memberId, {
       ackWait: this.options.ackWaitForReplicas,
+      ackClient: this.ackConnection,
       textCodecs,
     });
     this.poller = new ShardPoller(shardClient, redis as Redis, this.reader, resolved, () => this.mayStartHandlers());
-    this.lease = new MemberLease(this.options.sessionTimeoutMs);
+    // A static member can be taken over by a new instance long before its session times out.
+    const takeoverAfterMs = this.options.memberInstanceId === undefined ? undefined : staticTakeoverAfterMs(this.coordinator.options.heartbeatIntervalMs, this.options.sessionTimeoutMs);
+    this.lease = new MemberLease(this.options.sessionTimeoutMs, takeoverAfterMs);
     const requestHeartbeat = () => this.heartbeats.now();
     this.reconciler = new MemberReconciler(this.poller, this, this.lease, this.options, requestHeartbeat, () => this.drained);
     this.metadata = new MetadataSync(redis, this.coordinator, resolved, this.poller, this, this.memberProblems, coordinatorCallTimeoutMs(this.options), requestHeartbeat);
@@ -120,6 +143,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.poller.on('acknowledged', (event) => this.emit('acknowledged', event));
     this.poller.on('ack-refused', (event) => this.emit('ack-refused', event));
     this.poller.on('claim-refused', requestHeartbeat); // the grant may be stale: ask now
+    this.poller.on('shard-lost', requestHeartbeat); // a fenced call was refused: is the shard still ours?
   }
 
   get memberId(): string {
@@ -272,7 +296,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.drained = undefined;
     this.memberProblems.clear();
     this.lease.reset();
-    await reconnect(this.reader);
+    await Promise.all([reconnect(this.reader), this.ackConnection && reconnect(this.ackConnection)]);
   }
 
   /**
@@ -282,8 +306,19 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
    * shards meanwhile. While stopping it applies revocations (after the drain, bounded by
    * revocationTimeoutMs) and takes no new shards. Calling it again while it runs returns the same
    * promise. The member can be started again afterwards.
+   *
+   * A static member (`memberInstanceId`) departs instead of leaving: the coordinator keeps its
+   * membership and shards, unread, for its next instance until its session times out. Pass
+   * `{ leaveGroup: true }` when no instance will come back (scaling down): it leaves for good and
+   * its shards move at once. Other members always leave.
+   *
+   * ```ts
+   * await member.stop();                      // a restart: a static member's next instance takes its shards back
+   * await member.stop({ leaveGroup: true });  // for good: its shards move to the other members now
+   * ```
    */
-  stop(): Promise<void> {
+  stop(options: StopOptions = {}): Promise<void> {
+    if (options.leaveGroup === true) this.leaveForGood = true;
     if (this.lifecycle === 'stopping') return this.shutdown ?? Promise.resolve();
     if (this.lifecycle === 'stopped') return Promise.resolve();
     this.generation += 1;
@@ -307,13 +342,15 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
       try {
         // Bounded like every coordinator call: a leave that cannot get through must not hold up
         // stop() (the coordinator expires the member after its session timeout instead).
-        await this.heartbeats.leave();
+        await this.heartbeats.leave(this.leaveForGood);
       } catch (error) {
         this.emit('error', new Error(`member ${this.memberId} could not leave the group: ${(error as Error).message}`));
       }
     }
+    this.leaveForGood = false;
     this.reconciler.left();
     this.reader.disconnect();
+    this.ackConnection?.disconnect(); // the drain sent the last acknowledgements
     await this.stopListening?.();
     this.stopListening = undefined;
     this.lifecycle = 'stopped';
@@ -332,7 +369,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.metadata.stop();
     this.heartbeats.joinFailed(new Error(`member ${this.memberId} aborted`));
     this.poller.dropAll('stopped');
-    const stopping = this.poller.stop(0);
+    const stopping = this.poller.stop(0).finally(() => this.ackConnection?.disconnect());
     this.reader.disconnect();
     const listening = this.stopListening?.();
     this.stopListening = undefined;
@@ -359,7 +396,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.lifecycle = 'stopped';
     this.heartbeats.cancel();
     this.metadata.stop();
-    this.shutdown = this.poller.stop(0);
+    this.shutdown = this.poller.stop(0).finally(() => this.ackConnection?.disconnect());
     this.reader.disconnect();
     void this.stopListening?.();
     this.stopListening = undefined;

@@ -62,7 +62,7 @@ export class DeadLetterWriter {
       this.events.emit('acknowledged', { shardIndex: state.index, grantEpoch: state.grantEpoch, ids: [entry.id], accepted: written !== null });
       if (written === null) {
         this.events.emit('error', new ShardError(`shard ${state.index}: dead letter of ${entry.id} refused, the shard has a new owner; it decides about the entry`, state.index));
-        this.shards.release(state);
+        this.shards.lose(state, `shard ${state.index} has a newer owner (its fencing token refused the dead letter of ${entry.id})`);
         return false;
       }
       this.events.emit('dead-letter', { shardIndex: state.index, id: entry.id, reason, attempts, cause, deadLetterId: written, destination });

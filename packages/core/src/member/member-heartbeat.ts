@@ -152,9 +152,13 @@ export class MemberHeartbeat {
     this.refusals.reset();
   }
 
-  /** Leaves the group, bounded like every coordinator call (rejects when it fails or is late). */
-  async leave(): Promise<void> {
-    const request = this.request(LEAVE_EPOCH);
+  /**
+   * Leaves the group, bounded like every coordinator call (rejects when it fails or is late). A
+   * static member departs (keeps its membership for its next instance) unless `forGood`: then it
+   * leaves as a plain member does, and its shards move at once.
+   */
+  async leave(forGood = false): Promise<void> {
+    const request = this.request(LEAVE_EPOCH, forGood);
     const sentAt = performance.now();
     // A leave that got here after stop() gave up on it must not end a membership begun since (start()).
     request.deadline = this.redisClock.redisTimeAt(sentAt + this.callTimeoutMs);
@@ -200,11 +204,11 @@ export class MemberHeartbeat {
     this.after(Math.min(1000, Math.floor(this.options.sessionTimeoutMs / 5)));
   }
 
-  private request(memberEpoch = this.parts.reconciler.memberEpoch): HeartbeatRequest {
+  private request(memberEpoch = this.parts.reconciler.memberEpoch, leaveForGood = false): HeartbeatRequest {
     const { reconciler, metadata } = this.parts;
     return {
       instanceId: this.instanceId,
-      staticMember: this.options.memberInstanceId !== undefined,
+      staticMember: this.options.memberInstanceId !== undefined && !leaveForGood,
       streamPrefix: this.options.streamPrefix,
       consumerGroup: this.options.consumerGroup,
       memberId: this.options.memberId,
@@ -223,7 +227,7 @@ export class MemberHeartbeat {
   }
 
   private async beat(): Promise<void> {
-    const { reconciler, metadata, lease } = this.parts;
+    const { reconciler, metadata } = this.parts;
     const request = this.request();
     const sentAt = performance.now();
     request.deadline = this.deadline(sentAt);
@@ -246,7 +250,7 @@ export class MemberHeartbeat {
       await this.refusals.handle(response.errorCode, response.errorMessage, sentAt);
       return;
     }
-    lease.renewed(sentAt);
+    reconciler.leaseRenewed(sentAt);
     this.joinedGroup = true;
     this.refusals.accepted();
     this.parts.shardClient.setIncarnation(response.incarnation);

@@ -7,7 +7,17 @@ export class MemberLease {
   /** When the last successful heartbeat was sent (monotonic ms); 0 before the first. */
   private lastGoodSentAt = 0;
 
-  constructor(private readonly sessionTimeoutMs: number) {}
+  constructor(
+    private readonly sessionTimeoutMs: number,
+    /**
+     * A static member: a new instance of its `memberInstanceId` may take it over once this one sent
+     * no heartbeat for this long (`staticTakeoverAfterMs`), well before the session timeout. No
+     * handler starts past that point (less a margin) until a heartbeat gets through again, or two
+     * processes of one member instance would run its shards (SPEC 9.4). The shards are kept until
+     * the session budget: an answer that says another instance took over stops this one for good.
+     */
+    private readonly takeoverAfterMs?: number,
+  ) {}
 
   /** A heartbeat sent at `sentAt` (performance.now()) was answered (accepted or refused by the coordinator). */
   renewed(sentAt: number): void {
@@ -22,7 +32,7 @@ export class MemberLease {
   /** Before the first answer, only a member that holds nothing is safe. */
   isSafe(holdsShards: boolean): boolean {
     if (this.lastGoodSentAt === 0) return !holdsShards;
-    return this.sinceRenewedMs() < this.budgetMs();
+    return this.sinceRenewedMs() < this.startBudgetMs();
   }
 
   /** Whether the lease may have run out by now (the budget is spent). */
@@ -43,7 +53,26 @@ export class MemberLease {
   }
 
   private budgetMs(): number {
-    const margin = Math.min(1000, Math.floor(this.sessionTimeoutMs / 5));
-    return this.sessionTimeoutMs - margin;
+    return withMargin(this.sessionTimeoutMs);
   }
+
+  /** How long after the last good heartbeat's send a handler may still start. */
+  private startBudgetMs(): number {
+    return this.takeoverAfterMs === undefined ? this.budgetMs() : Math.min(this.budgetMs(), withMargin(this.takeoverAfterMs));
+  }
+}
+
+/** `ms` less a safety margin (a fifth, at most 1 s) for the time between a check and what it allows. */
+function withMargin(ms: number): number {
+  return ms - Math.min(1000, Math.floor(ms / 5));
+}
+
+/**
+ * How long the instance holding a static member must have sent no heartbeat before a new instance
+ * of its `memberInstanceId` may take the member over: two heartbeat intervals (the interval capped at
+ * a third of the session timeout, as the coordinator caps it), so one late heartbeat does not lose a
+ * live instance its id. The coordinator's rule, `staticTakeoverAfterMs` in redis/lua/includes/static.lua.
+ */
+export function staticTakeoverAfterMs(heartbeatIntervalMs: number, sessionTimeoutMs: number): number {
+  return 2 * Math.max(1, Math.min(heartbeatIntervalMs, Math.floor(sessionTimeoutMs / 3)));
 }

@@ -98,6 +98,11 @@ export class MemberReconciler {
     const gained: number[] = [];
     // Not taken now, still granted: the next heartbeat's answer offers them again.
     if (!takeNewShards) assigned.clear();
+    // Owned here and still granted, but given up by the poller (a fenced call was refused): claimed
+    // again, so the shard is never left owned but unread; the claim says who holds it meanwhile.
+    for (const [shard, grantEpoch] of this.owned) {
+      if (assigned.has(shard)) this.poller.addShard(shard, grantEpoch);
+    }
     for (const shard of assigned) {
       if (!this.owned.has(shard) && !this.revoking.has(shard)) {
         this.owned.set(shard, response.memberEpoch);
@@ -151,6 +156,16 @@ export class MemberReconciler {
 
   leaseIsSafe(): boolean {
     return this.lease.isSafe(this.owned.size > 0);
+  }
+
+  /**
+   * An accepted heartbeat sent at `sentAt`. If handlers were held back meanwhile (a static member's
+   * start budget is short), the poller is told at once rather than at its next idle wake-up.
+   */
+  leaseRenewed(sentAt: number): void {
+    const wasSafe = this.leaseIsSafe();
+    this.lease.renewed(sentAt);
+    if (!wasSafe && this.leaseIsSafe()) this.poller.handlersMayStart();
   }
 
   /** No heartbeat got through for the lease budget: stop before the shards can be given away. */

@@ -154,7 +154,9 @@ export class ShardDispatcher {
   private process(state: ShardState, work: Work, queued: QueuedEntry): Promise<void> | undefined {
     const checked = checkEntry(queued.entry, this.options);
     if (!(checked instanceof Promise)) return this.checked(state, work, queued, checked);
-    return checked.then((result) => {
+    return checked.then(async (result) => {
+      // Paused or the lease unsafe while an asynchronous schema ran: the handler waits, as a retry does.
+      if (result.ok && !(await this.policy.untilHandlersMayStart(state))) return undefined;
       // An asynchronous schema answered after the shard was released: the entry stays pending for its next owner.
       if (state.released.signal.aborted) return undefined;
       return this.checked(state, work, queued, result);

@@ -6,7 +6,7 @@ import { AckBatcher } from './ack-batcher';
 import type { ResolvedMemberOptions } from './member-options';
 import { ShardDispatcher } from './shard-dispatcher';
 import { ShardReader } from './shard-reader';
-import { HandlerAbortedError, type HandlerAbortReason, inFlightIds, type PollerEvents, ShardError, ShardSet, type ShardState, workInFlight } from './shard-state';
+import { abortCalls, type HandlerAbortReason, inFlightIds, type PollerEvents, ShardError, ShardSet, type ShardState, workInFlight } from './shard-state';
 
 export {
   type AcknowledgedEvent,
@@ -31,7 +31,7 @@ const MIN_ACK_SETTLE_MS = 1000;
  * and the ack batcher (fenced acknowledgements).
  */
 export class ShardPoller extends EventEmitter<PollerEvents> {
-  private readonly shards = new ShardSet();
+  private readonly shards = new ShardSet((state) => this.emit('shard-lost', { shardIndex: state.index, grantEpoch: state.grantEpoch }));
   private readonly acks: AckBatcher;
   private readonly dispatcher: ShardDispatcher;
   private readonly reader: ShardReader;
@@ -48,7 +48,13 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     mayStartHandlers: () => boolean,
   ) {
     super();
-    this.acks = new AckBatcher(client, this, () => this.running);
+    // A refused ack ends the grant at once, as any fenced call does: reads are not fenced, and the
+    // member would go on reading and running the shard beside its new owner until a heartbeat said so.
+    this.acks = new AckBatcher(client, this, () => this.running, (state) => {
+      if (!this.shards.isCurrent(state)) return; // an earlier grant's late ack: that grant is over already
+      this.shards.lose(state, `shard ${state.index} has a newer owner (its fencing token refused an acknowledgement)`);
+      this.reader.interruptRead();
+    });
     const mayStart = () => !this.paused && mayStartHandlers();
     this.dispatcher = new ShardDispatcher(this.shards, client, this.acks, this, options, mayStart, (state) => this.reader.onDrained(state));
     this.reader = new ShardReader(this.shards, client, command, reader, this.acks, this, options, mayStart, () => this.paused, () => this.dispatcher.dispatch());
@@ -110,6 +116,12 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     this.paused = false;
     this.dispatcher.dispatch();
     this.reader.interruptRead();
+  }
+
+  /** Handlers may start again (the lease is safe again): start what is queued, and read on. */
+  handlersMayStart(): void {
+    this.dispatcher.dispatch();
+    this.reader.wakeup.notify();
   }
 
   /** `runtimeMaxConcurrency` changed: start what the new capacity allows (a lower one lets in-flight calls finish). */
@@ -203,7 +215,7 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
   }
 
   private abortCall(state: ShardState, reason: HandlerAbortReason, message: string): void {
-    for (const work of state.work.values()) work.call?.abort(new HandlerAbortedError(reason, message));
+    abortCalls(state, reason, message);
   }
 
   /** Stops reading, waits (bounded) for in-flight handlers, flushes acknowledgements. */

@@ -377,7 +377,9 @@ export class ShardReader {
       state.sweeping = true;
       try {
         const page = await this.accept(state, await this.client.claimPending(state.index, state.grantEpoch, 'others', '0-0', this.options.batchSize), '(fencing token changed)');
-        if (page) await this.recoverUntracked(state);
+        // Other consumers' entries after the page's cursor are left for the next sweep: own lost
+        // entries after them must wait too, or they would run first.
+        if (page) await this.recoverUntracked(state, page.cursor === '0-0' ? undefined : page.cursor);
       } finally {
         state.sweeping = false;
       }
@@ -388,15 +390,15 @@ export class ShardReader {
    * Entries pending under this member that it does not track (not queued, held, in flight, or
    * awaiting their ack) were delivered in a read reply that never arrived, or their ack was given up
    * on. On a quiet shard no later read would reveal them, so they are claimed again and queued in ID
-   * order, before anything after them that has not started.
+   * order, before anything after them that has not started. Only those up to `upTo`, when given.
    */
-  private async recoverUntracked(state: ShardState): Promise<void> {
+  private async recoverUntracked(state: ShardState, upTo?: string): Promise<void> {
     const tracked = new Set([...this.shards.buffers(state), ...inFlightIds(state)]);
     // Enough to see past everything tracked: untracked entries, if any, are among the first ones.
     const ids = await this.client.ownPending(state.index, tracked.size + this.acks.unsettledCount(state.index) + this.options.batchSize);
     if (!this.shards.isCurrent(state)) return;
     const acking = this.acks.unsettledIds(state.index);
-    const untracked = ids.filter((id) => !tracked.has(id) && !isInFlight(state, id) && !acking.has(id) && !this.isQueued(state, id));
+    const untracked = ids.filter((id) => !tracked.has(id) && !isInFlight(state, id) && !acking.has(id) && !this.isQueued(state, id) && (upTo === undefined || compareStreamIds(id, upTo) <= 0));
     if (untracked.length === 0) return;
     const page = await this.accept(state, await this.client.claimIds(state.index, state.grantEpoch, untracked), '(fencing token changed)');
     if (page && page.entries.length > 0) {
@@ -416,7 +418,7 @@ export class ShardReader {
    */
   private async accept(state: ShardState, page: ClaimResult, when: string): Promise<ClaimedPage | null> {
     if (page.fenced) {
-      this.shards.release(state);
+      this.shards.lose(state, `shard ${state.index} has a newer owner (its fencing token refused a takeover)`);
       this.events.emit('error', new ShardError(`shard ${state.index}: lost ${when}`, state.index));
       return null;
     }

@@ -79,6 +79,11 @@ export function inFlightIds(state: ShardState): string[] {
   return [...state.work.values()].flatMap((w) => w.ids);
 }
 
+/** Fires `message.signal` of every handler call running on the shard's grant (each lane's). */
+export function abortCalls(state: ShardState, reason: HandlerAbortReason, message: string): void {
+  for (const work of state.work.values()) work.call?.abort(new HandlerAbortedError(reason, message));
+}
+
 /** Something went wrong on a shard; the poller goes on. `shardIndex` is set where it applies. */
 export class ShardError extends Error {
   constructor(
@@ -144,6 +149,13 @@ export interface PollerEvents {
    * backoff, and the member should heartbeat at once: its grant may be stale.
    */
   'claim-refused': [ClaimRefusedEvent];
+  /**
+   * A fenced call (an ack, a takeover, a dead letter) was refused by a newer owner's token, and the
+   * shard was given up locally. The member should heartbeat at once: the coordinator either takes
+   * the shard away, or still grants it (then it is claimed again, visibly refused while the newer
+   * token holds it), so it is never left owned but unread.
+   */
+  'shard-lost': [{ shardIndex: number; grantEpoch: number }];
   /** ackMode 'manual': a `message.ack()`/`nack()` that could not count. */
   'ack-refused': [AckRefusedEvent];
 }
@@ -154,6 +166,10 @@ export interface PollerEvents {
  */
 export class ShardSet {
   private readonly states = new Map<number, ShardState>();
+
+  /** `onLost`: a shard was given up because a fenced call was refused (see `lose`). */
+  constructor(private readonly onLost: (state: ShardState) => void = () => undefined) {}
+
   order: number[] = [];
   /** Entries queued (not held) over all shards: what counts against `maxBufferedEntries`. */
   buffered = 0;
@@ -253,6 +269,18 @@ export class ShardSet {
   /** In-flight work of `state` ended: if it was a released grant's last, a new grant may start handlers. */
   settled(state: ShardState): void {
     if (state.work.size === 0 && this.lingering.get(state.index) === state) this.lingering.delete(state.index);
+  }
+
+  /**
+   * Gives a shard up because a fenced call was refused (a newer owner's token is there): released as
+   * above, and the calls still running on it are told (`message.signal`, reason `shard-lost`), as
+   * when the lease is lost: the next owner runs their entries too.
+   */
+  lose(state: ShardState, why: string): void {
+    if (state.phase === 'released') return;
+    this.release(state);
+    abortCalls(state, 'shard-lost', why);
+    this.onLost(state);
   }
 
   /** Entry ids this member tracks on a shard: queued or held (in flight is the dispatcher's, acks the batcher's). */

@@ -112,6 +112,11 @@ export class ShardClient {
       /** `WAIT` after each ack batch (the member's `ackWaitForReplicas`). */
       ackWait?: ReplicaWait;
       /**
+       * The connection acks with `ackWait` go on (WAIT must follow the XACK on one connection, and
+       * holds it up to its timeout: other calls must not queue behind it). Default: `redis`.
+       */
+      ackClient?: RedisClient;
+      /**
        * Codecs whose payloads are text ('' for entries that name none, when the member's own codec
        * is text): entries of any other codec (binary, or not known here) get their payload's bytes
        * fetched beside the text (`withPayloadBytes`).
@@ -120,34 +125,47 @@ export class ShardClient {
     } = {},
   ) {
     this.ackWait = options.ackWait;
+    this.ackClient = options.ackClient ?? redis;
     this.textCodecs = options.textCodecs ?? new Set(['json', '']);
   }
 
   private readonly ackWait: ReplicaWait | undefined;
+  private readonly ackClient: RedisClient;
   private readonly textCodecs: ReadonlySet<string>;
 
   /**
    * Reads are text replies: a JSON entry costs nothing extra. The UTF-8 text of arbitrary bytes is
-   * not those bytes, so entries of a binary (or unknown) codec get their payload's bytes with one
-   * XRANGE in Buffer replies over their id range, per shard and read. An entry deleted meanwhile
-   * keeps only its text (it decodes as garbage and is dead-lettered, never skipped).
+   * not those bytes, so entries of a binary (or unknown) codec get their payload's bytes in Buffer
+   * replies, per shard and read: one XRANGE over their id range, bounded to as many entries as the
+   * batch holds there (a read's entries are the stream's, so that is all of them). Entries far apart
+   * (a takeover or a sweep: an old entry still pending beside recent ones) are not contiguous in the
+   * stream: those the bounded range did not reach are fetched by id, never the stream between them.
+   * An entry deleted meanwhile keeps only its text (it decodes as garbage and is dead-lettered,
+   * never skipped).
    */
   private async withPayloadBytes(shardIndex: number, entries: RawEntry[]): Promise<RawEntry[]> {
-    let first: string | undefined;
-    let last: string | undefined;
-    for (const entry of entries) {
-      if (this.textCodecs.has(entryCodec(entry.fields) ?? '')) continue;
-      first ??= entry.id;
-      last = entry.id;
-    }
-    if (first === undefined || last === undefined) return entries;
+    let first = -1;
+    let last = -1;
+    entries.forEach((entry, i) => {
+      if (this.textCodecs.has(entryCodec(entry.fields) ?? '')) return;
+      if (first < 0) first = i;
+      last = i;
+    });
+    if (first < 0) return entries;
     const [stream] = this.shardKeys(shardIndex);
-    const rows = await this.redis.xrangeBuffer(stream, first, last);
     const bytes = new Map<string, Buffer>();
-    for (const [id, values] of rows) {
-      for (let i = 0; i + 1 < values.length; i += 2) {
-        if (values[i].length === 1 && values[i].toString() === ENTRY_FIELD.payload) bytes.set(id.toString(), values[i + 1]);
+    const collect = (rows: [Buffer, Buffer[]][]) => {
+      for (const [id, values] of rows) {
+        for (let i = 0; i + 1 < values.length; i += 2) {
+          if (values[i].length === 1 && values[i].toString() === ENTRY_FIELD.payload) bytes.set(id.toString(), values[i + 1]);
+        }
       }
+    };
+    collect(await this.redis.xrangeBuffer(stream, entries[first].id, entries[last].id, 'COUNT', last - first + 1));
+    const missing = entries.slice(first, last + 1).filter((entry) => !bytes.has(entry.id) && !this.textCodecs.has(entryCodec(entry.fields) ?? ''));
+    if (missing.length > 0) {
+      const replies = await Promise.all(missing.map((entry) => this.redis.xrangeBuffer(stream, entry.id, entry.id)));
+      for (const rows of replies) collect(rows);
     }
     return entries.map((entry) => {
       const payloadBytes = bytes.get(entry.id);
@@ -195,8 +213,8 @@ export class ShardClient {
     const args = [this.consumerGroup, this.token(grantEpoch), ...ids];
     const wait = this.ackWait;
     if (!wait) return { acked: Number(await runScript(this.redis, 'ackFenced', [stream, fence], args)) };
-    ensureScripts(this.redis);
-    const [result] = await execBySlot(this.redis, [{ build: (pipeline) => pipelineScript(pipeline, 'ackFenced', [stream, fence], args) }], { tail: (pipeline) => waitCommand(pipeline, wait) });
+    ensureScripts(this.ackClient);
+    const [result] = await execBySlot(this.ackClient, [{ build: (pipeline) => pipelineScript(pipeline, 'ackFenced', [stream, fence], args) }], { tail: (pipeline) => waitCommand(pipeline, wait) });
     if ('error' in result) throw result.error;
     const [error, reply] = result.replies[0];
     if (error) throw error;
@@ -206,7 +224,11 @@ export class ShardClient {
     return { acked, notReplicated: new NotReplicatedError(`acknowledged on the master but not confirmed on its replicas: ${shortfall.why}`, shortfall.replicas, wait.replicas) };
   }
 
-  /** One page of a fenced takeover (see claimPending-2.lua for the modes 'all' and 'others'). */
+  /**
+   * One page of a fenced takeover (see claimPending-2.lua for the modes 'all' and 'others'). In mode
+   * 'others' the cursor is '0-0' when every other consumer's entry was taken, else the id up to
+   * which they were (the ones left are newer).
+   */
   async claimPending(shardIndex: number, grantEpoch: number, mode: 'all' | 'others', cursor: string, count: number): Promise<ClaimResult> {
     return this.claim(shardIndex, grantEpoch, [mode, cursor, count]);
   }

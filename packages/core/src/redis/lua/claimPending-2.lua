@@ -5,7 +5,9 @@
     unacknowledged work, and the caller's own from before a restart), in ID order, page by page
     with XAUTOCLAIM.
   - 'others', a periodic sweep while owning it: only entries pending for other consumers (a zombie
-    whose blocked read Redis served after the shard moved), never the caller's own in-flight ones.
+    whose blocked read Redis served after the shard moved), never the caller's own in-flight ones;
+    the oldest first across all those consumers, up to count; its cursor is '0-0' when it took all
+    of them, else the id up to which it did (the rest are newer).
   - 'range', after a read skipped entries: the entries pending (for anyone) from the cursor up to,
     not including, an end id, page by page; nothing at or past the end is touched, so entries the
     caller cannot queue in order yet are not moved under its name.
@@ -84,21 +86,33 @@ if ARGV[4] == 'ids' then
   return { 1, '0-0', entries, deleted }
 end
 
-local summary = redis.call('XPENDING', KEYS[1], ARGV[1])
-local entries, deleted = {}, {}
-for _, consumer in ipairs(summary[4] or {}) do
-  if consumer[1] ~= ARGV[3] and #entries + #deleted < count then
-    local pending = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', count - #entries - #deleted, consumer[1])
-    local ids = {}
-    for i = 1, #pending do ids[i] = pending[i][1] end
-    claimIds(KEYS[1], ARGV[1], ARGV[3], ids, entries, deleted)
+-- 'others': the oldest entries pending for other consumers, across all of them, in ID order. Not
+-- consumer by consumer: a page of one zombie's later entries would leave another's earlier ones for
+-- the next sweep, to run after newer ones (SPEC 5 order). The pending list is walked in ID order,
+-- skipping the caller's own entries, for at most MAX_SWEEP_PAGES pages: whatever it stops at,
+-- the entries it takes are older than every other consumer's entry it leaves. The cursor it
+-- returns says how far that holds: every other consumer's entry up to it was taken ('0-0': all of
+-- them), so the caller recovers its own lost entries only up to there in the same sweep.
+local MAX_SWEEP_PAGES = 10
+local ids = {}
+local from = '-'
+local reach = '0-0'
+for page = 1, MAX_SWEEP_PAGES do
+  local pending = redis.call('XPENDING', KEYS[1], ARGV[1], from, '+', count)
+  for i = 1, #pending do
+    if pending[i][2] ~= ARGV[3] then
+      if #ids == count then
+        reach = ids[#ids] -- a page is full and other consumers' entries are left after it
+        break
+      end
+      ids[#ids + 1] = pending[i][1]
+    end
   end
+  if reach ~= '0-0' or #pending < count then break end
+  from = '(' .. pending[#pending][1]
+  if page == MAX_SWEEP_PAGES then reach = pending[#pending][1] end
 end
+local entries, deleted = {}, {}
+claimIds(KEYS[1], ARGV[1], ARGV[3], ids, entries, deleted)
 forgetIdleConsumers(KEYS[1], ARGV[1], ARGV[3])
-table.sort(entries, function(a, b)
-  local ams, aseq = string.match(a[1], '^(%d+)-(%d+)$')
-  local bms, bseq = string.match(b[1], '^(%d+)-(%d+)$')
-  if ams ~= bms then return tonumber(ams) < tonumber(bms) end
-  return tonumber(aseq) < tonumber(bseq)
-end)
-return { 1, '0-0', entries, deleted }
+return { 1, reach, entries, deleted }

@@ -21,7 +21,8 @@ import { MemberReconciler } from './member-reconciler';
 import type { MemberStats } from './member-stats';
 import { MetadataSync } from './metadata-sync';
 import { reconnect } from './reader-connection';
-import { duplicateClient } from '../redis/slot-pipelines';
+import { duplicateClient, isCluster } from '../redis/slot-pipelines';
+import { ReadHub } from '../redis/read-hub';
 import { type ShardError, ShardPoller } from './shard-poller';
 
 export type { MemberEvents, ShardsEvent } from './member-events';
@@ -46,7 +47,8 @@ type Lifecycle = 'new' | 'starting' | 'running' | 'stopping' | 'stopped';
 export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   readonly options: ResolvedMemberOptions<T>;
   readonly coordinator: CoordinatorClient;
-  private readonly reader: Redis;
+  /** On a Cluster, the connections of this member's polled reads; elsewhere it reads through the process's ReadHub. */
+  private readonly reader: Redis | undefined;
   private readonly poller: ShardPoller;
   private lifecycle: Lifecycle = 'new';
   private readonly lease: MemberLease;
@@ -83,16 +85,20 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.options = resolveMemberOptions(options);
     const resolved = this.options as ResolvedMemberOptions;
     this.coordinator = new CoordinatorClient(redis, this.options.coordinator);
-    // Blocking reads need a connection of their own (same options: password, ACL user, TLS).
-    this.reader = duplicateClient(redis) as Redis;
-    this.reader.on('error', () => undefined); // reported through the read loop
+    // Reads go through the process's ReadHub (shared by every member made from this client), which
+    // needs one node. On a Cluster, reads are polled per shard on connections of this member's own
+    // (same options: password, ACL user, TLS), reset on their own when a read is stuck.
+    if (isCluster(redis)) {
+      this.reader = duplicateClient(redis) as Redis;
+      this.reader.on('error', () => undefined); // reported through the read loop
+    }
     const textCodecs = new Set([...this.options.codecs.values()].filter((codec) => !codec.binary).map((codec) => codec.name));
     if (!this.options.codec.binary) textCodecs.add(''); // entries that name no codec are the member's own
     const shardClient = new ShardClient(redis, this.coordinator.keys, this.options.streamPrefix, this.options.consumerGroup, this.options.memberId, {
       ackWait: this.options.ackWaitForReplicas,
       textCodecs,
     });
-    this.poller = new ShardPoller(shardClient, redis as Redis, this.reader, resolved, () => this.mayStartHandlers());
+    this.poller = new ShardPoller(shardClient, this.reader ? { polled: this.reader } : { hub: ReadHub.for(redis) }, resolved, () => this.mayStartHandlers());
     this.lease = new MemberLease(this.options.sessionTimeoutMs);
     const requestHeartbeat = () => this.heartbeats.now();
     this.reconciler = new MemberReconciler(this.poller, this, this.lease, this.options, requestHeartbeat, () => this.drained);
@@ -263,7 +269,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.drained = undefined;
     this.memberProblems.clear();
     this.lease.reset();
-    await reconnect(this.reader);
+    if (this.reader) await reconnect(this.reader);
   }
 
   /**
@@ -304,7 +310,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
       }
     }
     this.reconciler.left();
-    this.reader.disconnect();
+    this.reader?.disconnect();
     await this.stopListening?.();
     this.stopListening = undefined;
     this.lifecycle = 'stopped';
@@ -324,7 +330,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.heartbeats.joinFailed(new Error(`member ${this.memberId} aborted`));
     this.poller.dropAll('stopped');
     const stopping = this.poller.stop(0);
-    this.reader.disconnect();
+    this.reader?.disconnect();
     const listening = this.stopListening?.();
     this.stopListening = undefined;
     this.shutdown = Promise.all([stopping, listening]).then(() => undefined, () => undefined);
@@ -351,7 +357,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.heartbeats.cancel();
     this.metadata.stop();
     this.shutdown = this.poller.stop(0);
-    this.reader.disconnect();
+    this.reader?.disconnect();
     void this.stopListening?.();
     this.stopListening = undefined;
     this.emit('error', error);

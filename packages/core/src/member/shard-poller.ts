@@ -1,11 +1,10 @@
 import { EventEmitter } from 'node:events';
-import type { Redis } from 'ioredis';
 import type { ShardClient } from '../redis/shard-client';
 import { settlesWithin } from './abortable-sleep';
 import { AckBatcher } from './ack-batcher';
 import type { ResolvedMemberOptions } from './member-options';
 import { ShardDispatcher } from './shard-dispatcher';
-import { ShardReader } from './shard-reader';
+import { type ReadTransport, ShardReader } from './shard-reader';
 import { HandlerAbortedError, type HandlerAbortReason, inFlightIds, type PollerEvents, ShardError, ShardSet, type ShardState, workInFlight } from './shard-state';
 
 export {
@@ -41,8 +40,7 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
 
   constructor(
     private readonly client: ShardClient,
-    command: { client(subcommand: 'UNBLOCK', id: number): Promise<unknown> },
-    reader: Redis,
+    transport: ReadTransport,
     private readonly options: ResolvedMemberOptions,
     /** False while the member's lease may be lost: no handler may start then. */
     mayStartHandlers: () => boolean,
@@ -51,7 +49,7 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     this.acks = new AckBatcher(client, this, () => this.running);
     const mayStart = () => !this.paused && mayStartHandlers();
     this.dispatcher = new ShardDispatcher(this.shards, client, this.acks, this, options, mayStart, (state) => this.reader.onDrained(state));
-    this.reader = new ShardReader(this.shards, client, command, reader, this.acks, this, options, mayStart, () => this.paused, () => this.dispatcher.dispatch());
+    this.reader = new ShardReader(this.shards, client, transport, this.acks, this, options, mayStart, () => this.paused, () => this.dispatcher.dispatch());
   }
 
   /** Handlers running now. */

@@ -1,0 +1,174 @@
+import type { Redis } from 'ioredis';
+import { describe, expect, it } from 'vitest';
+import { CoordinatorAdmin, KeyBuilder, StreamProducer } from '@redis-stream-coordinator/core';
+import { ShardClient } from '../packages/core/src/redis/shard-client';
+import { HandlerRecorder } from './support/handler-recorder';
+import { memberFactory } from './support/member-factory';
+import { pollUntil } from './support/poll';
+import { proxyFactory } from './support/proxy-fixture';
+import { TcpProxy } from './support/tcp-proxy';
+import { uniqueName, useRedisServer } from './support/vitest-redis';
+
+// Issue 15 part B: every member of a process reads through one ReadHub per client, so a process
+// holds O(nodes) connections, not O(members): a member alone on it reads with a blocking
+// XREADGROUP on the hub's blocking connection; two or more share a doorbell (that connection) and
+// one read connection.
+const redis = useRedisServer();
+const aMember = memberFactory(redis, { sweepIntervalMs: 500 });
+const aProxy = proxyFactory(redis);
+const keys = new KeyBuilder();
+
+/** A client whose connections (and their duplicates: subscriber, doorbell, reads) carry `name`. */
+function aNamedClient(name: string, url = redis.server.url): Redis {
+  return redis.clientAt(url, { connectionName: name });
+}
+
+async function connectionsNamed(name: string): Promise<number> {
+  const list = String(await redis.client().client('LIST'));
+  return list.split('\n').filter((line) => line.includes(` name=${name} `)).length;
+}
+
+async function settled(streamPrefix: string) {
+  return pollUntil(`every shard of ${streamPrefix} acknowledged`, async () => {
+    const { shards } = await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group');
+    return shards.every((s) => s.pending === 0 && s.lag === 0);
+  });
+}
+
+function send(streamPrefix: string, from: number, count: number) {
+  return new StreamProducer(redis.client(), { streamPrefix }).sendBatch(
+    Array.from({ length: count }, (_, i) => ({ key: `k${(from + i) % 16}`, payload: { seq: from + i } })),
+  );
+}
+
+describe('connections per process', () => {
+  it.each([
+    [1, 3],
+    [8, 4],
+    [24, 4],
+  ])('%i member(s) on one client: %i connections (command, wake-ups, blocking/doorbell, shared reads), not one reader each', async (count, expected) => {
+    const streamPrefix = uniqueName(`conn-${count}`);
+    const name = uniqueName('proc').replace(/-/g, '_');
+    const client = aNamedClient(name);
+    const recorder = new HandlerRecorder();
+    const members = Array.from({ length: count }, (_, i) =>
+      aMember({ streamPrefix, memberId: `m${i}`, shardCount: 32, handler: recorder.handler(`m${i}`) }, client),
+    );
+    await Promise.all(members.map((m) => m.start()));
+    await send(streamPrefix, 0, 64);
+    await pollUntil('every entry handled', async () => recorder.distinctEntries() === 64);
+    // (Before the read hub: 2 + count, one blocking reader per member.)
+    expect(await connectionsNamed(name)).toBe(expected);
+  });
+});
+
+describe('a member alone on its hub, and then not', () => {
+  it('a second member joining a solo reader blocked in its read takes over the connection as the doorbell; both read; alone again, the first reads solo', async () => {
+    const streamPrefix = uniqueName('solo-shared');
+    const name = uniqueName('mode').replace(/-/g, '_');
+    const client = aNamedClient(name);
+    const recorder = new HandlerRecorder();
+    const first = aMember({ streamPrefix, memberId: 'm0', shardCount: 4, handler: recorder.handler('m0') }, client);
+    await first.start();
+    await pollUntil('m0 owns every shard', async () => first.ownedShards().length === 4);
+    await send(streamPrefix, 0, 8);
+    await pollUntil('8 handled', async () => recorder.distinctEntries() === 8);
+    expect(await connectionsNamed(name)).toBe(3);
+
+    const second = aMember({ streamPrefix, memberId: 'm1', shardCount: 4, handler: recorder.handler('m1') }, client);
+    await second.start();
+    await pollUntil('each owns two shards', async () => first.ownedShards().length === 2 && second.ownedShards().length === 2);
+    await send(streamPrefix, 8, 32);
+    await pollUntil('40 handled', async () => recorder.distinctEntries() === 40, { timeoutMs: 8000 });
+    expect(new Set(recorder.runs.filter((r) => r.seq >= 8).map((r) => r.memberId))).toEqual(new Set(['m0', 'm1']));
+    expect(await connectionsNamed(name)).toBe(4);
+
+    await second.stop();
+    await pollUntil('m0 owns every shard again', async () => first.ownedShards().length === 4);
+    await send(streamPrefix, 40, 16);
+    await pollUntil('56 handled', async () => recorder.distinctEntries() === 56, { timeoutMs: 8000 });
+    await settled(streamPrefix);
+    expect(recorder.duplicates()).toEqual([]);
+  });
+});
+
+describe('members of one process reading together', () => {
+  it('a lost reply on the shared read connection, and a lost doorbell reply, strand nothing for any member', async () => {
+    const streamPrefix = uniqueName('shared-lost');
+    const proxy = await aProxy();
+    const client = aNamedClient(uniqueName('lost'), proxy.url);
+    const recorder = new HandlerRecorder();
+    const members = Array.from({ length: 4 }, (_, i) => aMember({ streamPrefix, memberId: `m${i}`, shardCount: 8, handler: recorder.handler(`m${i}`) }, client));
+    await Promise.all(members.map((m) => m.start()));
+    await pollUntil('every member owns shards', async () => members.every((m) => m.ownedShards().length === 2));
+    await send(streamPrefix, 0, 32);
+    await pollUntil('the first 32 handled', async () => recorder.distinctEntries() === 32);
+
+    // Every shard is read to the end and watched: the next entries ring the doorbell, the members
+    // read together, and the reply of those reads (all of them: the connection is cut) never comes.
+    const readLost = proxy.dropNextReply(TcpProxy.command('XREADGROUP'));
+    await send(streamPrefix, 32, 32);
+    await readLost;
+    await pollUntil('64 handled', async () => recorder.distinctEntries() === 64, { timeoutMs: 8000 });
+
+    // A doorbell reply that carries a ring is lost too. The doorbell read under way was sent before
+    // the rule: it rings for 64..95, and the next one (sent after those were read) loses its reply.
+    const ringLost = proxy.dropNextReply((request) => TcpProxy.command('XREAD')(request) && !TcpProxy.command('XREADGROUP')(request));
+    await send(streamPrefix, 64, 32);
+    await pollUntil('96 handled', async () => recorder.distinctEntries() === 96, { timeoutMs: 8000 });
+    await send(streamPrefix, 96, 32);
+    await ringLost;
+    await pollUntil('128 handled', async () => recorder.distinctEntries() === 128, { timeoutMs: 8000 });
+    await settled(streamPrefix);
+    expect(recorder.duplicates()).toEqual([]);
+  });
+
+  it('one member stops while the others of its process keep reading; the last one to stop closes the read connections', async () => {
+    const streamPrefix = uniqueName('shared-stop');
+    const name = uniqueName('stop').replace(/-/g, '_');
+    const client = aNamedClient(name);
+    const recorder = new HandlerRecorder();
+    const members = Array.from({ length: 3 }, (_, i) => aMember({ streamPrefix, memberId: `m${i}`, shardCount: 6, handler: recorder.handler(`m${i}`) }, client));
+    await Promise.all(members.map((m) => m.start()));
+    await pollUntil('every member owns shards', async () => members.every((m) => m.ownedShards().length === 2));
+    await send(streamPrefix, 0, 30);
+    await pollUntil('the first 30 handled', async () => recorder.distinctEntries() === 30);
+
+    await members[0].stop();
+    expect(await connectionsNamed(name)).toBe(4);
+    await pollUntil('the others own every shard', async () => members[1].ownedShards().length + members[2].ownedShards().length === 6);
+    await send(streamPrefix, 30, 30);
+    await pollUntil('all 60 handled', async () => recorder.distinctEntries() === 60);
+    expect(recorder.runs.filter((r) => r.seq >= 30).every((r) => r.memberId !== 'm0')).toBe(true);
+    await settled(streamPrefix);
+
+    await Promise.all(members.slice(1).map((m) => m.stop()));
+    await pollUntil('only the client itself is left', async () => (await connectionsNamed(name)) === 1);
+  });
+});
+
+describe('acknowledgements of several shards in one call', () => {
+  it('each shard under its own token: a refused shard does not refuse the others', async () => {
+    const streamPrefix = uniqueName('ack-many');
+    const client = redis.client();
+    const ids: string[][] = [[], [], []];
+    for (const shard of [0, 1, 2]) {
+      const stream = keys.shardStream(streamPrefix, shard);
+      await client.xgroup('CREATE', stream, 'group', '0', 'MKSTREAM');
+      for (let i = 0; i < 3; i++) ids[shard].push(String(await client.xadd(stream, '*', 'p', '1')));
+      await client.xreadgroup('GROUP', 'group', 'm', 'COUNT', 10, 'STREAMS', stream, '>');
+      await client.set(keys.shardFence(streamPrefix, shard, 'group'), '0:1:m');
+    }
+    // Shard 1 has a new owner since.
+    await client.set(keys.shardFence(streamPrefix, 1, 'group'), '0:2:other');
+    const shardClient = new ShardClient(client, keys, streamPrefix, 'group', 'm');
+    const replies = await shardClient.ackMany([
+      { shardIndex: 0, grantEpoch: 1, ids: ids[0] },
+      { shardIndex: 1, grantEpoch: 1, ids: ids[1] },
+      { shardIndex: 2, grantEpoch: 1, ids: ids[2].slice(0, 2) },
+    ]);
+    expect(replies.acked).toEqual([3, -1, 2]);
+    const pending = async (shard: number) => ((await client.xpending(keys.shardStream(streamPrefix, shard), 'group')) as [number])[0];
+    expect([await pending(0), await pending(1), await pending(2)]).toEqual([0, 3, 1]);
+  });
+});

@@ -123,6 +123,68 @@ describe('members of one process reading together', () => {
     expect(recorder.duplicates()).toEqual([]);
   });
 
+  it('a shared read held past its deadline: the read connection is reset, the members read on, nothing is lost or run twice', async () => {
+    const streamPrefix = uniqueName('shared-deadline');
+    const proxy = await aProxy();
+    const client = aNamedClient(uniqueName('deadline'), proxy.url);
+    const recorder = new HandlerRecorder();
+    // sessionTimeoutMs 3000, blockMs 2000: a read's deadline is 2 s.
+    const members = Array.from({ length: 2 }, (_, i) =>
+      aMember({ streamPrefix, memberId: `m${i}`, shardCount: 4, sessionTimeoutMs: 3000, blockMs: 2000, handler: recorder.handler(`m${i}`) }, client),
+    );
+    const deadlines: string[] = [];
+    for (const m of members) m.on('error', (error) => void (/did not come back within/.test(error.message) && deadlines.push(error.message)));
+    await Promise.all(members.map((m) => m.start()));
+    await pollUntil('each owns two shards', async () => members.every((m) => m.ownedShards().length === 2));
+    await send(streamPrefix, 0, 8);
+    await pollUntil('8 handled', async () => recorder.distinctEntries() === 8);
+
+    // The next read on the shared connection (and what follows it there) stops at the proxy.
+    const held = proxy.holdNextRequest(TcpProxy.command('XREADGROUP'));
+    await send(streamPrefix, 8, 8);
+    await held.arrived;
+    await pollUntil('the read deadline fired', async () => deadlines.length > 0, { timeoutMs: 6000 });
+    expect(deadlines[0]).toMatch(/the read did not come back within 2000 ms; the reader connection was reset/);
+    await pollUntil('16 handled', async () => recorder.distinctEntries() === 16, { timeoutMs: 8000 });
+    held.release();
+    await send(streamPrefix, 16, 8);
+    await pollUntil('24 handled', async () => recorder.distinctEntries() === 24, { timeoutMs: 8000 });
+    await settled(streamPrefix);
+    expect(recorder.duplicates()).toEqual([]);
+  });
+
+  it('a revocation waits for the shared read under way that covers the shard before it is reported', async () => {
+    const streamPrefix = uniqueName('shared-revoke');
+    const proxy = await aProxy();
+    const client = aNamedClient(uniqueName('revoke'), proxy.url);
+    const recorder = new HandlerRecorder();
+    const options = { shardCount: 2, sessionTimeoutMs: 3000, blockMs: 2000 };
+    const reader = aMember({ streamPrefix, memberId: 'reader-a', ...options, handler: recorder.handler('reader-a') }, client);
+    // An idle member of another group on the same client: reader-a reads through the shared path.
+    const companion = aMember({ streamPrefix: `${streamPrefix}-other`, memberId: 'companion', ...options, handler: () => undefined }, client);
+    await Promise.all([companion.start(), reader.start()]);
+    await pollUntil('reader-a owns both shards', async () => reader.ownedShards().length === 2);
+    await send(streamPrefix, 0, 8);
+    await pollUntil('8 handled', async () => recorder.distinctEntries() === 8);
+
+    // Both shards are watched: new entries ring the doorbell, and reader-a's read of them stops at the proxy.
+    const held = proxy.holdNextRequest(TcpProxy.command('XREADGROUP', 'reader-a'));
+    const events: string[] = [];
+    reader.on('error', (error) => void (/did not come back within/.test(error.message) && events.push('read ended')));
+    reader.on('revoked', () => void events.push('revoked'));
+    await send(streamPrefix, 8, 8);
+    await held.arrived;
+    const heir = aMember({ streamPrefix, memberId: 'heir', ...options, handler: recorder.handler('heir') });
+    await heir.start();
+    await pollUntil('the heir owns a shard', async () => heir.ownedShards().length === 1, { timeoutMs: 10_000 });
+    // The revoked shard was covered by the held read: its revocation came after that read ended (at its deadline).
+    expect(events.slice(0, 2)).toEqual(['read ended', 'revoked']);
+    held.release();
+    await send(streamPrefix, 16, 8);
+    await pollUntil('24 handled', async () => recorder.distinctEntries() === 24, { timeoutMs: 8000 });
+    await settled(streamPrefix);
+  });
+
   it('one member stops while the others of its process keep reading; the last one to stop closes the read connections', async () => {
     const streamPrefix = uniqueName('shared-stop');
     const name = uniqueName('stop').replace(/-/g, '_');

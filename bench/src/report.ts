@@ -213,8 +213,8 @@ function memorySection(r: BenchResults): string[] {
     row(['Redis coordinator state per member', `${int(m.redisBytesPerMember)} bytes`]),
     row(['Redis coordinator state per shard', `${int(m.redisBytesPerShard)} bytes`]),
     '',
-    'The 64 members share one command connection; each opens one more for its blocking reads (64',
-    'sockets), and they share one subscriber. Redis figures are `used_memory` deltas: 100 → 200',
+    'The 64 members share one command connection, one subscriber and the read hub\'s two connections',
+    '(the doorbell and the shared read connection). Redis figures are `used_memory` deltas: 100 → 200',
     'members (1,000 shards), and 1,000 → 2,000 shards (100 members), coordinator keys only.',
     '',
   ];

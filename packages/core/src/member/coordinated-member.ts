@@ -258,8 +258,8 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
 
   /**
    * A stopped member about to start again: forget everything of its last membership (it rejoins
-   * with epoch 0 and no shards) and reconnect its blocking connection, which stop() closed. The
-   * instance id and a pause stay.
+   * with epoch 0 and no shards); on a Cluster, reconnect its read connections, which stop() closed.
+   * The instance id and a pause stay.
    */
   private async prepareRestart(): Promise<void> {
     this.reconciler.forget();
@@ -317,8 +317,8 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   }
 
   /**
-   * Stops at once, as if the process died: no draining, no acknowledgements, no leave; the blocking
-   * connection is cut, the timers stop, and the handlers in flight are told (`message.signal`, reason
+   * Stops at once, as if the process died: no draining, no acknowledgements, no leave; a blocking
+   * read is cut short, the timers stop, and the handlers in flight are told (`message.signal`, reason
    * `stopped`). The coordinator expires the member after its session timeout. For tests and
    * emergency shutdown. The member can be started again (it rejoins as the same instance).
    */

@@ -190,15 +190,16 @@ describe('members of one process reading together', () => {
     const name = uniqueName('stop').replace(/-/g, '_');
     const client = aNamedClient(name);
     const recorder = new HandlerRecorder();
-    const members = Array.from({ length: 3 }, (_, i) => aMember({ streamPrefix, memberId: `m${i}`, shardCount: 6, handler: recorder.handler(`m${i}`) }, client));
+    const members = Array.from({ length: 4 }, (_, i) => aMember({ streamPrefix, memberId: `m${i}`, shardCount: 8, handler: recorder.handler(`m${i}`) }, client));
     await Promise.all(members.map((m) => m.start()));
     await pollUntil('every member owns shards', async () => members.every((m) => m.ownedShards().length === 2));
     await send(streamPrefix, 0, 30);
     await pollUntil('the first 30 handled', async () => recorder.distinctEntries() === 30);
 
     await members[0].stop();
+    // Three members left: still the hub's two (before the read hub: 2 + 3).
     expect(await connectionsNamed(name)).toBe(4);
-    await pollUntil('the others own every shard', async () => members[1].ownedShards().length + members[2].ownedShards().length === 6);
+    await pollUntil('the others own every shard', async () => members.slice(1).reduce((n, m) => n + m.ownedShards().length, 0) === 8);
     await send(streamPrefix, 30, 30);
     await pollUntil('all 60 handled', async () => recorder.distinctEntries() === 60);
     expect(recorder.runs.filter((r) => r.seq >= 30).every((r) => r.memberId !== 'm0')).toBe(true);

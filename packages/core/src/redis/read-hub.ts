@@ -199,10 +199,13 @@ export class ReadHub {
 
   private async refreshBlockingId(blocking: Redis): Promise<void> {
     try {
-      const id = Number(await withReadDeadline(blocking, blocking.client('ID') as Promise<unknown>, DOORBELL_GRACE_MS, 'CLIENT ID'));
+      // No deadline: a read resent after the reconnect may be ahead of it on the connection, and
+      // resetting the connection for a late id would cut that read. Until the id is known, a
+      // blocking read cannot be cut short and ends at its block time.
+      const id = Number(await blocking.client('ID'));
       if (this.blocking === blocking) this.blockingId = id;
     } catch {
-      // Asked again at the next 'ready' (the deadline reset the connection).
+      // Asked again at the next 'ready'.
     }
   }
 

@@ -185,6 +185,26 @@ describe('members of one process reading together', () => {
     await settled(streamPrefix);
   });
 
+  it('a doorbell read stuck on its way: watched shards are read again after blockMs without a read, nothing waits for the ring', async () => {
+    const streamPrefix = uniqueName('shared-bell');
+    const proxy = await aProxy();
+    const client = aNamedClient(uniqueName('bell'), proxy.url);
+    const recorder = new HandlerRecorder();
+    // The first doorbell read (XREAD, not XREADGROUP) stops at the proxy: no ring comes.
+    const held = proxy.holdNextRequest((request) => TcpProxy.command('XREAD')(request) && !TcpProxy.command('XREADGROUP')(request));
+    const members = Array.from({ length: 2 }, (_, i) => aMember({ streamPrefix, memberId: `m${i}`, shardCount: 4, blockMs: 1000, handler: recorder.handler(`m${i}`) }, client));
+    await Promise.all(members.map((m) => m.start()));
+    await pollUntil('each owns two shards', async () => members.every((m) => m.ownedShards().length === 2));
+    await held.arrived;
+    await send(streamPrefix, 0, 8);
+    await pollUntil('8 handled without a ring', async () => recorder.distinctEntries() === 8, { timeoutMs: 5000 });
+    held.release();
+    await send(streamPrefix, 8, 8);
+    await pollUntil('16 handled', async () => recorder.distinctEntries() === 16, { timeoutMs: 5000 });
+    await settled(streamPrefix);
+    expect(recorder.duplicates()).toEqual([]);
+  });
+
   it('one member stops while the others of its process keep reading; the last one to stop closes the read connections', async () => {
     const streamPrefix = uniqueName('shared-stop');
     const name = uniqueName('stop').replace(/-/g, '_');

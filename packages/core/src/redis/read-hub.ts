@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import { compareStreamIds } from '../protocol/stream-ids';
 import type { RedisClient } from './scripts';
-import { withReadDeadline } from './shard-client';
+import { ReadDeadlineError, withReadDeadline } from './shard-client';
 import { duplicateClient } from './slot-pipelines';
 
 /** How long the doorbell blocks; a change of the watched set cuts it short (CLIENT UNBLOCK). */
@@ -197,6 +197,12 @@ export class ReadHub {
     return blocking;
   }
 
+  private replaceBlocking(old: Redis): void {
+    this.blocking = this.openBlocking();
+    this.blockingId = undefined;
+    old.disconnect();
+  }
+
   private async refreshBlockingId(blocking: Redis): Promise<void> {
     try {
       // No deadline: a read resent after the reconnect may be ahead of it on the connection, and
@@ -289,9 +295,14 @@ export class ReadHub {
         this.inFlight = watched;
         const read = doorbell.xread('COUNT', 1, 'BLOCK', DOORBELL_BLOCK_MS, 'STREAMS', ...watched.keys(), ...watched.values()) as Promise<typeof reply>;
         reply = await withReadDeadline(doorbell, read, DOORBELL_BLOCK_MS + DOORBELL_GRACE_MS, 'the doorbell read');
-      } catch {
+      } catch (error) {
         this.inFlight = undefined;
         if (this.blocking !== doorbell) continue; // closed: the last reader left
+        // Past its deadline the socket was reset, and ioredis would send the 5 s XREAD again after
+        // the reconnect, ahead of whatever the connection carries next (a solo read, once one
+        // member is left, would wait behind it past its own deadline, again and again): the
+        // doorbell moves to a new connection instead, and the old one is closed without a resend.
+        if (error instanceof ReadDeadlineError) this.replaceBlocking(doorbell);
         // A ring may have been lost with the reply: every watched stream is rung (read once).
         await this.ringAll(new Map([...watched.keys()].map((stream) => [stream, ''])));
         await this.idle(DOORBELL_RETRY_MS);

@@ -62,8 +62,9 @@ async function main(): Promise<void> {
     lines.push(
       '# Benchmarks: the shared read path',
       '',
-      'Written by `npm run bench:readpath` (`-- --quick` for a smoke run); do not edit by hand. The same',
-      'scenarios are part of `npm run bench` ([benchmarks.md](benchmarks.md)); this run takes minutes.',
+      'Written by `npm run bench:readpath` (`-- --quick` for a smoke run); do not edit by hand. The I/O-bound',
+      'cases are scenario 2 of `npm run bench` ([benchmarks.md](benchmarks.md)); the latency beside the raw',
+      'loop and the connections are measured only here. This run takes minutes.',
       '',
       `Measured ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC on ${os.cpus().length} × ${os.cpus()[0]?.model ?? 'unknown'}; Node ${process.version}, Redis ${version}.`,
       `${repetitions} repetition(s) per figure: the median, with min–max in parentheses. Load average`,

@@ -161,7 +161,7 @@ function rebalanceSection(r: BenchResults): string[] {
     '',
     '## Latency',
     '',
-    `From \`send\` to the handler starting, at a steady 5,000 entries/s, 8 shards, one member with 8 workers (${int(r.latency.samples)} samples after a tenth of warm-up): p50 ${ms(r.latency.p50)}, p99 ${ms(r.latency.p99)}.`,
+    `From \`send\` to the handler starting, at a steady 5,000 entries/s, 8 shards, one member with 8 workers, the producer in a process of its own (${int(r.latency.samples)} samples after a tenth of warm-up): p50 ${ms(r.latency.p50)}, p99 ${ms(r.latency.p99)}.`,
     '',
   ];
 }

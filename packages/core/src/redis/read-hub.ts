@@ -74,11 +74,6 @@ export class ReadHub {
     return hub;
   }
 
-  /** The connections the hub holds now (for tests and the bench). */
-  get connectionCount(): number {
-    return (this.blocking ? 1 : 0) + (this.shared ? 1 : 0);
-  }
-
   /** Starts serving `reader`; returns the function that stops. The last one to stop closes the connections. */
   register(reader: HubReader): () => void {
     const others = [...this.readers];
@@ -88,11 +83,7 @@ export class ReadHub {
       this.shared ??= this.connection();
       // A solo reader blocked now must let go of the blocking connection for the doorbell.
       for (const other of others) other.modeChanged();
-      this.doorbellLoop ??= this.runDoorbell().finally(() => {
-        this.doorbellLoop = undefined;
-        // Alone again: the remaining reader may read solo now.
-        for (const left of this.readers) left.modeChanged();
-      });
+      this.ensureDoorbell();
     }
     this.changed();
     return () => {
@@ -111,6 +102,17 @@ export class ReadHub {
       if (this.inFlight) void this.unblockDoorbell(this.inFlight);
       this.notify();
     };
+  }
+
+  /** Runs the doorbell while two or more readers share the hub (again, if one came as the last loop ended). */
+  private ensureDoorbell(): void {
+    if (this.doorbellLoop || this.readers.size < 2) return;
+    this.doorbellLoop = this.runDoorbell().finally(() => {
+      this.doorbellLoop = undefined;
+      if (this.readers.size >= 2) this.ensureDoorbell();
+      // Alone again: the remaining reader may read solo now.
+      else for (const left of this.readers) left.modeChanged();
+    });
   }
 
   /**

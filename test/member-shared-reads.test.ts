@@ -254,4 +254,25 @@ describe('acknowledgements of several shards in one call', () => {
     const pending = async (shard: number) => ((await client.xpending(keys.shardStream(streamPrefix, shard), 'group')) as [number])[0];
     expect([await pending(0), await pending(1), await pending(2)]).toEqual([0, 3, 1]);
   });
+
+  it('with ackWaitForReplicas, WAIT follows the one call: a Redis without replicas acknowledges, and says which shards are not replicated', async () => {
+    const streamPrefix = uniqueName('ack-many-wait');
+    const client = redis.client();
+    const ids: string[][] = [[], []];
+    for (const shard of [0, 1]) {
+      const stream = keys.shardStream(streamPrefix, shard);
+      await client.xgroup('CREATE', stream, 'group', '0', 'MKSTREAM');
+      for (let i = 0; i < 2; i++) ids[shard].push(String(await client.xadd(stream, '*', 'p', '1')));
+      await client.xreadgroup('GROUP', 'group', 'm', 'COUNT', 10, 'STREAMS', stream, '>');
+      await client.set(keys.shardFence(streamPrefix, shard, 'group'), shard === 0 ? '0:1:m' : '0:2:other');
+    }
+    const shardClient = new ShardClient(client, keys, streamPrefix, 'group', 'm', { ackWait: { replicas: 1, timeoutMs: 20 } });
+    const { acked, notReplicated } = await shardClient.ackMany([
+      { shardIndex: 0, grantEpoch: 1, ids: ids[0] },
+      { shardIndex: 1, grantEpoch: 1, ids: ids[1] },
+    ]);
+    expect(acked).toEqual([2, -1]);
+    expect(notReplicated[0]?.message).toMatch(/WAIT counted 0 of 1 replica/);
+    expect(notReplicated[1]).toBeUndefined();
+  });
 });

@@ -195,3 +195,47 @@ describe('purging dead letters', () => {
     expect(await admin().purgeDeadLetters(streamPrefix, 'group')).toEqual([]);
   });
 });
+
+describe("a shrink's deleted shards", () => {
+  it("keep their dead letters: deleteDrainedShards leaves them listed, shown, replayed and purged like any", async () => {
+    // Keys of shards 2 and 3, which a shrink 4 -> 2 removes, and one of a surviving shard.
+    const candidates = Array.from({ length: 64 }, (_, i) => `key-${i}`);
+    const removed = candidates.filter((k) => shardForKey(k, 4) >= 2).slice(0, 3);
+    const surviving = candidates.find((k) => shardForKey(k, 4) < 2)!;
+    const { streamPrefix } = await withDeadLetters(4, [
+      { key: removed[0], payload: { seq: 1, poison: 'removed 1' } },
+      { key: removed[1], payload: { seq: 2, poison: 'removed 2' } },
+      { key: removed[2], payload: { seq: 3, poison: 'removed 3' } },
+      { key: surviving, payload: { seq: 4, poison: 'surviving' } },
+    ]);
+    const before = await admin().readDeadLetters(streamPrefix, 'group');
+    const onRemoved = before.filter((l) => l.shardIndex >= 2);
+    expect(onRemoved).toHaveLength(3);
+
+    // Shrink to 2 with a member that drains the removed shards, then delete them.
+    const member = aMember({ streamPrefix, shardCount: 2, sessionTimeoutMs: 1000, cutoverCheckIntervalMs: 50, handler: () => undefined });
+    await member.start();
+    await admin().resizeShards(streamPrefix, 2, { graceMs: 200, switchDelayMs: 150 });
+    const deleted = await pollUntil('the removed shards deleted', async () => {
+      const statuses = await admin().cutoverStatus(streamPrefix);
+      if (statuses.some((status) => status.cutover !== null)) return false;
+      return admin().deleteDrainedShards(streamPrefix).then((shards) => shards.length > 0 && shards, () => false);
+    }, { timeoutMs: 20_000 });
+    expect(deleted).toEqual([2, 3]);
+    expect(await redis.client().exists(keys.shardStream(streamPrefix, 3))).toBe(0);
+    expect(await admin().describeStream(streamPrefix)).toMatchObject({ shardCount: 2, shardSpan: 2, deadLetterSpan: 4 });
+
+    // Still there, by list, filter and ref.
+    expect(await admin().readDeadLetters(streamPrefix, 'group')).toEqual(before);
+    expect((await admin().readDeadLetters(streamPrefix, 'group', { shardIndex: onRemoved[0].shardIndex })).map((l) => l.ref)).toContain(onRemoved[0].ref);
+    expect(await admin().showDeadLetter(streamPrefix, 'group', onRemoved[0].ref)).toEqual(onRemoved[0]);
+    // A replay writes the entry to its key's shard now, a surviving one.
+    const replayed = await admin().replayDeadLetter(streamPrefix, 'group', onRemoved[0].ref);
+    expect(replayed).toMatchObject({ status: 'replayed', to: { shardIndex: shardForKey(onRemoved[0].key!, 2) } });
+    // Purged by ref and by filter; a second purge finds nothing.
+    expect(await admin().purgeDeadLetter(streamPrefix, 'group', onRemoved[1].ref)).toEqual({ ref: onRemoved[1].ref, purged: true });
+    expect((await admin().purgeDeadLetters(streamPrefix, 'group', { errorContains: 'removed' })).map((r) => r.ref)).toEqual([onRemoved[2].ref]);
+    expect((await admin().readDeadLetters(streamPrefix, 'group')).map((l) => l.error)).toEqual(['Error: surviving']);
+    expect(await admin().purgeDeadLetters(streamPrefix, 'group', { errorContains: 'removed' })).toEqual([]);
+  }, 30_000);
+});

@@ -75,11 +75,35 @@ describe('rsc streams, groups, describe', () => {
     expect(described.code).toBe(0);
     expect(described.stdout).toMatch(new RegExp(`^group group of stream ${streamPrefix}: STABLE`, 'm'));
     expect(described.stdout).toMatch(/^0\s+readable\s+OWNED\s+cli-a\s+\d+\s+0\s+0\s+-\s+/m);
-    expect(described.stdout).toMatch(new RegExp(`^${member.memberId}\\s+cli-a\\s+ACTIVE\\s+\\d+\\s+\\S+\\s+\\S+ ago\\s+0-1\\s+-\\s+1$`, 'm'));
+    expect(described.stdout).toMatch(new RegExp(`^${member.memberId}\\s+cli-a\\s+ACTIVE\\s+\\d+\\s+\\S+\\s+\\S+ ago\\s+0-1\\s+-\\s+1\\s+-$`, 'm'));
+    expect(described.stdout).not.toContain('awaited static members');
     const view = JSON.parse((await rsc('describe', streamPrefix, 'group', '--json')).stdout);
     expect(view.shards.map((s: { owner: string }) => s.owner)).toEqual([member.memberId, member.memberId]);
     expect(view.members[0]).toMatchObject({ memberName: 'cli-a', state: 'ACTIVE' });
     expect(view.members[0].leaseLeftMs).toBeGreaterThan(0);
+  });
+
+  it('describe shows static members by instance id, and a departed one whose shards wait for it, with when the wait ends', async () => {
+    const streamPrefix = uniqueName('cli-static');
+    const statics = ['pod-a', 'pod-b'].map((pod) => aMember({ streamPrefix, shardCount: 4, memberInstanceId: `billing-${pod}`, memberName: pod, sessionTimeoutMs: 30_000, handler: () => undefined }));
+    await Promise.all(statics.map((m) => m.start()));
+    await pollUntil('two shards each', async () => statics.every((m) => m.ownedShards().length === 2));
+    const awayShards = statics[0].ownedShards();
+    await statics[0].stop(); // departs: its membership and shards wait for its next instance
+    const described = await rsc('describe', streamPrefix, 'group');
+    expect(described.code).toBe(0);
+    expect(described.stdout).toMatch(/^billing-pod-a\s+pod-a\s+AWAY\s+\d+\s+\S+\s+\S+ ago\s+\S+\s+-\s+1\s+billing-pod-a$/m);
+    expect(described.stdout).toMatch(/^billing-pod-b\s+pod-b\s+ACTIVE\s+.*\s+billing-pod-b$/m);
+    const view = JSON.parse((await rsc('describe', streamPrefix, 'group', '--json')).stdout);
+    const away = view.members.find((m: { memberId: string }) => m.memberId === 'billing-pod-a');
+    expect(away).toMatchObject({ state: 'ACTIVE', memberInstanceId: 'billing-pod-a', awaitedUntil: away.memberLeaseExpiresAt });
+    expect(away.awaitedLeftMs).toBeGreaterThan(20_000);
+    expect(Date.parse(away.departedAt)).toBeLessThanOrEqual(Date.parse(view.at));
+    expect(view.members.find((m: { memberId: string }) => m.memberId === 'billing-pod-b')).toMatchObject({ memberInstanceId: 'billing-pod-b', departedAt: null, awaitedUntil: null });
+    const section = described.stdout.split('awaited static members')[1];
+    expect(section).toBeDefined();
+    const shards = awayShards.length === 2 && awayShards[1] === awayShards[0] + 1 ? `${awayShards[0]}-${awayShards[1]}` : awayShards.join(',');
+    expect(section).toMatch(new RegExp(`^billing-pod-a\\s+${away.departedAt}\\s+${away.awaitedUntil}\\s+\\S+s\\s+${shards}$`, 'm'));
   });
 
   it('describe --watch redraws until Ctrl-C and then exits 0', async () => {

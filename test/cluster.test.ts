@@ -196,6 +196,64 @@ describe('on a Redis Cluster', () => {
     expect(recorder.orderViolations()).toEqual([]);
   });
 
+  it('a write wakes the members polling its shard: one subscriber per shard channel and process, following the assignment and a moved slot; idle polls back off', async () => {
+    const streamPrefix = uniqueName('cluster-wake');
+    const shards = [0, 1, 2, 3];
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: shards.length });
+    const onMaster = async <R>(shard: number, run: (node: Redis) => Promise<R>): Promise<R> => {
+      const master = await redis.cluster.masterOf(await redis.cluster.slotOf(keys.shardStream(streamPrefix, shard)));
+      const node = new Redis(master.port, { lazyConnect: true });
+      return run(node).finally(() => node.disconnect());
+    };
+    const subscribers = () =>
+      Promise.all(shards.map((shard) => onMaster(shard, async (node) => Number(((await node.pubsub('SHARDNUMSUB', keys.shardWakeChannel(streamPrefix, shard))) as [string, number])[1]))));
+    const xreadgroupCalls = async () => {
+      let calls = 0;
+      for (const server of redis.cluster.servers) {
+        const node = new Redis(server.port, { lazyConnect: true });
+        const stats = await node.info('commandstats').finally(() => node.disconnect());
+        calls += Number(/cmdstat_xreadgroup:calls=(\d+)/.exec(stats)?.[1] ?? 0);
+      }
+      return calls;
+    };
+    const recorder = new HandlerRecorder();
+    const first = aMember(redis.client(), { streamPrefix, memberId: 'first', handler: recorder.handler('first') });
+    await first.start();
+    await pollUntil('every shard channel has its subscriber', async () => (await subscribers()).every((n) => n === 1));
+    // A second member of the same process (same client) shares the subscriber: still one per channel.
+    const second = aMember(redis.client(), { streamPrefix, memberId: 'second', handler: recorder.handler('second') });
+    await second.start();
+    await pollUntil('both members hold shards', async () => first.stats().ownedShards.length > 0 && second.stats().ownedShards.length > 0);
+    await pollUntil('still one subscriber per channel (the handed-over shards too)', async () => (await subscribers()).every((n) => n === 1));
+
+    // Idle, a subscribed reader backs off to CLUSTER_WOKEN_POLL_MAX_MS (500 ms); without wake-ups it
+    // would poll every 50 ms (about 30 reads per shard over 1.5 s).
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.sendBatch(keyedMessages(4, 2, 'warm'));
+    await pollUntil('the warm-up handled', async () => recorder.runs.length === 8);
+    await new Promise((resolve) => setTimeout(resolve, 1000)); // the backoff ramps up (2, 4, … 500 ms)
+    const before = await xreadgroupCalls();
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    // 12 here; 120 with the 50 ms interval (seen when the constant was set back to 50).
+    expect((await xreadgroupCalls()) - before).toBeLessThanOrEqual(shards.length * 6);
+    await producer.sendBatch(keyedMessages(4, 2, 'woken'));
+    await pollUntil('the woken entries handled', async () => recorder.runs.length === 16);
+
+    // The slot of shard 0 moves: its channel's subscription moves with it.
+    const slot = await redis.cluster.slotOf(keys.shardStream(streamPrefix, 0));
+    const from = await redis.cluster.masterOf(slot);
+    const to = (await redis.cluster.nodes()).find((n) => n.role === 'master' && !n.failed && n.id !== from.id)!;
+    await redis.cluster.migrateSlot(slot, to.port);
+    await pollUntil('shard 0 subscribed on its new master', async () => (await subscribers())[0] === 1);
+    await producer.sendBatch(keyedMessages(4, 2, 'moved'));
+    await pollUntil('the entries after the move handled', async () => recorder.runs.length === 24);
+    expect(recorder.orderViolations()).toEqual([]);
+
+    await first.stop();
+    await second.stop();
+    await pollUntil('no subscriber left once both stopped', async () => (await subscribers()).every((n) => n === 0));
+  });
+
   it('static members with lanes and a schema: msgpack entries keep their bytes through the per-shard reads, an invalid one is dead-lettered, and a restart takes the same shards back', async () => {
     const streamPrefix = uniqueName('cluster-static');
     await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 6 });

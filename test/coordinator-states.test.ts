@@ -123,6 +123,10 @@ describe('group state machine (SPEC 2.2), observed through describeGroup', () =>
         revoking: [],
         lastHeartbeatAt: expect.stringMatching(isoTime),
         memberLeaseExpiresAt: expect.stringMatching(isoTime),
+        // A dynamic member: no instance id, never departed (static members: static-membership.test.ts).
+        memberInstanceId: null,
+        departedAt: null,
+        awaitedUntil: null,
       },
     ]);
     const member = description.members[0];

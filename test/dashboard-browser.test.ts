@@ -7,9 +7,10 @@ import type { INestApplication } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CoordinatorAdmin, KeyBuilder } from '@redis-stream-coordinator/core';
+import { CoordinatedMember, CoordinatorAdmin, KeyBuilder } from '@redis-stream-coordinator/core';
 import { StreamListenerRegistry, StreamPublisher } from '@redis-stream-coordinator/nestjs';
 import { chromiumMissing, launchBrowser } from './support/browser';
+import { pollUntil } from './support/poll';
 import { useRedisServer } from './support/vitest-redis';
 
 /**
@@ -133,6 +134,33 @@ describe.skipIf(missing !== undefined)('the dashboard in a browser, against the 
     expect(await page.textContent('#events')).toContain(hostile.image);
     expect(await page.textContent('#dead-letters')).toContain(hostile.image);
     expect(await page.$$eval('main script, main img', (found) => found.length)).toBe(0);
+    expect(await page.evaluate(() => (window as unknown as { __pwned?: string }).__pwned)).toBeUndefined();
+    await page.close();
+  });
+
+  it('shows static members\' instance ids, and a departed one as AWAY with its awaited shards and when the wait ends, as text', async () => {
+    const hostileName = '<img src=x onerror="window.__pwned = \'member\'">';
+    const member = new CoordinatedMember(redis.client(), {
+      streamPrefix: 'static-page', consumerGroup: 'billing', shardCount: 3, memberInstanceId: 'billing-pod-a', memberName: hostileName,
+      sessionTimeoutMs: 60_000, coordinator: { heartbeatIntervalMs: 200 }, handler: () => undefined,
+    });
+    member.on('error', () => undefined);
+    await member.start();
+    await pollUntil('the member owns the three shards', async () => member.ownedShards().length === 3);
+    await member.stop(); // departs: its shards wait for its next instance for 60 s
+
+    const page = await browser.context.newPage();
+    await page.goto(`${base}/#/group/static-page/billing`);
+    await page.waitForSelector('#members .badge.AWAY', { timeout: 15_000 });
+    const row = await page.$$eval('#members > table tbody tr[data-member="billing-pod-a"] td', (cells) => cells.map((c) => c.textContent));
+    expect(row[0]).toBe(hostileName);
+    expect(row[2]).toBe('AWAY');
+    expect(row.at(-1)).toBe('billing-pod-a');
+    const awaited = await page.$$eval('#awaited-members tbody tr td', (cells) => cells.map((c) => c.textContent));
+    const description = await new CoordinatorAdmin(redis.client()).describeGroup('static-page', 'billing');
+    const away = description.members[0];
+    expect(awaited).toEqual(['billing-pod-a', away.departedAt, away.awaitedUntil, expect.stringMatching(/^\d+\.\d s$/), '0-2']);
+    expect(await page.$$eval('main img, main script', (found) => found.length)).toBe(0);
     expect(await page.evaluate(() => (window as unknown as { __pwned?: string }).__pwned)).toBeUndefined();
     await page.close();
   });

@@ -3,7 +3,7 @@ import path from 'node:path';
 import 'reflect-metadata';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { describe, expect, it } from 'vitest';
-import { CoordinatorAdmin, StreamProducer, msgpackCodec } from '@redis-stream-coordinator/core';
+import { CoordinatorAdmin, KeyBuilder } from '@redis-stream-coordinator/core';
 import { closedAfterEach } from './support/nest-apps';
 import { pollUntil } from './support/poll';
 import { useRedisServer } from './support/vitest-redis';
@@ -52,18 +52,27 @@ describe('the static membership example of docs/runtime.md', () => {
 describe('the static membership example of docs/nestjs.md', () => {
   it('is the example file, word for word', () => expectInDocs('nestjs.md', 'static-nest.ts'));
 
-  it('runs: a listener and a bean consumer named after the pod, fed msgpack with bytes', async () => {
+  it('runs: a listener and a bean consumer named after the pod, fed msgpack with bytes by the StreamPublisher; a call with its own codec writes JSON', async () => {
     process.env.REDIS_URL = redis.server.url;
     process.env.POD_NAME = 'pod-1';
-    const { AppModule, AuditLog, ShipmentHandlers } = await import('./examples/static-nest');
+    const { AppModule, AuditLog, ShipmentDesk, ShipmentHandlers } = await import('./examples/static-nest');
     const app = await Test.createTestingModule({ imports: [AppModule] }).compile();
     apps.push(app);
     await app.init();
-    const producer = new StreamProducer(redis.client(), { streamPrefix: 'shipment', codec: msgpackCodec });
-    await producer.send({ key: 's-1', payload: { shipmentId: 's-1', label: Buffer.alloc(300, 1) } });
+    const desk = app.get(ShipmentDesk);
+    // The schema wants the label as bytes: a JSON entry ({ type: 'Buffer', data }) would be dead-lettered.
+    const shipped = await desk.ship('s-1', Buffer.alloc(300, 1));
     await pollUntil('the label handled', async () => app.get(ShipmentHandlers).labels.get('s-1') === 300);
     await pollUntil('the audit saw it', async () => app.get(AuditLog).seen.length === 1);
+    const keys = new KeyBuilder();
+    const [[, shippedFields]] = await redis.client().xrange(keys.shardStream('shipment', shipped.shardIndex), shipped.id, shipped.id);
+    expect(shippedFields.slice(2, 4)).toEqual(['c', 'msgpack']);
+
     const admin = new CoordinatorAdmin(redis.client());
+    await admin.createStream({ streamPrefix: 'carrier-notices', shardCount: 1 });
+    const notice = await desk.notifyCarrier('s-1');
+    const [[, fields]] = await redis.client().xrange(keys.shardStream('carrier-notices', 0), notice.id, notice.id);
+    expect(fields).toEqual(['p', '{"shipmentId":"s-1"}', 'c', 'json', 'k', 's-1']);
     const labels = (await admin.describeGroup('shipment', 'labels')).members.map((m) => m.memberId).sort();
     expect(labels).toEqual(['shipments-pod-1-m0', 'shipments-pod-1-m1']);
     expect((await admin.describeGroup('shipment', 'audit')).members.map((m) => m.memberId)).toEqual(['audit-pod-1']);

@@ -52,6 +52,57 @@ describe('the lanes, batches and manual acks example of docs/nestjs.md', () => {
   }, 30_000);
 });
 
+describe("the module's defaults reach every member", () => {
+  it("defaults.runtimeMaxConcurrency gives listeners and beans their workers, unless their own runtimeMaxConcurrency or lanes says otherwise", async () => {
+    const { Injectable, Module } = await import('@nestjs/common');
+    const { CoordinatorConsumerProperties, CoordinatorModule, CoordinatorRegistry, StreamListener } = await import('@redis-stream-coordinator/nestjs');
+    @Injectable()
+    class Handlers {
+      @StreamListener({ streamPrefix: 'workers-default', consumerGroup: 'g', concurrency: 2, autoStartup: false })
+      inherited() {}
+      @StreamListener({ streamPrefix: 'workers-lanes', consumerGroup: 'g', lanes: 6, autoStartup: false })
+      ownLanes() {}
+      @StreamListener({ streamPrefix: 'workers-own', consumerGroup: 'g', lanes: 6, runtimeMaxConcurrency: 2, autoStartup: false })
+      own() {}
+    }
+    const bean = (streamPrefix: string, extra: object) => ({
+      provide: streamPrefix,
+      useValue: CoordinatorConsumerProperties.consumer({ streamPrefix, consumerGroup: 'g', autoStartup: false, handler: () => undefined, ...extra }),
+    });
+    @Module({
+      imports: [CoordinatorModule.forRoot({ redis: { url: redis.server.url }, defaults: { runtimeMaxConcurrency: 3, maxAttempts: 7, lanes: 1 } })],
+      providers: [Handlers, bean('workers-bean', {}), bean('workers-bean-lanes', { lanes: 5 })],
+    })
+    class DefaultsModule {}
+    const app = await Test.createTestingModule({ imports: [DefaultsModule] }).compile();
+    await app.init();
+    try {
+      const options = app.get(CoordinatorRegistry).members().map((m) => [m.options.streamPrefix, m.options.runtimeMaxConcurrency, m.options.lanes, m.options.maxAttempts]);
+      expect(options.sort()).toEqual([
+        ['workers-bean', 3, 1, 7],
+        ['workers-bean-lanes', 5, 5, 7],
+        ['workers-default', 3, 1, 7],
+        ['workers-default', 3, 1, 7],
+        ['workers-lanes', 6, 6, 7],
+        ['workers-own', 2, 6, 7],
+      ]);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it.each([
+    [{ batch: { maxSize: 10 } }, 'CoordinatorModule: defaults.batch cannot be a default: it changes what a handler receives (an array of messages); set it on each listener or consumer that takes batches'],
+    [{ memberInstanceId: 'pod-a' }, 'CoordinatorModule: defaults.memberInstanceId cannot be a default: it names one member (every member would get the same); set it on each listener or consumer'],
+    [{ coordinator: { heartbeatIntervalMs: 100 } }, "CoordinatorModule: defaults.coordinator cannot be a default: use the module's coordinator option"],
+    [[1], 'CoordinatorModule: defaults must be an object of member options, got [1]'],
+  ])('a default that cannot be one fails the startup, naming it: %j', async (defaults, message) => {
+    const { CoordinatorModule } = await import('@redis-stream-coordinator/nestjs');
+    const compiled = Test.createTestingModule({ imports: [CoordinatorModule.forRoot({ redis: { url: redis.server.url }, defaults: defaults as never })] }).compile();
+    await expect(compiled.then((app) => app.init())).rejects.toThrow(message);
+  });
+});
+
 describe('lanes of a listener', () => {
   it("a listener's workers default to its lanes, or to the module's defaults.lanes", async () => {
     const { Injectable, Module } = await import('@nestjs/common');

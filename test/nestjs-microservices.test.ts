@@ -131,6 +131,32 @@ describe('RedisStreamsServer: @EventPattern handlers are members', () => {
     }
     await expect(aMicroservice([NoGroupController], { consumerGroup: undefined })).rejects.toThrow(`RedisStreamsServer: pattern "${prefix}": consumerGroup is required`);
   });
+
+  it("workers: the most specific level that sets runtimeMaxConcurrency or lanes decides (the pattern's lanes over the server's runtimeMaxConcurrency)", async () => {
+    const [plain, laned, tuned] = [uniqueName('workers-plain'), uniqueName('workers-laned'), uniqueName('workers-tuned')];
+    @Controller()
+    class WorkersController {
+      @EventPattern<string>(plain)
+      onPlain() {}
+      @EventPattern<string>(laned, { lanes: 6 })
+      onLaned() {}
+      @EventPattern<string>(tuned)
+      onTuned() {}
+    }
+    const { server } = await aMicroservice([WorkersController], { runtimeMaxConcurrency: 3, streams: { [tuned]: { lanes: 4, runtimeMaxConcurrency: 2 } } });
+    const members = server.unwrap<{ members: import('@redis-stream-coordinator/core').CoordinatedMember[] }>().members;
+    expect(Object.fromEntries(members.map((m) => [m.options.streamPrefix, [m.options.runtimeMaxConcurrency, m.options.lanes]]))).toEqual({ [plain]: [3, 1], [laned]: [6, 6], [tuned]: [2, 4] });
+  });
+
+  it('batch is refused, naming the pattern: a pattern handler gets one entry per call', async () => {
+    const prefix = uniqueName('no-batch');
+    @Controller()
+    class BatchController {
+      @EventPattern<string>(prefix, { batch: { maxSize: 10 } })
+      on() {}
+    }
+    await expect(aMicroservice([BatchController])).rejects.toThrow(`RedisStreamsServer: pattern "${prefix}": batch is not supported by the microservices transport`);
+  });
 });
 
 describe("RedisStreamsServer: Nest's RPC pipeline applies", () => {

@@ -2,7 +2,7 @@ import 'reflect-metadata';
 import { Injectable, Module, Scope } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { describe, expect, it } from 'vitest';
-import { CoordinatorAdmin, type StreamMessage } from '@redis-stream-coordinator/core';
+import { CoordinatorAdmin, KeyBuilder, type StreamMessage } from '@redis-stream-coordinator/core';
 import { RedisServer } from '@redis-stream-coordinator/core/testing';
 import {
   CoordinatorConsumerProperties,
@@ -274,6 +274,35 @@ describe('warnings at startup', () => {
     const { app, warnings } = await warningsOf([Twice]);
     expect(warnings).toContainEqual(expect.stringMatching(/@StreamListener on Twice.second and on Twice.first join the same group/));
     expect((await app.get(CoordinatorHealthIndicator).check()).coordinator.members).toHaveLength(2);
+  });
+});
+
+describe('StreamPublisher codecs', () => {
+  const upper = { name: 'upper-json', encode: (payload: unknown) => JSON.stringify(payload).toUpperCase(), decode: (raw: string) => JSON.parse(raw.toLowerCase()) };
+
+  it('writes with the module\'s publisher.codec, or the one a call names (built-in by name, or a custom codec a member decodes)', async () => {
+    const streamPrefix = uniqueName('publisher-codec');
+    const seen: unknown[] = [];
+    const bean = { provide: 'reader', useValue: CoordinatorConsumerProperties.consumer({ streamPrefix, consumerGroup: 'g', shardCount: 1, codecs: [upper], handler: (message) => void seen.push(message.payload) }) };
+    const app = await anApp([bean], { publisher: { codec: 'msgpack' } });
+    const publisher = app.get(StreamPublisher);
+    const written = [
+      await publisher.publish(streamPrefix, { payload: { bytes: Buffer.from([1, 2]) } }),
+      await publisher.publish(streamPrefix, { payload: { text: 'a' } }, { codec: 'json' }),
+      ...(await publisher.publishBatch(streamPrefix, [{ payload: { text: 'b' } }], { codec: upper })),
+    ];
+    const raw = await redis.client().xrange(new KeyBuilder().shardStream(streamPrefix, 0), '-', '+');
+    expect(raw.map(([id, fields]) => [id, fields[3]])).toEqual(written.map((w, i) => [w.id, ['msgpack', 'json', 'upper-json'][i]]));
+    expect(raw[2][1][1]).toBe('{"TEXT":"B"}');
+    await pollUntil('the three entries handled', async () => seen.length === 3);
+    expect(seen).toEqual([{ bytes: Buffer.from([1, 2]) }, { text: 'a' }, { text: 'b' }]);
+  });
+
+  it('refuses a codec it does not know, naming the option', async () => {
+    await expect(anApp([], { publisher: { codec: 'protobuf' } })).rejects.toThrow(`CoordinatorModule: publisher.codec must be 'json', 'msgpack' or a codec object, got "protobuf"`);
+    await expect(anApp([], { publisher: { codec: { name: 'no functions' } } })).rejects.toThrow('CoordinatorModule: publisher.codec must have a name and encode(payload) and decode(raw) functions');
+    const publisher = (await anApp([])).get(StreamPublisher);
+    await expect(publisher.publish('s', { payload: 1 }, { codec: 'xml' as never })).rejects.toThrow(`StreamPublisher: codec must be 'json', 'msgpack' or a codec object, got "xml"`);
   });
 });
 

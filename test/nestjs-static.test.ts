@@ -1,9 +1,11 @@
 import 'reflect-metadata';
-import { Injectable, Module } from '@nestjs/common';
+import { Controller, Injectable, type INestMicroservice, type LoggerService, Module } from '@nestjs/common';
+import { EventPattern } from '@nestjs/microservices';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { describe, expect, it } from 'vitest';
 import { CoordinatorAdmin, type StreamMessage } from '@redis-stream-coordinator/core';
 import { CoordinatorConsumerProperties, CoordinatorModule, StreamListener } from '@redis-stream-coordinator/nestjs';
+import { RedisStreamsServer } from '@redis-stream-coordinator/nestjs/microservices';
 import { closedAfterEach } from './support/nest-apps';
 import { pollUntil } from './support/poll';
 import { uniqueName, useRedisServer } from './support/vitest-redis';
@@ -38,12 +40,12 @@ async function anApp(streamPrefix: string, pod: string) {
   return app;
 }
 
-async function owners(streamPrefix: string) {
-  const admin = new CoordinatorAdmin(redis.client());
+async function owners(streamPrefix: string, members = 3, keyPrefix?: string) {
+  const admin = new CoordinatorAdmin(redis.client(), { keyPrefix });
   return pollUntil('a STABLE group with every shard owned', async () => {
     const d = await admin.describeGroup(streamPrefix, 'g').catch(() => undefined);
     if (!d || d.group.state !== 'STABLE' || !d.shards.every((s) => s.state === 'OWNED')) return false;
-    if (d.members.filter((m) => m.state === 'ACTIVE').length < 3) return false; // the three members joined
+    if (d.members.filter((m) => m.state === 'ACTIVE').length < members) return false; // every member joined
     return Object.fromEntries(d.members.filter((m) => m.state === 'ACTIVE').map((m) => [m.memberId, m.currentAssignment.map((s) => s.shardIndex)]));
   });
 }
@@ -68,4 +70,71 @@ describe('static membership in NestJS', () => {
     expect(after.filter((t) => t === 'TARGET_COMMITTED')).toHaveLength(commitsBefore);
     expect(await owners(streamPrefix)).toEqual(before);
   }, 20_000);
+});
+
+const quiet: LoggerService = { log() {}, error() {}, debug() {}, verbose() {}, warn() {} };
+
+/**
+ * A microservice of pod `pod` on RedisStreamsServer: `orders` with its pattern's own memberInstanceId
+ * and two members, `refunds` with the server's memberInstanceId.
+ */
+async function aMicroservice(keyPrefix: string, pod: string) {
+  @Controller()
+  class Handlers {
+    @EventPattern('orders', { memberInstanceId: `orders-${pod}`, concurrency: 2 })
+    onOrder(_order: unknown) {}
+
+    @EventPattern('refunds')
+    onRefund(_refund: unknown) {}
+  }
+  const server = new RedisStreamsServer({
+    redis: { url: redis.server.url },
+    coordinator: { keyPrefix, heartbeatIntervalMs: 100 },
+    consumerGroup: 'g',
+    shardCount: 6,
+    memberInstanceId: `service-${pod}`,
+  });
+  const module = await Test.createTestingModule({ controllers: [Handlers] }).setLogger(quiet).compile();
+  const app: INestMicroservice = module.createNestMicroservice({ strategy: server, logger: quiet });
+  await app.listen();
+  return app;
+}
+
+describe('static membership through the microservices transport', () => {
+  it('a pattern\'s memberInstanceId (or the server\'s) names its members; a restarted process takes back the same shards without a rebalance', async () => {
+    const keyPrefix = uniqueName('ms-static');
+    const admin = new CoordinatorAdmin(redis.client(), { keyPrefix });
+    const first = await aMicroservice(keyPrefix, 'pod-a');
+    let closed = false;
+    try {
+      // A second process of another pod shares the shards, so that a move would show.
+      const other = await aMicroservice(keyPrefix, 'pod-b');
+      try {
+        const before = { orders: await owners('orders', 4, keyPrefix), refunds: await owners('refunds', 2, keyPrefix) };
+        expect(Object.keys(before.orders).sort()).toEqual(['orders-pod-a-m0', 'orders-pod-a-m1', 'orders-pod-b-m0', 'orders-pod-b-m1']);
+        expect(Object.keys(before.refunds).sort()).toEqual(['service-pod-a-m0', 'service-pod-b-m0']);
+        const events = async (stream: string) => (await admin.readGroupEvents(stream, 'g', { count: 1000 })).map((e) => e.type);
+        const commitsBefore = { orders: (await events('orders')).filter((t) => t === 'TARGET_COMMITTED').length, refunds: (await events('refunds')).filter((t) => t === 'TARGET_COMMITTED').length };
+
+        await first.close(); // pod-a's members depart, keeping their shards for their session
+        closed = true;
+        const restarted = await aMicroservice(keyPrefix, 'pod-a');
+        try {
+          await pollUntil("pod-a's three members rejoined", async () => {
+            const rejoined = [...(await events('orders')), ...(await events('refunds'))].filter((t) => t === 'MEMBER_STATIC_REJOINED');
+            return rejoined.length === 3;
+          });
+          expect((await events('orders')).filter((t) => t === 'TARGET_COMMITTED')).toHaveLength(commitsBefore.orders);
+          expect((await events('refunds')).filter((t) => t === 'TARGET_COMMITTED')).toHaveLength(commitsBefore.refunds);
+          expect({ orders: await owners('orders', 4, keyPrefix), refunds: await owners('refunds', 2, keyPrefix) }).toEqual(before);
+        } finally {
+          await restarted.close();
+        }
+      } finally {
+        await other.close();
+      }
+    } finally {
+      if (!closed) await first.close();
+    }
+  }, 30_000);
 });

@@ -36,6 +36,12 @@ describe('static membership (issue 17 item 4)', () => {
     const away = await group.describe();
     expect(ownership(away)).toEqual(before); // still ACTIVE, still holding its shards
     expect(away.group.state).toBe('STABLE');
+    // describeGroup names the static members and shows b departed, awaited until its lease ends.
+    expect(away.members.map((m) => m.memberInstanceId)).toEqual(['a', 'b', 'c', 'd']);
+    const awayB = away.members.find((m) => m.memberId === 'b')!;
+    expect(awayB).toMatchObject({ state: 'ACTIVE', awaitedUntil: awayB.memberLeaseExpiresAt });
+    expect(Date.parse(awayB.departedAt!)).toBeLessThan(Date.parse(awayB.awaitedUntil!));
+    expect(away.members.filter((m) => m.memberId !== 'b').map((m) => [m.departedAt, m.awaitedUntil])).toEqual([[null, null], [null, null], [null, null]]);
     for (const other of [a, c, d]) expect((await other.heartbeat()).revokeShards).toEqual([]);
 
     const next = anInstance(group, 'b', 'b-2');
@@ -49,7 +55,9 @@ describe('static membership (issue 17 item 4)', () => {
       expect(answer.revokeShards).toEqual([]);
       expect(answer.pendingShards).toEqual([]);
     }
-    expect(ownership(await group.describe())).toEqual(before);
+    const back = await group.describe();
+    expect(ownership(back)).toEqual(before);
+    expect(back.members.find((m) => m.memberId === 'b')).toMatchObject({ memberInstanceId: 'b', departedAt: null, awaitedUntil: null });
     const types = (await group.admin.readGroupEvents(group.streamPrefix, group.consumerGroup)).map((event) => event.type);
     expect(types).toContain('MEMBER_AWAY');
     expect(types).toContain('MEMBER_STATIC_REJOINED');
@@ -126,7 +134,11 @@ describe('static membership (issue 17 item 4)', () => {
       return b.owned.length === 4;
     });
     const description = await group.describe();
-    expect(description.members.find((m) => m.memberId === 'a')!.state).toBe('EXPIRED');
+    const expired = description.members.find((m) => m.memberId === 'a')!;
+    expect(expired.state).toBe('EXPIRED');
+    // No longer awaited: the wait ended with its session.
+    expect(expired.awaitedUntil).toBeNull();
+    expect(expired.departedAt).not.toBeNull();
   });
 
   it('a plain (non-static) leave still ends the membership at once', async () => {
@@ -137,7 +149,7 @@ describe('static membership (issue 17 item 4)', () => {
     await b.join();
     await settle([a, b]);
     await a.leave();
-    expect((await group.describe()).members.find((m) => m.memberId === 'a')!.state).toBe('LEFT');
+    expect((await group.describe()).members.find((m) => m.memberId === 'a')).toMatchObject({ state: 'LEFT', memberInstanceId: null, departedAt: null, awaitedUntil: null });
   });
 
   it('model: whatever the restarts, crashes and departures, no shard has two live owners and a replaced instance is never accepted again', async () => {

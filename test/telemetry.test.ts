@@ -4,7 +4,7 @@ import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { AggregationTemporality, type DataPoint, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader } from '@opentelemetry/sdk-metrics';
 import { BasicTracerProvider, InMemorySpanExporter, type ReadableSpan, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { CoordinatedMember, CoordinatorAdmin, StreamProducer } from '@redis-stream-coordinator/core';
+import { BatchError, CoordinatedMember, CoordinatorAdmin, type StreamMessage, StreamProducer } from '@redis-stream-coordinator/core';
 import { pollUntil } from './support/poll';
 import { uniqueName, useRedisServer } from './support/vitest-redis';
 
@@ -163,6 +163,72 @@ describe('traces', () => {
     expect(await sum('rsc.consumer.dead_lettered', streamPrefix, { 'messaging.redis_streams.dead_letter.cause': 'non_retryable' })).toBe(1);
     expect(await sum('rsc.consumer.dead_lettered', streamPrefix, { 'messaging.redis_streams.dead_letter.cause': 'attempts_exhausted' })).toBe(0);
     expect(await sum('rsc.consumer.retried', streamPrefix)).toBe(0);
+  });
+});
+
+describe('batch handlers', () => {
+  it('each batch call is one process span (shard, size, first and last id, the BatchError index) linked to its producers, and one duration and size point', async () => {
+    const streamPrefix = uniqueName('otel-batch');
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 2 });
+    const sent = await new StreamProducer(redis.client(), { streamPrefix }).sendBatch([1, 2, 3, 4, 5].map((n) => ({ shardIndex: 0, payload: n })));
+    const calls: { payloads: number[]; activeSpanId?: string }[] = [];
+    const member = aMember(streamPrefix, 'a', {
+      batch: { maxSize: 5 } as never,
+      retryBackoffMs: 10,
+      handler: ((messages: StreamMessage<number>[]) => {
+        calls.push({ payloads: messages.map((m) => m.payload), activeSpanId: trace.getActiveSpan()?.spanContext().spanId });
+        // The first call fails at its third entry: the first two are done, the rest are tried again.
+        if (calls.length === 1) throw new BatchError(2, new RangeError('row 3 refused'));
+      }) as never,
+    });
+    await member.start();
+    await pollUntil('two batch calls made and all acknowledged', async () => calls.length === 2 && (await sum('rsc.consumer.acknowledged', streamPrefix)) === 5);
+    expect(calls.map((c) => c.payloads)).toEqual([
+      [1, 2, 3, 4, 5],
+      [3, 4, 5],
+    ]);
+
+    const [publish] = spansOf(streamPrefix, 'publish');
+    const [failed, retried] = spansOf(streamPrefix, 'process');
+    expect(spansOf(streamPrefix, 'process')).toHaveLength(2);
+    expect(failed.kind).toBe(SpanKind.CONSUMER);
+    expect(failed.attributes).toEqual({
+      'messaging.system': 'redis_streams',
+      'messaging.operation.type': 'process',
+      'messaging.operation.name': 'process',
+      'messaging.destination.name': streamPrefix,
+      'messaging.consumer.group.name': 'group',
+      'messaging.client.id': 'a',
+      'messaging.destination.partition.id': '0',
+      'messaging.batch.message_count': 5,
+      'messaging.redis_streams.batch.first_message_id': sent[0].id,
+      'messaging.redis_streams.batch.last_message_id': sent[4].id,
+      'messaging.redis_streams.message.delivery_count': 1,
+      'messaging.redis_streams.batch.failed_index': 2,
+      'error.type': 'RangeError',
+    });
+    expect(failed.status).toEqual({ code: SpanStatusCode.ERROR, message: 'row 3 refused' });
+    expect(failed.events.map((e) => e.name)).toEqual(['exception']);
+    // A batch has many parents: a link to each entry's producer context, none as its parent.
+    expect(failed.parentSpanContext).toBeUndefined();
+    expect(failed.links.map((l) => l.context.spanId)).toEqual(Array(5).fill(publish.spanContext().spanId));
+    expect(retried.attributes).toMatchObject({
+      'messaging.batch.message_count': 3,
+      'messaging.redis_streams.batch.first_message_id': sent[2].id,
+      'messaging.redis_streams.batch.last_message_id': sent[4].id,
+      'messaging.redis_streams.message.delivery_count': 2,
+    });
+    expect(retried.attributes['messaging.redis_streams.batch.failed_index']).toBeUndefined();
+    expect(retried.status.code).toBe(SpanStatusCode.UNSET);
+    // The handler runs inside its call's span.
+    expect(calls.map((c) => c.activeSpanId)).toEqual([failed.spanContext().spanId, retried.spanContext().spanId]);
+
+    expect(await sum('messaging.process.duration', streamPrefix)).toBe(2);
+    expect(await sum('messaging.process.duration', streamPrefix, { 'error.type': 'RangeError' })).toBe(1);
+    const [size] = await points('rsc.consumer.batch.size', streamPrefix);
+    expect(size.value).toMatchObject({ count: 2, sum: 8, min: 3, max: 5 });
+    expect(await sum('messaging.client.consumed.messages', streamPrefix)).toBe(5);
+    expect(await sum('rsc.consumer.retried', streamPrefix)).toBe(1);
   });
 });
 

@@ -1,6 +1,6 @@
 import { Injectable, Module } from '@nestjs/common';
 import { z } from 'zod';
-import { CoordinatorConsumerProperties, CoordinatorModule, type StreamMessage, StreamListener } from '@redis-stream-coordinator/nestjs';
+import { CoordinatorConsumerProperties, CoordinatorModule, type StreamMessage, StreamListener, StreamPublisher } from '@redis-stream-coordinator/nestjs';
 
 const Shipment = z.object({ shipmentId: z.string(), label: z.instanceof(Uint8Array) });
 const POD = process.env.POD_NAME ?? 'local';
@@ -17,14 +17,30 @@ export class ShipmentHandlers {
 }
 
 @Injectable()
+export class ShipmentDesk {
+  constructor(private readonly publisher: StreamPublisher) {}
+
+  // Written with the module's publisher.codec, msgpack: the label's bytes arrive as bytes.
+  ship(shipmentId: string, label: Uint8Array) {
+    return this.publisher.publish('shipment', { key: shipmentId, payload: { shipmentId, label } });
+  }
+
+  // This call's own codec: JSON, for the carrier's consumer written in another language.
+  notifyCarrier(shipmentId: string) {
+    return this.publisher.publish('carrier-notices', { key: shipmentId, payload: { shipmentId } }, { codec: 'json' });
+  }
+}
+
+@Injectable()
 export class AuditLog {
   readonly seen: unknown[] = [];
 }
 
 @Module({
-  imports: [CoordinatorModule.forRoot({ redis: { url: process.env.REDIS_URL } })],
+  imports: [CoordinatorModule.forRoot({ redis: { url: process.env.REDIS_URL }, publisher: { codec: 'msgpack' } })],
   providers: [
     ShipmentHandlers,
+    ShipmentDesk,
     AuditLog,
     {
       provide: 'shipmentAudit',

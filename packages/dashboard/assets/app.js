@@ -311,19 +311,33 @@
   }
 
   function renderMembers(section, s, state) {
+    // A departed static member (awaitedUntil) is still ACTIVE in the protocol; the page says AWAY.
     const rows = s.members.map((m) => h('tr', { 'data-member': m.memberId },
       h('td', {}, h('span', { class: 'swatch', style: { 'background-color': state.colours.get(m.memberId) } }), m.memberName),
       h('td', { class: 'mono' }, m.memberId),
-      h('td', {}, h('span', { class: `badge ${m.state}` }, m.state)),
+      h('td', {}, m.awaitedUntil
+        ? h('span', { class: 'badge AWAY', title: `departed ${m.departedAt}; its shards wait for its next instance until ${m.awaitedUntil}` }, 'AWAY')
+        : h('span', { class: `badge ${m.state}` }, m.state)),
       h('td', { class: 'num' }, m.memberEpoch),
       h('td', { class: 'num' }, m.state === 'ACTIVE' ? fmtMs(m.leaseLeftMs) : '–'),
       h('td', {}, ranges(m.currentAssignment)),
       h('td', {}, m.revoking.length ? ranges(m.revoking) : '–'),
       h('td', { class: 'num' }, m.handlerRate === null ? '–' : `${m.handlerRate.toFixed(1)}/s`),
-      h('td', { class: 'num' }, m.weight)));
+      h('td', { class: 'num' }, m.weight),
+      h('td', { class: 'mono' }, m.memberInstanceId || '–')));
+    const away = s.members.filter((m) => m.awaitedUntil);
     replace(section, h('h2', {}, `Members (${s.members.length})`),
-      h('table', {}, h('thead', {}, h('tr', {}, ['Name', 'Id', 'State', 'Epoch', 'Lease left', 'Owned shards', 'Revoking', 'Handler rate', 'Weight']
+      h('table', {}, h('thead', {}, h('tr', {}, ['Name', 'Id', 'State', 'Epoch', 'Lease left', 'Owned shards', 'Revoking', 'Handler rate', 'Weight', 'Instance']
         .map((t, i) => h('th', { class: [3, 4, 7, 8].includes(i) ? 'num' : undefined }, t)))), h('tbody', {}, rows)),
+      away.length === 0 ? null : h('div', { id: 'awaited-members' },
+        h('h3', {}, `Awaited static members (${away.length}): departed, their shards wait unread for their next instance`),
+        h('table', {}, h('thead', {}, h('tr', {}, ['Instance', 'Departed', 'Wait ends', 'Wait left', 'Shards'].map((t) => h('th', {}, t)))),
+          h('tbody', {}, away.map((m) => h('tr', { 'data-member': m.memberId },
+            h('td', { class: 'mono' }, m.memberInstanceId),
+            h('td', {}, m.departedAt),
+            h('td', {}, m.awaitedUntil),
+            h('td', { class: 'num' }, fmtMs(m.awaitedLeftMs)),
+            h('td', {}, ranges(m.currentAssignment))))))),
       h('p', { class: 'muted' }, 'Handler rate: entries acknowledged per second over 10 s, for members of this process.'));
   }
 

@@ -172,6 +172,8 @@ export class GroupWatch {
     const members = description.members.map((member) => ({
       ...member,
       leaseLeftMs: Math.max(0, Date.parse(member.memberLeaseExpiresAt) - now),
+      // A departed static member: how long its shards still wait for its next instance (Redis time).
+      awaitedLeftMs: member.awaitedUntil === null ? null : Math.max(0, Date.parse(member.awaitedUntil) - now),
       handlerRate: rates.get(member.memberId) ?? null,
     }));
     let lag = 0;

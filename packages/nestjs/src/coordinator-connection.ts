@@ -2,6 +2,7 @@ import { Cluster, Redis } from 'ioredis';
 import { LOADING_RETRY_MS } from '@redis-stream-coordinator/core';
 import { DEFAULT_CONNECTION_NAME } from './coordinator.constants';
 import type { CoordinatorModuleOptions } from './coordinator-module-options';
+import { assertMemberDefaults } from './member-defaults';
 
 /** What a PING of the connection found: how long it took, or why there was no PONG. */
 export type PingResult = { ok: true; latencyMs: number } | { ok: false; error: string };
@@ -31,6 +32,7 @@ export class CoordinatorConnection {
     if (typeof name !== 'string' || name === '') {
       throw new TypeError(`CoordinatorModule: name must be a non-empty string, got ${JSON.stringify(name)}`);
     }
+    assertMemberDefaults(options.defaults, 'CoordinatorModule');
     for (const option of ['startRetryDelayMs', 'healthCheckTimeoutMs'] as const) {
       const value = options[option];
       if (value !== undefined && (typeof value !== 'number' || !Number.isInteger(value) || value < 1)) {

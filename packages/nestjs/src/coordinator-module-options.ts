@@ -1,6 +1,7 @@
 import type { CoordinatedMemberOptions, CoordinatorOptions } from '@redis-stream-coordinator/core';
 import type { Cluster, ClusterNode, ClusterOptions, Redis, RedisOptions } from 'ioredis';
 import type { CoordinatorConsumerProperties } from './coordinator-consumer-properties';
+import type { PublisherCodec } from './stream-publisher';
 
 /** Member options that can be set once for every member of the application. */
 export type MemberDefaults = Partial<
@@ -17,8 +18,17 @@ export interface CoordinatorModuleOptions {
   redis: { url?: string; options?: RedisOptions; cluster?: { nodes: ClusterNode[]; options?: ClusterOptions }; client?: Redis | Cluster };
   /** Coordinator settings (key prefix, heartbeat intervals, assignor), the same for every member. */
   coordinator?: CoordinatorOptions;
-  /** Defaults for every member (session timeout, max attempts, batch size…); a listener or bean overrides them. */
+  /**
+   * Defaults for every member, listeners and beans alike (session timeout, max attempts, workers…);
+   * a listener or bean overrides them (docs/nestjs.md "Module defaults"). Options naming one member
+   * or changing what a handler receives (`memberInstanceId`, `batch`…) are refused.
+   */
   defaults?: MemberDefaults;
+  /**
+   * The module's StreamPublisher: `codec` its entries are written with unless a call names its own
+   * (`'json'` (default), `'msgpack'` (needs the msgpackr package) or a custom `PayloadCodec`).
+   */
+  publisher?: { codec?: PublisherCodec };
   /** Bean-style consumers registered through module configuration (any payload type). */
   consumers?: CoordinatorConsumerProperties<never>[];
   /** How long to wait between attempts to start a member while Redis cannot be reached. Default 2000 ms. */

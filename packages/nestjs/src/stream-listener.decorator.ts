@@ -21,7 +21,7 @@ export type StreamListenerOptions = Omit<CoordinatedMemberOptions, 'handler' | '
    * without a rebalance. Every process of the group needs its own.
    */
   memberInstanceId?: string;
-  /** Workers of each of those members (one entry at a time per shard, or per key of a shard with `lanes`). Default `lanes` (1). */
+  /** Workers of each of those members (one entry at a time per shard, or per key of a shard with `lanes`). Default its own `lanes`, else the module's `defaults.runtimeMaxConcurrency`, else `defaults.lanes`, else 1. */
   runtimeMaxConcurrency?: number;
   /**
    * The `name` of the `CoordinatorModule.forRoot` whose Redis, key prefix and defaults the members

@@ -1,11 +1,12 @@
 import { Injectable } from '@nestjs/common';
-import { type BatchOptions, CoordinatedMember, type CoordinatedMemberOptions, type CoordinatedMemberSettings, type DeadLetterOptions, type MessageHandler, type StreamMessage } from '@redis-stream-coordinator/core';
+import { type BatchOptions, CoordinatedMember, type CoordinatedMemberOptions, type CoordinatedMemberSettings, type MessageHandler, type StreamMessage } from '@redis-stream-coordinator/core';
 import { v7 as uuidv7 } from 'uuid';
 import { CoordinatorRegistry, type RegisteredMember } from './coordinator.registry';
 import type { CoordinatorConnection } from './coordinator-connection';
 import { CoordinatorConnections } from './coordinator-connections';
 import { CoordinatorConsumerProperties, providerMethodOf } from './coordinator-consumer-properties';
 import { type MemberHandler, StreamHandlerFactory } from './stream-handler.factory';
+import { mergeDeadLetter, workersOf } from './member-defaults';
 import { MAX_LISTENER_CONCURRENCY, StreamListenerContainer } from './stream-listener.container';
 import type { StreamListenerOptions } from './stream-listener.decorator';
 
@@ -110,7 +111,6 @@ export class StreamListenerRegistry {
             ? { memberId: `${baseId}-m${i}` }
             : { memberId: `${options.memberInstanceId}-m${i}`, memberInstanceId: `${options.memberInstanceId}-m${i}` }),
           memberName: `${baseName}-m${i}`,
-          runtimeMaxConcurrency: options.runtimeMaxConcurrency ?? options.lanes ?? connection.options.defaults?.lanes ?? 1,
         },
         where,
         await nextHandler(),
@@ -173,6 +173,8 @@ export class StreamListenerRegistry {
       member = new CoordinatedMember(connection.client, {
         ...defaults,
         ...options,
+        // Workers: the member's own runtimeMaxConcurrency or lanes before the module's (member-defaults.ts).
+        runtimeMaxConcurrency: workersOf([options, defaults]),
         handler: typeof handler === 'function' ? (message: StreamMessage) => handler(message, member) : handler,
         coordinator: { ...connection.options.coordinator, ...options.coordinator },
         deadLetter: mergeDeadLetter(defaults?.deadLetter, options.deadLetter),
@@ -185,18 +187,4 @@ export class StreamListenerRegistry {
     }
     return this.registry.register(member, where, connection, listener);
   }
-}
-
-/**
- * The module's `defaults.deadLetter` and a listener's or consumer's own, field by field (the own
- * wins): a module-wide `maxLen`, `nonRetryableErrors` or `onDeadLetter` stays when a listener names
- * only its destination. Anything that is not an object is passed on as it is, for the member to refuse.
- */
-function mergeDeadLetter(defaults: unknown, own: unknown): DeadLetterOptions | undefined {
-  const isObject = (value: unknown): value is DeadLetterOptions => value !== null && typeof value === 'object' && !Array.isArray(value);
-  if (own === undefined) return defaults as DeadLetterOptions | undefined;
-  if (defaults === undefined) return own as DeadLetterOptions;
-  if (!isObject(defaults)) return defaults as DeadLetterOptions; // a bad default is refused, not hidden
-  if (!isObject(own)) return own as DeadLetterOptions;
-  return { ...defaults, ...own };
 }

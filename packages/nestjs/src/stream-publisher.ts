@@ -1,32 +1,70 @@
-import { type OutgoingMessage, type SendResult, StreamProducer } from '@redis-stream-coordinator/core';
+import { assertCodec, jsonCodec, msgpackCodec, type OutgoingMessage, type PayloadCodec, type SendResult, StreamProducer } from '@redis-stream-coordinator/core';
 import type { CoordinatorConnection } from './coordinator-connection';
 
+/** A codec StreamPublisher writes with: a built-in one by name, or any `PayloadCodec` (its name is stored with each entry). */
+export type PublisherCodec = 'json' | 'msgpack' | PayloadCodec;
+
+/** Options of one `publish` / `publishBatch` call. */
+export interface PublishOptions {
+  /** The codec of this call's entries; default the module's `publisher.codec`, else JSON. */
+  codec?: PublisherCodec;
+}
+
+const CODECS_BY_NAME: Record<'json' | 'msgpack', PayloadCodec> = { json: jsonCodec, msgpack: msgpackCodec };
+
+/** A `PublisherCodec` as the codec it names, checked; `field` names the option in the error. */
+export function resolvePublisherCodec(codec: PublisherCodec | undefined, field: string): PayloadCodec {
+  if (codec === undefined) return jsonCodec;
+  if (typeof codec !== 'string') return assertCodec(codec, field);
+  if (!Object.hasOwn(CODECS_BY_NAME, codec)) throw new RangeError(`${field} must be 'json', 'msgpack' or a codec object, got ${JSON.stringify(codec)}`);
+  return CODECS_BY_NAME[codec as 'json' | 'msgpack'];
+}
+
 /**
- * Publishes to any stream of its module's Redis (a StreamProducer per stream prefix). The unnamed
- * module's is injected by class; a named module's with `@InjectStreamPublisher(name)`.
+ * Publishes to any stream of its module's Redis (a StreamProducer per stream prefix and codec). The
+ * unnamed module's is injected by class; a named module's with `@InjectStreamPublisher(name)`.
+ * Entries are written with the module's `publisher.codec` (default JSON) or the call's `codec`; the
+ * codec's name goes into each entry, so members decode it whatever their own default.
  *
  * @example
  * constructor(private readonly publisher: StreamPublisher) {}
  * await this.publisher.publish('summary', { key: userId, payload: summary });
+ * await this.publisher.publish('thumbnails', { key: imageId, payload: { bytes } }, { codec: 'msgpack' });
  */
 export class StreamPublisher {
-  private readonly producers = new Map<string, StreamProducer>();
+  /** Per stream prefix, a producer per codec name (a codec object given again under its name replaces the last one's producer). */
+  private readonly producers = new Map<string, Map<string, StreamProducer>>();
+  private readonly defaultCodec: PayloadCodec;
 
-  constructor(private readonly connection: CoordinatorConnection) {}
-
-  publish<T>(streamPrefix: string, message: OutgoingMessage<T>): Promise<SendResult> {
-    return this.producer(streamPrefix).send(message);
+  constructor(private readonly connection: CoordinatorConnection) {
+    // Checked here, so that a bad default fails the startup rather than the first publish.
+    this.defaultCodec = resolvePublisherCodec(connection.options.publisher?.codec, 'CoordinatorModule: publisher.codec');
   }
 
-  publishBatch<T>(streamPrefix: string, messages: OutgoingMessage<T>[]): ReturnType<StreamProducer['sendBatch']> {
-    return this.producer(streamPrefix).sendBatch(messages);
+  /** Writes one entry; a bad `codec` rejects, naming it. */
+  async publish<T>(streamPrefix: string, message: OutgoingMessage<T>, options?: PublishOptions): Promise<SendResult> {
+    return this.producer(streamPrefix, this.codecOf(options)).send(message);
   }
 
-  private producer(streamPrefix: string): StreamProducer {
-    let producer = this.producers.get(streamPrefix);
-    if (!producer) {
-      producer = new StreamProducer(this.connection.client, { streamPrefix, keyPrefix: this.connection.options.coordinator?.keyPrefix });
-      this.producers.set(streamPrefix, producer);
+  /** Writes entries in order (`StreamProducer.sendBatch`: a PartialBatchError says which landed); a bad `codec` rejects, naming it. */
+  async publishBatch<T>(streamPrefix: string, messages: OutgoingMessage<T>[], options?: PublishOptions): ReturnType<StreamProducer['sendBatch']> {
+    return this.producer(streamPrefix, this.codecOf(options)).sendBatch(messages);
+  }
+
+  private codecOf(options: PublishOptions | undefined): PayloadCodec {
+    return options?.codec === undefined ? this.defaultCodec : resolvePublisherCodec(options.codec, 'StreamPublisher: codec');
+  }
+
+  private producer(streamPrefix: string, codec: PayloadCodec): StreamProducer {
+    let byCodec = this.producers.get(streamPrefix);
+    if (!byCodec) {
+      byCodec = new Map();
+      this.producers.set(streamPrefix, byCodec);
+    }
+    let producer = byCodec.get(codec.name);
+    if (producer?.codec !== codec) {
+      producer = new StreamProducer(this.connection.client, { streamPrefix, keyPrefix: this.connection.options.coordinator?.keyPrefix, codec });
+      byCodec.set(codec.name, producer);
     }
     return producer;
   }

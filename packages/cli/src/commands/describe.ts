@@ -27,6 +27,8 @@ async function snapshot(admin: CoordinatorAdmin, prefix: string, group: string) 
     ...m,
     leaseLeftMs: Date.parse(m.memberLeaseExpiresAt) - now,
     sinceHeartbeatMs: now - Date.parse(m.lastHeartbeatAt),
+    // A departed static member: how long its shards still wait for its next instance.
+    awaitedLeftMs: m.awaitedUntil === null ? null : Date.parse(m.awaitedUntil) - now,
   }));
   return { group: description.group, shards, members, at: new Date(now).toISOString() };
 }
@@ -44,13 +46,21 @@ function render(view: Awaited<ReturnType<typeof snapshot>>): string {
   const members = view.members.length === 0
     ? 'no members'
     : table(
-      ['MEMBER', 'NAME', 'STATE', 'EPOCH', 'LEASE LEFT', 'LAST HEARTBEAT', 'OWNED', 'REVOKING', 'WEIGHT'],
+      ['MEMBER', 'NAME', 'STATE', 'EPOCH', 'LEASE LEFT', 'LAST HEARTBEAT', 'OWNED', 'REVOKING', 'WEIGHT', 'INSTANCE'],
       view.members.map((m) => [
-        m.memberId, m.memberName, m.state, m.memberEpoch, m.state === 'ACTIVE' ? duration(m.leaseLeftMs) : '-', `${duration(m.sinceHeartbeatMs)} ago`,
-        shardList(m.currentAssignment.map((r) => r.shardIndex)), shardList(m.revoking.map((r) => r.shardIndex)), m.weight,
+        m.memberId, m.memberName, m.awaitedUntil === null ? m.state : 'AWAY', m.memberEpoch, m.state === 'ACTIVE' ? duration(m.leaseLeftMs) : '-', `${duration(m.sinceHeartbeatMs)} ago`,
+        shardList(m.currentAssignment.map((r) => r.shardIndex)), shardList(m.revoking.map((r) => r.shardIndex)), m.weight, m.memberInstanceId,
       ]),
     );
-  return `${head}\n\n${shards}\n\n${members}`;
+  const away = view.members.filter((m) => m.awaitedUntil !== null);
+  const awaited = away.length === 0
+    ? ''
+    : '\n\nawaited static members (departed; their shards wait, unread, for their next instance until the wait ends):\n' +
+      table(
+        ['INSTANCE', 'DEPARTED', 'WAIT ENDS', 'WAIT LEFT', 'SHARDS'],
+        away.map((m) => [m.memberInstanceId, m.departedAt, m.awaitedUntil, duration(m.awaitedLeftMs), shardList(m.currentAssignment.map((r) => r.shardIndex))]),
+      );
+  return `${head}\n\n${shards}\n\n${members}${awaited}`;
 }
 
 /** `rsc describe <prefix> <group> [--watch] [--json]`. */

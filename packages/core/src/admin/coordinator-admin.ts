@@ -260,7 +260,7 @@ export class CoordinatorAdmin {
   }
 
   /**
-   * The group's dead letters across every shard of the stream (0..shardSpan-1) that match the
+   * The group's dead letters across every shard of the stream (0..deadLetterSpan-1: retired shards' included) that match the
    * filter, the oldest first: each with its `ref`, shard, entry id and key, the group and member
    * that gave up, the cause, the error, the attempts and the entry's own fields. Empty when the
    * stream does not exist. Here and in the other dead-letter methods `consumerGroup` names the
@@ -275,7 +275,7 @@ export class CoordinatorAdmin {
     const count = assertIntegerInRange('count', options.count ?? DEFAULT_DEAD_LETTER_COUNT, 1, Number.MAX_SAFE_INTEGER);
     const stream = await this.describeStream(streamPrefix);
     if (!stream) return [];
-    return readDeadLetters(this.redis, this.keys, streamPrefix, consumerGroup, stream.shardSpan, count, options);
+    return readDeadLetters(this.redis, this.keys, streamPrefix, consumerGroup, stream.deadLetterSpan, count, options);
   }
 
   /** One dead letter by its `ref` (`<shardIndex>/<deadLetterId>`), or null when it is not there. */
@@ -481,6 +481,7 @@ function toStreamMetadata(streamPrefix: string, entries: [string, string][]): St
     ...(meta.has('previousShardCount') ? { previousShardCount: Number(meta.get('previousShardCount')) } : {}),
     ...(meta.has('switchAt') ? { switchAt: new Date(Number(meta.get('switchAt'))).toISOString() } : {}),
     shardSpan: Math.max(Number(meta.get('shardCount')), Number(meta.get('shardSpan') ?? 0)),
+    deadLetterSpan: Math.max(Number(meta.get('shardCount')), Number(meta.get('shardSpan') ?? 0), Number(meta.get('deadLetterSpan') ?? 0)),
     createdAt: new Date(Number(meta.get('createdAt'))).toISOString(),
     updatedAt: new Date(Number(meta.get('updatedAt'))).toISOString(),
   };

@@ -108,7 +108,8 @@ const toMs = (value: Date | number): number => (value instanceof Date ? value.ge
 
 /**
  * Dead letters of a destination (a consumer group's name, or the name its members give as
- * `deadLetter.stream`) across shards 0..shardSpan-1 (each shard keeps its own dead-letter stream,
+ * `deadLetter.stream`) across shards 0..span-1 (the stream's deadLetterSpan: shards retired by
+ * deleteDrainedShards keep their letters; each shard keeps its own dead-letter stream,
  * in its slot, so that writing one is fenced with the ack) that match `filter`: the oldest `count`,
  * sorted by the time they were written (ties: by shard). Reads each shard a page at a time.
  */
@@ -117,12 +118,12 @@ export async function readDeadLetters(
   keys: KeyBuilder,
   streamPrefix: string,
   destination: string,
-  shardSpan: number,
+  span: number,
   count: number,
   filter: DeadLetterFilter = {},
 ): Promise<DeadLetter[]> {
   assertDeadLetterFilter(filter);
-  const shards = filter.shardIndex === undefined ? Array.from({ length: shardSpan }, (_, i) => i) : [filter.shardIndex];
+  const shards = filter.shardIndex === undefined ? Array.from({ length: span }, (_, i) => i) : [filter.shardIndex];
   const start = filter.since === undefined ? '-' : String(Math.max(0, Math.floor(toMs(filter.since))));
   const end = filter.until === undefined ? '+' : String(Math.max(0, Math.floor(toMs(filter.until))));
   // One shard per command, each routed by its own key (Cluster-safe); shards read side by side.

@@ -43,6 +43,10 @@ interface StoredMember {
   revoking: string;
   lastHb: number;
   leaseExp: number;
+  /** Static membership (includes/static.lua): set for a member started with a memberInstanceId. */
+  static?: boolean;
+  /** When a static member departed (its stop()); cleared when an instance rejoins. */
+  awayAt?: number;
 }
 
 const iso = (ms: number): string => new Date(ms).toISOString();
@@ -64,6 +68,10 @@ function toMember(record: StoredMember, leaseScore: string | undefined): MemberM
     revoking: refs(record.revoking),
     lastHeartbeatAt: iso(leaseExpiresAt - record.st),
     memberLeaseExpiresAt: iso(leaseExpiresAt),
+    memberInstanceId: record.static ? record.id : null,
+    departedAt: record.awayAt === undefined ? null : iso(record.awayAt),
+    // A departed member keeps its membership and shards until its lease ends (includes/static.lua).
+    awaitedUntil: record.awayAt !== undefined && record.state === 'ACTIVE' ? iso(leaseExpiresAt) : null,
   };
 }
 

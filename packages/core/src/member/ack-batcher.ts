@@ -23,8 +23,12 @@ type SentBatch = AckBatch & { waiters: AckWaiter[] };
 export class AckBatcher {
   private readonly batches = new Map<number, { grantEpoch: number; ids: string[]; waiters: AckWaiter[] }>();
   private flushing: Promise<void> | undefined;
-  /** shardIndex -> ids not acknowledged yet (batched or being sent). */
-  private readonly unsettled = new Map<number, Map<string, number>>();
+  /**
+   * shardIndex -> the id lists of its batches whose ack has not landed yet (batched or being sent).
+   * Kept as the batches' own arrays, not per id: an ack costs nothing per entry here, and the
+   * lookups (`unsettledIds`, `unsettledCount`) are the sweep's, once per `sweepIntervalMs`.
+   */
+  private readonly unsettled = new Map<number, Set<string[]>>();
   /** shardIndex -> sends under way (with their retries). */
   private readonly sending = new Map<number, Set<Promise<void>>>();
 
@@ -42,22 +46,26 @@ export class AckBatcher {
       if (batch) void this.flush();
       batch = { grantEpoch: state.grantEpoch, ids: [], waiters: [] };
       this.batches.set(state.index, batch);
+      this.track(state.index, batch.ids);
     }
-    const ids = typeof id === 'string' ? [id] : id;
-    for (const one of ids) batch.ids.push(one);
+    if (typeof id === 'string') batch.ids.push(id);
+    else for (const one of id) batch.ids.push(one);
     if (onSettled) batch.waiters.push(onSettled);
-    this.track(state.index, ids, 1);
     this.flushing ??= new Promise<void>((resolve) => setImmediate(resolve)).then(() => this.flush());
   }
 
-  /** Whether the ack of this entry has not landed yet. */
-  tracks(shardIndex: number, id: string): boolean {
-    return this.unsettled.get(shardIndex)?.has(id) ?? false;
+  /** The entries of the shard whose ack has not landed yet. */
+  unsettledIds(shardIndex: number): Set<string> {
+    const all = new Set<string>();
+    for (const ids of this.unsettled.get(shardIndex) ?? []) for (const id of ids) all.add(id);
+    return all;
   }
 
-  /** How many entries of the shard await their ack. */
+  /** How many entries of the shard await their ack (an id queued twice, under two grants, counts twice). */
   unsettledCount(shardIndex: number): number {
-    return this.unsettled.get(shardIndex)?.size ?? 0;
+    let count = 0;
+    for (const ids of this.unsettled.get(shardIndex) ?? []) count += ids.length;
+    return count;
   }
 
   /** Sends every batch now, all shards in one call; resolves when it (with its retries) is over. */
@@ -94,7 +102,7 @@ export class AckBatcher {
         const sends = this.sending.get(shardIndex);
         sends?.delete(sent);
         if (sends?.size === 0) this.sending.delete(shardIndex);
-        this.track(shardIndex, ids, -1);
+        this.untrack(shardIndex, ids);
       }
     });
     for (const { shardIndex } of batches) {
@@ -142,19 +150,19 @@ export class AckBatcher {
     }
   }
 
-  /** Counts, since one id can be queued twice (e.g. under two grants of the shard). */
-  private track(shardIndex: number, ids: string[], delta: 1 | -1): void {
-    let counts = this.unsettled.get(shardIndex);
-    if (!counts) {
-      if (delta < 0) return;
-      counts = new Map();
-      this.unsettled.set(shardIndex, counts);
+  private track(shardIndex: number, ids: string[]): void {
+    let batches = this.unsettled.get(shardIndex);
+    if (!batches) {
+      batches = new Set();
+      this.unsettled.set(shardIndex, batches);
     }
-    for (const id of ids) {
-      const next = (counts.get(id) ?? 0) + delta;
-      if (next > 0) counts.set(id, next);
-      else counts.delete(id);
-    }
-    if (counts.size === 0) this.unsettled.delete(shardIndex);
+    batches.add(ids);
+  }
+
+  private untrack(shardIndex: number, ids: string[]): void {
+    const batches = this.unsettled.get(shardIndex);
+    if (!batches) return;
+    batches.delete(ids);
+    if (batches.size === 0) this.unsettled.delete(shardIndex);
   }
 }

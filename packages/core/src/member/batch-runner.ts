@@ -62,6 +62,8 @@ export class BatchRunner {
 
   /** Runs `pending` until every entry is acknowledged or dead-lettered; false if the shard was released first. */
   private async handle(state: ShardState, work: Work, pending: BatchEntry[]): Promise<boolean> {
+    // `pending` comes fresh from run(): its first call is the first time its entries are handed.
+    let firstCall = true;
     while (pending.length > 0) {
       if (state.released.signal.aborted) return false;
       const call = new AbortController();
@@ -79,20 +81,25 @@ export class BatchRunner {
       }));
       work.call = call;
       let failure: { error: unknown } | undefined;
+      // Undefined (nothing allocated) unless metrics or tracing is on.
+      const probe = this.options.telemetry?.startBatch(messages, state.index, firstCall);
+      firstCall = false;
+      const handler = this.options.handler as (messages: StreamMessage[]) => unknown;
       try {
-        const result = (this.options.handler as (messages: StreamMessage[]) => unknown)(messages);
+        const result = probe ? probe.run(handler, messages) : handler(messages);
         await this.withTimeout(Promise.resolve(result), state, messages[0].id, call, this.options.handlerTimeoutMs, 'handler');
       } catch (error) {
         failure = { error };
       } finally {
         if (work.call === call) work.call = undefined;
       }
+      const index = failure && failure.error instanceof BatchError && Number.isInteger(failure.error.failedIndex) && failure.error.failedIndex >= 0 && failure.error.failedIndex < pending.length ? failure.error.failedIndex : undefined;
+      probe?.end(failure && { error: failure.error, failedIndex: index });
       if (!failure) {
         this.acks.queue(state, messages.map((m) => m.id));
         return true;
       }
       const { error } = failure;
-      const index = error instanceof BatchError && Number.isInteger(error.failedIndex) && error.failedIndex >= 0 && error.failedIndex < pending.length ? error.failedIndex : undefined;
       if (index === undefined) {
         // The whole batch failed: no entry is known to be done.
         for (const p of pending) p.failures += 1;

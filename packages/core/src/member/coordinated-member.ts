@@ -98,7 +98,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
       ackWait: this.options.ackWaitForReplicas,
       textCodecs,
     });
-    this.poller = new ShardPoller(shardClient, this.reader ? { polled: this.reader } : { hub: ReadHub.for(redis) }, resolved, () => this.mayStartHandlers());
+    this.poller = new ShardPoller(shardClient, this.reader ? { polled: this.reader, command: redis } : { hub: ReadHub.for(redis) }, resolved, () => this.mayStartHandlers());
     this.lease = new MemberLease(this.options.sessionTimeoutMs);
     const requestHeartbeat = () => this.heartbeats.now();
     this.reconciler = new MemberReconciler(this.poller, this, this.lease, this.options, requestHeartbeat, () => this.drained);

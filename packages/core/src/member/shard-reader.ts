@@ -1,9 +1,10 @@
 import type { EventEmitter } from 'node:events';
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { compareStreamIds } from '../protocol/stream-ids';
 import type { HubReader, ReadHub } from '../redis/read-hub';
 import type { ReadResult, ShardClient } from '../redis/shard-client';
 import type { RedisClient } from '../redis/scripts';
+import { ShardWakeHub } from '../redis/shard-wake-hub';
 import { settlesWithin, Wakeup } from './abortable-sleep';
 import { reconnect } from './reader-connection';
 import type { AckBatcher } from './ack-batcher';
@@ -21,12 +22,19 @@ const CLAIM_RETRY_MAX_MS = 5000;
  */
 const CLUSTER_POLL_MIN_MS = 2;
 const CLUSTER_POLL_MAX_MS = 50;
+/**
+ * The longest pause once every shard being read is subscribed to its wake channel (a producer's
+ * write wakes the reader at once, ShardWakeHub): what a lost wake-up, or an entry written by
+ * something other than a StreamProducer, may wait.
+ */
+const CLUSTER_WOKEN_POLL_MAX_MS = 500;
 
 /**
  * Where the reader reads: through the process's ReadHub (single Redis, Sentinel), or polled on a
- * Cluster connection of the member's own (one XREADGROUP cannot span the shards' slots there).
+ * Cluster connection of the member's own (one XREADGROUP cannot span the shards' slots there),
+ * woken by writes through the ShardWakeHub of the member's command client (`command`).
  */
-export type ReadTransport = { hub: ReadHub } | { polled: RedisClient };
+export type ReadTransport = { hub: ReadHub } | { polled: RedisClient; command: RedisClient };
 
 /** How one read goes: blocking on the hub's connection (alone on it), non-blocking shared, or polled (Cluster). */
 type ReadMode = 'solo' | 'shared' | 'polled';
@@ -47,7 +55,12 @@ export class ShardReader implements HubReader {
   readonly wakeup = new Wakeup();
   private currentRead: { shards: Set<number>; done: Promise<unknown>; mode: ReadMode } | undefined;
   private readonly recovery: ShardRecovery;
-  private pollDelayMs = CLUSTER_POLL_MIN_MS;
+  /** Cluster: a shard's grant -> its pause after its last read, and when it is due again (a new grant is due at once). */
+  private readonly polls = new WeakMap<ShardState, { delayMs: number; nextAt: number }>();
+  /** Cluster: shards whose wake channel a write rang since their last read. */
+  private readonly woken = new Set<number>();
+  /** Cluster: shardIndex -> its wake channel's subscription (`confirmed` once Redis answered it). */
+  private readonly wakes = new Map<number, { stop: () => void; confirmed: boolean }>();
   /** Shared mode: shards read to the end by their last read; the doorbell watches them (from the id given). */
   private readonly readToEnd = new WeakMap<ShardState, string>();
   /** The last new id the doorbell rang for a shard: watched from there on, so one entry rings once. */
@@ -92,6 +105,8 @@ export class ShardReader implements HubReader {
    */
   async stop(): Promise<void> {
     this.running = false;
+    for (const wake of this.wakes.values()) wake.stop();
+    this.wakes.clear();
     this.interruptRead();
     if (this.loop && !(await settlesWithin(this.loop, this.options.blockMs + this.readGraceMs()))) {
       this.events.emit('error', new ShardError('the read loop did not end: a call on the command connection has not been answered; stopping without it'));
@@ -206,10 +221,14 @@ export class ShardReader implements HubReader {
         this.dispatch();
         const sharing = this.sharing();
         const refillAt = this.refillAt();
+        // Read ahead (alone, or polled): a shard whose queue holds less than two reads' worth is read
+        // again (within maxBufferedEntries), and what the last read brought is dispatched while this
+        // read is out, so handling overlaps the round trip instead of waiting for it. Sharing, a
+        // shard is read at half its share of the buffer (see refillAt).
         const readable = this.shards.order.filter((s) => {
           const state = this.shards.get(s)!;
           if (state.phase !== 'reading' || state.held.length > 0) return false;
-          return sharing ? !this.readToEnd.has(state) && state.queue.length <= refillAt : state.queue.length < this.options.batchSize;
+          return sharing ? !this.readToEnd.has(state) && state.queue.length <= refillAt : state.queue.length < 2 * this.options.batchSize;
         });
         const budget = this.options.maxBufferedEntries - this.shards.buffered;
         if (readable.length === 0 || budget <= 0 || !this.mayStartHandlers()) {
@@ -226,7 +245,6 @@ export class ShardReader implements HubReader {
         } finally {
           for (const resolve of heard) resolve();
         }
-        this.dispatch();
       } catch (error) {
         this.heard();
         if (!this.running) break;
@@ -283,6 +301,7 @@ export class ShardReader implements HubReader {
     const { done, mode, count } = started;
     this.lastReadAt = Date.now();
     this.currentRead = { shards: new Set(readable), done, mode };
+    this.dispatch();
     let result: ReadResult;
     try {
       result = await done;
@@ -322,7 +341,7 @@ export class ShardReader implements HubReader {
     const perShard = Math.floor(budget / readable.length);
     if (!('hub' in this.transport)) {
       const count = Math.max(1, Math.min(this.options.batchSize, perShard));
-      return { done: this.readPolled(this.transport.polled, readable, cursors, count), mode: 'polled', count };
+      return { done: this.readPolled(this.transport, readable, cursors, count), mode: 'polled', count };
     }
     const hub = this.transport.hub;
     const soloCount = Math.max(1, Math.min(this.options.batchSize, perShard));
@@ -338,26 +357,84 @@ export class ShardReader implements HubReader {
   }
 
   /**
-   * One round of non-blocking reads of every readable shard on a Cluster, paced: when none found
-   * anything, waits (cut short by the wakeup) before the next round. Shards whose read failed are
-   * reported ('error', one per round) and read again next round; the others' entries are delivered.
+   * One round of non-blocking reads on a Cluster, of the readable shards that are due: woken by a
+   * write (their wake channel), or whose own pause ran out. A shard whose read found entries is
+   * read again next round; one that found nothing pauses 2 ms, doubling up to 500 ms once its wake
+   * channel is subscribed (50 ms until then). With none due, waits for the first (cut short by any
+   * wake-up). Shards whose read failed are reported ('error', one per round) and paused as after a
+   * failed read; the others' entries are delivered.
    */
-  private async readPolled(reader: RedisClient, readable: number[], cursors: string[], count: number): Promise<ReadResult> {
-    const result = await this.client.readEach(reader, readable, cursors, count, this.readGraceMs());
+  private async readPolled(transport: { polled: RedisClient; command: RedisClient }, readable: number[], cursors: string[], count: number): Promise<ReadResult> {
+    this.listenForWrites(transport.command);
+    const now = Date.now();
+    const due: number[] = [];
+    const dueCursors: string[] = [];
+    let nextAt = Number.POSITIVE_INFINITY;
+    readable.forEach((shard, i) => {
+      const poll = this.polls.get(this.shards.get(shard)!);
+      if (this.woken.has(shard) || poll === undefined || poll.nextAt <= now) {
+        due.push(shard);
+        dueCursors.push(cursors[i]);
+      } else nextAt = Math.min(nextAt, poll.nextAt);
+    });
+    if (due.length === 0) {
+      await this.wakeup.wait(Math.max(1, Math.min(nextAt - now, this.idleWaitMs())));
+      return { entries: new Map(), firstAfter: new Map() };
+    }
+    // A write that lands while this round is out wakes its shard again.
+    for (const shard of due) this.woken.delete(shard);
+    const result = await this.client.readEach(transport.polled, due, dueCursors, count, this.readGraceMs());
+    const done = Date.now();
+    for (const shard of due) {
+      const state = this.shards.get(shard);
+      if (!state) continue;
+      const previous = this.polls.get(state)?.delayMs ?? 0;
+      let delayMs: number;
+      if (result.failed.has(shard)) delayMs = Math.min(1000, this.options.blockMs);
+      else if ((result.entries.get(shard)?.length ?? 0) > 0) delayMs = 0;
+      else delayMs = Math.min(this.wakes.get(shard)?.confirmed === true ? CLUSTER_WOKEN_POLL_MAX_MS : CLUSTER_POLL_MAX_MS, Math.max(CLUSTER_POLL_MIN_MS, previous * 2));
+      this.polls.set(state, { delayMs, nextAt: done + delayMs });
+    }
     if (result.failed.size > 0) {
-      // One report a round (a failover fails every shard of a master at once), then a pause as after any failed read.
+      // One report a round (a failover fails every shard of a master at once).
       const [[first, error]] = result.failed;
       const shards = [...result.failed.keys()];
       this.events.emit('error', new ShardError(`reading shard${shards.length === 1 ? '' : 's'} ${shards.join(', ')} failed: ${error.message}; reading again`, shards.length === 1 ? first : undefined, error));
     }
-    if ([...result.entries.values()].some((entries) => entries.length > 0)) {
-      this.pollDelayMs = CLUSTER_POLL_MIN_MS;
-    } else {
-      const pause = result.failed.size > 0 ? Math.min(1000, this.options.blockMs) : this.pollDelayMs;
-      await this.wakeup.wait(Math.min(pause, this.idleWaitMs()));
-      this.pollDelayMs = Math.min(CLUSTER_POLL_MAX_MS, this.pollDelayMs * 2);
-    }
     return result;
+  }
+
+  /**
+   * Cluster: listens on the wake channel of every shard this member holds, and stops listening on
+   * those it no longer holds. A subscription that failed is tried again at the next round; until
+   * Redis confirms it, the shard is polled at the short interval.
+   */
+  private listenForWrites(command: RedisClient): void {
+    const held = new Set(this.shards.all().filter((state) => state.phase !== 'released').map((state) => state.index));
+    for (const [shard, wake] of this.wakes) {
+      if (held.has(shard)) continue;
+      wake.stop();
+      this.wakes.delete(shard);
+      this.woken.delete(shard);
+    }
+    for (const shard of held) {
+      if (this.wakes.has(shard)) continue;
+      // The hub of the member's command client: one subscriber (a connection per master) for every member made from it.
+      const listening = ShardWakeHub.for(command as Cluster).listen(this.client.wakeChannel(shard), () => {
+        this.woken.add(shard);
+        this.wakeup.notify();
+      });
+      const wake = { stop: listening.stop, confirmed: false };
+      this.wakes.set(shard, wake);
+      void listening.subscribed.then((confirmed) => {
+        if (this.wakes.get(shard) !== wake) return;
+        if (confirmed) wake.confirmed = true;
+        else {
+          wake.stop();
+          this.wakes.delete(shard);
+        }
+      });
+    }
   }
 
   /**

@@ -89,7 +89,8 @@ export class ShardRecovery {
     // Enough to see past everything tracked: untracked entries, if any, are among the first ones.
     const ids = await this.client.ownPending(state.index, tracked.size + this.acks.unsettledCount(state.index) + this.options.batchSize);
     if (!this.shards.isCurrent(state)) return;
-    const untracked = ids.filter((id) => !tracked.has(id) && !isInFlight(state, id) && !this.acks.tracks(state.index, id) && !this.isQueued(state, id));
+    const acking = this.acks.unsettledIds(state.index);
+    const untracked = ids.filter((id) => !tracked.has(id) && !isInFlight(state, id) && !acking.has(id) && !this.isQueued(state, id));
     if (untracked.length === 0) return;
     const page = await this.accept(state, await this.client.claimIds(state.index, state.grantEpoch, untracked), '(fencing token changed)');
     if (page && page.entries.length > 0) {

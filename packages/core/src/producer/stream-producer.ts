@@ -7,6 +7,7 @@ import { appendToShards, type ShardAppend } from '../redis/entry-writer';
 import { assertReplicaWait, type ReplicaWait } from '../redis/replica-wait';
 import { KeyBuilder } from '../redis/keys';
 import type { RedisClient } from '../redis/scripts';
+import { isCluster } from '../redis/slot-pipelines';
 import { createStreamMetadata, ensureStreamRouting } from '../redis/stream-metadata';
 import { ProducerTelemetry } from '../telemetry/producer-telemetry';
 import { shardForKey } from './key-hash';
@@ -97,7 +98,8 @@ const METADATA_FIELDS = ['shardCount', 'previousShardCount', 'switchAt', 'metada
  */
 export class StreamProducer {
   private readonly keys: KeyBuilder;
-  private readonly codec: PayloadCodec;
+  /** The codec this producer writes with (its name goes into each entry). */
+  readonly codec: PayloadCodec;
   private routing: Routing | undefined;
   private refreshing: Promise<Routing> | undefined;
   private readonly refreshMs: number;
@@ -106,8 +108,11 @@ export class StreamProducer {
   private roundRobin = 0;
   /** Recent keys' shards for `routedCount` (keys repeat; hashing them is the hot path). */
   private readonly routes = new Map<string, number>();
-  /** Shard stream, routing marker and write log keys per shard index, built (and validated) once. */
-  private readonly shardKeys: { stream: string; routing: string; writes: string }[] = [];
+  /**
+   * Shard stream, routing marker and write log keys per shard index, built (and validated) once; on
+   * a Cluster also the shard channel a write wakes the polling members on.
+   */
+  private readonly shardKeys: { stream: string; routing: string; writes: string; wake?: string }[] = [];
   /**
    * This producer's identity in the shards' write logs (appendEntries-3.lua), and its next write
    * sequence number per shard: a write the client sends again after a lost reply is not written twice.
@@ -296,6 +301,7 @@ export class StreamProducer {
         stream: this.keys.shardStream(this.options.streamPrefix, i),
         routing: this.keys.shardRouting(this.options.streamPrefix, i),
         writes: this.keys.shardProducerWrites(this.options.streamPrefix, i, this.producerId),
+        wake: isCluster(this.redis) ? this.keys.shardWakeChannel(this.options.streamPrefix, i) : undefined,
       });
     }
     const byShard = new Map<number, { append: ShardAppend; indices: number[] }>();

@@ -1,6 +1,6 @@
 import { type PayloadCodec, jsonCodec } from './codecs';
 
-export { type BinaryCodec, type PayloadCodec, type TextCodec, jsonCodec, msgpackCodec } from './codecs';
+export { assertCodec, type BinaryCodec, type PayloadCodec, type TextCodec, jsonCodec, msgpackCodec } from './codecs';
 
 /**
  * How an entry is laid out in a shard stream, shared by the producer and the member runtime.

@@ -42,6 +42,15 @@ export interface MemberMetadata {
   revoking: ShardRef[];
   lastHeartbeatAt: string;
   memberLeaseExpiresAt: string;
+  /** Static membership: the member's `memberInstanceId` (its memberId too); null for a dynamic member. */
+  memberInstanceId: string | null;
+  /** A static member's last `stop()` (it departed rather than left); null if it never stopped, or rejoined since. */
+  departedAt: string | null;
+  /**
+   * A departed static member still in the group: its shards wait (unread) for its next instance
+   * until then (its lease end), and then it expires and they move. Null otherwise.
+   */
+  awaitedUntil: string | null;
 }
 
 export interface TargetAssignment {
@@ -106,6 +115,11 @@ export interface StreamMetadata {
   switchAt?: string;
   /** 1 + the highest shard index whose stream may still hold entries (above shardCount after a shrink). */
   shardSpan: number;
+  /**
+   * 1 + the highest shard index whose dead-letter streams may hold letters: above `shardSpan` once
+   * `deleteDrainedShards` retired shards (their dead letters are kept, and read and purged as any).
+   */
+  deadLetterSpan: number;
   createdAt: string;
   updatedAt: string;
 }

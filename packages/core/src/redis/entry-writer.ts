@@ -12,6 +12,8 @@ export interface ShardAppend {
   writeSeq: number;
   /** Field names and values; a binary codec's payload is bytes, stored as they are. */
   entries: (string | Buffer)[][];
+  /** The shard channel published on once entries are written (on a Cluster, where members poll), or undefined. */
+  wake?: string;
 }
 
 /** What became of one shard's part (appendEntries-3.lua). */
@@ -61,7 +63,7 @@ export async function appendToShards(
     client,
     appends.map((append) => ({
       build(pipeline) {
-        const args: (string | number | Buffer)[] = [append.shardIndex, routedCount, cap, append.writeSeq];
+        const args: (string | number | Buffer)[] = [append.shardIndex, routedCount, cap, append.writeSeq, append.wake ?? ''];
         for (const fields of append.entries) args.push(fields.length, ...fields);
         pipelineScript(pipeline, 'appendEntries', [append.stream, append.routing, append.writes], args);
       },

@@ -60,6 +60,14 @@ export class KeyBuilder {
     return `${this.keyPrefix}:shard:{${assertStreamPrefix(streamPrefix)}:${shardIndex}}`;
   }
 
+  /**
+   * The shard channel (sharded pub/sub, SSUBSCRIBE) on which a write to the shard wakes the members
+   * polling it on a Redis Cluster (appendEntries-3.lua), in the same slot as the shard stream.
+   */
+  shardWakeChannel(streamPrefix: string, shardIndex: number): string {
+    return `${this.shardStream(streamPrefix, shardIndex)}:wake`;
+  }
+
   /** The fencing token of one group on one shard, in the same slot as the shard stream. */
   shardFence(streamPrefix: string, shardIndex: number, consumerGroup: string): string {
     return `${this.shardStream(streamPrefix, shardIndex)}:fence:${assertConsumerGroup(consumerGroup)}`;

@@ -59,9 +59,14 @@ function keyCount(file: string): number | undefined {
 }
 
 /** Command names carry the library version, so two versions sharing one client cannot clash. */
+const COMMAND_PREFIX = `rsc_${VERSION.replace(/\W/g, '_')}_`;
+
 function commandName(script: ScriptName): string {
-  return `rsc_${VERSION.replace(/\W/g, '_')}_${script}`;
+  return COMMAND_PREFIX + script;
 }
+
+/** Per script, the number of keys its file name states (undefined: the caller passes it); read once, used on every call. */
+const KEY_COUNTS = new Map((Object.keys(SCRIPT_FILES) as ScriptName[]).map((name) => [name, keyCount(SCRIPT_FILES[name])]));
 
 let sources: Map<ScriptName, string> | undefined;
 const defined = new WeakSet<object>();
@@ -91,7 +96,7 @@ export function ensureScripts(client: RedisClient): void {
 }
 
 function scriptArguments(script: ScriptName, keys: string[], args: (string | number | Buffer)[]): (string | number | Buffer)[] {
-  return keyCount(SCRIPT_FILES[script]) === undefined ? [keys.length, ...keys, ...args] : [...keys, ...args];
+  return KEY_COUNTS.get(script) === undefined ? [keys.length, ...keys, ...args] : (keys as (string | number | Buffer)[]).concat(args);
 }
 
 /** Defines every script on the client once; returns the command name of `script`. */

@@ -101,7 +101,8 @@ function resetReader(reader: RedisClient): string {
 function toEntries(raw: unknown): RawEntry[] {
   const out: RawEntry[] = [];
   for (const item of (raw as [string, string[] | null][]) ?? []) {
-    if (item && item[1]) out.push({ id: String(item[0]), fields: item[1].map(String) });
+    // Replies are text already (a copy only for anything else, e.g. a Buffer reply).
+    if (item && item[1]) out.push({ id: String(item[0]), fields: item[1].every((field) => typeof field === 'string') ? item[1] : item[1].map(String) });
   }
   return out;
 }
@@ -192,6 +193,11 @@ export class ShardClient {
 
   private token(grantEpoch: number): string {
     return fenceToken(this.incarnation, grantEpoch, this.memberId);
+  }
+
+  /** The shard channel a producer's write publishes on (Cluster only: members poll there). */
+  wakeChannel(shardIndex: number): string {
+    return this.keys.shardWakeChannel(this.streamPrefix, shardIndex);
   }
 
   private shardKeys(shardIndex: number): [string, string] {

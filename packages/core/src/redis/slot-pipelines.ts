@@ -1,4 +1,4 @@
-import type { ChainableCommander, Cluster, RedisOptions } from 'ioredis';
+import type { ChainableCommander, Cluster, ClusterOptions, RedisOptions } from 'ioredis';
 import type { RedisClient } from './scripts';
 import { loadingRetryTime } from './connection-defaults';
 
@@ -46,8 +46,13 @@ export function isCluster(client: RedisClient): client is Cluster {
  */
 export function duplicateClient(client: RedisClient, overrides: RedisOptions = {}): RedisClient {
   if (!isCluster(client)) return client.duplicate({ maxLoadingRetryTime: loadingRetryTime(client.options.maxLoadingRetryTime), ...overrides });
+  return duplicateCluster(client, overrides);
+}
+
+/** `duplicateClient` for a Cluster, with Cluster options of its own (e.g. `shardedSubscribers`). */
+export function duplicateCluster(client: Cluster, overrides: RedisOptions = {}, clusterOverrides: Omit<ClusterOptions, 'redisOptions'> = {}): Cluster {
   const redisOptions = client.options.redisOptions ?? {};
-  return client.duplicate([], { redisOptions: { ...redisOptions, maxLoadingRetryTime: loadingRetryTime(redisOptions.maxLoadingRetryTime), ...overrides } });
+  return client.duplicate([], { ...clusterOverrides, redisOptions: { ...redisOptions, maxLoadingRetryTime: loadingRetryTime(redisOptions.maxLoadingRetryTime), ...overrides } });
 }
 
 /**

@@ -5,8 +5,9 @@ import type { StreamMessage } from '../protocol/entry-format';
 import { ErrorCode } from '../protocol/error-codes';
 import type { HeartbeatObservation } from '../redis/coordinator-options';
 import type { StreamGroupInfo } from '../redis/responses';
+import { BatchProbe, type BatchRecorder, errorTypeOf } from './batch-probe';
 import { INSTRUMENTATION_SCOPE, INSTRUMENTATION_VERSION, type Otel, otelApi, registeredMeter, tracerProviderRegistered } from './otel-api';
-import { ATTR, FAST_BUCKETS_S, MESSAGING_SYSTEM, METRIC, REBALANCE_BUCKETS_S } from './semantic-conventions';
+import { ATTR, BATCH_SIZE_BUCKETS, FAST_BUCKETS_S, MESSAGING_SYSTEM, METRIC, REBALANCE_BUCKETS_S } from './semantic-conventions';
 
 /**
  * Lag and pending are read from Redis when a metric reader collects (a Prometheus scrape, a periodic
@@ -32,6 +33,7 @@ export interface TelemetryTarget {
 
 interface MemberInstruments {
   processDuration: Histogram;
+  batchSize: Histogram;
   consumed: Counter;
   acknowledged: Counter;
   retried: Counter;
@@ -54,6 +56,7 @@ function instrumentsOf(meter: Meter): MemberInstruments {
   if (instruments) return instruments;
   instruments = {
     processDuration: meter.createHistogram(METRIC.processDuration, { unit: 's', description: 'Duration of one handler call (each retry is one call)', advice: { explicitBucketBoundaries: FAST_BUCKETS_S } }),
+    batchSize: meter.createHistogram(METRIC.batchSize, { unit: '{message}', description: 'Entries handed to one batch handler call (batch member option; each retry is one call)', advice: { explicitBucketBoundaries: BATCH_SIZE_BUCKETS } }),
     consumed: meter.createCounter(METRIC.consumedMessages, { unit: '{message}', description: 'Entries handed to a handler (first attempt; retries are counted apart)' }),
     acknowledged: meter.createCounter(METRIC.acknowledged, { unit: '{message}', description: 'Entries acknowledged under the fencing token (dead-lettered ones included)' }),
     retried: meter.createCounter(METRIC.retried, { unit: '{message}', description: 'Handler calls that failed and are tried again in place' }),
@@ -102,11 +105,6 @@ export class HandlerProbe {
   }
 }
 
-function errorTypeOf(error: unknown): string {
-  if (error instanceof Error) return error.name || 'Error';
-  return typeof error;
-}
-
 /**
  * The OpenTelemetry side of one member: handler duration, consumption counters and `process` spans
  * (through the dispatcher), acknowledgement and dead-letter counters (poller events), heartbeat
@@ -115,7 +113,7 @@ function errorTypeOf(error: unknown): string {
  * not installed, or no provider is registered when the member starts, nothing is created and the
  * hot path costs one check per entry.
  */
-export class MemberTelemetry {
+export class MemberTelemetry implements BatchRecorder {
   private api: Otel | undefined;
   private instruments: MemberInstruments | undefined;
   /** The gauges' callback, registered from the first attach until the collection after the last detach. */
@@ -224,7 +222,50 @@ export class MemberTelemetry {
     return new HandlerProbe(this, api, span, api.trace.setSpan(parent, span));
   }
 
-  /** @internal from HandlerProbe */
+  /**
+   * A batch handler call is about to start (`batch` member option): undefined (nothing allocated)
+   * when neither metrics nor tracing is on. `firstCall` says the entries are handed for the first
+   * time (they count as consumed); a retry of some of them is a call of its own. The `process` span
+   * has the ambient context as parent and a link to each entry's producer context: a batch has
+   * many parents (OpenTelemetry's messaging conventions for batch processing).
+   */
+  startBatch(messages: readonly StreamMessage[], shardIndex: number, firstCall: boolean): BatchProbe | undefined {
+    const api = this.api;
+    if (!api) return undefined;
+    if (firstCall) this.instruments?.consumed.add(messages.length, this.base);
+    const tracing = this.tracer !== undefined && tracerProviderRegistered(api);
+    if (!tracing && !this.instruments) return undefined;
+    if (!tracing) return new BatchProbe(this, api, messages.length, undefined, undefined);
+    const active = api.context.active();
+    const links = [];
+    for (const message of messages) {
+      const producer = api.trace.getSpanContext(api.propagation.extract(active, message.headers));
+      if (producer && api.trace.isSpanContextValid(producer)) links.push({ context: producer });
+    }
+    const attributes: Attributes = {
+      [ATTR.system]: MESSAGING_SYSTEM,
+      [ATTR.operationType]: 'process',
+      [ATTR.operationName]: 'process',
+      [ATTR.destination]: this.identity.streamPrefix,
+      [ATTR.consumerGroup]: this.identity.consumerGroup,
+      [ATTR.clientId]: this.identity.memberId,
+      [ATTR.partition]: String(shardIndex),
+      [ATTR.batchCount]: messages.length,
+      [ATTR.batchFirstMessageId]: messages[0].id,
+      [ATTR.batchLastMessageId]: messages[messages.length - 1].id,
+      // The most tries any entry of the call has had (1 on a first call of fresh entries).
+      [ATTR.deliveryCount]: Math.max(...messages.map((m) => m.deliveryCount)),
+    };
+    const span = this.tracer!.startSpan(`process ${this.identity.streamPrefix}`, { kind: api.SpanKind.CONSUMER, attributes, links }, active);
+    return new BatchProbe(this, api, messages.length, span, api.trace.setSpan(active, span));
+  }
+
+  /** @internal from BatchProbe */
+  recordBatchSize(size: number): void {
+    this.instruments?.batchSize.record(size, this.base);
+  }
+
+  /** @internal from HandlerProbe and BatchProbe */
   recordHandler(seconds: number, errorType: string | undefined): void {
     this.instruments?.processDuration.record(seconds, errorType === undefined ? this.base : this.withError(errorType));
   }

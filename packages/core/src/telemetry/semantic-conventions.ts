@@ -16,6 +16,10 @@ export const ATTR = {
   batchCount: 'messaging.batch.message_count',
   messageKey: 'messaging.redis_streams.message.key',
   deliveryCount: 'messaging.redis_streams.message.delivery_count',
+  /** Batch handler calls: the ids of the first and last entries handed, and the entry a BatchError named. */
+  batchFirstMessageId: 'messaging.redis_streams.batch.first_message_id',
+  batchLastMessageId: 'messaging.redis_streams.batch.last_message_id',
+  batchFailedIndex: 'messaging.redis_streams.batch.failed_index',
   deadLetterCause: 'messaging.redis_streams.dead_letter.cause',
   errorType: 'error.type',
 } as const;
@@ -32,6 +36,8 @@ export const METRIC = {
   sentMessages: 'messaging.client.sent.messages',
   /** Histogram, seconds: one producer send (or sendBatch). */
   operationDuration: 'messaging.client.operation.duration',
+  /** Histogram, entries: the size of one batch handler call (`batch` member option). */
+  batchSize: 'rsc.consumer.batch.size',
   acknowledged: 'rsc.consumer.acknowledged',
   retried: 'rsc.consumer.retried',
   deadLettered: 'rsc.consumer.dead_lettered',
@@ -47,5 +53,7 @@ export const METRIC = {
 
 /** Histogram buckets in seconds for calls that usually take micro- to milliseconds (handlers, heartbeats). */
 export const FAST_BUCKETS_S = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+/** Histogram buckets in entries for batch sizes (batch.maxSize is at most 10,000). */
+export const BATCH_SIZE_BUCKETS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000];
 /** Histogram buckets in seconds for rebalances (a heartbeat interval to a rebalance timeout). */
 export const REBALANCE_BUCKETS_S = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];

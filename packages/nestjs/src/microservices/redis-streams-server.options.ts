@@ -1,5 +1,6 @@
 import type { CoordinatorOptions } from '@redis-stream-coordinator/core';
 import type { CoordinatorModuleOptions, MemberDefaults } from '../coordinator-module-options';
+import { workersOf } from '../member-defaults';
 import { MAX_LISTENER_CONCURRENCY } from '../stream-listener.container';
 
 /**
@@ -53,6 +54,12 @@ export function resolvePatternOptions(
   const concurrency = merged.concurrency ?? 1;
   delete merged.concurrency;
   const where = `RedisStreamsServer: pattern ${JSON.stringify(prefix)}`;
+  // The most specific level that says anything about workers decides (member-defaults.ts), as for listeners.
+  merged.runtimeMaxConcurrency = workersOf([extras as RedisStreamsPatternOptions | undefined, options.streams?.[prefix], options]);
+  if (merged.batch !== undefined) {
+    // A pattern handler gets one payload and its context per call; a batch would hand it an array.
+    throw new TypeError(`${where}: batch is not supported by the microservices transport (a pattern handler gets one entry per call); use a @StreamListener or a bean consumer with batch`);
+  }
   if (typeof concurrency !== 'number' || !Number.isInteger(concurrency) || concurrency < 1 || concurrency > MAX_LISTENER_CONCURRENCY) {
     throw new RangeError(`${where}: concurrency must be an integer from 1 to ${MAX_LISTENER_CONCURRENCY}, got ${JSON.stringify(concurrency)}`);
   }

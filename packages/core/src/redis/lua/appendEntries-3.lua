@@ -7,7 +7,10 @@
   KEYS[3]  this producer's write log on the shard (hash: write sequence number -> reply JSON)
   ARGV[1]  shardIndex   ARGV[2] the shard count the producer routed with
   ARGV[3]  MAXLEN ~ cap, or '' for none   ARGV[4] the producer's write sequence number on this shard
-  ARGV[5..] the entries, each as its number of field values n, then the n values (field, value, ...)
+  ARGV[5]  a shard channel to SPUBLISH on once an entry is written, or '' for none: on a Redis
+           Cluster members cannot block on many shards at once and poll them; this wakes them
+           (the channel is in the stream's slot: `<stream>:wake`, keys.ts)
+  ARGV[6..] the entries, each as its number of field values n, then the n values (field, value, ...)
 
   Output: { status, shard count in effect (0 when the shard has no marker), error message, id... }
     'OK'       every entry written; the ids follow, in order
@@ -57,7 +60,12 @@ if inEffect ~= routedCount or shardIndex >= inEffect then
 end
 
 local reply = { 'OK', inEffect, '' }
-local i = 5
+-- After the writes, whatever the status: members poll the shard at once for what landed.
+local function woken(result)
+  if ARGV[5] ~= '' and #result > 3 then redis.call('SPUBLISH', ARGV[5], '') end
+  return result
+end
+local i = 6
 while i <= #ARGV do
   local n = tonumber(ARGV[i])
   local args = { KEYS[1] }
@@ -70,9 +78,9 @@ while i <= #ARGV do
   local id = redis.pcall('XADD', unpack(args))
   if type(id) == 'table' and id.err then
     reply[1], reply[3] = 'ERROR', id.err
-    return logged(reply)
+    return woken(logged(reply))
   end
   reply[#reply + 1] = id
   i = i + n + 1
 end
-return logged(reply)
+return woken(logged(reply))

@@ -37,6 +37,9 @@ for i = 1, groupCount do
   end
 end
 -- A group created from now on reads only shards below the span: the resize history stays (it still
--- orders the surviving shards), the retired shards just drop out of every step.
-redis.call('HSET', KEYS[1], 'shardSpan', count, 'readableShardSet', redis.call('HGET', KEYS[1], 'writableShardSet'))
+-- orders the surviving shards), the retired shards just drop out of every step. Their dead-letter
+-- streams are kept (letters are an operator's to replay or purge, not the shrink's to drop):
+-- deadLetterSpan remembers how far they reach, so that reading and purging dead letters finds them.
+local deadLetterSpan = math.max(span, tonumber(redis.call('HGET', KEYS[1], 'deadLetterSpan')) or 0)
+redis.call('HSET', KEYS[1], 'shardSpan', count, 'deadLetterSpan', deadLetterSpan, 'readableShardSet', redis.call('HGET', KEYS[1], 'writableShardSet'))
 return { ERR_NONE, '', count, span }

@@ -1,0 +1,94 @@
+import type { Cluster } from 'ioredis';
+import { duplicateCluster } from './slot-pipelines';
+
+type Listener = () => void;
+
+/**
+ * On a Redis Cluster a member cannot block on many shards at once (each shard stream has its own
+ * slot), so it polls them. A producer's write publishes on the shard's channel (sharded pub/sub,
+ * appendEntries-3.lua), and this hub, one per base client and shared by every member made from it,
+ * hears those channels: the reader polls at once instead of at its next interval. ioredis keeps one
+ * sharded subscriber connection per master and moves channels with their slots.
+ *
+ * A wake-up only shortens a wait: one that is lost (a subscriber reconnecting, a failover, a writer
+ * that is not a StreamProducer) costs at most the reader's longest poll interval, never an entry.
+ */
+export class ShardWakeHub {
+  private static readonly hubs = new WeakMap<object, ShardWakeHub>();
+  private readonly listeners = new Map<string, Set<Listener>>();
+  /** channel -> its SSUBSCRIBE, while it is under way or done. */
+  private readonly subscriptions = new Map<string, Promise<boolean>>();
+  private connection: Cluster | undefined;
+
+  private constructor(private readonly base: Cluster) {}
+
+  static for(base: Cluster): ShardWakeHub {
+    let hub = ShardWakeHub.hubs.get(base);
+    if (!hub) {
+      hub = new ShardWakeHub(base);
+      ShardWakeHub.hubs.set(base, hub);
+    }
+    return hub;
+  }
+
+  /**
+   * Listens on a shard channel. `subscribed` resolves true once Redis confirmed the subscription,
+   * false when it failed (the caller keeps polling at its short interval, and may listen again).
+   */
+  listen(channel: string, listener: Listener): { subscribed: Promise<boolean>; stop: () => void } {
+    let set = this.listeners.get(channel);
+    if (!set) {
+      set = new Set();
+      this.listeners.set(channel, set);
+    }
+    set.add(listener);
+    const subscribed = this.subscribe(channel);
+    const listening = set;
+    return {
+      subscribed,
+      stop: () => {
+        listening.delete(listener);
+        if (listening.size > 0 || this.listeners.get(channel) !== listening) return;
+        this.listeners.delete(channel);
+        this.subscriptions.delete(channel);
+        if (this.listeners.size === 0) {
+          const connection = this.connection;
+          this.connection = undefined;
+          connection?.disconnect();
+        } else {
+          // Not awaited (an unreachable node must not hold up a release); a late message is dropped here.
+          this.connection?.sunsubscribe(channel).catch(() => undefined);
+        }
+      },
+    };
+  }
+
+  /** SSUBSCRIBE once per channel (one channel per call: a call's channels must share a slot). A failed one is tried again by the next listen. */
+  private subscribe(channel: string): Promise<boolean> {
+    const known = this.subscriptions.get(channel);
+    if (known) return known;
+    const subscription = this.subscriber()
+      .ssubscribe(channel)
+      .then(
+        () => true,
+        () => {
+          if (this.subscriptions.get(channel) === subscription) this.subscriptions.delete(channel);
+          return false;
+        },
+      );
+    this.subscriptions.set(channel, subscription);
+    return subscription;
+  }
+
+  private subscriber(): Cluster {
+    if (!this.connection) {
+      const connection = duplicateCluster(this.base, {}, { shardedSubscribers: true });
+      connection.on('error', () => undefined); // a lost wake-up costs one poll interval, nothing else
+      connection.on('smessage', (channel: string) => {
+        for (const listener of this.listeners.get(channel) ?? []) listener();
+      });
+      this.connection = connection;
+    }
+    return this.connection;
+  }
+}

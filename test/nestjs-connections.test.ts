@@ -115,6 +115,37 @@ describe('named connections', () => {
     expect(handled.sort()).toEqual(['audit a1', 'bean a1', 'summary s1']);
   });
 
+  it('a concurrency: 8 listener and a bean share one read path: 4 connections for the root, not one reader per member', async () => {
+    const streamPrefix = uniqueName('conns');
+    const connectionName = uniqueName('root').replace(/-/g, '_');
+    const handled: string[] = [];
+    @Injectable()
+    class Wide {
+      @StreamListener({ streamPrefix, consumerGroup: 'wide', concurrency: 8, shardCount: 8 })
+      onEntry(message: StreamMessage<string>) {
+        handled.push(`wide ${message.payload}`);
+      }
+    }
+    const bean = {
+      provide: 'connsBean',
+      useValue: CoordinatorConsumerProperties.consumer<string>({
+        streamPrefix,
+        consumerGroup: 'bean',
+        shardCount: 8,
+        handler: (message) => void handled.push(`bean ${message.payload}`),
+      }),
+    };
+    await anApp([CoordinatorModule.forRoot({ redis: { url: main.server.url, options: { connectionName } }, coordinator: { heartbeatIntervalMs: 200 } })], [Wide, bean]);
+    const admin = new CoordinatorAdmin(main.client());
+    await pollUntil('nine members', async () => (await activeMembers(admin, streamPrefix, 'wide')).length === 8 && (await activeMembers(admin, streamPrefix, 'bean')).length === 1);
+    await new StreamProducer(main.client(), { streamPrefix }).sendBatch(Array.from({ length: 16 }, (_, i) => ({ key: `k${i}`, payload: String(i) })));
+    await pollUntil('each entry handled by both groups', async () => handled.length === 32);
+    // The module's client, the wake-up subscriber, the doorbell and the read connection (before the
+    // read hub: 2 + 9, a blocking reader per member).
+    const clients = String(await main.client().client('LIST')).split('\n').filter((line) => line.includes(` name=${connectionName} `));
+    expect(clients).toHaveLength(4);
+  });
+
   it("a named root's StreamPublisher and CoordinatorAdmin are injected by name; the unnamed root's by class", async () => {
     const streamPrefix = uniqueName('inject');
     @Injectable()

@@ -144,6 +144,16 @@ describe('reliability checker', () => {
     // A backlog worked through in order (earlier entries of the shard keep starting): not stuck.
     const backlog = [0, 600, 1200, 1800, 2400, 3000].flatMap((t, i) => run('p0', 0, `0-${i + 1}`, 'a', i, t, t + 1));
     expect(check([], backlog, [], new Set(), { pendingSamples: samples, stuckAfterMs: 1500, quietStuckAfterMs: 3000 }).stuck).toEqual([]);
+    // Queued long in a backlog, then run: pending until its ack lands while the next entry starts
+    // (the old read-path branch's short-tier "stuck"): counted from its run's end, not stuck.
+    const ranLate = [...run('p0', 0, '1-0', 'a', 1, 2990, 2995), ...run('p0', 0, '2-0', 'a', 2, 2996, 2997)];
+    const untilAck = [...samples.slice(0, 6), sample(3010)];
+    expect(check([], ranLate, [], new Set(), { pendingSamples: untilAck, stuckAfterMs: 1500, quietStuckAfterMs: 3000 }).stuck).toEqual([]);
+    // Run early, then left pending (its ack given up on) while later entries ran: still stuck.
+    const ranEarly = [...run('p0', 0, '1-0', 'a', 1, 10, 11), ...run('p0', 0, '2-0', 'a', 2, 100, 101)];
+    expect(check([], ranEarly, [], new Set(), { pendingSamples: samples.slice(0, 5), stuckAfterMs: 1500, quietStuckAfterMs: 3000 }).stuck).toEqual([
+      'shard 0 1-0 pending at p0 for 1989 ms with nothing running it while later entries ran',
+    ]);
     // Its handler runs the whole time (a long handler): not stuck.
     const running = run('p0', 0, '1-0', 'a', 1, -1, 4000);
     expect(check([], running, [], new Set(), { pendingSamples: samples, stuckAfterMs: 1500, quietStuckAfterMs: 3000 }).stuck).toEqual([]);

@@ -1,6 +1,9 @@
+import { spawn } from 'node:child_process';
+import path from 'node:path';
 import { Redis } from 'ioredis';
 import { CoordinatedMember, CoordinatorAdmin, KeyBuilder, StreamProducer } from '@redis-stream-coordinator/core';
 import { until } from './cli';
+import { now } from './latency-producer';
 import { elapsedMs, percentile } from './stats';
 
 const keys = new KeyBuilder();
@@ -56,8 +59,35 @@ export async function memberDrain(url: string, streamPrefix: string, shards: num
   return total / seconds;
 }
 
-/** End-to-end latency (send to handler start) at a steady rate, with 8 shards and one member. */
-export async function latency(url: string, rate: number, seconds: number): Promise<{ p50: number; p99: number; samples: number }> {
+export interface LatencyFigures {
+  p50: number;
+  p99: number;
+  samples: number;
+}
+
+/** Runs the producer process for `seconds`; resolves with how many entries it sent. */
+function produceApart(url: string, streamPrefix: string, rate: number, seconds: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [path.join(__dirname, 'latency-producer.js'), url, streamPrefix, String(rate), String(seconds)], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    child.on('error', reject);
+    child.on('exit', (code) => (code === 0 ? resolve(Number(out.trim())) : reject(new Error(`the latency producer exited with ${code}`))));
+  });
+}
+
+function figures(samples: number[]): LatencyFigures {
+  const steady = samples.slice(Math.floor(samples.length / 10)); // without the first tenth (warm-up)
+  return { p50: percentile(steady, 50), p99: percentile(steady, 99), samples: steady.length };
+}
+
+/**
+ * End-to-end latency (send to handler start) at a steady rate over 8 shards, the producer in a
+ * process of its own: one member with 8 workers. With `shared`, an idle second member (another
+ * group, another stream) is made from the same client, so the measured one reads through the read
+ * hub's shared path (doorbell, then a non-blocking read) instead of alone with a blocking read.
+ */
+export async function latency(url: string, rate: number, seconds: number, shared = false): Promise<LatencyFigures> {
   const redis = new Redis(url);
   const streamPrefix = `latency-${rate}-${Date.now()}`;
   await new CoordinatorAdmin(redis).createStream({ streamPrefix, shardCount: 8 });
@@ -67,29 +97,86 @@ export async function latency(url: string, rate: number, seconds: number): Promi
     consumerGroup: 'bench',
     runtimeMaxConcurrency: 8,
     handler: (message) => {
-      samples.push(performance.now() - message.payload.sentAt);
+      samples.push(now() - message.payload.sentAt);
     },
   });
+  const companion = shared
+    ? new CoordinatedMember(redis, { streamPrefix: `${streamPrefix}-companion`, consumerGroup: 'bench', shardCount: 2, handler: () => undefined })
+    : undefined;
+  await companion?.start();
   await member.start();
-  const producerConnection = new Redis(url);
-  const producer = new StreamProducer(producerConnection, { streamPrefix });
-  const tickMs = 10;
-  const perTick = Math.round((rate * tickMs) / 1000);
-  const begin = performance.now();
-  let sent = 0;
-  for (let tick = 0; performance.now() - begin < seconds * 1000; tick++) {
-    const due = begin + tick * tickMs;
-    const wait = due - performance.now();
-    if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
-    await producer.sendBatch(Array.from({ length: perTick }, (_, i) => ({ key: `k${sent + i}`, payload: { sentAt: performance.now() } })));
-    sent += perTick;
-  }
+  await until(() => member.ownedShards().length === 8, 30_000);
+  const sent = await produceApart(url, streamPrefix, rate, seconds);
   await until(() => samples.length >= sent, 30_000);
   await member.stop();
-  producerConnection.disconnect();
+  await companion?.stop();
   redis.disconnect();
-  const steady = samples.slice(Math.floor(samples.length / 10)); // without the first tenth (warm-up)
-  return { p50: percentile(steady, 50), p99: percentile(steady, 99), samples: steady.length };
+  return figures(samples);
+}
+
+/**
+ * The same, read by a raw loop instead: one connection, `XREADGROUP COUNT 100 BLOCK` over the 8
+ * streams, the time taken as each entry comes out of the reply, a pipelined XACK per batch.
+ */
+export async function rawLatency(url: string, rate: number, seconds: number): Promise<LatencyFigures> {
+  const redis = new Redis(url);
+  const streamPrefix = `raw-latency-${rate}-${Date.now()}`;
+  await new CoordinatorAdmin(redis).createStream({ streamPrefix, shardCount: 8 });
+  const streams = Array.from({ length: 8 }, (_, i) => keys.shardStream(streamPrefix, i));
+  for (const stream of streams) await redis.xgroup('CREATE', stream, 'raw', '$', 'MKSTREAM').catch(() => undefined);
+  const samples: number[] = [];
+  let running = true;
+  const loop = (async () => {
+    while (running) {
+      const reply = (await redis.xreadgroup('GROUP', 'raw', 'raw-consumer', 'COUNT', 100, 'BLOCK', 200, 'STREAMS', ...streams, ...streams.map(() => '>'))) as
+        | [string, [string, string[]][]][]
+        | null;
+      if (!reply) continue;
+      const pipeline = redis.pipeline();
+      for (const [stream, entries] of reply) {
+        for (const [, fields] of entries) {
+          const payload = fields[fields.indexOf('p') + 1];
+          samples.push(now() - (JSON.parse(payload) as { sentAt: number }).sentAt);
+        }
+        pipeline.xack(stream, 'raw', ...entries.map(([id]) => id));
+      }
+      await pipeline.exec();
+    }
+  })();
+  const sent = await produceApart(url, streamPrefix, rate, seconds);
+  await until(() => samples.length >= sent, 30_000);
+  running = false;
+  await loop;
+  redis.disconnect();
+  return figures(samples);
+}
+
+/**
+ * Connections one process holds for `members` members made from one client (the client itself
+ * included), counted in CLIENT LIST by the client's connection name, which its duplicates share.
+ */
+export async function connectionsFor(url: string, members: number): Promise<number> {
+  const admin = new Redis(url);
+  const connectionName = `conns_${members}_${Date.now()}`;
+  const redis = new Redis(url, { connectionName });
+  const streamPrefix = `conns-${members}-${Date.now()}`;
+  await new CoordinatorAdmin(admin).createStream({ streamPrefix, shardCount: Math.max(8, members) });
+  let handled = 0;
+  const group = Array.from(
+    { length: members },
+    (_, i) => new CoordinatedMember(redis, { streamPrefix, consumerGroup: 'bench', memberId: `c${i}`, handler: () => void (handled += 1) }),
+  );
+  await Promise.all(group.map((m) => m.start()));
+  await until(() => group.every((m) => m.ownedShards().length > 0), 60_000);
+  const total = Math.max(8, members) * 4;
+  await new StreamProducer(admin, { streamPrefix }).sendBatch(Array.from({ length: total }, (_, i) => ({ key: `k${i}`, payload: i })));
+  await until(() => handled >= total, 60_000);
+  const list = String(await admin.client('LIST'));
+  const count = list.split('\n').filter((line) => line.includes(` name=${connectionName} `)).length;
+  await Promise.all(group.map((m) => m.stop()));
+  redis.disconnect();
+  admin.disconnect();
+  return count;
 }
 
 /**

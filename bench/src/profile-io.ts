@@ -6,6 +6,7 @@
  * Prints the rate and the functions with the most self time.
  */
 import inspector from 'node:inspector';
+import os from 'node:os';
 import { Redis } from 'ioredis';
 import { CoordinatedMember } from '@redis-stream-coordinator/core';
 import { RedisServer } from '@redis-stream-coordinator/core/testing';
@@ -60,7 +61,7 @@ async function main(): Promise<void> {
   if (process.argv.includes('--json')) {
     process.stdout.write(`${JSON.stringify({ rate, top }, null, 2)}\n`);
   } else {
-    process.stdout.write(`${Math.round(rate)} entries/s (ideal 64,000)\nself time:\n`);
+    process.stdout.write(`${Math.round(rate)} entries/s (ideal 64,000); load average ${os.loadavg().map((n) => n.toFixed(1)).join(' / ')}\nself time:\n`);
     for (const { share, name } of top) process.stdout.write(`${(share * 100).toFixed(1).padStart(6)} %  ${name}\n`);
   }
   await member.stop();

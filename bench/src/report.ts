@@ -161,7 +161,7 @@ function rebalanceSection(r: BenchResults): string[] {
     '',
     '## Latency',
     '',
-    `From \`send\` to the handler starting, at a steady 5,000 entries/s, 8 shards, one member with 8 workers (${int(r.latency.samples)} samples after a tenth of warm-up): p50 ${ms(r.latency.p50)}, p99 ${ms(r.latency.p99)}.`,
+    `From \`send\` to the handler starting, at a steady 5,000 entries/s, 8 shards, one member with 8 workers, the producer in a process of its own (${int(r.latency.samples)} samples after a tenth of warm-up): p50 ${ms(r.latency.p50)}, p99 ${ms(r.latency.p99)}.`,
     '',
   ];
 }
@@ -213,8 +213,8 @@ function memorySection(r: BenchResults): string[] {
     row(['Redis coordinator state per member', `${int(m.redisBytesPerMember)} bytes`]),
     row(['Redis coordinator state per shard', `${int(m.redisBytesPerShard)} bytes`]),
     '',
-    'The 64 members share one command connection; each opens one more for its blocking reads (64',
-    'sockets), and they share one subscriber. Redis figures are `used_memory` deltas: 100 → 200',
+    'The 64 members share one command connection, one subscriber and the read hub\'s two connections',
+    '(the doorbell and the shared read connection). Redis figures are `used_memory` deltas: 100 → 200',
     'members (1,000 shards), and 1,000 → 2,000 shards (100 members), coordinator keys only.',
     '',
   ];

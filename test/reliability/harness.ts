@@ -31,6 +31,12 @@ export interface HarnessOptions {
    * of a shard at once, and the checker holds it to per-key order (no two runs of a key at once).
    */
   lanes?: number;
+  /**
+   * Every member process runs a second, idle member on the same client (member-process.ts
+   * `companion`), so the chaos member reads through its ReadHub's shared path (the doorbell and the
+   * shared read connection) instead of alone with a blocking read. Default false.
+   */
+  sharedReads?: boolean;
   /** Handler failures (member-process.ts): first attempts failing, and entries failing every attempt. */
   failPercent?: number;
   deadPermille?: number;
@@ -136,6 +142,7 @@ export class ChaosHarness {
       members: 3, shards: 8, sessionTimeoutMs: 1000, rate: 500, keys: 50, handlerDelayMs: 1, failPercent: 3, deadPermille: 5,
       // RSC_CHAOS_MEMBER_LANES=n runs every member with key-ordered lanes.
       lanes: Math.max(1, Number(process.env.RSC_CHAOS_MEMBER_LANES ?? 1) || 1),
+      sharedReads: false,
       ...options,
     };
     this.maxShards = this.settings.shards;
@@ -209,6 +216,7 @@ export class ChaosHarness {
       heartbeatIntervalMs: options.heartbeatIntervalMs ?? Math.floor(session / 5),
       runtimeMaxConcurrency: 4 * this.settings.lanes,
       lanes: this.settings.lanes,
+      companion: this.settings.sharedReads,
       handlerDelayMs: this.settings.handlerDelayMs,
       // After Redis loses every key the members recreate the stream (no operator).
       shardCount: this.settings.shards,

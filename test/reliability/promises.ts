@@ -15,7 +15,11 @@ const MAX_SAMPLE_GAP_MS = 1500;
  * - forgotten: for longer than `quietAfterMs` while the owner started nothing on the shard (an entry
  *   of a lost read reply on a quiet shard, a shard blocked for good).
  * Entries queued behind earlier ones (a backlog worked through in order, a retry still going) are
- * neither: the owner makes progress on the shard and runs nothing past them.
+ * neither: the owner makes progress on the shard and runs nothing past them. The time an entry sat
+ * counts from the end of its last run by the owner, if that was later than when it was first seen:
+ * after a run ends the entry stays pending until its acknowledgement lands, while the next entries
+ * of the shard start at once, so an entry that waited long in a backlog would otherwise count as
+ * skipped for the few milliseconds its acknowledgement takes.
  */
 export function stuckEntries(runs: Run[], samples: PendingSample[], afterMs: number, quietAfterMs = afterMs * 2, lanes = false): string[] {
   const byEntry = new Map<string, Run[]>();
@@ -35,6 +39,12 @@ export function stuckEntries(runs: Run[], samples: PendingSample[], afterMs: num
   }
   const running = (group: string, member: string, shard: number, id: string, t: number) =>
     (byEntry.get(`${group}/${member}/${shard}/${id}`) ?? []).some((r) => r.start <= t && (r.end === undefined || r.end >= t));
+  /** When the owner's last run of the entry that ended by `t` ended (-Infinity: none). */
+  const lastEnded = (group: string, member: string, shard: number, id: string, t: number) => {
+    let last = -Infinity;
+    for (const r of byEntry.get(`${group}/${member}/${shard}/${id}`) ?? []) if (r.end !== undefined && r.end <= t && r.end > last) last = r.end;
+    return last;
+  };
   for (const list of byShard.values()) list.sort((a, b) => a.start - b.start);
   // Only the runs that started in [from, to] (found by bisection: a long soak has many per shard).
   const started = (group: string, member: string, shard: number, from: number, to: number, after?: string) => {
@@ -64,6 +74,7 @@ export function stuckEntries(runs: Run[], samples: PendingSample[], afterMs: num
           continue;
         }
         streak.last = sample.t;
+        streak.since = Math.max(streak.since, lastEnded(sample.group, sample.owner, sample.shard, p.id, sample.t));
         const sat = streak.last - streak.since;
         const skipped = sat > afterMs && started(sample.group, sample.owner, sample.shard, streak.since, streak.last, p.id);
         const forgotten = sat > quietAfterMs && !started(sample.group, sample.owner, sample.shard, streak.since, streak.last);

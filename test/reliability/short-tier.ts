@@ -41,6 +41,16 @@ export function shortTierKinds(lane: number, env = process.env.RSC_CHAOS_FAULTS)
   return load[lane - 1].kinds;
 }
 
+/**
+ * Whether lane `lane`'s member processes read through the shared path (a companion member beside
+ * each): even lanes do, odd lanes read alone (a blocking XREADGROUP), so the short tier covers both
+ * ways a member reads. RSC_CHAOS_SHARED_READS=1 (or 0) sets it for every lane.
+ */
+export function sharedReads(lane: number, env = process.env.RSC_CHAOS_SHARED_READS): boolean {
+  if (env !== undefined && env.trim() !== '') return env.trim() === '1';
+  return lane % 2 === 0;
+}
+
 interface LaneResult {
   lane: number;
   kinds: FaultKind[];
@@ -52,7 +62,7 @@ interface LaneResult {
 async function runLane(lane: number, kinds: FaultKind[], seed: number, started: ChaosHarness[]): Promise<LaneResult> {
   // 200 entries/s a harness (the soak: 1,000): two harnesses share two cores, and a starved member
   // process looks like a faulty one. Still thousands of entries a lane, on every shard.
-  const harness = await ChaosHarness.start({ seed, rate: 200, progress: (line) => process.stderr.write(`  [${lane}] ${line}\n`) });
+  const harness = await ChaosHarness.start({ seed, rate: 200, sharedReads: sharedReads(lane), progress: (line) => process.stderr.write(`  [${lane}] ${line}\n`) });
   started.push(harness);
   const order = [...kinds].sort(() => harness.random() - 0.5);
   for (const kind of order) {

@@ -1,5 +1,5 @@
 import type { EventEmitter } from 'node:events';
-import type { ShardClient } from '../redis/shard-client';
+import type { AckBatch, ShardClient } from '../redis/shard-client';
 import { sleep } from './abortable-sleep';
 import { retryDelayMs } from './member-options';
 import { type PollerEvents, ShardError, type ShardState } from './shard-state';
@@ -7,16 +7,19 @@ import { type PollerEvents, ShardError, type ShardState } from './shard-state';
 /** Tries of one acknowledgement batch when Redis cannot be reached (about 10 s of backoff in all). */
 const ACK_ATTEMPTS = 8;
 
-/**
- * Acknowledges finished entries under their shard's fencing token, batched per shard and sent
- * together (pipelined) once the current burst of work settles. It knows every id whose ack has not
- * landed yet (batched, being sent, or waiting to be sent again), so that the poller neither takes
- * such an entry for lost nor reports a shard released before its acks are in.
- */
 /** What became of an acknowledgement: it landed, a newer owner's token refused it, or it could not be sent. */
 export type AckOutcome = 'accepted' | 'refused' | 'unsent';
 type AckWaiter = (outcome: AckOutcome) => void;
+/** One shard's batch as sent: its acknowledgements and who waits for their outcome. */
+type SentBatch = AckBatch & { state: ShardState; waiters: AckWaiter[] };
 
+/**
+ * Acknowledges finished entries under their shard's fencing token, batched per shard, every shard's
+ * batch in one fenced call (ShardClient.ackMany: each shard's token checked on its own) once the
+ * current burst of work settles. It knows every id whose ack has not landed yet (batched, being
+ * sent, or waiting to be sent again), so that the poller neither takes such an entry for lost nor
+ * reports a shard released before its acks are in.
+ */
 export class AckBatcher {
   /** shardIndex -> the acks batched for the grant (`state`) the entries ran under. */
   private readonly batches = new Map<number, { state: ShardState; ids: string[]; waiters: AckWaiter[] }>();
@@ -68,12 +71,12 @@ export class AckBatcher {
     return count;
   }
 
-  /** Sends every batch now; resolves when each send (with its retries) is over. */
+  /** Sends every batch now, all shards in one call; resolves when it (with its retries) is over. */
   async flush(): Promise<void> {
     this.flushing = undefined;
-    const batches = [...this.batches];
+    const batches = [...this.batches].map(([shardIndex, batch]) => ({ shardIndex, grantEpoch: batch.state.grantEpoch, ...batch }));
     this.batches.clear();
-    await Promise.all(batches.map(([, { state, ids, waiters }]) => this.send(state, ids, waiters)));
+    if (batches.length > 0) await this.send(batches);
   }
 
   /**
@@ -84,7 +87,7 @@ export class AckBatcher {
     const batch = this.batches.get(shardIndex);
     if (batch) {
       this.batches.delete(shardIndex);
-      void this.send(batch.state, batch.ids, batch.waiters);
+      void this.send([{ shardIndex, grantEpoch: batch.state.grantEpoch, ...batch }]);
     }
     const sends = [...(this.sending.get(shardIndex) ?? [])];
     if (sends.length === 0) return true;
@@ -92,48 +95,62 @@ export class AckBatcher {
     return Promise.race([all, sleep(timeoutMs).then(() => false)]);
   }
 
-  private send(state: ShardState, ids: string[], waiters: AckWaiter[]): Promise<void> {
-    const shardIndex = state.index;
-    const sends = this.sending.get(shardIndex) ?? new Set<Promise<void>>();
-    this.sending.set(shardIndex, sends);
-    const sent: Promise<void> = this.sendWithRetries(state, ids).then((outcome) => {
-      for (const waiter of waiters) waiter(outcome);
+  private send(batches: SentBatch[]): Promise<void> {
+    const sent: Promise<void> = this.sendWithRetries(batches).then((outcomes) => {
+      batches.forEach(({ waiters }, i) => {
+        for (const waiter of waiters) waiter(outcomes[i]);
+      });
     }).finally(() => {
-      sends.delete(sent);
-      if (sends.size === 0 && this.sending.get(shardIndex) === sends) this.sending.delete(shardIndex);
-      this.untrack(shardIndex, ids);
+      for (const { shardIndex, ids } of batches) {
+        const sends = this.sending.get(shardIndex);
+        sends?.delete(sent);
+        if (sends?.size === 0) this.sending.delete(shardIndex);
+        this.untrack(shardIndex, ids);
+      }
     });
-    sends.add(sent);
+    for (const { shardIndex } of batches) {
+      const sends = this.sending.get(shardIndex) ?? new Set<Promise<void>>();
+      this.sending.set(shardIndex, sends);
+      sends.add(sent);
+    }
     return sent;
   }
 
   /**
-   * One fenced acknowledgement batch. A failure to reach Redis is retried with backoff while the
-   * poller runs (a restart or a reset must not leave finished entries pending here for good); after
-   * the last attempt they stay pending, and the owner's sweep of its own untracked entries (or the
-   * shard's next owner) processes them again.
+   * One fenced acknowledgement call for the batches of several shards, each shard's token checked
+   * on its own (a refused shard does not refuse the others). A failure to reach Redis is retried
+   * with backoff while the poller runs (a restart or a reset must not leave finished entries pending
+   * here for good); after the last attempt they stay pending, and the owner's sweep of its own
+   * untracked entries (or the shard's next owner) processes them again.
    */
-  private async sendWithRetries(state: ShardState, ids: string[]): Promise<AckOutcome> {
-    const { index: shardIndex, grantEpoch } = state;
+  private async sendWithRetries(batches: SentBatch[]): Promise<AckOutcome[]> {
     for (let attempt = 1; ; attempt++) {
+      let result: Awaited<ReturnType<ShardClient['ackMany']>>;
       try {
-        const { acked, notReplicated } = await this.client.ack(shardIndex, grantEpoch, ids);
-        this.events.emit('acknowledged', { shardIndex, grantEpoch, ids, accepted: acked !== -1 });
-        if (notReplicated) {
-          // Not retried: the ack is on the master; only a failover before it replicates undoes it (a redelivery).
-          this.events.emit('error', new ShardError(`shard ${shardIndex}: ${ids.length} acknowledgement(s) ${notReplicated.message}; a failover now would deliver them again`, shardIndex, notReplicated));
+        result = await this.client.ackMany(batches);
+      } catch (error) {
+        const retry = this.running() && attempt < ACK_ATTEMPTS;
+        for (const { shardIndex, ids } of batches) {
+          this.events.emit('error', new ShardError(`shard ${shardIndex}: acknowledging ${ids.length} entries failed${retry ? ', retrying' : '; they stay pending'}`, shardIndex, error));
         }
-        if (acked === -1) {
+        if (!retry) return batches.map(() => 'unsent');
+        await sleep(retryDelayMs(attempt, 50, 2000));
+        continue;
+      }
+      const { acked, notReplicated } = result;
+      return batches.map(({ shardIndex, grantEpoch, ids, state }, i) => {
+        const accepted = acked[i] !== -1;
+        this.events.emit('acknowledged', { shardIndex, grantEpoch, ids, accepted });
+        if (notReplicated[i]) {
+          // Not retried: the ack is on the master; only a failover before it replicates undoes it (a redelivery).
+          this.events.emit('error', new ShardError(`shard ${shardIndex}: ${ids.length} acknowledgement(s) ${notReplicated[i]!.message}; a failover now would deliver them again`, shardIndex, notReplicated[i]));
+        }
+        if (!accepted) {
           this.events.emit('error', new ShardError(`shard ${shardIndex}: ${ids.length} acknowledgement(s) refused, the shard has a new owner; it will process them again`, shardIndex));
           this.refused(state);
         }
-        return acked === -1 ? 'refused' : 'accepted';
-      } catch (error) {
-        const retry = this.running() && attempt < ACK_ATTEMPTS;
-        this.events.emit('error', new ShardError(`shard ${shardIndex}: acknowledging ${ids.length} entries failed${retry ? ', retrying' : '; they stay pending'}`, shardIndex, error));
-        if (!retry) return 'unsent';
-        await sleep(retryDelayMs(attempt, 50, 2000));
-      }
+        return accepted ? 'accepted' : 'refused';
+      });
     }
   }
 

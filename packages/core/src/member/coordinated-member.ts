@@ -22,7 +22,8 @@ import { MemberReconciler } from './member-reconciler';
 import type { MemberStats } from './member-stats';
 import { MetadataSync } from './metadata-sync';
 import { reconnect } from './reader-connection';
-import { duplicateClient } from '../redis/slot-pipelines';
+import { duplicateClient, isCluster } from '../redis/slot-pipelines';
+import { ReadHub } from '../redis/read-hub';
 import { type ShardError, ShardPoller } from './shard-poller';
 
 export type { MemberEvents, ShardsEvent } from './member-events';
@@ -57,7 +58,8 @@ export interface StopOptions {
 export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   readonly options: ResolvedMemberOptions<T>;
   readonly coordinator: CoordinatorClient;
-  private readonly reader: Redis;
+  /** On a Cluster, the connections of this member's polled reads; elsewhere it reads through the process's ReadHub. */
+  private readonly reader: Redis | undefined;
   /**
    * With `ackWaitForReplicas`: the connection acknowledgements are sent on. Their WAIT holds its
    * connection for up to `timeoutMs` when replicas are missing: on the command connection, the
@@ -102,9 +104,13 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.options = resolveMemberOptions(options);
     const resolved = this.options as ResolvedMemberOptions;
     this.coordinator = new CoordinatorClient(redis, this.options.coordinator);
-    // Blocking reads need a connection of their own (same options: password, ACL user, TLS).
-    this.reader = duplicateClient(redis) as Redis;
-    this.reader.on('error', () => undefined); // reported through the read loop
+    // Reads go through the process's ReadHub (shared by every member made from this client), which
+    // needs one node. On a Cluster, reads are polled per shard on connections of this member's own
+    // (same options: password, ACL user, TLS), reset on their own when a read is stuck.
+    if (isCluster(redis)) {
+      this.reader = duplicateClient(redis) as Redis;
+      this.reader.on('error', () => undefined); // reported through the read loop
+    }
     this.ackConnection = this.options.ackWaitForReplicas ? (duplicateClient(redis) as Redis) : undefined;
     this.ackConnection?.on('error', () => undefined); // a failed ack is reported (and retried) by the ack batcher
     const textCodecs = new Set([...this.options.codecs.values()].filter((codec) => !codec.binary).map((codec) => codec.name));
@@ -114,7 +120,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
       ackClient: this.ackConnection,
       textCodecs,
     });
-    this.poller = new ShardPoller(shardClient, redis as Redis, this.reader, resolved, () => this.mayStartHandlers());
+    this.poller = new ShardPoller(shardClient, this.reader ? { polled: this.reader, command: redis } : { hub: ReadHub.for(redis) }, resolved, () => this.mayStartHandlers());
     // A static member can be taken over by a new instance long before its session times out.
     const takeoverAfterMs = this.options.memberInstanceId === undefined ? undefined : staticTakeoverAfterMs(this.coordinator.options.heartbeatIntervalMs, this.options.sessionTimeoutMs);
     this.lease = new MemberLease(this.options.sessionTimeoutMs, takeoverAfterMs);
@@ -285,8 +291,8 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
 
   /**
    * A stopped member about to start again: forget everything of its last membership (it rejoins
-   * with epoch 0 and no shards) and reconnect its blocking connection, which stop() closed. The
-   * instance id and a pause stay.
+   * with epoch 0 and no shards); on a Cluster, reconnect its read connections, which stop() closed.
+   * The instance id and a pause stay.
    */
   private async prepareRestart(): Promise<void> {
     this.reconciler.forget();
@@ -296,7 +302,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.drained = undefined;
     this.memberProblems.clear();
     this.lease.reset();
-    await Promise.all([reconnect(this.reader), this.ackConnection && reconnect(this.ackConnection)]);
+    await Promise.all([this.reader && reconnect(this.reader), this.ackConnection && reconnect(this.ackConnection)]);
   }
 
   /**
@@ -349,7 +355,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     }
     this.leaveForGood = false;
     this.reconciler.left();
-    this.reader.disconnect();
+    this.reader?.disconnect();
     this.ackConnection?.disconnect(); // the drain sent the last acknowledgements
     await this.stopListening?.();
     this.stopListening = undefined;
@@ -357,8 +363,8 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   }
 
   /**
-   * Stops at once, as if the process died: no draining, no acknowledgements, no leave; the blocking
-   * connection is cut, the timers stop, and the handlers in flight are told (`message.signal`, reason
+   * Stops at once, as if the process died: no draining, no acknowledgements, no leave; a blocking
+   * read is cut short, the timers stop, and the handlers in flight are told (`message.signal`, reason
    * `stopped`). The coordinator expires the member after its session timeout. For tests and
    * emergency shutdown. The member can be started again (it rejoins as the same instance).
    */
@@ -370,7 +376,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.heartbeats.joinFailed(new Error(`member ${this.memberId} aborted`));
     this.poller.dropAll('stopped');
     const stopping = this.poller.stop(0).finally(() => this.ackConnection?.disconnect());
-    this.reader.disconnect();
+    this.reader?.disconnect();
     const listening = this.stopListening?.();
     this.stopListening = undefined;
     this.shutdown = Promise.all([stopping, listening]).then(() => undefined, () => undefined);
@@ -397,7 +403,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.heartbeats.cancel();
     this.metadata.stop();
     this.shutdown = this.poller.stop(0).finally(() => this.ackConnection?.disconnect());
-    this.reader.disconnect();
+    this.reader?.disconnect();
     void this.stopListening?.();
     this.stopListening = undefined;
     this.emit('error', error);

@@ -1,12 +1,11 @@
 import { EventEmitter } from 'node:events';
-import type { Redis } from 'ioredis';
 import type { ShardClient } from '../redis/shard-client';
 import { settlesWithin } from './abortable-sleep';
 import { AckBatcher } from './ack-batcher';
 import type { ResolvedMemberOptions } from './member-options';
 import { ShardDispatcher } from './shard-dispatcher';
-import { ShardReader } from './shard-reader';
-import { abortCalls, type HandlerAbortReason, inFlightIds, type PollerEvents, ShardError, ShardSet, type ShardState, workInFlight } from './shard-state';
+import { type ReadTransport, ShardReader } from './shard-reader';
+import { abortCalls, HandlerAbortedError, type HandlerAbortReason, inFlightIds, type PollerEvents, ShardError, ShardSet, type ShardState, workInFlight } from './shard-state';
 
 export {
   type AcknowledgedEvent,
@@ -41,8 +40,7 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
 
   constructor(
     private readonly client: ShardClient,
-    command: { client(subcommand: 'UNBLOCK', id: number): Promise<unknown> },
-    reader: Redis,
+    transport: ReadTransport,
     private readonly options: ResolvedMemberOptions,
     /** False while the member's lease may be lost: no handler may start then. */
     mayStartHandlers: () => boolean,
@@ -57,7 +55,7 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     });
     const mayStart = () => !this.paused && mayStartHandlers();
     this.dispatcher = new ShardDispatcher(this.shards, client, this.acks, this, options, mayStart, (state) => this.reader.onDrained(state));
-    this.reader = new ShardReader(this.shards, client, command, reader, this.acks, this, options, mayStart, () => this.paused, () => this.dispatcher.dispatch());
+    this.reader = new ShardReader(this.shards, client, transport, this.acks, this, options, mayStart, () => this.paused, () => this.dispatcher.dispatch());
   }
 
   /** Handlers running now. */

@@ -1,16 +1,16 @@
 import type { EventEmitter } from 'node:events';
 import type { Cluster, Redis } from 'ioredis';
-import { compareStreamIds, nextStreamId } from '../protocol/stream-ids';
-import type { ClaimResult, RawEntry, ReadResult, ShardClient } from '../redis/shard-client';
+import { compareStreamIds } from '../protocol/stream-ids';
+import type { HubReader, ReadHub } from '../redis/read-hub';
+import type { ReadResult, ShardClient } from '../redis/shard-client';
+import type { RedisClient } from '../redis/scripts';
 import { ShardWakeHub } from '../redis/shard-wake-hub';
-import { isCluster } from '../redis/slot-pipelines';
-
-type ClaimedPage = Extract<ClaimResult, { fenced: false }>;
 import { settlesWithin, Wakeup } from './abortable-sleep';
 import { reconnect } from './reader-connection';
 import type { AckBatcher } from './ack-batcher';
 import { type ResolvedMemberOptions, retryDelayMs } from './member-options';
-import { inFlightIds, isInFlight, type PollerEvents, type QueuedEntry, ShardError, type ShardSet, type ShardState } from './shard-state';
+import { ShardRecovery } from './shard-recovery';
+import { type PollerEvents, ShardError, type ShardSet, type ShardState } from './shard-state';
 
 /** Backoff of a refused shard claim: from this, doubling, up to the max. */
 const CLAIM_RETRY_MS = 100;
@@ -30,34 +30,52 @@ const CLUSTER_POLL_MAX_MS = 50;
 const CLUSTER_WOKEN_POLL_MAX_MS = 500;
 
 /**
- * The read side of the poller: installs each granted shard's fencing token (retrying, visibly, while
- * a newer token refuses it), takes over its pending entries in ID order, then reads new entries of
- * all shards in one blocking XREADGROUP. It repairs what reads can miss: entries another consumer
- * read late (the gap check on each batch, and a periodic sweep of other consumers' pending
- * entries), and entries of this member whose read reply was lost (a periodic sweep of its own
- * pending entries that it does not track).
+ * Where the reader reads: through the process's ReadHub (single Redis, Sentinel), or polled on a
+ * Cluster connection of the member's own (one XREADGROUP cannot span the shards' slots there),
+ * woken by writes through the ShardWakeHub of the member's command client (`command`).
  */
-export class ShardReader {
+export type ReadTransport = { hub: ReadHub } | { polled: RedisClient; command: RedisClient };
+
+/** How one read goes: blocking on the hub's connection (alone on it), non-blocking shared, or polled (Cluster). */
+type ReadMode = 'solo' | 'shared' | 'polled';
+
+/**
+ * The read side of the poller: installs each granted shard's fencing token (retrying, visibly, while
+ * a newer token refuses it), lets ShardRecovery take over pending entries, then reads new entries.
+ * Alone on its ReadHub, a member reads all its shards in one blocking XREADGROUP on the hub's
+ * blocking connection (cut short with CLIENT UNBLOCK when its shards change). Sharing the hub, it
+ * reads with non-blocking XREADGROUPs on the shared read connection: a shard is read while it may
+ * have unread entries (just taken, rung by the hub's doorbell, or its last read came back full), each
+ * time its queue runs low; a read that comes back short hands the shard to the doorbell until a new
+ * entry arrives. On a Cluster reads are polled per shard.
+ */
+export class ShardReader implements HubReader {
   private running = false;
   private loop: Promise<void> | undefined;
   readonly wakeup = new Wakeup();
-  private currentRead: { shards: Set<number>; done: Promise<unknown> } | undefined;
-  private readerId: number | undefined;
-  /** A Cluster reader: reads are polled (readEach), not blocking; nothing to unblock. */
-  private readonly polled: boolean;
+  private currentRead: { shards: Set<number>; done: Promise<unknown>; mode: ReadMode } | undefined;
+  private readonly recovery: ShardRecovery;
   /** Cluster: a shard's grant -> its pause after its last read, and when it is due again (a new grant is due at once). */
   private readonly polls = new WeakMap<ShardState, { delayMs: number; nextAt: number }>();
   /** Cluster: shards whose wake channel a write rang since their last read. */
   private readonly woken = new Set<number>();
   /** Cluster: shardIndex -> its wake channel's subscription (`confirmed` once Redis answered it). */
   private readonly wakes = new Map<number, { stop: () => void; confirmed: boolean }>();
+  /** Shared mode: shards read to the end by their last read; the doorbell watches them (from the id given). */
+  private readonly readToEnd = new WeakMap<ShardState, string>();
+  /** The last new id the doorbell rang for a shard: watched from there on, so one entry rings once. */
+  private readonly lastRung = new WeakMap<ShardState, string>();
+  /** Resolves the rings heard since the loop last went round (the hub waits for the reads they cause). */
+  private ringsHeard: (() => void)[] = [];
+  private unregister: (() => void) | undefined;
+  /** When the last read was sent (Date.now()). */
+  private lastReadAt = 0;
 
   constructor(
     private readonly shards: ShardSet,
     private readonly client: ShardClient,
-    private readonly command: { client(subcommand: 'UNBLOCK', id: number): Promise<unknown> },
-    private readonly reader: Redis,
-    private readonly acks: AckBatcher,
+    private readonly transport: ReadTransport,
+    acks: AckBatcher,
     private readonly events: EventEmitter<PollerEvents>,
     private readonly options: ResolvedMemberOptions,
     private readonly mayStartHandlers: () => boolean,
@@ -65,21 +83,25 @@ export class ShardReader {
     private readonly isPaused: () => boolean,
     private readonly dispatch: () => void,
   ) {
-    this.polled = isCluster(reader);
-    if (!this.polled) reader.on('ready', () => void this.refreshReaderId());
+    this.recovery = new ShardRecovery(shards, client, acks, events, options);
+    // Shared mode: a handler finished, and its shard may be low enough to read again (see refillAt).
+    shards.onSettled = (state) => {
+      if (this.sharing() && state.queue.length <= this.refillAt() && !this.readToEnd.has(state)) this.wakeup.notify();
+    };
   }
 
   start(): void {
     if (this.running) return;
     this.running = true;
+    if ('hub' in this.transport) this.unregister = this.transport.hub.register(this);
     this.loop = this.readLoop();
   }
 
   /**
    * Ends the loop and waits for it, at most `readGraceMs` beyond the block time: a call of the loop
-   * on the command connection (a claim, a sweep) whose reply never comes must not hold up stop().
-   * The loop then ends when that call settles; what it took is pending under this member, and the
-   * shard's next owner takes it over.
+   * (a read, a claim, a sweep) whose reply never comes must not hold up stop(). The loop then ends
+   * when that call settles; what it took is pending under this member, and the shard's next owner
+   * takes it over.
    */
   async stop(): Promise<void> {
     this.running = false;
@@ -89,14 +111,17 @@ export class ShardReader {
     if (this.loop && !(await settlesWithin(this.loop, this.options.blockMs + this.readGraceMs()))) {
       this.events.emit('error', new ShardError('the read loop did not end: a call on the command connection has not been answered; stopping without it'));
     }
+    this.unregister?.();
+    this.unregister = undefined;
+    this.heard();
   }
 
-  /** Whether the blocking read under way covers the shard. */
+  /** Whether the read under way covers the shard. */
   isReading(shardIndex: number): boolean {
     return this.currentRead?.shards.has(shardIndex) ?? false;
   }
 
-  /** Interrupts a read that covers the shard and waits until it returned. */
+  /** Cuts a blocking read that covers the shard short, and waits until the read under way that covers it returned. */
   async endReadOf(shardIndex: number): Promise<void> {
     const read = this.currentRead;
     if (read?.shards.has(shardIndex)) {
@@ -106,7 +131,7 @@ export class ShardReader {
   }
 
   /**
-   * A shard ran out of work. If the current blocking read does not cover it (it is still taking
+   * A shard ran out of work. If a blocking read under way does not cover it (it is still taking
    * over pending entries, or it was left out for want of buffer room), cut the read short so it is
    * not starved for a whole block timeout while other shards are idle.
    */
@@ -116,57 +141,127 @@ export class ShardReader {
     else this.wakeup.notify();
   }
 
-  /** Cuts a blocked read short (CLIENT UNBLOCK), so the next read sees the new set of shards. */
+  /** Something changed (shards, holds, pause): a blocking read is cut short (CLIENT UNBLOCK), the loop looks again. */
   interruptRead(): void {
     this.wakeup.notify();
-    if (this.currentRead && this.readerId !== undefined && !this.polled) {
-      this.command.client('UNBLOCK', this.readerId).catch(() => undefined);
+    if (this.currentRead?.mode === 'solo' && 'hub' in this.transport) this.transport.hub.unblockSolo();
+  }
+
+  /** HubReader: alone on the hub now, or no longer: a blocking read lets go of the connection. */
+  modeChanged(): void {
+    this.interruptRead();
+  }
+
+  /** HubReader: the shards read to the end, by stream, and the id after which an entry is new. */
+  *watched(): Iterable<[string, string]> {
+    if (!this.running) return;
+    for (const state of this.shards.all()) {
+      const after = this.readToEnd.get(state);
+      if (after !== undefined && state.phase === 'reading') yield [this.client.streamKey(state.index), after];
     }
   }
 
-  private async refreshReaderId(): Promise<void> {
-    try {
-      this.readerId = Number(await this.reader.client('ID'));
-    } catch {
-      this.readerId = undefined;
+  /**
+   * HubReader: new entries on some streams ('' after a doorbell failure: maybe). Every shard read
+   * to the end is read again, not just the rung ones: XREAD BLOCK returns at the first entry of a
+   * burst, so the other shards' entries of the same burst are likely there too, and one read of
+   * them all costs one round trip, where ring after ring would cost two each.
+   */
+  ring(rings: ReadonlyMap<string, string>): Promise<void> {
+    let rung = false;
+    for (const state of this.shards.all()) {
+      const id = this.readToEnd.has(state) ? rings.get(this.client.streamKey(state.index)) : undefined;
+      if (id === undefined) continue;
+      rung = true;
+      if (id !== '') this.lastRung.set(state, id);
     }
+    if (!rung || !this.running) return Promise.resolve();
+    for (const state of this.shards.all()) this.readToEnd.delete(state);
+    this.wakeup.notify();
+    return new Promise<void>((resolve) => this.ringsHeard.push(resolve));
+  }
+
+  private heard(): void {
+    const heard = this.ringsHeard;
+    this.ringsHeard = [];
+    for (const resolve of heard) resolve();
+  }
+
+  /** Whether the next read is a shared one (another member reads through the same hub). */
+  private sharing(): boolean {
+    return 'hub' in this.transport && !this.transport.hub.mayReadSolo(this);
+  }
+
+  /**
+   * Shared mode: how low a shard's queue runs before it is read again: half of its share of the
+   * buffer, so the next batch arrives before the queue is empty and each read brings several
+   * entries of many shards, not one entry of one.
+   */
+  private refillAt(): number {
+    return Math.floor(this.fillTo() / 2);
+  }
+
+  /** A shard's share of the buffer, at most `batchSize`: no shared read brings a shard more (one busy shard must not take every other's room). */
+  private fillTo(): number {
+    const share = Math.floor(this.options.maxBufferedEntries / Math.max(1, this.shards.order.length));
+    return Math.max(1, Math.min(this.options.batchSize, share));
   }
 
   private async readLoop(): Promise<void> {
-    if (this.readerId === undefined && !this.polled) await this.refreshReaderId();
     while (this.running) {
       try {
         await this.claimNewShards();
         if (this.isPaused()) {
+          this.heard();
           await this.wakeup.wait(this.idleWaitMs());
           continue;
         }
-        await this.takeOverPending();
-        await this.sweep();
+        await this.recovery.takeOverPending();
+        await this.recovery.sweep();
         this.dispatch();
-        // Read ahead: a shard whose queue holds less than two reads' worth is read again (within
-        // maxBufferedEntries), and what the last read brought is dispatched while this read is out,
-        // so handling overlaps the round trip instead of waiting for it.
+        const sharing = this.sharing();
+        const refillAt = this.refillAt();
+        // Read ahead (alone, or polled): a shard whose queue holds less than two reads' worth is read
+        // again (within maxBufferedEntries), and what the last read brought is dispatched while this
+        // read is out, so handling overlaps the round trip instead of waiting for it. Sharing, a
+        // shard is read at half its share of the buffer (see refillAt).
         const readable = this.shards.order.filter((s) => {
           const state = this.shards.get(s)!;
-          return state.phase === 'reading' && state.queue.length < 2 * this.options.batchSize && state.held.length === 0;
+          if (state.phase !== 'reading' || state.held.length > 0) return false;
+          return sharing ? !this.readToEnd.has(state) && state.queue.length <= refillAt : state.queue.length < 2 * this.options.batchSize;
         });
         const budget = this.options.maxBufferedEntries - this.shards.buffered;
         if (readable.length === 0 || budget <= 0 || !this.mayStartHandlers()) {
+          this.heard();
           await this.wakeup.wait(this.idleWaitMs());
+          // A ring lost on the way would delay a new entry until the next ring: blockMs bounds it.
+          if (sharing && Date.now() - this.lastReadAt >= this.options.blockMs) this.rereadWatched();
           continue;
         }
-        await this.readOnce(readable, budget);
+        const heard = this.ringsHeard;
+        this.ringsHeard = [];
+        try {
+          await this.readOnce(readable, budget);
+        } finally {
+          for (const resolve of heard) resolve();
+        }
       } catch (error) {
+        this.heard();
         if (!this.running) break;
         this.events.emit('error', new ShardError(`reading shards failed: ${(error as Error).message}`, undefined, error));
         // ioredis gives a client up for good ("end") when a (re)connect fails in certain ways (its
         // connector closed mid-way, a Sentinel lookup it may not retry): every read would fail
         // "Connection is closed." while the member keeps its shards. It is opened again here.
-        if (this.reader.status === 'end') await reconnect(this.reader);
+        if ('hub' in this.transport) this.transport.hub.repair();
+        else if (this.transport.polled.status === 'end') await reconnect(this.transport.polled as Redis);
         await this.wakeup.wait(Math.min(1000, this.options.blockMs));
       }
     }
+    this.heard();
+  }
+
+  private rereadWatched(): void {
+    for (const state of this.shards.all()) this.readToEnd.delete(state);
   }
 
   /**
@@ -192,16 +287,20 @@ export class ShardReader {
   }
 
   private async readOnce(readable: number[], budget: number): Promise<void> {
-    const count = Math.max(1, Math.min(this.options.batchSize, Math.floor(budget / readable.length)));
+    if (!this.running) return; // stopped while a call of the loop was out: the hub may be closed
     // The states the read is for: if a shard is released and granted again while the read is
     // out, its entries belong to the old grant (pending here, the new grant takes them over).
     const readFor = new Map(readable.map((s) => [s, this.shards.get(s)!]));
     const cursors = readable.map((s) => readFor.get(s)!.readCursor);
-    // A blocked read must not put off a sweep (lost read replies are found only there) or a claim
-    // retry that is due.
-    const blockMs = this.idleWaitMs();
-    const done = this.polled ? this.readPolled(readable, cursors, count) : this.client.readNew(this.reader, readable, cursors, count, blockMs, blockMs + this.readGraceMs());
-    this.currentRead = { shards: new Set(readable), done };
+    const started = this.startRead(readable, cursors, budget);
+    if (!started) {
+      // Between modes (the doorbell is letting go of the blocking connection): look again shortly.
+      await this.wakeup.wait(Math.min(10, this.idleWaitMs()));
+      return;
+    }
+    const { done, mode, count } = started;
+    this.lastReadAt = Date.now();
+    this.currentRead = { shards: new Set(readable), done, mode };
     this.dispatch();
     let result: ReadResult;
     try {
@@ -209,16 +308,52 @@ export class ShardReader {
     } finally {
       this.currentRead = undefined;
     }
-    for (const [shardIndex, entries] of result.entries) {
+    let toEnd = false;
+    for (const [shardIndex, state] of readFor) {
       // Entries of a shard released meanwhile stay pending: its next owner (or grant) takes them over.
-      const state = readFor.get(shardIndex)!;
-      if (entries.length === 0 || !this.shards.isCurrent(state)) continue;
-      const first = result.firstAfter.get(shardIndex) ?? '';
-      if (first !== '' && first !== entries[0].id) await this.recoverSkipped(state, entries[0].id);
       if (!this.shards.isCurrent(state)) continue;
-      state.readCursor = entries[entries.length - 1].id;
-      this.shards.enqueue(state, entries.map((entry) => ({ entry, deliveries: 1 })));
+      const entries = result.entries.get(shardIndex) ?? [];
+      if (entries.length > 0) {
+        const first = result.firstAfter.get(shardIndex) ?? '';
+        if (first !== '' && first !== entries[0].id) await this.recovery.recoverSkipped(state, entries[0].id);
+        if (!this.shards.isCurrent(state)) continue;
+        state.readCursor = entries[entries.length - 1].id;
+        this.shards.enqueue(state, entries.map((entry) => ({ entry, deliveries: 1 })));
+      }
+      if (mode !== 'shared') {
+        this.readToEnd.delete(state);
+      } else if (entries.length < count) {
+        // Nothing more to read now: the doorbell rings when an entry after this one arrives.
+        // (From the last id rung, if later: an entry another consumer took must not ring again.)
+        const rung = this.lastRung.get(state);
+        this.readToEnd.set(state, rung !== undefined && compareStreamIds(rung, state.readCursor) > 0 ? rung : state.readCursor);
+        toEnd = true;
+      }
     }
+    if (toEnd && 'hub' in this.transport) this.transport.hub.changed();
+  }
+
+  /**
+   * Sends the read the transport and the hub's mode call for; undefined when the hub is between
+   * modes (no solo read may start and no shared connection is open yet).
+   */
+  private startRead(readable: number[], cursors: string[], budget: number): { done: Promise<ReadResult>; mode: ReadMode; count: number } | undefined {
+    const perShard = Math.floor(budget / readable.length);
+    if (!('hub' in this.transport)) {
+      const count = Math.max(1, Math.min(this.options.batchSize, perShard));
+      return { done: this.readPolled(this.transport, readable, cursors, count), mode: 'polled', count };
+    }
+    const hub = this.transport.hub;
+    const soloCount = Math.max(1, Math.min(this.options.batchSize, perShard));
+    // A blocked read must not put off a sweep (lost read replies are found only there) or a claim
+    // retry that is due.
+    const blockMs = this.idleWaitMs();
+    const solo = hub.readSolo(this, (connection) => this.client.readNew(connection, readable, cursors, soloCount, blockMs, blockMs + this.readGraceMs()));
+    if (solo) return { done: solo, mode: 'solo', count: soloCount };
+    const shared = hub.sharedConnection;
+    if (!shared) return undefined;
+    const count = Math.max(1, Math.min(this.fillTo(), perShard));
+    return { done: this.client.readNew(shared, readable, cursors, count, undefined, this.readGraceMs()), mode: 'shared', count };
   }
 
   /**
@@ -229,8 +364,8 @@ export class ShardReader {
    * wake-up). Shards whose read failed are reported ('error', one per round) and paused as after a
    * failed read; the others' entries are delivered.
    */
-  private async readPolled(readable: number[], cursors: string[], count: number): Promise<ReadResult> {
-    this.listenForWrites();
+  private async readPolled(transport: { polled: RedisClient; command: RedisClient }, readable: number[], cursors: string[], count: number): Promise<ReadResult> {
+    this.listenForWrites(transport.command);
     const now = Date.now();
     const due: number[] = [];
     const dueCursors: string[] = [];
@@ -248,7 +383,7 @@ export class ShardReader {
     }
     // A write that lands while this round is out wakes its shard again.
     for (const shard of due) this.woken.delete(shard);
-    const result = await this.client.readEach(this.reader, due, dueCursors, count, this.readGraceMs());
+    const result = await this.client.readEach(transport.polled, due, dueCursors, count, this.readGraceMs());
     const done = Date.now();
     for (const shard of due) {
       const state = this.shards.get(shard);
@@ -274,7 +409,7 @@ export class ShardReader {
    * those it no longer holds. A subscription that failed is tried again at the next round; until
    * Redis confirms it, the shard is polled at the short interval.
    */
-  private listenForWrites(): void {
+  private listenForWrites(command: RedisClient): void {
     const held = new Set(this.shards.all().filter((state) => state.phase !== 'released').map((state) => state.index));
     for (const [shard, wake] of this.wakes) {
       if (held.has(shard)) continue;
@@ -285,7 +420,7 @@ export class ShardReader {
     for (const shard of held) {
       if (this.wakes.has(shard)) continue;
       // The hub of the member's command client: one subscriber (a connection per master) for every member made from it.
-      const listening = ShardWakeHub.for(this.command as unknown as Cluster).listen(this.client.wakeChannel(shard), () => {
+      const listening = ShardWakeHub.for(command as Cluster).listen(this.client.wakeChannel(shard), () => {
         this.woken.add(shard);
         this.wakeup.notify();
       });
@@ -328,124 +463,5 @@ export class ShardReader {
       this.events.emit('error', new ShardError(`${message}, trying again in ${delay} ms`, state.index));
       this.events.emit('claim-refused', { shardIndex: state.index, grantEpoch: state.grantEpoch, holder: claim.holder });
     }
-  }
-
-  /** Pending entries of a newly gained shard come first, in ID order, page by page as room allows. */
-  private async takeOverPending(): Promise<void> {
-    for (const state of this.shards.all()) {
-      while (state.phase === 'takeover' && state.queue.length < this.options.batchSize) {
-        const page = await this.accept(state, await this.client.claimPending(state.index, state.grantEpoch, 'all', state.takeoverCursor, this.options.batchSize), 'while taking over its pending entries');
-        if (!page) break;
-        state.takeoverCursor = page.cursor;
-        if (page.cursor === '0-0') state.phase = 'reading';
-      }
-    }
-  }
-
-  /**
-   * A read returned entries of a shard, but not the first entry after what this member had accounted
-   * for (`readNew`'s check): the ones in between were delivered to another consumer after this
-   * member took the shard (a zombie's read that reached Redis late, e.g. after a partition healed),
-   * or to this member in a reply that never arrived. They are taken over now, in ID order, and queued
-   * before the batch, so the shard's order holds. Only entries before the batch move: one after it
-   * (another consumer's late read of a newer entry) is left where the sweep finds it.
-   */
-  private async recoverSkipped(state: ShardState, before: string): Promise<void> {
-    let start = nextStreamId(state.readCursor);
-    let recovered = 0;
-    for (;;) {
-      const page = await this.accept(state, await this.client.claimPendingRange(state.index, state.grantEpoch, start, before, this.options.batchSize), '(fencing token changed)');
-      if (!page) return;
-      recovered += page.entries.length;
-      if (page.cursor === '0-0') break;
-      start = nextStreamId(page.cursor);
-    }
-    this.events.emit('error', new ShardError(`shard ${state.index}: ${recovered} entries before ${before} were delivered elsewhere (a late read); took them over first`, state.index));
-  }
-
-  /**
-   * Both sweeps of each shard being read, every `sweepIntervalMs`. The shard starts no handler until
-   * both have queued what they found (the caller dispatches after): a zombie's entries and this
-   * member's own lost ones interleave by id, so neither part's entries may run before the other's
-   * older ones are queued.
-   */
-  private async sweep(): Promise<void> {
-    const now = Date.now();
-    for (const state of this.shards.all()) {
-      if (state.phase !== 'reading' || now - state.lastSweepAt < this.options.sweepIntervalMs) continue;
-      state.lastSweepAt = now;
-      state.sweeping = true;
-      try {
-        const page = await this.accept(state, await this.client.claimPending(state.index, state.grantEpoch, 'others', '0-0', this.options.batchSize), '(fencing token changed)');
-        // Other consumers' entries after the page's cursor are left for the next sweep: own lost
-        // entries after them must wait too, or they would run first.
-        if (page) await this.recoverUntracked(state, page.cursor === '0-0' ? undefined : page.cursor);
-      } finally {
-        state.sweeping = false;
-      }
-    }
-  }
-
-  /**
-   * Entries pending under this member that it does not track (not queued, held, in flight, or
-   * awaiting their ack) were delivered in a read reply that never arrived, or their ack was given up
-   * on. On a quiet shard no later read would reveal them, so they are claimed again and queued in ID
-   * order, before anything after them that has not started. Only those up to `upTo`, when given.
-   */
-  private async recoverUntracked(state: ShardState, upTo?: string): Promise<void> {
-    const tracked = new Set([...this.shards.buffers(state), ...inFlightIds(state)]);
-    // Enough to see past everything tracked: untracked entries, if any, are among the first ones.
-    const ids = await this.client.ownPending(state.index, tracked.size + this.acks.unsettledCount(state.index) + this.options.batchSize);
-    if (!this.shards.isCurrent(state)) return;
-    const acking = this.acks.unsettledIds(state.index);
-    const untracked = ids.filter((id) => !tracked.has(id) && !isInFlight(state, id) && !acking.has(id) && !this.isQueued(state, id) && (upTo === undefined || compareStreamIds(id, upTo) <= 0));
-    if (untracked.length === 0) return;
-    const page = await this.accept(state, await this.client.claimIds(state.index, state.grantEpoch, untracked), '(fencing token changed)');
-    if (page && page.entries.length > 0) {
-      this.events.emit('error', new ShardError(`shard ${state.index}: ${page.entries.length} entries pending here were not being handled (a read reply that never arrived, or an ack given up on): ${page.entries.map((e) => e.id).join(', ')}; handling them now`, state.index));
-    }
-  }
-
-  /** The entry is queued or held now (the lists may have changed while a call was out). */
-  private isQueued(state: ShardState, id: string): boolean {
-    return state.queue.some((q) => q.entry.id === id) || state.held.some((q) => q.entry.id === id);
-  }
-
-  /**
-   * Takes a claimed page into the shard: null (and the shard given up locally) when fenced; else
-   * its entries are queued in ID order, the read cursor moves past them (so that a later gap check
-   * does not claim them again), and ids deleted from the stream while pending are reported.
-   */
-  private async accept(state: ShardState, page: ClaimResult, when: string): Promise<ClaimedPage | null> {
-    if (page.fenced) {
-      this.shards.lose(state, `shard ${state.index} has a newer owner (its fencing token refused a takeover)`);
-      this.events.emit('error', new ShardError(`shard ${state.index}: lost ${when}`, state.index));
-      return null;
-    }
-    if (page.deleted.length > 0) {
-      this.events.emit('error', new ShardError(`shard ${state.index}: entries ${page.deleted.join(', ')} were deleted from the stream (trimmed or XDEL) before they were handled; they cannot be processed`, state.index));
-    }
-    const entries = await this.withDeliveryCounts(state.index, page.entries);
-    if (!this.shards.isCurrent(state)) return null;
-    // Not already queued here: a sweep may meet an entry the gap check took a moment ago.
-    const fresh = entries.filter((q) => !this.isQueued(state, q.entry.id) && !isInFlight(state, q.entry.id));
-    this.shards.enqueue(state, fresh);
-    this.advanceCursor(state, page.entries);
-    return page;
-  }
-
-  /**
-   * Entries taken over are accounted for: a later check must not take them again (they may be
-   * queued or in flight here, pending under this member's name).
-   */
-  private advanceCursor(state: ShardState, entries: RawEntry[]): void {
-    const last = entries[entries.length - 1]?.id;
-    if (last !== undefined && compareStreamIds(last, state.readCursor) > 0) state.readCursor = last;
-  }
-
-  private async withDeliveryCounts(shardIndex: number, entries: RawEntry[]): Promise<QueuedEntry[]> {
-    if (entries.length === 0) return [];
-    const counts = await this.client.deliveryCounts(shardIndex, entries[0].id, entries[entries.length - 1].id, entries.length);
-    return entries.map((entry) => ({ entry, deliveries: counts.get(entry.id) ?? 1 }));
   }
 }

@@ -182,6 +182,8 @@ export class ShardSet {
    * takeover queues it again) would run twice at once, in one process (SPEC 5).
    */
   readonly lingering = new Map<number, ShardState>();
+  /** Called when a shard's in-flight work ended (a sharing reader reads a shard again once its queue runs low). */
+  onSettled: ((state: ShardState) => void) | undefined;
 
   get(shardIndex: number): ShardState | undefined {
     return this.states.get(shardIndex);
@@ -269,6 +271,7 @@ export class ShardSet {
   /** In-flight work of `state` ended: if it was a released grant's last, a new grant may start handlers. */
   settled(state: ShardState): void {
     if (state.work.size === 0 && this.lingering.get(state.index) === state) this.lingering.delete(state.index);
+    this.onSettled?.(state);
   }
 
   /**

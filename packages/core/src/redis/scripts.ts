@@ -18,6 +18,7 @@ const SCRIPT_FILES = {
   createStream: 'createStream-1.lua',
   claimShard: 'claimShard-2.lua',
   ackFenced: 'ackFenced-2.lua',
+  ackFencedMany: 'ackFencedMany-n.lua',
   claimPending: 'claimPending-2.lua',
   deadLetterFenced: 'deadLetterFenced-3.lua',
   resizeShards: 'resizeShards-n.lua',

@@ -5,7 +5,7 @@ import { findGroupInfo, isNoSuchKey, type StreamGroupInfo } from './responses';
 import { resetConnection } from './connection-reset';
 import { ensureScripts, pipelineScript, type RedisClient, runScript } from './scripts';
 import { NotReplicatedError, type ReplicaWait, waitCommand, waitShortfall } from './replica-wait';
-import { execBySlot } from './slot-pipelines';
+import { execBySlot, isCluster } from './slot-pipelines';
 
 /** A raw stream entry: id and flat field list (text), and the payload's bytes as read. */
 export interface RawEntry {
@@ -24,7 +24,7 @@ export type ClaimResult = { fenced: true } | { fenced: false; cursor: string; en
 /** A shard claim: installed (reading goes on from `cursor`), or refused because `holder`'s token is newer. */
 export type ShardClaim = { claimed: true; cursor: string } | { claimed: false; holder: string };
 
-/** What one blocking read returned per shard, and each shard's first entry after its cursor. */
+/** What one read returned per shard, and each shard's first entry after its cursor. */
 export interface ReadResult {
   entries: Map<number, RawEntry[]>;
   /** shardIndex -> id of the first entry after the cursor passed in ('' when none). */
@@ -41,7 +41,14 @@ export function fenceToken(incarnation: string, grantEpoch: number, memberId: st
   return `${incarnation}:${grantEpoch}:${memberId}`;
 }
 
-/** A blocking read that did not come back by its deadline; the reader connection was reset. */
+/** One shard's acknowledgements under one grant (ShardClient.ackMany). */
+export interface AckBatch {
+  shardIndex: number;
+  grantEpoch: number;
+  ids: string[];
+}
+
+/** A read that did not come back by its deadline; its connection was reset. */
 export class ReadDeadlineError extends Error {
   constructor(message: string) {
     super(message);
@@ -50,17 +57,17 @@ export class ReadDeadlineError extends Error {
 }
 
 /**
- * A blocking read has no deadline of its own: on a half-open connection (NAT or firewall state
- * dropped, a failover behind a virtual IP) its request or reply can be stuck for as long as TCP
- * retransmits (minutes), and CLIENT UNBLOCK from another connection cannot reach it. Past the
- * deadline the socket is destroyed (not ended: a FIN may never be answered either), so ioredis
- * reconnects; the read counts as lost. Whatever it delivered, if it ran, is pending under this
- * member untracked, where the gap check and the own-pending sweep find it.
+ * A read has no deadline of its own: on a half-open connection (NAT or firewall state dropped, a
+ * failover behind a virtual IP) its request or reply can be stuck for as long as TCP retransmits
+ * (minutes), and CLIENT UNBLOCK from another connection cannot reach it. Past the deadline the
+ * socket is destroyed (not ended: a FIN may never be answered either), so ioredis reconnects; the
+ * read counts as lost. Whatever it delivered, if it ran, is pending under this member untracked,
+ * where the gap check and the own-pending sweep find it. `what` names the read in the error.
  */
-async function withReadDeadline<R>(reader: RedisClient, read: Promise<R>, deadlineMs: number): Promise<R> {
+export async function withReadDeadline<R>(reader: RedisClient, read: Promise<R>, deadlineMs: number, what = 'the blocking read'): Promise<R> {
   let timer: NodeJS.Timeout | undefined;
   const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new ReadDeadlineError(`the blocking read did not come back within ${deadlineMs} ms; ${resetConnection(reader, 'reader')}`)), deadlineMs);
+    timer = setTimeout(() => reject(new ReadDeadlineError(`${what} did not come back within ${deadlineMs} ms; ${resetConnection(reader, 'reader')}`)), deadlineMs);
   });
   // The abandoned read settles later (a resend after the reconnect, or an error): nobody waits for it.
   read.catch(() => undefined);
@@ -98,8 +105,9 @@ function binaryPayload(entry: RawEntry): string | undefined {
 /**
  * The shard-side operations of one member on one group: fencing, reading, acknowledging, taking over
  * pending work, dead-lettering. Every call touches keys of one shard's hash slot only (Cluster-safe),
- * except `readNew`, which reads several shards in one blocking XREADGROUP on a single Redis (on a
- * Cluster, `readEach` reads them without blocking, one pipeline per shard).
+ * except `readNew` and `ackMany`, which read or acknowledge several shards in one call on a single
+ * Redis (on a Cluster, `readEach` reads them one pipeline per shard, and `ackMany` acknowledges each
+ * shard on its own).
  */
 export class ShardClient {
   constructor(
@@ -225,6 +233,43 @@ export class ShardClient {
   }
 
   /**
+   * Acknowledges the entries of several shards in one fenced call (ackFencedMany-n.lua), each shard
+   * under its own token: per batch, the number acknowledged or -1 when that shard was lost (the
+   * others are acknowledged all the same). With `ackWait`, WAIT follows on the same connection. On
+   * a Cluster the shards' keys live in different slots: each shard gets its own fenced call there
+   * (`ack`, sent side by side, each to its shard's node), as does a single batch anywhere.
+   */
+  async ackMany(batches: readonly AckBatch[]): Promise<{ acked: number[]; notReplicated: (NotReplicatedError | undefined)[] }> {
+    if (batches.length === 1 || isCluster(this.redis)) {
+      const results = await Promise.all(batches.map((b) => this.ack(b.shardIndex, b.grantEpoch, b.ids)));
+      return { acked: results.map((r) => r.acked), notReplicated: results.map((r) => r.notReplicated) };
+    }
+    const keys: string[] = [];
+    const args: (string | number)[] = [this.consumerGroup];
+    for (const { shardIndex, grantEpoch, ids } of batches) {
+      keys.push(...this.shardKeys(shardIndex));
+      args.push(this.token(grantEpoch), ids.length, ...ids);
+    }
+    const wait = this.ackWait;
+    if (!wait) {
+      const reply = (await runScript(this.redis, 'ackFencedMany', keys, args)) as unknown[];
+      return { acked: batches.map((_, i) => Number(reply[i])), notReplicated: [] };
+    }
+    // WAIT blocks its connection: on the acknowledgements' own, not the one heartbeats use.
+    ensureScripts(this.ackClient);
+    const pipeline = (this.ackClient as Redis).pipeline();
+    pipelineScript(pipeline, 'ackFencedMany', keys, args);
+    waitCommand(pipeline, wait);
+    const [[error, reply], waitReply] = (await pipeline.exec()) as [Error | null, unknown][];
+    if (error) throw error;
+    const acked = batches.map((_, i) => Number((reply as unknown[])[i]));
+    const shortfall = acked.some((n) => n > 0) ? waitShortfall(waitReply, wait) : undefined;
+    if (!shortfall) return { acked, notReplicated: [] };
+    const notReplicated = new NotReplicatedError(`acknowledged on the master but not confirmed on its replicas: ${shortfall.why}`, shortfall.replicas, wait.replicas);
+    return { acked, notReplicated: acked.map((n) => (n > 0 ? notReplicated : undefined)) };
+  }
+
+  /**
    * One page of a fenced takeover (see claimPending-2.lua for the modes 'all' and 'others'). In mode
    * 'others' the cursor is '0-0' when every other consumer's entry was taken, else the id up to
    * which they were (the ones left are newer).
@@ -296,21 +341,25 @@ export class ShardClient {
   }
 
   /**
-   * Blocking XREADGROUP of new entries ('>') of several shards, on a connection of its own, with
-   * `firstAfter-n.lua` in the same pipeline: it runs the moment the read returns, at no extra round
-   * trip, and tells for each shard which entry follows `cursors[i]`. When a batch does not start
-   * there, the entries in between went to another consumer of the group (a zombie's read that
-   * reached Redis late) or to this member in a reply it never got. Entries are empty after the
-   * block timed out or was cut short (CLIENT UNBLOCK). Rejects with ReadDeadlineError when nothing
-   * came back within `deadlineMs` (the connection is reset then; see withReadDeadline).
+   * XREADGROUP of new entries ('>') of several shards with `firstAfter-n.lua` in the same pipeline:
+   * it runs the moment the read returns, at no extra round trip, and tells for each shard which
+   * entry follows `cursors[i]`. When a batch does not start there, the entries in between went to
+   * another consumer of the group (a zombie's read that reached Redis late) or to this member in a
+   * reply it never got. With `blockMs` the read blocks (on a connection nothing else uses: a member
+   * alone on its ReadHub) and its entries are empty after the block timed out or was cut short
+   * (CLIENT UNBLOCK); without, it does not block (the hub's shared read connection). Rejects with
+   * ReadDeadlineError when nothing came back within `deadlineMs` (the connection is reset then; see
+   * withReadDeadline).
    */
-  async readNew(reader: Redis, shards: number[], cursors: string[], countPerShard: number, blockMs: number, deadlineMs: number): Promise<ReadResult> {
+  async readNew(reader: Redis, shards: number[], cursors: string[], countPerShard: number, blockMs: number | undefined, deadlineMs: number): Promise<ReadResult> {
     const streams = shards.map((s) => this.keys.shardStream(this.streamPrefix, s));
     ensureScripts(reader);
     const pipeline = reader.pipeline();
-    pipeline.xreadgroup('GROUP', this.consumerGroup, this.memberId, 'COUNT', countPerShard, 'BLOCK', blockMs, 'STREAMS', ...streams, ...shards.map(() => '>'));
+    const ids = shards.map(() => '>');
+    if (blockMs === undefined) pipeline.xreadgroup('GROUP', this.consumerGroup, this.memberId, 'COUNT', countPerShard, 'STREAMS', ...streams, ...ids);
+    else pipeline.xreadgroup('GROUP', this.consumerGroup, this.memberId, 'COUNT', countPerShard, 'BLOCK', blockMs, 'STREAMS', ...streams, ...ids);
     pipelineScript(pipeline, 'firstAfter', streams, cursors);
-    const [[readError, reply], [checkError, firsts]] = (await withReadDeadline(reader, pipeline.exec(), deadlineMs)) as [[Error | null, unknown], [Error | null, unknown]];
+    const [[readError, reply], [checkError, firsts]] = (await withReadDeadline(reader, pipeline.exec(), deadlineMs, blockMs === undefined ? 'the read' : 'the blocking read')) as [[Error | null, unknown], [Error | null, unknown]];
     if (readError) throw readError;
     if (checkError) throw checkError;
     const entries = new Map<number, RawEntry[]>();
@@ -320,6 +369,12 @@ export class ShardClient {
     }
     return { entries, firstAfter: new Map(shards.map((shard, i) => [shard, String((firsts as unknown[])[i] ?? '')])) };
   }
+
+  /** The key of a shard's stream (what the read hub's doorbell watches). */
+  streamKey(shardIndex: number): string {
+    return this.keys.shardStream(this.streamPrefix, shardIndex);
+  }
+
 
   /**
    * `readNew` for a Redis Cluster, where one command cannot span shards (each has its own slot):

@@ -61,6 +61,12 @@ export interface MemberProcessSettings {
    * installed on the test machines, hence the in-process shift.
    */
   clockOffsetMs?: number;
+  /**
+   * Runs a second member on the same client, in a group of its own on an idle stream
+   * (`<streamPrefix>-companion`): the member then shares its process's ReadHub (the doorbell and the
+   * shared read connection) instead of reading alone with a blocking XREADGROUP.
+   */
+  companion?: boolean;
 }
 
 export const MEMBER_PROCESS_ENV = 'RSC_MEMBER_PROCESS';
@@ -155,9 +161,29 @@ function main(): void {
   member.on('lease-lost', (a) => record({ e: 'lease-lost', shards: a.shards, ep: a.memberEpoch }));
   member.on('error', (error) => record({ e: 'error', msg: `${(error as { code?: unknown }).code ?? ''} ${error.message}`.trim() }));
 
+  const companion = settings.companion
+    ? new CoordinatedMember(redis, {
+        streamPrefix: `${settings.streamPrefix}-companion`,
+        consumerGroup: `${settings.consumerGroup}-companion`,
+        memberId: `${settings.memberId}-companion`,
+        shardCount: 2,
+        sessionTimeoutMs: settings.sessionTimeoutMs,
+        coordinator: { heartbeatIntervalMs: settings.heartbeatIntervalMs },
+        handler: () => undefined,
+      })
+    : undefined;
+  // Its troubles are not the chaos member's: they are not recorded. Started first (and retried),
+  // so the chaos member reads through the shared path from its first read on.
+  companion?.on('error', () => undefined);
+  const startCompanion = (): void =>
+    void companion?.start().catch((error: Error) => {
+      if (error.name !== 'FencedInstanceIdError') setTimeout(startCompanion, 200);
+    });
+  startCompanion();
+
   process.on('SIGTERM', () => {
     record({ e: 'stopping' });
-    void member.stop().finally(() => {
+    void Promise.all([member.stop(), companion?.stop()]).finally(() => {
       record({ e: 'stopped' });
       redis.disconnect();
       process.exit(0);

@@ -1,0 +1,33 @@
+/**
+ * The producer of the latency scenario, in a process of its own (so that its event loop does not
+ * delay the consumer it measures): node dist/latency-producer.js <url> <streamPrefix> <rate> <seconds>.
+ * Sends `rate` entries/s in 10 ms ticks, each carrying `sentAt` (ms since the epoch, sub-ms precise:
+ * comparable across processes of one machine), and prints how many it sent.
+ */
+import { Redis } from 'ioredis';
+import { StreamProducer } from '@redis-stream-coordinator/core';
+import { runCli } from './cli';
+
+export const now = (): number => performance.timeOrigin + performance.now();
+
+async function main(): Promise<void> {
+  const [url, streamPrefix, rateText, secondsText] = process.argv.slice(2);
+  const rate = Number(rateText);
+  const seconds = Number(secondsText);
+  const redis = new Redis(url);
+  const producer = new StreamProducer(redis, { streamPrefix });
+  const tickMs = 10;
+  const perTick = Math.round((rate * tickMs) / 1000);
+  const begin = performance.now();
+  let sent = 0;
+  for (let tick = 0; performance.now() - begin < seconds * 1000; tick++) {
+    const wait = begin + tick * tickMs - performance.now();
+    if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+    await producer.sendBatch(Array.from({ length: perTick }, (_, i) => ({ key: `k${sent + i}`, payload: { sentAt: now() } })));
+    sent += perTick;
+  }
+  redis.disconnect();
+  process.stdout.write(`${sent}\n`);
+}
+
+if (require.main === module) runCli(main);

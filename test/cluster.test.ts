@@ -17,6 +17,7 @@ import { uniqueName } from './support/vitest-redis';
 import { useRedisCluster, useRedisSentinel } from './support/vitest-cluster';
 import { closedAfterEach } from './support/nest-apps';
 import { TcpProxy } from './support/tcp-proxy';
+import { ReadHub } from '../packages/core/src/redis/read-hub';
 
 // Issue 15 part A: every feature on a Redis Cluster (3 masters, 3 replicas) and through Sentinel,
 // including a slot moving between masters while members run, and a master failing over.
@@ -540,9 +541,6 @@ describe('through Sentinel', () => {
     const sweepIntervalMs = 500;
     const member = aMember(client, { streamPrefix, handler: recorder.handler('m'), blockMs, sessionTimeoutMs, sweepIntervalMs });
     const events = eventLog(member);
-    // The reader's connection events too, for the message of a failed wait.
-    const readerConnection = (member as unknown as { reader: Redis }).reader;
-    for (const event of ['close', 'reconnecting', 'connect', 'ready', 'end'] as const) readerConnection.on(event, () => events.note(`reader ${event} (${readerConnection.status})`));
     // What each wait below may take, from the configuration. The reader reconnects 50-250 ms after its
     // connection drops (ioredis 6's first retry: 50 ms plus up to 200 ms of jitter); its Sentinel
     // iterator, exhausted by the last lookup, first fails "All sentinels are unreachable" and starts
@@ -559,6 +557,10 @@ describe('through Sentinel', () => {
       const resets: string[] = [];
       member.on('error', (e: Error) => /did not come back/.test(e.message) && resets.push(e.message));
       await member.start();
+      // The reader's connection (a member alone on its client reads on its read hub's blocking
+      // connection), and its events, for the message of a failed wait.
+      const readerConnection = (ReadHub.for(client) as unknown as { blocking: Redis }).blocking;
+      for (const event of ['close', 'reconnecting', 'connect', 'ready', 'end'] as const) readerConnection.on(event, () => events.note(`reader ${event} (${readerConnection.status})`));
       const producerClient = sentinel.client();
       const producer = new StreamProducer(producerClient, { streamPrefix });
       await producer.sendBatch(keyedMessages(2, 2, 'before'));

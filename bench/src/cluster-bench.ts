@@ -15,6 +15,7 @@ import { Cluster, Redis } from 'ioredis';
 import { CoordinatedMember, CoordinatorAdmin, KeyBuilder, type ReplicaWait, StreamProducer } from '@redis-stream-coordinator/core';
 import { RedisCluster, RedisServer } from '@redis-stream-coordinator/core/testing';
 import { runCli, until } from './cli';
+import { sendPaced } from './paced-send';
 import { percentile } from './stats';
 
 const ENTRIES = Number(process.env.BENCH_CLUSTER_ENTRIES ?? 60_000);
@@ -136,16 +137,7 @@ async function latency(client: Redis | Cluster, streamPrefix: string, rate: numb
   await member.start();
   await until(() => member.ownedShards().length === SHARDS, 30_000);
   const producer = new StreamProducer(client, { streamPrefix, telemetry: false });
-  const tickMs = 10;
-  const perTick = Math.round((rate * tickMs) / 1000);
-  const begin = performance.now();
-  let sent = 0;
-  for (let tick = 0; performance.now() - begin < seconds * 1000; tick++) {
-    const wait = begin + tick * tickMs - performance.now();
-    if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
-    await producer.sendBatch(Array.from({ length: perTick }, (_, i) => ({ key: `k${sent + i}`, payload: { sentAt: performance.now() } })));
-    sent += perTick;
-  }
+  const sent = await sendPaced(producer, rate, seconds, () => performance.now());
   await until(() => samples.length >= sent, 30_000);
   await member.stop();
   const steady = samples.slice(Math.floor(samples.length / 10));

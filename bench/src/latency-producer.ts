@@ -7,6 +7,7 @@
 import { Redis } from 'ioredis';
 import { StreamProducer } from '@redis-stream-coordinator/core';
 import { runCli } from './cli';
+import { sendPaced } from './paced-send';
 
 export const now = (): number => performance.timeOrigin + performance.now();
 
@@ -16,16 +17,7 @@ async function main(): Promise<void> {
   const seconds = Number(secondsText);
   const redis = new Redis(url);
   const producer = new StreamProducer(redis, { streamPrefix });
-  const tickMs = 10;
-  const perTick = Math.round((rate * tickMs) / 1000);
-  const begin = performance.now();
-  let sent = 0;
-  for (let tick = 0; performance.now() - begin < seconds * 1000; tick++) {
-    const wait = begin + tick * tickMs - performance.now();
-    if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
-    await producer.sendBatch(Array.from({ length: perTick }, (_, i) => ({ key: `k${sent + i}`, payload: { sentAt: now() } })));
-    sent += perTick;
-  }
+  const sent = await sendPaced(producer, rate, seconds, now);
   redis.disconnect();
   process.stdout.write(`${sent}\n`);
 }

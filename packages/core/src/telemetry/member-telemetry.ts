@@ -207,13 +207,7 @@ export class MemberTelemetry implements BatchRecorder {
     if (!tracing) return new HandlerProbe(this, api, undefined, undefined);
     const parent = api.propagation.extract(api.context.active(), message.headers);
     const attributes: Attributes = {
-      [ATTR.system]: MESSAGING_SYSTEM,
-      [ATTR.operationType]: 'process',
-      [ATTR.operationName]: 'process',
-      [ATTR.destination]: this.identity.streamPrefix,
-      [ATTR.consumerGroup]: this.identity.consumerGroup,
-      [ATTR.clientId]: this.identity.memberId,
-      [ATTR.partition]: String(message.shardIndex),
+      ...this.processAttributes(message.shardIndex),
       [ATTR.messageId]: message.id,
       [ATTR.deliveryCount]: message.deliveryCount,
     };
@@ -243,13 +237,7 @@ export class MemberTelemetry implements BatchRecorder {
       if (producer && api.trace.isSpanContextValid(producer)) links.push({ context: producer });
     }
     const attributes: Attributes = {
-      [ATTR.system]: MESSAGING_SYSTEM,
-      [ATTR.operationType]: 'process',
-      [ATTR.operationName]: 'process',
-      [ATTR.destination]: this.identity.streamPrefix,
-      [ATTR.consumerGroup]: this.identity.consumerGroup,
-      [ATTR.clientId]: this.identity.memberId,
-      [ATTR.partition]: String(shardIndex),
+      ...this.processAttributes(shardIndex),
       [ATTR.batchCount]: messages.length,
       [ATTR.batchFirstMessageId]: messages[0].id,
       [ATTR.batchLastMessageId]: messages[messages.length - 1].id,
@@ -258,6 +246,19 @@ export class MemberTelemetry implements BatchRecorder {
     };
     const span = this.tracer!.startSpan(`process ${this.identity.streamPrefix}`, { kind: api.SpanKind.CONSUMER, attributes, links }, active);
     return new BatchProbe(this, api, messages.length, span, api.trace.setSpan(active, span));
+  }
+
+  /** What every `process` span says, a single entry's or a batch's. */
+  private processAttributes(shardIndex: number): Attributes {
+    return {
+      [ATTR.system]: MESSAGING_SYSTEM,
+      [ATTR.operationType]: 'process',
+      [ATTR.operationName]: 'process',
+      [ATTR.destination]: this.identity.streamPrefix,
+      [ATTR.consumerGroup]: this.identity.consumerGroup,
+      [ATTR.clientId]: this.identity.memberId,
+      [ATTR.partition]: String(shardIndex),
+    };
   }
 
   /** @internal from BatchProbe */

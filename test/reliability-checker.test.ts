@@ -116,6 +116,36 @@ describe('reliability checker', () => {
     expect(report.lost).toEqual(['0/2-0 (a#2)']);
   });
 
+  it('a failover explains redeliveries on the shards its master served, whoever ran them, and no others (issue 15)', () => {
+    const twice = (s: number) => [...run('p0', s, '1-0', 'a', 1, 10, 11), ...run('p1', s, '1-0', 'a', 1, 3000, 3001)];
+    const failover: Fault = { kind: 'failover', at: 100, until: 2500, shards: [0, 2] };
+    const onShard = (s: number) => check([{ id: '1-0', shard: s, key: 'a', seq: 1 }], twice(s), [failover], new Set());
+    expect(onShard(0)).toMatchObject({ duplicates: 1, unexplainedDuplicates: [] });
+    expect(onShard(1).unexplainedDuplicates).toEqual(['1/1-0: p0 at 10, again by p1 at 3000']);
+    // A slot move redelivers nothing: MIGRATE moves the stream with its group and pending entries.
+    const moved = check([{ id: '1-0', shard: 0, key: 'a', seq: 1 }], twice(0), [{ kind: 'slot-move', at: 100, until: 2500, shards: [0] }], new Set());
+    expect(moved.unexplainedDuplicates).toHaveLength(1);
+  });
+
+  it('counts writes a failover lost apart only when they were confirmed without a replica, just before it, on its shards (issue 15)', () => {
+    const timed: Produced[] = [
+      { id: '1-0', shard: 0, key: 'a', seq: 1, at: 9_500 },
+      { id: '2-0', shard: 0, key: 'a', seq: 2, at: 5_000 },
+      { id: '3-0', shard: 1, key: 'b', seq: 1, at: 9_500 },
+      { id: '4-0', shard: 0, key: 'a', seq: 3, at: 10_500 },
+    ];
+    const unreplicated: Fault = { kind: 'failover', at: 10_000, until: 13_000, shards: [0], unreplicated: true };
+    const report = check(timed, [], [unreplicated], new Set());
+    // Within REPLICATION_WINDOW_MS before the kill, on a shard of the failed master: Redis's loss.
+    expect(report.redisLost).toEqual(['0/1-0 (a#1)']);
+    // Older, on another master's shard, or written after: the library's.
+    expect(report.lost).toEqual(['0/2-0 (a#2)', '1/3-0 (b#1)', '0/4-0 (a#3)']);
+    // With waitForReplicas a confirmed write survives a failover: every missing one is a loss.
+    const waited = check(timed, [], [{ ...unreplicated, unreplicated: undefined }], new Set());
+    expect(waited.redisLost).toEqual([]);
+    expect(waited.lost).toHaveLength(4);
+  });
+
   it('a failed attempt retried in place is no duplicate; a dead-lettered entry is not lost', () => {
     const failed: RecordLine[] = [
       { e: 'start', t: 10, m: 'p0', s: 0, id: '1-0', k: 'a', q: 1 },
@@ -170,6 +200,24 @@ describe('reliability checker', () => {
     // The owner of the time, nobody else acknowledged it: fine.
     const owners: DeadLetter = { group: '', shard: 0, id: '2-0', member: 'heir', t: 5040 };
     expect(check(produced.slice(0, 2), lines, [], new Set(), { deadLetters: [owners] }).unfencedDeadLetters).toEqual([]);
+  });
+
+  it("a paused member's ack, recorded once it runs again, counts from when the pause began (issue 15: the cluster's pauses outlast LATE_RECORD_MS)", () => {
+    const assigned = (m: string, t: number): RecordLine => ({ e: 'assigned', t, m, shards: [0], ep: m === 'paused' ? 1 : 2 });
+    // paused owns shard 0, is stopped at 1000 and resumed at 8000; heir gets the shard at 4000 and
+    // dead-letters 2-0 at 9000. paused's ack of 1-0 ran before the pause, its reply was read at 8000.
+    const lines = [assigned('paused', 1), assigned('heir', 4000), ack('paused', 0, ['1-0'], true, 8000)];
+    const letter: DeadLetter = { group: '', shard: 0, id: '2-0', member: 'heir', t: 9000 };
+    const pause: Fault = { kind: 'pause', target: 'paused', at: 1000, until: 8000 };
+    expect(check(produced.slice(0, 2), lines, [pause], new Set(), { deadLetters: [letter] }).unfencedDeadLetters).toEqual([]);
+    const unfenced = ['shard 0 2-0 dead-lettered by heir after paused owned the shard (its acknowledgement was accepted at 8000)'];
+    expect(check(produced.slice(0, 2), lines, [], new Set(), { deadLetters: [letter] }).unfencedDeadLetters).toEqual(unfenced);
+    // Recorded long after it ran again: that ack did run after the heir's grant.
+    const later = [assigned('paused', 1), assigned('heir', 4000), ack('paused', 0, ['1-0'], true, 11_500)];
+    const lateLetter = { ...letter, t: 12_000 };
+    expect(check(produced.slice(0, 2), later, [pause], new Set(), { deadLetters: [lateLetter] }).unfencedDeadLetters).toEqual([
+      'shard 0 2-0 dead-lettered by heir after paused owned the shard (its acknowledgement was accepted at 11500)',
+    ]);
   });
 
   it('finds an entry run to success twice under one grant, not once per grant', () => {

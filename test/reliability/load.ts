@@ -1,10 +1,10 @@
-import { Redis } from 'ioredis';
-import { LOADING_RETRY_MS, StreamProducer } from '@redis-stream-coordinator/core';
-import { TcpProxy } from '../support/tcp-proxy';
+import { type RedisClient, StreamProducer } from '@redis-stream-coordinator/core';
+import type { TcpProxy } from '../support/tcp-proxy';
 import type { Produced } from './checker';
+import type { ChaosTarget } from './target';
 
 interface LoadHost {
-  readonly server: { port: number; url: string };
+  readonly target: ChaosTarget;
   readonly streamPrefix: string;
 }
 
@@ -13,7 +13,7 @@ export interface LoadOptions {
   keys: number;
   /** Entries per second. */
   rate: number;
-  /** Write through a TCP proxy of its own (so a fault can hold its writes in flight). */
+  /** Write through a TCP proxy of its own (so a fault can hold its writes in flight); single node only, ignored on a cluster. */
   viaProxy: boolean;
   /** How often a batch is sent (ms). Default 20. */
   tickMs?: number;
@@ -56,16 +56,17 @@ export class LoadProducer {
   private loop: Promise<void> | undefined;
 
   private constructor(
-    private readonly connection: Redis,
+    private readonly connection: RedisClient,
     readonly proxy: TcpProxy | undefined,
   ) {}
 
   static async start(host: LoadHost, options: LoadOptions): Promise<LoadProducer> {
-    const proxy = options.viaProxy ? await TcpProxy.start(host.server.port) : undefined;
-    const connection = new Redis(proxy?.url ?? host.server.url, { maxRetriesPerRequest: 1, retryStrategy: () => 50, maxLoadingRetryTime: LOADING_RETRY_MS });
-    connection.on('error', () => undefined);
+    const proxy = options.viaProxy ? await host.target.proxy() : undefined;
+    const connection = host.target.connect(proxy);
     const load = new LoadProducer(connection, proxy);
-    load.loop = load.run(new StreamProducer(connection, { streamPrefix: host.streamPrefix }), options);
+    // On a cluster a send resolves once a replica has it too: a failover must lose none of them.
+    const producer = new StreamProducer(connection, { streamPrefix: host.streamPrefix, waitForReplicas: host.target.replicaWait });
+    load.loop = load.run(producer, options);
     return load;
   }
 

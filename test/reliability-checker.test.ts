@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { check, type DeadLetter, type Fault, type PendingSample, type Produced, type RecordLine } from './reliability/checker';
+import { ALL_FAULT_KINDS, faultKindsOn, selectedFaultKinds } from './reliability/faults';
 
 /** The checker must catch each kind of broken promise; a checker that passes everything proves nothing. */
 const produced: Produced[] = [
@@ -218,6 +219,13 @@ describe('reliability checker', () => {
     expect(check(produced.slice(0, 2), later, [pause], new Set(), { deadLetters: [lateLetter] }).unfencedDeadLetters).toEqual([
       'shard 0 2-0 dead-lettered by heir after paused owned the shard (its acknowledgement was accepted at 11500)',
     ]);
+    // Under a grant it got once it ran again (the shard came back to it): that ack ran after the
+    // heir's grant too, whenever it was recorded (seen in the second cluster run: moved back, it hid nothing but was wrong).
+    const regranted = [assigned('paused', 1), assigned('heir', 4000), { e: 'assigned', t: 8100, m: 'paused', shards: [0], ep: 3 }, { ...ack('paused', 0, ['1-0'], true, 8200), ge: 3 }];
+    const afterRegrant = { ...letter, member: 'heir', t: 9000 };
+    expect(check(produced.slice(0, 2), regranted, [pause], new Set(), { deadLetters: [afterRegrant] }).unfencedDeadLetters).toEqual([
+      'shard 0 2-0 dead-lettered by heir after paused owned the shard (its acknowledgement was accepted at 8200)',
+    ]);
   });
 
   it('finds an entry run to success twice under one grant, not once per grant', () => {
@@ -269,5 +277,24 @@ describe('record tail (what the harness polls while a fault waits)', () => {
     expect(tail.read().map((l) => [l.e, l.msg])).toEqual([['start', 'naïve'], ['start', 'naïve']]);
     expect(new RecordTail(file, true).read().map((l) => l.e)).toEqual(['old', 'start', 'start']);
     fs.rmSync(path.dirname(file), { recursive: true, force: true });
+  });
+});
+
+describe('fault kinds per target (issue 15)', () => {
+  it('runs failover and slot-move on a cluster only, and the kinds that need a proxy or the single server on the single node only', () => {
+    const onCluster = faultKindsOn('cluster');
+    expect(onCluster).toEqual(expect.arrayContaining(['failover', 'slot-move', 'kill', 'pause', 'grow-ordered', 'new-group', 'group-keys-lost']));
+    for (const kind of ['partition', 'reset', 'lost-ack', 'redis-restart', 'dead-letter-oom', 'stale-producer', 'unsafe-lease'] as const) expect(onCluster).not.toContain(kind);
+    // The single-node short tier and soak never deal a cluster kind.
+    expect(ALL_FAULT_KINDS).not.toContain('failover');
+    expect(ALL_FAULT_KINDS).not.toContain('slot-move');
+    expect(selectedFaultKinds('all', undefined, 'cluster')).toEqual(onCluster);
+    expect(selectedFaultKinds('failover,kill', undefined, 'cluster')).toEqual(['failover', 'kill']);
+  });
+
+  it('refuses a kind that does not run on the chosen target, naming it and what runs there', () => {
+    expect(() => selectedFaultKinds('kill,partition', undefined, 'cluster')).toThrow(/RSC_CHAOS_FAULTS: fault kind "partition" does not run on a cluster; there: all, kill/);
+    expect(() => selectedFaultKinds('failover')).toThrow(/fault kind "failover" does not run on a single redis-server/);
+    expect(() => selectedFaultKinds('nonsense', undefined, 'cluster')).toThrow(/unknown fault kind "nonsense"/);
   });
 });

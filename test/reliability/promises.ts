@@ -111,11 +111,13 @@ const STOPPING = new Set<FaultKind>(['pause', 'zombie-dead-letter']);
  * When an ack recorded at `t` by `member` surely ran in Redis: at `t`, unless the member was stopped
  * just before. A reply that came back while it was stopped is read, and recorded, only once it runs
  * again, however long the pause (two sessions and more: 6 s on the cluster harness); the ack may have
- * run any time since the pause began, so it counts from then.
+ * run any time since the pause began, so it counts from then. Not an ack under a grant the member
+ * recorded after the pause began (`grantedAt`): that one ran after it.
  */
-function ackRanBy(member: string, t: number, stops: Fault[]): number {
+function ackRanBy(member: string, t: number, grantedAt: number | undefined, stops: Fault[]): number {
   for (const f of stops) {
-    if (f.target === member && f.until !== undefined && t >= f.at && t <= f.until + LATE_RECORD_MS) return Math.min(t, f.at);
+    const stoppedThen = f.target === member && f.until !== undefined && t >= f.at && t <= f.until + LATE_RECORD_MS;
+    if (stoppedThen && (grantedAt === undefined || grantedAt <= f.at)) return Math.min(t, f.at);
   }
   return t;
 }
@@ -133,10 +135,12 @@ export function deadLetterFencing(lines: RecordLine[], deadLetters: DeadLetter[]
   const grants = new Map<string, number[]>(); // group/member/shard -> grant times
   const acceptedAcks = new Map<string, { member: string; t: number }[]>(); // group/shard -> acks, by time
   const ackedBy = new Map<string, Set<string>>(); // group/shard/id -> members whose ack of it was accepted
+  const grantRecorded = new Map<string, number>(); // group/member/shard/epoch -> when the member recorded that grant
   for (const line of sorted) {
     const g = line.g ?? '';
     if (line.e === 'assigned') {
       for (const s of line.shards ?? []) {
+        if (stops.length > 0) grantRecorded.set(`${g}/${line.m}/${s}/${line.ep}`, line.t);
         const k = `${g}/${line.m}/${s}`;
         // Appended in place: a long soak has hundreds of thousands of these lines.
         const list = grants.get(k);
@@ -146,7 +150,7 @@ export function deadLetterFencing(lines: RecordLine[], deadLetters: DeadLetter[]
     }
     if (line.e === 'ack' && line.ok) {
       const k = `${g}/${line.s}`;
-      const ack = { member: line.m, t: ackRanBy(line.m, line.t, stops) };
+      const ack = { member: line.m, t: stops.length > 0 ? ackRanBy(line.m, line.t, grantRecorded.get(`${g}/${line.m}/${line.s}/${line.ge}`), stops) : line.t };
       const list = acceptedAcks.get(k);
       if (list) list.push(ack);
       else acceptedAcks.set(k, [ack]);

@@ -57,12 +57,18 @@ export class AckBatcher {
     return this.unsettled.get(shardIndex)?.size ?? 0;
   }
 
-  /** Sends every batch now; resolves when each send (with its retries) is over. */
+  /**
+   * Sends every batch now; resolves when each send (with its retries) is over, and every send
+   * already under way too: a burst's own flush may have just taken the batch a stopping member
+   * flushes for, and the member must not leave while that ack is still on the wire (the next owner
+   * would run its entries again).
+   */
   async flush(): Promise<void> {
     this.flushing = undefined;
     const batches = [...this.batches];
     this.batches.clear();
-    await Promise.all(batches.map(([shardIndex, { grantEpoch, ids, waiters }]) => this.send(shardIndex, grantEpoch, ids, waiters)));
+    const underWay = [...this.sending.values()].flatMap((sends) => [...sends]);
+    await Promise.all([...underWay, ...batches.map(([shardIndex, { grantEpoch, ids, waiters }]) => this.send(shardIndex, grantEpoch, ids, waiters))]);
   }
 
   /**

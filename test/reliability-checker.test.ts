@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { check, type DeadLetter, type Fault, type PendingSample, type Produced, type RecordLine } from './reliability/checker';
-import { ALL_FAULT_KINDS, faultKindsOn, selectedFaultKinds } from './reliability/faults';
+import { ALL_FAULT_KINDS, faultKindsOn, selectedFaultKinds } from './reliability/fault-selection';
 
 /** The checker must catch each kind of broken promise; a checker that passes everything proves nothing. */
 const produced: Produced[] = [

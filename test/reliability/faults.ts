@@ -14,6 +14,7 @@ import { TcpProxy } from '../support/tcp-proxy';
 import type { Fault, FaultKind } from './checker';
 import { failingSpell, groupKeysLost, revokeTwice, trimHistory, unsafeLease, whatItDid, zombieDeadLetter } from './fault-scenarios';
 import { failover, slotMove } from './cluster-faults';
+import { resize, staleWrites } from './resize-faults';
 import { type ChaosHarness, type MemberProcess, proxyOf, sleep, waitFor } from './harness';
 import { RecordTail } from './record-tail';
 import type { TargetKind } from './target';
@@ -116,53 +117,6 @@ async function limitMemory(h: ChaosHarness, deltaBytes: number): Promise<void> {
   const used = Number(/used_memory:(\d+)/.exec(info)![1]);
   await h.redis.config('SET', 'maxmemory-policy', 'noeviction');
   await h.redis.config('SET', 'maxmemory', String(Math.max(1024 * 1024, used + deltaBytes)));
-}
-
-async function resize(h: ChaosHarness, fault: Fault, grow: boolean, ordered: boolean, graceMs = 2000) {
-  const current = (await h.admin.describeStream(h.streamPrefix))!.shardCount;
-  // Keep the count between 4 and 10 whatever the schedule asks.
-  const next = grow ? (current >= 10 ? current - 1 : current + 1) : current <= 4 ? current + 1 : current - 1;
-  fault.target = `${current}->${next}${ordered ? '' : ' unordered'}`;
-  await waitFor(
-    'the previous resize to be done',
-    async () => {
-      try {
-        await h.admin.resizeShards(h.streamPrefix, next, { ordered, graceMs });
-        return true;
-      } catch (error) {
-        if ((error as Error).name === 'ResizeInProgressError') return false;
-        throw error;
-      }
-    },
-    h.cutoverBoundMs(),
-    100,
-  ).catch(async (error: Error) => {
-    throw new Error(`${error.message}: ${await cutoversLeft(h)}`);
-  });
-  // The resize's time is when it happened, not when the fault began waiting for the previous one:
-  // the checker excuses per-key inversions around an unordered resize by this time.
-  fault.at = performance.timeOrigin + performance.now();
-  h.maxShards = Math.max(h.maxShards, next);
-  h.resizes += 1;
-  // Recovered also means every group's cutover completed.
-  await waitFor('every cutover done', async () => (await h.admin.cutoverStatus(h.streamPrefix)).every((s) => s.cutover === null), h.cutoverBoundMs(), 100).catch(
-    async (error: Error) => {
-      throw new Error(`${error.message}: ${await cutoversLeft(h)}`);
-    },
-  );
-  return { liftedAt: performance.now() };
-}
-
-/** The groups still cutting over, what they wait for and who owns those shards: for a wait that ran out. */
-async function cutoversLeft(h: ChaosHarness): Promise<string> {
-  const left = [];
-  for (const status of await h.admin.cutoverStatus(h.streamPrefix)) {
-    if (!status.cutover) continue;
-    const owners = new Map((await h.admin.describeGroup(h.streamPrefix, status.consumerGroup)).shards.map((s) => [s.shardIndex, s.owner]));
-    const waits = (status.waitingFor ?? []).map((w) => `shard ${w.shardIndex}${w.undelivered ? ' undelivered' : ''}${w.pending ? ' pending' : ''} at ${owners.get(w.shardIndex) ?? 'nobody'}`);
-    left.push(`${status.consumerGroup} (${status.cutover.from}->${status.cutover.to}) waits for ${waits.join(', ') || 'nothing (not completed)'}`);
-  }
-  return left.join('; ') || 'none left';
 }
 
 /** Replaces one member of the first group (graceful stop, new process with `clockOffsetMs`). */
@@ -489,24 +443,6 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
   },
 };
 
-/**
- * Freezes the stale producer's connection (a batch routed with the old shard count stays in flight),
- * shrinks (ordered, `graceMs` 1000), runs `meanwhile`, then lets the held writes land.
- */
-async function staleWrites(h: ChaosHarness, fault: Fault, meanwhile: () => Promise<unknown>) {
-  const current = (await h.admin.describeStream(h.streamPrefix))!.shardCount;
-  if (current <= 4) await resize(h, { ...fault }, true, false);
-  const proxy = h.staleLoad.proxy!;
-  proxy.freeze();
-  try {
-    await resize(h, fault, false, true, 1000);
-    await meanwhile();
-  } finally {
-    proxy.thaw();
-  }
-  return { liftedAt: performance.now() };
-}
-
 function longHandlerStarted(tail: RecordTail): boolean {
   const lines = tail.read();
   const switched = lines.findIndex((l) => l.e === 'long-handlers');
@@ -517,28 +453,4 @@ function longHandlerStarted(tail: RecordTail): boolean {
 async function refused(member: MemberProcess, tail: RecordTail): Promise<boolean> {
   if (member.child.exitCode !== null) return true;
   return tail.read().some((l) => l.e === 'error' && /FENCED_INSTANCE_ID|instance/i.test(l.msg ?? ''));
-}
-
-/** The fault kinds that can be made on `target`. */
-export function faultKindsOn(target: TargetKind): FaultKind[] {
-  return (Object.keys(FAULTS) as FaultKind[]).filter((kind) => (FAULTS[kind].runsOn ?? ['single']).includes(target));
-}
-
-/** Every fault kind of the single-node harness (the short tier's and the default soak's). */
-export const ALL_FAULT_KINDS = faultKindsOn('single');
-
-/**
- * The fault kinds of a run on `target`: RSC_CHAOS_FAULTS=all (or unset: `fallback`) for every kind
- * that runs there, or a comma-separated list of kinds.
- */
-export function selectedFaultKinds(env = process.env.RSC_CHAOS_FAULTS, fallback?: FaultKind[], target: TargetKind = 'single'): FaultKind[] {
-  const available = faultKindsOn(target);
-  if (env === undefined || env.trim() === '') return fallback ?? available;
-  if (env.trim() === 'all') return available;
-  const kinds = env.split(',').map((k) => k.trim()).filter(Boolean);
-  for (const kind of kinds) {
-    if (!(kind in FAULTS)) throw new Error(`RSC_CHAOS_FAULTS: unknown fault kind "${kind}"; known: all, ${Object.keys(FAULTS).join(', ')}`);
-    if (!available.includes(kind as FaultKind)) throw new Error(`RSC_CHAOS_FAULTS: fault kind "${kind}" does not run on a ${target === 'cluster' ? 'cluster' : 'single redis-server'}; there: all, ${available.join(', ')}`);
-  }
-  return kinds as FaultKind[];
 }

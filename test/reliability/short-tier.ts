@@ -1,6 +1,6 @@
 import { expect, it } from 'vitest';
 import type { CheckReport, FaultKind } from './checker';
-import { ALL_FAULT_KINDS, selectedFaultKinds } from './faults';
+import { ALL_FAULT_KINDS, selectedFaultKinds } from './fault-selection';
 import { ChaosHarness } from './harness';
 import { formatReport } from './report';
 

@@ -168,6 +168,8 @@ export interface CheckExtras {
    * key running past it are.
    */
   lanes?: boolean;
+  /** When the main producer wrote nothing for a long while, and why (the harness watches it). */
+  producerStalls?: string[];
 }
 
 export interface CheckReport {
@@ -206,6 +208,8 @@ export interface CheckReport {
   writtenTwice: string[];
   /** Faults the group never recovered from within the harness's deadline. */
   unrecovered: string[];
+  /** The main producer wrote nothing for 20 s or more (a send that never answered, or refused for good): must be none. */
+  producerStalls: string[];
   faults: Fault[];
 }
 
@@ -429,6 +433,7 @@ export function check(produced: Produced[], lines: RecordLine[], faults: Fault[]
     unfencedDeadLetters: deadLetterFencing(lines, deadLetters, faults),
     grantDuplicates: grantDuplicates(runs),
     writtenTwice: writtenTwice(runs, extras.mayBeTwice ?? new Set()),
+    producerStalls: extras.producerStalls ?? [],
     unrecovered: faults.filter((f) => f.failed).map((f) => `${f.kind}${f.target ? ` ${f.target}` : ''}${f.detail ? ` ${f.detail}` : ''}: ${f.failed}`),
     faults,
   };

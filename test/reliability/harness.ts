@@ -104,6 +104,9 @@ export async function waitFor(description: string, probe: () => Promise<boolean>
 
 const wallNow = () => performance.timeOrigin + performance.now();
 
+/** The main producer writing nothing for this long is a stall (its longest pauses on purpose: 7 s of quiet; a Redis restart or failover: a few s). */
+const PRODUCER_STALL_MS = 20_000;
+
 /**
  * The reliability harness (issues 5 and 12): a private redis-server with AOF (`appendfsync always`),
  * member processes each behind a loopback TCP proxy, producers of keyed entries in this process (one
@@ -140,6 +143,8 @@ export class ChaosHarness {
   private nextMember = 0;
   private readonly progress: (line: string) => void;
   private readonly samples: PendingSample[] = [];
+  /** Times the main producer wrote nothing for PRODUCER_STALL_MS, with why (a broken promise the report shows). */
+  readonly producerStalls: string[] = [];
   private sampling: Promise<void> | undefined;
   private stopped = false;
 
@@ -400,8 +405,17 @@ export class ChaosHarness {
    * finds stuck entries in these.
    */
   private async samplePending(): Promise<void> {
+    let stalled = false;
     while (!this.stopped) {
       await sleep(250);
+      // The main producer must keep writing (the stale one is held on purpose at times): a send
+      // that never answers, or one refused for good, would starve every shard without a word.
+      const stall = this.load.stalled(PRODUCER_STALL_MS);
+      if (stall && !stalled) {
+        this.producerStalls.push(`at ${new Date().toISOString()}: ${stall}`);
+        this.progress(`PRODUCER STALLED: ${stall}`);
+      }
+      stalled = stall !== undefined;
       try {
         this.samples.push(...(await pendingSamples(this)));
       } catch {
@@ -451,6 +465,7 @@ export class ChaosHarness {
       unreadable: this.unreadable,
       lanes: this.settings.lanes > 1,
       mayBeTwice: new Set([...this.load.mayBeTwice, ...this.staleLoad.mayBeTwice]),
+      producerStalls: this.producerStalls,
     });
   }
 

@@ -48,6 +48,11 @@ export class LoadProducer {
   /** Failed `sendBatch` calls and entries refused one by one (per-entry results). */
   failedBatches = 0;
   refusedEntries = 0;
+  /** When the last write was confirmed (performance.now()), and why the latest send failed: for a stalled producer's report. */
+  lastWrittenAt = performance.now();
+  lastError: string | undefined;
+  /** Whether a send is awaiting its answer now, and since when (a send that never answers stalls the producer). */
+  sendingSince: number | undefined;
   /** "key#seq" of entries sent again after a reply that never came: a second copy is allowed. */
   readonly mayBeTwice = new Set<string>();
   private running = true;
@@ -75,6 +80,14 @@ export class LoadProducer {
     this.quietUntil = performance.now() + ms;
   }
 
+  /** Why nothing was written for longer than `ms` (undefined while it writes, or keeps quiet on purpose). */
+  stalled(ms: number): string | undefined {
+    const now = performance.now();
+    if (!this.running || now < this.quietUntil || now - Math.max(this.lastWrittenAt, this.quietUntil) < ms) return undefined;
+    const sending = this.sendingSince === undefined ? 'no send under way' : `a send awaiting its answer for ${Math.round(now - this.sendingSince)} ms`;
+    return `nothing written for ${Math.round(now - this.lastWrittenAt)} ms (${this.failedBatches} failed sends in all; ${sending}; last error: ${this.lastError ?? 'none'})`;
+  }
+
   private async run(producer: StreamProducer, options: LoadOptions): Promise<void> {
     const next = new Map<string, number>();
     const tickMs = options.tickMs ?? 20;
@@ -99,11 +112,16 @@ export class LoadProducer {
         const record = (index: number, r: Outcome) =>
           this.produced.push({ id: r.id!, shard: r.shardIndex!, key: batch[index].key, seq: batch[index].payload.seq, at: performance.timeOrigin + performance.now() });
         try {
+          this.sendingSince = performance.now();
           const results = (await producer.sendBatch(batch)) as Outcome[];
           results.forEach((r, i) => record(i, r));
+          this.lastWrittenAt = performance.now();
           batch = [];
         } catch (error) {
           this.failedBatches += 1;
+          this.lastError = `${(error as Error).name}: ${(error as Error).message}`.slice(0, 300);
+          const partial0 = error as Partial<PartialBatch>;
+          if (Array.isArray(partial0.written) && partial0.written.length > 0) this.lastWrittenAt = performance.now();
           const partial = error as Partial<PartialBatch>;
           if (Array.isArray(partial.written) && Array.isArray(partial.failed)) {
             // Per-entry results (docs/producer.md): keep what landed, send the rest again in order.
@@ -119,6 +137,7 @@ export class LoadProducer {
           // An OOM rejection of the whole batch hides which entries were written (issue 11 #12):
           // sent again whole, as the old docs said; the checker reports what got written twice.
         }
+        this.sendingSince = undefined;
         if (batch.length > 0) {
           if (!this.running) break;
           await sleep(50);

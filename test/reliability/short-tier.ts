@@ -83,6 +83,7 @@ export function shortTier(): void {
         for (const kind of result.kinds) expect(report.faults.filter((f) => f.kind === kind).length, `${kind}\n${summary}`).toBeGreaterThanOrEqual(1);
         expect(report.produced, summary).toBeGreaterThan(200);
         expect(report.unrecovered, summary).toEqual([]);
+        expect(report.producerStalls, summary).toEqual([]);
         expect(report.lost, summary).toEqual([]);
         expect(report.stuck, summary).toEqual([]);
         expect(report.orderViolations, summary).toEqual([]);

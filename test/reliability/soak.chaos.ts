@@ -48,6 +48,7 @@ it(`soak: random faults for ${Math.round(durationMs / 1000)} s on a ${target ===
   if (reportFile) fs.writeFileSync(reportFile, reliabilityDoc(report, Date.now() - begin));
   const replay = `replay: npm run test:chaos --${replayFlags} --duration ${Math.round(durationMs / 1000)}s --seed ${seed} --faults ${kinds.join(',')}`;
   expect(report.unrecovered, replay).toEqual([]);
+  expect(report.producerStalls, replay).toEqual([]);
   expect(report.lost, replay).toEqual([]);
   expect(report.stuck, replay).toEqual([]);
   expect(report.orderViolations, replay).toEqual([]);

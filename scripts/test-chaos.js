@@ -1,17 +1,25 @@
 #!/usr/bin/env node
 // npm run test:chaos -- --duration 30m --seed 42 [--faults all|kind,kind] [--report docs/reliability.md]
+// npm run test:chaos -- --cluster [--no-wait] ... (a Redis Cluster; report docs/reliability-cluster.md)
 // Parses the options, builds the core package (member processes run its compiled code) and runs the
 // long tier of the reliability harness (test/reliability/soak.chaos.ts) through vitest. The fault
-// kinds are listed in test/reliability/faults.ts.
+// kinds are listed in test/reliability/faults.ts (with where each runs).
 'use strict';
 const { spawnSync } = require('node:child_process');
 const path = require('node:path');
 
-const usage = 'usage: npm run test:chaos -- [--duration 10m] [--seed N] [--faults all|kind,kind] [--report docs/reliability.md]';
-const options = { duration: '10m', seed: String(Math.floor(Math.random() * 2 ** 31)), faults: 'all', report: 'docs/reliability.md' };
+const usage = 'usage: npm run test:chaos -- [--cluster [--no-wait]] [--duration 10m] [--seed N] [--faults all|kind,kind] [--report docs/reliability.md]';
+const options = { duration: '10m', seed: String(Math.floor(Math.random() * 2 ** 31)), faults: 'all', report: undefined };
+// Flags without a value: --cluster runs on a Redis Cluster (3 masters, 3 replicas; its fault kinds),
+// --no-wait there makes sends and acks not wait for a replica (what a failover loses is then "lost by Redis").
+const flags = { cluster: false, 'no-wait': false };
 const args = process.argv.slice(2);
 for (let i = 0; i < args.length; i++) {
   const name = args[i].replace(/^--/, '');
+  if (name in flags) {
+    flags[name] = true;
+    continue;
+  }
   if (!(name in options) || args[i + 1] === undefined) {
     console.error(`unknown option or missing value: ${args[i]}\n${usage}`);
     process.exit(2);
@@ -33,6 +41,12 @@ if (!/^[a-z-]+(,[a-z-]+)*$/.test(options.faults)) {
   process.exit(2);
 }
 
+if (flags['no-wait'] && !flags.cluster) {
+  console.error(`--no-wait applies to --cluster only\n${usage}`);
+  process.exit(2);
+}
+options.report ??= flags.cluster ? 'docs/reliability-cluster.md' : 'docs/reliability.md';
+
 const root = path.resolve(__dirname, '..');
 const run = (command, commandArgs, env) => {
   const result = spawnSync(command, commandArgs, { cwd: root, stdio: 'inherit', env: { ...process.env, ...env } });
@@ -44,11 +58,14 @@ const status = run('npx', ['vitest', 'run', '--config', 'vitest.chaos.mts'], {
   RSC_CHAOS_SEED: options.seed,
   RSC_CHAOS_FAULTS: options.faults,
   RSC_CHAOS_REPORT: path.resolve(root, options.report),
+  RSC_CHAOS_TARGET: flags.cluster ? 'cluster' : 'single',
+  RSC_CHAOS_NO_WAIT: flags['no-wait'] ? '1' : '',
   // The final check holds every record of the run: a 30-minute soak's outgrow V8's default heap
   // (the check died of it once). The machine has memory to spare.
   NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --max-old-space-size=12288`.trim(),
 });
 if (status !== 0) {
-  console.error(`\nchaos run failed; replay it with: npm run test:chaos -- --duration ${options.duration} --seed ${options.seed} --faults ${options.faults}`);
+  const replayFlags = `${flags.cluster ? ' --cluster' : ''}${flags['no-wait'] ? ' --no-wait' : ''}`;
+  console.error(`\nchaos run failed; replay it with: npm run test:chaos --${replayFlags} --duration ${options.duration} --seed ${options.seed} --faults ${options.faults}`);
 }
 process.exit(status);

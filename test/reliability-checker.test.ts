@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { check, collectRuns, type DeadLetter, type Fault, type PendingSample, type Produced, type RecordLine } from './reliability/checker';
+import { ALL_FAULT_KINDS, faultKindsOn, selectedFaultKinds } from './reliability/fault-selection';
 
 /** The checker must catch each kind of broken promise; a checker that passes everything proves nothing. */
 const produced: Produced[] = [
@@ -116,6 +117,36 @@ describe('reliability checker', () => {
     expect(report.lost).toEqual(['0/2-0 (a#2)']);
   });
 
+  it('a failover explains redeliveries on the shards its master served, whoever ran them, and no others (issue 15)', () => {
+    const twice = (s: number) => [...run('p0', s, '1-0', 'a', 1, 10, 11), ...run('p1', s, '1-0', 'a', 1, 3000, 3001)];
+    const failover: Fault = { kind: 'failover', at: 100, until: 2500, shards: [0, 2] };
+    const onShard = (s: number) => check([{ id: '1-0', shard: s, key: 'a', seq: 1 }], twice(s), [failover], new Set());
+    expect(onShard(0)).toMatchObject({ duplicates: 1, unexplainedDuplicates: [] });
+    expect(onShard(1).unexplainedDuplicates).toEqual(['1/1-0: p0 at 10, again by p1 at 3000']);
+    // A slot move redelivers nothing: MIGRATE moves the stream with its group and pending entries.
+    const moved = check([{ id: '1-0', shard: 0, key: 'a', seq: 1 }], twice(0), [{ kind: 'slot-move', at: 100, until: 2500, shards: [0] }], new Set());
+    expect(moved.unexplainedDuplicates).toHaveLength(1);
+  });
+
+  it('counts writes a failover lost apart only when they were confirmed without a replica, just before it, on its shards (issue 15)', () => {
+    const timed: Produced[] = [
+      { id: '1-0', shard: 0, key: 'a', seq: 1, at: 9_500 },
+      { id: '2-0', shard: 0, key: 'a', seq: 2, at: 5_000 },
+      { id: '3-0', shard: 1, key: 'b', seq: 1, at: 9_500 },
+      { id: '4-0', shard: 0, key: 'a', seq: 3, at: 10_500 },
+    ];
+    const unreplicated: Fault = { kind: 'failover', at: 10_000, until: 13_000, shards: [0], unreplicated: true };
+    const report = check(timed, [], [unreplicated], new Set());
+    // Within REPLICATION_WINDOW_MS before the kill, on a shard of the failed master: Redis's loss.
+    expect(report.redisLost).toEqual(['0/1-0 (a#1)']);
+    // Older, on another master's shard, or written after: the library's.
+    expect(report.lost).toEqual(['0/2-0 (a#2)', '1/3-0 (b#1)', '0/4-0 (a#3)']);
+    // With waitForReplicas a confirmed write survives a failover: every missing one is a loss.
+    const waited = check(timed, [], [{ ...unreplicated, unreplicated: undefined }], new Set());
+    expect(waited.redisLost).toEqual([]);
+    expect(waited.lost).toHaveLength(4);
+  });
+
   it('a failed attempt retried in place is no duplicate; a dead-lettered entry is not lost', () => {
     const failed: RecordLine[] = [
       { e: 'start', t: 10, m: 'p0', s: 0, id: '1-0', k: 'a', q: 1 },
@@ -180,6 +211,31 @@ describe('reliability checker', () => {
     // The owner of the time, nobody else acknowledged it: fine.
     const owners: DeadLetter = { group: '', shard: 0, id: '2-0', member: 'heir', t: 5040 };
     expect(check(produced.slice(0, 2), lines, [], new Set(), { deadLetters: [owners] }).unfencedDeadLetters).toEqual([]);
+  });
+
+  it("a paused member's ack, recorded once it runs again, counts from when the pause began (issue 15: the cluster's pauses outlast LATE_RECORD_MS)", () => {
+    const assigned = (m: string, t: number): RecordLine => ({ e: 'assigned', t, m, shards: [0], ep: m === 'paused' ? 1 : 2 });
+    // paused owns shard 0, is stopped at 1000 and resumed at 8000; heir gets the shard at 4000 and
+    // dead-letters 2-0 at 9000. paused's ack of 1-0 ran before the pause, its reply was read at 8000.
+    const lines = [assigned('paused', 1), assigned('heir', 4000), ack('paused', 0, ['1-0'], true, 8000)];
+    const letter: DeadLetter = { group: '', shard: 0, id: '2-0', member: 'heir', t: 9000 };
+    const pause: Fault = { kind: 'pause', target: 'paused', at: 1000, until: 8000 };
+    expect(check(produced.slice(0, 2), lines, [pause], new Set(), { deadLetters: [letter] }).unfencedDeadLetters).toEqual([]);
+    const unfenced = ['shard 0 2-0 dead-lettered by heir after paused owned the shard (its acknowledgement was accepted at 8000)'];
+    expect(check(produced.slice(0, 2), lines, [], new Set(), { deadLetters: [letter] }).unfencedDeadLetters).toEqual(unfenced);
+    // Recorded long after it ran again: that ack did run after the heir's grant.
+    const later = [assigned('paused', 1), assigned('heir', 4000), ack('paused', 0, ['1-0'], true, 11_500)];
+    const lateLetter = { ...letter, t: 12_000 };
+    expect(check(produced.slice(0, 2), later, [pause], new Set(), { deadLetters: [lateLetter] }).unfencedDeadLetters).toEqual([
+      'shard 0 2-0 dead-lettered by heir after paused owned the shard (its acknowledgement was accepted at 11500)',
+    ]);
+    // Under a grant it got once it ran again (the shard came back to it): that ack ran after the
+    // heir's grant too, whenever it was recorded (seen in the second cluster run: moved back, it hid nothing but was wrong).
+    const regranted = [assigned('paused', 1), assigned('heir', 4000), { e: 'assigned', t: 8100, m: 'paused', shards: [0], ep: 3 }, { ...ack('paused', 0, ['1-0'], true, 8200), ge: 3 }];
+    const afterRegrant = { ...letter, member: 'heir', t: 9000 };
+    expect(check(produced.slice(0, 2), regranted, [pause], new Set(), { deadLetters: [afterRegrant] }).unfencedDeadLetters).toEqual([
+      'shard 0 2-0 dead-lettered by heir after paused owned the shard (its acknowledgement was accepted at 8200)',
+    ]);
   });
 
   it('finds an entry run to success twice under one grant, not once per grant', () => {
@@ -252,5 +308,24 @@ describe('record tail (what the harness polls while a fault waits)', () => {
     expect(tail.read().map((l) => [l.e, l.msg])).toEqual([['start', 'naïve'], ['start', 'naïve']]);
     expect(new RecordTail(file, true).read().map((l) => l.e)).toEqual(['old', 'start', 'start']);
     fs.rmSync(path.dirname(file), { recursive: true, force: true });
+  });
+});
+
+describe('fault kinds per target (issue 15)', () => {
+  it('runs failover and slot-move on a cluster only, and the kinds that need a proxy or the single server on the single node only', () => {
+    const onCluster = faultKindsOn('cluster');
+    expect(onCluster).toEqual(expect.arrayContaining(['failover', 'slot-move', 'kill', 'pause', 'grow-ordered', 'new-group', 'group-keys-lost']));
+    for (const kind of ['partition', 'reset', 'lost-ack', 'redis-restart', 'dead-letter-oom', 'stale-producer', 'unsafe-lease'] as const) expect(onCluster).not.toContain(kind);
+    // The single-node short tier and soak never deal a cluster kind.
+    expect(ALL_FAULT_KINDS).not.toContain('failover');
+    expect(ALL_FAULT_KINDS).not.toContain('slot-move');
+    expect(selectedFaultKinds('all', undefined, 'cluster')).toEqual(onCluster);
+    expect(selectedFaultKinds('failover,kill', undefined, 'cluster')).toEqual(['failover', 'kill']);
+  });
+
+  it('refuses a kind that does not run on the chosen target, naming it and what runs there', () => {
+    expect(() => selectedFaultKinds('kill,partition', undefined, 'cluster')).toThrow(/RSC_CHAOS_FAULTS: fault kind "partition" does not run on a cluster; there: all, kill/);
+    expect(() => selectedFaultKinds('failover')).toThrow(/fault kind "failover" does not run on a single redis-server/);
+    expect(() => selectedFaultKinds('nonsense', undefined, 'cluster')).toThrow(/unknown fault kind "nonsense"/);
   });
 });

@@ -68,7 +68,10 @@ export type FaultKind =
   | 'unsafe-lease'
   | 'zombie-dead-letter'
   | 'revoke-twice'
-  | 'group-keys-lost';
+  | 'group-keys-lost'
+  // On a Redis Cluster (issue 15):
+  | 'failover'
+  | 'slot-move';
 
 export interface Fault {
   kind: FaultKind;
@@ -88,6 +91,18 @@ export interface Fault {
   until?: number;
   /** Redis lost every key at `at` (a restart without persistence). */
   dataLoss?: boolean;
+  /**
+   * The shards whose master failed over at `at` (every shard when it also served the coordinator's
+   * keys): a redelivery on one of them is explained whoever ran it, since what the old master had
+   * not yet passed to its replica (a delivery, an ack not waited for) is undone.
+   */
+  shards?: number[];
+  /**
+   * Writes to `shards` that Redis confirmed without waiting for a replica may be gone after the
+   * failover at `at` (asynchronous replication): set when the producers did not use
+   * `waitForReplicas`. With it, a confirmed write is never lost, and a missing one is a loss.
+   */
+  unreplicated?: boolean;
 }
 
 /** One dead-letter stream entry, as the harness read it from Redis at the end. */
@@ -159,6 +174,8 @@ export interface CheckExtras {
    * key running past it are.
    */
   lanes?: boolean;
+  /** When the main producer wrote nothing for a long while, and why (the harness watches it). */
+  producerStalls?: string[];
 }
 
 export interface CheckReport {
@@ -168,7 +185,11 @@ export interface CheckReport {
   acknowledged: number;
   /** Produced entries never handled to the end nor dead-lettered, or not acknowledged at the end (must be none). */
   lost: string[];
-  /** Produced entries gone because Redis lost every key (a restart without persistence) before they were handled. */
+  /**
+   * Produced entries gone because Redis lost every key (a restart without persistence) before they
+   * were handled, or because a master failed over within `REPLICATION_WINDOW_MS` of confirming them
+   * without waiting for a replica (`Fault.unreplicated`).
+   */
   redisLost: string[];
   /** Keys whose first handling of a sequence number came after a later one of the same key. */
   orderViolations: string[];
@@ -193,6 +214,8 @@ export interface CheckReport {
   writtenTwice: string[];
   /** Faults the group never recovered from within the harness's deadline. */
   unrecovered: string[];
+  /** The main producer wrote nothing for 20 s or more (a send that never answered, or refused for good): must be none. */
+  producerStalls: string[];
   faults: Fault[];
 }
 
@@ -209,6 +232,9 @@ const REDELIVERING = new Set<FaultKind>([
   'dead-letter-oom', 'partial-batch',
   // A pause (its shards move while its handler runs); a lease that may run out; every member unknown at once.
   'zombie-dead-letter', 'unsafe-lease', 'group-keys-lost',
+  // Deliveries and acks the old master had not replicated are undone (on the fault's shards only).
+  // A slot move is not here: MIGRATE moves a stream whole, its group and pending entries with it.
+  'failover',
 ]);
 /** Faults that hit every member at once. */
 const GLOBAL = new Set<FaultKind>(['redis-restart', 'redis-flush-restart', 'dead-letter-oom', 'partial-batch', 'group-keys-lost']);
@@ -217,6 +243,12 @@ const GLOBAL = new Set<FaultKind>(['redis-restart', 'redis-flush-restart', 'dead
 const EXPLAIN_BEFORE_MS = 1000;
 
 const DEFAULT_GROUP = '';
+
+/**
+ * How long before a failover a write confirmed without a replica may still have been lost with the
+ * old master: its replica trails it by milliseconds here; an older write gone is the library's loss.
+ */
+export const REPLICATION_WINDOW_MS = 2000;
 
 /** How far from an unordered resize two writes of a key may be and still be excused an inversion. */
 const UNORDERED_SLACK_MS = 5000;
@@ -291,6 +323,11 @@ export function check(produced: Produced[], lines: RecordLine[], faults: Fault[]
   const label = (g: string) => (groups.length > 1 || g !== DEFAULT_GROUP ? `${g}: ` : '');
   const open = (g: string, shard: number, id: string) => unacknowledged.has(`${g}/${shard}/${id}`) || (g === DEFAULT_GROUP && unacknowledged.has(`${shard}/${id}`)) || (groups.length === 1 && unacknowledged.has(`${shard}/${id}`));
   const lossTimes = faults.filter((f) => f.dataLoss).map((f) => f.at);
+  const unreplicated = faults.filter((f) => f.unreplicated);
+  /** Redis may have lost it: written before it lost every key, or just before its master failed over unreplicated. */
+  const redisMayHaveLost = (p: Produced) =>
+    p.at !== undefined &&
+    (lossTimes.some((t) => p.at! <= t) || unreplicated.some((f) => (f.shards ?? []).includes(p.shard) && p.at! <= f.at && p.at! >= f.at - REPLICATION_WINDOW_MS));
 
   const lost: string[] = [];
   const redisLost: string[] = [];
@@ -307,8 +344,9 @@ export function check(produced: Produced[], lines: RecordLine[], faults: Fault[]
       if (done.has(entry)) handled += 1;
       if (!isOpen) acknowledged += 1;
       if (done.has(entry) && !isOpen) continue;
-      // Written before Redis lost every key, and not handled by then: Redis lost it, not the library.
-      if (!done.has(entry) && p.at !== undefined && lossTimes.some((t) => p.at! <= t)) {
+      // Written before Redis lost every key (or just before an unreplicated failover of its shard's
+      // master), and not handled by then: Redis lost it, not the library.
+      if (!done.has(entry) && redisMayHaveLost(p)) {
         redisLost.push(`${label(g)}${entry} (${p.key}#${p.seq})`);
         continue;
       }
@@ -401,7 +439,7 @@ export function check(produced: Produced[], lines: RecordLine[], faults: Fault[]
         REDELIVERING.has(f.kind) &&
         (f.until ?? f.at) >= first.start - EXPLAIN_BEFORE_MS &&
         f.at <= run.start &&
-        (GLOBAL.has(f.kind) || f.target === first.member || f.target === run.member),
+        (GLOBAL.has(f.kind) || f.target === first.member || f.target === run.member || (f.shards ?? []).includes(run.shard)),
     );
     if (!explained) unexplainedDuplicates.push(`${label(run.group)}${run.shard}/${run.id}: ${first.member} at ${first.start.toFixed(0)}, again by ${run.member} at ${run.start.toFixed(0)}`);
   }
@@ -419,9 +457,10 @@ export function check(produced: Produced[], lines: RecordLine[], faults: Fault[]
     unexplainedDuplicates,
     stuck: stuckEntries(runs, extras.pendingSamples ?? [], extras.stuckAfterMs ?? 3000, extras.quietStuckAfterMs, extras.lanes ?? false),
     deadLetters: deadLetters.length,
-    unfencedDeadLetters: deadLetterFencing(lines, deadLetters),
+    unfencedDeadLetters: deadLetterFencing(lines, deadLetters, faults),
     grantDuplicates: grantDuplicates(runs),
     writtenTwice: writtenTwice(runs, extras.mayBeTwice ?? new Set()),
+    producerStalls: extras.producerStalls ?? [],
     unrecovered: faults.filter((f) => f.failed).map((f) => `${f.kind}${f.target ? ` ${f.target}` : ''}${f.detail ? ` ${f.detail}` : ''}: ${f.failed}`),
     faults,
   };

@@ -11,7 +11,7 @@ import { ProtocolMember } from '@redis-stream-coordinator/core/testing';
 import { findGroupInfo } from '../../packages/core/src/redis/responses';
 import type { Fault, RecordLine } from './checker';
 import { evalsha, scriptShas } from './faults';
-import { type ChaosHarness, type MemberProcess, mustBeOwned, readRecords, sleep, waitFor } from './harness';
+import { type ChaosHarness, type MemberProcess, mustBeOwned, proxyOf, readRecords, sleep, waitFor } from './harness';
 import { RecordTail } from './record-tail';
 
 /** SIGUSR2 to every member process not cut off: a failing spell starts (or ends). */
@@ -55,10 +55,10 @@ export async function unsafeLease(h: ChaosHarness, fault: Fault): Promise<{ lift
   flakySpell(h);
   try {
     // Heartbeats only: reads and handlers go on at full speed, so retries keep falling due.
-    victim.proxy.delayMatching(evalsha(scriptShas('heartbeat')), lateMs);
+    proxyOf(victim).delayMatching(evalsha(scriptShas('heartbeat')), lateMs);
     await sleep(holdMs);
   } finally {
-    victim.proxy.clearFaults();
+    proxyOf(victim).clearFaults();
     flakySpell(h);
   }
   return { liftedAt: performance.now() };

@@ -13,13 +13,25 @@ import { loadScriptSource } from '../../packages/core/src/redis/scripts';
 import { TcpProxy } from '../support/tcp-proxy';
 import type { Fault, FaultKind } from './checker';
 import { failingSpell, groupKeysLost, revokeTwice, trimHistory, unsafeLease, whatItDid, zombieDeadLetter } from './fault-scenarios';
-import { type ChaosHarness, type MemberProcess, sleep, waitFor } from './harness';
+import { failover, slotMove } from './cluster-faults';
+import { resize, staleWrites } from './resize-faults';
+import { type ChaosHarness, type MemberProcess, proxyOf, sleep, waitFor } from './harness';
 import { RecordTail } from './record-tail';
+import type { TargetKind } from './target';
+
+/** The process-level and resizing kinds, which need no proxy: on both targets. */
+const BOTH: readonly TargetKind[] = ['single', 'cluster'];
 
 export interface FaultSpec {
   what: string;
   /** The issue-11 fix this fault kind checks: the code before it failed the run. */
   needs?: string;
+  /**
+   * Where it can be made (default: the single redis-server only). A cluster has no proxies (its
+   * nodes announce their own ports) and no one server to restart or reconfigure, so the kinds that
+   * act on a member's connection or on the server run on the single node only.
+   */
+  runsOn?: readonly TargetKind[];
   inject(h: ChaosHarness, fault: Fault): Promise<{ liftedAt?: number } | void>;
 }
 
@@ -46,10 +58,10 @@ async function latency(h: ChaosHarness, fault: Fault, requestMs: number, replyMs
   const victim = h.pick();
   fault.target = victim.memberId;
   h.excuse(victim, holdMs + h.sessionTimeoutMs * 3);
-  victim.proxy.delay('request', Math.round(requestMs), Math.round(jitterMs / 2));
-  victim.proxy.delay('reply', Math.round(replyMs), Math.round(jitterMs / 2));
+  proxyOf(victim).delay('request', Math.round(requestMs), Math.round(jitterMs / 2));
+  proxyOf(victim).delay('reply', Math.round(replyMs), Math.round(jitterMs / 2));
   await sleep(holdMs);
-  victim.proxy.clearFaults();
+  proxyOf(victim).clearFaults();
   return { liftedAt: performance.now() };
 }
 
@@ -57,10 +69,10 @@ async function latency(h: ChaosHarness, fault: Fault, requestMs: number, replyMs
 async function lostReply(h: ChaosHarness, fault: Fault, match: (request: string) => boolean, quietMs = 0) {
   const victim = h.pick();
   fault.target = victim.memberId;
-  const dropped = victim.proxy.dropNextReply(match);
+  const dropped = proxyOf(victim).dropNextReply(match);
   const timeout = sleep(10_000).then(() => 'timeout' as const);
   if ((await Promise.race([dropped, timeout])) === 'timeout') {
-    victim.proxy.clearFaults();
+    proxyOf(victim).clearFaults();
     // Nothing was dropped, so nothing to recover from: said in the report, not counted as a failure.
     // (A member that stopped sending altogether is caught by the recovery check that follows: every
     // running member process must be a member of its group.)
@@ -107,53 +119,6 @@ async function limitMemory(h: ChaosHarness, deltaBytes: number): Promise<void> {
   await h.redis.config('SET', 'maxmemory', String(Math.max(1024 * 1024, used + deltaBytes)));
 }
 
-async function resize(h: ChaosHarness, fault: Fault, grow: boolean, ordered: boolean, graceMs = 2000) {
-  const current = (await h.admin.describeStream(h.streamPrefix))!.shardCount;
-  // Keep the count between 4 and 10 whatever the schedule asks.
-  const next = grow ? (current >= 10 ? current - 1 : current + 1) : current <= 4 ? current + 1 : current - 1;
-  fault.target = `${current}->${next}${ordered ? '' : ' unordered'}`;
-  await waitFor(
-    'the previous resize to be done',
-    async () => {
-      try {
-        await h.admin.resizeShards(h.streamPrefix, next, { ordered, graceMs });
-        return true;
-      } catch (error) {
-        if ((error as Error).name === 'ResizeInProgressError') return false;
-        throw error;
-      }
-    },
-    h.cutoverBoundMs(),
-    100,
-  ).catch(async (error: Error) => {
-    throw new Error(`${error.message}: ${await cutoversLeft(h)}`);
-  });
-  // The resize's time is when it happened, not when the fault began waiting for the previous one:
-  // the checker excuses per-key inversions around an unordered resize by this time.
-  fault.at = performance.timeOrigin + performance.now();
-  h.maxShards = Math.max(h.maxShards, next);
-  h.resizes += 1;
-  // Recovered also means every group's cutover completed.
-  await waitFor('every cutover done', async () => (await h.admin.cutoverStatus(h.streamPrefix)).every((s) => s.cutover === null), h.cutoverBoundMs(), 100).catch(
-    async (error: Error) => {
-      throw new Error(`${error.message}: ${await cutoversLeft(h)}`);
-    },
-  );
-  return { liftedAt: performance.now() };
-}
-
-/** The groups still cutting over, what they wait for and who owns those shards: for a wait that ran out. */
-async function cutoversLeft(h: ChaosHarness): Promise<string> {
-  const left = [];
-  for (const status of await h.admin.cutoverStatus(h.streamPrefix)) {
-    if (!status.cutover) continue;
-    const owners = new Map((await h.admin.describeGroup(h.streamPrefix, status.consumerGroup)).shards.map((s) => [s.shardIndex, s.owner]));
-    const waits = (status.waitingFor ?? []).map((w) => `shard ${w.shardIndex}${w.undelivered ? ' undelivered' : ''}${w.pending ? ' pending' : ''} at ${owners.get(w.shardIndex) ?? 'nobody'}`);
-    left.push(`${status.consumerGroup} (${status.cutover.from}->${status.cutover.to}) waits for ${waits.join(', ') || 'nothing (not completed)'}`);
-  }
-  return left.join('; ') || 'none left';
-}
-
 /** Replaces one member of the first group (graceful stop, new process with `clockOffsetMs`). */
 async function replace(h: ChaosHarness, fault: Fault, signal: NodeJS.Signals, clockOffsetMs?: number): Promise<void> {
   const victim = h.pick();
@@ -163,9 +128,14 @@ async function replace(h: ChaosHarness, fault: Fault, signal: NodeJS.Signals, cl
 }
 
 export const FAULTS: Record<FaultKind, FaultSpec> = {
-  kill: { what: '`SIGKILL` of a member process; a new one is started', inject: (h, f) => replace(h, f, 'SIGKILL') },
-  graceful: { what: '`SIGTERM`: the member drains, acknowledges and leaves; a new one is started', inject: (h, f) => replace(h, f, 'SIGTERM') },
+  kill: {
+    runsOn: BOTH,
+    what: '`SIGKILL` of a member process; a new one is started', inject: (h, f) => replace(h, f, 'SIGKILL') },
+  graceful: {
+    runsOn: BOTH,
+    what: '`SIGTERM`: the member drains, acknowledges and leaves; a new one is started', inject: (h, f) => replace(h, f, 'SIGTERM') },
   join: {
+    runsOn: BOTH,
     what: 'a new member process joins (the oldest leaves gracefully when there are more than four)',
     async inject(h, fault) {
       fault.target = (await h.spawnMember()).memberId;
@@ -177,12 +147,13 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
     },
   },
   pause: {
+    runsOn: BOTH,
     what: '`SIGSTOP` until the others own its shards, one session more, then `SIGCONT`: a zombie holding stale ownership',
     inject: (h, f) => h.isolate(f, (m) => m.child.kill('SIGSTOP'), (m) => m.child.kill('SIGCONT')),
   },
   partition: {
     what: "the member's proxy stops forwarding both ways until the others own its shards, one session more, then heals",
-    inject: (h, f) => h.isolate(f, (m) => m.proxy.freeze(), (m) => m.proxy.thaw()),
+    inject: (h, f) => h.isolate(f, (m) => proxyOf(m).freeze(), (m) => proxyOf(m).thaw()),
   },
   reset: {
     what: 'every connection of one member reset at once',
@@ -190,7 +161,7 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
       const victim = h.pick();
       fault.target = victim.memberId;
       h.excuse(victim, 500);
-      victim.proxy.cut();
+      proxyOf(victim).cut();
     },
   },
   'redis-restart': {
@@ -299,6 +270,7 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
     },
   },
   'long-graceful': {
+    runsOn: BOTH,
     what: 'handlers of one member start taking 1.5 sessions, then it is stopped gracefully (it must keep its lease while it drains)',
     needs: 'fix/coord (issue 11 #5: heartbeats during stop)',
     async inject(h, fault) {
@@ -319,11 +291,12 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
       }
     },
   },
-  'grow-ordered': { what: 'one shard more, ordered cutover', inject: (h, f) => resize(h, f, true, true) },
-  'grow-unordered': { what: 'one shard more, no ordering', inject: (h, f) => resize(h, f, true, false) },
-  'shrink-ordered': { what: 'one shard fewer, ordered cutover', inject: (h, f) => resize(h, f, false, true) },
-  'shrink-unordered': { what: 'one shard fewer, no ordering', inject: (h, f) => resize(h, f, false, false) },
+  'grow-ordered': { runsOn: BOTH, what: 'one shard more, ordered cutover', inject: (h, f) => resize(h, f, true, true) },
+  'grow-unordered': { runsOn: BOTH, what: 'one shard more, no ordering', inject: (h, f) => resize(h, f, true, false) },
+  'shrink-ordered': { runsOn: BOTH, what: 'one shard fewer, ordered cutover', inject: (h, f) => resize(h, f, false, true) },
+  'shrink-unordered': { runsOn: BOTH, what: 'one shard fewer, no ordering', inject: (h, f) => resize(h, f, false, false) },
   'new-group': {
+    runsOn: BOTH,
     what: 'two ordered growths, then a consumer group created (two member processes): it must read the whole history in per-key order',
     needs: 'fix/producer (issue 11 #4: only the latest resize kept as the template for new groups)',
     async inject(h, fault) {
@@ -398,6 +371,7 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
     },
   },
   'clock-skew': {
+    runsOn: BOTH,
     what: 'a member replaced by one whose wall clock is 3 hours off (ahead or behind, by the seed)',
     async inject(h, fault) {
       const offset = (h.random() < 0.5 ? -1 : 1) * 3 * 3_600_000;
@@ -413,6 +387,7 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
     inject: unsafeLease,
   },
   'zombie-dead-letter': {
+    runsOn: BOTH,
     what:
       "a member's handlers turn long (1.5 sessions) while 30% of entries fail every attempt; it is paused during the last attempt of one until the others own its shards " +
       '(the new owner dead-letters and acknowledges that entry), then resumed: its own dead letter of it must be refused',
@@ -420,6 +395,7 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
     inject: zombieDeadLetter,
   },
   'revoke-twice': {
+    runsOn: BOTH,
     what:
       'a side group of scripted members: one (rebalanceTimeoutMs 2 s) is asked for a revocation, then 1 s later for another; it acknowledges the first at 1.5 s and the second 1.5 s ' +
       'after it was asked: it must stay a member',
@@ -427,6 +403,7 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
     inject: revokeTwice,
   },
   'group-keys-lost': {
+    runsOn: BOTH,
     what:
       "epochs raised (visitors join and leave), then the group's coordinator keys deleted, shards and fencing tokens kept: the members rejoin, the group is recreated " +
       'at low epochs, and every shard must be read again within 10 s',
@@ -434,6 +411,7 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
     inject: groupKeysLost,
   },
   'duplicate-id': {
+    runsOn: BOTH,
     what: "a second process started with a live member's id: it must be refused for good (FENCED_INSTANCE_ID) within 10 s",
     needs: 'fix/coord (issue 11 #11)',
     async inject(h, fault) {
@@ -451,25 +429,19 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
       }
     },
   },
+  failover: {
+    runsOn: ['cluster'],
+    what:
+      "`SIGKILL` of the master serving a shard's slot (one time in three the coordinator's), chosen by the seed: its replica takes over, then the old master " +
+      'restarts as its replica; sends and acks wait for a replica, so nothing confirmed may be lost',
+    inject: failover,
+  },
+  'slot-move': {
+    runsOn: ['cluster'],
+    what: "a shard stream's slot (one time in four the coordinator's) moved to another master while members run, one key at a time with MIGRATE (ASK, TRYAGAIN, then MOVED)",
+    inject: slotMove,
+  },
 };
-
-/**
- * Freezes the stale producer's connection (a batch routed with the old shard count stays in flight),
- * shrinks (ordered, `graceMs` 1000), runs `meanwhile`, then lets the held writes land.
- */
-async function staleWrites(h: ChaosHarness, fault: Fault, meanwhile: () => Promise<unknown>) {
-  const current = (await h.admin.describeStream(h.streamPrefix))!.shardCount;
-  if (current <= 4) await resize(h, { ...fault }, true, false);
-  const proxy = h.staleLoad.proxy!;
-  proxy.freeze();
-  try {
-    await resize(h, fault, false, true, 1000);
-    await meanwhile();
-  } finally {
-    proxy.thaw();
-  }
-  return { liftedAt: performance.now() };
-}
 
 function longHandlerStarted(tail: RecordTail): boolean {
   const lines = tail.read();
@@ -481,17 +453,4 @@ function longHandlerStarted(tail: RecordTail): boolean {
 async function refused(member: MemberProcess, tail: RecordTail): Promise<boolean> {
   if (member.child.exitCode !== null) return true;
   return tail.read().some((l) => l.e === 'error' && /FENCED_INSTANCE_ID|instance/i.test(l.msg ?? ''));
-}
-
-export const ALL_FAULT_KINDS = Object.keys(FAULTS) as FaultKind[];
-
-/** The fault kinds of a run: RSC_CHAOS_FAULTS=all (or unset: `fallback`), or a comma-separated list of kinds. */
-export function selectedFaultKinds(env = process.env.RSC_CHAOS_FAULTS, fallback: FaultKind[] = ALL_FAULT_KINDS): FaultKind[] {
-  if (env === undefined || env.trim() === '') return fallback;
-  if (env.trim() === 'all') return ALL_FAULT_KINDS;
-  const kinds = env.split(',').map((k) => k.trim()).filter(Boolean);
-  for (const kind of kinds) {
-    if (!(kind in FAULTS)) throw new Error(`RSC_CHAOS_FAULTS: unknown fault kind "${kind}"; known: all, ${ALL_FAULT_KINDS.join(', ')}`);
-  }
-  return kinds as FaultKind[];
 }

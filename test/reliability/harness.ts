@@ -2,15 +2,15 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Redis } from 'ioredis';
-import { CoordinatorAdmin, LOADING_RETRY_MS } from '@redis-stream-coordinator/core';
-import { RedisServer } from '@redis-stream-coordinator/core/testing';
+import { CoordinatorAdmin, type RedisClient } from '@redis-stream-coordinator/core';
+import type { RedisCluster, RedisServer } from '@redis-stream-coordinator/core/testing';
 import type { MemberProcessSettings } from '../../packages/core/src/testing/member-process';
-import { TcpProxy } from '../support/tcp-proxy';
+import type { TcpProxy } from '../support/tcp-proxy';
 import { check, type CheckReport, type DeadLetter, type Fault, type FaultKind, type PendingSample, type RecordLine } from './checker';
 import { FAULTS } from './faults';
 import { LoadProducer } from './load';
 import { mustBeOwned, pendingSamples, readDeadLetters, unacknowledged } from './redis-state';
+import { ChaosTarget, type TargetKind } from './target';
 
 export { mustBeOwned };
 
@@ -19,6 +19,13 @@ const MEMBER_PROCESS = path.resolve(__dirname, '../../packages/core/dist/testing
 
 export interface HarnessOptions {
   seed: number;
+  /**
+   * One redis-server (default), or a Redis Cluster of 3 masters and 3 replicas (issue 15): no proxies
+   * there, so only the fault kinds that need none run (`FaultSpec.runsOn`); sends and acks wait for a
+   * replica unless `waitForReplicas` is false.
+   */
+  target?: TargetKind;
+  waitForReplicas?: boolean;
   members?: number;
   shards?: number;
   sessionTimeoutMs?: number;
@@ -44,7 +51,7 @@ export interface HarnessOptions {
   progress?: (line: string) => void;
 }
 
-type Settings = Required<Omit<HarnessOptions, 'progress'>>;
+type Settings = Required<Omit<HarnessOptions, 'progress' | 'target' | 'waitForReplicas'>>;
 
 /** A small, seeded PRNG (mulberry32): the same seed gives the same schedule and targets. */
 export function seededRandom(seed: number): () => number {
@@ -64,7 +71,8 @@ export interface MemberProcess {
   memberId: string;
   group: string;
   child: ChildProcess;
-  proxy: TcpProxy;
+  /** Its proxy in front of the single redis-server; none on a cluster. */
+  proxy: TcpProxy | undefined;
   exited: Promise<number | null>;
   /** Cut off (paused, partitioned): not a possible owner until healed. */
   isolated: boolean;
@@ -84,6 +92,12 @@ export interface SpawnOptions {
   heartbeatIntervalMs?: number;
 }
 
+/** A member's proxy, for the fault kinds that act on one (single node only: a cluster member has none). */
+export function proxyOf(member: MemberProcess): TcpProxy {
+  if (!member.proxy) throw new Error(`member ${member.handle} has no proxy (on a cluster members connect to the nodes directly)`);
+  return member.proxy;
+}
+
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 export async function waitFor(description: string, probe: () => Promise<boolean> | boolean, timeoutMs: number, intervalMs = 25): Promise<void> {
@@ -96,11 +110,15 @@ export async function waitFor(description: string, probe: () => Promise<boolean>
 
 const wallNow = () => performance.timeOrigin + performance.now();
 
+/** The main producer writing nothing for this long is a stall (its longest pauses on purpose: 7 s of quiet; a Redis restart or failover: a few s). */
+const PRODUCER_STALL_MS = 20_000;
+
 /**
  * The reliability harness (issues 5 and 12): a private redis-server with AOF (`appendfsync always`),
  * member processes each behind a loopback TCP proxy, producers of keyed entries in this process (one
  * of them behind a proxy too, to be made stale), a sampler of what sits pending, and faults injected
- * on a seeded schedule (faults.ts). `finish()` stops the load, waits until everything written has
+ * on a seeded schedule (faults.ts). With `target: 'cluster'` (issue 15) the same runs on a Redis
+ * Cluster of 3 masters and 3 replicas, without proxies (target.ts). `finish()` stops the load, waits until everything written has
  * been handled, and runs the checker.
  */
 export class ChaosHarness {
@@ -121,7 +139,7 @@ export class ChaosHarness {
   maxShards: number;
   /** Resizes made so far (a group created now crosses each of them). */
   resizes = 0;
-  redis!: Redis;
+  redis!: RedisClient;
   admin!: CoordinatorAdmin;
   load!: LoadProducer;
   /** A producer behind its own proxy, writing keys of its own: the stale-producer fault freezes it. */
@@ -131,15 +149,19 @@ export class ChaosHarness {
   private nextMember = 0;
   private readonly progress: (line: string) => void;
   private readonly samples: PendingSample[] = [];
+  /** Times the main producer wrote nothing for PRODUCER_STALL_MS, with why (a broken promise the report shows). */
+  readonly producerStalls: string[] = [];
   private sampling: Promise<void> | undefined;
   private stopped = false;
 
   private constructor(
-    readonly server: RedisServer,
+    readonly target: ChaosTarget,
     options: HarnessOptions,
   ) {
     this.settings = {
-      members: 3, shards: 8, sessionTimeoutMs: 1000, rate: 500, keys: 50, handlerDelayMs: 1, failPercent: 3, deadPermille: 5,
+      // On a cluster a replica takes over 2.2-3.5 s after its master died (cluster-node-timeout 1 s, then the election): the
+      // session outlasts it, as docs/cluster.md advises, so members keep their leases through one.
+      members: 3, shards: 8, sessionTimeoutMs: target.kind === 'cluster' ? 3000 : 1000, rate: 500, keys: 50, handlerDelayMs: 1, failPercent: 3, deadPermille: 5,
       // RSC_CHAOS_MEMBER_LANES=n runs every member with key-ordered lanes.
       lanes: Math.max(1, Number(process.env.RSC_CHAOS_MEMBER_LANES ?? 1) || 1),
       sharedReads: false,
@@ -153,10 +175,9 @@ export class ChaosHarness {
 
   static async start(options: HarnessOptions): Promise<ChaosHarness> {
     if (!fs.existsSync(MEMBER_PROCESS)) throw new Error(`${MEMBER_PROCESS} is missing: run npm run build first`);
-    const server = await RedisServer.start({ persistence: 'aof' });
-    const harness = new ChaosHarness(server, options);
-    harness.redis = new Redis(server.url, { maxRetriesPerRequest: 1, retryStrategy: () => 50, maxLoadingRetryTime: LOADING_RETRY_MS });
-    harness.redis.on('error', () => undefined);
+    const target = await ChaosTarget.start(options.target ?? 'single', { waitForReplicas: options.waitForReplicas });
+    const harness = new ChaosHarness(target, options);
+    harness.redis = target.connect();
     harness.admin = new CoordinatorAdmin(harness.redis);
     await harness.admin.createStream({ streamPrefix: harness.streamPrefix, shardCount: harness.settings.shards });
     await Promise.all(Array.from({ length: harness.settings.members }, () => harness.spawnMember()));
@@ -166,6 +187,16 @@ export class ChaosHarness {
     harness.staleLoad = await LoadProducer.start(harness, { keyPrefix: 'stale', keys: 40, rate: 100, tickMs: 200, keysPerBatch: 20, viaProxy: true });
     harness.sampling = harness.samplePending();
     return harness;
+  }
+
+  /** The single redis-server (fault kinds that restart it or change its config); throws on a cluster. */
+  get server(): RedisServer {
+    return this.target.server;
+  }
+
+  /** The Redis Cluster (failover, slot-move); throws on a single server. */
+  get cluster(): RedisCluster {
+    return this.target.cluster;
   }
 
   get sessionTimeoutMs(): number {
@@ -203,11 +234,11 @@ export class ChaosHarness {
     const memberId = options.memberId ?? `p${number}`;
     const handle = options.memberId ? `${memberId}-twin${number}` : memberId;
     const group = options.group ?? this.consumerGroup;
-    const proxy = await TcpProxy.start(this.server.port);
+    const proxy = await this.target.proxy();
     const session = options.sessionTimeoutMs ?? this.settings.sessionTimeoutMs;
     const recordFile = path.join(this.dir, `${handle}.jsonl`);
     const settings: MemberProcessSettings = {
-      url: proxy.url,
+      ...this.target.memberConnection(proxy),
       streamPrefix: this.streamPrefix,
       consumerGroup: group,
       memberId,
@@ -264,7 +295,7 @@ export class ChaosHarness {
     if (member.isolated) member.child.kill('SIGCONT');
     member.child.kill(signal);
     await member.exited;
-    await member.proxy.stop();
+    await member.proxy?.stop();
     this.members.delete(handle);
   }
 
@@ -382,8 +413,17 @@ export class ChaosHarness {
    * finds stuck entries in these.
    */
   private async samplePending(): Promise<void> {
+    let stalled = false;
     while (!this.stopped) {
       await sleep(250);
+      // The main producer must keep writing (the stale one is held on purpose at times): a send
+      // that never answers, or one refused for good, would starve every shard without a word.
+      const stall = this.load.stalled(PRODUCER_STALL_MS);
+      if (stall && !stalled) {
+        this.producerStalls.push(`at ${new Date().toISOString()}: ${stall}`);
+        this.progress(`PRODUCER STALLED: ${stall}`);
+      }
+      stalled = stall !== undefined;
       try {
         this.samples.push(...(await pendingSamples(this)));
       } catch {
@@ -433,6 +473,7 @@ export class ChaosHarness {
       unreadable: this.unreadable,
       lanes: this.settings.lanes > 1,
       mayBeTwice: new Set([...this.load.mayBeTwice, ...this.staleLoad.mayBeTwice]),
+      producerStalls: this.producerStalls,
     });
   }
 
@@ -443,11 +484,11 @@ export class ChaosHarness {
       member.child.kill('SIGCONT');
       member.child.kill('SIGKILL');
       await member.exited;
-      await member.proxy.stop();
+      await member.proxy?.stop();
     }
     this.members.clear();
     this.redis.disconnect();
-    await this.server.stop();
+    await this.target.stop();
     // RSC_CHAOS_KEEP=1 keeps the member processes' record files, to look into a failed run.
     if (process.env.RSC_CHAOS_KEEP) process.stderr.write(`record files kept in ${this.dir}\n`);
     else fs.rmSync(this.dir, { recursive: true, force: true });

@@ -1,10 +1,10 @@
-import { Redis } from 'ioredis';
-import { LOADING_RETRY_MS, StreamProducer } from '@redis-stream-coordinator/core';
-import { TcpProxy } from '../support/tcp-proxy';
+import { type RedisClient, StreamProducer } from '@redis-stream-coordinator/core';
+import type { TcpProxy } from '../support/tcp-proxy';
 import type { Produced } from './checker';
+import type { ChaosTarget } from './target';
 
 interface LoadHost {
-  readonly server: { port: number; url: string };
+  readonly target: ChaosTarget;
   readonly streamPrefix: string;
 }
 
@@ -13,7 +13,7 @@ export interface LoadOptions {
   keys: number;
   /** Entries per second. */
   rate: number;
-  /** Write through a TCP proxy of its own (so a fault can hold its writes in flight). */
+  /** Write through a TCP proxy of its own (so a fault can hold its writes in flight); single node only, ignored on a cluster. */
   viaProxy: boolean;
   /** How often a batch is sent (ms). Default 20. */
   tickMs?: number;
@@ -48,6 +48,11 @@ export class LoadProducer {
   /** Failed `sendBatch` calls and entries refused one by one (per-entry results). */
   failedBatches = 0;
   refusedEntries = 0;
+  /** When the last write was confirmed (performance.now()), and why the latest send failed: for a stalled producer's report. */
+  lastWrittenAt = performance.now();
+  lastError: string | undefined;
+  /** Whether a send is awaiting its answer now, and since when (a send that never answers stalls the producer). */
+  sendingSince: number | undefined;
   /** "key#seq" of entries sent again after a reply that never came: a second copy is allowed. */
   readonly mayBeTwice = new Set<string>();
   private running = true;
@@ -56,22 +61,31 @@ export class LoadProducer {
   private loop: Promise<void> | undefined;
 
   private constructor(
-    private readonly connection: Redis,
+    private readonly connection: RedisClient,
     readonly proxy: TcpProxy | undefined,
   ) {}
 
   static async start(host: LoadHost, options: LoadOptions): Promise<LoadProducer> {
-    const proxy = options.viaProxy ? await TcpProxy.start(host.server.port) : undefined;
-    const connection = new Redis(proxy?.url ?? host.server.url, { maxRetriesPerRequest: 1, retryStrategy: () => 50, maxLoadingRetryTime: LOADING_RETRY_MS });
-    connection.on('error', () => undefined);
+    const proxy = options.viaProxy ? await host.target.proxy() : undefined;
+    const connection = host.target.connect(proxy);
     const load = new LoadProducer(connection, proxy);
-    load.loop = load.run(new StreamProducer(connection, { streamPrefix: host.streamPrefix }), options);
+    // On a cluster a send resolves once a replica has it too: a failover must lose none of them.
+    const producer = new StreamProducer(connection, { streamPrefix: host.streamPrefix, waitForReplicas: host.target.replicaWait });
+    load.loop = load.run(producer, options);
     return load;
   }
 
   /** No new writes for `ms`: every shard goes quiet (what a lost read reply on a quiet shard needs). */
   quiet(ms: number): void {
     this.quietUntil = performance.now() + ms;
+  }
+
+  /** Why nothing was written for longer than `ms` (undefined while it writes, or keeps quiet on purpose). */
+  stalled(ms: number): string | undefined {
+    const now = performance.now();
+    if (!this.running || now < this.quietUntil || now - Math.max(this.lastWrittenAt, this.quietUntil) < ms) return undefined;
+    const sending = this.sendingSince === undefined ? 'no send under way' : `a send awaiting its answer for ${Math.round(now - this.sendingSince)} ms`;
+    return `nothing written for ${Math.round(now - this.lastWrittenAt)} ms (${this.failedBatches} failed sends in all; ${sending}; last error: ${this.lastError ?? 'none'})`;
   }
 
   private async run(producer: StreamProducer, options: LoadOptions): Promise<void> {
@@ -98,11 +112,16 @@ export class LoadProducer {
         const record = (index: number, r: Outcome) =>
           this.produced.push({ id: r.id!, shard: r.shardIndex!, key: batch[index].key, seq: batch[index].payload.seq, at: performance.timeOrigin + performance.now() });
         try {
+          this.sendingSince = performance.now();
           const results = (await producer.sendBatch(batch)) as Outcome[];
           results.forEach((r, i) => record(i, r));
+          this.lastWrittenAt = performance.now();
           batch = [];
         } catch (error) {
           this.failedBatches += 1;
+          this.lastError = `${(error as Error).name}: ${(error as Error).message}`.slice(0, 300);
+          const partial0 = error as Partial<PartialBatch>;
+          if (Array.isArray(partial0.written) && partial0.written.length > 0) this.lastWrittenAt = performance.now();
           const partial = error as Partial<PartialBatch>;
           if (Array.isArray(partial.written) && Array.isArray(partial.failed)) {
             // Per-entry results (docs/producer.md): keep what landed, send the rest again in order.
@@ -118,6 +137,7 @@ export class LoadProducer {
           // An OOM rejection of the whole batch hides which entries were written (issue 11 #12):
           // sent again whole, as the old docs said; the checker reports what got written twice.
         }
+        this.sendingSince = undefined;
         if (batch.length > 0) {
           if (!this.running) break;
           await sleep(50);

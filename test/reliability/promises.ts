@@ -2,7 +2,7 @@
  * The checker's promises added by issue 12, each a pure function of what the harness recorded:
  * nothing stuck at a live owner, dead letters fenced like acks, one accepted run per entry per grant.
  */
-import type { DeadLetter, PendingSample, RecordLine, Run } from './checker';
+import type { DeadLetter, Fault, FaultKind, PendingSample, RecordLine, Run } from './checker';
 
 /** Samples further apart than this break a streak (the harness was not looking, e.g. Redis restarting). */
 const MAX_SAMPLE_GAP_MS = 1500;
@@ -115,21 +115,43 @@ interface Holding {
   since: number;
 }
 
+/** Faults that stop a member process (SIGSTOP) from `at` until it is resumed (before `until`). */
+const STOPPING = new Set<FaultKind>(['pause', 'zombie-dead-letter']);
+
+/**
+ * When an ack recorded at `t` by `member` surely ran in Redis: at `t`, unless the member was stopped
+ * just before. A reply that came back while it was stopped is read, and recorded, only once it runs
+ * again, however long the pause (two sessions and more: 6 s on the cluster harness); the ack may have
+ * run any time since the pause began, so it counts from then. Not an ack under a grant the member
+ * recorded after the pause began (`grantedAt`): that one ran after it.
+ */
+function ackRanBy(member: string, t: number, grantedAt: number | undefined, stops: Fault[]): number {
+  for (const f of stops) {
+    const stoppedThen = f.target === member && f.until !== undefined && t >= f.at && t <= f.until + LATE_RECORD_MS;
+    if (stoppedThen && (grantedAt === undefined || grantedAt <= f.at)) return Math.min(t, f.at);
+  }
+  return t;
+}
+
 /**
  * Every dead letter must be written by the shard's owner of the time and never be acknowledged by
  * another member as well (SPEC 9.2: side writes are fenced like acks). "Not the owner of the time":
  * the writer had not been granted the shard, or another member's acknowledgement on the shard was
  * accepted after the writer's latest grant and before the write (the shard had moved on).
+ * `faults`: the run's faults, for acks recorded late because their member was stopped (`ackRanBy`).
  */
-export function deadLetterFencing(lines: RecordLine[], deadLetters: DeadLetter[]): string[] {
+export function deadLetterFencing(lines: RecordLine[], deadLetters: DeadLetter[], faults: Fault[] = []): string[] {
   const sorted = [...lines].sort((a, b) => a.t - b.t);
+  const stops = faults.filter((f) => STOPPING.has(f.kind));
   const grants = new Map<string, number[]>(); // group/member/shard -> grant times
   const acceptedAcks = new Map<string, { member: string; t: number }[]>(); // group/shard -> acks, by time
   const ackedBy = new Map<string, Set<string>>(); // group/shard/id -> members whose ack of it was accepted
+  const grantRecorded = new Map<string, number>(); // group/member/shard/epoch -> when the member recorded that grant
   for (const line of sorted) {
     const g = line.g ?? '';
     if (line.e === 'assigned') {
       for (const s of line.shards ?? []) {
+        if (stops.length > 0) grantRecorded.set(`${g}/${line.m}/${s}/${line.ep}`, line.t);
         const k = `${g}/${line.m}/${s}`;
         // Appended in place: a long soak has hundreds of thousands of these lines.
         const list = grants.get(k);
@@ -139,7 +161,7 @@ export function deadLetterFencing(lines: RecordLine[], deadLetters: DeadLetter[]
     }
     if (line.e === 'ack' && line.ok) {
       const k = `${g}/${line.s}`;
-      const ack = { member: line.m, t: line.t };
+      const ack = { member: line.m, t: stops.length > 0 ? ackRanBy(line.m, line.t, grantRecorded.get(`${g}/${line.m}/${line.s}/${line.ge}`), stops) : line.t };
       const list = acceptedAcks.get(k);
       if (list) list.push(ack);
       else acceptedAcks.set(k, [ack]);
@@ -150,6 +172,8 @@ export function deadLetterFencing(lines: RecordLine[], deadLetters: DeadLetter[]
       }
     }
   }
+  // Acks moved back to when their member was stopped are out of order now.
+  if (stops.length > 0) for (const list of acceptedAcks.values()) list.sort((a, b) => a.t - b.t);
   const problems: string[] = [];
   for (const d of deadLetters) {
     const groupLines = [...grants.keys()].some((k) => k.startsWith(`${d.group}/`)) ? d.group : '';

@@ -2,6 +2,7 @@
  * What the harness reads from Redis for the checker: entries pending at whom while the run goes on,
  * and at the end what every group has not acknowledged and every dead letter.
  */
+import { Cluster } from 'ioredis';
 import { findGroupInfo } from '../../packages/core/src/redis/responses';
 import type { DeadLetter, PendingSample } from './checker';
 import type { ChaosHarness } from './harness';
@@ -31,14 +32,16 @@ export async function pendingSamples(h: ChaosHarness): Promise<PendingSample[]> 
   const cutoverPending = new Set((await h.admin.cutoverStatus(h.streamPrefix)).filter((s) => s.cutover !== null).map((s) => s.consumerGroup));
   for (const group of h.groups) {
     const d = await h.admin.describeGroup(h.streamPrefix, group);
-    const pipeline = h.redis.pipeline();
     const shards = d.shards.filter(mustBeOwned);
-    for (const s of shards) pipeline.xpending(h.admin.keys.shardStream(h.streamPrefix, s.shardIndex), group, 'IDLE', 1000, '-', '+', 100);
-    const replies = (await pipeline.exec()) ?? [];
+    // One command per shard, not one pipeline: on a cluster the shards' streams sit on different
+    // masters. A shard whose reply failed (a failover, a restart) is left out of this round.
+    const replies = await Promise.all(
+      shards.map((s) => h.redis.xpending(h.admin.keys.shardStream(h.streamPrefix, s.shardIndex), group, 'IDLE', 1000, '-', '+', 100).catch(() => undefined)),
+    );
     const now = performance.now();
     shards.forEach((s, i) => {
-      const [error, list] = replies[i] ?? [null, []];
-      if (error) return;
+      const list = replies[i];
+      if (list === undefined) return;
       const owners = [...h.members.values()].filter((m) => m.memberId === s.owner && m.group === group);
       const ownerLive = owners.length === 1 && !owners[0].isolated && owners[0].excusedUntil < now && h.excusedUntil < now && !cutoverPending.has(group);
       const pending = (list as [string, string][]).map(([id, consumer]) => ({ id, consumer }));
@@ -68,7 +71,10 @@ export async function unacknowledged(h: ChaosHarness): Promise<Set<string>> {
 /** Every dead letter in Redis, of either layout: one stream per group, or one per shard and group. */
 export async function readDeadLetters(h: ChaosHarness): Promise<DeadLetter[]> {
   const letters: DeadLetter[] = [];
-  for (const key of await h.redis.keys('*dead-letter*')) {
+  // KEYS on every master of a cluster (each has the dead letters of the shards it serves).
+  const nodes = h.redis instanceof Cluster ? h.redis.nodes('master') : [h.redis];
+  const found = (await Promise.all(nodes.map((node) => node.keys('*dead-letter*')))).flat();
+  for (const key of found) {
     if ((await h.redis.type(key)) !== 'stream') continue;
     const group = h.groups.find((g) => key.endsWith(`:${g}`) || key.endsWith(`:${g}}`)) ?? h.consumerGroup;
     for (const [streamId, fields] of await h.redis.xrange(key, '-', '+')) {

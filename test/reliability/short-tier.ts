@@ -1,6 +1,6 @@
 import { expect, it } from 'vitest';
 import type { CheckReport, FaultKind } from './checker';
-import { ALL_FAULT_KINDS, selectedFaultKinds } from './faults';
+import { ALL_FAULT_KINDS, selectedFaultKinds } from './fault-selection';
 import { ChaosHarness } from './harness';
 import { formatReport } from './report';
 
@@ -19,6 +19,8 @@ const COST_S: Record<FaultKind, number> = {
   'grow-ordered': 3, 'grow-unordered': 2.2, 'shrink-ordered': 4.9, 'shrink-unordered': 2.2,
   'new-group': 5.2, 'delete-drained': 2.2, 'stale-producer': 5.8, 'redis-flush-restart': 0.2, 'clock-skew': 0.6, 'duplicate-id': 0.3,
   'unsafe-lease': 5.5, 'zombie-dead-letter': 6, 'revoke-twice': 2.6, 'group-keys-lost': 2.8,
+  // On the cluster only (not in this tier's lanes).
+  failover: 8, 'slot-move': 2,
 };
 
 /** Harnesses side by side (RSC_CHAOS_HARNESSES; 1 runs every kind in one harness, about 100 s). */
@@ -91,6 +93,7 @@ export function shortTier(): void {
         for (const kind of result.kinds) expect(report.faults.filter((f) => f.kind === kind).length, `${kind}\n${summary}`).toBeGreaterThanOrEqual(1);
         expect(report.produced, summary).toBeGreaterThan(200);
         expect(report.unrecovered, summary).toEqual([]);
+        expect(report.producerStalls, summary).toEqual([]);
         expect(report.lost, summary).toEqual([]);
         expect(report.stuck, summary).toEqual([]);
         expect(report.orderViolations, summary).toEqual([]);

@@ -3,26 +3,35 @@ import fs from 'node:fs';
 import os from 'node:os';
 import { expect, it } from 'vitest';
 import type { CheckReport } from './checker';
-import { FAULTS, selectedFaultKinds } from './faults';
+import { faultKindsOn, selectedFaultKinds } from './fault-selection';
+import { FAULTS } from './faults';
 import { ChaosHarness } from './harness';
 import { faultTable, formatReport } from './report';
+import type { TargetKind } from './target';
 
 /** The long tier (scripts/test-chaos.js passes these): faults at random for the whole duration. */
 const durationMs = Number(process.env.RSC_CHAOS_DURATION_MS ?? 600_000);
 const seed = Number(process.env.RSC_CHAOS_SEED ?? 1);
 const reportFile = process.env.RSC_CHAOS_REPORT;
-// The long tier runs every kind unless told otherwise (RSC_CHAOS_FAULTS, or --faults).
-const kinds = selectedFaultKinds(process.env.RSC_CHAOS_FAULTS ?? 'all');
+// RSC_CHAOS_TARGET=cluster (--cluster): a Redis Cluster of 3 masters and 3 replicas, no proxies.
+const target: TargetKind = process.env.RSC_CHAOS_TARGET === 'cluster' ? 'cluster' : 'single';
+// The long tier runs every kind of its target unless told otherwise (RSC_CHAOS_FAULTS, or --faults).
+const kinds = selectedFaultKinds(process.env.RSC_CHAOS_FAULTS ?? 'all', undefined, target);
+// RSC_CHAOS_NO_WAIT=1 (--no-wait): on a cluster, sends and acks do not wait for a replica, to see
+// what a failover loses then ("lost by Redis").
+const waitForReplicas = process.env.RSC_CHAOS_NO_WAIT !== '1';
+const replayFlags = `${target === 'cluster' ? ' --cluster' : ''}${waitForReplicas ? '' : ' --no-wait'}`;
 
 const progress = (line: string) => process.stderr.write(`${line}\n`);
 
-it(`soak: random faults for ${Math.round(durationMs / 1000)} s (seed ${seed})`, async () => {
+it(`soak: random faults for ${Math.round(durationMs / 1000)} s on a ${target === 'cluster' ? 'Redis Cluster' : 'single redis-server'} (seed ${seed})`, async () => {
   const begin = Date.now();
   const elapsed = () => `[${Math.round((Date.now() - begin) / 1000)} s]`;
-  const harness = await ChaosHarness.start({ seed, rate: 1000, progress: (line) => progress(`${elapsed()} ${line}`) });
+  const harness = await ChaosHarness.start({ seed, rate: 1000, target, waitForReplicas, progress: (line) => progress(`${elapsed()} ${line}`) });
   let report: CheckReport;
   try {
-    progress(`${elapsed()} seed ${seed}, ${Math.round(durationMs / 1000)} s of faults (${kinds.join(', ')}); 3 member processes, 8 shards, AOF (appendfsync always)`);
+    const redis = target === 'cluster' ? `a cluster of 3 masters and 3 replicas${waitForReplicas ? ', sends and acks waiting for a replica' : ', nothing waiting for replicas'}` : 'AOF (appendfsync always)';
+    progress(`${elapsed()} seed ${seed}, ${Math.round(durationMs / 1000)} s of faults (${kinds.join(', ')}); 3 member processes, 8 shards, ${redis}`);
     while (Date.now() - begin < durationMs) {
       await new Promise((resolve) => setTimeout(resolve, 500 + harness.random() * 2500));
       await harness.inject(kinds[Math.floor(harness.random() * kinds.length)]);
@@ -37,8 +46,9 @@ it(`soak: random faults for ${Math.round(durationMs / 1000)} s (seed ${seed})`, 
   const text = formatReport(report);
   progress(text);
   if (reportFile) fs.writeFileSync(reportFile, reliabilityDoc(report, Date.now() - begin));
-  const replay = `replay: npm run test:chaos -- --duration ${Math.round(durationMs / 1000)}s --seed ${seed} --faults ${kinds.join(',')}`;
+  const replay = `replay: npm run test:chaos --${replayFlags} --duration ${Math.round(durationMs / 1000)}s --seed ${seed} --faults ${kinds.join(',')}`;
   expect(report.unrecovered, replay).toEqual([]);
+  expect(report.producerStalls, replay).toEqual([]);
   expect(report.lost, replay).toEqual([]);
   expect(report.stuck, replay).toEqual([]);
   expect(report.orderViolations, replay).toEqual([]);
@@ -65,11 +75,11 @@ function reliabilityDoc(report: CheckReport, tookMs: number): string {
   const cpus = os.cpus();
   const row = (cells: (string | number)[]) => `| ${cells.join(' | ')} |`;
   const ms = (n: number) => (Number.isFinite(n) ? `${Math.round(n).toLocaleString('en-US')} ms` : '–');
-  const template = fs.readFileSync(`${__dirname}/reliability-doc.md`, 'utf8');
+  const template = fs.readFileSync(`${__dirname}/${target === 'cluster' ? 'reliability-cluster-doc.md' : 'reliability-doc.md'}`, 'utf8');
   const generated = [
     `Run ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC on ${cpus.length} × ${cpus[0]?.model ?? 'unknown'}, Node ${process.version}:`,
     `seed ${seed}, ${Math.round(durationMs / 60_000)} min of faults (${Math.round(tookMs / 1000)} s in all with start-up and the final drain).`,
-    `Replay: \`npm run test:chaos -- --duration ${Math.round(durationMs / 1000)}s --seed ${seed} --faults ${kinds.length === Object.keys(FAULTS).length ? 'all' : kinds.join(',')}\`. Code: commit ${commit()}.`,
+    `Replay: \`npm run test:chaos --${replayFlags} --duration ${Math.round(durationMs / 1000)}s --seed ${seed} --faults ${kinds.length === faultKindsOn(target).length ? 'all' : kinds.join(',')}\`. Code: commit ${commit()}.`,
     '',
     row(['fault', 'what it does', 'injected', 'not recovered', 'recovery p50', 'recovery p99', 'max']),
     row(['---', '---', '---', '---', '---', '---', '---']),

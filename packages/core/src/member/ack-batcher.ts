@@ -71,12 +71,18 @@ export class AckBatcher {
     return count;
   }
 
-  /** Sends every batch now, all shards in one call; resolves when it (with its retries) is over. */
+  /**
+   * Sends every batch now, all shards in one call; resolves when it (with its retries) is over, and
+   * every send already under way too: a burst's own flush may have just taken the batch a stopping
+   * member flushes for, and the member must not leave while that ack is still on the wire (the next
+   * owner would run its entries again).
+   */
   async flush(): Promise<void> {
     this.flushing = undefined;
     const batches = [...this.batches].map(([shardIndex, batch]) => ({ shardIndex, grantEpoch: batch.state.grantEpoch, ...batch }));
     this.batches.clear();
-    if (batches.length > 0) await this.send(batches);
+    const underWay = [...new Set([...this.sending.values()].flatMap((sends) => [...sends]))];
+    await Promise.all([...underWay, batches.length > 0 ? this.send(batches) : undefined]);
   }
 
   /**

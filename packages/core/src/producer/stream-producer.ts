@@ -7,7 +7,7 @@ import { appendToShards, type ShardAppend } from '../redis/entry-writer';
 import { assertReplicaWait, type ReplicaWait } from '../redis/replica-wait';
 import { KeyBuilder } from '../redis/keys';
 import type { RedisClient } from '../redis/scripts';
-import { isCluster } from '../redis/slot-pipelines';
+import { execBySlot, isCluster } from '../redis/slot-pipelines';
 import { createStreamMetadata, ensureStreamRouting } from '../redis/stream-metadata';
 import { ProducerTelemetry } from '../telemetry/producer-telemetry';
 import { shardForKey } from './key-hash';
@@ -402,11 +402,14 @@ export class StreamProducer {
 
   /** The METADATA_FIELDS, and Redis time, in one round trip. */
   private async readMetadata(): Promise<[(string | null)[], number]> {
-    const [meta, time] = (await this.redis
-      .pipeline()
-      .hmget(this.keys.streamMeta(this.options.streamPrefix), ...METADATA_FIELDS)
-      .time()
-      .exec()) as [[Error | null, (string | null)[]], [Error | null, [string, string]]];
+    // TIME rides in the metadata's pipeline (the same node's clock), which ioredis does not resend
+    // on MOVED or ASK (TIME is not read-only): execBySlot refreshes the slot table and sends it
+    // again. A raw pipeline failed every send "MOVED" after the coordinator's slot moved or failed
+    // over, until the client's slot table happened to refresh (the cluster soak: 20 s and more).
+    const key = this.keys.streamMeta(this.options.streamPrefix);
+    const [result] = await execBySlot(this.redis, [{ build: (pipeline) => pipeline.hmget(key, ...METADATA_FIELDS) }], { tail: (pipeline) => pipeline.time() });
+    if ('error' in result) throw result.error;
+    const [meta, time] = [result.replies[0], result.tail[0]] as [[Error | null, (string | null)[]], [Error | null, [string, string]]];
     if (meta[0]) throw meta[0];
     if (time[0]) throw time[0];
     return [meta[1], Number(time[1][0]) * 1000 + Math.floor(Number(time[1][1]) / 1000)];

@@ -22,12 +22,17 @@
  * taken from `performance`, so `clockOffsetMs` does not move it).
  */
 import fs from 'node:fs';
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import { CoordinatedMember } from '../member/coordinated-member';
 import { LOADING_RETRY_MS } from '../redis/connection-defaults';
 
 export interface MemberProcessSettings {
-  url: string;
+  /** A single Redis (or the member's proxy in front of it); exactly one of `url` and `clusterNodes`. */
+  url?: string;
+  /** A Redis Cluster's startup nodes: the member connects with an ioredis `Cluster` (no proxy can sit in front of one). */
+  clusterNodes?: { host: string; port: number }[];
+  /** Passed to the member: `WAIT` for replicas after each ack batch (on a cluster, so that a failover does not undo acks). */
+  ackWaitForReplicas?: { replicas: number; timeoutMs: number };
   streamPrefix: string;
   consumerGroup: string;
   memberId: string;
@@ -93,6 +98,23 @@ function shiftClock(offsetMs: number): void {
   globalThis.Date = ShiftedDate as DateConstructor;
 }
 
+/**
+ * One connection as an application would make it: to one Redis with fast retries, or to a Cluster
+ * with the failover-tolerant options docs/cluster.md recommends (retry through a failover or a
+ * half-moved slot instead of failing the call).
+ */
+function connect(settings: MemberProcessSettings): Redis | Cluster {
+  const redisOptions = { maxRetriesPerRequest: 1, retryStrategy: () => 50, maxLoadingRetryTime: LOADING_RETRY_MS };
+  if (settings.clusterNodes) {
+    return new Cluster(settings.clusterNodes, {
+      retryDelayOnFailover: 100, retryDelayOnClusterDown: 100, retryDelayOnTryAgain: 50, maxRedirections: 64,
+      redisOptions: { ...redisOptions, maxRetriesPerRequest: 20 },
+    });
+  }
+  if (!settings.url) throw new Error('member process: settings need url or clusterNodes');
+  return new Redis(settings.url, redisOptions);
+}
+
 function main(): void {
   const settings = JSON.parse(process.env[MEMBER_PROCESS_ENV] ?? '') as MemberProcessSettings;
   if (settings.clockOffsetMs) shiftClock(settings.clockOffsetMs);
@@ -119,13 +141,14 @@ function main(): void {
   // Per shard and entry id: ids of different shard streams can be equal.
   const attempts = new Map<string, number>();
 
-  const redis = new Redis(settings.url, { maxRetriesPerRequest: 1, retryStrategy: () => 50, maxLoadingRetryTime: LOADING_RETRY_MS });
+  const redis = connect(settings);
   redis.on('error', () => undefined);
   const member = new CoordinatedMember<{ seq: number }>(redis, {
     streamPrefix: settings.streamPrefix,
     consumerGroup: settings.consumerGroup,
     memberId: settings.memberId,
     shardCount: settings.shardCount,
+    ackWaitForReplicas: settings.ackWaitForReplicas,
     sessionTimeoutMs: settings.sessionTimeoutMs,
     runtimeMaxConcurrency: settings.runtimeMaxConcurrency,
     lanes: settings.lanes,

@@ -1,0 +1,39 @@
+import { EventEmitter } from 'node:events';
+import { describe, expect, it } from 'vitest';
+import type { ShardClient } from '../redis/shard-client';
+import { AckBatcher } from './ack-batcher';
+import type { PollerEvents, ShardState } from './shard-state';
+
+/** A shard client whose acks answer only when the test says so. */
+function aSlowClient() {
+  const pending: (() => void)[] = [];
+  const client = {
+    ack: () => new Promise((resolve) => pending.push(() => resolve({ acked: 1, notReplicated: undefined }))),
+    ackMany: (batches: unknown[]) => new Promise((resolve) => pending.push(() => resolve({ acked: batches.map(() => 1), notReplicated: [] }))),
+  } as unknown as ShardClient;
+  return { client, answerAll: () => pending.splice(0).forEach((answer) => answer()), sent: () => pending.length };
+}
+
+const aShard = (index: number): ShardState => ({ index, grantEpoch: 7 }) as unknown as ShardState;
+const nextTurn = () => new Promise((resolve) => setImmediate(resolve));
+
+describe('AckBatcher', () => {
+  it('flush() waits for acks already being sent, not only for the batches it sends itself (a stopping member must not leave before they land)', async () => {
+    // Issue 15's cluster soak: a graceful stop's final flush found no batch (the burst's own flush
+    // had just taken it) and returned while that ack (with its WAIT for a replica) was on the wire;
+    // the member left, the next owner got the shard, and the entry was run again.
+    const { client, answerAll, sent } = aSlowClient();
+    const acks = new AckBatcher(client, new EventEmitter<PollerEvents>(), () => false);
+    acks.queue(aShard(0), '1-0');
+    await nextTurn(); // the burst settles: its flush takes the batch and sends it
+    expect(sent()).toBe(1);
+    let flushed = false;
+    const flushing = acks.flush().then(() => (flushed = true));
+    await nextTurn();
+    expect(flushed).toBe(false);
+    expect(acks.unsettledIds(0).has('1-0')).toBe(true);
+    answerAll();
+    await flushing;
+    expect(acks.unsettledIds(0).has('1-0')).toBe(false);
+  });
+});

@@ -1,0 +1,72 @@
+/**
+ * Resizing for the fault kinds of faults.ts: a resize that waits for the previous one and for every
+ * group's cutover, and a producer's writes held in flight across an ordered shrink.
+ */
+import type { Fault } from './checker';
+import { type ChaosHarness, waitFor } from './harness';
+
+/** One shard more or fewer (kept between 4 and 10), once the previous resize is done; returns once every group's cutover completed. */
+export async function resize(h: ChaosHarness, fault: Fault, grow: boolean, ordered: boolean, graceMs = 2000) {
+  const current = (await h.admin.describeStream(h.streamPrefix))!.shardCount;
+  // Keep the count between 4 and 10 whatever the schedule asks.
+  const next = grow ? (current >= 10 ? current - 1 : current + 1) : current <= 4 ? current + 1 : current - 1;
+  fault.target = `${current}->${next}${ordered ? '' : ' unordered'}`;
+  await waitFor(
+    'the previous resize to be done',
+    async () => {
+      try {
+        await h.admin.resizeShards(h.streamPrefix, next, { ordered, graceMs });
+        return true;
+      } catch (error) {
+        if ((error as Error).name === 'ResizeInProgressError') return false;
+        throw error;
+      }
+    },
+    h.cutoverBoundMs(),
+    100,
+  ).catch(async (error: Error) => {
+    throw new Error(`${error.message}: ${await cutoversLeft(h)}`);
+  });
+  // The resize's time is when it happened, not when the fault began waiting for the previous one:
+  // the checker excuses per-key inversions around an unordered resize by this time.
+  fault.at = performance.timeOrigin + performance.now();
+  h.maxShards = Math.max(h.maxShards, next);
+  h.resizes += 1;
+  // Recovered also means every group's cutover completed.
+  await waitFor('every cutover done', async () => (await h.admin.cutoverStatus(h.streamPrefix)).every((s) => s.cutover === null), h.cutoverBoundMs(), 100).catch(
+    async (error: Error) => {
+      throw new Error(`${error.message}: ${await cutoversLeft(h)}`);
+    },
+  );
+  return { liftedAt: performance.now() };
+}
+
+/** The groups still cutting over, what they wait for and who owns those shards: for a wait that ran out. */
+async function cutoversLeft(h: ChaosHarness): Promise<string> {
+  const left = [];
+  for (const status of await h.admin.cutoverStatus(h.streamPrefix)) {
+    if (!status.cutover) continue;
+    const owners = new Map((await h.admin.describeGroup(h.streamPrefix, status.consumerGroup)).shards.map((s) => [s.shardIndex, s.owner]));
+    const waits = (status.waitingFor ?? []).map((w) => `shard ${w.shardIndex}${w.undelivered ? ' undelivered' : ''}${w.pending ? ' pending' : ''} at ${owners.get(w.shardIndex) ?? 'nobody'}`);
+    left.push(`${status.consumerGroup} (${status.cutover.from}->${status.cutover.to}) waits for ${waits.join(', ') || 'nothing (not completed)'}`);
+  }
+  return left.join('; ') || 'none left';
+}
+
+/**
+ * Freezes the stale producer's connection (a batch routed with the old shard count stays in flight),
+ * shrinks (ordered, `graceMs` 1000), runs `meanwhile`, then lets the held writes land.
+ */
+export async function staleWrites(h: ChaosHarness, fault: Fault, meanwhile: () => Promise<unknown>) {
+  const current = (await h.admin.describeStream(h.streamPrefix))!.shardCount;
+  if (current <= 4) await resize(h, { ...fault }, true, false);
+  const proxy = h.staleLoad.proxy!;
+  proxy.freeze();
+  try {
+    await resize(h, fault, false, true, 1000);
+    await meanwhile();
+  } finally {
+    proxy.thaw();
+  }
+  return { liftedAt: performance.now() };
+}

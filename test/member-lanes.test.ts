@@ -53,6 +53,38 @@ describe('key-ordered lanes', () => {
     expect(member.stats().runtimeMaxConcurrency).toBe(4); // defaults to lanes
   });
 
+  it('16 lanes retrying at once on one shard: no MaxListenersExceededWarning (each wait listens on the shard\'s release signal)', async () => {
+    // Seen in the 15-minute soak with RSC_CHAOS_MEMBER_LANES=16: Node warned "Possible EventTarget
+    // memory leak detected. 11 abort listeners added to [AbortSignal]" in the member processes.
+    const warnings: Error[] = [];
+    const onWarning = (warning: Error) => void (warning.name === 'MaxListenersExceededWarning' && warnings.push(warning));
+    process.on('warning', onWarning);
+    try {
+      const streamPrefix = uniqueName('lanes-many-retries');
+      const recorder = new HandlerRecorder();
+      const failed = new Set<string>();
+      const member = aMember({
+        streamPrefix, memberId: 'a', shardCount: 1, lanes: 16, retryBackoffMs: 200,
+        handler: recorder.handler('a', (message: StreamMessage<KeyedPayload>) => {
+          // Every key's first entry fails once: 16 lanes wait out their backoff at the same time.
+          if (message.payload.seq === 1 && !failed.has(message.key!)) {
+            failed.add(message.key!);
+            throw new Error('first attempt fails');
+          }
+        }),
+      });
+      await member.start();
+      await produce(streamPrefix, keyedMessages(16, 2));
+      await pollUntil('every entry handled', async () => recorder.distinctEntries() === 32);
+      expect(failed.size).toBe(16);
+      // Warnings are emitted on the next tick.
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(warnings.map((w) => w.message)).toEqual([]);
+    } finally {
+      process.off('warning', onWarning);
+    }
+  });
+
   it('a failing entry holds the later entries of its key, not those of other keys', async () => {
     const streamPrefix = uniqueName('lanes-retry');
     const recorder = new HandlerRecorder();

@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events';
 import { compareStreamIds } from '../protocol/stream-ids';
 import type { RawEntry } from '../redis/shard-client';
 import type { AckRefusedEvent } from './consumption-errors';
@@ -209,7 +210,7 @@ export class ShardSet {
       nextClaimAt: 0,
       problems: new Map(),
       batchWaitFrom: undefined,
-      released: new AbortController(),
+      released: releaseSignal(),
     };
     this.states.set(shardIndex, state);
     this.order = [...this.states.keys()].sort((a, b) => a - b);
@@ -298,4 +299,16 @@ function inIdOrder(existing: QueuedEntry[], added: QueuedEntry[]): QueuedEntry[]
   const last = existing[existing.length - 1];
   if (!last || compareStreamIds(last.entry.id, added[0].entry.id) < 0) return existing.concat(added);
   return existing.concat(added).sort((a, b) => compareStreamIds(a.entry.id, b.entry.id));
+}
+
+/**
+ * A grant's "released" signal. Every lane's retry backoff, lease wait and dead-letter retry listens
+ * on it while it waits and removes its listener when the wait ends, so a shard with many lanes has
+ * many listeners at once by design: Node's leak warning (more than 10) would fire for 11 lanes
+ * retrying together, in the application's logs, about nothing.
+ */
+function releaseSignal(): AbortController {
+  const controller = new AbortController();
+  setMaxListeners(0, controller.signal);
+  return controller;
 }

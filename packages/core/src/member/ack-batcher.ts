@@ -13,6 +13,11 @@ type AckWaiter = (outcome: AckOutcome) => void;
 /** One shard's batch as sent: its acknowledgements and who waits for their outcome. */
 type SentBatch = AckBatch & { state: ShardState; waiters: AckWaiter[] };
 
+/** A batch as sent: the shard and grant its acks are for come from the grant they ran under. */
+function toSent(batch: { state: ShardState; ids: string[]; waiters: AckWaiter[] }): SentBatch {
+  return { shardIndex: batch.state.index, grantEpoch: batch.state.grantEpoch, ...batch };
+}
+
 /**
  * Acknowledges finished entries under their shard's fencing token, batched per shard, every shard's
  * batch in one fenced call (ShardClient.ackMany: each shard's token checked on its own) once the
@@ -79,7 +84,7 @@ export class AckBatcher {
    */
   async flush(): Promise<void> {
     this.flushing = undefined;
-    const batches = [...this.batches].map(([shardIndex, batch]) => ({ shardIndex, grantEpoch: batch.state.grantEpoch, ...batch }));
+    const batches = [...this.batches.values()].map(toSent);
     this.batches.clear();
     const underWay = [...new Set([...this.sending.values()].flatMap((sends) => [...sends]))];
     await Promise.all([...underWay, batches.length > 0 ? this.send(batches) : undefined]);
@@ -93,7 +98,7 @@ export class AckBatcher {
     const batch = this.batches.get(shardIndex);
     if (batch) {
       this.batches.delete(shardIndex);
-      void this.send([{ shardIndex, grantEpoch: batch.state.grantEpoch, ...batch }]);
+      void this.send([toSent(batch)]);
     }
     const sends = [...(this.sending.get(shardIndex) ?? [])];
     if (sends.length === 0) return true;

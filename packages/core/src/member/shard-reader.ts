@@ -339,17 +339,17 @@ export class ShardReader implements HubReader {
    */
   private startRead(readable: number[], cursors: string[], budget: number): { done: Promise<ReadResult>; mode: ReadMode; count: number } | undefined {
     const perShard = Math.floor(budget / readable.length);
+    // Alone or polled, a read brings each shard up to batchSize; a shared read up to its share (fillTo).
+    const ownCount = Math.max(1, Math.min(this.options.batchSize, perShard));
     if (!('hub' in this.transport)) {
-      const count = Math.max(1, Math.min(this.options.batchSize, perShard));
-      return { done: this.readPolled(this.transport, readable, cursors, count), mode: 'polled', count };
+      return { done: this.readPolled(this.transport, readable, cursors, ownCount), mode: 'polled', count: ownCount };
     }
     const hub = this.transport.hub;
-    const soloCount = Math.max(1, Math.min(this.options.batchSize, perShard));
     // A blocked read must not put off a sweep (lost read replies are found only there) or a claim
     // retry that is due.
     const blockMs = this.idleWaitMs();
-    const solo = hub.readSolo(this, (connection) => this.client.readNew(connection, readable, cursors, soloCount, blockMs, blockMs + this.readGraceMs()));
-    if (solo) return { done: solo, mode: 'solo', count: soloCount };
+    const solo = hub.readSolo(this, (connection) => this.client.readNew(connection, readable, cursors, ownCount, blockMs, blockMs + this.readGraceMs()));
+    if (solo) return { done: solo, mode: 'solo', count: ownCount };
     const shared = hub.sharedConnection;
     if (!shared) return undefined;
     const count = Math.max(1, Math.min(this.fillTo(), perShard));

@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import { perClient } from './per-client';
 import { compareStreamIds } from '../protocol/stream-ids';
 import type { RedisClient } from './scripts';
 import { ReadDeadlineError, withReadDeadline } from './shard-client';
@@ -49,7 +50,7 @@ export interface HubReader {
  * has returned, and no solo read starts while the doorbell loop runs).
  */
 export class ReadHub {
-  private static readonly hubs = new WeakMap<object, ReadHub>();
+  private static readonly hubs = perClient((base: RedisClient) => new ReadHub(base));
   private readonly readers = new Set<HubReader>();
   private blocking: Redis | undefined;
   /** CLIENT ID of the blocking connection (undefined until known, and after it closed). */
@@ -66,12 +67,7 @@ export class ReadHub {
   private constructor(private readonly base: RedisClient) {}
 
   static for(base: RedisClient): ReadHub {
-    let hub = ReadHub.hubs.get(base);
-    if (!hub) {
-      hub = new ReadHub(base);
-      ReadHub.hubs.set(base, hub);
-    }
-    return hub;
+    return ReadHub.hubs(base);
   }
 
   /** Starts serving `reader`; returns the function that stops. The last one to stop closes the connections. */

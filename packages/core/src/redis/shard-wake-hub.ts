@@ -1,4 +1,5 @@
 import type { Cluster } from 'ioredis';
+import { perClient } from './per-client';
 import { duplicateCluster } from './slot-pipelines';
 
 type Listener = () => void;
@@ -14,7 +15,7 @@ type Listener = () => void;
  * that is not a StreamProducer) costs at most the reader's longest poll interval, never an entry.
  */
 export class ShardWakeHub {
-  private static readonly hubs = new WeakMap<object, ShardWakeHub>();
+  private static readonly hubs = perClient((base: Cluster) => new ShardWakeHub(base));
   private readonly listeners = new Map<string, Set<Listener>>();
   /** channel -> its SSUBSCRIBE, while it is under way or done. */
   private readonly subscriptions = new Map<string, Promise<boolean>>();
@@ -23,12 +24,7 @@ export class ShardWakeHub {
   private constructor(private readonly base: Cluster) {}
 
   static for(base: Cluster): ShardWakeHub {
-    let hub = ShardWakeHub.hubs.get(base);
-    if (!hub) {
-      hub = new ShardWakeHub(base);
-      ShardWakeHub.hubs.set(base, hub);
-    }
-    return hub;
+    return ShardWakeHub.hubs(base);
   }
 
   /**

@@ -1,4 +1,5 @@
 import type { RedisClient } from './scripts';
+import { perClient } from './per-client';
 import { duplicateClient } from './slot-pipelines';
 
 type Listener = (publisher: string) => void;
@@ -9,19 +10,14 @@ type Listener = (publisher: string) => void;
  * heartbeats at once instead of at its next interval, so a rebalance takes round trips, not intervals.
  */
 export class WakeHub {
-  private static readonly hubs = new WeakMap<object, WakeHub>();
+  private static readonly hubs = perClient((base: RedisClient) => new WakeHub(base));
   private readonly listeners = new Map<string, Set<Listener>>();
   private connection: RedisClient | undefined;
 
   private constructor(private readonly base: RedisClient) {}
 
   static for(base: RedisClient): WakeHub {
-    let hub = WakeHub.hubs.get(base);
-    if (!hub) {
-      hub = new WakeHub(base);
-      WakeHub.hubs.set(base, hub);
-    }
-    return hub;
+    return WakeHub.hubs(base);
   }
 
   /** Listens on `channel`; returns the function that stops listening. */

@@ -18,6 +18,7 @@ import { useRedisCluster, useRedisSentinel } from './support/vitest-cluster';
 import { closedAfterEach } from './support/nest-apps';
 import { TcpProxy } from './support/tcp-proxy';
 import { ReadHub } from '../packages/core/src/redis/read-hub';
+import { appendToShards } from '../packages/core/src/redis/entry-writer';
 
 // Issue 15 part A: every feature on a Redis Cluster (3 masters, 3 replicas) and through Sentinel,
 // including a slot moving between masters while members run, and a master failing over.
@@ -253,6 +254,26 @@ describe('on a Redis Cluster', () => {
     await first.stop();
     await second.stop();
     await pollUntil('no subscriber left once both stopped', async () => (await subscribers()).every((n) => n === 0));
+  });
+
+  it('a write whose wake-up publish fails is still reported written, with its ids (the publish is not the write)', async () => {
+    const streamPrefix = uniqueName('cluster-wake-fails');
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 2 });
+    // A channel in another slot than the shard's: Redis refuses the SPUBLISH inside the script, as a
+    // server without sharded pub/sub would. The entries were written by then.
+    const foreign = keys.shardWakeChannel(streamPrefix, 1);
+    const [outcome] = await appendToShards(redis.client(), 2, undefined, [{
+      shardIndex: 0,
+      stream: keys.shardStream(streamPrefix, 0),
+      routing: keys.shardRouting(streamPrefix, 0),
+      writes: keys.shardProducerWrites(streamPrefix, 0, 'test-producer'),
+      writeSeq: 1,
+      entries: [['p', '{"seq":1}']],
+      wake: foreign,
+    }]);
+    expect(outcome.status).toBe('written');
+    const written = await redis.client().xrange(keys.shardStream(streamPrefix, 0), '-', '+');
+    expect(outcome.status === 'written' && outcome.ids).toEqual(written.map(([id]) => id));
   });
 
   it("a producer keeps sending after its stream's coordinator slot moves to another master (its metadata read follows MOVED)", async () => {

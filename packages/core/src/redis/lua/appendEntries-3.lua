@@ -62,7 +62,9 @@ end
 local reply = { 'OK', inEffect, '' }
 -- After the writes, whatever the status: members poll the shard at once for what landed.
 local function woken(result)
-  if ARGV[5] ~= '' and #result > 3 then redis.call('SPUBLISH', ARGV[5], '') end
+  -- pcall: the entries are written and logged; a publish that fails (a server without sharded
+  -- pub/sub) must not turn this reply into an error that says nothing was (the poll finds them).
+  if ARGV[5] ~= '' and #result > 3 then redis.pcall('SPUBLISH', ARGV[5], '') end
   return result
 end
 local i = 6

@@ -276,3 +276,38 @@ describe('acknowledgements of several shards in one call', () => {
     expect(notReplicated[1]).toBeUndefined();
   });
 });
+
+describe('reads while the buffer is full', () => {
+  it('a member with more shards than its buffer holds reads several entries per shard and read, not one', async () => {
+    // 32 shards share maxBufferedEntries 320: 10 each. Handlers free the buffer an entry at a time;
+    // a read for every freed entry would ask each shard for one entry (and check each for a gap).
+    const streamPrefix = uniqueName('full-buffer');
+    const shardCount = 32;
+    const total = 3200;
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount });
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.sendBatch(Array.from({ length: total }, (_, i) => ({ key: `k${i}`, payload: { seq: i } })));
+    const calls = async (command: string) => Number(/calls=(\d+)/.exec(String(await redis.client().info('commandstats')).split('\n').find((l) => l.startsWith(`cmdstat_${command}:`)) ?? '')?.[1] ?? 0);
+    const [reads0, checks0] = [await calls('xreadgroup'), await calls('xrange')];
+    let handled = 0;
+    const member = aMember({
+      streamPrefix,
+      shardCount,
+      maxBufferedEntries: 320,
+      runtimeMaxConcurrency: shardCount,
+      handler: async () => {
+        await new Promise((resolve) => setTimeout(resolve, 1));
+        handled += 1;
+      },
+    });
+    await member.start();
+    await pollUntil('every entry handled', async () => handled >= total);
+    await settled(streamPrefix);
+    const reads = (await calls('xreadgroup')) - reads0;
+    // Each read checks every shard it reads for a gap with one XRANGE (firstAfter): one per shard read.
+    const shardReads = (await calls('xrange')) - checks0;
+    expect(reads).toBeGreaterThan(0);
+    // At least half a shard's share (5) per shard and read, but for each shard's last read; one each before.
+    expect(total / shardReads).toBeGreaterThanOrEqual(4);
+  });
+});

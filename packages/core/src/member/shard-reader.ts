@@ -70,6 +70,8 @@ export class ShardReader implements HubReader {
   private unregister: (() => void) | undefined;
   /** When the last read was sent (Date.now()). */
   private lastReadAt = 0;
+  /** The loop waits until the buffer has room for a read worth its round trip (see leastCount). */
+  private waitingForRoom = false;
 
   constructor(
     private readonly shards: ShardSet,
@@ -87,6 +89,8 @@ export class ShardReader implements HubReader {
     // Shared mode: a handler finished, and its shard may be low enough to read again (see refillAt).
     shards.onSettled = (state) => {
       if (this.sharing() && state.queue.length <= this.refillAt() && !this.readToEnd.has(state)) this.wakeup.notify();
+      // The loop waits for room in the buffer (see fewestQueued): a handler that finished made some.
+      else if (this.waitingForRoom && this.options.maxBufferedEntries - this.shards.buffered >= this.leastCount()) this.wakeup.notify();
     };
   }
 
@@ -201,6 +205,16 @@ export class ShardReader implements HubReader {
     return Math.floor(this.fillTo() / 2);
   }
 
+  /**
+   * The fewest entries per shard a read asks for. With many shards the buffer (maxBufferedEntries)
+   * is what limits reads: without a floor, each handler that finished would let the loop read every
+   * shard with COUNT 1, a round trip, a 64-stream XREADGROUP and its gap check for a handful of
+   * entries. Half a shard's share of the buffer keeps each read worth several entries per shard.
+   */
+  private leastCount(): number {
+    return Math.max(1, this.refillAt());
+  }
+
   /** A shard's share of the buffer, at most `batchSize`: no shared read brings a shard more (one busy shard must not take every other's room). */
   private fillTo(): number {
     const share = Math.floor(this.options.maxBufferedEntries / Math.max(1, this.shards.order.length));
@@ -225,13 +239,15 @@ export class ShardReader implements HubReader {
         // again (within maxBufferedEntries), and what the last read brought is dispatched while this
         // read is out, so handling overlaps the round trip instead of waiting for it. Sharing, a
         // shard is read at half its share of the buffer (see refillAt).
-        const readable = this.shards.order.filter((s) => {
+        const candidates = this.shards.order.filter((s) => {
           const state = this.shards.get(s)!;
           if (state.phase !== 'reading' || state.held.length > 0) return false;
           return sharing ? !this.readToEnd.has(state) && state.queue.length <= refillAt : state.queue.length < 2 * this.options.batchSize;
         });
         const budget = this.options.maxBufferedEntries - this.shards.buffered;
-        if (readable.length === 0 || budget <= 0 || !this.mayStartHandlers()) {
+        const readable = fewestQueued(this.shards, candidates, Math.floor(budget / this.leastCount()));
+        this.waitingForRoom = candidates.length > 0 && readable.length === 0;
+        if (readable.length === 0 || !this.mayStartHandlers()) {
           this.heard();
           await this.wakeup.wait(this.idleWaitMs());
           // A ring lost on the way would delay a new entry until the next ring: blockMs bounds it.
@@ -464,4 +480,17 @@ export class ShardReader implements HubReader {
       this.events.emit('claim-refused', { shardIndex: state.index, grantEpoch: state.grantEpoch, holder: claim.holder });
     }
   }
+}
+
+/**
+ * At most `room` of the shards (the buffer's room for reads of leastCount entries each): those with
+ * the fewest entries queued, which run dry first; in shard order, the order reads list them.
+ */
+function fewestQueued(shards: ShardSet, candidates: number[], room: number): number[] {
+  if (candidates.length <= room) return candidates;
+  if (room <= 0) return [];
+  const chosen = new Set(
+    [...candidates].sort((a, b) => shards.get(a)!.queue.length - shards.get(b)!.queue.length || a - b).slice(0, room),
+  );
+  return candidates.filter((s) => chosen.has(s));
 }

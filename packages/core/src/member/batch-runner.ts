@@ -1,6 +1,7 @@
 import type { StreamMessage } from '../protocol/entry-format';
 import type { AckBatcher } from './ack-batcher';
 import type { AttemptPolicy } from './attempt-policy';
+import { CallSignal } from './call-signal';
 import { BatchError } from './consumption-errors';
 import { type DeadLetterWriter, failureReason } from './dead-letter-writer';
 import { checkEntry } from './entry-check';
@@ -9,7 +10,7 @@ import type { ResolvedMemberOptions } from './member-options';
 import type { QueuedEntry, ShardState, Work } from './shard-state';
 
 /** Races a handler call against `handlerTimeoutMs` (the dispatcher's: it fires the signal and reports). */
-export type HandlerTimeout = (call: Promise<unknown>, state: ShardState, id: string, controller: AbortController, limit: number, kind: 'handler') => Promise<unknown>;
+export type HandlerTimeout = (call: Promise<unknown>, state: ShardState, id: string, controller: CallSignal, limit: number, kind: 'handler') => Promise<unknown>;
 
 /** One entry of a batch, with the failed attempts it has had in this batch. */
 interface BatchEntry {
@@ -68,7 +69,7 @@ export class BatchRunner {
       // Every call asks, not only the first (which the dispatcher let start): a batch split by a dead
       // letter is several calls, and the member may have been paused or lost its lease meanwhile.
       if (!(await this.policy.untilHandlersMayStart(state))) return false;
-      const call = new AbortController();
+      const call = new CallSignal();
       const messages = pending.map((p): StreamMessage => ({
         id: p.queued.entry.id,
         streamPrefix: this.options.streamPrefix,
@@ -77,7 +78,9 @@ export class BatchRunner {
         payload: p.payload,
         headers: p.headers,
         deliveryCount: p.queued.deliveries + p.failures,
-        signal: call.signal,
+        get signal() {
+          return call.signal;
+        },
         ack: autoModeAck,
         nack: autoModeNack,
       }));

@@ -6,6 +6,7 @@ import { AttemptPolicy } from './attempt-policy';
 import { BatchRunner } from './batch-runner';
 import { AckRefusedError, type AckRefusalReason, AckTimeoutError } from './consumption-errors';
 import { DeadLetterWriter, failureReason, isThenable } from './dead-letter-writer';
+import { CallSignal } from './call-signal';
 import { checkEntry, type DecodedPayload, type EntryCheck } from './entry-check';
 import { autoModeAck, autoModeNack, ManualSettlement } from './manual-ack';
 import type { ResolvedMemberOptions } from './member-options';
@@ -174,7 +175,7 @@ export class ShardDispatcher {
 
   private attempt(state: ShardState, work: Work, queued: QueuedEntry, decoded: DecodedPayload, attempt: number): Promise<void> | undefined {
     const { entry } = queued;
-    const call = new AbortController();
+    const call = new CallSignal();
     const message: StreamMessage = {
       id: entry.id,
       streamPrefix: this.options.streamPrefix,
@@ -183,7 +184,9 @@ export class ShardDispatcher {
       payload: decoded.payload,
       headers: decoded.headers,
       deliveryCount: queued.deliveries + attempt - 1,
-      signal: call.signal,
+      get signal() {
+        return call.signal;
+      },
       ack: autoModeAck,
       nack: autoModeNack,
     };
@@ -200,21 +203,20 @@ export class ShardDispatcher {
       return this.failed(state, work, queued, decoded, attempt, error, message);
     }
     if (isThenable(result)) {
-      return this.withTimeout(Promise.resolve(result), state, entry.id, call, this.options.handlerTimeoutMs, 'handler')
-        .finally(() => {
+      // One reaction for both outcomes (no .finally): this runs once per entry.
+      return this.withTimeout(Promise.resolve(result), state, entry.id, call, this.options.handlerTimeoutMs, 'handler').then(
+        () => {
           // A new grant of the shard has its own state: only this call's own slot is cleared.
           if (work.call === call) work.call = undefined;
-        })
-        .then(
-          () => {
-            probe?.end(false);
-            this.acks.queue(state, entry.id);
-          },
-          (error: unknown) => {
-            probe?.end(true, error);
-            return this.failed(state, work, queued, decoded, attempt, error, message);
-          },
-        );
+          probe?.end(false);
+          this.acks.queue(state, entry.id);
+        },
+        (error: unknown) => {
+          if (work.call === call) work.call = undefined;
+          probe?.end(true, error);
+          return this.failed(state, work, queued, decoded, attempt, error, message);
+        },
+      );
     }
     work.call = undefined;
     probe?.end(false);
@@ -226,7 +228,7 @@ export class ShardDispatcher {
    * ackMode 'manual': the attempt lasts until `message.ack()` or `nack()` (or the handler's own
    * failure first), at most `ackTimeoutMs`; the handler returning settles nothing.
    */
-  private manualAttempt(state: ShardState, work: Work, queued: QueuedEntry, decoded: DecodedPayload, attempt: number, message: StreamMessage, call: AbortController): Promise<void> {
+  private manualAttempt(state: ShardState, work: Work, queued: QueuedEntry, decoded: DecodedPayload, attempt: number, message: StreamMessage, call: CallSignal): Promise<void> {
     const settlement = new ManualSettlement(message.id, state.index, call.signal, (reason, id, text) => this.refuseAck(state, reason, id, text));
     message.ack = settlement.ack;
     message.nack = settlement.nack;
@@ -264,7 +266,7 @@ export class ShardDispatcher {
    * A handler call (ackMode 'auto', `handlerTimeoutMs`) or an unsettled entry (ackMode 'manual',
    * `ackTimeoutMs`) past its limit fails the attempt and its signal fires; the shard moves on.
    */
-  private withTimeout(call: Promise<unknown>, state: ShardState, id: string, controller: AbortController, limit: number, kind: 'handler' | 'ack'): Promise<unknown> {
+  private withTimeout(call: Promise<unknown>, state: ShardState, id: string, controller: CallSignal, limit: number, kind: 'handler' | 'ack'): Promise<unknown> {
     if (limit === 0) return call;
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {

@@ -1,6 +1,7 @@
 import { setMaxListeners } from 'node:events';
 import { compareStreamIds } from '../protocol/stream-ids';
 import type { RawEntry } from '../redis/shard-client';
+import type { CallSignal } from './call-signal';
 import type { AckRefusedEvent } from './consumption-errors';
 import type { DeadLetterEvent } from './dead-letter-options';
 
@@ -59,8 +60,8 @@ export interface Work {
   ids: string[];
   /** Settles when the work is over (acknowledged, dead-lettered, or given up with the shard). */
   done: Promise<void>;
-  /** The handler call running now (not a retry's backoff): its controller is `message.signal`'s. */
-  call: AbortController | undefined;
+  /** The handler call running now (not a retry's backoff): `message.signal` is its signal. */
+  call: CallSignal | undefined;
 }
 
 /** Settles when every piece of the shard's work in flight now is over; null when there is none. */

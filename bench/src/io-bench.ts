@@ -14,6 +14,8 @@ export interface IoCase {
   /** what the issue expects: min(shards, workers) × 1,000 entries/s */
   ideal: number;
   rate: number;
+  /** the same number of handler loops alone (handlerAlone), measured right after */
+  alone: number;
 }
 
 export async function fill(redis: Redis, streamPrefix: string, total: number): Promise<void> {
@@ -22,6 +24,26 @@ export async function fill(redis: Redis, streamPrefix: string, total: number): P
   for (let i = 0; i < total; i += 1000) {
     await producer.sendBatch(Array.from({ length: Math.min(1000, total - i) }, (_, j) => ({ key: `k${i + j}`, payload: i + j })));
   }
+}
+
+/**
+ * What the handler alone allows: `workers` loops awaiting the same ~1 ms timer, with no Redis and no
+ * member. `setTimeout(1)` takes longer than 1 ms, and 64 timers cost the event loop too, so this is
+ * the ceiling any consumer with this handler meets in this process, measured beside it.
+ */
+export async function handlerAlone(workers: number, seconds: number): Promise<number> {
+  let done = 0;
+  const start = process.hrtime.bigint();
+  const until = Date.now() + seconds * 1000;
+  await Promise.all(
+    Array.from({ length: workers }, async () => {
+      while (Date.now() < until) {
+        await ioWork();
+        done += 1;
+      }
+    }),
+  );
+  return done / (elapsedMs(start) / 1000);
 }
 
 /** Scenario 2: members with a handler that awaits ~1 ms, over 64 pre-filled shards. */
@@ -52,7 +74,8 @@ export async function ioCase(url: string, label: string, members: number, worker
   const rate = total / (elapsedMs(start) / 1000);
   await Promise.all(group.map((m) => m.stop()));
   redis.disconnect();
-  return { label, members, workersPerMember, ideal, rate };
+  const alone = await handlerAlone(Math.min(SHARDS, members * workersPerMember), Math.min(seconds, 2));
+  return { label, members, workersPerMember, ideal, rate, alone };
 }
 
 /** BullMQ at concurrency 64 with the same handler (it keeps no per-key order). */
@@ -77,5 +100,5 @@ export async function ioBullmq(url: string, seconds: number): Promise<IoCase> {
   await worker.close();
   await queue.obliterate({ force: true });
   await queue.close();
-  return { label: 'BullMQ, concurrency 64 (no per-key order)', members: 1, workersPerMember: 64, ideal, rate };
+  return { label: 'BullMQ, concurrency 64 (no per-key order)', members: 1, workersPerMember: 64, ideal, rate, alone: await handlerAlone(64, Math.min(seconds, 2)) };
 }

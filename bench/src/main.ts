@@ -72,11 +72,11 @@ async function main(): Promise<void> {
       ['4 members × 16 workers', 4, 16],
     ] as const) {
       const runs = await repeat(repetitions, () => ioCase(server.url, label, members, workers, seconds));
-      io.push({ label, ideal: runs[0].ideal, rate: spread(runs.map((c) => c.rate)) });
+      io.push({ label, ideal: runs[0].ideal, rate: spread(runs.map((c) => c.rate)), alone: spread(runs.map((c) => c.alone)) });
       progress(`  ${label}: ${Math.round(io[io.length - 1].rate.median)}/s`);
     }
     const bull = await repeat(repetitions, () => ioBullmq(server.url, seconds));
-    io.push({ label: bull[0].label, ideal: bull[0].ideal, rate: spread(bull.map((c) => c.rate)) });
+    io.push({ label: bull[0].label, ideal: bull[0].ideal, rate: spread(bull.map((c) => c.rate)), alone: spread(bull.map((c) => c.alone)) });
 
     progress('latency at 5,000 entries/s');
     const lat = await latency(server.url, 5000, quick ? 3 : 10);

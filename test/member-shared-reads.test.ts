@@ -302,12 +302,14 @@ describe('reads while the buffer is full', () => {
     });
     await member.start();
     await pollUntil('every entry handled', async () => handled >= total);
-    await settled(streamPrefix);
+    // (Counted before describeGroup, whose lag pages are XRANGEs too.)
     const reads = (await calls('xreadgroup')) - reads0;
     // Each read checks every shard it reads for a gap with one XRANGE (firstAfter): one per shard read.
     const shardReads = (await calls('xrange')) - checks0;
+    await settled(streamPrefix);
     expect(reads).toBeGreaterThan(0);
-    // At least half a shard's share (5) per shard and read, but for each shard's last read; one each before.
-    expect(total / shardReads).toBeGreaterThanOrEqual(4);
+    // Each read asks a shard for at least half its share (5); the shards' last reads find fewer (about
+    // 4.3 per shard and read in all). Before: 1.2, a read for every entry or two that finished.
+    expect(total / shardReads).toBeGreaterThanOrEqual(3);
   });
 });

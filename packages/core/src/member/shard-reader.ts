@@ -346,6 +346,9 @@ export class ShardReader implements HubReader {
         toEnd = true;
       }
     }
+    // Handlers start now, not after the loop's next claims and sweep (a sweep that is due would put
+    // them behind its round trips: the latency's tail).
+    this.dispatch();
     if (toEnd && 'hub' in this.transport) this.transport.hub.changed();
   }
 

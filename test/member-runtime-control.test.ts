@@ -240,6 +240,38 @@ describe('setRuntimeMaxConcurrency()', () => {
   });
 });
 
+describe('a synchronous handler that changes the member', () => {
+  it('calling resume() or setRuntimeMaxConcurrency() from inside starts no handler over the limit', async () => {
+    const streamPrefix = uniqueName('reentrant');
+    let active = 0;
+    let maxActive = 0;
+    let handled = 0;
+    const member: CoordinatedMember<KeyedPayload> = aMember({
+      streamPrefix,
+      memberId: 'a',
+      shardCount: 4,
+      runtimeMaxConcurrency: 1,
+      handler: () => {
+        active += 1;
+        maxActive = Math.max(maxActive, active);
+        // Each call makes the dispatcher look for work again, from inside this call.
+        if (handled % 2 === 0) member.setRuntimeMaxConcurrency(1);
+        else {
+          member.pause();
+          member.resume();
+        }
+        handled += 1;
+        active -= 1;
+      },
+    });
+    await member.start();
+    await send(streamPrefix, keyedMessages(8, 5));
+    await pollUntil('all 40 entries handled', async () => handled === 40);
+    // Before: the call inside started the next entry's handler while this one ran (2 at once).
+    expect(maxActive).toBe(1);
+  });
+});
+
 describe('message.signal', () => {
   it('fires on handler timeout (reason handler-timeout); the retry gets a fresh signal', async () => {
     const streamPrefix = uniqueName('signal-timeout');

@@ -133,14 +133,17 @@ export class ShardDispatcher {
       this.shards.buffered -= taken.length;
       const work: Work = { ids: taken.map((q) => q.entry.id), done: Promise.resolve(), call: undefined };
       state.work.set(lane, work);
+      // Counted before the handler runs: a synchronous handler that calls resume() or
+      // setRuntimeMaxConcurrency() dispatches again from inside this call, and must find its own slot taken.
+      this.busy += 1;
       const pending = this.batches ? this.batches.run(state, work, taken) : this.process(state, work, taken[0]);
       if (pending === undefined) {
         // A synchronous handler finished: no promise, no microtask, on to the next entry.
+        this.busy -= 1;
         state.work.delete(lane);
         if (state.queue.length === 0) this.onDrained(state);
         continue;
       }
-      this.busy += 1;
       work.done = pending.finally(() => {
         this.busy -= 1;
         state.work.delete(lane);

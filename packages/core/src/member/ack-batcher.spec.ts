@@ -17,6 +17,15 @@ function aSlowClient() {
 const aShard = (index: number): ShardState => ({ index, grantEpoch: 7 }) as unknown as ShardState;
 const nextTurn = () => new Promise((resolve) => setImmediate(resolve));
 
+/** Waits (each turn, at most `withinMs`) until `count` sends are out. */
+async function pollSent(sent: () => number, count: number, withinMs = 1000): Promise<void> {
+  const deadline = Date.now() + withinMs;
+  while (sent() < count) {
+    if (Date.now() > deadline) throw new Error(`${sent()} sends, not ${count}, after ${withinMs} ms`);
+    await nextTurn();
+  }
+}
+
 describe('AckBatcher', () => {
   it('flush() waits for acks already being sent, not only for the batches it sends itself (a stopping member must not leave before they land)', async () => {
     // Issue 15's cluster soak: a graceful stop's final flush found no batch (the burst's own flush
@@ -25,8 +34,7 @@ describe('AckBatcher', () => {
     const { client, answerAll, sent } = aSlowClient();
     const acks = new AckBatcher(client, new EventEmitter<PollerEvents>(), () => false);
     acks.queue(aShard(0), '1-0');
-    await nextTurn(); // the burst settles: its flush takes the batch and sends it
-    expect(sent()).toBe(1);
+    await pollSent(sent, 1); // the linger passed: its flush takes the batch and sends it
     let flushed = false;
     const flushing = acks.flush().then(() => (flushed = true));
     await nextTurn();
@@ -35,5 +43,25 @@ describe('AckBatcher', () => {
     answerAll();
     await flushing;
     expect(acks.unsettledIds(0).has('1-0')).toBe(false);
+  });
+
+  it('lets acks nobody awaits gather for the linger, and sends awaited ones and large batches at the end of the turn', async () => {
+    const { client, sent } = aSlowClient();
+    // A linger long enough that no turn of the event loop outlasts it here.
+    const acks = new AckBatcher(client, new EventEmitter<PollerEvents>(), () => false, undefined, 1000);
+    acks.queue(aShard(0), '1-0');
+    acks.queue(aShard(1), '2-0');
+    await nextTurn();
+    expect(sent()).toBe(0);
+    await pollSent(sent, 1, 3000);
+    expect(sent()).toBe(1); // both shards in one call
+
+    acks.queue(aShard(0), '3-0', () => undefined); // manual ack(): someone waits on it
+    await nextTurn();
+    expect(sent()).toBe(2);
+
+    acks.queue(aShard(0), Array.from({ length: 512 }, (_, i) => `${10 + i}-0`));
+    await nextTurn();
+    expect(sent()).toBe(3);
   });
 });

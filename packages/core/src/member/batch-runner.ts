@@ -5,7 +5,7 @@ import { CallSignal } from './call-signal';
 import { BatchError } from './consumption-errors';
 import { type DeadLetterWriter, failureReason } from './dead-letter-writer';
 import { checkEntry } from './entry-check';
-import { autoModeAck, autoModeNack } from './manual-ack';
+import { HandlerMessage } from './handler-message';
 import type { ResolvedMemberOptions } from './member-options';
 import type { QueuedEntry, ShardState, Work } from './shard-state';
 
@@ -70,20 +70,7 @@ export class BatchRunner {
       // letter is several calls, and the member may have been paused or lost its lease meanwhile.
       if (!(await this.policy.untilHandlersMayStart(state))) return false;
       const call = new CallSignal();
-      const messages = pending.map((p): StreamMessage => ({
-        id: p.queued.entry.id,
-        streamPrefix: this.options.streamPrefix,
-        shardIndex: state.index,
-        key: p.key,
-        payload: p.payload,
-        headers: p.headers,
-        deliveryCount: p.queued.deliveries + p.failures,
-        get signal() {
-          return call.signal;
-        },
-        ack: autoModeAck,
-        nack: autoModeNack,
-      }));
+      const messages = pending.map((p): StreamMessage => new HandlerMessage(p.queued.entry.id, this.options.streamPrefix, state.index, p.key, p.payload, p.headers, p.queued.deliveries + p.failures, call));
       work.call = call;
       let failure: { error: unknown } | undefined;
       // Undefined (nothing allocated) unless metrics or tracing is on.

@@ -8,7 +8,8 @@ import { AckRefusedError, type AckRefusalReason, AckTimeoutError } from './consu
 import { DeadLetterWriter, failureReason, isThenable } from './dead-letter-writer';
 import { CallSignal } from './call-signal';
 import { checkEntry, type DecodedPayload, type EntryCheck } from './entry-check';
-import { autoModeAck, autoModeNack, ManualSettlement } from './manual-ack';
+import { HandlerMessage } from './handler-message';
+import { ManualSettlement } from './manual-ack';
 import type { ResolvedMemberOptions } from './member-options';
 import { HandlerAbortedError, HandlerTimeoutError, type PollerEvents, type QueuedEntry, ShardError, type ShardSet, type ShardState, type Work } from './shard-state';
 
@@ -179,20 +180,7 @@ export class ShardDispatcher {
   private attempt(state: ShardState, work: Work, queued: QueuedEntry, decoded: DecodedPayload, attempt: number): Promise<void> | undefined {
     const { entry } = queued;
     const call = new CallSignal();
-    const message: StreamMessage = {
-      id: entry.id,
-      streamPrefix: this.options.streamPrefix,
-      shardIndex: state.index,
-      key: decoded.key,
-      payload: decoded.payload,
-      headers: decoded.headers,
-      deliveryCount: queued.deliveries + attempt - 1,
-      get signal() {
-        return call.signal;
-      },
-      ack: autoModeAck,
-      nack: autoModeNack,
-    };
+    const message: StreamMessage = new HandlerMessage(entry.id, this.options.streamPrefix, state.index, decoded.key, decoded.payload, decoded.headers, queued.deliveries + attempt - 1, call);
     work.call = call;
     if (this.options.ackMode === 'manual') return this.manualAttempt(state, work, queued, decoded, attempt, message, call);
     let result: unknown;

@@ -42,7 +42,8 @@ export interface StreamMessage<T = unknown> {
    * (`stop()`'s `shutdownTimeoutMs` passed, or `abort()`). Pass it to `fetch`, database drivers and
    * timers so a call that can no longer count stops its work instead of racing the next owner.
    * Pausing does not fire it: in-flight calls finish and are acknowledged. Each call (each retry)
-   * has its own signal.
+   * has its own signal. It is made when first read (a getter of the message's class), so a spread
+   * copy of the message (`{ ...message }`) does not carry it: pass `message.signal` itself on.
    *
    * @example
    * handler: async (message) => { await fetch(url, { method: 'POST', body: ..., signal: message.signal }); }

@@ -13,6 +13,9 @@ import { ManualSettlement } from './manual-ack';
 import type { ResolvedMemberOptions } from './member-options';
 import { HandlerAbortedError, HandlerTimeoutError, type PollerEvents, type QueuedEntry, ShardError, type ShardSet, type ShardState, type Work } from './shard-state';
 
+/** A settled promise, the `done` of work that has not got its own yet. */
+const RESOLVED: Promise<void> = Promise.resolve();
+
 /** The lane of entries without a routing key (they keep their order among themselves); keys get a prefix so none equals it. */
 const NO_KEY_LANE = '';
 
@@ -130,14 +133,24 @@ export class ShardDispatcher {
       const pick = this.nextWork();
       if (!pick) return;
       const { state, start, count, lane } = pick;
-      const taken = start === 0 && count === 1 ? [state.queue.shift()!] : state.queue.splice(start, count);
-      this.shards.buffered -= taken.length;
-      const work: Work = { ids: taken.map((q) => q.entry.id), done: Promise.resolve(), call: undefined };
-      state.work.set(lane, work);
+      let pending: Promise<void> | undefined;
+      let work: Work;
       // Counted before the handler runs: a synchronous handler that calls resume() or
       // setRuntimeMaxConcurrency() dispatches again from inside this call, and must find its own slot taken.
       this.busy += 1;
-      const pending = this.batches ? this.batches.run(state, work, taken) : this.process(state, work, taken[0]);
+      this.shards.buffered -= count;
+      if (this.batches) {
+        const taken = state.queue.splice(start, count);
+        work = { ids: taken.map((q) => q.entry.id), done: RESOLVED, call: undefined };
+        state.work.set(lane, work);
+        pending = this.batches.run(state, work, taken);
+      } else {
+        // One entry (the common case, once per entry): no arrays beyond the work's own id list.
+        const queued = start === 0 ? state.queue.shift()! : state.queue.splice(start, 1)[0];
+        work = { ids: [queued.entry.id], done: RESOLVED, call: undefined };
+        state.work.set(lane, work);
+        pending = this.process(state, work, queued);
+      }
       if (pending === undefined) {
         // A synchronous handler finished: no promise, no microtask, on to the next entry.
         this.busy -= 1;

@@ -1,4 +1,4 @@
-import { Cluster, type ClusterOptions, Redis } from 'ioredis';
+import { Cluster, type ClusterOptions, Redis, type RedisOptions } from 'ioredis';
 import { afterAll, beforeAll } from 'vitest';
 import { RedisCluster, RedisSentinel } from '@redis-stream-coordinator/core/testing';
 
@@ -44,8 +44,8 @@ export function useRedisCluster(): ClusterFixture {
 
 export interface SentinelFixture {
   setup: RedisSentinel;
-  /** A client that finds the master through the Sentinels, disconnected after the file. */
-  client(): Redis;
+  /** A client that finds the master through the Sentinels (with `options` on top), disconnected after the file. */
+  client(options?: RedisOptions): Redis;
 }
 
 /** Starts a private Sentinel setup (1 master, 1 replica, 3 Sentinels) for the calling test file. */
@@ -53,8 +53,14 @@ export function useRedisSentinel(): SentinelFixture {
   const clients = new Set<Redis>();
   const fixture: SentinelFixture = {
     setup: undefined as unknown as RedisSentinel,
-    client() {
-      const client = new Redis({ sentinels: fixture.setup.sentinelNodes, name: fixture.setup.masterName, maxRetriesPerRequest: 20, sentinelRetryStrategy: () => 100 });
+    client(options = {}) {
+      const client = new Redis({
+        sentinels: fixture.setup.sentinelNodes,
+        name: fixture.setup.masterName,
+        maxRetriesPerRequest: 20,
+        sentinelRetryStrategy: () => 100,
+        ...options,
+      });
       client.on('error', () => undefined);
       clients.add(client);
       return client;

@@ -1,5 +1,6 @@
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from 'ioredis';
 import { afterAll, beforeAll } from 'vitest';
+import { reconnectOnReadonly } from '@redis-stream-coordinator/core';
 import { RedisCluster, RedisSentinel } from '@redis-stream-coordinator/core/testing';
 
 export interface ClusterFixture {
@@ -44,7 +45,11 @@ export function useRedisCluster(): ClusterFixture {
 
 export interface SentinelFixture {
   setup: RedisSentinel;
-  /** A client that finds the master through the Sentinels (with `options` on top), disconnected after the file. */
+  /**
+   * A client that finds the master through the Sentinels, disconnected after the file. It reconnects
+   * on READONLY (`reconnectOnReadonly`), as docs/cluster.md tells applications to configure theirs;
+   * `{ reconnectOnError: null }` makes one without.
+   */
   client(options?: RedisOptions): Redis;
 }
 
@@ -59,6 +64,7 @@ export function useRedisSentinel(): SentinelFixture {
         name: fixture.setup.masterName,
         maxRetriesPerRequest: 20,
         sentinelRetryStrategy: () => 100,
+        reconnectOnError: reconnectOnReadonly,
         ...options,
       });
       client.on('error', () => undefined);

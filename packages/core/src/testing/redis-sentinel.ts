@@ -98,9 +98,19 @@ export class RedisSentinel {
     const server = this.servers.find((s) => s.port === port);
     if (!server) throw new Error(`no server of this setup listens on port ${port}`);
     await server.restart();
-    // What the Sentinels would do some seconds later (they convert a returning old master): now.
+    // What the Sentinels would do some seconds later (they convert a returning old master): now,
+    // as they do it. A Sentinel closes the clients of a server it reconfigures (CLIENT KILL TYPE
+    // normal and pubsub after SLAVEOF), so that they ask for the master again: Redis itself keeps
+    // them on REPLICAOF, and a client that connected to the returning master before this (one
+    // Sentinel that has not yet learnt of the failover names it) would have every write refused
+    // READONLY (reported from flaky runs of the failover test: a member's heartbeats, for ~16 s).
+    // A demotion that closes nothing is `switchMaster()`.
     const master = await this.masterPort();
-    await onNode(port, (c) => c.call('REPLICAOF', '127.0.0.1', String(master)));
+    await onNode(port, async (c) => {
+      await c.call('REPLICAOF', '127.0.0.1', String(master));
+      await c.call('CLIENT', 'KILL', 'TYPE', 'normal');
+      await c.call('CLIENT', 'KILL', 'TYPE', 'pubsub');
+    });
     await waitUntil(
       async () => /master_link_status:up/.test(await onNode(port, (c) => c.info('replication'))),
       `the restarted server on port ${port} to replicate the current master`,

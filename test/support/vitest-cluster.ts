@@ -1,5 +1,6 @@
-import { Cluster, type ClusterOptions, Redis } from 'ioredis';
+import { Cluster, type ClusterOptions, Redis, type RedisOptions } from 'ioredis';
 import { afterAll, beforeAll } from 'vitest';
+import { reconnectOnReadonly } from '@redis-stream-coordinator/core';
 import { RedisCluster, RedisSentinel } from '@redis-stream-coordinator/core/testing';
 
 export interface ClusterFixture {
@@ -44,8 +45,12 @@ export function useRedisCluster(): ClusterFixture {
 
 export interface SentinelFixture {
   setup: RedisSentinel;
-  /** A client that finds the master through the Sentinels, disconnected after the file. */
-  client(): Redis;
+  /**
+   * A client that finds the master through the Sentinels, disconnected after the file. It reconnects
+   * on READONLY (`reconnectOnReadonly`), as docs/cluster.md tells applications to configure theirs;
+   * `{ reconnectOnError: null }` makes one without.
+   */
+  client(options?: RedisOptions): Redis;
 }
 
 /** Starts a private Sentinel setup (1 master, 1 replica, 3 Sentinels) for the calling test file. */
@@ -53,8 +58,15 @@ export function useRedisSentinel(): SentinelFixture {
   const clients = new Set<Redis>();
   const fixture: SentinelFixture = {
     setup: undefined as unknown as RedisSentinel,
-    client() {
-      const client = new Redis({ sentinels: fixture.setup.sentinelNodes, name: fixture.setup.masterName, maxRetriesPerRequest: 20, sentinelRetryStrategy: () => 100 });
+    client(options = {}) {
+      const client = new Redis({
+        sentinels: fixture.setup.sentinelNodes,
+        name: fixture.setup.masterName,
+        maxRetriesPerRequest: 20,
+        sentinelRetryStrategy: () => 100,
+        reconnectOnError: reconnectOnReadonly,
+        ...options,
+      });
       client.on('error', () => undefined);
       clients.add(client);
       return client;

@@ -36,6 +36,7 @@ export { StreamProducer, type StreamProducerOptions } from './producer/stream-pr
 export { PartialBatchError, type FailedEntry, type SendResult, type WrittenEntry } from './producer/send-results';
 export { NotReplicatedError, type ReplicaWait } from './redis/replica-wait';
 export { LOADING_RETRY_MS } from './redis/connection-defaults';
+export { isReadonlyError, reconnectOnReadonly } from './redis/readonly-reconnect';
 export { CoordinatedMember, type MemberEvents, type ShardsEvent, type StopOptions } from './member/coordinated-member';
 export { type BatchMemberOptions, type BatchMessageHandler, type CoordinatedMemberOptions, type CoordinatedMemberSettings, type MessageHandler } from './member/member-options';
 export { type BatchOptions, MAX_LANES } from './member/consumption-options';

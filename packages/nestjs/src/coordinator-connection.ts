@@ -1,5 +1,5 @@
 import { Cluster, Redis } from 'ioredis';
-import { LOADING_RETRY_MS } from '@redis-stream-coordinator/core';
+import { LOADING_RETRY_MS, reconnectOnReadonly } from '@redis-stream-coordinator/core';
 import { DEFAULT_CONNECTION_NAME } from './coordinator.constants';
 import type { CoordinatorModuleOptions } from './coordinator-module-options';
 import { assertMemberDefaults } from './member-defaults';
@@ -56,8 +56,10 @@ export class CoordinatorConnection {
       return new CoordinatorConnection(cluster, true, name, options);
     }
     // After a Redis restart, ask every 200 ms whether it has loaded its data, not after up to 10 s
-    // (ioredis's default; LOADING_RETRY_MS in core). The application's own setting wins.
-    const clientOptions = { maxLoadingRetryTime: LOADING_RETRY_MS, ...redis.options };
+    // (ioredis's default; LOADING_RETRY_MS in core). On a READONLY reply (the connection is on a
+    // master that became a replica: Redis keeps it open), reconnect, which asks the Sentinels for
+    // the master again. The application's own settings win.
+    const clientOptions = { maxLoadingRetryTime: LOADING_RETRY_MS, reconnectOnError: reconnectOnReadonly, ...redis.options };
     const client = redis.url ? new Redis(redis.url, clientOptions) : new Redis(clientOptions);
     client.on('error', onError); // ioredis reconnects by itself; the error is logged, never thrown
     return new CoordinatorConnection(client, true, name, options);

@@ -8,7 +8,7 @@ import { EventEmitter } from 'node:events';
 import type { Redis } from 'ioredis';
 import { assertIntegerInRange } from '../protocol/names';
 import type { CoordinatorError } from '../protocol/errors';
-import { resetConnection } from '../redis/connection-reset';
+import { leavesAReplicaByItself, resetConnection } from '../redis/connection-reset';
 import { CoordinatorClient } from '../redis/coordinator-client';
 import type { RedisClient } from '../redis/scripts';
 import { ShardClient } from '../redis/shard-client';
@@ -135,6 +135,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
       lease: this.lease,
       problems: this.memberProblems,
       resetConnection: () => resetConnection(redis, 'command'),
+      leavesAReplicaByItself: leavesAReplicaByItself(redis),
     };
     this.heartbeats = new MemberHeartbeat(resolved, this.instanceId, this, parts, {
       heartbeating: () => this.heartbeating(),

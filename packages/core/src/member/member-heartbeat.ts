@@ -3,6 +3,7 @@ import { ErrorCode } from '../protocol/error-codes';
 import { toCoordinatorError } from '../protocol/errors';
 import { type HeartbeatRequest, type HeartbeatResponse, LEAVE_EPOCH } from '../protocol/heartbeat';
 import type { CoordinatorClient } from '../redis/coordinator-client';
+import { isReadonlyError } from '../redis/readonly-reconnect';
 import type { ShardClient } from '../redis/shard-client';
 import { NoAnswerError, withTimeout } from './abortable-sleep';
 import { HeartbeatRefusals, type RefusalActions } from './heartbeat-refusals';
@@ -37,6 +38,8 @@ export interface HeartbeatParts {
    * did; called only with `resetStuckConnection`.
    */
   resetConnection: () => string;
+  /** Whether the command connection's client reconnects by itself when Redis answers READONLY. */
+  leavesAReplicaByItself: boolean;
 }
 
 /**
@@ -195,6 +198,7 @@ export class MemberHeartbeat {
   private failed(error: Error): void {
     this.events.emit('error', new Error(`member ${this.options.memberId}: heartbeat failed: ${error.message}`));
     this.parts.reconciler.checkLease();
+    this.connectionOnReplica(error);
     this.noAnswersInARow = error instanceof NoAnswerError ? this.noAnswersInARow + 1 : 0;
     if (this.options.resetStuckConnection && this.noAnswersInARow >= NO_ANSWERS_BEFORE_RESET) {
       this.noAnswersInARow = 0;
@@ -202,6 +206,29 @@ export class MemberHeartbeat {
       this.events.emit('error', new Error(`member ${this.options.memberId}: ${NO_ANSWERS_BEFORE_RESET} heartbeats in a row got no answer within ${this.callTimeoutMs} ms; ${what}`));
     }
     this.after(Math.min(1000, Math.floor(this.options.sessionTimeoutMs / 5)));
+  }
+
+  /**
+   * A heartbeat refused READONLY went to a server that is a replica now: the command connection
+   * stayed on a demoted master (Redis 7 does not close it; Sentinel's reconfiguration kills clients,
+   * an operator's REPLICAOF or a managed failover may not). Nothing was written, and every
+   * heartbeat and acknowledgement on it will be refused until it reconnects, which ioredis does
+   * only with a `reconnectOnError` that says so: listed in `stats().problems` (and so in the NestJS
+   * health check) until a heartbeat is accepted, naming the option to set. A client without one is
+   * reset with `resetStuckConnection` (it reconnects and asks the Sentinels for the master again);
+   * what ioredis then sends again went to the replica too, which applied none of its writes.
+   */
+  private connectionOnReplica(error: Error): void {
+    if (!isReadonlyError(error)) return;
+    if (this.options.resetStuckConnection && !this.parts.leavesAReplicaByItself) {
+      const what = this.parts.resetConnection();
+      this.events.emit('error', new Error(`member ${this.options.memberId}: a heartbeat was refused READONLY (the command connection is on a replica); ${what}`));
+    }
+    this.parts.problems.set(
+      'connection',
+      `the command connection is on a read-only replica (${error.message.split('\n')[0]}): heartbeats and acknowledgements are refused until it reconnects; ` +
+        "give the client reconnectOnError: reconnectOnReadonly (from '@redis-stream-coordinator/core') so that it reconnects to the master",
+    );
   }
 
   private request(memberEpoch = this.parts.reconciler.memberEpoch, leaveForGood = false): HeartbeatRequest {
@@ -253,6 +280,7 @@ export class MemberHeartbeat {
     reconciler.leaseRenewed(sentAt);
     this.joinedGroup = true;
     this.refusals.accepted();
+    this.parts.problems.delete('connection');
     this.parts.shardClient.setIncarnation(response.incarnation);
     reconciler.revocationsAcknowledged(request.ackedRevocations ?? []);
     // Gains wait until the metadata is synced: a shard gained during an ordered shrink needs its hold

@@ -159,9 +159,10 @@ export interface CoordinatedMemberSettings<T = unknown> {
    * socket is destroyed and ioredis reconnects and sends again what waited on it, as it does when a
    * socket fails by itself (docs/runtime.md, "A stuck command connection"). Without it, a half-open
    * connection (NAT or firewall state dropped: no error, no reply) keeps the member from renewing its
-   * lease until TCP gives up, minutes later. Default false: the client is the application's, and the
-   * reset resends the application's unanswered commands too. The NestJS module sets it for the
-   * connections it creates itself.
+   * lease until TCP gives up, minutes later. Also when a heartbeat was refused READONLY and the
+   * client has no `reconnectOnError` (a connection left on a master made a replica: docs/cluster.md).
+   * Default false: the client is the application's, and the reset resends the application's
+   * unanswered commands too. The NestJS module sets it for the connections it creates itself.
    */
   resetStuckConnection?: boolean;
 }

@@ -5,5 +5,6 @@
  * - request: the coordinator refuses the member's heartbeats (INVALID_REQUEST)
  * - metadata: the group's cutover after a resize cannot be read
  * - instance: another instance holds this memberId (FENCED_INSTANCE_ID), for good
+ * - connection: the command connection is on a replica (heartbeats refused READONLY)
  */
-export type MemberProblems = Map<'group' | 'request' | 'metadata' | 'instance', string>;
+export type MemberProblems = Map<'group' | 'request' | 'metadata' | 'instance' | 'connection', string>;

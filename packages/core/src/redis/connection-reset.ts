@@ -27,3 +27,13 @@ export function resetConnection(client: RedisClient, name: string): string {
   }
   return `the ${name} connection is ${client.status}, left to reconnect`;
 }
+
+/**
+ * Whether `client` leaves a connection that Redis answers READONLY (a master made a replica under
+ * it) by itself: a Cluster client does (a demoted node answers a key's command with MOVED, which it
+ * follows), a single-node client when it has a `reconnectOnError` (the application's own decides
+ * what a READONLY does; `reconnectOnReadonly` reconnects). Otherwise only a reset moves it.
+ */
+export function leavesAReplicaByItself(client: RedisClient): boolean {
+  return isCluster(client) || Boolean(client.options.reconnectOnError);
+}

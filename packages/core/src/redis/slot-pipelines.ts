@@ -1,6 +1,7 @@
 import type { ChainableCommander, Cluster, ClusterOptions, RedisOptions } from 'ioredis';
 import type { RedisClient } from './scripts';
 import { loadingRetryTime } from './connection-defaults';
+import { reconnectOnReadonly } from './readonly-reconnect';
 
 /** One batch of commands whose keys all share one hash slot (e.g. one shard's keys). */
 export interface SlotBatch {
@@ -42,10 +43,16 @@ export function isCluster(client: RedisClient): client is Cluster {
  * Another connection with the same options (password, ACL user, TLS, Sentinel or Cluster nodes):
  * `Redis.duplicate(options)` and `Cluster.duplicate(nodes, options)` differ, and a Cluster's
  * per-node options sit under `redisOptions`. It asks every LOADING_RETRY_MS whether a restarted
- * Redis has loaded its data (connection-defaults.ts).
+ * Redis has loaded its data (connection-defaults.ts). A single-node connection (Sentinel or not)
+ * reconnects when Redis answers READONLY unless the client's own `reconnectOnError` decides
+ * (readonly-reconnect.ts): left on a demoted master, it would have every write refused; a Cluster
+ * node answers MOVED instead, so its connections are left as they are.
  */
 export function duplicateClient(client: RedisClient, overrides: RedisOptions = {}): RedisClient {
-  if (!isCluster(client)) return client.duplicate({ maxLoadingRetryTime: loadingRetryTime(client.options.maxLoadingRetryTime), ...overrides });
+  if (!isCluster(client)) {
+    const { maxLoadingRetryTime, reconnectOnError } = client.options;
+    return client.duplicate({ maxLoadingRetryTime: loadingRetryTime(maxLoadingRetryTime), reconnectOnError: reconnectOnError ?? reconnectOnReadonly, ...overrides });
+  }
   return duplicateCluster(client, overrides);
 }
 

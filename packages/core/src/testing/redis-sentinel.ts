@@ -16,7 +16,7 @@ export interface RedisSentinelOptions {
  * A private Sentinel setup on free loopback ports (by default one master, one replica and three
  * Sentinels), for tests and benchmarks. `stop()` stops exactly the processes it started and removes
  * their directories. `failover()` kills the master and waits until the Sentinels have promoted a
- * replica.
+ * replica; `switchMaster()` moves the master while the old one stays up, its clients connected.
  *
  * @example
  * const setup = await RedisSentinel.start();
@@ -27,6 +27,8 @@ export class RedisSentinel {
     readonly masterName: string,
     readonly servers: RedisServer[],
     readonly sentinels: RedisServer[],
+    /** `SENTINEL SET` arguments of the master's settings (down-after, failover-timeout, parallel-syncs), and the quorum. */
+    private readonly monitoring: { quorum: number; settings: string[] },
   ) {}
 
   static async start(options: RedisSentinelOptions = {}): Promise<RedisSentinel> {
@@ -37,19 +39,18 @@ export class RedisSentinel {
     const downAfter = options.downAfterMs ?? 1000;
     const servers: RedisServer[] = [];
     const sentinels: RedisServer[] = [];
-    const setup = new RedisSentinel(masterName, servers, sentinels);
+    const quorum = Math.floor(sentinelCount / 2) + 1;
+    const settings = ['down-after-milliseconds', String(downAfter), 'failover-timeout', String(Math.max(3000, downAfter * 3)), 'parallel-syncs', '1'];
+    const setup = new RedisSentinel(masterName, servers, sentinels, { quorum, settings });
     try {
       const master = await RedisServer.start({ args: ['--repl-diskless-sync-delay', '0'] });
       servers.push(master);
       for (let i = 0; i < replicaCount; i++) {
         servers.push(await RedisServer.start({ args: ['--replicaof', '127.0.0.1', String(master.port), '--repl-diskless-sync-delay', '0'] }));
       }
-      const quorum = Math.floor(sentinelCount / 2) + 1;
       const config = [
         `sentinel monitor ${masterName} 127.0.0.1 ${master.port} ${quorum}`,
-        `sentinel down-after-milliseconds ${masterName} ${downAfter}`,
-        `sentinel failover-timeout ${masterName} ${Math.max(3000, downAfter * 3)}`,
-        `sentinel parallel-syncs ${masterName} 1`,
+        ...Array.from({ length: settings.length / 2 }, (_, i) => `sentinel ${settings[2 * i]} ${masterName} ${settings[2 * i + 1]}`),
         '',
       ].join('\n');
       for (let i = 0; i < sentinelCount; i++) sentinels.push(await RedisServer.start({ config, sentinel: true }));
@@ -97,13 +98,55 @@ export class RedisSentinel {
     const server = this.servers.find((s) => s.port === port);
     if (!server) throw new Error(`no server of this setup listens on port ${port}`);
     await server.restart();
-    // What the Sentinels would do some seconds later (they convert a returning old master): now.
+    // What the Sentinels would do some seconds later (they convert a returning old master): now,
+    // as they do it. A Sentinel closes the clients of a server it reconfigures (CLIENT KILL TYPE
+    // normal and pubsub after SLAVEOF), so that they ask for the master again: Redis itself keeps
+    // them on REPLICAOF, and a client that connected to the returning master before this (one
+    // Sentinel that has not yet learnt of the failover names it) would have every write refused
+    // READONLY (reported from flaky runs of the failover test: a member's heartbeats, for ~16 s).
+    // A demotion that closes nothing is `switchMaster()`.
     const master = await this.masterPort();
-    await onNode(port, (c) => c.call('REPLICAOF', '127.0.0.1', String(master)));
+    await onNode(port, async (c) => {
+      await c.call('REPLICAOF', '127.0.0.1', String(master));
+      await c.call('CLIENT', 'KILL', 'TYPE', 'normal');
+      await c.call('CLIENT', 'KILL', 'TYPE', 'pubsub');
+    });
     await waitUntil(
       async () => /master_link_status:up/.test(await onNode(port, (c) => c.info('replication'))),
       `the restarted server on port ${port} to replicate the current master`,
     );
+  }
+
+  /**
+   * Moves the master to a replica while the old master stays up, demoted by `REPLICAOF`, and points
+   * the Sentinels at the new one (`SENTINEL REMOVE`, then `MONITOR`): as an operator, or a managed
+   * service, moves a master without a Sentinel failover. Unlike Sentinel's own reconfiguration
+   * (which sends `CLIENT KILL TYPE normal` to a server it reconfigures), nothing closes the old
+   * master's clients: Redis 7 closes only blocked ones on `REPLICAOF`, so a client connected to it
+   * stays there and has every write refused READONLY until it reconnects. Waits until every Sentinel
+   * names the new master and the old one replicates it. Returns both ports.
+   */
+  async switchMaster(): Promise<{ from: number; to: number }> {
+    const from = await this.masterPort();
+    const to = this.servers.find((s) => s.port !== from && s.isRunning())?.port;
+    if (to === undefined) throw new Error(`no running replica of the master on port ${from} to switch to`);
+    // The old master first: for a moment both are replicas (of each other) and refuse writes, but
+    // never are two masters taking writes that one of them would then drop.
+    await onNode(from, (c) => c.call('REPLICAOF', '127.0.0.1', String(to)));
+    await onNode(to, (c) => c.call('REPLICAOF', 'NO', 'ONE'));
+    const sentinels = this.sentinels.filter((s) => s.isRunning());
+    for (const sentinel of sentinels) {
+      await onNode(sentinel.port, async (c) => {
+        await c.call('SENTINEL', 'REMOVE', this.masterName);
+        await c.call('SENTINEL', 'MONITOR', this.masterName, '127.0.0.1', String(to), String(this.monitoring.quorum));
+        await c.call('SENTINEL', 'SET', this.masterName, ...this.monitoring.settings);
+      });
+    }
+    await waitUntil(async () => {
+      const named = await Promise.all(sentinels.map((s) => onNode(s.port, (c) => c.call('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', this.masterName)))) as [string, string][];
+      return named.every(([, port]) => Number(port) === to) && /master_link_status:up/.test(await onNode(from, (c) => c.info('replication')));
+    }, `the Sentinels to name the master on port ${to} and the server on port ${from} to replicate it`);
+    return { from, to };
   }
 
   async stop(): Promise<void> {

@@ -12,7 +12,7 @@ afterEach(async () => {
 });
 
 /** A one-shard batch member of group "group"; `calls` gets the seqs of each call. */
-async function aBatchMember(streamPrefix: string, options: { maxSize: number; maxWaitMs?: number; maxAttempts?: number }, work: (messages: StreamMessage<KeyedPayload>[], call: number) => unknown = () => undefined) {
+async function aBatchMember(streamPrefix: string, options: { maxSize: number; maxWaitMs?: number; maxAttempts?: number; maxBufferedEntries?: number }, work: (messages: StreamMessage<KeyedPayload>[], call: number) => unknown = () => undefined) {
   const calls: number[][] = [];
   const deadLetters: DeadLetterEvent[] = [];
   const member = new CoordinatedMember<KeyedPayload>(redis.client(), {
@@ -21,6 +21,7 @@ async function aBatchMember(streamPrefix: string, options: { maxSize: number; ma
     shardCount: 1,
     maxAttempts: options.maxAttempts ?? 3,
     retryBackoffMs: 10,
+    maxBufferedEntries: options.maxBufferedEntries,
     coordinator: { heartbeatIntervalMs: 200 },
     batch: { maxSize: options.maxSize, maxWaitMs: options.maxWaitMs },
     handler: async (messages: StreamMessage<KeyedPayload>[]) => {
@@ -61,6 +62,22 @@ describe('batch handlers', () => {
     await producer.sendBatch(entries(2, 3));
     await pollUntil('3 entries handled', async () => calls.flat().length === 3);
     expect(calls).toEqual([[1, 2, 3]]);
+  });
+
+  it('a short batch whose missing entries are in the stream reads them, not waiting out maxWaitMs, when the buffer has room for them though not for half a shard\'s share', async () => {
+    // maxBufferedEntries = maxSize = 10: six entries queued leave room for the four that fill the
+    // batch. The read floor under a full buffer (half a shard's share, 5) kept the loop from reading
+    // them, and nothing ran to make more room: the batch waited its whole maxWaitMs (up to a day).
+    const streamPrefix = uniqueName('batch-fill');
+    const { member, calls } = await aBatchMember(streamPrefix, { maxSize: 10, maxWaitMs: 120_000, maxBufferedEntries: 10 });
+    await pollUntil('the shard is owned', async () => member.ownedShards().length === 1);
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.sendBatch(entries(1, 6));
+    await pollUntil('six entries queued for the batch', async () => member.stats().bufferedEntries === 6);
+    await producer.sendBatch(entries(7, 10));
+    await pollUntil('one full batch', async () => calls.length === 1 && calls[0].length === 10, { timeoutMs: 15_000 });
+    expect(calls[0]).toEqual(entries(1, 10).map((e) => e.payload.seq));
+    await settled(streamPrefix);
   });
 
   it('a BatchError acknowledges the entries before the failed one and retries from it; used up, only that entry is dead-lettered', async () => {

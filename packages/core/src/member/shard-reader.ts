@@ -90,7 +90,8 @@ export class ShardReader implements HubReader {
     shards.onSettled = (state) => {
       if (this.sharing() && state.queue.length <= this.refillAt() && !this.readToEnd.has(state)) this.wakeup.notify();
       // The loop waits for room in the buffer (see fewestQueued): a handler that finished made some.
-      else if (this.waitingForRoom && this.options.maxBufferedEntries - this.shards.buffered >= this.leastCount()) this.wakeup.notify();
+      // So does a batch that finished and left a short one waiting to fill (see waitsToFill).
+      else if (this.waitingForRoom && (this.options.maxBufferedEntries - this.shards.buffered >= this.leastCount() || this.waitsToFill(state))) this.wakeup.notify();
     };
   }
 
@@ -215,6 +216,16 @@ export class ShardReader implements HubReader {
     return Math.max(1, this.refillAt());
   }
 
+  /**
+   * Batch handlers: the shard's queue waits for a full batch (up to `batch.maxWaitMs`, as long as a
+   * day) and nothing of the shard is in flight. No handler of its will settle to make room: only a
+   * read lets the batch fill, so the read floor (leastCount) does not apply to it; the budget does.
+   */
+  private waitsToFill(state: ShardState): boolean {
+    const batch = this.options.batch;
+    return batch !== undefined && batch.maxWaitMs > 0 && state.work.size === 0 && state.queue.length > 0 && state.queue.length < batch.maxSize;
+  }
+
   /** A shard's share of the buffer, at most `batchSize`: no shared read brings a shard more (one busy shard must not take every other's room). */
   private fillTo(): number {
     const share = Math.floor(this.options.maxBufferedEntries / Math.max(1, this.shards.order.length));
@@ -245,7 +256,7 @@ export class ShardReader implements HubReader {
           return sharing ? !this.readToEnd.has(state) && state.queue.length <= refillAt : state.queue.length < 2 * this.options.batchSize;
         });
         const budget = this.options.maxBufferedEntries - this.shards.buffered;
-        const readable = fewestQueued(this.shards, candidates, Math.floor(budget / this.leastCount()));
+        const readable = fewestQueued(this.shards, candidates, Math.floor(budget / this.leastCount()), budget, (state) => this.waitsToFill(state));
         this.waitingForRoom = candidates.length > 0 && readable.length === 0;
         if (readable.length === 0 || !this.mayStartHandlers()) {
           this.heard();
@@ -487,13 +498,18 @@ export class ShardReader implements HubReader {
 
 /**
  * At most `room` of the shards (the buffer's room for reads of leastCount entries each): those with
- * the fewest entries queued, which run dry first; in shard order, the order reads list them.
+ * the fewest entries queued, which run dry first; and, within `budget` (one entry each at least),
+ * those a read must serve whatever the floor (`mustRead`: a batch waiting to fill). In shard order,
+ * the order reads list them.
  */
-function fewestQueued(shards: ShardSet, candidates: number[], room: number): number[] {
+function fewestQueued(shards: ShardSet, candidates: number[], room: number, budget: number, mustRead: (state: ShardState) => boolean): number[] {
   if (candidates.length <= room) return candidates;
-  if (room <= 0) return [];
   const chosen = new Set(
-    [...candidates].sort((a, b) => shards.get(a)!.queue.length - shards.get(b)!.queue.length || a - b).slice(0, room),
+    room <= 0 ? [] : [...candidates].sort((a, b) => shards.get(a)!.queue.length - shards.get(b)!.queue.length || a - b).slice(0, room),
   );
+  for (const s of candidates) {
+    if (chosen.size >= budget) break;
+    if (!chosen.has(s) && mustRead(shards.get(s)!)) chosen.add(s);
+  }
   return candidates.filter((s) => chosen.has(s));
 }

@@ -28,6 +28,11 @@ const CLUSTER_POLL_MAX_MS = 50;
  * something other than a StreamProducer, may wait.
  */
 const CLUSTER_WOKEN_POLL_MAX_MS = 500;
+/**
+ * The shortest block of a read that leaves shards out for want of buffer room (they are read in the
+ * next turns): with many more shards than room, reads of idle shards go round at this pace.
+ */
+const LEFT_OUT_BLOCK_MS = 10;
 
 /**
  * Where the reader reads: through the process's ReadHub (single Redis, Sentinel), or polled on a
@@ -72,6 +77,9 @@ export class ShardReader implements HubReader {
   private lastReadAt = 0;
   /** The loop waits until the buffer has room for a read worth its round trip (see leastCount). */
   private waitingForRoom = false;
+  /** Reads sent so far, and the number of the last read that covered each shard's grant (see fewestQueued). */
+  private reads = 0;
+  private readonly lastCovered = new WeakMap<ShardState, number>();
 
   constructor(
     private readonly shards: ShardSet,
@@ -256,7 +264,7 @@ export class ShardReader implements HubReader {
           return sharing ? !this.readToEnd.has(state) && state.queue.length <= refillAt : state.queue.length < 2 * this.options.batchSize;
         });
         const budget = this.options.maxBufferedEntries - this.shards.buffered;
-        const readable = fewestQueued(this.shards, candidates, Math.floor(budget / this.leastCount()), budget, (state) => this.waitsToFill(state));
+        const readable = fewestQueued(this.shards, candidates, Math.floor(budget / this.leastCount()), budget, (state) => this.waitsToFill(state), (state) => this.lastCovered.get(state) ?? 0);
         this.waitingForRoom = candidates.length > 0 && readable.length === 0;
         if (readable.length === 0 || !this.mayStartHandlers()) {
           this.heard();
@@ -268,7 +276,7 @@ export class ShardReader implements HubReader {
         const heard = this.ringsHeard;
         this.ringsHeard = [];
         try {
-          await this.readOnce(readable, budget);
+          await this.readOnce(readable, budget, Math.ceil(candidates.length / readable.length));
         } finally {
           for (const resolve of heard) resolve();
         }
@@ -313,13 +321,14 @@ export class ShardReader implements HubReader {
     return Math.max(1, wait);
   }
 
-  private async readOnce(readable: number[], budget: number): Promise<void> {
+  /** `turns`: reads it takes to cover every shard that wants one (more than 1 when the buffer's room left some out). */
+  private async readOnce(readable: number[], budget: number, turns: number): Promise<void> {
     if (!this.running) return; // stopped while a call of the loop was out: the hub may be closed
     // The states the read is for: if a shard is released and granted again while the read is
     // out, its entries belong to the old grant (pending here, the new grant takes them over).
     const readFor = new Map(readable.map((s) => [s, this.shards.get(s)!]));
     const cursors = readable.map((s) => readFor.get(s)!.readCursor);
-    const started = this.startRead(readable, cursors, budget);
+    const started = this.startRead(readable, cursors, budget, turns);
     if (!started) {
       // Between modes (the doorbell is letting go of the blocking connection): look again shortly.
       await this.wakeup.wait(Math.min(10, this.idleWaitMs()));
@@ -327,6 +336,8 @@ export class ShardReader implements HubReader {
     }
     const { done, mode, count } = started;
     this.lastReadAt = Date.now();
+    this.reads += 1;
+    for (const state of readFor.values()) this.lastCovered.set(state, this.reads);
     this.currentRead = { shards: new Set(readable), done, mode };
     this.dispatch();
     let result: ReadResult;
@@ -367,7 +378,7 @@ export class ShardReader implements HubReader {
    * Sends the read the transport and the hub's mode call for; undefined when the hub is between
    * modes (no solo read may start and no shared connection is open yet).
    */
-  private startRead(readable: number[], cursors: string[], budget: number): { done: Promise<ReadResult>; mode: ReadMode; count: number } | undefined {
+  private startRead(readable: number[], cursors: string[], budget: number, turns: number): { done: Promise<ReadResult>; mode: ReadMode; count: number } | undefined {
     const perShard = Math.floor(budget / readable.length);
     // Alone or polled, a read brings each shard up to batchSize; a shared read up to its share (fillTo).
     const ownCount = Math.max(1, Math.min(this.options.batchSize, perShard));
@@ -376,8 +387,11 @@ export class ShardReader implements HubReader {
     }
     const hub = this.transport.hub;
     // A blocked read must not put off a sweep (lost read replies are found only there) or a claim
-    // retry that is due.
-    const blockMs = this.idleWaitMs();
+    // retry that is due. Nor the shards it leaves out for want of room: they take their turn in the
+    // next reads (fewestQueued), and a read of idle shards must not block them for blockMs each turn;
+    // every shard is read about once per idle wait (not more often than every LEFT_OUT_BLOCK_MS).
+    const idleMs = this.idleWaitMs();
+    const blockMs = turns > 1 ? Math.min(idleMs, Math.max(LEFT_OUT_BLOCK_MS, Math.floor(idleMs / turns))) : idleMs;
     const solo = hub.readSolo(this, (connection) => this.client.readNew(connection, readable, cursors, ownCount, blockMs, blockMs + this.readGraceMs()));
     if (solo) return { done: solo, mode: 'solo', count: ownCount };
     const shared = hub.sharedConnection;
@@ -498,14 +512,20 @@ export class ShardReader implements HubReader {
 
 /**
  * At most `room` of the shards (the buffer's room for reads of leastCount entries each): those with
- * the fewest entries queued, which run dry first; and, within `budget` (one entry each at least),
+ * the fewest entries queued, which run dry first, and among as many queued those read longest ago
+ * (`lastRead`): by index alone, the same idle shards would win every time and the others, entries
+ * waiting in their streams, would never be read. And, within `budget` (one entry each at least),
  * those a read must serve whatever the floor (`mustRead`: a batch waiting to fill). In shard order,
  * the order reads list them.
  */
-function fewestQueued(shards: ShardSet, candidates: number[], room: number, budget: number, mustRead: (state: ShardState) => boolean): number[] {
+function fewestQueued(shards: ShardSet, candidates: number[], room: number, budget: number, mustRead: (state: ShardState) => boolean, lastRead: (state: ShardState) => number): number[] {
   if (candidates.length <= room) return candidates;
+  const rank = (s: number) => {
+    const state = shards.get(s)!;
+    return { s, queued: state.queue.length, read: lastRead(state) };
+  };
   const chosen = new Set(
-    room <= 0 ? [] : [...candidates].sort((a, b) => shards.get(a)!.queue.length - shards.get(b)!.queue.length || a - b).slice(0, room),
+    room <= 0 ? [] : candidates.map(rank).sort((a, b) => a.queued - b.queued || a.read - b.read || a.s - b.s).slice(0, room).map((r) => r.s),
   );
   for (const s of candidates) {
     if (chosen.size >= budget) break;

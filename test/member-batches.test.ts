@@ -1,3 +1,4 @@
+import type { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { BatchError, CoordinatedMember, CoordinatorAdmin, type DeadLetterEvent, type StreamMessage, StreamProducer } from '@redis-stream-coordinator/core';
 import type { KeyedPayload } from './support/handler-recorder';
@@ -12,13 +13,14 @@ afterEach(async () => {
 });
 
 /** A one-shard batch member of group "group"; `calls` gets the seqs of each call. */
-async function aBatchMember(streamPrefix: string, options: { maxSize: number; maxWaitMs?: number; maxAttempts?: number; maxBufferedEntries?: number }, work: (messages: StreamMessage<KeyedPayload>[], call: number) => unknown = () => undefined) {
+async function aBatchMember(streamPrefix: string, options: { maxSize: number; maxWaitMs?: number; maxAttempts?: number; maxBufferedEntries?: number; shardCount?: number; memberId?: string }, work: (messages: StreamMessage<KeyedPayload>[], call: number) => unknown = () => undefined, client: Redis = redis.client()) {
   const calls: number[][] = [];
   const deadLetters: DeadLetterEvent[] = [];
-  const member = new CoordinatedMember<KeyedPayload>(redis.client(), {
+  const member = new CoordinatedMember<KeyedPayload>(client, {
     streamPrefix,
     consumerGroup: 'group',
-    shardCount: 1,
+    memberId: options.memberId,
+    shardCount: options.shardCount ?? 1,
     maxAttempts: options.maxAttempts ?? 3,
     retryBackoffMs: 10,
     maxBufferedEntries: options.maxBufferedEntries,
@@ -77,6 +79,24 @@ describe('batch handlers', () => {
     await producer.sendBatch(entries(7, 10));
     await pollUntil('one full batch', async () => calls.length === 1 && calls[0].length === 10, { timeoutMs: 15_000 });
     expect(calls[0]).toEqual(entries(1, 10).map((e) => e.payload.seq));
+    await settled(streamPrefix);
+  });
+
+  it('the same, for a member sharing its read connection: the short batch is read again, not left to the doorbell\'s refill point', async () => {
+    // Two members on one client share the hub's read connection; a shard was read again only once
+    // its queue ran down to half its share (5 of 10): six queued waiting for a full batch never did.
+    const streamPrefix = uniqueName('batch-fill-shared');
+    const client = redis.client();
+    const first = await aBatchMember(streamPrefix, { maxSize: 10, maxWaitMs: 120_000, maxBufferedEntries: 10, shardCount: 2, memberId: 'm0' }, undefined, client);
+    const second = await aBatchMember(streamPrefix, { maxSize: 10, maxWaitMs: 120_000, maxBufferedEntries: 10, shardCount: 2, memberId: 'm1' }, undefined, client);
+    await pollUntil('one shard each', async () => first.member.ownedShards().length === 1 && second.member.ownedShards().length === 1);
+    const owner = first.member.ownedShards()[0] === 0 ? first : second;
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.sendBatch(entries(1, 6));
+    await pollUntil('six entries queued for the batch', async () => owner.member.stats().bufferedEntries === 6);
+    await producer.sendBatch(entries(7, 10));
+    await pollUntil('one full batch', async () => owner.calls.length === 1 && owner.calls[0].length === 10, { timeoutMs: 15_000 });
+    expect(owner.calls[0]).toEqual(entries(1, 10).map((e) => e.payload.seq));
     await settled(streamPrefix);
   });
 

@@ -96,7 +96,8 @@ export class ShardReader implements HubReader {
     this.recovery = new ShardRecovery(shards, client, acks, events, options);
     // Shared mode: a handler finished, and its shard may be low enough to read again (see refillAt).
     shards.onSettled = (state) => {
-      if (this.sharing() && state.queue.length <= this.refillAt() && !this.readToEnd.has(state)) this.wakeup.notify();
+      // (Or its batch waits to fill: see waitsToFill.)
+      if (this.sharing() && !this.readToEnd.has(state) && (state.queue.length <= this.refillAt() || this.waitsToFill(state))) this.wakeup.notify();
       // The loop waits for room in the buffer (see fewestQueued): a handler that finished made some.
       // So does a batch that finished and left a short one waiting to fill (see waitsToFill).
       else if (this.waitingForRoom && (this.options.maxBufferedEntries - this.shards.buffered >= this.leastCount() || this.waitsToFill(state))) this.wakeup.notify();
@@ -261,7 +262,8 @@ export class ShardReader implements HubReader {
         const candidates = this.shards.order.filter((s) => {
           const state = this.shards.get(s)!;
           if (state.phase !== 'reading' || state.held.length > 0) return false;
-          return sharing ? !this.readToEnd.has(state) && state.queue.length <= refillAt : state.queue.length < 2 * this.options.batchSize;
+          // Sharing, a batch waiting to fill is read before the refill point too: only a read fills it.
+          return sharing ? !this.readToEnd.has(state) && (state.queue.length <= refillAt || this.waitsToFill(state)) : state.queue.length < 2 * this.options.batchSize;
         });
         const budget = this.options.maxBufferedEntries - this.shards.buffered;
         const readable = fewestQueued(this.shards, candidates, Math.floor(budget / this.leastCount()), budget, (state) => this.waitsToFill(state), (state) => this.lastCovered.get(state) ?? 0);

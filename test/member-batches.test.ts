@@ -100,6 +100,25 @@ describe('batch handlers', () => {
     await settled(streamPrefix);
   });
 
+  it('batches of several shards that fill the buffer between them run short at once, not each after maxWaitMs', async () => {
+    // 4 shards with batches of 10 share 20 places: each shard's share is 5, every place is taken by
+    // a batch waiting to fill, nothing can be read, and no handler runs to make room. Each round of
+    // batches waited out maxWaitMs (160 entries took 8 x maxWaitMs).
+    const streamPrefix = uniqueName('batch-full-buffer');
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 4 });
+    await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(
+      [0, 1, 2, 3].flatMap((shardIndex) => Array.from({ length: 40 }, (_, i) => ({ key: `k${i % 3}`, payload: { seq: shardIndex * 100 + i }, shardIndex }))),
+    );
+    const { calls } = await aBatchMember(streamPrefix, { maxSize: 10, maxWaitMs: 120_000, maxBufferedEntries: 20, shardCount: 4 });
+    // Each shard's last short batch may wait (there is room again, and nothing more to read): at
+    // most 4 x 9 entries. Before, none ran until maxWaitMs passed.
+    await pollUntil('all but the last short batches handled', async () => calls.flat().length >= 160 - 4 * 9, { timeoutMs: 15_000 });
+    for (const shardIndex of [0, 1, 2, 3]) {
+      const seqs = calls.flat().filter((seq) => Math.floor(seq / 100) === shardIndex);
+      expect(seqs).toEqual(Array.from({ length: seqs.length }, (_, i) => shardIndex * 100 + i));
+    }
+  });
+
   it('a BatchError acknowledges the entries before the failed one and retries from it; used up, only that entry is dead-lettered', async () => {
     const streamPrefix = uniqueName('batch-partial');
     const { calls, deadLetters } = await aBatchMember(streamPrefix, { maxSize: 5, maxAttempts: 2 }, (messages) => {

@@ -77,9 +77,12 @@ export class ShardReader implements HubReader {
   private lastReadAt = 0;
   /** The loop waits until the buffer has room for a read worth its round trip (see leastCount). */
   private waitingForRoom = false;
-  /** Reads sent so far, and the number of the last read that covered each shard's grant (see fewestQueued). */
+  /**
+   * Reads sent so far; for each shard's grant, the number of the last read that covered it and
+   * whether that read came back short (the shard read to its end): see fewestQueued.
+   */
   private reads = 0;
-  private readonly lastCovered = new WeakMap<ShardState, number>();
+  private readonly lastCovered = new WeakMap<ShardState, { read: number; short: boolean }>();
 
   constructor(
     private readonly shards: ShardSet,
@@ -266,7 +269,7 @@ export class ShardReader implements HubReader {
           return sharing ? !this.readToEnd.has(state) && (state.queue.length <= refillAt || this.waitsToFill(state)) : state.queue.length < 2 * this.options.batchSize;
         });
         const budget = this.options.maxBufferedEntries - this.shards.buffered;
-        const readable = fewestQueued(this.shards, candidates, Math.floor(budget / this.leastCount()), budget, (state) => this.waitsToFill(state), (state) => this.lastCovered.get(state) ?? 0);
+        const readable = fewestQueued(this.shards, candidates, Math.floor(budget / this.leastCount()), budget, (state) => this.waitsToFill(state), (state) => this.lastCovered.get(state));
         this.waitingForRoom = candidates.length > 0 && readable.length === 0;
         if (readable.length === 0 || !this.mayStartHandlers()) {
           this.heard();
@@ -339,7 +342,7 @@ export class ShardReader implements HubReader {
     const { done, mode, count } = started;
     this.lastReadAt = Date.now();
     this.reads += 1;
-    for (const state of readFor.values()) this.lastCovered.set(state, this.reads);
+    for (const state of readFor.values()) this.lastCovered.set(state, { read: this.reads, short: false });
     this.currentRead = { shards: new Set(readable), done, mode };
     this.dispatch();
     let result: ReadResult;
@@ -353,6 +356,8 @@ export class ShardReader implements HubReader {
       // Entries of a shard released meanwhile stay pending: its next owner (or grant) takes them over.
       if (!this.shards.isCurrent(state)) continue;
       const entries = result.entries.get(shardIndex) ?? [];
+      const covered = this.lastCovered.get(state);
+      if (covered) covered.short = entries.length < count;
       if (entries.length > 0) {
         const first = result.firstAfter.get(shardIndex) ?? '';
         if (first !== '' && first !== entries[0].id) await this.recovery.recoverSkipped(state, entries[0].id);
@@ -514,20 +519,29 @@ export class ShardReader implements HubReader {
 
 /**
  * At most `room` of the shards (the buffer's room for reads of leastCount entries each): those with
- * the fewest entries queued, which run dry first, and among as many queued those read longest ago
+ * the fewest entries queued, which run dry first; among as many queued, those whose last read came
+ * back full (they have more) before those read to their end, and then those read longest ago
  * (`lastRead`): by index alone, the same idle shards would win every time and the others, entries
  * waiting in their streams, would never be read. And, within `budget` (one entry each at least),
  * those a read must serve whatever the floor (`mustRead`: a batch waiting to fill). In shard order,
  * the order reads list them.
  */
-function fewestQueued(shards: ShardSet, candidates: number[], room: number, budget: number, mustRead: (state: ShardState) => boolean, lastRead: (state: ShardState) => number): number[] {
+function fewestQueued(
+  shards: ShardSet,
+  candidates: number[],
+  room: number,
+  budget: number,
+  mustRead: (state: ShardState) => boolean,
+  lastRead: (state: ShardState) => { read: number; short: boolean } | undefined,
+): number[] {
   if (candidates.length <= room) return candidates;
   const rank = (s: number) => {
     const state = shards.get(s)!;
-    return { s, queued: state.queue.length, read: lastRead(state) };
+    const last = lastRead(state);
+    return { s, queued: state.queue.length, short: last?.short === true ? 1 : 0, read: last?.read ?? 0 };
   };
   const chosen = new Set(
-    room <= 0 ? [] : candidates.map(rank).sort((a, b) => a.queued - b.queued || a.read - b.read || a.s - b.s).slice(0, room).map((r) => r.s),
+    room <= 0 ? [] : candidates.map(rank).sort((a, b) => a.queued - b.queued || a.short - b.short || a.read - b.read || a.s - b.s).slice(0, room).map((r) => r.s),
   );
   for (const s of candidates) {
     if (chosen.size >= budget) break;

@@ -1,12 +1,12 @@
 import type { EventEmitter } from 'node:events';
-import type { Cluster, Redis } from 'ioredis';
+import type { Cluster } from 'ioredis';
 import { compareStreamIds } from '../protocol/stream-ids';
+import type { ClusterReadHub } from '../redis/cluster-read-hub';
 import type { HubReader, ReadHub } from '../redis/read-hub';
 import type { ReadResult, ShardClient } from '../redis/shard-client';
 import type { RedisClient } from '../redis/scripts';
 import { ShardWakeHub } from '../redis/shard-wake-hub';
 import { settlesWithin, Wakeup } from './abortable-sleep';
-import { reconnect } from './reader-connection';
 import type { AckBatcher } from './ack-batcher';
 import { type ResolvedMemberOptions, retryDelayMs } from './member-options';
 import { ShardRecovery } from './shard-recovery';
@@ -30,11 +30,11 @@ const CLUSTER_POLL_MAX_MS = 50;
 const CLUSTER_WOKEN_POLL_MAX_MS = 500;
 
 /**
- * Where the reader reads: through the process's ReadHub (single Redis, Sentinel), or polled on a
- * Cluster connection of the member's own (one XREADGROUP cannot span the shards' slots there),
+ * Where the reader reads: through the process's ReadHub (single Redis, Sentinel), or polled through
+ * the process's ClusterReadHub on a Cluster (one XREADGROUP cannot span the shards' slots there),
  * woken by writes through the ShardWakeHub of the member's command client (`command`).
  */
-export type ReadTransport = { hub: ReadHub } | { polled: RedisClient; command: RedisClient };
+export type ReadTransport = { hub: ReadHub } | { polled: ClusterReadHub; command: RedisClient };
 
 /** How one read goes: blocking on the hub's connection (alone on it), non-blocking shared, or polled (Cluster). */
 type ReadMode = 'solo' | 'shared' | 'polled';
@@ -97,7 +97,7 @@ export class ShardReader implements HubReader {
   start(): void {
     if (this.running) return;
     this.running = true;
-    if ('hub' in this.transport) this.unregister = this.transport.hub.register(this);
+    this.unregister = 'hub' in this.transport ? this.transport.hub.register(this) : this.transport.polled.register(this);
     this.loop = this.readLoop();
   }
 
@@ -269,7 +269,7 @@ export class ShardReader implements HubReader {
         // connector closed mid-way, a Sentinel lookup it may not retry): every read would fail
         // "Connection is closed." while the member keeps its shards. It is opened again here.
         if ('hub' in this.transport) this.transport.hub.repair();
-        else if (this.transport.polled.status === 'end') await reconnect(this.transport.polled as Redis);
+        else this.transport.polled.repair();
         await this.wakeup.wait(Math.min(1000, this.options.blockMs));
       }
     }
@@ -383,7 +383,7 @@ export class ShardReader implements HubReader {
    * wake-up). Shards whose read failed are reported ('error', one per round) and paused as after a
    * failed read; the others' entries are delivered.
    */
-  private async readPolled(transport: { polled: RedisClient; command: RedisClient }, readable: number[], cursors: string[], count: number): Promise<ReadResult> {
+  private async readPolled(transport: { polled: ClusterReadHub; command: RedisClient }, readable: number[], cursors: string[], count: number): Promise<ReadResult> {
     this.listenForWrites(transport.command);
     const now = Date.now();
     const due: number[] = [];

@@ -6,9 +6,11 @@
  *  3. the cost of WAIT-based durability (producer waitForReplicas, member ackWaitForReplicas);
  *  4. throughput per master and the arithmetic for N masters;
  *  5. latency from send to handler start at 1,000 entries/s, and what an idle member costs, cluster
- *     (polled per-shard reads) vs single node (one blocking read).
+ *     (polled per-shard reads) vs single node (one blocking read);
+ *  6. connections per process for 1, 8 and 64 members made from one Cluster client.
  * Prints markdown on stdout. BENCH_CLUSTER_ENTRIES (default 60000) entries per drain;
- * BENCH_CLUSTER_SECTIONS (default 1,2,3,5) chooses sections (4 follows 2).
+ * BENCH_CLUSTER_SECTIONS (default 1,2,3,5,6) chooses sections (4 follows 2), e.g. 6 for the
+ * connections alone (load-independent: it does not need a quiet machine).
  */
 import os from 'node:os';
 import { Cluster, Redis } from 'ioredis';
@@ -144,6 +146,70 @@ async function latency(client: Redis | Cluster, streamPrefix: string, rate: numb
   return { p50: percentile(steady, 50), p99: percentile(steady, 99) };
 }
 
+/**
+ * Section 6 measured the same way at the commit before ClusterReadHub (each member read on a
+ * duplicate() of its own): printed beside today's figures, as readpath-bench prints its "before".
+ */
+const BEFORE_READ_HUB = { commit: '3fd6887', connections: new Map([[1, 14], [8, 53], [64, 314]]) };
+
+/** A process's connections on every node of the cluster, by what they are for (CLIENT LIST, by connection name). */
+interface ConnectionCount {
+  members: number;
+  /** Commands and reads (the client's own node connections, and any duplicate of it). */
+  command: number;
+  /** Sharded subscribers (wake-ups). */
+  subscriber: number;
+  total: number;
+}
+
+/**
+ * Connections of one process whose `members` members are made from one Cluster client (a stream of
+ * max(8, members) shards), counted on every node (masters and replicas) once every member owns a
+ * shard and the entries sent were handled: each connection ioredis opens carries the client's
+ * connection name (a sharded subscriber's as `ioredis-cluster(ssubscriber):<name>`); counted 2 s
+ * after the last entry was handled, when the short-lived slot-table refreshers have closed.
+ */
+async function connectionsFor(cluster: RedisCluster, members: number): Promise<ConnectionCount> {
+  const connectionName = `conns_${members}_${Date.now()}`;
+  const client = new Cluster(cluster.startupNodes, { redisOptions: { connectionName } });
+  client.on('error', () => undefined);
+  const streamPrefix = `conns-${members}-${Date.now()}`;
+  const shardCount = Math.max(8, members);
+  await new CoordinatorAdmin(client).createStream({ streamPrefix, shardCount });
+  let handled = 0;
+  const group = Array.from({ length: members }, (_, i) =>
+    new CoordinatedMember(client, { streamPrefix, consumerGroup: 'bench', memberId: `c${i}`, telemetry: false, handler: () => void (handled += 1) }));
+  for (const member of group) member.on('error', () => undefined);
+  try {
+    await Promise.all(group.map((m) => m.start()));
+    await until(() => group.every((m) => m.ownedShards().length > 0), 120_000);
+    const total = shardCount * 4;
+    await new StreamProducer(client, { streamPrefix, telemetry: false }).sendBatch(Array.from({ length: total }, (_, i) => ({ key: `k${i}`, payload: i })));
+    await until(() => handled >= total, 60_000);
+    // ioredis opens short-lived connections to refresh its slot tables (\`refresher\`): gone by now.
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+    const count: ConnectionCount = { members, command: 0, subscriber: 0, total: 0 };
+    for (const node of await cluster.nodes()) {
+      const admin = new Redis({ host: '127.0.0.1', port: node.port });
+      try {
+        for (const line of String(await admin.client('LIST')).split('\n')) {
+          const name = /\bname=(\S*)/.exec(line)?.[1] ?? '';
+          if (!name.endsWith(connectionName)) continue;
+          count.total += 1;
+          if (name.startsWith('ioredis-cluster(ssubscriber)')) count.subscriber += 1;
+          else count.command += 1;
+        }
+      } finally {
+        admin.disconnect();
+      }
+    }
+    return count;
+  } finally {
+    await Promise.all(group.map((m) => m.stop().catch(() => undefined)));
+    client.disconnect();
+  }
+}
+
 /** Commands per second the servers at `ports` answer while one member owns 64 idle shards. */
 async function idleLoad(client: Redis | Cluster, streamPrefix: string, ports: number[], seconds: number): Promise<number> {
   await new CoordinatorAdmin(client).createStream({ streamPrefix, shardCount: SHARDS });
@@ -194,7 +260,7 @@ async function main(): Promise<void> {
         `ioredis ${(require('ioredis/package.json') as { version: string }).version}. ${fmt(ENTRIES)} entries per run, ${SHARDS} shards, batches of ${BATCH}, one member (runtimeMaxConcurrency ${SHARDS}, no-op handler). Date ${new Date().toISOString().slice(0, 10)}.`,
     );
 
-    const sections = new Set((process.env.BENCH_CLUSTER_SECTIONS ?? '1,2,3,5').split(','));
+    const sections = new Set((process.env.BENCH_CLUSTER_SECTIONS ?? '1,2,3,5,6').split(','));
     // 1. Per-master load: as the slots fall, then balanced.
     if (sections.has('1')) {
       progress('1. per-master load, 64 shards');
@@ -296,6 +362,22 @@ async function main(): Promise<void> {
         singleClient.disconnect();
         await single.stop();
       }
+    }
+
+    // 6. Connections per process.
+    if (sections.has('6')) {
+      progress('6. connections per process');
+      const counts: ConnectionCount[] = [];
+      for (const members of [1, 8, 64]) {
+        counts.push(await connectionsFor(cluster, members));
+        progress(`  ${members} member(s): ${counts[counts.length - 1].total}`);
+      }
+      out.push('### 6. Connections per process, members made from one Cluster client', '',
+        `CLIENT LIST on all ${masters.length + replicas.length} nodes (${masters.length} masters, ${replicas.length} replicas), 2 s after every member owns a shard and the entries sent were handled; a stream of max(8, members) shards. Load-independent.`, '',
+        table([
+          ['members', 'connections', 'commands and reads', 'wake-up subscribers', `before the shared read connection (${BEFORE_READ_HUB.commit})`],
+          ...counts.map((c) => [c.members, c.total, c.command, c.subscriber, BEFORE_READ_HUB.connections.get(c.members) ?? '—']),
+        ]), '');
     }
   } finally {
     client.disconnect();

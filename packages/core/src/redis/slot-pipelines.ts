@@ -80,27 +80,9 @@ export function duplicateCluster(client: Cluster, overrides: RedisOptions = {}, 
 export async function execBySlot(client: RedisClient, batches: readonly SlotBatch[], options: ExecBySlotOptions = {}): Promise<SlotBatchResult[]> {
   if (batches.length === 0) return [];
   if (!isCluster(client)) {
-    const pipeline = client.pipeline();
-    const sizes = batches.map((batch) => {
-      const before = pipeline.length;
-      batch.build(pipeline);
-      return pipeline.length - before;
-    });
-    options.tail?.(pipeline);
-    let replies: [Error | null, unknown][];
-    try {
-      replies = ((await pipeline.exec()) ?? []) as [Error | null, unknown][];
-    } catch (error) {
-      return batches.map(() => ({ error: error as Error }));
-    }
-    let offset = 0;
-    const parts = sizes.map((size) => {
-      const part = replies.slice(offset, offset + size);
-      offset += size;
-      return padded(part, size);
-    });
-    const tail = padded(replies.slice(offset), pipeline.length - offset);
-    return parts.map((part) => ({ replies: part, tail }));
+    const sent = await sendTogether(client.pipeline(), batches, options);
+    if ('error' in sent) return batches.map(() => sent);
+    return sent.parts.map((part) => ({ replies: part, tail: sent.tail }));
   }
   return Promise.all(batches.map((batch) => execOneSlot(client, batch, options)));
 }
@@ -141,30 +123,18 @@ export async function execByNode(client: RedisClient, batches: readonly NodeBatc
 /** One node's batches in one pipeline; redirected or transiently refused batches are sent again alone. */
 async function execNodePipeline(client: Cluster, batches: readonly SlotBatch[], options: ExecBySlotOptions): Promise<SlotBatchResult[]> {
   if (batches.length === 1) return [await execOneSlot(client, batches[0], options)];
-  const pipeline = client.pipeline();
-  const sizes = batches.map((batch) => {
-    const before = pipeline.length;
-    batch.build(pipeline);
-    return pipeline.length - before;
-  });
-  const ownLength = pipeline.length;
-  options.tail?.(pipeline);
-  let replies: [Error | null, unknown][];
-  try {
-    replies = padded(((await pipeline.exec()) ?? []) as [Error | null, unknown][], pipeline.length);
-  } catch (error) {
+  const sent = await sendTogether(client.pipeline(), batches, options);
+  if ('error' in sent) {
     // Refused before it was sent because the slot table changed between the grouping and the send
     // ("All keys in the pipeline should belong to the same slots allocation group"): nothing ran,
     // each batch goes alone. Any other failure is each batch's, as execBySlot reports it.
-    if (/slots allocation group/.test((error as Error).message)) return Promise.all(batches.map((batch) => execOneSlot(client, batch, options)));
-    return batches.map(() => ({ error: error as Error }));
+    if (/slots allocation group/.test(sent.error.message)) return Promise.all(batches.map((batch) => execOneSlot(client, batch, options)));
+    return batches.map(() => sent);
   }
-  const tail = replies.slice(ownLength);
-  let offset = 0;
+  const { parts, tail } = sent;
   return Promise.all(
     batches.map((batch, i) => {
-      const own = replies.slice(offset, offset + sizes[i]);
-      offset += sizes[i];
+      const own = parts[i];
       const moved = own.length > 0 && own.every(([error]) => error !== null && (REDIRECTED.test(error.message) || TRANSIENT.test(error.message)));
       if (!moved) return { replies: own, tail };
       if (own.some(([error]) => REDIRECTED.test(error!.message))) client.refreshSlotsCache();
@@ -175,22 +145,14 @@ async function execNodePipeline(client: Cluster, batches: readonly SlotBatch[], 
 
 async function execOneSlot(client: Cluster, batch: SlotBatch, options: ExecBySlotOptions): Promise<SlotBatchResult> {
   for (let attempt = 1; ; attempt++) {
-    const pipeline = client.pipeline();
-    batch.build(pipeline);
-    const size = pipeline.length;
-    options.tail?.(pipeline);
-    let replies: [Error | null, unknown][];
-    try {
-      replies = padded(((await pipeline.exec()) ?? []) as [Error | null, unknown][], pipeline.length);
-    } catch (error) {
-      return { error: error as Error };
-    }
-    const own = replies.slice(0, size);
+    const sent = await sendTogether(client.pipeline(), [batch], options);
+    if ('error' in sent) return sent;
+    const { parts: [own], tail } = sent;
     const asked = options.tail && own.length > 0 && own.every(([error]) => error !== null && ASKED.test(error.message));
     if (asked) return execAskedWithTail(client, batch, options.tail!, own[0][0]!.message.split(' ')[2]);
     const redirected = own.length > 0 && own.every(([error]) => error !== null && REDIRECTED.test(error.message));
     const transient = redirected || (own.length > 0 && own.every(([error]) => error !== null && TRANSIENT.test(error.message)));
-    if (!transient || attempt >= TRANSIENT_ATTEMPTS) return { replies: own, tail: replies.slice(size) };
+    if (!transient || attempt >= TRANSIENT_ATTEMPTS) return { replies: own, tail };
     if (redirected) client.refreshSlotsCache();
     await new Promise((resolve) => setTimeout(resolve, TRANSIENT_DELAY_MS));
   }
@@ -209,14 +171,31 @@ async function execAskedWithTail(client: Cluster, batch: SlotBatch, tail: (pipel
   const result = await execOneSlot(client, batch, {});
   if ('error' in result) return result;
   const node = client.nodes('all').find((n) => `${n.options.host}:${n.options.port}` === address);
-  const pipeline = node?.pipeline();
-  if (!pipeline) return { replies: result.replies, tail: [[new Error(`no connection to ${address}, where the batch was sent after ASK`), undefined]] };
-  tail(pipeline);
+  if (!node) return { replies: result.replies, tail: [[new Error(`no connection to ${address}, where the batch was sent after ASK`), undefined]] };
+  const sent = await sendTogether(node.pipeline(), [], { tail });
+  return { replies: result.replies, tail: 'error' in sent ? [[sent.error, undefined]] : sent.tail };
+}
+
+/**
+ * Sends the batches (then the tail) in one pipeline: each batch's replies (padded to its command
+ * count) and the tail's, or why the pipeline failed as a whole.
+ */
+async function sendTogether(pipeline: ChainableCommander, batches: readonly SlotBatch[], options: ExecBySlotOptions): Promise<{ parts: [Error | null, unknown][][]; tail: [Error | null, unknown][] } | { error: Error }> {
+  const sizes = batches.map((batch) => {
+    const before = pipeline.length;
+    batch.build(pipeline);
+    return pipeline.length - before;
+  });
+  options.tail?.(pipeline);
+  let replies: [Error | null, unknown][];
   try {
-    return { replies: result.replies, tail: padded(((await pipeline.exec()) ?? []) as [Error | null, unknown][], pipeline.length) };
+    replies = padded(((await pipeline.exec()) ?? []) as [Error | null, unknown][], pipeline.length);
   } catch (error) {
-    return { replies: result.replies, tail: [[error as Error, undefined]] };
+    return { error: error as Error };
   }
+  let offset = 0;
+  const parts = sizes.map((size) => replies.slice(offset, (offset += size)));
+  return { parts, tail: replies.slice(offset) };
 }
 
 function padded(replies: [Error | null, unknown][], size: number): [Error | null, unknown][] {

@@ -16,14 +16,15 @@ import { type PollerEvents, ShardError, type ShardSet, type ShardState } from '.
 const CLAIM_RETRY_MS = 100;
 const CLAIM_RETRY_MAX_MS = 5000;
 /**
- * On a Redis Cluster reads do not block (one XREADGROUP cannot span shards' slots): after a read
- * that found nothing, the next waits this long, doubling up to the max, and at once after one that
- * found entries or when anything wakes the reader (a shard drained, granted, released).
+ * On a Redis Cluster reads do not block (one XREADGROUP cannot span shards' slots): until a shard's
+ * wake channel is subscribed, after a read that found nothing the next waits this long, doubling up
+ * to the max, and at once after one that found entries or when anything wakes the reader (a shard
+ * drained, granted, released).
  */
 const CLUSTER_POLL_MIN_MS = 2;
 const CLUSTER_POLL_MAX_MS = 50;
 /**
- * The longest pause once every shard being read is subscribed to its wake channel (a producer's
+ * The pause of a shard read to its end once it is subscribed to its wake channel (a producer's
  * write wakes the reader at once, ShardWakeHub): what a lost wake-up, or an entry written by
  * something other than a StreamProducer, may wait.
  */
@@ -377,11 +378,12 @@ export class ShardReader implements HubReader {
 
   /**
    * One round of non-blocking reads on a Cluster, of the readable shards that are due: woken by a
-   * write (their wake channel), or whose own pause ran out. A shard whose read found entries is
-   * read again next round; one that found nothing pauses 2 ms, doubling up to 500 ms once its wake
-   * channel is subscribed (50 ms until then). With none due, waits for the first (cut short by any
-   * wake-up). Shards whose read failed are reported ('error', one per round) and paused as after a
-   * failed read; the others' entries are delivered.
+   * write (their wake channel), or whose own pause ran out. A shard whose read came back full is
+   * read again next round. Subscribed, a shard read to its end waits for its wake-up, or 500 ms
+   * (a lost wake-up, a bare XADD); not subscribed yet, it is read again next round after a read
+   * that found entries, else after 2 ms, doubling up to 50 ms. With none due, waits for the first
+   * (cut short by any wake-up). Shards whose read failed are reported ('error', one per round) and
+   * paused as after a failed read; the others' entries are delivered.
    */
   private async readPolled(transport: { polled: ClusterReadHub; command: RedisClient }, readable: number[], cursors: string[], count: number): Promise<ReadResult> {
     this.listenForWrites(transport.command);
@@ -409,9 +411,14 @@ export class ShardReader implements HubReader {
       if (!state) continue;
       const previous = this.polls.get(state)?.delayMs ?? 0;
       let delayMs: number;
+      const found = result.entries.get(shard)?.length ?? 0;
+      const subscribed = this.wakes.get(shard)?.confirmed === true;
       if (result.failed.has(shard)) delayMs = Math.min(1000, this.options.blockMs);
-      else if ((result.entries.get(shard)?.length ?? 0) > 0) delayMs = 0;
-      else delayMs = Math.min(this.wakes.get(shard)?.confirmed === true ? CLUSTER_WOKEN_POLL_MAX_MS : CLUSTER_POLL_MAX_MS, Math.max(CLUSTER_POLL_MIN_MS, previous * 2));
+      else if (found >= count || (found > 0 && !subscribed)) delayMs = 0;
+      // Read to its end, and a write wakes it (the wake of a write that lands while this round was
+      // out marked the shard again): polling it again is only for a lost wake-up or a bare XADD.
+      else if (subscribed) delayMs = CLUSTER_WOKEN_POLL_MAX_MS;
+      else delayMs = Math.min(CLUSTER_POLL_MAX_MS, Math.max(CLUSTER_POLL_MIN_MS, previous * 2));
       this.polls.set(state, { delayMs, nextAt: done + delayMs });
     }
     if (result.failed.size > 0) {

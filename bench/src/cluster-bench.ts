@@ -6,7 +6,8 @@
  *  3. the cost of WAIT-based durability (producer waitForReplicas, member ackWaitForReplicas);
  *  4. throughput per master and the arithmetic for N masters;
  *  5. latency from send to handler start at 1,000 entries/s, and what an idle member costs, cluster
- *     (polled per-shard reads) vs single node (one blocking read);
+ *     (polled per-shard reads) vs single node (one blocking read), and on the cluster when the
+ *     write's wake-up was heard (the part of the path before the read);
  *  6. connections per process for 1, 8 and 64 members made from one Cluster client.
  * Prints markdown on stdout. BENCH_CLUSTER_ENTRIES (default 60000) entries per drain;
  * BENCH_CLUSTER_SECTIONS (default 1,2,3,5,6) chooses sections (4 follows 2), e.g. 6 for the
@@ -126,9 +127,11 @@ async function balanceShards(cluster: RedisCluster, streamPrefix: string): Promi
 
 /**
  * Send-to-handler-start latency at `rate` entries/s for `seconds` over 64 shards, producer in the
- * same process (as benchmarks.md's latency scenario): p50 and p99 without the first tenth.
+ * same process (as benchmarks.md's latency scenario): p50 and p99 without the first tenth. On a
+ * Cluster also when the shard's wake-up (the write's SPUBLISH) reached a subscriber of its own in
+ * this process: the first part of the cluster's path (write, publish, delivery), before the read.
  */
-async function latency(client: Redis | Cluster, streamPrefix: string, rate: number, seconds: number): Promise<{ p50: number; p99: number }> {
+async function latency(client: Redis | Cluster, streamPrefix: string, rate: number, seconds: number): Promise<{ p50: number; p99: number; wake?: { p50: number; p99: number } }> {
   await new CoordinatorAdmin(client).createStream({ streamPrefix, shardCount: SHARDS });
   const samples: number[] = [];
   const member = new CoordinatedMember<{ sentAt: number }>(client, {
@@ -139,11 +142,52 @@ async function latency(client: Redis | Cluster, streamPrefix: string, rate: numb
   await member.start();
   await until(() => member.ownedShards().length === SHARDS, 30_000);
   const producer = new StreamProducer(client, { streamPrefix, telemetry: false });
+  const heard = client instanceof Cluster ? await hearWakeUps(client, producer, streamPrefix) : undefined;
   const sent = await sendPaced(producer, rate, seconds, () => performance.now());
   await until(() => samples.length >= sent, 30_000);
   await member.stop();
   const steady = samples.slice(Math.floor(samples.length / 10));
-  return { p50: percentile(steady, 50), p99: percentile(steady, 99) };
+  const wakes = heard?.stop();
+  return { p50: percentile(steady, 50), p99: percentile(steady, 99), wake: wakes && { p50: percentile(wakes, 50), p99: percentile(wakes, 99) } };
+}
+
+/**
+ * Times from each `sendBatch` of `producer` to the first wake-up of each shard it wrote, as heard by
+ * a sharded subscriber of its own (matched afterwards: a shard's wake-up may arrive before the send
+ * resolves); `stop()` returns them without the first tenth.
+ */
+async function hearWakeUps(client: Cluster, producer: StreamProducer, streamPrefix: string): Promise<{ stop: () => number[] }> {
+  const subscriber = client.duplicate([], { shardedSubscribers: true });
+  subscriber.on('error', () => undefined);
+  const arrivals = new Map<string, number[]>();
+  const sends = new Map<string, number[]>();
+  subscriber.on('smessage', (channel: string) => arrivals.set(channel, [...(arrivals.get(channel) ?? []), performance.now()]));
+  for (let shard = 0; shard < SHARDS; shard++) await subscriber.ssubscribe(keys.shardWakeChannel(streamPrefix, shard));
+  const send = producer.sendBatch.bind(producer);
+  producer.sendBatch = async (batch) => {
+    const at = performance.now();
+    const written = await send(batch);
+    for (const shard of new Set(written.map((w) => w.shardIndex))) {
+      const channel = keys.shardWakeChannel(streamPrefix, shard);
+      sends.set(channel, [...(sends.get(channel) ?? []), at]);
+    }
+    return written;
+  };
+  return {
+    stop: () => {
+      subscriber.disconnect();
+      const delays: number[] = [];
+      for (const [channel, times] of sends) {
+        const heardAt = arrivals.get(channel) ?? [];
+        let next = 0;
+        for (const at of times) {
+          while (next < heardAt.length && heardAt[next] < at) next++;
+          if (next < heardAt.length) delays.push(heardAt[next++] - at);
+        }
+      }
+      return delays.slice(Math.floor(delays.length / 10));
+    },
+  };
 }
 
 /**
@@ -356,7 +400,8 @@ async function main(): Promise<void> {
           table([
             ['setup', 'p50', 'p99', 'idle member: commands/s'],
             ['single node (one blocking read)', `${fmt(onSingle.p50, 2)} ms`, `${fmt(onSingle.p99, 2)} ms`, fmt(singleIdle)],
-            ['cluster (per-shard reads woken by writes, polled 2-500 ms)', `${fmt(onCluster.p50, 2)} ms`, `${fmt(onCluster.p99, 2)} ms`, fmt(clusterIdle)],
+            ['cluster (per-shard reads woken by writes, a shard read to its end polled every 500 ms)', `${fmt(onCluster.p50, 2)} ms`, `${fmt(onCluster.p99, 2)} ms`, fmt(clusterIdle)],
+            ['cluster: the wake-up heard (send to SPUBLISH delivered, before the read)', `${fmt(onCluster.wake?.p50 ?? NaN, 2)} ms`, `${fmt(onCluster.wake?.p99 ?? NaN, 2)} ms`, '—'],
           ]), '');
       } finally {
         singleClient.disconnect();

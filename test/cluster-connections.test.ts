@@ -4,6 +4,7 @@ import { CoordinatedMember, CoordinatorAdmin, KeyBuilder, StreamProducer } from 
 import { ClusterReadHub } from '../packages/core/src/redis/cluster-read-hub';
 import { ShardWakeHub } from '../packages/core/src/redis/shard-wake-hub';
 import { type AckBatch, ShardClient } from '../packages/core/src/redis/shard-client';
+import { HandlerRecorder, type KeyedPayload } from './support/handler-recorder';
 import { pollUntil } from './support/poll';
 import { uniqueName } from './support/vitest-redis';
 import { useRedisCluster } from './support/vitest-cluster';
@@ -235,6 +236,57 @@ describe('connections and round trips on a Redis Cluster', () => {
       expect(await calls(port, ['xreadgroup'])).toBeLessThanOrEqual(entries * 1.2 + 10);
     } finally {
       await member.stop();
+    }
+  });
+
+  it('members sharing the read connection lose and reorder nothing while two shard slots move (ASK, then MOVED) under them', async () => {
+    const client = redis.client();
+    const streamPrefix = uniqueName('cluster-shared-move');
+    await new CoordinatorAdmin(client).createStream({ streamPrefix, shardCount: 8 });
+    const recorder = new HandlerRecorder();
+    const group = ['a', 'b', 'c', 'd'].map((id) => {
+      const member = new CoordinatedMember<KeyedPayload>(client, { streamPrefix, consumerGroup: 'group', memberId: id, coordinator: { heartbeatIntervalMs: 200 }, sweepIntervalMs: 500, handler: recorder.handler(id) });
+      member.on('error', () => undefined);
+      return member;
+    });
+    try {
+      await Promise.all(group.map((m) => m.start()));
+      await pollUntil('every member owns shards', async () => group.every((m) => m.ownedShards().length > 0), { timeoutMs: 20_000 });
+      const producer = new StreamProducer(client, { streamPrefix });
+      let sent = 0;
+      let moving = true;
+      const sending = (async () => {
+        for (let round = 1; moving; round++) {
+          await producer.sendBatch(Array.from({ length: 16 }, (_, i) => ({ key: `k${i}`, payload: { seq: round } })));
+          sent += 16;
+          await new Promise((resolve) => setTimeout(resolve, 5));
+        }
+      })();
+      await pollUntil('entries flowing', async () => recorder.runs.length > 50);
+      for (const server of redis.cluster.servers) await onPort(server.port, (node) => node.config('RESETSTAT'));
+      for (const shard of [0, 1]) {
+        const slot = await redis.cluster.slotOf(keys.shardStream(streamPrefix, shard));
+        const from = await redis.cluster.masterOf(slot);
+        const to = (await redis.cluster.nodes()).find((n) => n.role === 'master' && !n.failed && n.id !== from.id)!;
+        // One key at a time with a pause: the slot stays half-moved for a while (ASK), then MOVED.
+        await redis.cluster.migrateSlot(slot, to.port, { keysPerMigrate: 1, pauseMs: 100 });
+      }
+      moving = false;
+      await sending;
+      // The shared read connection's node pipelines did meet the half-moved slots (ASK), and MOVED after.
+      const redirections = { ASK: 0, MOVED: 0 };
+      for (const server of redis.cluster.servers) {
+        const stats = await onPort(server.port, (node) => node.info('errorstats'));
+        for (const kind of ['ASK', 'MOVED'] as const) redirections[kind] += Number(new RegExp(`errorstat_${kind}:count=(\\d+)`).exec(stats)?.[1] ?? 0);
+      }
+      expect(redirections.ASK).toBeGreaterThan(0);
+      expect(redirections.MOVED).toBeGreaterThan(0);
+      await pollUntil('every sent entry handled', async () => recorder.distinctEntries() === sent, { timeoutMs: 20_000 });
+      expect(recorder.orderViolations()).toEqual([]);
+      // Still one shared read connection for the four.
+      expect(ClusterReadHub.for(client).isOpen).toBe(true);
+    } finally {
+      await Promise.all(group.map((m) => m.stop()));
     }
   });
 });

@@ -127,26 +127,34 @@ describe('recovery from refusals that are not fencing (issue 11 #7)', () => {
     a.on('error', (error) => {
       if (error instanceof GroupNotFoundError) missing.push(error);
     });
-    await a.start();
-    // Counts the answers that say the stream is missing, to know the member retried (and how often).
-    let missingAnswers = 0;
+    // When each answer saying the stream is missing came (to know the member retried, and how
+    // often), and how many answers came at all.
+    const missingAt: number[] = [];
+    let answers = 0;
     const heartbeat = a.coordinator.heartbeat.bind(a.coordinator);
     a.coordinator.heartbeat = async (request) => {
       const response = await heartbeat(request);
-      if (response.errorCode === ErrorCode.GROUP_NOT_FOUND) missingAnswers += 1;
+      answers += 1;
+      if (response.errorCode === ErrorCode.GROUP_NOT_FOUND) missingAt.push(performance.now());
       return response;
     };
-    const startedAt = performance.now();
+    await a.start();
+    // Settled first: the heartbeat that reports the new ownership (asked for at once, outside the
+    // schedule) has been answered, so only the backoff paces what follows.
+    await pollUntil('a to own both shards', async () => a.ownedShards().length === 2);
+    const settledAt = answers;
+    await pollUntil('two more heartbeats answered', async () => answers >= settledAt + 2);
     await redis.client().flushall();
+    const missingAnswers = () => missingAt.length;
 
     const problems = await pollUntil('the problem to show', async () => a.stats().problems.length > 0 && a.stats().problems);
     expect(problems[0]).toMatch(/has no metadata/);
     expect(a.stats()).toMatchObject({ joined: false, ownedShards: [] });
     // Retries with backoff (0.25 s, 0.5 s, 1 s, ...), and none of the retries reports again.
-    await pollUntil('three refused retries', async () => missingAnswers >= 3);
-    // Not hot: at a fixed retry every sessionTimeoutMs / 3 (the old pace) this would take 1.5 s; at a
-    // hot loop, milliseconds. With backoff the third answer comes after 0.25 + 0.5 s at the least.
-    expect(performance.now() - startedAt).toBeGreaterThan(700);
+    await pollUntil('three refused retries', async () => missingAnswers() >= 3);
+    // Not hot: at a hot loop the three answers would come milliseconds apart. With backoff the third
+    // comes 0.25 + 0.5 s after the first at the least (timers never fire early).
+    expect(missingAt[2] - missingAt[0]).toBeGreaterThan(700);
     await admin.createStream({ streamPrefix, shardCount: 2 });
     await pollUntil('a to rejoin', async () => a.stats().joined && a.ownedShards().length === 2, { timeoutMs: 15_000 });
     expect(a.stats().problems).toEqual([]);

@@ -6,9 +6,12 @@
  *  3. the cost of WAIT-based durability (producer waitForReplicas, member ackWaitForReplicas);
  *  4. throughput per master and the arithmetic for N masters;
  *  5. latency from send to handler start at 1,000 entries/s, and what an idle member costs, cluster
- *     (polled per-shard reads) vs single node (one blocking read).
+ *     (polled per-shard reads) vs single node (one blocking read), and on the cluster when the
+ *     write's wake-up was heard (the part of the path before the read);
+ *  6. connections per process for 1, 8 and 64 members made from one Cluster client.
  * Prints markdown on stdout. BENCH_CLUSTER_ENTRIES (default 60000) entries per drain;
- * BENCH_CLUSTER_SECTIONS (default 1,2,3,5) chooses sections (4 follows 2).
+ * BENCH_CLUSTER_SECTIONS (default 1,2,3,5,6) chooses sections (4 follows 2), e.g. 6 for the
+ * connections alone (load-independent: it does not need a quiet machine).
  */
 import os from 'node:os';
 import { Cluster, Redis } from 'ioredis';
@@ -124,9 +127,11 @@ async function balanceShards(cluster: RedisCluster, streamPrefix: string): Promi
 
 /**
  * Send-to-handler-start latency at `rate` entries/s for `seconds` over 64 shards, producer in the
- * same process (as benchmarks.md's latency scenario): p50 and p99 without the first tenth.
+ * same process (as benchmarks.md's latency scenario): p50 and p99 without the first tenth. On a
+ * Cluster also when the shard's wake-up (the write's SPUBLISH) reached a subscriber of its own in
+ * this process: the first part of the cluster's path (write, publish, delivery), before the read.
  */
-async function latency(client: Redis | Cluster, streamPrefix: string, rate: number, seconds: number): Promise<{ p50: number; p99: number }> {
+async function latency(client: Redis | Cluster, streamPrefix: string, rate: number, seconds: number): Promise<{ p50: number; p99: number; wake?: { p50: number; p99: number } }> {
   await new CoordinatorAdmin(client).createStream({ streamPrefix, shardCount: SHARDS });
   const samples: number[] = [];
   const member = new CoordinatedMember<{ sentAt: number }>(client, {
@@ -137,11 +142,116 @@ async function latency(client: Redis | Cluster, streamPrefix: string, rate: numb
   await member.start();
   await until(() => member.ownedShards().length === SHARDS, 30_000);
   const producer = new StreamProducer(client, { streamPrefix, telemetry: false });
+  const heard = client instanceof Cluster ? await hearWakeUps(client, producer, streamPrefix) : undefined;
   const sent = await sendPaced(producer, rate, seconds, () => performance.now());
   await until(() => samples.length >= sent, 30_000);
   await member.stop();
   const steady = samples.slice(Math.floor(samples.length / 10));
-  return { p50: percentile(steady, 50), p99: percentile(steady, 99) };
+  const wakes = heard?.stop();
+  return { p50: percentile(steady, 50), p99: percentile(steady, 99), wake: wakes && { p50: percentile(wakes, 50), p99: percentile(wakes, 99) } };
+}
+
+/**
+ * Times from each `sendBatch` of `producer` to the first wake-up of each shard it wrote, as heard by
+ * a sharded subscriber of its own (matched afterwards: a shard's wake-up may arrive before the send
+ * resolves); `stop()` returns them without the first tenth.
+ */
+async function hearWakeUps(client: Cluster, producer: StreamProducer, streamPrefix: string): Promise<{ stop: () => number[] }> {
+  const subscriber = client.duplicate([], { shardedSubscribers: true });
+  subscriber.on('error', () => undefined);
+  const arrivals = new Map<string, number[]>();
+  const sends = new Map<string, number[]>();
+  subscriber.on('smessage', (channel: string) => arrivals.set(channel, [...(arrivals.get(channel) ?? []), performance.now()]));
+  for (let shard = 0; shard < SHARDS; shard++) await subscriber.ssubscribe(keys.shardWakeChannel(streamPrefix, shard));
+  const send = producer.sendBatch.bind(producer);
+  producer.sendBatch = async (batch) => {
+    const at = performance.now();
+    const written = await send(batch);
+    for (const shard of new Set(written.map((w) => w.shardIndex))) {
+      const channel = keys.shardWakeChannel(streamPrefix, shard);
+      sends.set(channel, [...(sends.get(channel) ?? []), at]);
+    }
+    return written;
+  };
+  return {
+    stop: () => {
+      subscriber.disconnect();
+      const delays: number[] = [];
+      for (const [channel, times] of sends) {
+        const heardAt = arrivals.get(channel) ?? [];
+        let next = 0;
+        for (const at of times) {
+          while (next < heardAt.length && heardAt[next] < at) next++;
+          if (next < heardAt.length) delays.push(heardAt[next++] - at);
+        }
+      }
+      return delays.slice(Math.floor(delays.length / 10));
+    },
+  };
+}
+
+/**
+ * Section 6 measured the same way at the commit before ClusterReadHub (each member read on a
+ * duplicate() of its own): printed beside today's figures, as readpath-bench prints its "before".
+ */
+const BEFORE_READ_HUB = { commit: '3fd6887', connections: new Map([[1, 14], [8, 53], [64, 314]]) };
+
+/** A process's connections on every node of the cluster, by what they are for (CLIENT LIST, by connection name). */
+interface ConnectionCount {
+  members: number;
+  /** Commands and reads (the client's own node connections, and any duplicate of it). */
+  command: number;
+  /** Sharded subscribers (wake-ups). */
+  subscriber: number;
+  total: number;
+}
+
+/**
+ * Connections of one process whose `members` members are made from one Cluster client (a stream of
+ * max(8, members) shards), counted on every node (masters and replicas) once every member owns a
+ * shard and the entries sent were handled: each connection ioredis opens carries the client's
+ * connection name (a sharded subscriber's as `ioredis-cluster(ssubscriber):<name>`); counted 2 s
+ * after the last entry was handled, when the short-lived slot-table refreshers have closed.
+ */
+async function connectionsFor(cluster: RedisCluster, members: number): Promise<ConnectionCount> {
+  const connectionName = `conns_${members}_${Date.now()}`;
+  const client = new Cluster(cluster.startupNodes, { redisOptions: { connectionName } });
+  client.on('error', () => undefined);
+  const streamPrefix = `conns-${members}-${Date.now()}`;
+  const shardCount = Math.max(8, members);
+  await new CoordinatorAdmin(client).createStream({ streamPrefix, shardCount });
+  let handled = 0;
+  const group = Array.from({ length: members }, (_, i) =>
+    new CoordinatedMember(client, { streamPrefix, consumerGroup: 'bench', memberId: `c${i}`, telemetry: false, handler: () => void (handled += 1) }));
+  for (const member of group) member.on('error', () => undefined);
+  try {
+    await Promise.all(group.map((m) => m.start()));
+    await until(() => group.every((m) => m.ownedShards().length > 0), 120_000);
+    const total = shardCount * 4;
+    await new StreamProducer(client, { streamPrefix, telemetry: false }).sendBatch(Array.from({ length: total }, (_, i) => ({ key: `k${i}`, payload: i })));
+    await until(() => handled >= total, 60_000);
+    // ioredis opens short-lived connections to refresh its slot tables (\`refresher\`): gone by now.
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+    const count: ConnectionCount = { members, command: 0, subscriber: 0, total: 0 };
+    for (const node of await cluster.nodes()) {
+      const admin = new Redis({ host: '127.0.0.1', port: node.port });
+      try {
+        for (const line of String(await admin.client('LIST')).split('\n')) {
+          const name = /\bname=(\S*)/.exec(line)?.[1] ?? '';
+          if (!name.endsWith(connectionName)) continue;
+          count.total += 1;
+          if (name.startsWith('ioredis-cluster(ssubscriber)')) count.subscriber += 1;
+          else count.command += 1;
+        }
+      } finally {
+        admin.disconnect();
+      }
+    }
+    return count;
+  } finally {
+    await Promise.all(group.map((m) => m.stop().catch(() => undefined)));
+    client.disconnect();
+  }
 }
 
 /** Commands per second the servers at `ports` answer while one member owns 64 idle shards. */
@@ -194,7 +304,7 @@ async function main(): Promise<void> {
         `ioredis ${(require('ioredis/package.json') as { version: string }).version}. ${fmt(ENTRIES)} entries per run, ${SHARDS} shards, batches of ${BATCH}, one member (runtimeMaxConcurrency ${SHARDS}, no-op handler). Date ${new Date().toISOString().slice(0, 10)}.`,
     );
 
-    const sections = new Set((process.env.BENCH_CLUSTER_SECTIONS ?? '1,2,3,5').split(','));
+    const sections = new Set((process.env.BENCH_CLUSTER_SECTIONS ?? '1,2,3,5,6').split(','));
     // 1. Per-master load: as the slots fall, then balanced.
     if (sections.has('1')) {
       progress('1. per-master load, 64 shards');
@@ -290,12 +400,29 @@ async function main(): Promise<void> {
           table([
             ['setup', 'p50', 'p99', 'idle member: commands/s'],
             ['single node (one blocking read)', `${fmt(onSingle.p50, 2)} ms`, `${fmt(onSingle.p99, 2)} ms`, fmt(singleIdle)],
-            ['cluster (per-shard reads woken by writes, polled 2-500 ms)', `${fmt(onCluster.p50, 2)} ms`, `${fmt(onCluster.p99, 2)} ms`, fmt(clusterIdle)],
+            ['cluster (per-shard reads woken by writes, a shard read to its end polled every 500 ms)', `${fmt(onCluster.p50, 2)} ms`, `${fmt(onCluster.p99, 2)} ms`, fmt(clusterIdle)],
+            ['cluster: the wake-up heard (send to SPUBLISH delivered, before the read)', `${fmt(onCluster.wake?.p50 ?? NaN, 2)} ms`, `${fmt(onCluster.wake?.p99 ?? NaN, 2)} ms`, '—'],
           ]), '');
       } finally {
         singleClient.disconnect();
         await single.stop();
       }
+    }
+
+    // 6. Connections per process.
+    if (sections.has('6')) {
+      progress('6. connections per process');
+      const counts: ConnectionCount[] = [];
+      for (const members of [1, 8, 64]) {
+        counts.push(await connectionsFor(cluster, members));
+        progress(`  ${members} member(s): ${counts[counts.length - 1].total}`);
+      }
+      out.push('### 6. Connections per process, members made from one Cluster client', '',
+        `CLIENT LIST on all ${masters.length + replicas.length} nodes (${masters.length} masters, ${replicas.length} replicas), 2 s after every member owns a shard and the entries sent were handled; a stream of max(8, members) shards. Load-independent.`, '',
+        table([
+          ['members', 'connections', 'commands and reads', 'wake-up subscribers', `before the shared read connection (${BEFORE_READ_HUB.commit})`],
+          ...counts.map((c) => [c.members, c.total, c.command, c.subscriber, BEFORE_READ_HUB.connections.get(c.members) ?? '—']),
+        ]), '');
     }
   } finally {
     client.disconnect();

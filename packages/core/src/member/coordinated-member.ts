@@ -23,6 +23,7 @@ import type { MemberStats } from './member-stats';
 import { MetadataSync } from './metadata-sync';
 import { reconnect } from './reader-connection';
 import { duplicateClient, isCluster } from '../redis/slot-pipelines';
+import { ClusterReadHub } from '../redis/cluster-read-hub';
 import { ReadHub } from '../redis/read-hub';
 import { type ShardError, ShardPoller } from './shard-poller';
 
@@ -58,8 +59,6 @@ export interface StopOptions {
 export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
   readonly options: ResolvedMemberOptions<T>;
   readonly coordinator: CoordinatorClient;
-  /** On a Cluster, the connections of this member's polled reads; elsewhere it reads through the process's ReadHub. */
-  private readonly reader: Redis | undefined;
   /**
    * With `ackWaitForReplicas`: the connection acknowledgements are sent on. Their WAIT holds its
    * connection for up to `timeoutMs` when replicas are missing: on the command connection, the
@@ -105,12 +104,9 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     const resolved = this.options as ResolvedMemberOptions;
     this.coordinator = new CoordinatorClient(redis, this.options.coordinator);
     // Reads go through the process's ReadHub (shared by every member made from this client), which
-    // needs one node. On a Cluster, reads are polled per shard on connections of this member's own
-    // (same options: password, ACL user, TLS), reset on their own when a read is stuck.
-    if (isCluster(redis)) {
-      this.reader = duplicateClient(redis) as Redis;
-      this.reader.on('error', () => undefined); // reported through the read loop
-    }
+    // needs one node. On a Cluster, reads are polled per shard through the process's ClusterReadHub
+    // (one read connection per node for every member made from this client, same options).
+    const transport = isCluster(redis) ? { polled: ClusterReadHub.for(redis), command: redis } : { hub: ReadHub.for(redis) };
     this.ackConnection = this.options.ackWaitForReplicas ? (duplicateClient(redis) as Redis) : undefined;
     this.ackConnection?.on('error', () => undefined); // a failed ack is reported (and retried) by the ack batcher
     const textCodecs = new Set([...this.options.codecs.values()].filter((codec) => !codec.binary).map((codec) => codec.name));
@@ -120,7 +116,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
       ackClient: this.ackConnection,
       textCodecs,
     });
-    this.poller = new ShardPoller(shardClient, this.reader ? { polled: this.reader, command: redis } : { hub: ReadHub.for(redis) }, resolved, () => this.mayStartHandlers());
+    this.poller = new ShardPoller(shardClient, transport, resolved, () => this.mayStartHandlers());
     // A static member can be taken over by a new instance long before its session times out.
     const takeoverAfterMs = this.options.memberInstanceId === undefined ? undefined : staticTakeoverAfterMs(this.coordinator.options.heartbeatIntervalMs, this.options.sessionTimeoutMs);
     this.lease = new MemberLease(this.options.sessionTimeoutMs, takeoverAfterMs);
@@ -303,7 +299,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.drained = undefined;
     this.memberProblems.clear();
     this.lease.reset();
-    await Promise.all([this.reader && reconnect(this.reader), this.ackConnection && reconnect(this.ackConnection)]);
+    if (this.ackConnection) await reconnect(this.ackConnection);
   }
 
   /**
@@ -356,7 +352,6 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     }
     this.leaveForGood = false;
     this.reconciler.left();
-    this.reader?.disconnect();
     this.ackConnection?.disconnect(); // the drain sent the last acknowledgements
     await this.stopListening?.();
     this.stopListening = undefined;
@@ -377,7 +372,6 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.heartbeats.joinFailed(new Error(`member ${this.memberId} aborted`));
     this.poller.dropAll('stopped');
     const stopping = this.poller.stop(0).finally(() => this.ackConnection?.disconnect());
-    this.reader?.disconnect();
     const listening = this.stopListening?.();
     this.stopListening = undefined;
     this.shutdown = Promise.all([stopping, listening]).then(() => undefined, () => undefined);
@@ -404,7 +398,6 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.heartbeats.cancel();
     this.metadata.stop();
     this.shutdown = this.poller.stop(0).finally(() => this.ackConnection?.disconnect());
-    this.reader?.disconnect();
     void this.stopListening?.();
     this.stopListening = undefined;
     this.emit('error', error);

@@ -1,12 +1,12 @@
 import type { EventEmitter } from 'node:events';
-import type { Cluster, Redis } from 'ioredis';
+import type { Cluster } from 'ioredis';
 import { compareStreamIds } from '../protocol/stream-ids';
+import type { ClusterReadHub } from '../redis/cluster-read-hub';
 import type { HubReader, ReadHub } from '../redis/read-hub';
 import type { ReadResult, ShardClient } from '../redis/shard-client';
 import type { RedisClient } from '../redis/scripts';
 import { ShardWakeHub } from '../redis/shard-wake-hub';
 import { settlesWithin, Wakeup } from './abortable-sleep';
-import { reconnect } from './reader-connection';
 import type { AckBatcher } from './ack-batcher';
 import { type ResolvedMemberOptions, retryDelayMs } from './member-options';
 import { ShardRecovery } from './shard-recovery';
@@ -16,14 +16,15 @@ import { type PollerEvents, ShardError, type ShardSet, type ShardState } from '.
 const CLAIM_RETRY_MS = 100;
 const CLAIM_RETRY_MAX_MS = 5000;
 /**
- * On a Redis Cluster reads do not block (one XREADGROUP cannot span shards' slots): after a read
- * that found nothing, the next waits this long, doubling up to the max, and at once after one that
- * found entries or when anything wakes the reader (a shard drained, granted, released).
+ * On a Redis Cluster reads do not block (one XREADGROUP cannot span shards' slots): until a shard's
+ * wake channel is subscribed, after a read that found nothing the next waits this long, doubling up
+ * to the max, and at once after one that found entries or when anything wakes the reader (a shard
+ * drained, granted, released).
  */
 const CLUSTER_POLL_MIN_MS = 2;
 const CLUSTER_POLL_MAX_MS = 50;
 /**
- * The longest pause once every shard being read is subscribed to its wake channel (a producer's
+ * The pause of a shard read to its end once it is subscribed to its wake channel (a producer's
  * write wakes the reader at once, ShardWakeHub): what a lost wake-up, or an entry written by
  * something other than a StreamProducer, may wait.
  */
@@ -35,11 +36,11 @@ const CLUSTER_WOKEN_POLL_MAX_MS = 500;
 const LEFT_OUT_BLOCK_MS = 10;
 
 /**
- * Where the reader reads: through the process's ReadHub (single Redis, Sentinel), or polled on a
- * Cluster connection of the member's own (one XREADGROUP cannot span the shards' slots there),
+ * Where the reader reads: through the process's ReadHub (single Redis, Sentinel), or polled through
+ * the process's ClusterReadHub on a Cluster (one XREADGROUP cannot span the shards' slots there),
  * woken by writes through the ShardWakeHub of the member's command client (`command`).
  */
-export type ReadTransport = { hub: ReadHub } | { polled: RedisClient; command: RedisClient };
+export type ReadTransport = { hub: ReadHub } | { polled: ClusterReadHub; command: RedisClient };
 
 /** How one read goes: blocking on the hub's connection (alone on it), non-blocking shared, or polled (Cluster). */
 type ReadMode = 'solo' | 'shared' | 'polled';
@@ -110,7 +111,7 @@ export class ShardReader implements HubReader {
   start(): void {
     if (this.running) return;
     this.running = true;
-    if ('hub' in this.transport) this.unregister = this.transport.hub.register(this);
+    this.unregister = 'hub' in this.transport ? this.transport.hub.register(this) : this.transport.polled.register(this);
     this.loop = this.readLoop();
   }
 
@@ -293,7 +294,7 @@ export class ShardReader implements HubReader {
         // connector closed mid-way, a Sentinel lookup it may not retry): every read would fail
         // "Connection is closed." while the member keeps its shards. It is opened again here.
         if ('hub' in this.transport) this.transport.hub.repair();
-        else if (this.transport.polled.status === 'end') await reconnect(this.transport.polled as Redis);
+        else this.transport.polled.repair();
         await this.wakeup.wait(Math.min(1000, this.options.blockMs));
       }
     }
@@ -409,13 +410,14 @@ export class ShardReader implements HubReader {
 
   /**
    * One round of non-blocking reads on a Cluster, of the readable shards that are due: woken by a
-   * write (their wake channel), or whose own pause ran out. A shard whose read found entries is
-   * read again next round; one that found nothing pauses 2 ms, doubling up to 500 ms once its wake
-   * channel is subscribed (50 ms until then). With none due, waits for the first (cut short by any
-   * wake-up). Shards whose read failed are reported ('error', one per round) and paused as after a
-   * failed read; the others' entries are delivered.
+   * write (their wake channel), or whose own pause ran out. A shard whose read came back full is
+   * read again next round. Subscribed, a shard read to its end waits for its wake-up, or 500 ms
+   * (a lost wake-up, a bare XADD); not subscribed yet, it is read again next round after a read
+   * that found entries, else after 2 ms, doubling up to 50 ms. With none due, waits for the first
+   * (cut short by any wake-up). Shards whose read failed are reported ('error', one per round) and
+   * paused as after a failed read; the others' entries are delivered.
    */
-  private async readPolled(transport: { polled: RedisClient; command: RedisClient }, readable: number[], cursors: string[], count: number): Promise<ReadResult> {
+  private async readPolled(transport: { polled: ClusterReadHub; command: RedisClient }, readable: number[], cursors: string[], count: number): Promise<ReadResult> {
     this.listenForWrites(transport.command);
     const now = Date.now();
     const due: number[] = [];
@@ -441,9 +443,14 @@ export class ShardReader implements HubReader {
       if (!state) continue;
       const previous = this.polls.get(state)?.delayMs ?? 0;
       let delayMs: number;
+      const found = result.entries.get(shard)?.length ?? 0;
+      const subscribed = this.wakes.get(shard)?.confirmed === true;
       if (result.failed.has(shard)) delayMs = Math.min(1000, this.options.blockMs);
-      else if ((result.entries.get(shard)?.length ?? 0) > 0) delayMs = 0;
-      else delayMs = Math.min(this.wakes.get(shard)?.confirmed === true ? CLUSTER_WOKEN_POLL_MAX_MS : CLUSTER_POLL_MAX_MS, Math.max(CLUSTER_POLL_MIN_MS, previous * 2));
+      else if (found >= count || (found > 0 && !subscribed)) delayMs = 0;
+      // Read to its end, and a write wakes it (the wake of a write that lands while this round was
+      // out marked the shard again): polling it again is only for a lost wake-up or a bare XADD.
+      else if (subscribed) delayMs = CLUSTER_WOKEN_POLL_MAX_MS;
+      else delayMs = Math.min(CLUSTER_POLL_MAX_MS, Math.max(CLUSTER_POLL_MIN_MS, previous * 2));
       this.polls.set(state, { delayMs, nextAt: done + delayMs });
     }
     if (result.failed.size > 0) {

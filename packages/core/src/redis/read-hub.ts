@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import { perClient } from './per-client';
 import { compareStreamIds } from '../protocol/stream-ids';
 import type { RedisClient } from './scripts';
-import { ReadDeadlineError, withReadDeadline } from './shard-client';
+import { ReadDeadlineError, withReadDeadline } from './read-deadline';
 import { duplicateClient } from './slot-pipelines';
 
 /** How long the doorbell blocks; a change of the watched set cuts it short (CLIENT UNBLOCK). */

@@ -2,10 +2,10 @@ import type { Redis } from 'ioredis';
 import { ENTRY_FIELD } from '../protocol/entry-format';
 import type { KeyBuilder } from './keys';
 import { findGroupInfo, isNoSuchKey, type StreamGroupInfo } from './responses';
-import { resetConnection } from './connection-reset';
+import { withReadDeadline } from './read-deadline';
 import { ensureScripts, pipelineScript, type RedisClient, runScript } from './scripts';
 import { NotReplicatedError, type ReplicaWait, waitCommand, waitShortfall } from './replica-wait';
-import { execBySlot, isCluster } from './slot-pipelines';
+import { execByNode, execBySlot, isCluster, type NodeBatch, type SlotBatchResult } from './slot-pipelines';
 
 /** A raw stream entry: id and flat field list (text), and the payload's bytes as read. */
 export interface RawEntry {
@@ -41,41 +41,19 @@ export function fenceToken(incarnation: string, grantEpoch: number, memberId: st
   return `${incarnation}:${grantEpoch}:${memberId}`;
 }
 
+/**
+ * Sends shards' batches of commands, each batch's replies on their own (ClusterReadHub: one pipeline
+ * per node); rejects when they did not all come back within `deadlineMs`.
+ */
+export interface BatchSender {
+  exec(batches: readonly NodeBatch[], deadlineMs: number): Promise<SlotBatchResult[]>;
+}
+
 /** One shard's acknowledgements under one grant (ShardClient.ackMany). */
 export interface AckBatch {
   shardIndex: number;
   grantEpoch: number;
   ids: string[];
-}
-
-/** A read that did not come back by its deadline; its connection was reset. */
-export class ReadDeadlineError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'ReadDeadlineError';
-  }
-}
-
-/**
- * A read has no deadline of its own: on a half-open connection (NAT or firewall state dropped, a
- * failover behind a virtual IP) its request or reply can be stuck for as long as TCP retransmits
- * (minutes), and CLIENT UNBLOCK from another connection cannot reach it. Past the deadline the
- * socket is destroyed (not ended: a FIN may never be answered either), so ioredis reconnects; the
- * read counts as lost. Whatever it delivered, if it ran, is pending under this member untracked,
- * where the gap check and the own-pending sweep find it. `what` names the read in the error.
- */
-export async function withReadDeadline<R>(reader: RedisClient, read: Promise<R>, deadlineMs: number, what = 'the blocking read'): Promise<R> {
-  let timer: NodeJS.Timeout | undefined;
-  const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new ReadDeadlineError(`${what} did not come back within ${deadlineMs} ms; ${resetConnection(reader, 'reader')}`)), deadlineMs);
-  });
-  // The abandoned read settles later (a resend after the reconnect, or an error): nobody waits for it.
-  read.catch(() => undefined);
-  try {
-    return await Promise.race([read, deadline]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 function toEntries(raw: unknown): RawEntry[] {
@@ -106,8 +84,8 @@ function binaryPayload(entry: RawEntry): string | undefined {
  * The shard-side operations of one member on one group: fencing, reading, acknowledging, taking over
  * pending work, dead-lettering. Every call touches keys of one shard's hash slot only (Cluster-safe),
  * except `readNew` and `ackMany`, which read or acknowledge several shards in one call on a single
- * Redis (on a Cluster, `readEach` reads them one pipeline per shard, and `ackMany` acknowledges each
- * shard on its own).
+ * Redis (on a Cluster, `readEach` and `ackMany` send each shard's commands on their own, the shards
+ * of one node in one pipeline).
  */
 export class ShardClient {
   constructor(
@@ -236,14 +214,14 @@ export class ShardClient {
    * Acknowledges the entries of several shards in one fenced call (ackFencedMany-n.lua), each shard
    * under its own token: per batch, the number acknowledged or -1 when that shard was lost (the
    * others are acknowledged all the same). With `ackWait`, WAIT follows on the same connection. On
-   * a Cluster the shards' keys live in different slots: each shard gets its own fenced call there
-   * (`ack`, sent side by side, each to its shard's node), as does a single batch anywhere.
+   * a Cluster see `ackByNode`; a single batch anywhere is one `ack`.
    */
   async ackMany(batches: readonly AckBatch[]): Promise<{ acked: number[]; notReplicated: (NotReplicatedError | undefined)[] }> {
-    if (batches.length === 1 || isCluster(this.redis)) {
-      const results = await Promise.all(batches.map((b) => this.ack(b.shardIndex, b.grantEpoch, b.ids)));
-      return { acked: results.map((r) => r.acked), notReplicated: results.map((r) => r.notReplicated) };
+    if (batches.length === 1) {
+      const { acked, notReplicated } = await this.ack(batches[0].shardIndex, batches[0].grantEpoch, batches[0].ids);
+      return { acked: [acked], notReplicated: [notReplicated] };
     }
+    if (isCluster(this.redis)) return this.ackByNode(batches);
     const keys: string[] = [];
     const args: (string | number)[] = [this.consumerGroup];
     for (const { shardIndex, grantEpoch, ids } of batches) {
@@ -267,6 +245,45 @@ export class ShardClient {
     if (!shortfall) return { acked, notReplicated: [] };
     const notReplicated = new NotReplicatedError(`acknowledged on the master but not confirmed on its replicas: ${shortfall.why}`, shortfall.replicas, wait.replicas);
     return { acked, notReplicated: acked.map((n) => (n > 0 ? notReplicated : undefined)) };
+  }
+
+  /**
+   * `ackMany` on a Cluster. A script may touch one slot there, and each shard has its own, so one
+   * fenced call cannot cover two shards: each shard's ackFenced script is sent on its own, and the
+   * scripts of the shards one node serves go in one pipeline (one write, one round trip per node;
+   * with `ackWait`, one WAIT per node after them, counting that node's replicas for all of them).
+   * Each shard's result is its own: a newer owner's token refuses that shard only (-1), and a shard
+   * whose slot moved is sent again alone, to its new node (execByNode). (Not one script per node
+   * with the `allow-cross-slot-keys` flag: it would reach the other shards' keys undeclared, which
+   * the cluster cannot route or check, and a slot migrating under it fails the whole call.)
+   *
+   * A shard whose call failed (no reply, a connection lost) fails the whole call, as before: the
+   * AckBatcher sends every batch again (a fenced XACK of an id already acknowledged counts 0 and
+   * changes nothing), then leaves them pending for the own-pending sweep.
+   */
+  private async ackByNode(batches: readonly AckBatch[]): Promise<{ acked: number[]; notReplicated: (NotReplicatedError | undefined)[] }> {
+    const wait = this.ackWait;
+    const client = wait ? this.ackClient : this.redis;
+    ensureScripts(client);
+    const results = await execByNode(
+      client,
+      batches.map(({ shardIndex, grantEpoch, ids }) => {
+        const [stream, fence] = this.shardKeys(shardIndex);
+        return { key: stream, build: (pipeline) => pipelineScript(pipeline, 'ackFenced', [stream, fence], [this.consumerGroup, this.token(grantEpoch), ...ids]) };
+      }),
+      wait ? { tail: (pipeline) => waitCommand(pipeline, wait) } : {},
+    );
+    const acked: number[] = [];
+    const notReplicated: (NotReplicatedError | undefined)[] = [];
+    for (const result of results) {
+      if ('error' in result) throw result.error;
+      const [error, reply] = result.replies[0];
+      if (error) throw error;
+      acked.push(Number(reply));
+      const shortfall = wait && Number(reply) > 0 ? waitShortfall(result.tail[0], wait) : undefined;
+      notReplicated.push(shortfall && new NotReplicatedError(`acknowledged on the master but not confirmed on its replicas: ${shortfall.why}`, shortfall.replicas, wait!.replicas));
+    }
+    return { acked, notReplicated };
   }
 
   /**
@@ -378,24 +395,25 @@ export class ShardClient {
 
   /**
    * `readNew` for a Redis Cluster, where one command cannot span shards (each has its own slot):
-   * per shard a pipeline of a non-blocking XREADGROUP and its `firstAfter` check, all sent side by
-   * side (ioredis routes each to its shard's node and follows MOVED/ASK). The caller paces the
+   * per shard a batch of a non-blocking XREADGROUP and its `firstAfter` check, sent through the
+   * process's shared read connection (ClusterReadHub: one pipeline per node for the shards of every
+   * member reading then; ioredis follows MOVED/ASK of a shard sent alone). The caller paces the
    * reads (nothing blocks here). A shard whose read failed is left out of `entries` and reported in
-   * `failed`; the others' entries are delivered.
+   * `failed`; the others' entries are delivered. Rejects with ReadDeadlineError when the replies
+   * did not all come back within `deadlineMs`.
    */
-  async readEach(reader: RedisClient, shards: number[], cursors: string[], countPerShard: number, deadlineMs: number): Promise<ReadResult & { failed: Map<number, Error> }> {
+  async readEach(reader: BatchSender, shards: number[], cursors: string[], countPerShard: number, deadlineMs: number): Promise<ReadResult & { failed: Map<number, Error> }> {
     const streams = shards.map((s) => this.keys.shardStream(this.streamPrefix, s));
-    ensureScripts(reader);
-    const read = execBySlot(
-      reader,
+    const results = await reader.exec(
       shards.map((_, i) => ({
+        key: streams[i],
         build: (pipeline) => {
           pipeline.xreadgroup('GROUP', this.consumerGroup, this.memberId, 'COUNT', countPerShard, 'STREAMS', streams[i], '>');
           pipelineScript(pipeline, 'firstAfter', [streams[i]], [cursors[i]]);
         },
       })),
+      deadlineMs,
     );
-    const results = await withReadDeadline(reader, read, deadlineMs);
     const entries = new Map<number, RawEntry[]>();
     const firstAfter = new Map<number, string>();
     const failed = new Map<number, Error>();

@@ -5,6 +5,17 @@ import { duplicateCluster } from './slot-pipelines';
 type Listener = () => void;
 
 /**
+ * The subscriber's slot table is refreshed this often. When a slot moves, Redis unsubscribes its
+ * channels (SUNSUBSCRIBE pushed to the subscriber) and ioredis refreshes its slot table and
+ * subscribes them again on the new master, but only if the table it fetched shows the move: one
+ * fetched from a master not told yet (a move updates the masters one by one) looks unchanged, and
+ * the channel stayed unsubscribed until the next topology change (4 moves in 45 in a probe, none
+ * back within 12 s; its shard was polled every 500 ms meanwhile, never woken). A periodic refresh
+ * finds the move (45 of 45 back, the slowest after 3 s).
+ */
+const SLOTS_REFRESH_MS = 5000;
+
+/**
  * On a Redis Cluster a member cannot block on many shards at once (each shard stream has its own
  * slot), so it polls them. A producer's write publishes on the shard's channel (sharded pub/sub,
  * appendEntries-3.lua), and this hub, one per base client and shared by every member made from it,
@@ -78,7 +89,7 @@ export class ShardWakeHub {
 
   private subscriber(): Cluster {
     if (!this.connection) {
-      const connection = duplicateCluster(this.base, {}, { shardedSubscribers: true });
+      const connection = duplicateCluster(this.base, {}, { shardedSubscribers: true, slotsRefreshInterval: SLOTS_REFRESH_MS });
       connection.on('error', () => undefined); // a lost wake-up costs one poll interval, nothing else
       connection.on('smessage', (channel: string) => {
         for (const listener of this.listeners.get(channel) ?? []) listener();

@@ -239,6 +239,12 @@ export class ShardReader implements HubReader {
     return batch !== undefined && batch.maxWaitMs > 0 && state.work.size === 0 && state.queue.length > 0 && state.queue.length < batch.maxSize;
   }
 
+  /** The last read that covered the shard's grant; on a Cluster, a shard a write woke since counts as not read to its end. */
+  private lastReadOf(state: ShardState): { read: number; short: boolean } | undefined {
+    const last = this.lastCovered.get(state);
+    return last?.short === true && this.woken.has(state.index) ? { read: last.read, short: false } : last;
+  }
+
   /** A shard's share of the buffer, at most `batchSize`: no shared read brings a shard more (one busy shard must not take every other's room). */
   private fillTo(): number {
     const share = Math.floor(this.options.maxBufferedEntries / Math.max(1, this.shards.order.length));
@@ -270,7 +276,7 @@ export class ShardReader implements HubReader {
           return sharing ? !this.readToEnd.has(state) && (state.queue.length <= refillAt || this.waitsToFill(state)) : state.queue.length < 2 * this.options.batchSize;
         });
         const budget = this.options.maxBufferedEntries - this.shards.buffered;
-        const readable = fewestQueued(this.shards, candidates, Math.floor(budget / this.leastCount()), budget, (state) => this.waitsToFill(state), (state) => this.lastCovered.get(state));
+        const readable = fewestQueued(this.shards, candidates, Math.floor(budget / this.leastCount()), budget, (state) => this.waitsToFill(state), (state) => this.lastReadOf(state));
         this.waitingForRoom = candidates.length > 0 && readable.length === 0;
         if (readable.length === 0 || !this.mayStartHandlers()) {
           this.heard();

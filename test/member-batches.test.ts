@@ -1,3 +1,4 @@
+import type { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { BatchError, CoordinatedMember, CoordinatorAdmin, type DeadLetterEvent, type StreamMessage, StreamProducer } from '@redis-stream-coordinator/core';
 import type { KeyedPayload } from './support/handler-recorder';
@@ -12,15 +13,17 @@ afterEach(async () => {
 });
 
 /** A one-shard batch member of group "group"; `calls` gets the seqs of each call. */
-async function aBatchMember(streamPrefix: string, options: { maxSize: number; maxWaitMs?: number; maxAttempts?: number }, work: (messages: StreamMessage<KeyedPayload>[], call: number) => unknown = () => undefined) {
+async function aBatchMember(streamPrefix: string, options: { maxSize: number; maxWaitMs?: number; maxAttempts?: number; maxBufferedEntries?: number; shardCount?: number; memberId?: string }, work: (messages: StreamMessage<KeyedPayload>[], call: number) => unknown = () => undefined, client: Redis = redis.client()) {
   const calls: number[][] = [];
   const deadLetters: DeadLetterEvent[] = [];
-  const member = new CoordinatedMember<KeyedPayload>(redis.client(), {
+  const member = new CoordinatedMember<KeyedPayload>(client, {
     streamPrefix,
     consumerGroup: 'group',
-    shardCount: 1,
+    memberId: options.memberId,
+    shardCount: options.shardCount ?? 1,
     maxAttempts: options.maxAttempts ?? 3,
     retryBackoffMs: 10,
+    maxBufferedEntries: options.maxBufferedEntries,
     coordinator: { heartbeatIntervalMs: 200 },
     batch: { maxSize: options.maxSize, maxWaitMs: options.maxWaitMs },
     handler: async (messages: StreamMessage<KeyedPayload>[]) => {
@@ -61,6 +64,59 @@ describe('batch handlers', () => {
     await producer.sendBatch(entries(2, 3));
     await pollUntil('3 entries handled', async () => calls.flat().length === 3);
     expect(calls).toEqual([[1, 2, 3]]);
+  });
+
+  it('a short batch whose missing entries are in the stream reads them, not waiting out maxWaitMs, when the buffer has room for them though not for half a shard\'s share', async () => {
+    // maxBufferedEntries = maxSize = 10: six entries queued leave room for the four that fill the
+    // batch. The read floor under a full buffer (half a shard's share, 5) kept the loop from reading
+    // them, and nothing ran to make more room: the batch waited its whole maxWaitMs (up to a day).
+    const streamPrefix = uniqueName('batch-fill');
+    const { member, calls } = await aBatchMember(streamPrefix, { maxSize: 10, maxWaitMs: 120_000, maxBufferedEntries: 10 });
+    await pollUntil('the shard is owned', async () => member.ownedShards().length === 1);
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.sendBatch(entries(1, 6));
+    await pollUntil('six entries queued for the batch', async () => member.stats().bufferedEntries === 6);
+    await producer.sendBatch(entries(7, 10));
+    await pollUntil('one full batch', async () => calls.length === 1 && calls[0].length === 10, { timeoutMs: 15_000 });
+    expect(calls[0]).toEqual(entries(1, 10).map((e) => e.payload.seq));
+    await settled(streamPrefix);
+  });
+
+  it('the same, for a member sharing its read connection: the short batch is read again, not left to the doorbell\'s refill point', async () => {
+    // Two members on one client share the hub's read connection; a shard was read again only once
+    // its queue ran down to half its share (5 of 10): six queued waiting for a full batch never did.
+    const streamPrefix = uniqueName('batch-fill-shared');
+    const client = redis.client();
+    const first = await aBatchMember(streamPrefix, { maxSize: 10, maxWaitMs: 120_000, maxBufferedEntries: 10, shardCount: 2, memberId: 'm0' }, undefined, client);
+    const second = await aBatchMember(streamPrefix, { maxSize: 10, maxWaitMs: 120_000, maxBufferedEntries: 10, shardCount: 2, memberId: 'm1' }, undefined, client);
+    await pollUntil('one shard each', async () => first.member.ownedShards().length === 1 && second.member.ownedShards().length === 1);
+    const owner = first.member.ownedShards()[0] === 0 ? first : second;
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.sendBatch(entries(1, 6));
+    await pollUntil('six entries queued for the batch', async () => owner.member.stats().bufferedEntries === 6);
+    await producer.sendBatch(entries(7, 10));
+    await pollUntil('one full batch', async () => owner.calls.length === 1 && owner.calls[0].length === 10, { timeoutMs: 15_000 });
+    expect(owner.calls[0]).toEqual(entries(1, 10).map((e) => e.payload.seq));
+    await settled(streamPrefix);
+  });
+
+  it('batches of several shards that fill the buffer between them run short at once, not each after maxWaitMs', async () => {
+    // 4 shards with batches of 10 share 20 places: each shard's share is 5, every place is taken by
+    // a batch waiting to fill, nothing can be read, and no handler runs to make room. Each round of
+    // batches waited out maxWaitMs (160 entries took 8 x maxWaitMs).
+    const streamPrefix = uniqueName('batch-full-buffer');
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 4 });
+    await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(
+      [0, 1, 2, 3].flatMap((shardIndex) => Array.from({ length: 40 }, (_, i) => ({ key: `k${i % 3}`, payload: { seq: shardIndex * 100 + i }, shardIndex }))),
+    );
+    const { calls } = await aBatchMember(streamPrefix, { maxSize: 10, maxWaitMs: 120_000, maxBufferedEntries: 20, shardCount: 4 });
+    // Each shard's last short batch may wait (there is room again, and nothing more to read): at
+    // most 4 x 9 entries. Before, none ran until maxWaitMs passed.
+    await pollUntil('all but the last short batches handled', async () => calls.flat().length >= 160 - 4 * 9, { timeoutMs: 15_000 });
+    for (const shardIndex of [0, 1, 2, 3]) {
+      const seqs = calls.flat().filter((seq) => Math.floor(seq / 100) === shardIndex);
+      expect(seqs).toEqual(Array.from({ length: seqs.length }, (_, i) => shardIndex * 100 + i));
+    }
   });
 
   it('a BatchError acknowledges the entries before the failed one and retries from it; used up, only that entry is dead-lettered', async () => {

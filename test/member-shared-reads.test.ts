@@ -313,3 +313,31 @@ describe('reads while the buffer is full', () => {
     expect(total / shardReads).toBeGreaterThanOrEqual(3);
   });
 });
+
+describe('reads while the buffer is full: every shard gets its turn', () => {
+  it('a member with fewer buffer places than shards reads the shards with entries, not the same idle shards again and again', async () => {
+    // 8 shards, maxBufferedEntries 2: a read has room for two shards. The read floor chose the two
+    // with the fewest entries queued, ties by index: shards 0 and 1, idle, every time. Alone on its
+    // hub the member blocked reading them until blockMs ran out, and chose them again: the entries
+    // of shards 5-7 were never read.
+    const streamPrefix = uniqueName('few-places');
+    const shardCount = 8;
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount });
+    let handled = 0;
+    const member = aMember({
+      streamPrefix,
+      shardCount,
+      maxBufferedEntries: 2,
+      blockMs: 300,
+      handler: () => {
+        handled += 1;
+      },
+    });
+    await member.start();
+    await pollUntil('every shard owned', async () => member.ownedShards().length === shardCount);
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.sendBatch([5, 6, 7].flatMap((shardIndex) => Array.from({ length: 3 }, (_, i) => ({ payload: { seq: shardIndex * 10 + i }, shardIndex }))));
+    await pollUntil('the entries of shards 5-7 handled', async () => handled === 9, { timeoutMs: 15_000 });
+    await settled(streamPrefix);
+  });
+});

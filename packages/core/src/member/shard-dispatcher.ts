@@ -96,7 +96,7 @@ export class ShardDispatcher {
     const batch = this.options.batch;
     if (batch) {
       const count = Math.min(state.queue.length, batch.maxSize);
-      if (count < batch.maxSize && batch.maxWaitMs > 0) {
+      if (count < batch.maxSize && batch.maxWaitMs > 0 && this.mayFill(count)) {
         state.batchWaitFrom ??= now;
         const due = state.batchWaitFrom + batch.maxWaitMs;
         if (now < due) {
@@ -114,6 +114,16 @@ export class ShardDispatcher {
       if (!state.work.has(lane)) return { state, start: i, count: 1, lane };
     }
     return undefined;
+  }
+
+  /**
+   * Whether a short batch of `count` entries can still fill by waiting: the buffer has room to read
+   * the rest, or a handler in flight will make some when it settles. Otherwise every place of
+   * `maxBufferedEntries` is taken by batches waiting to fill (4 shards with batches of 10 sharing
+   * 20 places: 5 each), nothing can be read, and waiting would only hold them all for maxWaitMs.
+   */
+  private mayFill(count: number): boolean {
+    return this.busy > 0 || this.options.maxBufferedEntries - this.shards.buffered >= this.options.batch!.maxSize - count;
   }
 
   /** Dispatches again at `at` (a short batch's wait ends), unless a dispatch is due sooner anyway. */

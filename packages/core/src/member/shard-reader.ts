@@ -9,6 +9,7 @@ import { ShardWakeHub } from '../redis/shard-wake-hub';
 import { settlesWithin, Wakeup } from './abortable-sleep';
 import type { AckBatcher } from './ack-batcher';
 import { type ResolvedMemberOptions, retryDelayMs } from './member-options';
+import { fewestQueued } from './read-turns';
 import { ShardRecovery } from './shard-recovery';
 import { type PollerEvents, ShardError, type ShardSet, type ShardState } from './shard-state';
 
@@ -29,6 +30,11 @@ const CLUSTER_POLL_MAX_MS = 50;
  * something other than a StreamProducer, may wait.
  */
 const CLUSTER_WOKEN_POLL_MAX_MS = 500;
+/**
+ * The shortest block of a read that leaves shards out for want of buffer room (they are read in the
+ * next turns): with many more shards than room, reads of idle shards go round at this pace.
+ */
+const LEFT_OUT_BLOCK_MS = 10;
 
 /**
  * Where the reader reads: through the process's ReadHub (single Redis, Sentinel), or polled through
@@ -73,6 +79,12 @@ export class ShardReader implements HubReader {
   private lastReadAt = 0;
   /** The loop waits until the buffer has room for a read worth its round trip (see leastCount). */
   private waitingForRoom = false;
+  /**
+   * Reads sent so far; for each shard's grant, the number of the last read that covered it and
+   * whether that read came back short (the shard read to its end): see fewestQueued.
+   */
+  private reads = 0;
+  private readonly lastCovered = new WeakMap<ShardState, { read: number; short: boolean }>();
 
   constructor(
     private readonly shards: ShardSet,
@@ -89,9 +101,11 @@ export class ShardReader implements HubReader {
     this.recovery = new ShardRecovery(shards, client, acks, events, options);
     // Shared mode: a handler finished, and its shard may be low enough to read again (see refillAt).
     shards.onSettled = (state) => {
-      if (this.sharing() && state.queue.length <= this.refillAt() && !this.readToEnd.has(state)) this.wakeup.notify();
+      // (Or its batch waits to fill: see waitsToFill.)
+      if (this.sharing() && !this.readToEnd.has(state) && (state.queue.length <= this.refillAt() || this.waitsToFill(state))) this.wakeup.notify();
       // The loop waits for room in the buffer (see fewestQueued): a handler that finished made some.
-      else if (this.waitingForRoom && this.options.maxBufferedEntries - this.shards.buffered >= this.leastCount()) this.wakeup.notify();
+      // So does a batch that finished and left a short one waiting to fill (see waitsToFill).
+      else if (this.waitingForRoom && (this.options.maxBufferedEntries - this.shards.buffered >= this.leastCount() || this.waitsToFill(state))) this.wakeup.notify();
     };
   }
 
@@ -216,6 +230,22 @@ export class ShardReader implements HubReader {
     return Math.max(1, this.refillAt());
   }
 
+  /**
+   * Batch handlers: the shard's queue waits for a full batch (up to `batch.maxWaitMs`, as long as a
+   * day) and nothing of the shard is in flight. No handler of its will settle to make room: only a
+   * read lets the batch fill, so the read floor (leastCount) does not apply to it; the budget does.
+   */
+  private waitsToFill(state: ShardState): boolean {
+    const batch = this.options.batch;
+    return batch !== undefined && batch.maxWaitMs > 0 && state.work.size === 0 && state.queue.length > 0 && state.queue.length < batch.maxSize;
+  }
+
+  /** The last read that covered the shard's grant; on a Cluster, a shard a write woke since counts as not read to its end. */
+  private lastReadOf(state: ShardState): { read: number; short: boolean } | undefined {
+    const last = this.lastCovered.get(state);
+    return last?.short === true && this.woken.has(state.index) ? { read: last.read, short: false } : last;
+  }
+
   /** A shard's share of the buffer, at most `batchSize`: no shared read brings a shard more (one busy shard must not take every other's room). */
   private fillTo(): number {
     const share = Math.floor(this.options.maxBufferedEntries / Math.max(1, this.shards.order.length));
@@ -243,10 +273,11 @@ export class ShardReader implements HubReader {
         const candidates = this.shards.order.filter((s) => {
           const state = this.shards.get(s)!;
           if (state.phase !== 'reading' || state.held.length > 0) return false;
-          return sharing ? !this.readToEnd.has(state) && state.queue.length <= refillAt : state.queue.length < 2 * this.options.batchSize;
+          // Sharing, a batch waiting to fill is read before the refill point too: only a read fills it.
+          return sharing ? !this.readToEnd.has(state) && (state.queue.length <= refillAt || this.waitsToFill(state)) : state.queue.length < 2 * this.options.batchSize;
         });
         const budget = this.options.maxBufferedEntries - this.shards.buffered;
-        const readable = fewestQueued(this.shards, candidates, Math.floor(budget / this.leastCount()));
+        const readable = fewestQueued(this.shards, candidates, Math.floor(budget / this.leastCount()), budget, (state) => this.waitsToFill(state), (state) => this.lastReadOf(state));
         this.waitingForRoom = candidates.length > 0 && readable.length === 0;
         if (readable.length === 0 || !this.mayStartHandlers()) {
           this.heard();
@@ -258,7 +289,7 @@ export class ShardReader implements HubReader {
         const heard = this.ringsHeard;
         this.ringsHeard = [];
         try {
-          await this.readOnce(readable, budget);
+          await this.readOnce(readable, budget, Math.ceil(candidates.length / readable.length));
         } finally {
           for (const resolve of heard) resolve();
         }
@@ -303,13 +334,14 @@ export class ShardReader implements HubReader {
     return Math.max(1, wait);
   }
 
-  private async readOnce(readable: number[], budget: number): Promise<void> {
+  /** `turns`: reads it takes to cover every shard that wants one (more than 1 when the buffer's room left some out). */
+  private async readOnce(readable: number[], budget: number, turns: number): Promise<void> {
     if (!this.running) return; // stopped while a call of the loop was out: the hub may be closed
     // The states the read is for: if a shard is released and granted again while the read is
     // out, its entries belong to the old grant (pending here, the new grant takes them over).
     const readFor = new Map(readable.map((s) => [s, this.shards.get(s)!]));
     const cursors = readable.map((s) => readFor.get(s)!.readCursor);
-    const started = this.startRead(readable, cursors, budget);
+    const started = this.startRead(readable, cursors, budget, turns);
     if (!started) {
       // Between modes (the doorbell is letting go of the blocking connection): look again shortly.
       await this.wakeup.wait(Math.min(10, this.idleWaitMs()));
@@ -317,6 +349,8 @@ export class ShardReader implements HubReader {
     }
     const { done, mode, count } = started;
     this.lastReadAt = Date.now();
+    this.reads += 1;
+    for (const state of readFor.values()) this.lastCovered.set(state, { read: this.reads, short: false });
     this.currentRead = { shards: new Set(readable), done, mode };
     this.dispatch();
     let result: ReadResult;
@@ -330,6 +364,8 @@ export class ShardReader implements HubReader {
       // Entries of a shard released meanwhile stay pending: its next owner (or grant) takes them over.
       if (!this.shards.isCurrent(state)) continue;
       const entries = result.entries.get(shardIndex) ?? [];
+      const covered = this.lastCovered.get(state);
+      if (covered) covered.short = entries.length < count;
       if (entries.length > 0) {
         const first = result.firstAfter.get(shardIndex) ?? '';
         if (first !== '' && first !== entries[0].id) await this.recovery.recoverSkipped(state, entries[0].id);
@@ -357,7 +393,7 @@ export class ShardReader implements HubReader {
    * Sends the read the transport and the hub's mode call for; undefined when the hub is between
    * modes (no solo read may start and no shared connection is open yet).
    */
-  private startRead(readable: number[], cursors: string[], budget: number): { done: Promise<ReadResult>; mode: ReadMode; count: number } | undefined {
+  private startRead(readable: number[], cursors: string[], budget: number, turns: number): { done: Promise<ReadResult>; mode: ReadMode; count: number } | undefined {
     const perShard = Math.floor(budget / readable.length);
     // Alone or polled, a read brings each shard up to batchSize; a shared read up to its share (fillTo).
     const ownCount = Math.max(1, Math.min(this.options.batchSize, perShard));
@@ -366,8 +402,11 @@ export class ShardReader implements HubReader {
     }
     const hub = this.transport.hub;
     // A blocked read must not put off a sweep (lost read replies are found only there) or a claim
-    // retry that is due.
-    const blockMs = this.idleWaitMs();
+    // retry that is due. Nor the shards it leaves out for want of room: they take their turn in the
+    // next reads (fewestQueued), and a read of idle shards must not block them for blockMs each turn;
+    // every shard is read about once per idle wait (not more often than every LEFT_OUT_BLOCK_MS).
+    const idleMs = this.idleWaitMs();
+    const blockMs = turns > 1 ? Math.min(idleMs, Math.max(LEFT_OUT_BLOCK_MS, Math.floor(idleMs / turns))) : idleMs;
     const solo = hub.readSolo(this, (connection) => this.client.readNew(connection, readable, cursors, ownCount, blockMs, blockMs + this.readGraceMs()));
     if (solo) return { done: solo, mode: 'solo', count: ownCount };
     const shared = hub.sharedConnection;
@@ -490,17 +529,4 @@ export class ShardReader implements HubReader {
       this.events.emit('claim-refused', { shardIndex: state.index, grantEpoch: state.grantEpoch, holder: claim.holder });
     }
   }
-}
-
-/**
- * At most `room` of the shards (the buffer's room for reads of leastCount entries each): those with
- * the fewest entries queued, which run dry first; in shard order, the order reads list them.
- */
-function fewestQueued(shards: ShardSet, candidates: number[], room: number): number[] {
-  if (candidates.length <= room) return candidates;
-  if (room <= 0) return [];
-  const chosen = new Set(
-    [...candidates].sort((a, b) => shards.get(a)!.queue.length - shards.get(b)!.queue.length || a - b).slice(0, room),
-  );
-  return candidates.filter((s) => chosen.has(s));
 }

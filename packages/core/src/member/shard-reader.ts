@@ -1,13 +1,10 @@
 import type { EventEmitter } from 'node:events';
-import type { Cluster } from 'ioredis';
 import { compareStreamIds } from '../protocol/stream-ids';
-import type { ClusterReadHub } from '../redis/cluster-read-hub';
 import type { HubReader, ReadHub } from '../redis/read-hub';
 import type { ReadResult, ShardClient } from '../redis/shard-client';
-import type { RedisClient } from '../redis/scripts';
-import { ShardWakeHub } from '../redis/shard-wake-hub';
 import { settlesWithin, Wakeup } from './abortable-sleep';
 import type { AckBatcher } from './ack-batcher';
+import { ClusterPolling, type PolledTransport } from './cluster-polling';
 import { type ResolvedMemberOptions, retryDelayMs } from './member-options';
 import { fewestQueued } from './read-turns';
 import { ShardRecovery } from './shard-recovery';
@@ -16,20 +13,6 @@ import { type PollerEvents, ShardError, type ShardSet, type ShardState } from '.
 /** Backoff of a refused shard claim: from this, doubling, up to the max. */
 const CLAIM_RETRY_MS = 100;
 const CLAIM_RETRY_MAX_MS = 5000;
-/**
- * On a Redis Cluster reads do not block (one XREADGROUP cannot span shards' slots): until a shard's
- * wake channel is subscribed, after a read that found nothing the next waits this long, doubling up
- * to the max, and at once after one that found entries or when anything wakes the reader (a shard
- * drained, granted, released).
- */
-const CLUSTER_POLL_MIN_MS = 2;
-const CLUSTER_POLL_MAX_MS = 50;
-/**
- * The pause of a shard read to its end once it is subscribed to its wake channel (a producer's
- * write wakes the reader at once, ShardWakeHub): what a lost wake-up, or an entry written by
- * something other than a StreamProducer, may wait.
- */
-const CLUSTER_WOKEN_POLL_MAX_MS = 500;
 /**
  * The shortest block of a read that leaves shards out for want of buffer room (they are read in the
  * next turns): with many more shards than room, reads of idle shards go round at this pace.
@@ -41,7 +24,7 @@ const LEFT_OUT_BLOCK_MS = 10;
  * the process's ClusterReadHub on a Cluster (one XREADGROUP cannot span the shards' slots there),
  * woken by writes through the ShardWakeHub of the member's command client (`command`).
  */
-export type ReadTransport = { hub: ReadHub } | { polled: ClusterReadHub; command: RedisClient };
+export type ReadTransport = { hub: ReadHub } | PolledTransport;
 
 /** How one read goes: blocking on the hub's connection (alone on it), non-blocking shared, or polled (Cluster). */
 type ReadMode = 'solo' | 'shared' | 'polled';
@@ -62,12 +45,8 @@ export class ShardReader implements HubReader {
   readonly wakeup = new Wakeup();
   private currentRead: { shards: Set<number>; done: Promise<unknown>; mode: ReadMode } | undefined;
   private readonly recovery: ShardRecovery;
-  /** Cluster: a shard's grant -> its pause after its last read, and when it is due again (a new grant is due at once). */
-  private readonly polls = new WeakMap<ShardState, { delayMs: number; nextAt: number }>();
-  /** Cluster: shards whose wake channel a write rang since their last read. */
-  private readonly woken = new Set<number>();
-  /** Cluster: shardIndex -> its wake channel's subscription (`confirmed` once Redis answered it). */
-  private readonly wakes = new Map<number, { stop: () => void; confirmed: boolean }>();
+  /** Cluster: per-shard reads, their pauses and wake channels. */
+  private readonly polling: ClusterPolling;
   /** Shared mode: shards read to the end by their last read; the doorbell watches them (from the id given). */
   private readonly readToEnd = new WeakMap<ShardState, string>();
   /** The last new id the doorbell rang for a shard: watched from there on, so one entry rings once. */
@@ -99,6 +78,7 @@ export class ShardReader implements HubReader {
     private readonly dispatch: () => void,
   ) {
     this.recovery = new ShardRecovery(shards, client, acks, events, options);
+    this.polling = new ClusterPolling(shards, client, events, options, this.wakeup, () => this.idleWaitMs(), () => this.readGraceMs());
     // Shared mode: a handler finished, and its shard may be low enough to read again (see refillAt).
     shards.onSettled = (state) => {
       // (Or its batch waits to fill: see waitsToFill.)
@@ -124,8 +104,7 @@ export class ShardReader implements HubReader {
    */
   async stop(): Promise<void> {
     this.running = false;
-    for (const wake of this.wakes.values()) wake.stop();
-    this.wakes.clear();
+    this.polling.stop();
     this.interruptRead();
     if (this.loop && !(await settlesWithin(this.loop, this.options.blockMs + this.readGraceMs()))) {
       this.events.emit('error', new ShardError('the read loop did not end: a call on the command connection has not been answered; stopping without it'));
@@ -243,7 +222,7 @@ export class ShardReader implements HubReader {
   /** The last read that covered the shard's grant; on a Cluster, a shard a write woke since counts as not read to its end. */
   private lastReadOf(state: ShardState): { read: number; short: boolean } | undefined {
     const last = this.lastCovered.get(state);
-    return last?.short === true && this.woken.has(state.index) ? { read: last.read, short: false } : last;
+    return last?.short === true && this.polling.wasWoken(state.index) ? { read: last.read, short: false } : last;
   }
 
   /** A shard's share of the buffer, at most `batchSize`: no shared read brings a shard more (one busy shard must not take every other's room). */
@@ -398,7 +377,7 @@ export class ShardReader implements HubReader {
     // Alone or polled, a read brings each shard up to batchSize; a shared read up to its share (fillTo).
     const ownCount = Math.max(1, Math.min(this.options.batchSize, perShard));
     if (!('hub' in this.transport)) {
-      return { done: this.readPolled(this.transport, readable, cursors, ownCount), mode: 'polled', count: ownCount };
+      return { done: this.polling.read(this.transport, readable, cursors, ownCount), mode: 'polled', count: ownCount };
     }
     const hub = this.transport.hub;
     // A blocked read must not put off a sweep (lost read replies are found only there) or a claim
@@ -413,93 +392,6 @@ export class ShardReader implements HubReader {
     if (!shared) return undefined;
     const count = Math.max(1, Math.min(this.fillTo(), perShard));
     return { done: this.client.readNew(shared, readable, cursors, count, undefined, this.readGraceMs()), mode: 'shared', count };
-  }
-
-  /**
-   * One round of non-blocking reads on a Cluster, of the readable shards that are due: woken by a
-   * write (their wake channel), or whose own pause ran out. A shard whose read came back full is
-   * read again next round. Subscribed, a shard read to its end waits for its wake-up, or 500 ms
-   * (a lost wake-up, a bare XADD); not subscribed yet, it is read again next round after a read
-   * that found entries, else after 2 ms, doubling up to 50 ms. With none due, waits for the first
-   * (cut short by any wake-up). Shards whose read failed are reported ('error', one per round) and
-   * paused as after a failed read; the others' entries are delivered.
-   */
-  private async readPolled(transport: { polled: ClusterReadHub; command: RedisClient }, readable: number[], cursors: string[], count: number): Promise<ReadResult> {
-    this.listenForWrites(transport.command);
-    const now = Date.now();
-    const due: number[] = [];
-    const dueCursors: string[] = [];
-    let nextAt = Number.POSITIVE_INFINITY;
-    readable.forEach((shard, i) => {
-      const poll = this.polls.get(this.shards.get(shard)!);
-      if (this.woken.has(shard) || poll === undefined || poll.nextAt <= now) {
-        due.push(shard);
-        dueCursors.push(cursors[i]);
-      } else nextAt = Math.min(nextAt, poll.nextAt);
-    });
-    if (due.length === 0) {
-      await this.wakeup.wait(Math.max(1, Math.min(nextAt - now, this.idleWaitMs())));
-      return { entries: new Map(), firstAfter: new Map() };
-    }
-    // A write that lands while this round is out wakes its shard again.
-    for (const shard of due) this.woken.delete(shard);
-    const result = await this.client.readEach(transport.polled, due, dueCursors, count, this.readGraceMs());
-    const done = Date.now();
-    for (const shard of due) {
-      const state = this.shards.get(shard);
-      if (!state) continue;
-      const previous = this.polls.get(state)?.delayMs ?? 0;
-      let delayMs: number;
-      const found = result.entries.get(shard)?.length ?? 0;
-      const subscribed = this.wakes.get(shard)?.confirmed === true;
-      if (result.failed.has(shard)) delayMs = Math.min(1000, this.options.blockMs);
-      else if (found >= count || (found > 0 && !subscribed)) delayMs = 0;
-      // Read to its end, and a write wakes it (the wake of a write that lands while this round was
-      // out marked the shard again): polling it again is only for a lost wake-up or a bare XADD.
-      else if (subscribed) delayMs = CLUSTER_WOKEN_POLL_MAX_MS;
-      else delayMs = Math.min(CLUSTER_POLL_MAX_MS, Math.max(CLUSTER_POLL_MIN_MS, previous * 2));
-      this.polls.set(state, { delayMs, nextAt: done + delayMs });
-    }
-    if (result.failed.size > 0) {
-      // One report a round (a failover fails every shard of a master at once).
-      const [[first, error]] = result.failed;
-      const shards = [...result.failed.keys()];
-      this.events.emit('error', new ShardError(`reading shard${shards.length === 1 ? '' : 's'} ${shards.join(', ')} failed: ${error.message}; reading again`, shards.length === 1 ? first : undefined, error));
-    }
-    return result;
-  }
-
-  /**
-   * Cluster: listens on the wake channel of every shard this member holds, and stops listening on
-   * those it no longer holds. A subscription that failed is tried again at the next round; until
-   * Redis confirms it, the shard is polled at the short interval.
-   */
-  private listenForWrites(command: RedisClient): void {
-    const held = new Set(this.shards.all().filter((state) => state.phase !== 'released').map((state) => state.index));
-    for (const [shard, wake] of this.wakes) {
-      if (held.has(shard)) continue;
-      wake.stop();
-      this.wakes.delete(shard);
-      this.woken.delete(shard);
-    }
-    for (const shard of held) {
-      if (this.wakes.has(shard)) continue;
-      // The hub of the member's command client: one subscriber (a connection per master) for every member made from it.
-      const listening = ShardWakeHub.for(command as Cluster).listen(this.client.wakeChannel(shard), () => {
-        this.woken.add(shard);
-        this.wakeup.notify();
-      });
-      const wake = { stop: listening.stop, confirmed: false };
-      this.wakes.set(shard, wake);
-      void listening.subscribed.then((confirmed) => {
-        if (this.wakes.get(shard) !== wake) return;
-        if (confirmed) wake.confirmed = true;
-        else {
-          wake.stop();
-          this.wakes.delete(shard);
-        }
-      });
-    }
   }
 
   /**

@@ -52,6 +52,31 @@ describe('reliability checker', () => {
     expect(check(moved, inverted, [{ kind: 'grow-ordered', at: 15 }], new Set()).orderViolations).toEqual(['a: 1 after 2 (shard 0, p1)']);
   });
 
+  it('shows, for an order violation, the key\'s entries as written, their first runs and the resizes around them (the evidence a failed run keeps)', () => {
+    const moved: Produced[] = [
+      { id: '1000-0', shard: 2, key: 'stale-8', seq: 43, at: 1_000 },
+      { id: '1400-0', shard: 9, key: 'stale-8', seq: 44, at: 1_400 },
+    ];
+    const lines = [
+      { e: 'assigned', t: 1, m: 'p5', g: 'late-1', ep: 3, shards: [9] },
+      ...run('p5', 9, '1400-0', 'stale-8', 44, 2_000, 2_001).map((l) => ({ ...l, g: 'late-1' })),
+      ...run('p6', 2, '1000-0', 'stale-8', 43, 2_100, 2_101).map((l) => ({ ...l, g: 'late-1' })),
+    ];
+    const faults: Fault[] = [{ kind: 'grow-ordered', target: '9->10 (switchAt 990, until 2990)', at: 990 }, { kind: 'kill', target: 'p1', at: 1_200 }];
+    const report = check(moved, lines, faults, new Set(), { groups: ['late-1'], resizeHistory: '[{"from":9,"to":10,"switchAt":990}]' });
+    expect(report.orderViolations).toEqual(['late-1: stale-8: 43 after 44 (shard 2, p6)']);
+    expect(report.orderEvidence).toEqual([
+      'evidence for late-1: stale-8: 43 after 44',
+      `  written stale-8#43: shard 2 id 1000-0 confirmed ${new Date(1_000).toISOString()}`,
+      `  written stale-8#44: shard 9 id 1400-0 confirmed ${new Date(1_400).toISOString()}`,
+      `  first run stale-8#43: shard 2 id 1000-0 by p6 grant ? started ${new Date(2_100).toISOString()}`,
+      `  first run stale-8#44: shard 9 id 1400-0 by p5 grant 3 started ${new Date(2_000).toISOString()}`,
+      `  fault grow-ordered 9->10 (switchAt 990, until 2990) at ${new Date(990).toISOString()}`,
+      '  resizeHistory at the end: [{"from":9,"to":10,"switchAt":990}]',
+    ]);
+    expect(check(moved, lines.slice(0, 3), faults, new Set(), { groups: ['late-1'] }).orderEvidence).toEqual([]);
+  });
+
   it('finds two members on one shard at once when the earlier acknowledgement counted, not when it was refused', () => {
     const lines = [...run('zombie', 0, '1-0', 'a', 1, 10, 30), ...run('heir', 0, '1-0', 'a', 1, 20, 21), ...run('heir', 0, '2-0', 'a', 2, 22, 23)];
     const faults: Fault[] = [{ kind: 'pause', target: 'zombie', at: 11 }];

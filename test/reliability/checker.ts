@@ -4,6 +4,7 @@
  * held (SPEC sections 1, 5 and 9). Pure: every input is data, so its own tests
  * (test/reliability-checker.test.ts) can show that it catches each broken promise.
  */
+import { orderEvidence, type OrderViolation } from './order-evidence';
 import { deadLetterFencing, grantDuplicates, stuckEntries, writtenTwice } from './promises';
 
 export interface Produced {
@@ -176,6 +177,8 @@ export interface CheckExtras {
   lanes?: boolean;
   /** When the main producer wrote nothing for a long while, and why (the harness watches it). */
   producerStalls?: string[];
+  /** The stream's `resizeHistory` at the end (JSON), for the evidence of an order violation. */
+  resizeHistory?: string;
 }
 
 export interface CheckReport {
@@ -193,6 +196,8 @@ export interface CheckReport {
   redisLost: string[];
   /** Keys whose first handling of a sequence number came after a later one of the same key. */
   orderViolations: string[];
+  /** For the first few order violations: the key's entries, their first runs and the resizes around them (order-evidence.ts). */
+  orderEvidence: string[];
   /** Two members on one shard at the same time where the earlier one's acknowledgement counted. */
   overlaps: string[];
   /** Two runs of one key of one shard by one member process at the same time (lanes must run a key's entries one by one). */
@@ -369,6 +374,7 @@ export function check(produced: Produced[], lines: RecordLine[], faults: Fault[]
     return unordered.some((t) => t >= from && t <= to);
   };
   const orderViolations: string[] = [];
+  const violations: OrderViolation[] = [];
   const highest = new Map<string, number>();
   const seen = new Set<string>();
   for (const run of [...runs].sort((a, b) => a.start - b.start)) {
@@ -378,6 +384,7 @@ export function check(produced: Produced[], lines: RecordLine[], faults: Fault[]
     const top = highest.get(`${run.group}/${run.key}`) ?? 0;
     if (run.seq < top && !acrossUnorderedResize(run.key, run.seq, top)) {
       orderViolations.push(`${label(run.group)}${run.key}: ${run.seq} after ${top} (shard ${run.shard}, ${run.member})`);
+      violations.push({ group: run.group, key: run.key, seq: run.seq, top });
     }
     highest.set(`${run.group}/${run.key}`, Math.max(top, run.seq));
   }
@@ -451,6 +458,7 @@ export function check(produced: Produced[], lines: RecordLine[], faults: Fault[]
     lost,
     redisLost,
     orderViolations,
+    orderEvidence: violations.slice(0, 3).flatMap((v) => orderEvidence(v, produced, runs, faults, extras.resizeHistory)),
     overlaps,
     keyOverlaps,
     duplicates,

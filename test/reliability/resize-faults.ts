@@ -15,7 +15,11 @@ export async function resize(h: ChaosHarness, fault: Fault, grow: boolean, order
     'the previous resize to be done',
     async () => {
       try {
-        await h.admin.resizeShards(h.streamPrefix, next, { ordered, graceMs });
+        const result = await h.admin.resizeShards(h.streamPrefix, next, { ordered, graceMs });
+        // Redis times of the switch and of the end of its grace: what a per-key order violation's
+        // evidence (order-evidence.ts) sets the entries' ids against.
+        const switchAt = result.switchAt === undefined ? Number.NaN : Date.parse(result.switchAt);
+        fault.target += ` (switchAt ${switchAt}, until ${switchAt + graceMs})`;
         return true;
       } catch (error) {
         if ((error as Error).name === 'ResizeInProgressError') return false;

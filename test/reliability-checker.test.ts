@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { check, collectRuns, type DeadLetter, type Fault, type PendingSample, type Produced, type RecordLine } from './reliability/checker';
 import { ALL_FAULT_KINDS, faultKindsOn, selectedFaultKinds } from './reliability/fault-selection';
+import type { ChaosHarness } from './reliability/harness';
+import { staleWrites } from './reliability/resize-faults';
 
 /** The checker must catch each kind of broken promise; a checker that passes everything proves nothing. */
 const produced: Produced[] = [
@@ -75,6 +77,27 @@ describe('reliability checker', () => {
       '  resizeHistory at the end: [{"from":9,"to":10,"switchAt":990}]',
     ]);
     expect(check(moved, lines.slice(0, 3), faults, new Set(), { groups: ['late-1'] }).orderEvidence).toEqual([]);
+  });
+
+  it('a stale-producer or delete-drained fault at four shards records the unordered growth it makes first, so that the checker excuses what that growth reorders', async () => {
+    let count = 4;
+    const faults: Fault[] = [];
+    const h = {
+      streamPrefix: 'chaos', faults, maxShards: 8, resizes: 0, cutoverBoundMs: () => 1000,
+      staleLoad: { proxy: { freeze: () => undefined, thaw: () => undefined } },
+      admin: {
+        describeStream: async () => ({ shardCount: count }),
+        resizeShards: async (_prefix: string, next: number) => {
+          count = next;
+          return { switchAt: new Date(1_000).toISOString() };
+        },
+        cutoverStatus: async () => [],
+      },
+    } as unknown as ChaosHarness;
+    const fault: Fault = { kind: 'stale-producer', at: 0 };
+    await staleWrites(h, fault, async () => undefined);
+    expect(faults.map((f) => [f.kind, f.target])).toEqual([['grow-unordered', '4->5 unordered (switchAt 1000, until 3000)']]);
+    expect(fault.target).toBe('5->4 (switchAt 1000, until 2000)');
   });
 
   it('finds two members on one shard at once when the earlier acknowledgement counted, not when it was refused', () => {

@@ -1,6 +1,6 @@
 /**
  * What a per-key order violation's report shows (issue: "late-1: stale-8: 43 after 44" was seen once
- * and nothing of that run was kept): the key's entries around the two sequence numbers as written
+ * and nothing of that run was kept): the key's entries next to the two sequence numbers as written
  * (shard, stream id, when the write was confirmed), their first runs in the group (member, shard,
  * grant, start), and the resizes around them with their switch times. Enough to tell which shards
  * and which cutover the two entries crossed, without the record files.
@@ -21,7 +21,8 @@ const AROUND_MS = 30_000;
 
 export function orderEvidence(violation: OrderViolation, produced: Produced[], runs: Run[], faults: Fault[], resizeHistory?: string): string[] {
   const { group, key, seq, top } = violation;
-  const seqs = new Set(Array.from({ length: top - seq + 3 }, (_, i) => seq - 1 + i));
+  // The late entry and the one it ran after, each with its neighbours (where the key may have moved).
+  const seqs = new Set([seq - 1, seq, seq + 1, top - 1, top, top + 1]);
   const time = (ms: number | undefined) => (ms === undefined ? '?' : new Date(ms).toISOString());
   const lines = [`evidence for ${group ? `${group}: ` : ''}${key}: ${seq} after ${top}`];
   const written = produced.filter((p) => p.key === key && seqs.has(p.seq)).sort((a, b) => a.seq - b.seq || a.at! - b.at!);

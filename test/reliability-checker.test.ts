@@ -100,6 +100,19 @@ describe('reliability checker', () => {
     expect(fault.target).toBe('5->4 (switchAt 1000, until 2000)');
   });
 
+  it('excuses an inversion across a loss of every key on one shard index between the old owner and the new one (the lost stream and the recreated one), not one written entirely before it', () => {
+    const keyOnShard6: Produced[] = [
+      { id: '100-0', shard: 6, key: 'stale-27', seq: 23, at: 100 },
+      { id: '300-0', shard: 6, key: 'stale-27', seq: 28, at: 300 },
+    ];
+    // #23 queued at the old owner before the flush, run after the recreated group's owner ran #28.
+    const lines = [...run('p3', 6, '300-0', 'stale-27', 28, 400, 401), ...run('p0', 6, '100-0', 'stale-27', 23, 402, 403)];
+    const flush: Fault = { kind: 'redis-flush-restart', at: 200, dataLoss: true };
+    expect(check(keyOnShard6, lines, [flush], new Set()).orderViolations).toEqual([]);
+    expect(check(keyOnShard6, lines, [{ ...flush, at: 50 }], new Set()).orderViolations).toEqual(['stale-27: 23 after 28 (shard 6, p0)']);
+    expect(check(keyOnShard6, lines, [], new Set()).orderViolations).toEqual(['stale-27: 23 after 28 (shard 6, p0)']);
+  });
+
   it('finds two members on one shard at once when the earlier acknowledgement counted, not when it was refused', () => {
     const lines = [...run('zombie', 0, '1-0', 'a', 1, 10, 30), ...run('heir', 0, '1-0', 'a', 1, 20, 21), ...run('heir', 0, '2-0', 'a', 2, 22, 23)];
     const faults: Fault[] = [{ kind: 'pause', target: 'zombie', at: 11 }];

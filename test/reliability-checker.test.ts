@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { check, collectRuns, type DeadLetter, type Fault, type PendingSample, type Produced, type RecordLine } from './reliability/checker';
 import { ALL_FAULT_KINDS, faultKindsOn, selectedFaultKinds } from './reliability/fault-selection';
+import type { ChaosHarness } from './reliability/harness';
+import { staleWrites } from './reliability/resize-faults';
 
 /** The checker must catch each kind of broken promise; a checker that passes everything proves nothing. */
 const produced: Produced[] = [
@@ -50,6 +52,65 @@ describe('reliability checker', () => {
     const inverted = [...run('p0', 1, '2-0', 'a', 2, 30, 31), ...run('p1', 0, '1-0', 'a', 1, 32, 33)];
     expect(check(moved, inverted, [{ kind: 'grow-unordered', at: 15 }], new Set()).orderViolations).toEqual([]);
     expect(check(moved, inverted, [{ kind: 'grow-ordered', at: 15 }], new Set()).orderViolations).toEqual(['a: 1 after 2 (shard 0, p1)']);
+  });
+
+  it('shows, for an order violation, the key\'s entries as written, their first runs and the resizes around them (the evidence a failed run keeps)', () => {
+    const moved: Produced[] = [
+      { id: '1000-0', shard: 2, key: 'stale-8', seq: 43, at: 1_000 },
+      { id: '1400-0', shard: 9, key: 'stale-8', seq: 44, at: 1_400 },
+    ];
+    const lines = [
+      { e: 'assigned', t: 1, m: 'p5', g: 'late-1', ep: 3, shards: [9] },
+      ...run('p5', 9, '1400-0', 'stale-8', 44, 2_000, 2_001).map((l) => ({ ...l, g: 'late-1' })),
+      ...run('p6', 2, '1000-0', 'stale-8', 43, 2_100, 2_101).map((l) => ({ ...l, g: 'late-1' })),
+    ];
+    const faults: Fault[] = [{ kind: 'grow-ordered', target: '9->10 (switchAt 990, until 2990)', at: 990 }, { kind: 'kill', target: 'p1', at: 1_200 }];
+    const report = check(moved, lines, faults, new Set(), { groups: ['late-1'], resizeHistory: '[{"from":9,"to":10,"switchAt":990}]' });
+    expect(report.orderViolations).toEqual(['late-1: stale-8: 43 after 44 (shard 2, p6)']);
+    expect(report.orderEvidence).toEqual([
+      'evidence for late-1: stale-8: 43 after 44',
+      `  written stale-8#43: shard 2 id 1000-0 confirmed ${new Date(1_000).toISOString()}`,
+      `  written stale-8#44: shard 9 id 1400-0 confirmed ${new Date(1_400).toISOString()}`,
+      `  first run stale-8#43: shard 2 id 1000-0 by p6 grant ? started ${new Date(2_100).toISOString()}`,
+      `  first run stale-8#44: shard 9 id 1400-0 by p5 grant 3 started ${new Date(2_000).toISOString()}`,
+      `  fault grow-ordered 9->10 (switchAt 990, until 2990) at ${new Date(990).toISOString()}`,
+      '  resizeHistory at the end: [{"from":9,"to":10,"switchAt":990}]',
+    ]);
+    expect(check(moved, lines.slice(0, 3), faults, new Set(), { groups: ['late-1'] }).orderEvidence).toEqual([]);
+  });
+
+  it('a stale-producer or delete-drained fault at four shards records the unordered growth it makes first, so that the checker excuses what that growth reorders', async () => {
+    let count = 4;
+    const faults: Fault[] = [];
+    const h = {
+      streamPrefix: 'chaos', faults, maxShards: 8, resizes: 0, cutoverBoundMs: () => 1000,
+      staleLoad: { proxy: { freeze: () => undefined, thaw: () => undefined } },
+      admin: {
+        describeStream: async () => ({ shardCount: count }),
+        resizeShards: async (_prefix: string, next: number) => {
+          count = next;
+          return { switchAt: new Date(1_000).toISOString() };
+        },
+        cutoverStatus: async () => [],
+      },
+    } as unknown as ChaosHarness;
+    const fault: Fault = { kind: 'stale-producer', at: 0 };
+    await staleWrites(h, fault, async () => undefined);
+    expect(faults.map((f) => [f.kind, f.target])).toEqual([['grow-unordered', '4->5 unordered (switchAt 1000, until 3000)']]);
+    expect(fault.target).toBe('5->4 (switchAt 1000, until 2000)');
+  });
+
+  it('excuses an inversion across a loss of every key on one shard index between the old owner and the new one (the lost stream and the recreated one), not one written entirely before it', () => {
+    const keyOnShard6: Produced[] = [
+      { id: '100-0', shard: 6, key: 'stale-27', seq: 23, at: 100 },
+      { id: '300-0', shard: 6, key: 'stale-27', seq: 28, at: 300 },
+    ];
+    // #23 queued at the old owner before the flush, run after the recreated group's owner ran #28.
+    const lines = [...run('p3', 6, '300-0', 'stale-27', 28, 400, 401), ...run('p0', 6, '100-0', 'stale-27', 23, 402, 403)];
+    const flush: Fault = { kind: 'redis-flush-restart', at: 200, dataLoss: true };
+    expect(check(keyOnShard6, lines, [flush], new Set()).orderViolations).toEqual([]);
+    expect(check(keyOnShard6, lines, [{ ...flush, at: 50 }], new Set()).orderViolations).toEqual(['stale-27: 23 after 28 (shard 6, p0)']);
+    expect(check(keyOnShard6, lines, [], new Set()).orderViolations).toEqual(['stale-27: 23 after 28 (shard 6, p0)']);
   });
 
   it('finds two members on one shard at once when the earlier acknowledgement counted, not when it was refused', () => {

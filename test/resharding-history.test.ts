@@ -1,12 +1,17 @@
 import { describe, expect, it } from 'vitest';
-import { CoordinatorAdmin, StreamProducer, type StreamMessage } from '@redis-stream-coordinator/core';
+import { compareStreamIds, CoordinatorAdmin, CoordinatorClient, KeyBuilder, shardForKey, StreamProducer, type StreamMessage } from '@redis-stream-coordinator/core';
+import { ProtocolMember } from '@redis-stream-coordinator/core/testing';
+import { parseCutover } from '../packages/core/src/admin/cutover';
+import { evalsha, scriptShas } from './reliability/faults';
 import { HandlerRecorder, keyedMessages, type KeyedPayload } from './support/handler-recorder';
 import { memberFactory } from './support/member-factory';
 import { pollUntil } from './support/poll';
+import { proxyFactory } from './support/proxy-fixture';
 import { uniqueName, useRedisServer } from './support/vitest-redis';
 
 const redis = useRedisServer();
 const aMember = memberFactory(redis, { coordinator: { heartbeatIntervalMs: 200 }, sessionTimeoutMs: 1000, cutoverCheckIntervalMs: 20 });
+const aProxy = proxyFactory(redis);
 /** Shards 0 and 1 hold the oldest entries; handling them slowly is what lets a later shard overtake them. */
 const slowOnTheFirstShards = (message: StreamMessage<KeyedPayload>) =>
   message.shardIndex < 2 ? new Promise<void>((resolve) => setTimeout(resolve, 3)) : undefined;
@@ -58,6 +63,87 @@ describe('a consumer group created after resizes reads every key in order', () =
     expect(recorder.orderViolations()).toEqual([]);
     expect(recorder.distinctEntries()).toBe(120);
   }, 40_000);
+
+  // Seen once in the short tier ("late-1: stale-8: 43 after 44 (shard 2, p6)", stale-8 moving from
+  // shard 2 to 9 in a 9 -> 10 growth): resizeShards writes the routing markers after the resize, so a
+  // producer still routing with the old count can land a moved key on the shard it leaves with an id
+  // at or past switchAt. A group created later held every shard from switchAt and waited only up to
+  // switchAt - 1, so that entry and the key's next one (on its new shard) were released together,
+  // and the new shard's could run first.
+  it.each([
+    { resize: 'an ordered growth (2 -> 3)', from: 2, to: 3, options: { graceMs: 1000 } },
+    { resize: 'an ordered shrink switching at once (3 -> 2, switchDelayMs 0)', from: 3, to: 2, options: { graceMs: 1000, switchDelayMs: 0 } },
+  ])('an entry written with the old count between $resize and its routing markers is handled before the key\'s entries on its new shard', async ({ from, to, options }) => {
+    const streamPrefix = uniqueName('history-escape');
+    const direct = new CoordinatorAdmin(redis.client());
+    await direct.createStream({ streamPrefix, shardCount: from });
+    const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 3_600_000 });
+    let key = 'key-0';
+    for (let i = 1; shardForKey(key, from) === shardForKey(key, to); i++) key = `key-${i}`;
+    const [oldShard, newShard] = [shardForKey(key, from), shardForKey(key, to)];
+    expect((await producer.send({ key, payload: { seq: 1 } })).shardIndex).toBe(oldShard); // routes with `from` from now on
+
+    const proxy = await aProxy();
+    const markers = proxy.holdNextRequest(evalsha(scriptShas('ensureRouting')));
+    const resized = new CoordinatorAdmin(redis.clientAt(proxy.url)).resizeShards(streamPrefix, to, options);
+    await markers.arrived;
+    const switchAt = Number(await redis.client().hget(new KeyBuilder().streamMeta(streamPrefix), 'switchAt'));
+    await pollUntil('Redis time past switchAt', async () => (await direct.serverTimeMs()) > switchAt);
+    const escaped = await producer.send({ key, payload: { seq: 2 } });
+    markers.release();
+    await resized;
+    const moved = await producer.send({ key, payload: { seq: 3 } });
+    // The window this is about: seq 2 on the shard the key leaves, at or past the switch; seq 3 on its new shard.
+    expect(escaped.shardIndex).toBe(oldShard);
+    expect(compareStreamIds(escaped.id, `${switchAt}-0`)).toBeGreaterThanOrEqual(0);
+    expect(moved.shardIndex).toBe(newShard);
+
+    // seq 2 starts only once either seq 3 ran (the order broken) or the group's cutover waits for it
+    // (pending on the old shard): whichever the library lets happen first, no timing involved.
+    const recorder = new HandlerRecorder();
+    const record = recorder.handler('late');
+    const handler = async (message: StreamMessage<KeyedPayload>) => {
+      if (message.shardIndex === oldShard && message.payload.seq === 2) {
+        await pollUntil(
+          'seq 3 handled, or the cutover waiting for seq 2',
+          async () =>
+            recorder.runs.some((r) => r.seq === 3) ||
+            (await direct.cutoverStatus(streamPrefix)).some((s) => (s.waitingFor ?? []).some((w) => w.shardIndex === oldShard && w.pending)),
+          { timeoutMs: 20_000 },
+        );
+      }
+      await record(message);
+    };
+    const member = aMember({ streamPrefix, memberId: 'late', runtimeMaxConcurrency: 4, handler });
+    await member.start();
+    await pollUntil('3 entries handled', async () => recorder.distinctEntries() >= 3, { timeoutMs: 30_000 });
+    expect(recorder.runs.map((r) => r.seq)).toEqual([1, 2, 3]);
+    expect(recorder.orderViolations()).toEqual([]);
+  }, 40_000);
+
+  it('the steps of a later group read the shards keys leave on to `until`: every old shard of a growth, the removed ones of a shrink; capped below the next switch; the default grace for history without `until`', async () => {
+    const streamPrefix = uniqueName('history-steps');
+    const admin = new CoordinatorAdmin(redis.client());
+    await admin.createStream({ streamPrefix, shardCount: 4 });
+    // A history as resizeShards records it (Redis ms): 4 -> 6, then 6 -> 3 only 200 ms later (no group
+    // held it up), then 3 -> 5 recorded by a version that kept no `until`.
+    const history = [
+      { version: 2, from: 4, to: 6, switchAt: 1000, until: 1500 },
+      { version: 3, from: 6, to: 3, switchAt: 1200, until: 3200 },
+      { version: 4, from: 3, to: 5, switchAt: 5000 },
+    ];
+    await redis.client().hset(new KeyBuilder().streamMeta(streamPrefix), 'shardCount', 5, 'shardSpan', 6, 'metadataVersion', 4, 'resizeHistory', JSON.stringify(history));
+    await new ProtocolMember(new CoordinatorClient(redis.client()), streamPrefix, 'late', 'a').join();
+
+    const groupMeta = new KeyBuilder().groupKeys(streamPrefix, 'late')[2];
+    const [first, chain] = await redis.client().hmget(groupMeta, 'cutover', 'cutoverChain');
+    const steps = [parseCutover(first)!, ...(JSON.parse(chain!) as unknown[]).map((step) => parseCutover(JSON.stringify(step))!)];
+    expect(steps.map(({ from, to, switchAt, until, held, late, wait }) => ({ from, to, switchAt, until, held, late, wait }))).toEqual([
+      { from: 4, to: 6, switchAt: 1000, until: 1199, held: [0, 1, 2, 3, 4, 5], late: [0, 1, 2, 3], wait: [0, 1, 2, 3, 4, 5] },
+      { from: 6, to: 3, switchAt: 1200, until: 3200, held: [0, 1, 2, 3, 4, 5], late: [3, 4, 5], wait: [0, 1, 2, 3, 4, 5] },
+      { from: 3, to: 5, switchAt: 5000, until: 7000, held: [0, 1, 2, 3, 4, 5], late: [0, 1, 2], wait: [0, 1, 2, 3, 4, 5] },
+    ]);
+  });
 
   it('describeGroup shows the backlog of shards not yet readable during an ordered growth, and says the cutover is not done', async () => {
     const streamPrefix = uniqueName('describe-grow');

@@ -153,6 +153,10 @@ export class ChaosHarness {
   readonly producerStalls: string[] = [];
   private sampling: Promise<void> | undefined;
   private stopped = false;
+  /** Keep the record files after `stop()` (a lane whose check failed), as RSC_CHAOS_KEEP=1 does for every run. */
+  keepRecords = false;
+  /** The stream's `resizeHistory` when the run drained (JSON), kept with the records. */
+  private resizeHistory: string | undefined;
 
   private constructor(
     readonly target: ChaosTarget,
@@ -461,6 +465,9 @@ export class ChaosHarness {
     await Promise.all([...this.members.keys()].map((handle) => this.removeMember(handle, 'SIGTERM')));
     const open = await unacknowledged(this);
     const deadLetters = await readDeadLetters(this);
+    // For the evidence of an order violation only: if Redis cannot answer, the report goes without it.
+    const resizeHistory = (await this.redis.hget(this.admin.keys.streamMeta(this.streamPrefix), 'resizeHistory').catch(() => null)) ?? undefined;
+    this.resizeHistory = resizeHistory;
     return () => check(produced, this.records(), this.faults, open, {
       deadLetters,
       pendingSamples: this.samples,
@@ -474,6 +481,7 @@ export class ChaosHarness {
       lanes: this.settings.lanes > 1,
       mayBeTwice: new Set([...this.load.mayBeTwice, ...this.staleLoad.mayBeTwice]),
       producerStalls: this.producerStalls,
+      resizeHistory,
     });
   }
 
@@ -489,9 +497,15 @@ export class ChaosHarness {
     this.members.clear();
     this.redis.disconnect();
     await this.target.stop();
-    // RSC_CHAOS_KEEP=1 keeps the member processes' record files, to look into a failed run.
-    if (process.env.RSC_CHAOS_KEEP) process.stderr.write(`record files kept in ${this.dir}\n`);
-    else fs.rmSync(this.dir, { recursive: true, force: true });
+    // RSC_CHAOS_KEEP=1 keeps the member processes' record files, to look into a run; a lane whose
+    // check failed keeps them too. Beside them: what each write returned, the faults, the resize history.
+    if (process.env.RSC_CHAOS_KEEP || this.keepRecords) {
+      const produced = [...(this.load?.produced ?? []), ...(this.staleLoad?.produced ?? [])];
+      fs.writeFileSync(path.join(this.dir, 'produced.json'), JSON.stringify(produced));
+      fs.writeFileSync(path.join(this.dir, 'faults.json'), JSON.stringify(this.faults));
+      fs.writeFileSync(path.join(this.dir, 'resize-history.json'), this.resizeHistory ?? 'null');
+      process.stderr.write(`record files kept in ${this.dir}\n`);
+    } else fs.rmSync(this.dir, { recursive: true, force: true });
   }
 }
 

@@ -33,6 +33,7 @@ export function formatReport(report: CheckReport): string {
     ...report.writtenTwice.slice(0, 5).map((l) => `  written twice ${l}`),
     ...report.lost.slice(0, 5).map((l) => `  lost ${l}`),
     ...report.orderViolations.slice(0, 5).map((l) => `  order ${l}`),
+    ...(report.orderEvidence ?? []).map((l) => `  ${l}`),
     ...report.overlaps.slice(0, 5).map((l) => `  overlap ${l}`),
     ...report.keyOverlaps.slice(0, 5).map((l) => `  key overlap ${l}`),
     ...report.unexplainedDuplicates.slice(0, 5).map((l) => `  unexplained duplicate ${l}`),

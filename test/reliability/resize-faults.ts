@@ -15,7 +15,11 @@ export async function resize(h: ChaosHarness, fault: Fault, grow: boolean, order
     'the previous resize to be done',
     async () => {
       try {
-        await h.admin.resizeShards(h.streamPrefix, next, { ordered, graceMs });
+        const result = await h.admin.resizeShards(h.streamPrefix, next, { ordered, graceMs });
+        // Redis times of the switch and of the end of its grace: what a per-key order violation's
+        // evidence (order-evidence.ts) sets the entries' ids against.
+        const switchAt = result.switchAt === undefined ? Number.NaN : Date.parse(result.switchAt);
+        fault.target += ` (switchAt ${switchAt}, until ${switchAt + graceMs})`;
         return true;
       } catch (error) {
         if ((error as Error).name === 'ResizeInProgressError') return false;
@@ -59,7 +63,14 @@ async function cutoversLeft(h: ChaosHarness): Promise<string> {
  */
 export async function staleWrites(h: ChaosHarness, fault: Fault, meanwhile: () => Promise<unknown>) {
   const current = (await h.admin.describeStream(h.streamPrefix))!.shardCount;
-  if (current <= 4) await resize(h, { ...fault }, true, false);
+  if (current <= 4) {
+    // An unordered growth of its own, recorded as such (as new-group records its unordered shrink):
+    // the checker excuses the inversions it allows. Unrecorded, a 5-minute soak of the resize kinds
+    // (seed 7) reported 256 "order violations" around it, every one of them this growth's.
+    const growth: Fault = { kind: 'grow-unordered', at: fault.at };
+    await resize(h, growth, true, false);
+    h.faults.push(growth);
+  }
   const proxy = h.staleLoad.proxy!;
   proxy.freeze();
   try {

@@ -58,6 +58,14 @@ interface LaneResult {
   kinds: FaultKind[];
   order: FaultKind[];
   check: () => CheckReport;
+  harness: ChaosHarness;
+}
+
+/** Whether the report shows a broken promise (what the expectations below fail on). */
+function broken(report: CheckReport): boolean {
+  const lists = [report.unrecovered, report.producerStalls, report.lost, report.stuck, report.orderViolations, report.overlaps, report.keyOverlaps,
+    report.unfencedDeadLetters, report.grantDuplicates, report.writtenTwice, report.unexplainedDuplicates];
+  return lists.some((list) => list.length > 0);
 }
 
 /** One lane: a harness, its kinds once each in an order the seed decides, the load on a while after, the drain. */
@@ -73,22 +81,38 @@ async function runLane(lane: number, kinds: FaultKind[], seed: number, started: 
   }
   // Keep the load on a while after the last fault: an entry stranded by it must be seen stuck.
   await new Promise((resolve) => setTimeout(resolve, 3000));
-  return { lane, kinds, order, check: await harness.drainAndStop() };
+  return { lane, kinds, order, check: await harness.drainAndStop(), harness };
+}
+
+/**
+ * The lanes to run (1-based): every lane, or only `RSC_CHAOS_LANE` (its kinds, its order, its victims:
+ * the seed's schedule of that lane exactly, alone on the machine). A replay with RSC_CHAOS_FAULTS set
+ * to a lane's printed order is no replay: the seed shuffles that list again (another order).
+ */
+export function shortTierLanes(env = process.env.RSC_CHAOS_LANE): number[] {
+  const all = Array.from({ length: SHORT_TIER_HARNESSES }, (_, i) => i + 1);
+  if (env === undefined || env.trim() === '') return all;
+  const lane = Number(env);
+  if (!all.includes(lane)) throw new Error(`RSC_CHAOS_LANE: no lane "${env}" (lanes: ${all.join(', ')})`);
+  return [lane];
 }
 
 /** The short tier: every lane at once, then every promise of the checker for each. */
 export function shortTier(): void {
   const seed = Number(process.env.RSC_CHAOS_SEED ?? 20261129);
-  const lanes = Array.from({ length: SHORT_TIER_HARNESSES }, (_, i) => shortTierKinds(i + 1));
+  const only = shortTierLanes();
+  const lanes = Array.from({ length: SHORT_TIER_HARNESSES }, (_, i) => (only.includes(i + 1) ? shortTierKinds(i + 1) : []));
   const title = lanes.filter((k) => k.length > 0).map((k) => k.join(', ')).join(' | ');
   it(`reliability harness (short tier), each kind once in ${SHORT_TIER_HARNESSES} harness(es) side by side (seed ${seed}): ${title}: nothing lost or stuck, order kept, no overlap, dead letters fenced, every duplicate explained`, async () => {
     const started: ChaosHarness[] = [];
     try {
       const results = await Promise.all(lanes.map((kinds, i) => (kinds.length > 0 ? runLane(i + 1, kinds, seed, started) : undefined)));
-      for (const result of results) {
-        if (!result) continue;
-        const report = result.check();
-        const summary = `lane ${result.lane}, seed ${seed} (replay: RSC_CHAOS_SEED=${seed} RSC_CHAOS_FAULTS=${result.order.join(',')} npx vitest run test/reliability.test.ts)\n${formatReport(report)}`;
+      // Every lane checked before any expectation fails: a lane with a broken promise keeps its record
+      // files (their path goes to stderr when its harness stops), with what was written beside them.
+      const checked = results.flatMap((result) => (result ? [{ result, report: result.check() }] : []));
+      for (const { result, report } of checked) if (broken(report)) result.harness.keepRecords = true;
+      for (const { result, report } of checked) {
+        const summary = `lane ${result.lane}, seed ${seed} (replay: RSC_CHAOS_SEED=${seed} RSC_CHAOS_HARNESSES=${SHORT_TIER_HARNESSES} RSC_CHAOS_LANE=${result.lane} npx vitest run test/reliability.test.ts; order: ${result.order.join(',')})\n${formatReport(report)}`;
         console.info(summary);
         for (const kind of result.kinds) expect(report.faults.filter((f) => f.kind === kind).length, `${kind}\n${summary}`).toBeGreaterThanOrEqual(1);
         expect(report.produced, summary).toBeGreaterThan(200);

@@ -31,6 +31,23 @@ export interface Cutover {
    * resize, so it never rewrites routing markers.
    */
   replay: boolean;
+  /**
+   * A replayed growth's old shards (includes/replayCutovers.lua): a producer still on the old count
+   * may have written a moved key to one of them at or past `switchAt` (before the resize's routing
+   * markers were in place), so they are processed up to `until` and held only after it, while the
+   * other shards are processed up to `switchAt - 1` and held from `switchAt`. Empty otherwise.
+   */
+  late: number[];
+}
+
+/** Up to which time (Redis ms, inclusive) a cutover waits for `shard` to be processed. */
+export function processedUpTo(cutover: Cutover, shard: number): number {
+  return cutover.replay && !cutover.late.includes(shard) ? cutover.switchAt - 1 : cutover.until;
+}
+
+/** The stream id from which a cutover holds `shard`'s entries (for a shard in `held`). */
+export function heldFrom(cutover: Cutover, shard: number): string {
+  return cutover.late.includes(shard) ? `${cutover.until + 1}-0` : `${cutover.switchAt}-0`;
 }
 
 export interface CutoverWait {
@@ -65,6 +82,7 @@ export function parseCutover(json: string | null | undefined): Cutover | null {
     waitUntil: raw.waitUntil === 'drained' ? 'drained' : 'until',
     held: parseShardCsv(raw.held),
     replay: raw.replay === true,
+    late: parseShardCsv(raw.late),
   };
 }
 
@@ -87,7 +105,7 @@ export async function cutoverProgress(
 ): Promise<CutoverProgress> {
   const [seconds, micros] = (await redis.time()) as [number | string, number | string];
   const now = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
-  const end = cutover.waitUntil === 'drained' ? '+' : `${cutover.until}-${MAX_SEQUENCE}`;
+  const end = (shard: number) => (cutover.waitUntil === 'drained' ? '+' : `${processedUpTo(cutover, shard)}-${MAX_SEQUENCE}`);
   const streams = cutover.wait.map((shard) => keys.shardStream(streamPrefix, shard));
 
   // A shard's drain (or its processing up to `until`) means something only once no late write can
@@ -124,8 +142,8 @@ export async function cutoverProgress(
     redis,
     streams.map((stream, i) => ({
       build(pipeline) {
-        pipeline.xrange(stream, `(${groups[i].lastDelivered}`, end, 'COUNT', 1);
-        if (groups[i].pending > 0) pipeline.xpending(stream, consumerGroup, '-', end, 1);
+        pipeline.xrange(stream, `(${groups[i].lastDelivered}`, end(cutover.wait[i]), 'COUNT', 1);
+        if (groups[i].pending > 0) pipeline.xpending(stream, consumerGroup, '-', end(cutover.wait[i]), 1);
         else pipeline.echo('');
       },
     })),

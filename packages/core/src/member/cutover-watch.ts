@@ -1,4 +1,4 @@
-import { type Cutover, cutoverProgress, readCutover } from '../admin/cutover';
+import { type Cutover, cutoverProgress, heldFrom, readCutover } from '../admin/cutover';
 import type { CoordinatorClient } from '../redis/coordinator-client';
 import type { RedisClient } from '../redis/scripts';
 import { withTimeout } from './abortable-sleep';
@@ -9,7 +9,7 @@ export interface CutoverWatchSettings {
   cutoverCheckIntervalMs: number;
   /** How long the cutover read may take before it counts as failed. */
   readTimeoutMs: number;
-  /** Entries of these shards from this id on wait until the cutover completes (ordered shrink). */
+  /** Entries of these shards from this id on wait until the cutover completes (ordered shrink, a later group's steps). */
   setHolds(holds: Map<number, string>): void;
   /** A check of the cutover's progress failed; it is tried again at the next interval. */
   onCheckFailed(error: Error): void;
@@ -43,8 +43,7 @@ export class CutoverWatch {
     const { streamPrefix, consumerGroup, readTimeoutMs } = this.settings;
     const cutover = await withTimeout(readCutover(this.redis, this.coordinator.keys, streamPrefix, consumerGroup), readTimeoutMs);
     this.cutover = cutover;
-    const from = cutover ? `${cutover.switchAt}-0` : '';
-    this.settings.setHolds(new Map((cutover?.held ?? []).map((shard) => [shard, from])));
+    this.settings.setHolds(new Map(cutover ? cutover.held.map((shard) => [shard, heldFrom(cutover, shard)]) : []));
     clearTimeout(this.timer);
     if (cutover) this.schedule(cutover);
   }

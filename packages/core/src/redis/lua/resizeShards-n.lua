@@ -56,8 +56,10 @@ local growing = newCount > oldCount
 -- Producers switch to the new count at switchAt. An ordered shrink gives members switchDelayMs to
 -- learn that the surviving shards are held from that point on, before any moved key is written there.
 -- Never the current millisecond: an entry written just before this call can carry this very
--- millisecond in its id, and every entry routed with the old count must have an id below switchAt
--- (the routing markers enforce it from switchAt on; includes/replayCutovers.lua relies on it).
+-- millisecond in its id. The routing markers refuse the old count from switchAt on once they are
+-- written, right after this script: a growth's old-count writes may reach a little past switchAt
+-- (at most to `until`, which includes/replayCutovers.lua waits for); an ordered shrink's switch waits
+-- for them (switchDelayMs).
 -- (An unordered growth promises no order and is not replayed: it switches at once.)
 local switchAt = now
 if ordered and growing then switchAt = now + 1 end
@@ -114,7 +116,10 @@ redis.call('HDEL', KEYS[1], 'cutover', 'cutoverReadable')
 if ordered or not growing then
   local raw = redis.call('HGET', KEYS[1], 'resizeHistory')
   local history = raw and cjson.decode(raw) or {}
-  history[#history + 1] = { version = version, from = oldCount, to = newCount, switchAt = switchAt }
+  -- `until`: a growth's markers are written after this script (they live in the shards' slots), so a
+  -- producer still on the old count can land a moved key on its old shard at or past switchAt until
+  -- then; a later group's step waits for the old shards up to `until` (includes/replayCutovers.lua).
+  history[#history + 1] = { version = version, from = oldCount, to = newCount, switchAt = switchAt, ['until'] = switchAt + graceMs }
   redis.call('HSET', KEYS[1], 'resizeHistory', cjson.encode(history))
 end
 

@@ -130,9 +130,26 @@ export class RedisSentinel {
     const from = await this.masterPort();
     const to = this.servers.find((s) => s.port !== from && s.isRunning())?.port;
     if (to === undefined) throw new Error(`no running replica of the master on port ${from} to switch to`);
+    // Replication is asynchronous: a write the old master took that has not reached the new one
+    // yet would be dropped when the old master resyncs from it (a stream created just before went
+    // missing on the new master, 1 run in ~10). So writes wait (CLIENT PAUSE WRITE: clients that
+    // write are held, the others go on) until every replica acknowledged everything (WAIT), as a
+    // managed switch does; the held writes then meet a replica (READONLY), as in real life.
+    const replicas = this.servers.filter((s) => s.port !== from && s.isRunning()).length;
+    await onNode(from, async (c) => {
+      await c.call('CLIENT', 'PAUSE', '10000', 'WRITE');
+      const acknowledged = Number(await c.call('WAIT', String(replicas), '5000'));
+      if (acknowledged < replicas) {
+        await c.call('CLIENT', 'UNPAUSE');
+        throw new Error(`switchMaster: ${acknowledged} of ${replicas} replica(s) of the master on port ${from} caught up within 5 s`);
+      }
+    });
     // The old master first: for a moment both are replicas (of each other) and refuse writes, but
     // never are two masters taking writes that one of them would then drop.
-    await onNode(from, (c) => c.call('REPLICAOF', '127.0.0.1', String(to)));
+    await onNode(from, async (c) => {
+      await c.call('REPLICAOF', '127.0.0.1', String(to));
+      await c.call('CLIENT', 'UNPAUSE');
+    });
     await onNode(to, (c) => c.call('REPLICAOF', 'NO', 'ONE'));
     const sentinels = this.sentinels.filter((s) => s.isRunning());
     for (const sentinel of sentinels) {

@@ -1,5 +1,5 @@
 import 'reflect-metadata';
-import { Controller, Injectable, type INestMicroservice, type LoggerService, Module } from '@nestjs/common';
+import { Controller, Injectable, type INestMicroservice, type LoggerService, Module, type Type } from '@nestjs/common';
 import { EventPattern } from '@nestjs/microservices';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { describe, expect, it } from 'vitest';
@@ -32,8 +32,13 @@ async function anApp(streamPrefix: string, pod: string) {
     ],
   })
   class FeatureModule {}
+  return started(FeatureModule);
+}
+
+/** The feature module under the coordinator module of this file's Redis, initialised (closed after the test). */
+async function started(feature: Type): Promise<TestingModule> {
   const app = await Test.createTestingModule({
-    imports: [CoordinatorModule.forRoot({ redis: { url: redis.server.url }, coordinator: { heartbeatIntervalMs: 100 } }), FeatureModule],
+    imports: [CoordinatorModule.forRoot({ redis: { url: redis.server.url }, coordinator: { heartbeatIntervalMs: 100 } }), feature],
   }).compile();
   apps.push(app);
   await app.init();
@@ -83,11 +88,7 @@ describe('static membership in NestJS', () => {
     }
     @Module({ providers: [Handlers] })
     class FeatureModule {}
-    const app = await Test.createTestingModule({
-      imports: [CoordinatorModule.forRoot({ redis: { url: redis.server.url }, coordinator: { heartbeatIntervalMs: 100 } }), FeatureModule],
-    }).compile();
-    apps.push(app);
-    await app.init();
+    const app = await started(FeatureModule);
     const scaled = app.get(StreamListenerRegistry).getOrThrow('scaled');
     await pollUntil('two members with two shards each', async () => scaled.members().every((m) => m.ownedShards().length === 2));
 

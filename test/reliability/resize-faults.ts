@@ -2,6 +2,7 @@
  * Resizing for the fault kinds of faults.ts: a resize that waits for the previous one and for every
  * group's cutover, and a producer's writes held in flight across an ordered shrink.
  */
+import { pairs } from '../../packages/core/src/redis/responses';
 import type { Fault } from './checker';
 import { type ChaosHarness, waitFor } from './harness';
 
@@ -47,14 +48,45 @@ export async function resize(h: ChaosHarness, fault: Fault, grow: boolean, order
 
 /** The groups still cutting over, what they wait for and who owns those shards: for a wait that ran out. */
 async function cutoversLeft(h: ChaosHarness): Promise<string> {
+  // Every member writes its read side's state to its record file (member-process.ts, SIGWINCH).
+  for (const member of h.members.values()) member.child.kill('SIGWINCH');
   const left = [];
   for (const status of await h.admin.cutoverStatus(h.streamPrefix)) {
     if (!status.cutover) continue;
-    const owners = new Map((await h.admin.describeGroup(h.streamPrefix, status.consumerGroup)).shards.map((s) => [s.shardIndex, s.owner]));
-    const waits = (status.waitingFor ?? []).map((w) => `shard ${w.shardIndex}${w.undelivered ? ' undelivered' : ''}${w.pending ? ' pending' : ''} at ${owners.get(w.shardIndex) ?? 'nobody'}`);
-    left.push(`${status.consumerGroup} (${status.cutover.from}->${status.cutover.to}) waits for ${waits.join(', ') || 'nothing (not completed)'}`);
+    const group = status.consumerGroup;
+    const owners = new Map((await h.admin.describeGroup(h.streamPrefix, group)).shards.map((s) => [s.shardIndex, s.owner]));
+    const waiting = status.waitingFor ?? [];
+    // Behind or stalled: how far the group is behind on each shard it waits for, and how many
+    // entries it read there in one second (a shard read at full speed but behind a backlog that does
+    // not shrink is a load above what its owner can process, not a stall).
+    const before = await Promise.all(waiting.map((w) => readProgress(h, group, w.shardIndex)));
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    const after = await Promise.all(waiting.map((w) => readProgress(h, group, w.shardIndex)));
+    const waits = waiting.map((w, i) => {
+      const progress = before[i] && after[i] ? ` (${after[i]!.lag ?? '?'} behind, read ${after[i]!.read - before[i]!.read}/s)` : '';
+      return `shard ${w.shardIndex}${w.undelivered ? ' undelivered' : ''}${w.pending ? ' pending' : ''} at ${owners.get(w.shardIndex) ?? 'nobody'}${progress}`;
+    });
+    left.push(`${group} (${status.cutover.from}->${status.cutover.to}) waits for ${waits.join(', ') || 'nothing (not completed)'}`);
   }
   return left.join('; ') || 'none left';
+}
+
+/** The group's lag on a shard and the entries it has read there in all (XINFO GROUPS); undefined when Redis does not say. */
+async function readProgress(h: ChaosHarness, group: string, shard: number): Promise<{ lag: number | null; read: number } | undefined> {
+  try {
+    const reply = (await h.redis.xinfo('GROUPS', h.admin.keys.shardStream(h.streamPrefix, shard))) as unknown[];
+    for (const entry of reply) {
+      const fields = new Map(pairs(entry));
+      if (fields.get('name') !== group) continue;
+      const lag = fields.get('lag');
+      const read = Number(fields.get('entries-read'));
+      if (!Number.isFinite(read)) return undefined;
+      return { lag: lag === undefined || lag === '' || lag === 'null' ? null : Number(lag), read };
+    }
+  } catch {
+    /* a diagnostic: nothing to add */
+  }
+  return undefined;
 }
 
 /**

@@ -24,6 +24,7 @@
 import fs from 'node:fs';
 import { Cluster, Redis } from 'ioredis';
 import { CoordinatedMember } from '../member/coordinated-member';
+import type { ShardState } from '../member/shard-state';
 import { LOADING_RETRY_MS } from '../redis/connection-defaults';
 
 export interface MemberProcessSettings {
@@ -204,6 +205,16 @@ function main(): void {
     });
   startCompanion();
 
+  // SIGWINCH: one 'state' line with what the member's read loop is doing (for a test that timed
+  // out waiting for this member: which of its shards it reads, holds, waits on). Internals, read
+  // through casts: a diagnostic of the test tool, not an API.
+  process.on('SIGWINCH', () => {
+    try {
+      record({ e: 'state', ...memberState(member) });
+    } catch (error) {
+      record({ e: 'state', failed: (error as Error).message });
+    }
+  });
   process.on('SIGTERM', () => {
     record({ e: 'stopping' });
     void Promise.all([member.stop(), companion?.stop()]).finally(() => {
@@ -229,6 +240,30 @@ function main(): void {
     );
   };
   start();
+}
+
+/** The member's read side as plain data (see SIGWINCH). */
+function memberState(member: CoordinatedMember<{ seq: number }>): Record<string, unknown> {
+  // biome-ignore lint/suspicious/noExplicitAny: a diagnostic of internals
+  const m = member as any;
+  const poller = m.poller;
+  const reader = poller.reader;
+  const polling = reader.polling;
+  const now = Date.now();
+  const shards = poller.shards.all().map((state: ShardState) => {
+    const poll = polling.polls.get(state);
+    return {
+      s: state.index, ge: state.grantEpoch, phase: state.phase, queue: state.queue.length, held: state.held.length, work: [...state.work.entries()].map(([k, w]) => `${k}:${w.ids.join(',')}${w.call ? '*' : ''}`),
+      readCursor: state.readCursor, takeoverCursor: state.takeoverCursor, sweeping: state.sweeping, sinceSweep: now - state.lastSweepAt,
+      problems: [...state.problems.values()], pollDelay: poll?.delayMs, dueIn: poll ? poll.nextAt - now : undefined,
+      woken: polling.woken.has(state.index), wake: polling.wakes.get(state.index)?.confirmed, covered: reader.lastCovered.get(state),
+    };
+  });
+  return {
+    stats: member.stats(), lifecycle: m.lifecycle, shards, holds: [...poller.shards.holds], lingering: [...poller.shards.lingering.keys()], buffered: poller.shards.buffered,
+    reader: { running: reader.running, reads: reader.reads, waitingForRoom: reader.waitingForRoom, sinceRead: now - reader.lastReadAt, currentRead: reader.currentRead ? [...reader.currentRead.shards] : null, mode: reader.currentRead?.mode },
+    dispatcher: { busy: poller.dispatcher.busy }, mayStart: m.mayStartHandlers(), paused: poller.paused,
+  };
 }
 
 if (require.main === module) main();

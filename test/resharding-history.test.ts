@@ -145,6 +145,34 @@ describe('a consumer group created after resizes reads every key in order', () =
     ]);
   });
 
+  it("a group recreated after its keys were lost gets a cutover version of its own: completing its former life's cutover by version completes nothing", async () => {
+    const streamPrefix = uniqueName('history-recreated');
+    const admin = new CoordinatorAdmin(redis.client());
+    const coordinator = new CoordinatorClient(redis.client());
+    await admin.createStream({ streamPrefix, shardCount: 2 });
+    const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 1 });
+    await writeRound(producer, 10, 1);
+    await new ProtocolMember(coordinator, streamPrefix, 'g', 'old').join();
+    await admin.resizeShards(streamPrefix, 3, { graceMs: 0 });
+    const groupMeta = new KeyBuilder().groupKeys(streamPrefix, 'g')[2];
+    const former = parseCutover(await redis.client().hget(groupMeta, 'cutover'))!;
+    expect(former.replay).toBe(false);
+
+    // The group's coordinator keys are lost (shards and streams kept); a member joins and the group
+    // is recreated, replaying the history: its first step waits for every shard up to the switch.
+    await redis.client().del(...new KeyBuilder().groupKeys(streamPrefix, 'g').slice(2));
+    const joined = await new ProtocolMember(coordinator, streamPrefix, 'g', 'new').join();
+    const step = parseCutover(await redis.client().hget(groupMeta, 'cutover'))!;
+    expect(step.replay).toBe(true);
+    expect(step.version).toBeGreaterThan(former.version);
+    expect(joined.metadataVersion).toBe(step.version);
+
+    // A member of the former life, its heartbeat not refused yet, finds that life's cutover ready
+    // and completes it by its version: the new group's step must stay (it was 1 of 1 before).
+    expect(await coordinator.completeCutover(streamPrefix, 'g', former.version)).toBe(false);
+    expect(parseCutover(await redis.client().hget(groupMeta, 'cutover'))?.version).toBe(step.version);
+  });
+
   it('describeGroup shows the backlog of shards not yet readable during an ordered growth, and says the cutover is not done', async () => {
     const streamPrefix = uniqueName('describe-grow');
     const admin = new CoordinatorAdmin(redis.client());

@@ -22,6 +22,11 @@ end
 -- A group created after resizes reads the shard streams from their beginning, so it crosses every
 -- recorded resize in order, one cutover step each (includes/replayCutovers.lua): the first step is
 -- its cutover now, the rest wait in `cutoverChain` for completeCutover-13.lua to install them.
+-- The first step gets a metadataVersion of its own (the stream's, incremented): a group recreated
+-- after its keys were lost may have had a cutover of the stream's current version in its former
+-- life, and a member of that life still checking it (its heartbeat not yet refused) would complete
+-- this step by that version without its conditions; and the new version makes every member that
+-- answers re-read the group's cutover, whatever version it synced before.
 local function createGroup(K, groupName, now, stream)
   redis.call('HSET', K.groupMeta, 'groupEpoch', 0, 'assignmentEpoch', 0, 'epochBumpedAt', now,
     'leaseOwner', '', 'leaseExpiresAt', 0, 'createdAt', now, 'updatedAt', now)
@@ -30,6 +35,8 @@ local function createGroup(K, groupName, now, stream)
   if history then
     local steps = replayCutovers(cjson.decode(history), stream.shardCount)
     local first = table.remove(steps, 1)
+    stream.metadataVersion = redis.call('HINCRBY', K.streamMeta, 'metadataVersion', 1)
+    redis.call('HSET', K.streamMeta, 'updatedAt', now)
     first.version = stream.metadataVersion
     redis.call('HSET', K.groupMeta, 'cutover', cjson.encode(first), 'readableShardSet', first.wait)
     if #steps > 0 then redis.call('HSET', K.groupMeta, 'cutoverChain', cjson.encode(steps)) end

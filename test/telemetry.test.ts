@@ -144,6 +144,40 @@ describe('traces', () => {
     expect(await sum('rsc.consumer.acknowledged', streamPrefix)).toBe(1);
   });
 
+  it("a propagator that throws on an entry's headers fails no entry and blocks no worker: every entry is handled, one error event says so", async () => {
+    const streamPrefix = uniqueName('otel-badprop');
+    // The application's propagator chokes on some header any producer may write.
+    const w3c = new W3CTraceContextPropagator();
+    propagation.disable(); // a global is registered once: the suite's W3C one goes first
+    propagation.setGlobalPropagator({
+      inject: (ctx, carrier, setter) => w3c.inject(ctx, carrier, setter),
+      extract: (ctx, carrier, getter) => {
+        if ((carrier as Record<string, unknown>)?.poison !== undefined) throw new TypeError('cannot parse poison');
+        return w3c.extract(ctx, carrier, getter);
+      },
+      fields: () => w3c.fields(),
+    });
+    try {
+      const handled: string[] = [];
+      // One worker: a slot lost to the failure would stop everything after it.
+      const member = aMember(streamPrefix, 'a', { runtimeMaxConcurrency: 1, handler: (m: StreamMessage) => void handled.push(m.id) });
+      const errors: Error[] = [];
+      member.on('error', (error) => errors.push(error));
+      await member.start();
+      const producer = new StreamProducer(redis.client(), { streamPrefix });
+      for (let i = 0; i < 6; i++) await producer.send({ key: 'k', payload: i, headers: i % 2 === 0 ? { poison: 'x' } : {} });
+      await pollUntil('all 6 entries handled', async () => handled.length === 6);
+      const said = errors.filter((e) => /telemetry: recording a handler call failed/.test(e.message));
+      expect(said).toHaveLength(1);
+      expect(said[0].message).toMatch(/cannot parse poison/);
+      // The calls whose probe worked are recorded as usual.
+      expect(spansOf(streamPrefix, 'process')).toHaveLength(3);
+    } finally {
+      propagation.disable();
+      propagation.setGlobalPropagator(new W3CTraceContextPropagator());
+    }
+  });
+
   it('counts an entry dead-lettered at its first failure as non_retryable, and does not count a retry', async () => {
     const streamPrefix = uniqueName('otel-nonretry');
     const member = aMember(streamPrefix, 'a', {

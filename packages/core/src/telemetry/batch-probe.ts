@@ -7,6 +7,8 @@ import { ATTR } from './semantic-conventions';
 export interface BatchRecorder {
   recordHandler(seconds: number, errorType: string | undefined): void;
   recordBatchSize(size: number): void;
+  /** Something of OpenTelemetry threw while a call was recorded (see MemberTelemetry.probeFailed). */
+  probeFailed(error: unknown): void;
 }
 
 /**
@@ -36,6 +38,14 @@ export class BatchProbe {
    * handled); the error recorded is then the BatchError's cause, the entry's own failure.
    */
   end(outcome: { error: unknown; failedIndex: number | undefined } | undefined): void {
+    try {
+      this.record(outcome);
+    } catch (error) {
+      this.recorder.probeFailed(error);
+    }
+  }
+
+  private record(outcome: { error: unknown; failedIndex: number | undefined } | undefined): void {
     const failure = outcome === undefined ? undefined : outcome.failedIndex === undefined ? outcome.error : ((outcome.error as Error).cause ?? outcome.error);
     const errorType = outcome === undefined ? undefined : errorTypeOf(failure);
     this.recorder.recordHandler((performance.now() - this.startedAt) / 1000, errorType);

@@ -91,8 +91,16 @@ export class HandlerProbe {
     return this.api.context.with(this.spanContext, handler, undefined, message);
   }
 
-  /** The call settled; `error` when it threw or rejected (or timed out). */
+  /** The call settled; `error` when it threw or rejected (or timed out). Never throws (see MemberTelemetry.probeFailed). */
   end(failed: boolean, error?: unknown): void {
+    try {
+      this.record(failed, error);
+    } catch (failure) {
+      this.telemetry.probeFailed(failure);
+    }
+  }
+
+  private record(failed: boolean, error: unknown): void {
     const errorType = failed ? errorTypeOf(error) : undefined;
     this.telemetry.recordHandler((performance.now() - this.startedAt) / 1000, errorType);
     if (!this.span) return;
@@ -127,6 +135,8 @@ export class MemberTelemetry implements BatchRecorder {
   private rebalanceStartedAt: number | undefined;
   private positions: { at: number; value: Promise<Positions> } | undefined;
   private positionsFailing = false;
+  /** A probe failed since the member started (said once: see probeFailed). */
+  private probeFailing = false;
   private readonly base: Attributes;
   private readonly member: Attributes;
   private readonly shardAttributes = new Map<number, Attributes>();
@@ -156,6 +166,7 @@ export class MemberTelemetry implements BatchRecorder {
    */
   attach(target: TelemetryTarget): void {
     this.detach();
+    this.probeFailing = false;
     this.api = otelApi();
     if (!this.api) return;
     this.target = target;
@@ -199,6 +210,15 @@ export class MemberTelemetry implements BatchRecorder {
    * is on. The `process` span is the child of the producer's context found in the entry's headers.
    */
   startHandler(message: StreamMessage, attempt: number): HandlerProbe | undefined {
+    try {
+      return this.probeHandler(message, attempt);
+    } catch (error) {
+      this.probeFailed(error);
+      return undefined;
+    }
+  }
+
+  private probeHandler(message: StreamMessage, attempt: number): HandlerProbe | undefined {
     const api = this.api;
     if (!api) return undefined;
     if (attempt === 1) this.instruments?.consumed.add(1, this.base);
@@ -224,6 +244,15 @@ export class MemberTelemetry implements BatchRecorder {
    * many parents (OpenTelemetry's messaging conventions for batch processing).
    */
   startBatch(messages: readonly StreamMessage[], shardIndex: number, firstCall: boolean): BatchProbe | undefined {
+    try {
+      return this.probeBatch(messages, shardIndex, firstCall);
+    } catch (error) {
+      this.probeFailed(error);
+      return undefined;
+    }
+  }
+
+  private probeBatch(messages: readonly StreamMessage[], shardIndex: number, firstCall: boolean): BatchProbe | undefined {
     const api = this.api;
     if (!api) return undefined;
     if (firstCall) this.instruments?.consumed.add(messages.length, this.base);
@@ -259,6 +288,19 @@ export class MemberTelemetry implements BatchRecorder {
       [ATTR.clientId]: this.identity.memberId,
       [ATTR.partition]: String(shardIndex),
     };
+  }
+
+  /**
+   * @internal Something of OpenTelemetry threw on the hot path: the application's propagator (on
+   * an entry's headers, which any producer writes), tracer, span processor or meter. The handler call
+   * runs (or ran) all the same, unrecorded: a failure there must not fail an entry, and a probe that
+   * threw before the call would leave the entry in flight for ever, its lane blocked. One 'error'
+   * event per start of the member says so (at thousands of entries a second, one each would flood).
+   */
+  probeFailed(error: unknown): void {
+    if (this.probeFailing) return;
+    this.probeFailing = true;
+    this.target?.reportError(new Error(`telemetry: recording a handler call failed, handlers run on unrecorded (said once until the member starts again): ${error instanceof Error ? error.message : String(error)}`, { cause: error }));
   }
 
   /** @internal from BatchProbe */

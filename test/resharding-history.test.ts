@@ -145,6 +145,34 @@ describe('a consumer group created after resizes reads every key in order', () =
     ]);
   });
 
+  it('a group recreated after five resizes crosses its replayed steps without waiting a check interval for each', async () => {
+    const streamPrefix = uniqueName('history-fast');
+    const admin = new CoordinatorAdmin(redis.client());
+    await admin.createStream({ streamPrefix, shardCount: 2 });
+    const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 1 });
+    const before = new HandlerRecorder();
+    const first = aMember({ streamPrefix, memberId: 'first', handler: before.handler('first') });
+    await first.start();
+    for (const [i, count] of [3, 4, 5, 6, 7].entries()) {
+      await writeRound(producer, 20, i + 1);
+      await admin.resizeShards(streamPrefix, count, { graceMs: 0 });
+      await pollUntil('the cutover done', async () => (await admin.cutoverStatus(streamPrefix)).every((c) => c.cutover === null));
+    }
+    await pollUntil('100 entries handled', async () => before.distinctEntries() >= 100);
+    await first.stop();
+
+    // The group's keys are lost; a member checking once a minute recreates it. Its five replayed
+    // steps are all met already (everything was processed): one check interval each would be five minutes.
+    const groupKeys = new KeyBuilder().groupKeys(streamPrefix, 'group');
+    await redis.client().del(...groupKeys.slice(2));
+    const after = new HandlerRecorder();
+    const member = aMember({ streamPrefix, memberId: 'late', cutoverCheckIntervalMs: 60_000, handler: after.handler('late') });
+    await member.start();
+    await pollUntil('every replayed step completed', async () => (await redis.client().hmget(groupKeys[2], 'cutover', 'cutoverChain')).every((v) => v === null), { timeoutMs: 10_000 });
+    await writeRound(producer, 20, 6);
+    await pollUntil('the new round handled', async () => after.distinctEntries() >= 20, { timeoutMs: 10_000 });
+  }, 40_000);
+
   it("a group recreated after its keys were lost gets a cutover version of its own: completing its former life's cutover by version completes nothing", async () => {
     const streamPrefix = uniqueName('history-recreated');
     const admin = new CoordinatorAdmin(redis.client());

@@ -42,10 +42,14 @@ export class CutoverWatch {
   async sync(): Promise<void> {
     const { streamPrefix, consumerGroup, readTimeoutMs } = this.settings;
     const cutover = await withTimeout(readCutover(this.redis, this.coordinator.keys, streamPrefix, consumerGroup), readTimeoutMs);
+    const fresh = cutover !== null && cutover.version !== this.cutover?.version;
     this.cutover = cutover;
     this.settings.setHolds(new Map(cutover ? cutover.held.map((shard) => [shard, heldFrom(cutover, shard)]) : []));
     clearTimeout(this.timer);
-    if (cutover) this.schedule(cutover);
+    // A replayed step (a group created after resizes) is checked at once when it is new: its switch
+    // and grace are long past and its shards mostly processed, so a group with a long history crosses
+    // it step after step at the speed of Redis, not one check interval per recorded resize.
+    if (cutover) this.schedule(cutover, fresh && cutover.replay);
   }
 
   stop(): void {
@@ -59,9 +63,9 @@ export class CutoverWatch {
     this.cutover = null;
   }
 
-  private schedule(cutover: Cutover): void {
+  private schedule(cutover: Cutover, now = false): void {
     if (this.stopped || this.cutover !== cutover) return;
-    const delay = Math.round(this.settings.cutoverCheckIntervalMs * (0.75 + 0.5 * Math.random()));
+    const delay = now ? 0 : Math.round(this.settings.cutoverCheckIntervalMs * (0.75 + 0.5 * Math.random()));
     this.timer = setTimeout(() => void this.check(cutover), delay);
   }
 

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { compareStreamIds, CoordinatorAdmin, CoordinatorClient, KeyBuilder, shardForKey, StreamProducer, type StreamMessage } from '@redis-stream-coordinator/core';
 import { ProtocolMember } from '@redis-stream-coordinator/core/testing';
 import { parseCutover } from '../packages/core/src/admin/cutover';
+import { CutoverWatch } from '../packages/core/src/member/cutover-watch';
 import { evalsha, scriptShas } from './reliability/faults';
 import { HandlerRecorder, keyedMessages, type KeyedPayload } from './support/handler-recorder';
 import { memberFactory } from './support/member-factory';
@@ -172,6 +173,42 @@ describe('a consumer group created after resizes reads every key in order', () =
     await writeRound(producer, 20, 6);
     await pollUntil('the new round handled', async () => after.distinctEntries() >= 20, { timeoutMs: 10_000 });
   }, 40_000);
+
+  it("a member's cutover read that finds the group's keys gone, or the group recreated since the answer, fails and releases nothing it holds", async () => {
+    const streamPrefix = uniqueName('history-holds');
+    const admin = new CoordinatorAdmin(redis.client());
+    const coordinator = new CoordinatorClient(redis.client());
+    await admin.createStream({ streamPrefix, shardCount: 3 });
+    const joined = await new ProtocolMember(coordinator, streamPrefix, 'g', 'old').join();
+    // An ordered shrink: the shards keys move to are held from its switch on.
+    await admin.resizeShards(streamPrefix, 2, { graceMs: 60_000 });
+    const holds: Map<number, string>[] = [];
+    const watch = new CutoverWatch(redis.client(), coordinator, {
+      streamPrefix, consumerGroup: 'g', cutoverCheckIntervalMs: 60_000, readTimeoutMs: 2000,
+      setHolds: (h) => holds.push(h), onCheckFailed: () => undefined, onCompleted: () => undefined,
+    });
+    try {
+      // The read a heartbeat answer of this life asked for: the holds are set.
+      await watch.sync(joined.incarnation);
+      expect(holds).toHaveLength(1);
+      expect(holds[0].size).toBeGreaterThan(0);
+      // The group's keys are lost between an answer and the read it asked for: a read of "no
+      // cutover" would release the held entries while a member of the former life still runs.
+      const groupKeys = new KeyBuilder().groupKeys(streamPrefix, 'g');
+      await redis.client().del(...groupKeys.slice(2));
+      await expect(watch.sync(joined.incarnation)).rejects.toThrow(/keys are gone/);
+      // Recreated meanwhile: its cutover is not this life's.
+      const recreated = await new ProtocolMember(coordinator, streamPrefix, 'g', 'new').join();
+      await expect(watch.sync(joined.incarnation)).rejects.toThrow(/recreated/);
+      expect(holds).toHaveLength(1);
+      // Rejoined, the member reads the new life's cutover (its replayed step holds every shard).
+      await watch.sync(recreated.incarnation);
+      expect(holds).toHaveLength(2);
+      expect([...holds[1].keys()]).toEqual([0, 1, 2]);
+    } finally {
+      watch.stop();
+    }
+  });
 
   it("a group recreated after its keys were lost gets a cutover version of its own: completing its former life's cutover by version completes nothing", async () => {
     const streamPrefix = uniqueName('history-recreated');

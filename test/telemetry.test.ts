@@ -172,6 +172,17 @@ describe('traces', () => {
       expect(said[0].message).toMatch(/cannot parse poison/);
       // The calls whose probe worked are recorded as usual.
       expect(spansOf(streamPrefix, 'process')).toHaveLength(3);
+
+      // A member without an 'error' listener: EventEmitter throws the report, which must not take
+      // the worker either.
+      const unheard = uniqueName('otel-badprop-unheard');
+      const quiet: string[] = [];
+      const bare = new CoordinatedMember(redis.client(), { streamPrefix: unheard, consumerGroup: 'group', memberId: 'b', shardCount: 1, runtimeMaxConcurrency: 1, coordinator: { heartbeatIntervalMs: 200 }, handler: (m) => void quiet.push(m.id) });
+      started.push(bare);
+      await bare.start();
+      const other = new StreamProducer(redis.client(), { streamPrefix: unheard });
+      for (let i = 0; i < 3; i++) await other.send({ key: 'k', payload: i, headers: { poison: 'x' } });
+      await pollUntil('all 3 entries handled by the member without a listener', async () => quiet.length === 3);
     } finally {
       propagation.disable();
       propagation.setGlobalPropagator(new W3CTraceContextPropagator());

@@ -1,4 +1,4 @@
-import { type Cutover, cutoverProgress, heldFrom, readCutover } from '../admin/cutover';
+import { type Cutover, cutoverProgress, heldFrom, readGroupCutover } from '../admin/cutover';
 import type { CoordinatorClient } from '../redis/coordinator-client';
 import type { RedisClient } from '../redis/scripts';
 import { withTimeout } from './abortable-sleep';
@@ -37,11 +37,19 @@ export class CutoverWatch {
   /**
    * Reads the group's cutover, holds what it holds and checks on it until it completes. The read is
    * bounded by `readTimeoutMs`, so it cannot hold up a heartbeat loop; it rejects when the read failed
-   * or was late, and then nothing changed.
+   * or was late, and then nothing changed. `incarnation` is the group's life the answer that asked
+   * for this read came from: when the group's keys are gone by the time of the read, or it is another
+   * life's (recreated meanwhile), it rejects too and the holds stay: "no cutover" read then would
+   * release entries that the group, in either life, still orders after others.
    */
-  async sync(): Promise<void> {
+  async sync(incarnation: string): Promise<void> {
     const { streamPrefix, consumerGroup, readTimeoutMs } = this.settings;
-    const cutover = await withTimeout(readCutover(this.redis, this.coordinator.keys, streamPrefix, consumerGroup), readTimeoutMs);
+    const read = await withTimeout(readGroupCutover(this.redis, this.coordinator.keys, streamPrefix, consumerGroup), readTimeoutMs);
+    if (read.incarnation === null) throw new Error(`the group's keys are gone (lost, or the group deleted); what is held stays held until the member has rejoined`);
+    if (read.incarnation !== incarnation) {
+      throw new Error(`the group was recreated since the answer (incarnation ${read.incarnation}, the answer's ${incarnation}); what is held stays held until the member has rejoined`);
+    }
+    const cutover = read.cutover;
     const fresh = cutover !== null && cutover.version !== this.cutover?.version;
     this.cutover = cutover;
     this.settings.setHolds(new Map(cutover ? cutover.held.map((shard) => [shard, heldFrom(cutover, shard)]) : []));

@@ -286,7 +286,7 @@ export class MemberHeartbeat {
     // Gains wait until the metadata is synced: a shard gained during an ordered shrink needs its hold
     // first. Revocations never wait.
     let synced = response.metadataVersion === metadata.version;
-    if (!synced && this.host.running()) synced = await metadata.sync(response.metadataVersion);
+    if (!synced && this.host.running()) synced = await metadata.sync(response.metadataVersion, response.incarnation);
     if (!this.host.heartbeating()) return;
     reconciler.apply(response, synced && this.host.running());
     this.joinWaiter?.resolve();

@@ -300,7 +300,11 @@ export class MemberTelemetry implements BatchRecorder {
   probeFailed(error: unknown): void {
     if (this.probeFailing) return;
     this.probeFailing = true;
-    this.target?.reportError(new Error(`telemetry: recording a handler call failed, handlers run on unrecorded (said once until the member starts again): ${error instanceof Error ? error.message : String(error)}`, { cause: error }));
+    try {
+      this.target?.reportError(new Error(`telemetry: recording a handler call failed, handlers run on unrecorded (said once until the member starts again): ${error instanceof Error ? error.message : String(error)}`, { cause: error }));
+    } catch {
+      // A member without an 'error' listener throws here (EventEmitter): the call must run all the same.
+    }
   }
 
   /** @internal from BatchProbe */

@@ -58,7 +58,7 @@ describe('attack: an ordered shrink whose cutover read is late', () => {
       await pollUntil('key entry 1 running on shard 1', async () => started.includes(1));
 
       // The member's cutover read after the shrink is late (held at the proxy).
-      const cutoverRead = proxy.holdNextRequest(TcpProxy.command('HGET', 'cutover'));
+      const cutoverRead = proxy.holdNextRequest(TcpProxy.command('HMGET', 'cutover'));
       holds.push(cutoverRead);
       const resized = await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 1, { ordered: true, switchDelayMs: 100, graceMs: 100 });
       await cutoverRead.arrived;

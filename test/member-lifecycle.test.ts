@@ -276,9 +276,9 @@ describe('the cutover read after a metadata change (issue 11, suspected)', () =>
       if (/cutover/.test(error.message)) cutoverErrors.push(error);
     });
 
-    // The group's cutover is the only thing the member reads with HGET: that read now never answers.
-    const hget = connection.hget.bind(connection);
-    connection.hget = (() => new Promise(() => undefined)) as unknown as typeof connection.hget;
+    // The group's cutover is the only thing the member reads with HMGET: that read now never answers.
+    const hmget = connection.hmget.bind(connection);
+    connection.hmget = (() => new Promise(() => undefined)) as unknown as typeof connection.hmget;
     await redis.client().hincrby(new KeyBuilder().streamMeta(streamPrefix), 'metadataVersion', 1);
     await pollUntil('the failed read to show', async () => a.stats().problems.some((p) => /cutover/.test(p)));
     await b.stop(); // a is granted b's shards now, but has no holds for them yet
@@ -290,7 +290,7 @@ describe('the cutover read after a metadata change (issue 11, suspected)', () =>
     expect(await events(streamPrefix, 'MEMBER_EXPIRED')).toEqual(expiredBefore);
     expect((await memberState(streamPrefix, 'a'))!.state).toBe('ACTIVE');
 
-    connection.hget = hget;
+    connection.hmget = hmget;
     await pollUntil('a to take the shards once the metadata is synced', async () => a.ownedShards().length === 4 && a.stats().problems.length === 0);
   });
 });

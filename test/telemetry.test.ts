@@ -1,4 +1,4 @@
-import { context, metrics, propagation, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
+import { type Context, context, metrics, propagation, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { AggregationTemporality, type DataPoint, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader } from '@opentelemetry/sdk-metrics';
@@ -186,6 +186,45 @@ describe('traces', () => {
     } finally {
       propagation.disable();
       propagation.setGlobalPropagator(new W3CTraceContextPropagator());
+    }
+  });
+
+  it.each(['before', 'after'] as const)("a context manager that throws %s the handler's call neither fails the entry nor runs it twice", async (when) => {
+    const streamPrefix = uniqueName(`otel-badctx-${when}`);
+    const inner = new AsyncLocalStorageContextManager().enable();
+    const ours = (ctx: Context) => (trace.getSpan(ctx) as unknown as { name?: string } | undefined)?.name === `process ${streamPrefix}`;
+    context.disable(); // a global is registered once: the suite's goes first
+    context.setGlobalContextManager({
+      active: () => inner.active(),
+      with: (ctx, fn, thisArg, ...args) => {
+        if (!ours(ctx)) return inner.with(ctx, fn, thisArg, ...args);
+        if (when === 'before') throw new Error('context manager broke before the call');
+        inner.with(ctx, fn, thisArg, ...args);
+        throw new Error('context manager broke after the call');
+      },
+      bind: (ctx, target) => inner.bind(ctx, target),
+      enable() {
+        return this;
+      },
+      disable() {
+        inner.disable();
+        return this;
+      },
+    });
+    try {
+      const runs = new Map<string, number>();
+      const member = aMember(streamPrefix, 'a', { handler: async (m: StreamMessage) => void runs.set(m.id, (runs.get(m.id) ?? 0) + 1) });
+      const errors: Error[] = [];
+      member.on('error', (error) => errors.push(error));
+      await member.start();
+      const producer = new StreamProducer(redis.client(), { streamPrefix });
+      for (let i = 0; i < 4; i++) await producer.send({ key: 'k', payload: i });
+      await pollUntil('4 entries acknowledged', async () => (await sum('rsc.consumer.acknowledged', streamPrefix)) === 4);
+      expect([...runs.values()]).toEqual([1, 1, 1, 1]);
+      expect(errors.filter((e) => /telemetry: recording a handler call failed.*context manager broke/.test(e.message))).toHaveLength(1);
+    } finally {
+      context.disable();
+      context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
     }
   });
 

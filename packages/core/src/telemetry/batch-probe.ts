@@ -1,6 +1,7 @@
 import type { Context, Span } from '@opentelemetry/api';
 import type { StreamMessage } from '../protocol/entry-format';
 import type { Otel } from './otel-api';
+import { runInContext } from './run-in-context';
 import { ATTR } from './semantic-conventions';
 
 /** What a batch probe reports its call to: the member's telemetry. */
@@ -30,7 +31,8 @@ export class BatchProbe {
   /** Calls the handler inside the batch's span context, so that spans it starts are its children. */
   run<R>(handler: (messages: StreamMessage[]) => R, messages: StreamMessage[]): R {
     if (!this.spanContext) return handler(messages);
-    return this.api.context.with(this.spanContext, handler, undefined, messages);
+    // The handler's own outcome counts, whatever the context manager does (runInContext).
+    return runInContext(this.api, this.spanContext, handler, messages, (error) => this.recorder.probeFailed(error));
   }
 
   /**

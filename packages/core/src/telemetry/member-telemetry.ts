@@ -6,6 +6,7 @@ import { ErrorCode } from '../protocol/error-codes';
 import type { HeartbeatObservation } from '../redis/coordinator-options';
 import type { StreamGroupInfo } from '../redis/responses';
 import { BatchProbe, type BatchRecorder, errorTypeOf } from './batch-probe';
+import { runInContext } from './run-in-context';
 import { INSTRUMENTATION_SCOPE, INSTRUMENTATION_VERSION, type Otel, otelApi, registeredMeter, tracerProviderRegistered } from './otel-api';
 import { ATTR, BATCH_SIZE_BUCKETS, FAST_BUCKETS_S, MESSAGING_SYSTEM, METRIC, REBALANCE_BUCKETS_S } from './semantic-conventions';
 
@@ -85,10 +86,14 @@ export class HandlerProbe {
     private readonly spanContext: Context | undefined,
   ) {}
 
-  /** Calls the handler inside the process span's context, so that spans it starts are its children. */
+  /**
+   * Calls the handler inside the process span's context, so that spans it starts are its children.
+   * The handler's own outcome is what counts: a context manager that throws (before or after the
+   * call) neither fails the entry nor runs the handler twice (see MemberTelemetry.probeFailed).
+   */
   run<R>(handler: (message: StreamMessage) => R, message: StreamMessage): R {
     if (!this.spanContext) return handler(message);
-    return this.api.context.with(this.spanContext, handler, undefined, message);
+    return runInContext(this.api, this.spanContext, handler, message, (error) => this.telemetry.probeFailed(error));
   }
 
   /** The call settled; `error` when it threw or rejected (or timed out). Never throws (see MemberTelemetry.probeFailed). */

@@ -1,0 +1,28 @@
+import type { Context } from '@opentelemetry/api';
+import type { Otel } from './otel-api';
+
+/**
+ * `handler(input)` inside `context`; if OpenTelemetry's context manager throws, the handler runs (or
+ * has run) once all the same, its own result or throw is what the caller gets, and `failed` hears of
+ * the context manager's error.
+ */
+export function runInContext<I, R>(api: Otel, context: Context, handler: (input: I) => R, input: I, failed: (error: unknown) => void): R {
+  let called = false;
+  let outcome: { result: R } | { error: unknown } | undefined;
+  try {
+    api.context.with(context, () => {
+      called = true;
+      try {
+        outcome = { result: handler(input) };
+      } catch (error) {
+        outcome = { error };
+      }
+    });
+  } catch (error) {
+    failed(error);
+    if (!called) return handler(input);
+  }
+  if (outcome === undefined) return handler(input); // a context manager that never called it
+  if ('error' in outcome) throw outcome.error;
+  return outcome.result;
+}

@@ -151,7 +151,7 @@ export class CoordinatorAdmin {
     }
     throw new Error(
       `stream "${streamPrefix}": resized to ${count} shards (metadataVersion ${routing.version}), but the shards' routing markers ` +
-        `could not be written (${(lastError as Error).message}); the members' cutover checks write them, or call resizeShards(${count}) again`,
+        `could not be written (${(lastError as Error).message}); the cutover checks of the groups live now write them (not those of a group created later): call resizeShards(${count}) again to write them`,
     );
   }
 

@@ -8,7 +8,7 @@ import { KeyBuilder } from '../redis/keys';
 import { createStreamMetadata, ensureRoutingMarkers, routingOfMetadata } from '../redis/stream-metadata';
 import { pairs, parseShardCsv } from '../redis/responses';
 import { type RedisClient, runScript } from '../redis/scripts';
-import { type Cutover, type CutoverProgress, cutoverProgress, readCutover } from './cutover';
+import { type Cutover, type CutoverProgress, cutoverProgress, readGroupCutover } from './cutover';
 import { type DeadLetterPurge, purgeMany } from './dead-letter-purge';
 import { type DeadLetterReplay, replayMany, replayOne, type ReplayContext, replayProducer, type ReplayDeadLettersOptions } from './dead-letter-replay';
 import {
@@ -160,7 +160,7 @@ export class CoordinatorAdmin {
     const groups = (await this.redis.smembers(this.keys.streamGroups(streamPrefix))).sort();
     return Promise.all(
       groups.map(async (consumerGroup): Promise<GroupCutoverStatus> => {
-        const cutover = await readCutover(this.redis, this.keys, streamPrefix, consumerGroup);
+        const { cutover } = await readGroupCutover(this.redis, this.keys, streamPrefix, consumerGroup);
         if (!cutover) return { consumerGroup, cutover };
         return { consumerGroup, cutover, ...(await cutoverProgress(this.redis, this.keys, streamPrefix, consumerGroup, cutover)) };
       }),

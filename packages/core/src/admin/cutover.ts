@@ -87,8 +87,9 @@ export function parseCutover(json: string | null | undefined): Cutover | null {
 }
 
 /**
- * The group's pending cutover, and which life of the group it belongs to: its incarnation (as the
- * coordinator's answers carry it), or null when the group's keys are gone. One HMGET.
+ * The group's pending cutover (or null), and which life of the group it belongs to: its incarnation
+ * (as the coordinator's answers carry it), or null when the group's keys are gone. One HMGET, same
+ * slot as the rest of the group's metadata.
  */
 export async function readGroupCutover(
   redis: RedisClient,
@@ -99,11 +100,6 @@ export async function readGroupCutover(
   const [raw, incarnation, groupEpoch] = await redis.hmget(keys.groupKeys(streamPrefix, consumerGroup)[2], 'cutover', 'incarnation', 'groupEpoch');
   // A group from before incarnations were kept answers '0' (includes/group.lua).
   return { cutover: parseCutover(raw), incarnation: groupEpoch === null ? null : (incarnation ?? '0') };
-}
-
-/** The group's pending cutover, or null. One HGET, same slot as the rest of the group's metadata. */
-export async function readCutover(redis: RedisClient, keys: KeyBuilder, streamPrefix: string, consumerGroup: string): Promise<Cutover | null> {
-  return parseCutover(await redis.hget(keys.groupKeys(streamPrefix, consumerGroup)[2], 'cutover'));
 }
 
 /**

@@ -64,9 +64,10 @@ export class MetadataSync {
   /**
    * The stream's metadata changed (or this member just joined): read the group's cutover, hold what
    * it holds, and check on it until it completes (docs/resharding.md). `incarnation`: the group's
-   * life the answer came from (a read that finds another, or no group, fails: see CutoverWatch.sync). The read is bounded (a third
-   * of the session timeout), so it cannot hold up the heartbeat loop. On failure the version stays
-   * old, the next heartbeat tries again, and false tells the caller to take no new shards meanwhile.
+   * life the answer came from (a read that finds another, or no group, fails: see CutoverWatch.sync).
+   * The read is bounded (a third of the session timeout), so it cannot hold up the heartbeat loop.
+   * On failure the version stays old, the next heartbeat tries again, and false tells the caller to
+   * take no new shards meanwhile.
    */
   async sync(metadataVersion: number, incarnation: string): Promise<boolean> {
     // Behind from the moment a newer version is known until its cutover is read.

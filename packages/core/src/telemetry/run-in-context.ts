@@ -7,11 +7,10 @@ import type { Otel } from './otel-api';
  * the context manager's error.
  */
 export function runInContext<I, R>(api: Otel, context: Context, handler: (input: I) => R, input: I, failed: (error: unknown) => void): R {
-  let called = false;
+  // Set once the handler was called (whatever it did): the context manager's own throw is told apart.
   let outcome: { result: R } | { error: unknown } | undefined;
   try {
     api.context.with(context, () => {
-      called = true;
       try {
         outcome = { result: handler(input) };
       } catch (error) {
@@ -20,9 +19,9 @@ export function runInContext<I, R>(api: Otel, context: Context, handler: (input:
     });
   } catch (error) {
     failed(error);
-    if (!called) return handler(input);
   }
-  if (outcome === undefined) return handler(input); // a context manager that never called it
+  // Not called: the context manager threw before the call, or never made it.
+  if (outcome === undefined) return handler(input);
   if ('error' in outcome) throw outcome.error;
   return outcome.result;
 }

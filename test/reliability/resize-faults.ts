@@ -2,7 +2,7 @@
  * Resizing for the fault kinds of faults.ts: a resize that waits for the previous one and for every
  * group's cutover, and a producer's writes held in flight across an ordered shrink.
  */
-import { pairs } from '../../packages/core/src/redis/responses';
+import { findGroupInfo } from '../../packages/core/src/redis/responses';
 import type { Fault } from './checker';
 import { type ChaosHarness, waitFor } from './harness';
 
@@ -73,20 +73,8 @@ async function cutoversLeft(h: ChaosHarness): Promise<string> {
 
 /** The group's lag on a shard and the entries it has read there in all (XINFO GROUPS); undefined when Redis does not say. */
 async function readProgress(h: ChaosHarness, group: string, shard: number): Promise<{ lag: number | null; read: number } | undefined> {
-  try {
-    const reply = (await h.redis.xinfo('GROUPS', h.admin.keys.shardStream(h.streamPrefix, shard))) as unknown[];
-    for (const entry of reply) {
-      const fields = new Map(pairs(entry));
-      if (fields.get('name') !== group) continue;
-      const lag = fields.get('lag');
-      const read = Number(fields.get('entries-read'));
-      if (!Number.isFinite(read)) return undefined;
-      return { lag: lag === undefined || lag === '' || lag === 'null' ? null : Number(lag), read };
-    }
-  } catch {
-    /* a diagnostic: nothing to add */
-  }
-  return undefined;
+  const info = findGroupInfo(await h.redis.xinfo('GROUPS', h.admin.keys.shardStream(h.streamPrefix, shard)).catch(() => []), group);
+  return info?.entriesRead == null ? undefined : { lag: info.lag, read: info.entriesRead };
 }
 
 /**

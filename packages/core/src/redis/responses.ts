@@ -21,6 +21,8 @@ export interface StreamGroupInfo {
   pending: number;
   /** Undelivered entries; null where Redis cannot tell (after deletions, trimming or an AOF restart). */
   lag: number | null;
+  /** Entries the group has read from the stream in all (Redis 7 `entries-read`); null where Redis does not say. */
+  entriesRead: number | null;
 }
 
 /** The group's entry in an XINFO GROUPS reply, or undefined when the group has never read the stream. */
@@ -28,14 +30,19 @@ export function findGroupInfo(reply: unknown, consumerGroup: string): StreamGrou
   for (const entry of (reply as unknown[]) ?? []) {
     const fields = new Map(pairs(entry));
     if (fields.get('name') !== consumerGroup) continue;
-    const lag = fields.get('lag');
     return {
       lastDelivered: fields.get('last-delivered-id') ?? '0-0',
       pending: Number(fields.get('pending') ?? 0),
-      lag: lag === undefined || lag === '' || lag === 'null' ? null : Number(lag),
+      lag: optionalCount(fields.get('lag')),
+      entriesRead: optionalCount(fields.get('entries-read')),
     };
   }
   return undefined;
+}
+
+/** A count XINFO may leave out or give as nil (RESP2 '' or 'null' once stringified). */
+function optionalCount(value: string | undefined): number | null {
+  return value === undefined || value === '' || value === 'null' ? null : Number(value);
 }
 
 /** XINFO on a stream that does not exist fails with "no such key". */

@@ -2,7 +2,7 @@
  * The reliability checker: from what the producers wrote, what every member process recorded, what
  * the harness sampled from Redis and the faults it injected, it tells whether the product's promises
  * held (SPEC sections 1, 5 and 9). Pure: every input is data, so its own tests
- * (test/reliability-checker.test.ts) can show that it catches each broken promise.
+ * (test/reliability/reliability-checker.test.ts) can show that it catches each broken promise.
  */
 import { orderEvidence, type OrderViolation } from './order-evidence';
 import { deadLetterFencing, grantDuplicates, stuckEntries, writtenTwice } from './promises';

@@ -112,7 +112,7 @@ export function shortTier(): void {
       const checked = results.flatMap((result) => (result ? [{ result, report: result.check() }] : []));
       for (const { result, report } of checked) if (broken(report)) result.harness.keepRecords = true;
       for (const { result, report } of checked) {
-        const summary = `lane ${result.lane}, seed ${seed} (replay: RSC_CHAOS_SEED=${seed} RSC_CHAOS_HARNESSES=${SHORT_TIER_HARNESSES} RSC_CHAOS_LANE=${result.lane} npx vitest run test/reliability.test.ts; order: ${result.order.join(',')})\n${formatReport(report)}`;
+        const summary = `lane ${result.lane}, seed ${seed} (replay: RSC_CHAOS_SEED=${seed} RSC_CHAOS_HARNESSES=${SHORT_TIER_HARNESSES} RSC_CHAOS_LANE=${result.lane} npx vitest run test/reliability/reliability.test.ts; order: ${result.order.join(',')})\n${formatReport(report)}`;
         console.info(summary);
         for (const kind of result.kinds) expect(report.faults.filter((f) => f.kind === kind).length, `${kind}\n${summary}`).toBeGreaterThanOrEqual(1);
         expect(report.produced, summary).toBeGreaterThan(200);

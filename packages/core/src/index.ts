@@ -34,12 +34,12 @@ export { type StandardSchemaIssue, type StandardSchemaResult, type StandardSchem
 export { shardForKey, jumpConsistentHash, fnv1a64 } from './producer/key-hash';
 export { StreamProducer, type StreamProducerOptions } from './producer/stream-producer';
 export { PartialBatchError, type FailedEntry, type SendResult, type WrittenEntry } from './producer/send-results';
-export { NotReplicatedError, type ReplicaWait } from './redis/replica-wait';
-export { LOADING_RETRY_MS } from './redis/connection-defaults';
-export { isReadonlyError, reconnectOnReadonly } from './redis/readonly-reconnect';
+export { NotReplicatedError, type ReplicaWait } from './redis/connection/replica-wait';
+export { LOADING_RETRY_MS } from './redis/connection/connection-defaults';
+export { isReadonlyError, reconnectOnReadonly } from './redis/connection/readonly-reconnect';
 export { CoordinatedMember, type MemberEvents, type ShardsEvent, type StopOptions } from './member/coordinated-member';
 export { type BatchMemberOptions, type BatchMessageHandler, type CoordinatedMemberOptions, type CoordinatedMemberSettings, type MessageHandler } from './member/member-options';
 export { type BatchOptions, MAX_LANES } from './member/consumption-options';
-export { AckRefusedError, type AckRefusalReason, type AckRefusedEvent, AckTimeoutError, BatchError, NackedError } from './member/consumption-errors';
-export { type DeadLetterCause, type DeadLetterEvent, type DeadLetterNotice, type DeadLetterOptions, type ErrorClass } from './member/dead-letter-options';
+export { AckRefusedError, type AckRefusalReason, type AckRefusedEvent, AckTimeoutError, BatchError, NackedError } from './member/handle/consumption-errors';
+export { type DeadLetterCause, type DeadLetterEvent, type DeadLetterNotice, type DeadLetterOptions, type ErrorClass } from './member/handle/dead-letter-options';
 export { HandlerAbortedError, type HandlerAbortReason, HandlerTimeoutError, ShardError } from './member/shard-poller';

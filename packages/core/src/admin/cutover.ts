@@ -1,7 +1,7 @@
 import { ensureScripts, pipelineScript, type RedisClient } from '../redis/scripts';
 import type { KeyBuilder } from '../redis/keys';
 import { findGroupInfo, isNoSuchKey, parseShardCsv } from '../redis/responses';
-import { execBySlot } from '../redis/slot-pipelines';
+import { execBySlot } from '../redis/connection/slot-pipelines';
 
 /**
  * A group's pending cutover after `resizeShards` (docs/resharding.md), as stored in its metadata.

@@ -1,7 +1,7 @@
 import type { ErrorCode } from '../protocol/error-codes';
 import type { AcknowledgedEvent } from './shard-poller';
-import type { AckRefusedEvent } from './consumption-errors';
-import type { DeadLetterEvent } from './dead-letter-options';
+import type { AckRefusedEvent } from './handle/consumption-errors';
+import type { DeadLetterEvent } from './handle/dead-letter-options';
 
 export interface ShardsEvent {
   shards: number[];

@@ -5,9 +5,9 @@ import { type BatchOptions, type ResolvedConsumptionOptions, resolveConsumptionO
 import { assertStandardSchema, type StandardSchemaV1 } from '../protocol/standard-schema';
 import { assertConsumerGroup, assertIntegerInRange, assertMemberId, assertStreamPrefix } from '../protocol/names';
 import type { CoordinatorOptions, HeartbeatObservation } from '../redis/coordinator-options';
-import { assertReplicaWait, type ReplicaWait } from '../redis/replica-wait';
+import { assertReplicaWait, type ReplicaWait } from '../redis/connection/replica-wait';
 import { MemberTelemetry } from '../telemetry/member-telemetry';
-import { type DeadLetterOptions, type ResolvedDeadLetterOptions, resolveDeadLetterOptions } from './dead-letter-options';
+import { type DeadLetterOptions, type ResolvedDeadLetterOptions, resolveDeadLetterOptions } from './handle/dead-letter-options';
 
 export type MessageHandler<T = unknown> = (message: StreamMessage<T>) => unknown;
 /**

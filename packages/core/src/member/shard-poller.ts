@@ -1,10 +1,10 @@
 import { EventEmitter } from 'node:events';
 import type { ShardClient } from '../redis/shard-client';
 import { settlesWithin } from './abortable-sleep';
-import { AckBatcher } from './ack-batcher';
+import { AckBatcher } from './handle/ack-batcher';
 import type { ResolvedMemberOptions } from './member-options';
-import { ShardDispatcher } from './shard-dispatcher';
-import { type ReadTransport, ShardReader } from './shard-reader';
+import { ShardDispatcher } from './handle/shard-dispatcher';
+import { type ReadTransport, ShardReader } from './read/shard-reader';
 import { abortCalls, HandlerAbortedError, type HandlerAbortReason, inFlightIds, type PollerEvents, ShardError, ShardSet, type ShardState, workInFlight } from './shard-state';
 
 export {

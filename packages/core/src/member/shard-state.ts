@@ -1,9 +1,9 @@
 import { setMaxListeners } from 'node:events';
 import { compareStreamIds } from '../protocol/stream-ids';
 import type { RawEntry } from '../redis/shard-client';
-import type { CallSignal } from './call-signal';
-import type { AckRefusedEvent } from './consumption-errors';
-import type { DeadLetterEvent } from './dead-letter-options';
+import type { CallSignal } from './handle/call-signal';
+import type { AckRefusedEvent } from './handle/consumption-errors';
+import type { DeadLetterEvent } from './handle/dead-letter-options';
 
 /**
  * Where a granted shard is: installing its fencing token (and retrying while a newer token refuses

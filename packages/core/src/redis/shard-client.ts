@@ -2,10 +2,10 @@ import type { Redis } from 'ioredis';
 import { ENTRY_FIELD } from '../protocol/entry-format';
 import type { KeyBuilder } from './keys';
 import { findGroupInfo, isNoSuchKey, type StreamGroupInfo } from './responses';
-import { withReadDeadline } from './read-deadline';
+import { withReadDeadline } from './connection/read-deadline';
 import { ensureScripts, pipelineScript, type RedisClient, runScript } from './scripts';
-import { NotReplicatedError, type ReplicaWait, waitCommand, waitShortfall } from './replica-wait';
-import { execByNode, execBySlot, isCluster, type NodeBatch, type SlotBatchResult } from './slot-pipelines';
+import { NotReplicatedError, type ReplicaWait, waitCommand, waitShortfall } from './connection/replica-wait';
+import { execByNode, execBySlot, isCluster, type NodeBatch, type SlotBatchResult } from './connection/slot-pipelines';
 
 /** A raw stream entry: id and flat field list (text), and the payload's bytes as read. */
 export interface RawEntry {

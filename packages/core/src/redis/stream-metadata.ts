@@ -3,7 +3,7 @@ import { toCoordinatorError } from '../protocol/errors';
 import type { KeyBuilder } from './keys';
 import { pairs } from './responses';
 import { ensureScripts, pipelineScript, type RedisClient, runScript } from './scripts';
-import { execBySlot } from './slot-pipelines';
+import { execBySlot } from './connection/slot-pipelines';
 
 /**
  * Creates a stream prefix's shard metadata (createStream-1.lua): idempotent for the same count, a

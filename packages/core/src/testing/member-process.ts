@@ -25,7 +25,7 @@ import fs from 'node:fs';
 import { Cluster, Redis } from 'ioredis';
 import { CoordinatedMember } from '../member/coordinated-member';
 import type { ShardState } from '../member/shard-state';
-import { LOADING_RETRY_MS } from '../redis/connection-defaults';
+import { LOADING_RETRY_MS } from '../redis/connection/connection-defaults';
 
 export interface MemberProcessSettings {
   /** A single Redis (or the member's proxy in front of it); exactly one of `url` and `clusterNodes`. */

@@ -1,0 +1,218 @@
+import type { EventEmitter } from 'node:events';
+import type { AckBatch, ShardClient } from '../../redis/shard-client';
+import { sleep } from '../abortable-sleep';
+import { retryDelayMs } from '../member-options';
+import { type PollerEvents, ShardError, type ShardState } from '../shard-state';
+
+/** Tries of one acknowledgement batch when Redis cannot be reached (about 10 s of backoff in all). */
+const ACK_ATTEMPTS = 8;
+/**
+ * How long finished entries gather before their acknowledgements are sent, when nobody waits on
+ * them: at tens of thousands of entries a second a send per event-loop turn was a fenced call for a
+ * few dozen ids, and those calls were a sixth of the member's CPU. An ack someone awaits (manual
+ * `message.ack()`), and a batch this large, go at the end of the turn as before. Stopping, revoking
+ * and the sweep do not wait for it (flush and settled send at once); a crash in between only leaves
+ * these few milliseconds of entries pending for the next owner, as any unsent ack does.
+ */
+export const ACK_LINGER_MS = 2;
+const ACK_SEND_NOW = 512;
+
+/** What became of an acknowledgement: it landed, a newer owner's token refused it, or it could not be sent. */
+export type AckOutcome = 'accepted' | 'refused' | 'unsent';
+type AckWaiter = (outcome: AckOutcome) => void;
+/** One shard's batch as sent: its acknowledgements and who waits for their outcome. */
+type SentBatch = AckBatch & { state: ShardState; waiters: AckWaiter[] };
+
+/** A batch as sent: the shard and grant its acks are for come from the grant they ran under. */
+function toSent(batch: { state: ShardState; ids: string[]; waiters: AckWaiter[] }): SentBatch {
+  return { shardIndex: batch.state.index, grantEpoch: batch.state.grantEpoch, ...batch };
+}
+
+/**
+ * Acknowledges finished entries under their shard's fencing token, batched per shard, every shard's
+ * batch in one fenced call (ShardClient.ackMany: each shard's token checked on its own) after
+ * ACK_LINGER_MS (at the end of the event-loop turn when someone awaits the ack). It knows every id whose ack has not landed yet (batched, being
+ * sent, or waiting to be sent again), so that the poller neither takes such an entry for lost nor
+ * reports a shard released before its acks are in.
+ */
+export class AckBatcher {
+  /** shardIndex -> the acks batched for the grant (`state`) the entries ran under. */
+  private readonly batches = new Map<number, { state: ShardState; ids: string[]; waiters: AckWaiter[] }>();
+  /** The flush that is due: at the end of this turn (`soon`) or after the linger. */
+  private due: { soon: boolean; cancel: () => void } | undefined;
+  /** Ids batched and not yet sent. */
+  private batched = 0;
+  /**
+   * shardIndex -> the id lists of its batches whose ack has not landed yet (batched or being sent).
+   * Kept as the batches' own arrays, not per id: an ack costs nothing per entry here, and the
+   * lookups (`unsettledIds`, `unsettledCount`) are the sweep's, once per `sweepIntervalMs`.
+   */
+  private readonly unsettled = new Map<number, Set<string[]>>();
+  /** shardIndex -> sends under way (with their retries). */
+  private readonly sending = new Map<number, Set<Promise<void>>>();
+
+  constructor(
+    private readonly client: ShardClient,
+    private readonly events: EventEmitter<PollerEvents>,
+    /** False once the poller stopped: failed sends are not tried again then. */
+    private readonly running: () => boolean,
+    /** A newer owner's fencing token refused acks of this grant of a shard: that grant is over. */
+    private readonly refused: (state: ShardState) => void = () => undefined,
+    private readonly lingerMs = ACK_LINGER_MS,
+  ) {}
+
+  /** Queues the ack of `id` (or of several ids, one batch's); `onSettled` learns what became of it. */
+  queue(state: ShardState, id: string | string[], onSettled?: AckWaiter): void {
+    let batch = this.batches.get(state.index);
+    if (!batch || batch.state !== state) {
+      if (batch) void this.flush();
+      batch = { state, ids: [], waiters: [] };
+      this.batches.set(state.index, batch);
+      this.track(state.index, batch.ids);
+    }
+    if (typeof id === 'string') {
+      batch.ids.push(id);
+      this.batched += 1;
+    } else {
+      for (const one of id) batch.ids.push(one);
+      this.batched += id.length;
+    }
+    if (onSettled) batch.waiters.push(onSettled);
+    this.schedule(onSettled !== undefined || this.batched >= ACK_SEND_NOW || this.lingerMs <= 0);
+  }
+
+  /** Makes a flush due: at the end of this event-loop turn, or once the linger passed. */
+  private schedule(soon: boolean): void {
+    if (this.due && (this.due.soon || !soon)) return;
+    this.due?.cancel();
+    if (soon) {
+      const immediate = setImmediate(() => void this.flush());
+      this.due = { soon, cancel: () => clearImmediate(immediate) };
+    } else {
+      const timer = setTimeout(() => void this.flush(), this.lingerMs);
+      this.due = { soon, cancel: () => clearTimeout(timer) };
+    }
+  }
+
+  /** The entries of the shard whose ack has not landed yet. */
+  unsettledIds(shardIndex: number): Set<string> {
+    const all = new Set<string>();
+    for (const ids of this.unsettled.get(shardIndex) ?? []) for (const id of ids) all.add(id);
+    return all;
+  }
+
+  /** How many entries of the shard await their ack (an id queued twice, under two grants, counts twice). */
+  unsettledCount(shardIndex: number): number {
+    let count = 0;
+    for (const ids of this.unsettled.get(shardIndex) ?? []) count += ids.length;
+    return count;
+  }
+
+  /**
+   * Sends every batch now, all shards in one call; resolves when it (with its retries) is over, and
+   * every send already under way too: a burst's own flush may have just taken the batch a stopping
+   * member flushes for, and the member must not leave while that ack is still on the wire (the next
+   * owner would run its entries again).
+   */
+  async flush(): Promise<void> {
+    this.due?.cancel();
+    this.due = undefined;
+    const batches = [...this.batches.values()].map(toSent);
+    this.batches.clear();
+    this.batched = 0;
+    const underWay = [...new Set([...this.sending.values()].flatMap((sends) => [...sends]))];
+    await Promise.all([...underWay, batches.length > 0 ? this.send(batches) : undefined]);
+  }
+
+  /**
+   * Resolves when every ack of the shard queued so far has landed, been refused, or given up on;
+   * or after `timeoutMs`, whichever is first. Returns whether they all settled.
+   */
+  async settled(shardIndex: number, timeoutMs: number): Promise<boolean> {
+    const batch = this.batches.get(shardIndex);
+    if (batch) {
+      this.batches.delete(shardIndex);
+      this.batched -= batch.ids.length;
+      void this.send([toSent(batch)]);
+    }
+    const sends = [...(this.sending.get(shardIndex) ?? [])];
+    if (sends.length === 0) return true;
+    const all = Promise.all(sends).then(() => true);
+    return Promise.race([all, sleep(timeoutMs).then(() => false)]);
+  }
+
+  private send(batches: SentBatch[]): Promise<void> {
+    const sent: Promise<void> = this.sendWithRetries(batches).then((outcomes) => {
+      batches.forEach(({ waiters }, i) => {
+        for (const waiter of waiters) waiter(outcomes[i]);
+      });
+    }).finally(() => {
+      for (const { shardIndex, ids } of batches) {
+        const sends = this.sending.get(shardIndex);
+        sends?.delete(sent);
+        if (sends?.size === 0) this.sending.delete(shardIndex);
+        this.untrack(shardIndex, ids);
+      }
+    });
+    for (const { shardIndex } of batches) {
+      const sends = this.sending.get(shardIndex) ?? new Set<Promise<void>>();
+      this.sending.set(shardIndex, sends);
+      sends.add(sent);
+    }
+    return sent;
+  }
+
+  /**
+   * One fenced acknowledgement call for the batches of several shards, each shard's token checked
+   * on its own (a refused shard does not refuse the others). A failure to reach Redis is retried
+   * with backoff while the poller runs (a restart or a reset must not leave finished entries pending
+   * here for good); after the last attempt they stay pending, and the owner's sweep of its own
+   * untracked entries (or the shard's next owner) processes them again.
+   */
+  private async sendWithRetries(batches: SentBatch[]): Promise<AckOutcome[]> {
+    for (let attempt = 1; ; attempt++) {
+      let result: Awaited<ReturnType<ShardClient['ackMany']>>;
+      try {
+        result = await this.client.ackMany(batches);
+      } catch (error) {
+        const retry = this.running() && attempt < ACK_ATTEMPTS;
+        for (const { shardIndex, ids } of batches) {
+          this.events.emit('error', new ShardError(`shard ${shardIndex}: acknowledging ${ids.length} entries failed${retry ? ', retrying' : '; they stay pending'}`, shardIndex, error));
+        }
+        if (!retry) return batches.map(() => 'unsent');
+        await sleep(retryDelayMs(attempt, 50, 2000));
+        continue;
+      }
+      const { acked, notReplicated } = result;
+      return batches.map(({ shardIndex, grantEpoch, ids, state }, i) => {
+        const accepted = acked[i] !== -1;
+        this.events.emit('acknowledged', { shardIndex, grantEpoch, ids, accepted });
+        if (notReplicated[i]) {
+          // Not retried: the ack is on the master; only a failover before it replicates undoes it (a redelivery).
+          this.events.emit('error', new ShardError(`shard ${shardIndex}: ${ids.length} acknowledgement(s) ${notReplicated[i]!.message}; a failover now would deliver them again`, shardIndex, notReplicated[i]));
+        }
+        if (!accepted) {
+          this.events.emit('error', new ShardError(`shard ${shardIndex}: ${ids.length} acknowledgement(s) refused, the shard has a new owner; it will process them again`, shardIndex));
+          this.refused(state);
+        }
+        return accepted ? 'accepted' : 'refused';
+      });
+    }
+  }
+
+  private track(shardIndex: number, ids: string[]): void {
+    let batches = this.unsettled.get(shardIndex);
+    if (!batches) {
+      batches = new Set();
+      this.unsettled.set(shardIndex, batches);
+    }
+    batches.add(ids);
+  }
+
+  private untrack(shardIndex: number, ids: string[]): void {
+    const batches = this.unsettled.get(shardIndex);
+    if (!batches) return;
+    batches.delete(ids);
+    if (batches.size === 0) this.unsettled.delete(shardIndex);
+  }
+}

@@ -1,0 +1,110 @@
+import type { EventEmitter } from 'node:events';
+import type { StreamMessage } from '../../protocol/entry-format';
+import type { RawEntry, ShardClient } from '../../redis/shard-client';
+import { sleep } from '../abortable-sleep';
+import type { DeadLetterCause, DeadLetterNotice } from './dead-letter-options';
+import { type ResolvedMemberOptions, retryDelayMs } from '../member-options';
+import { type PollerEvents, ShardError, type ShardSet, type ShardState } from '../shard-state';
+
+/** Backoff of a dead-letter write that failed: from this, doubling, up to the max. */
+const DEAD_LETTER_RETRY_MS = 100;
+const DEAD_LETTER_RETRY_MAX_MS = 5000;
+
+/** Why an entry is dead-lettered, and what the handler saw (undefined for an entry that could not be decoded). */
+export interface DeadLetterFailure {
+  cause: DeadLetterCause;
+  reason: string;
+  attempts: number;
+  error: unknown;
+  message: StreamMessage | undefined;
+}
+
+export function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return value !== null && (typeof value === 'object' || typeof value === 'function') && typeof (value as PromiseLike<unknown>).then === 'function';
+}
+
+/** Writes dead letters (fenced, with the entry's ack) and tells `deadLetter.onDeadLetter`. */
+export class DeadLetterWriter {
+  /** `onDeadLetter` calls that threw or rejected (`stats().deadLetterHookFailures`). */
+  hookFailures = 0;
+
+  constructor(
+    private readonly shards: ShardSet,
+    private readonly client: ShardClient,
+    private readonly events: EventEmitter<PollerEvents>,
+    private readonly options: ResolvedMemberOptions,
+  ) {}
+
+  /**
+   * Writes the dead letter and acks the entry in one fenced script. A failed write (WRONGTYPE, OOM,
+   * Redis unreachable) is retried with backoff while the shard is owned, each failure an 'error'
+   * and the condition listed in `problems` until it clears; the shard's later entries (of the key,
+   * with lanes) wait. When the shard is released the next owner handles the entry (and
+   * dead-letters it) again. Refused as fenced: nothing was written or acked, and the shard is given
+   * up locally like any fenced call. Written: the 'dead-letter' event, then `onDeadLetter`.
+   * Resolves true when written.
+   */
+  async write(state: ShardState, entry: RawEntry, letter: DeadLetterFailure): Promise<boolean> {
+    const { stream: destination, maxLen } = this.options.deadLetter;
+    const { cause, reason, attempts } = letter;
+    for (let attempt = 1; !state.released.signal.aborted; attempt++) {
+      let written: string | null;
+      try {
+        written = await this.client.deadLetter(state.index, state.grantEpoch, entry, { destination, maxLen, error: reason, attempts, cause });
+      } catch (error) {
+        const message = `shard ${state.index}: writing the dead letter of ${entry.id} failed (try ${attempt}): ${(error as Error).message}; later entries of the shard wait`;
+        state.problems.set('dead-letter', message);
+        this.events.emit('error', new ShardError(`${message}, retrying`, state.index, error));
+        await sleep(retryDelayMs(attempt, DEAD_LETTER_RETRY_MS, DEAD_LETTER_RETRY_MAX_MS), state.released.signal);
+        continue;
+      }
+      state.problems.delete('dead-letter');
+      this.events.emit('acknowledged', { shardIndex: state.index, grantEpoch: state.grantEpoch, ids: [entry.id], accepted: written !== null });
+      if (written === null) {
+        this.events.emit('error', new ShardError(`shard ${state.index}: dead letter of ${entry.id} refused, the shard has a new owner; it decides about the entry`, state.index));
+        this.shards.lose(state, `shard ${state.index} has a newer owner (its fencing token refused the dead letter of ${entry.id})`);
+        return false;
+      }
+      this.events.emit('dead-letter', { shardIndex: state.index, id: entry.id, reason, attempts, cause, deadLetterId: written, destination });
+      this.notify(state, {
+        shardIndex: state.index,
+        entryId: entry.id,
+        deadLetterId: written,
+        ref: written === '' ? '' : `${state.index}/${written}`,
+        destination,
+        cause,
+        reason,
+        attempts,
+        error: letter.error,
+        message: letter.message,
+      });
+      return true;
+    }
+    return false;
+  }
+
+  /**
+   * Calls `onDeadLetter` without waiting for it: a slow or hung hook must not hold the shard. Its
+   * failure is one 'error' and a count in stats; the dead letter is written whatever it does.
+   */
+  private notify(state: ShardState, notice: DeadLetterNotice): void {
+    const hook = this.options.deadLetter.onDeadLetter;
+    if (!hook) return;
+    const fail = (error: unknown) => {
+      this.hookFailures += 1;
+      const text = error instanceof Error ? error.message : String(error);
+      this.events.emit('error', new ShardError(`shard ${state.index}: deadLetter.onDeadLetter failed for ${notice.entryId} (dead letter ${notice.ref || 'written'}): ${text}; the dead letter stays written`, state.index, error));
+    };
+    try {
+      const result = hook(notice);
+      if (isThenable(result)) Promise.resolve(result).catch(fail);
+    } catch (error) {
+      fail(error);
+    }
+  }
+}
+
+/** `Name: message` of an error, or its string form. */
+export function failureReason(error: unknown): string {
+  return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+}

@@ -1,0 +1,296 @@
+import type { EventEmitter } from 'node:events';
+import { ErrorCode } from '../../protocol/error-codes';
+import { toCoordinatorError } from '../../protocol/errors';
+import { type HeartbeatRequest, type HeartbeatResponse, LEAVE_EPOCH } from '../../protocol/heartbeat';
+import type { CoordinatorClient } from '../../redis/coordinator-client';
+import { isReadonlyError } from '../../redis/connection/readonly-reconnect';
+import type { ShardClient } from '../../redis/shard-client';
+import { NoAnswerError, withTimeout } from '../abortable-sleep';
+import { HeartbeatRefusals, type RefusalActions } from './heartbeat-refusals';
+import { HeartbeatSchedule } from './heartbeat-schedule';
+import type { MemberEvents } from '../member-events';
+import type { MemberLease } from './member-lease';
+import type { MemberProblems } from '../member-problems';
+import type { MemberReconciler } from './member-reconciler';
+import { coordinatorCallTimeoutMs, type ResolvedMemberOptions } from '../member-options';
+import type { MetadataSync } from './metadata-sync';
+import { RedisClockBound } from './redis-clock';
+
+/** Heartbeats in a row that got no answer at all before the command connection is reset (`resetStuckConnection`). */
+export const NO_ANSWERS_BEFORE_RESET = 2;
+
+/** What the heartbeat loop needs from the member's lifecycle. */
+export interface HeartbeatHost extends Pick<RefusalActions, 'halt' | 'endDrain' | 'running'> {
+  /** Heartbeats run while the member runs, and while stop() drains (the lease must outlive the handlers). */
+  heartbeating(): boolean;
+}
+
+/** The parts of the member a heartbeat reports and changes. */
+export interface HeartbeatParts {
+  coordinator: CoordinatorClient;
+  shardClient: ShardClient;
+  reconciler: MemberReconciler;
+  metadata: MetadataSync;
+  lease: MemberLease;
+  problems: MemberProblems;
+  /**
+   * Resets the command connection (the one heartbeats and acknowledgements use) and says what it
+   * did; called only with `resetStuckConnection`.
+   */
+  resetConnection: () => string;
+  /** Whether the command connection's client reconnects by itself when Redis answers READONLY. */
+  leavesAReplicaByItself: boolean;
+}
+
+/**
+ * A member's heartbeat loop (SPEC 3): one heartbeat at a time at the interval the coordinator asks
+ * for (sooner when something changed), each reporting the member's ownership; an accepted answer
+ * renews the lease, syncs the metadata and is reconciled, a refusal goes to `HeartbeatRefusals`, and
+ * a failed or late call (bounded by a third of the session timeout) is retried soon while the lease
+ * is checked. Also tracks whether the member joined, for start() and for the leave in stop().
+ *
+ * Every heartbeat carries a deadline in Redis time (SPEC 9.1: a lease is renewed only by a heartbeat
+ * whose answer the member acts on): the moment the member stops waiting for the answer, or gives its
+ * lease up if that comes first. A heartbeat that reaches Redis later (it sat in ioredis' offline
+ * queue through a reconnect, or on a slow link) changes nothing there. With `resetStuckConnection`,
+ * heartbeats that got no answer at all twice in a row reset the command connection (half-open).
+ */
+export class MemberHeartbeat {
+  private readonly schedule: HeartbeatSchedule;
+  private readonly refusals: HeartbeatRefusals;
+  private readonly callTimeoutMs: number;
+  /** Whether the coordinator knows this member (it must leave on stop, whatever its epoch). */
+  private joinedGroup = false;
+  /**
+   * Whether a heartbeat was sent since the last answer that said the group is gone: the coordinator
+   * may know this member even though no answer arrived (stop() during the join), so stop() leaves.
+   */
+  private sentSinceGroupGone = false;
+  private joinWaiter: { resolve: () => void; reject: (error: Error) => void } | undefined;
+  /** Bounds Redis's clock from the answers, to put deadlines in it. */
+  private readonly redisClock = new RedisClockBound();
+  /** Heartbeats in a row that got no answer within the call timeout. */
+  private noAnswersInARow = 0;
+
+  constructor(
+    private readonly options: ResolvedMemberOptions,
+    private readonly instanceId: string,
+    private readonly events: EventEmitter<MemberEvents>,
+    private readonly parts: HeartbeatParts,
+    private readonly host: HeartbeatHost,
+  ) {
+    this.callTimeoutMs = coordinatorCallTimeoutMs(options);
+    this.schedule = new HeartbeatSchedule(
+      () => this.beat(),
+      () => host.heartbeating(),
+    );
+    this.refusals = new HeartbeatRefusals(options, instanceId, events, parts.reconciler, parts.lease, parts.problems, {
+      halt: (error) => host.halt(error),
+      endDrain: () => host.endDrain(),
+      running: () => host.running(),
+      ensureStream: (shardCount) => parts.metadata.ensureStream(shardCount),
+      groupGone: () => {
+        this.joinedGroup = false;
+        this.sentSinceGroupGone = false;
+        parts.metadata.forgetVersion();
+      },
+      requestHeartbeat: () => this.now(),
+      schedule: (intervalMs) => this.after(intervalMs),
+    });
+  }
+
+  /** Whether the coordinator knows this member: an answer accepted it since it last joined. */
+  get hasJoined(): boolean {
+    return this.joinedGroup;
+  }
+
+  /** Whether the coordinator may know this member: it must leave on stop even without an answer. */
+  get mayHaveJoined(): boolean {
+    return this.joinedGroup || this.sentSinceGroupGone;
+  }
+
+  /** An out-of-cycle heartbeat as soon as possible (at once, or right after the one in flight). */
+  now(): void {
+    this.schedule.now();
+  }
+
+  /** The next heartbeat in about `intervalMs`. */
+  after(intervalMs: number): void {
+    this.schedule.after(intervalMs);
+  }
+
+  /** No heartbeat timer runs after this (one in flight finishes; see `settled`). */
+  cancel(): void {
+    this.schedule.cancel();
+  }
+
+  /** Resolves when no heartbeat is in flight. */
+  settled(): Promise<void> {
+    return this.schedule.settled();
+  }
+
+  /** Resolves at the first accepted answer, rejects when `joinFailed` comes first. */
+  waitForJoin(): Promise<void> {
+    const joined = new Promise<void>((resolve, reject) => (this.joinWaiter = { resolve, reject }));
+    // stop() may reject it before start() awaits it; start() still sees the rejection.
+    joined.catch(() => undefined);
+    return joined;
+  }
+
+  /** The member stopped (or halted) before it joined: the waiting start() rejects with `error`. */
+  joinFailed(error: Error): void {
+    const waiter = this.joinWaiter;
+    this.joinWaiter = undefined;
+    waiter?.reject(error);
+  }
+
+  /** The coordinator must not be taken to know this member any more (halted, or started again). */
+  forgetJoin(): void {
+    this.joinedGroup = false;
+  }
+
+  /** For a member started again: not joined, no refusals in a row. */
+  restart(): void {
+    this.joinedGroup = false;
+    this.refusals.reset();
+  }
+
+  /**
+   * Leaves the group, bounded like every coordinator call (rejects when it fails or is late). A
+   * static member departs (keeps its membership for its next instance) unless `forGood`: then it
+   * leaves as a plain member does, and its shards move at once.
+   */
+  async leave(forGood = false): Promise<void> {
+    const request = this.request(LEAVE_EPOCH, forGood);
+    const sentAt = performance.now();
+    // A leave that got here after stop() gave up on it must not end a membership begun since (start()).
+    request.deadline = this.redisClock.redisTimeAt(sentAt + this.callTimeoutMs);
+    const response = await withTimeout(this.parts.coordinator.heartbeat(request), this.callTimeoutMs);
+    this.observeClock(response);
+    if (response.errorCode === ErrorCode.DEADLINE_EXCEEDED) throw toCoordinatorError(response.errorCode, response.errorMessage);
+  }
+
+  /**
+   * The Redis time by which a heartbeat sent at `sentAt` must have run to count: when the member stops
+   * waiting for its answer, or, while it holds shards, when it gives its lease up if that is sooner
+   * (from then on no handler starts, and a renewal would keep its shards from the others unread).
+   * Undefined before the first answer (no bound of Redis's clock yet): a join holds nothing.
+   */
+  private deadline(sentAt: number): number | undefined {
+    let until = sentAt + this.callTimeoutMs;
+    const giveUpAt = this.parts.reconciler.holdsShards() ? this.parts.lease.giveUpAt() : undefined;
+    if (giveUpAt !== undefined) until = Math.min(until, giveUpAt);
+    return this.redisClock.redisTimeAt(until);
+  }
+
+  private observeClock(response: HeartbeatResponse): void {
+    if (response.serverTimeMs !== undefined) this.redisClock.observe(response.serverTimeMs, performance.now());
+  }
+
+  /**
+   * A heartbeat that renewed nothing: no answer in time, an error, or too late for its deadline. The
+   * lease is checked, and the next one goes soon. Heartbeats that got no answer at all, twice in a
+   * row, mean a connection that is stuck (half-open: the socket stays, nothing gets through); with
+   * `resetStuckConnection` it is reset, and ioredis sends what waited on it again on the new one
+   * (acknowledgements are decided there, accepted or refused by their fencing token; a heartbeat
+   * resent past its deadline changes nothing).
+   */
+  private failed(error: Error): void {
+    this.events.emit('error', new Error(`member ${this.options.memberId}: heartbeat failed: ${error.message}`));
+    this.parts.reconciler.checkLease();
+    this.connectionOnReplica(error);
+    this.noAnswersInARow = error instanceof NoAnswerError ? this.noAnswersInARow + 1 : 0;
+    if (this.options.resetStuckConnection && this.noAnswersInARow >= NO_ANSWERS_BEFORE_RESET) {
+      this.noAnswersInARow = 0;
+      const what = this.parts.resetConnection();
+      this.events.emit('error', new Error(`member ${this.options.memberId}: ${NO_ANSWERS_BEFORE_RESET} heartbeats in a row got no answer within ${this.callTimeoutMs} ms; ${what}`));
+    }
+    this.after(Math.min(1000, Math.floor(this.options.sessionTimeoutMs / 5)));
+  }
+
+  /**
+   * A heartbeat refused READONLY went to a server that is a replica now: the command connection
+   * stayed on a demoted master (Redis 7 does not close it; Sentinel's reconfiguration kills clients,
+   * an operator's REPLICAOF or a managed failover may not). Nothing was written, and every
+   * heartbeat and acknowledgement on it will be refused until it reconnects, which ioredis does
+   * only with a `reconnectOnError` that says so: listed in `stats().problems` (and so in the NestJS
+   * health check) until a heartbeat is accepted, naming the option to set. A client without one is
+   * reset with `resetStuckConnection` (it reconnects and asks the Sentinels for the master again);
+   * what ioredis then sends again went to the replica too, which applied none of its writes.
+   */
+  private connectionOnReplica(error: Error): void {
+    if (!isReadonlyError(error)) return;
+    if (this.options.resetStuckConnection && !this.parts.leavesAReplicaByItself) {
+      const what = this.parts.resetConnection();
+      this.events.emit('error', new Error(`member ${this.options.memberId}: a heartbeat was refused READONLY (the command connection is on a replica); ${what}`));
+    }
+    this.parts.problems.set(
+      'connection',
+      `the command connection is on a read-only replica (${error.message.split('\n')[0]}): heartbeats and acknowledgements are refused until it reconnects; ` +
+        "give the client reconnectOnError: reconnectOnReadonly (from '@redis-stream-coordinator/core') so that it reconnects to the master",
+    );
+  }
+
+  private request(memberEpoch = this.parts.reconciler.memberEpoch, leaveForGood = false): HeartbeatRequest {
+    const { reconciler, metadata } = this.parts;
+    return {
+      instanceId: this.instanceId,
+      staticMember: this.options.memberInstanceId !== undefined && !leaveForGood,
+      streamPrefix: this.options.streamPrefix,
+      consumerGroup: this.options.consumerGroup,
+      memberId: this.options.memberId,
+      memberEpoch,
+      memberName: this.options.memberName,
+      runtimeMaxConcurrency: this.options.runtimeMaxConcurrency,
+      // Workers this member can keep busy: one per owned shard, up to its capacity. Stable between
+      // rebalances, so a steady member's heartbeat stays on the coordinator's cheap path.
+      activeConsumerWorkers: Math.min(this.options.runtimeMaxConcurrency, reconciler.ownedCount),
+      weight: this.options.weight,
+      sessionTimeoutMs: this.options.sessionTimeoutMs,
+      rebalanceTimeoutMs: this.options.rebalanceTimeoutMs,
+      metadataVersion: metadata.version,
+      ...reconciler.report(),
+    };
+  }
+
+  private async beat(): Promise<void> {
+    const { reconciler, metadata } = this.parts;
+    const request = this.request();
+    const sentAt = performance.now();
+    request.deadline = this.deadline(sentAt);
+    this.sentSinceGroupGone = true;
+    let response: HeartbeatResponse;
+    try {
+      response = await withTimeout(this.parts.coordinator.heartbeat(request), this.callTimeoutMs);
+    } catch (error) {
+      this.failed(error as Error);
+      return;
+    }
+    this.observeClock(response);
+    this.noAnswersInARow = 0;
+    if (!this.host.heartbeating()) return;
+    if (response.errorCode === ErrorCode.DEADLINE_EXCEEDED) {
+      this.failed(toCoordinatorError(response.errorCode, response.errorMessage));
+      return;
+    }
+    if (response.errorCode !== ErrorCode.NONE) {
+      await this.refusals.handle(response.errorCode, response.errorMessage, sentAt);
+      return;
+    }
+    reconciler.leaseRenewed(sentAt);
+    this.joinedGroup = true;
+    this.refusals.accepted();
+    this.parts.problems.delete('connection');
+    this.parts.shardClient.setIncarnation(response.incarnation);
+    reconciler.revocationsAcknowledged(request.ackedRevocations ?? []);
+    // Gains wait until the metadata is synced: a shard gained during an ordered shrink needs its hold
+    // first. Revocations never wait.
+    let synced = response.metadataVersion === metadata.version;
+    if (!synced && this.host.running()) synced = await metadata.sync(response.metadataVersion, response.incarnation);
+    if (!this.host.heartbeating()) return;
+    reconciler.apply(response, synced && this.host.running());
+    this.joinWaiter?.resolve();
+    this.joinWaiter = undefined;
+    this.after(synced ? response.heartbeatIntervalMs : Math.min(response.heartbeatIntervalMs, 1000));
+  }
+}

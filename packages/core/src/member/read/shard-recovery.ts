@@ -1,0 +1,145 @@
+import type { EventEmitter } from 'node:events';
+import { compareStreamIds, nextStreamId } from '../../protocol/stream-ids';
+import type { ClaimResult, RawEntry, ShardClient } from '../../redis/shard-client';
+import type { AckBatcher } from '../handle/ack-batcher';
+import type { ResolvedMemberOptions } from '../member-options';
+import { inFlightIds, isInFlight, type PollerEvents, type QueuedEntry, ShardError, type ShardSet, type ShardState } from '../shard-state';
+
+type ClaimedPage = Extract<ClaimResult, { fenced: false }>;
+
+/**
+ * What the reader does besides reading new entries: it takes pending entries into a shard's queue
+ * under the shard's fencing token, in ID order. A newly gained shard's pending entries (the previous
+ * owner's unacknowledged work) come first; entries a read skipped (delivered elsewhere: a zombie's
+ * late read, or a reply of this member's that never arrived) are taken before the batch that
+ * revealed them; and every `sweepIntervalMs` two sweeps find what no read reveals: other consumers'
+ * pending entries, and this member's own that it does not track.
+ */
+export class ShardRecovery {
+  constructor(
+    private readonly shards: ShardSet,
+    private readonly client: ShardClient,
+    private readonly acks: AckBatcher,
+    private readonly events: EventEmitter<PollerEvents>,
+    private readonly options: ResolvedMemberOptions,
+  ) {}
+
+  /** Pending entries of a newly gained shard come first, in ID order, page by page as room allows. */
+  async takeOverPending(): Promise<void> {
+    for (const state of this.shards.all()) {
+      while (state.phase === 'takeover' && state.queue.length < this.options.batchSize) {
+        const page = await this.accept(state, await this.client.claimPending(state.index, state.grantEpoch, 'all', state.takeoverCursor, this.options.batchSize), 'while taking over its pending entries');
+        if (!page) break;
+        state.takeoverCursor = page.cursor;
+        if (page.cursor === '0-0') state.phase = 'reading';
+      }
+    }
+  }
+
+  /**
+   * A read returned entries of a shard, but not the first entry after what this member had accounted
+   * for (`readNew`'s check): the ones in between were delivered to another consumer after this
+   * member took the shard (a zombie's read that reached Redis late, e.g. after a partition healed),
+   * or to this member in a reply that never arrived. They are taken over now, in ID order, and queued
+   * before the batch, so the shard's order holds. Only entries before the batch move: one after it
+   * (another consumer's late read of a newer entry) is left where the sweep finds it.
+   */
+  async recoverSkipped(state: ShardState, before: string): Promise<void> {
+    let start = nextStreamId(state.readCursor);
+    let recovered = 0;
+    for (;;) {
+      const page = await this.accept(state, await this.client.claimPendingRange(state.index, state.grantEpoch, start, before, this.options.batchSize), '(fencing token changed)');
+      if (!page) return;
+      recovered += page.entries.length;
+      if (page.cursor === '0-0') break;
+      start = nextStreamId(page.cursor);
+    }
+    this.events.emit('error', new ShardError(`shard ${state.index}: ${recovered} entries before ${before} were delivered elsewhere (a late read); took them over first`, state.index));
+  }
+
+  /**
+   * Both sweeps of each shard being read, every `sweepIntervalMs`. The shard starts no handler until
+   * both have queued what they found (the caller dispatches after): a zombie's entries and this
+   * member's own lost ones interleave by id, so neither part's entries may run before the other's
+   * older ones are queued.
+   */
+  async sweep(): Promise<void> {
+    const now = Date.now();
+    for (const state of this.shards.all()) {
+      if (state.phase !== 'reading' || now - state.lastSweepAt < this.options.sweepIntervalMs) continue;
+      state.lastSweepAt = now;
+      state.sweeping = true;
+      try {
+        const page = await this.accept(state, await this.client.claimPending(state.index, state.grantEpoch, 'others', '0-0', this.options.batchSize), '(fencing token changed)');
+        // Other consumers' entries after the page's cursor are left for the next sweep: own lost
+        // entries after them must wait too, or they would run first.
+        if (page) await this.recoverUntracked(state, page.cursor === '0-0' ? undefined : page.cursor);
+      } finally {
+        state.sweeping = false;
+      }
+    }
+  }
+
+  /**
+   * Entries pending under this member that it does not track (not queued, held, in flight, or
+   * awaiting their ack) were delivered in a read reply that never arrived, or their ack was given up
+   * on. On a quiet shard no later read would reveal them, so they are claimed again and queued in ID
+   * order, before anything after them that has not started. Only those up to `upTo`, when given.
+   */
+  private async recoverUntracked(state: ShardState, upTo?: string): Promise<void> {
+    const tracked = new Set([...this.shards.buffers(state), ...inFlightIds(state)]);
+    // Enough to see past everything tracked: untracked entries, if any, are among the first ones.
+    const ids = await this.client.ownPending(state.index, tracked.size + this.acks.unsettledCount(state.index) + this.options.batchSize);
+    if (!this.shards.isCurrent(state)) return;
+    const acking = this.acks.unsettledIds(state.index);
+    const untracked = ids.filter((id) => !tracked.has(id) && !isInFlight(state, id) && !acking.has(id) && !this.isQueued(state, id) && (upTo === undefined || compareStreamIds(id, upTo) <= 0));
+    if (untracked.length === 0) return;
+    const page = await this.accept(state, await this.client.claimIds(state.index, state.grantEpoch, untracked), '(fencing token changed)');
+    if (page && page.entries.length > 0) {
+      this.events.emit('error', new ShardError(`shard ${state.index}: ${page.entries.length} entries pending here were not being handled (a read reply that never arrived, or an ack given up on): ${page.entries.map((e) => e.id).join(', ')}; handling them now`, state.index));
+    }
+  }
+
+  /** The entry is queued or held now (the lists may have changed while a call was out). */
+  private isQueued(state: ShardState, id: string): boolean {
+    return state.queue.some((q) => q.entry.id === id) || state.held.some((q) => q.entry.id === id);
+  }
+
+  /**
+   * Takes a claimed page into the shard: null (and the shard given up locally) when fenced; else
+   * its entries are queued in ID order, the read cursor moves past them (so that a later gap check
+   * does not claim them again), and ids deleted from the stream while pending are reported.
+   */
+  private async accept(state: ShardState, page: ClaimResult, when: string): Promise<ClaimedPage | null> {
+    if (page.fenced) {
+      this.shards.lose(state, `shard ${state.index} has a newer owner (its fencing token refused a takeover)`);
+      this.events.emit('error', new ShardError(`shard ${state.index}: lost ${when}`, state.index));
+      return null;
+    }
+    if (page.deleted.length > 0) {
+      this.events.emit('error', new ShardError(`shard ${state.index}: entries ${page.deleted.join(', ')} were deleted from the stream (trimmed or XDEL) before they were handled; they cannot be processed`, state.index));
+    }
+    const entries = await this.withDeliveryCounts(state.index, page.entries);
+    if (!this.shards.isCurrent(state)) return null;
+    // Not already queued here: a sweep may meet an entry the gap check took a moment ago.
+    const fresh = entries.filter((q) => !this.isQueued(state, q.entry.id) && !isInFlight(state, q.entry.id));
+    this.shards.enqueue(state, fresh);
+    this.advanceCursor(state, page.entries);
+    return page;
+  }
+
+  /**
+   * Entries taken over are accounted for: a later check must not take them again (they may be
+   * queued or in flight here, pending under this member's name).
+   */
+  private advanceCursor(state: ShardState, entries: RawEntry[]): void {
+    const last = entries[entries.length - 1]?.id;
+    if (last !== undefined && compareStreamIds(last, state.readCursor) > 0) state.readCursor = last;
+  }
+
+  private async withDeliveryCounts(shardIndex: number, entries: RawEntry[]): Promise<QueuedEntry[]> {
+    if (entries.length === 0) return [];
+    const counts = await this.client.deliveryCounts(shardIndex, entries[0].id, entries[entries.length - 1].id, entries.length);
+    return entries.map((entry) => ({ entry, deliveries: counts.get(entry.id) ?? 1 }));
+  }
+}

@@ -1,0 +1,130 @@
+import { createHash } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import { CoordinatorAdmin, StreamProducer } from '@redis-stream-coordinator/core';
+import type { HeartbeatObservation } from '../../packages/core/src/redis/coordinator-options';
+import { loadScriptSource } from '../../packages/core/src/redis/scripts';
+import { HandlerRecorder, keyedMessages } from '../support/handler-recorder';
+import { memberFactory } from '../support/member-factory';
+import { pollUntil } from '../support/poll';
+import { proxyFactory } from '../support/proxy-fixture';
+import { TcpProxy } from '../support/tcp-proxy';
+import { uniqueName, useRedisServer } from '../support/vitest-redis';
+
+// SPEC 9.1 on the member's command connection: a heartbeat renews the lease only if the member acts
+// on its answer, and a connection that stopped answering is not waited on for ever.
+const redis = useRedisServer();
+const aMember = memberFactory(redis);
+const aProxy = proxyFactory(redis);
+
+const heartbeatScript = TcpProxy.command('EVALSHA', createHash('sha1').update(loadScriptSource('heartbeat-13.lua')).digest('hex'));
+
+function admin() {
+  return new CoordinatorAdmin(redis.client());
+}
+
+async function memberState(streamPrefix: string, memberId: string) {
+  return (await admin().describeGroup(streamPrefix, 'group')).members.find((m) => m.memberId === memberId);
+}
+
+describe('a heartbeat that reaches Redis after its member stopped waiting', () => {
+  it('renews nothing: a member whose heartbeats all come late is expired, and the others read its shards', async () => {
+    const streamPrefix = uniqueName('late-heartbeats');
+    const recorder = new HandlerRecorder();
+    const proxy = await aProxy();
+    // Every answer the late member's coordinator client gets, whenever it comes (the member itself
+    // stops waiting after a third of the session timeout).
+    const answers: (HeartbeatObservation & { sentAt: number })[] = [];
+    const late = aMember(
+      { streamPrefix, shardCount: 2, sessionTimeoutMs: 3000, handler: recorder.handler('late'), coordinator: { heartbeatIntervalMs: 200, onHeartbeat: (o) => answers.push({ ...o, sentAt: performance.now() - o.roundTripMs }) } },
+      redis.clientAt(proxy.url),
+    );
+    const steady = aMember({ streamPrefix, shardCount: 2, sessionTimeoutMs: 3000, handler: recorder.handler('steady') });
+    await late.start();
+    await steady.start();
+    await pollUntil('one shard each', async () => late.ownedShards().length === 1 && steady.ownedShards().length === 1);
+    let leaseLost = false;
+    late.on('lease-lost', () => (leaseLost = true));
+
+    // Each of its heartbeats now reaches Redis 1.5 s after it was sent: past the 1 s the member waits
+    // for an answer, well within the 3 s session. Before the fix Redis took every one of them (the
+    // member never saw one answer), kept the member ACTIVE for good and handed it a shard it never read.
+    const delayedFrom = performance.now();
+    proxy.delayMatching(heartbeatScript, 1500);
+    await pollUntil('the late member gives its lease up', async () => leaseLost, { timeoutMs: 6000 });
+    const description = await pollUntil(
+      'the late member expired by Redis, the steady one owning both shards',
+      async () => {
+        const d = await admin().describeGroup(streamPrefix, 'group');
+        const owner = new Set(d.shards.map((s) => s.owner));
+        return d.members.find((m) => m.memberId === late.memberId)?.state === 'EXPIRED' && owner.size === 1 && owner.has(steady.memberId) && d;
+      },
+      { timeoutMs: 8000 },
+    ).catch(async (error: Error) => {
+      throw new Error(`${error.message}: late member ${JSON.stringify(await memberState(streamPrefix, late.memberId))}`);
+    });
+    expect(description.group.state).toBe('STABLE');
+    // Redis answered every late heartbeat, and refused each one: none renewed the lease.
+    const lateAnswers = answers.filter((o) => o.sentAt > delayedFrom && o.roundTripMs > 1000 && o.response);
+    expect(lateAnswers.length).toBeGreaterThan(0);
+    expect(lateAnswers.filter((o) => o.response!.errorCode !== 'DEADLINE_EXCEEDED').map((o) => `${o.request.memberEpoch}: ${o.response!.errorCode}`)).toEqual([]);
+
+    // Nothing waits for the late member: what is sent now is handled by the steady one.
+    await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(keyedMessages(4, 2, 'during'));
+    await pollUntil('entries sent meanwhile handled', async () => recorder.distinctEntries() === 8);
+
+    // The link fast again: the member rejoins and gets its share back.
+    proxy.clearFaults();
+    await pollUntil('the member back with a shard', async () => late.ownedShards().length === 1 && steady.ownedShards().length === 1, { timeoutMs: 10_000 });
+  });
+});
+
+describe('a command connection that stops answering without closing (half-open)', () => {
+  it('with resetStuckConnection, is reset after two heartbeats got no answer: the member reads on, and the acknowledgement that waited on it is decided', async () => {
+    const streamPrefix = uniqueName('half-open');
+    const recorder = new HandlerRecorder();
+    const proxy = await aProxy();
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let entry2 = '';
+    const acknowledged: { ids: string[]; accepted: boolean }[] = [];
+    const errors: string[] = [];
+    const member = aMember(
+      {
+        streamPrefix,
+        shardCount: 1,
+        sessionTimeoutMs: 3000,
+        blockMs: 200,
+        sweepIntervalMs: 500,
+        resetStuckConnection: true,
+        handler: recorder.handler('m', async (message) => {
+          if (message.payload.seq === 2 && message.key === 'before-0') {
+            entry2 = message.id;
+            await gate;
+          }
+        }),
+      },
+      redis.clientAt(proxy.url),
+    );
+    member.on('acknowledged', (a) => acknowledged.push({ ids: a.ids, accepted: a.accepted }));
+    member.on('error', (e: Error) => errors.push(e.message));
+    await member.start();
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.sendBatch(keyedMessages(1, 2, 'before'));
+    await pollUntil('entry 2 running', async () => entry2 !== '');
+
+    // Both of the member's connections (commands and blocking reads) go silent; entry 2's ack is
+    // sent into the silence.
+    proxy.blackholeOpenConnections();
+    release();
+    // Two heartbeat timeouts (1 s each) and the retry between them.
+    await pollUntil('the command connection reset', async () => errors.some((e) => /2 heartbeats in a row got no answer within 1000 ms; the command connection was reset/.test(e)), { timeoutMs: 6000 });
+
+    // The member reads on over the new connections (its lease may have been lost meanwhile: then it rejoined).
+    await producer.sendBatch(keyedMessages(1, 2, 'after'));
+    await pollUntil('the entries sent after the reset handled', async () => recorder.distinctEntries() === 4, { timeoutMs: 10_000 });
+    // Entry 2's acknowledgement was resent on the new connection and decided there: accepted, or
+    // refused (a new grant's token) and the entry run again and acknowledged. Nothing stays pending.
+    await pollUntil('entry 2 acknowledged or refused', async () => acknowledged.some((a) => a.ids.includes(entry2)));
+    await pollUntil('nothing pending in the group', async () => (await admin().describeGroup(streamPrefix, 'group')).shards.every((s) => s.pending === 0 && s.lag === 0));
+  });
+});

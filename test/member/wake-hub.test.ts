@@ -1,0 +1,66 @@
+import { describe, expect, it } from 'vitest';
+import { CoordinatedMember } from '@redis-stream-coordinator/core';
+import { WakeHub } from '../../packages/core/src/redis/read-hubs/wake-hub';
+import { TcpProxy } from '../support/tcp-proxy';
+import { pollUntil } from '../support/poll';
+import { uniqueName, useRedisServer } from '../support/vitest-redis';
+
+const redis = useRedisServer();
+
+describe('WakeHub', () => {
+  it('after its connection is killed it subscribes again itself, tells every listener at once (wake-ups were lost), and hears new ones', async () => {
+    const base = redis.client();
+    const channel = uniqueName('wake');
+    const heard: string[] = [];
+    const stop = await WakeHub.for(base).listen(channel, (publisher) => heard.push(publisher));
+    const publisher = redis.client();
+    await pollUntil('subscribed', async () => (await publisher.publish(channel, 'first')) === 1);
+    await pollUntil('the first wake-up heard', async () => heard.includes('first'));
+
+    await publisher.call('CLIENT', 'KILL', 'TYPE', 'pubsub');
+    await pollUntil('the reconnect told the listener', async () => heard.includes(''));
+    await pollUntil('subscribed again', async () => (await publisher.publish(channel, 'second')) === 1);
+    await pollUntil('a wake-up after the reconnect heard', async () => heard.includes('second'));
+    expect(heard.filter((p) => p !== '')).toEqual(['first', 'second']);
+    await stop();
+  });
+});
+
+describe('stopping while Redis does not answer', () => {
+  it('stop() returns while Redis does not answer: neither an UNSUBSCRIBE nor a call its read loop waits on holds it up', async () => {
+    const proxy = await TcpProxy.start(redis.server.port);
+    try {
+      const client = redis.clientAt(proxy.url);
+      const streamPrefix = uniqueName('wake-stop');
+      // Two groups: two wake channels on the client's one subscriber connection.
+      const members = ['a', 'b'].map(
+        (memberId) =>
+          new CoordinatedMember(client, {
+            streamPrefix,
+            consumerGroup: `group-${memberId}`,
+            memberId,
+            shardCount: 2,
+            sessionTimeoutMs: 1500,
+            handler: () => undefined,
+          }),
+      );
+      for (const member of members) member.on('error', () => undefined);
+      await Promise.all(members.map((m) => m.start()));
+
+      proxy.freeze(); // every request from now on waits: nothing is answered, nothing fails
+      // The leave is bounded by a third of the session timeout; before the fix the first member's
+      // stop() then waited on its UNSUBSCRIBE (its channel emptied, the other still listened) for
+      // as long as Redis did not answer.
+      let stopped = false;
+      void members[0].stop().then(() => (stopped = true));
+      await pollUntil('the first member stopped', async () => stopped, { timeoutMs: 10_000 });
+      // The last one: its read loop waits on a command that is never answered; stop() gives up on
+      // it after the block time plus the read grace (docs/runtime.md) instead of waiting forever.
+      let lastStopped = false;
+      void members[1].stop().then(() => (lastStopped = true));
+      await pollUntil('the last member stopped', async () => lastStopped, { timeoutMs: 15_000 });
+    } finally {
+      await proxy.stop();
+    }
+  });
+});

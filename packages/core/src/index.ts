@@ -40,6 +40,6 @@ export { isReadonlyError, reconnectOnReadonly } from './redis/connection/readonl
 export { CoordinatedMember, type MemberEvents, type ShardsEvent, type StopOptions } from './member/coordinated-member';
 export { type BatchMemberOptions, type BatchMessageHandler, type CoordinatedMemberOptions, type CoordinatedMemberSettings, type MessageHandler } from './member/member-options';
 export { type BatchOptions, MAX_LANES } from './member/consumption-options';
-export { AckRefusedError, type AckRefusalReason, type AckRefusedEvent, AckTimeoutError, BatchError, NackedError } from './member/handle/consumption-errors';
+export { AckRefusedError, type AckRefusalReason, type AckRefusedEvent, AckTimeoutError, BatchError, NackedError } from './member/consumption-errors';
 export { type DeadLetterCause, type DeadLetterEvent, type DeadLetterNotice, type DeadLetterOptions, type ErrorClass } from './member/handle/dead-letter-options';
-export { HandlerAbortedError, type HandlerAbortReason, HandlerTimeoutError, ShardError } from './member/shard-poller';
+export { HandlerAbortedError, type HandlerAbortReason, HandlerTimeoutError, ShardError } from './member/consumption-errors';

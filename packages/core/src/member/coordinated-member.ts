@@ -25,7 +25,8 @@ import { reconnect } from './read/reader-connection';
 import { duplicateClient, isCluster } from '../redis/connection/slot-pipelines';
 import { ClusterReadHub } from '../redis/read-hubs/cluster-read-hub';
 import { ReadHub } from '../redis/read-hubs/read-hub';
-import { type ShardError, ShardPoller } from './shard-poller';
+import type { ShardError } from './consumption-errors';
+import { ShardPoller } from './shard-poller';
 
 export type { MemberEvents, ShardsEvent } from './member-events';
 

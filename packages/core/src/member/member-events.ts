@@ -1,6 +1,6 @@
 import type { ErrorCode } from '../protocol/error-codes';
-import type { AcknowledgedEvent } from './shard-poller';
-import type { AckRefusedEvent } from './handle/consumption-errors';
+import type { AcknowledgedEvent } from './shard-state';
+import type { AckRefusedEvent } from './consumption-errors';
 import type { DeadLetterEvent } from './handle/dead-letter-options';
 
 export interface ShardsEvent {

@@ -5,17 +5,9 @@ import { AckBatcher } from './handle/ack-batcher';
 import type { ResolvedMemberOptions } from './member-options';
 import { ShardDispatcher } from './handle/shard-dispatcher';
 import { type ReadTransport, ShardReader } from './read/shard-reader';
-import { abortCalls, HandlerAbortedError, type HandlerAbortReason, inFlightIds, type PollerEvents, ShardError, ShardSet, type ShardState, workInFlight } from './shard-state';
+import { HandlerAbortedError, type HandlerAbortReason, ShardError } from './consumption-errors';
+import { abortCalls, inFlightIds, type PollerEvents, ShardSet, type ShardState, workInFlight } from './shard-state';
 
-export {
-  type AcknowledgedEvent,
-  type ClaimRefusedEvent,
-  HandlerAbortedError,
-  type HandlerAbortReason,
-  HandlerTimeoutError,
-  type PollerEvents,
-  ShardError,
-} from './shard-state';
 
 /**
  * Releasing a shard waits this long at least for its outstanding acks (even with no time left for

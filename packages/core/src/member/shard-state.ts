@@ -2,7 +2,7 @@ import { setMaxListeners } from 'node:events';
 import { compareStreamIds } from '../protocol/stream-ids';
 import type { RawEntry } from '../redis/shard-client';
 import type { CallSignal } from './handle/call-signal';
-import type { AckRefusedEvent } from './handle/consumption-errors';
+import { type AckRefusedEvent, HandlerAbortedError, type HandlerAbortReason, type ShardError } from './consumption-errors';
 import type { DeadLetterEvent } from './handle/dead-letter-options';
 
 /**
@@ -84,46 +84,6 @@ export function inFlightIds(state: ShardState): string[] {
 /** Fires `message.signal` of every handler call running on the shard's grant (each lane's). */
 export function abortCalls(state: ShardState, reason: HandlerAbortReason, message: string): void {
   for (const work of state.work.values()) work.call?.abort(new HandlerAbortedError(reason, message));
-}
-
-/** Something went wrong on a shard; the poller goes on. `shardIndex` is set where it applies. */
-export class ShardError extends Error {
-  constructor(
-    message: string,
-    readonly shardIndex?: number,
-    cause?: unknown,
-  ) {
-    super(message, cause === undefined ? undefined : { cause });
-    this.name = 'ShardError';
-  }
-}
-
-/** A handler call exceeded `handlerTimeoutMs`; the attempt counts as failed. */
-export class HandlerTimeoutError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'HandlerTimeoutError';
-  }
-}
-
-/** Why a handler's `message.signal` fired. */
-export type HandlerAbortReason = 'handler-timeout' | 'ack-timeout' | 'revoked' | 'shard-lost' | 'stopped';
-
-/**
- * The `reason` of an aborted `message.signal`: the member no longer waits for this call; the entry
- * is retried (timeout) or left to the shard's next owner, which runs it again unless the call's
- * acknowledgement lands before the shard changes hands. `reason` says why: `handler-timeout` (handlerTimeoutMs passed), `ack-timeout` (ackMode 'manual': ackTimeoutMs passed), `revoked`
- * (the shard was revoked and revocationTimeoutMs passed), `shard-lost` (lease lost, fenced, the group
- * gone, the shard no longer this member's), `stopped` (stop()'s shutdownTimeoutMs passed, or abort()).
- */
-export class HandlerAbortedError extends Error {
-  constructor(
-    readonly reason: HandlerAbortReason,
-    message: string,
-  ) {
-    super(message);
-    this.name = 'HandlerAbortedError';
-  }
 }
 
 /** A batch of acknowledgements was sent: `accepted` is false when a newer owner's fencing token refused it. */

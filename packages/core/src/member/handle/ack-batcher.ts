@@ -1,8 +1,9 @@
+import { ShardError } from '../consumption-errors';
 import type { EventEmitter } from 'node:events';
 import type { AckBatch, ShardClient } from '../../redis/shard-client';
 import { sleep } from '../abortable-sleep';
 import { retryDelayMs } from '../member-options';
-import { type PollerEvents, ShardError, type ShardState } from '../shard-state';
+import { type PollerEvents, type ShardState } from '../shard-state';
 
 /** Tries of one acknowledgement batch when Redis cannot be reached (about 10 s of backoff in all). */
 const ACK_ATTEMPTS = 8;

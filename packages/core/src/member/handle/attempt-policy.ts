@@ -1,9 +1,10 @@
+import { ShardError } from '../consumption-errors';
 import type { EventEmitter } from 'node:events';
 import type { StreamMessage } from '../../protocol/entry-format';
 import { sleep } from '../abortable-sleep';
-import { NackedError } from './consumption-errors';
+import { NackedError } from '../consumption-errors';
 import { type ResolvedMemberOptions, retryDelayMs } from '../member-options';
-import { type PollerEvents, ShardError, type ShardState } from '../shard-state';
+import { type PollerEvents, type ShardState } from '../shard-state';
 
 /** How often a retry that waits for the lease to be safe again looks at it. */
 const LEASE_RECHECK_MS = 50;

@@ -2,7 +2,7 @@ import type { StreamMessage } from '../../protocol/entry-format';
 import type { AckBatcher } from './ack-batcher';
 import type { AttemptPolicy } from './attempt-policy';
 import { CallSignal } from './call-signal';
-import { BatchError } from './consumption-errors';
+import { BatchError } from '../consumption-errors';
 import { type DeadLetterWriter, failureReason } from './dead-letter-writer';
 import { checkEntry } from './entry-check';
 import { HandlerMessage } from './handler-message';

@@ -1,10 +1,11 @@
+import { ShardError } from '../consumption-errors';
 import type { EventEmitter } from 'node:events';
 import type { StreamMessage } from '../../protocol/entry-format';
 import type { RawEntry, ShardClient } from '../../redis/shard-client';
 import { sleep } from '../abortable-sleep';
 import type { DeadLetterCause, DeadLetterNotice } from './dead-letter-options';
 import { type ResolvedMemberOptions, retryDelayMs } from '../member-options';
-import { type PollerEvents, ShardError, type ShardSet, type ShardState } from '../shard-state';
+import { type PollerEvents, type ShardSet, type ShardState } from '../shard-state';
 
 /** Backoff of a dead-letter write that failed: from this, doubling, up to the max. */
 const DEAD_LETTER_RETRY_MS = 100;

@@ -1,6 +1,5 @@
-import { AckRefusedError, type AckRefusalReason, NackedError } from './consumption-errors';
+import { AckRefusedError, type AckRefusalReason, HandlerAbortedError, NackedError } from '../consumption-errors';
 import type { AckOutcome } from './ack-batcher';
-import { HandlerAbortedError } from '../shard-state';
 
 /** Reports a refused ack/nack ('ack-refused' event, `stats().refusedAcks`) and returns the error to reject with. */
 export type RefuseAck = (reason: AckRefusalReason, entryId: string, message: string) => AckRefusedError;

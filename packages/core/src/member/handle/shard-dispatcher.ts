@@ -4,14 +4,15 @@ import type { ShardClient } from '../../redis/shard-client';
 import type { AckBatcher } from './ack-batcher';
 import { AttemptPolicy } from './attempt-policy';
 import { BatchRunner } from './batch-runner';
-import { AckRefusedError, type AckRefusalReason, AckTimeoutError } from './consumption-errors';
+import { AckRefusedError, type AckRefusalReason, AckTimeoutError } from '../consumption-errors';
 import { DeadLetterWriter, failureReason, isThenable } from './dead-letter-writer';
 import { CallSignal } from './call-signal';
 import { checkEntry, type DecodedPayload, type EntryCheck } from './entry-check';
 import { HandlerMessage } from './handler-message';
 import { ManualSettlement } from './manual-ack';
 import type { ResolvedMemberOptions } from '../member-options';
-import { HandlerAbortedError, HandlerTimeoutError, type PollerEvents, type QueuedEntry, ShardError, type ShardSet, type ShardState, type Work } from '../shard-state';
+import { HandlerAbortedError, HandlerTimeoutError, ShardError } from '../consumption-errors';
+import type { PollerEvents, QueuedEntry, ShardSet, ShardState, Work } from '../shard-state';
 
 /** A settled promise, the `done` of work that has not got its own yet. */
 const RESOLVED: Promise<void> = Promise.resolve();

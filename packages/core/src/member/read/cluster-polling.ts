@@ -1,3 +1,4 @@
+import { ShardError } from '../consumption-errors';
 import type { EventEmitter } from 'node:events';
 import type { Cluster } from 'ioredis';
 import type { ClusterReadHub } from '../../redis/read-hubs/cluster-read-hub';
@@ -6,7 +7,7 @@ import type { RedisClient } from '../../redis/scripts';
 import { ShardWakeHub } from '../../redis/read-hubs/shard-wake-hub';
 import type { Wakeup } from '../abortable-sleep';
 import type { ResolvedMemberOptions } from '../member-options';
-import { type PollerEvents, ShardError, type ShardSet, type ShardState } from '../shard-state';
+import { type PollerEvents, type ShardSet, type ShardState } from '../shard-state';
 
 /**
  * On a Redis Cluster reads do not block (one XREADGROUP cannot span shards' slots): until a shard's

@@ -1,3 +1,4 @@
+import { ShardError } from '../consumption-errors';
 import type { EventEmitter } from 'node:events';
 import { compareStreamIds } from '../../protocol/stream-ids';
 import type { HubReader, ReadHub } from '../../redis/read-hubs/read-hub';
@@ -8,7 +9,7 @@ import { ClusterPolling, type PolledTransport } from './cluster-polling';
 import { type ResolvedMemberOptions, retryDelayMs } from '../member-options';
 import { fewestQueued } from './read-turns';
 import { ShardRecovery } from './shard-recovery';
-import { type PollerEvents, ShardError, type ShardSet, type ShardState } from '../shard-state';
+import { type PollerEvents, type ShardSet, type ShardState } from '../shard-state';
 
 /** Backoff of a refused shard claim: from this, doubling, up to the max. */
 const CLAIM_RETRY_MS = 100;

@@ -1,9 +1,10 @@
+import { ShardError } from '../consumption-errors';
 import type { EventEmitter } from 'node:events';
 import { compareStreamIds, nextStreamId } from '../../protocol/stream-ids';
 import type { ClaimResult, RawEntry, ShardClient } from '../../redis/shard-client';
 import type { AckBatcher } from '../handle/ack-batcher';
 import type { ResolvedMemberOptions } from '../member-options';
-import { inFlightIds, isInFlight, type PollerEvents, type QueuedEntry, ShardError, type ShardSet, type ShardState } from '../shard-state';
+import { inFlightIds, isInFlight, type PollerEvents, type QueuedEntry, type ShardSet, type ShardState } from '../shard-state';
 
 type ClaimedPage = Extract<ClaimResult, { fenced: false }>;
 

@@ -68,3 +68,43 @@ export interface AckRefusedEvent {
   reason: AckRefusalReason;
   message: string;
 }
+
+/** Something went wrong on a shard; the poller goes on. `shardIndex` is set where it applies. */
+export class ShardError extends Error {
+  constructor(
+    message: string,
+    readonly shardIndex?: number,
+    cause?: unknown,
+  ) {
+    super(message, cause === undefined ? undefined : { cause });
+    this.name = 'ShardError';
+  }
+}
+
+/** A handler call exceeded `handlerTimeoutMs`; the attempt counts as failed. */
+export class HandlerTimeoutError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'HandlerTimeoutError';
+  }
+}
+
+/** Why a handler's `message.signal` fired. */
+export type HandlerAbortReason = 'handler-timeout' | 'ack-timeout' | 'revoked' | 'shard-lost' | 'stopped';
+
+/**
+ * The `reason` of an aborted `message.signal`: the member no longer waits for this call; the entry
+ * is retried (timeout) or left to the shard's next owner, which runs it again unless the call's
+ * acknowledgement lands before the shard changes hands. `reason` says why: `handler-timeout` (handlerTimeoutMs passed), `ack-timeout` (ackMode 'manual': ackTimeoutMs passed), `revoked`
+ * (the shard was revoked and revocationTimeoutMs passed), `shard-lost` (lease lost, fenced, the group
+ * gone, the shard no longer this member's), `stopped` (stop()'s shutdownTimeoutMs passed, or abort()).
+ */
+export class HandlerAbortedError extends Error {
+  constructor(
+    readonly reason: HandlerAbortReason,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'HandlerAbortedError';
+  }
+}

@@ -15,7 +15,7 @@
  *   node scripts/compat-matrix.js --nest 11 --ioredis 5 --keep
  * Exits non-zero if any combination fails; prints one result line per combination.
  */
-'use strict';
+
 const { execFileSync } = require('node:child_process');
 const fs = require('node:fs');
 const os = require('node:os');

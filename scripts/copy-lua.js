@@ -1,7 +1,7 @@
 // Copies the coordinator's Lua scripts next to the compiled JavaScript, keeping the folder layout,
 // so that the script loader finds them at the same relative path in src/ and dist/.
 const fs = require('node:fs');
-const path = require('node:path');
+const _path = require('node:path');
 
 const [from, to] = process.argv.slice(2);
 if (!from || !to) {

@@ -10,7 +10,7 @@
  *
  * Prints one line per phase and a JSON summary; docs/dashboard.md quotes a run.
  */
-'use strict';
+
 const http = require('node:http');
 const { parseArgs } = require('node:util');
 const { Redis } = require('ioredis');

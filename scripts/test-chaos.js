@@ -4,7 +4,7 @@
 // Parses the options, builds the core package (member processes run its compiled code) and runs the
 // long tier of the reliability harness (test/reliability/soak.chaos.ts) through vitest. The fault
 // kinds are listed in test/reliability/faults.ts (with where each runs).
-'use strict';
+
 const { spawnSync } = require('node:child_process');
 const path = require('node:path');
 

@@ -47,7 +47,7 @@ async function main(): Promise<void> {
   const rate = total / ((Date.now() - start) / 1000);
   const { profile } = await post<{ profile: { nodes: ProfileNode[]; samples: number[]; timeDeltas: number[] } }>('Profiler.stop');
   const time = new Map<number, number>();
-  profile.samples.forEach((id, i) => time.set(id, (time.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0)));
+  for (const [i, id] of profile.samples.entries()) time.set(id, (time.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0));
   const self = new Map<string, number>();
   let sum = 0;
   for (const node of profile.nodes) {

@@ -1,8 +1,23 @@
 import type { CoordinatorFigures } from './coordinator-bench';
 import type { DrainRepetition } from './drain-bench';
 import type { MemoryFigures } from './memory-bench';
-import type { RestartFigures } from './restart-bench';
 import { type Spread, spread } from './stats';
+
+export type RestartMode = 'static' | 'plain';
+
+export interface RestartFigures {
+  mode: RestartMode;
+  /** Shard assignments to a member id other than the shard's owner before the restarts. */
+  shardMoves: number;
+  /** Shards that some member was asked to revoke. */
+  revocations: number;
+  /** Targets the assignor computed during the restarts. */
+  targetCommits: number;
+  /** Entries a handler ran more than once. */
+  duplicates: number;
+  /** From the first stop() to the group STABLE with every shard owned after the last restart. */
+  ms: number;
+}
 
 export interface Environment {
   date: string;
@@ -304,7 +319,7 @@ export function report(r: BenchResults): string {
     '`npm run bench:cluster`\'s, in [benchmarks-cluster.md](benchmarks-cluster.md).',
     '',
     `Measured ${e.date} on ${e.cpus}, ${e.memoryGiB} GiB; Node ${e.node}, Redis ${e.redis}, ioredis ${e.ioredis}, BullMQ ${e.bullmq}.`,
-    `${e.repetitions} repetition(s) per figure: the median, with min–max in parentheses.` + (e.quick ? ' **Quick run: small sizes, one repetition.**' : ''),
+    `${e.repetitions} repetition(s) per figure: the median, with min–max in parentheses.${e.quick ? ' **Quick run: small sizes, one repetition.**' : ''}`,
     '',
     ...targetsSection(r),
     ...drainSection(r),

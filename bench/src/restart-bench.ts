@@ -8,21 +8,9 @@ import { CoordinatedMember, CoordinatorAdmin, StreamProducer } from '@redis-stre
 import { until } from './cli';
 import { elapsedMs } from './stats';
 
-export type RestartMode = 'static' | 'plain';
+import type { RestartFigures, RestartMode } from './report';
 
-export interface RestartFigures {
-  mode: RestartMode;
-  /** Shard assignments to a member id other than the shard's owner before the restarts. */
-  shardMoves: number;
-  /** Shards that some member was asked to revoke. */
-  revocations: number;
-  /** Targets the assignor computed during the restarts. */
-  targetCommits: number;
-  /** Entries a handler ran more than once. */
-  duplicates: number;
-  /** From the first stop() to the group STABLE with every shard owned after the last restart. */
-  ms: number;
-}
+export type { RestartFigures, RestartMode };
 
 const MEMBERS = 4;
 const SHARDS = 16;

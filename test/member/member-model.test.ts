@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { CoordinatedMember, CoordinatorAdmin, StreamProducer } from '@redis-stream-coordinator/core';
 import { check, type Fault, type FaultKind, type Produced, type RecordLine } from '../reliability/checker';
-import { evalsha, scriptShas } from '../reliability/faults';
+import { evalsha, scriptShas } from '../reliability/script-match';
 import { mustBeOwned } from '../reliability/harness';
 import { pollUntil } from '../support/poll';
 import { TcpProxy } from '../support/tcp-proxy';
@@ -115,7 +115,7 @@ class Real {
     });
     const results = await this.producer.sendBatch(batch);
     const at = performance.timeOrigin + performance.now();
-    results.forEach((r, i) => this.produced.push({ id: r.id, shard: r.shardIndex, key: batch[i].key, seq: batch[i].payload.seq, at }));
+    for (const [i, r] of results.entries()) this.produced.push({ id: r.id, shard: r.shardIndex, key: batch[i].key, seq: batch[i].payload.seq, at });
   }
 
   /** The group settled: STABLE, every shard owned by a member of ours; then the invariants. */
@@ -125,7 +125,7 @@ class Real {
       'the group to settle',
       async () => {
         const description = await this.admin.describeGroup(this.streamPrefix, this.group).catch(() => undefined);
-        if (!description || description.group.state !== 'STABLE') return undefined;
+        if (description?.group.state !== 'STABLE') return undefined;
         return description.shards.filter(mustBeOwned).every((s) => s.owner !== null && ids.has(s.owner)) ? description : undefined;
       },
       { timeoutMs: 20_000, intervalMs: 50 },

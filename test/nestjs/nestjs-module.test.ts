@@ -55,10 +55,6 @@ async function anApp(providers: unknown[], options: Record<string, unknown> = {}
   return app;
 }
 
-async function members(streamPrefix: string) {
-  return (await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'summary-group')).members;
-}
-
 async function stable(streamPrefix: string, count: number) {
   return pollUntil(`${count} members, STABLE, every shard owned`, async () => {
     const d = await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'summary-group').catch(() => undefined);

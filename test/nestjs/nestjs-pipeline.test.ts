@@ -68,7 +68,9 @@ async function anApp(providers: unknown[]) {
   await app.init();
   const outcome = { acknowledged: new Set<string>(), deadLetters: [] as { id: string; reason: string; attempts: number }[] };
   for (const member of app.get(CoordinatorRegistry).members()) {
-    member.on('acknowledged', (event) => event.accepted && event.ids.forEach((id) => outcome.acknowledged.add(id)));
+    member.on('acknowledged', (event) => {
+      if (event.accepted) for (const id of event.ids) outcome.acknowledged.add(id);
+    });
     member.on('dead-letter', (event) => outcome.deadLetters.push(event));
   }
   await pollUntil('members joined', async () => (await app.get(CoordinatorHealthIndicator).check()).coordinator.status === 'up');

@@ -49,7 +49,7 @@ async function owners(streamPrefix: string, members = 3, keyPrefix?: string) {
   const admin = new CoordinatorAdmin(redis.client(), { keyPrefix });
   return pollUntil('a STABLE group with every shard owned', async () => {
     const d = await admin.describeGroup(streamPrefix, 'g').catch(() => undefined);
-    if (!d || d.group.state !== 'STABLE' || !d.shards.every((s) => s.state === 'OWNED')) return false;
+    if (d?.group.state !== 'STABLE' || !d.shards.every((s) => s.state === 'OWNED')) return false;
     if (d.members.filter((m) => m.state === 'ACTIVE').length < members) return false; // every member joined
     return Object.fromEntries(d.members.filter((m) => m.state === 'ACTIVE').map((m) => [m.memberId, m.currentAssignment.map((s) => s.shardIndex)]));
   });

@@ -10,8 +10,10 @@ import { CoordinatorClient, compareStreamIds, ErrorCode, type HeartbeatResponse 
 import { ProtocolMember } from '@redis-stream-coordinator/core/testing';
 import { findGroupInfo } from '../../packages/core/src/redis/responses';
 import type { Fault, RecordLine } from './checker';
-import { evalsha, scriptShas } from './faults';
-import { type ChaosHarness, type MemberProcess, mustBeOwned, proxyOf, readRecords, sleep, waitFor } from './harness';
+import { evalsha, scriptShas } from './script-match';
+import type { ChaosHarness } from './harness';
+import { type MemberProcess, proxyOf, readRecords, sleep, waitFor } from './harness-tools';
+import { mustBeOwned } from './redis-state';
 import { RecordTail } from './record-tail';
 
 /** SIGUSR2 to every member process not cut off: a failing spell starts (or ends). */

@@ -1,22 +1,15 @@
-/**
- * The fault kinds of the reliability harness (issue 12), one entry each: what it does (the docs'
- * table) and how it is made. Each `inject` returns when the fault has been lifted (or, for faults
- * the group must ride out, once it is in place); the harness then waits until every group is STABLE
- * with every shard owned by a running member, and reports that wait as the recovery time (measured
- * from `liftedAt` when given). `needs` names the issue-11 fix a fault kind checks (it failed on the
- * code before it; docs/reliability.md says what the checker reported).
- */
-import { createHash } from 'node:crypto';
+
 import fs from 'node:fs';
 import path from 'node:path';
-import { loadScriptSource } from '../../packages/core/src/redis/scripts';
 import { TcpProxy } from '../support/tcp-proxy';
 import type { Fault, FaultKind } from './checker';
 import { failingSpell, groupKeysLost, revokeTwice, trimHistory, unsafeLease, whatItDid, zombieDeadLetter } from './fault-scenarios';
 import { failover, slotMove } from './cluster-faults';
 import { resize, staleWrites } from './resize-faults';
-import { type ChaosHarness, type MemberProcess, proxyOf, sleep, waitFor } from './harness';
+import type { ChaosHarness } from './harness';
+import { type MemberProcess, proxyOf, sleep, waitFor } from './harness-tools';
 import { RecordTail } from './record-tail';
+import { evalsha, scriptShas } from './script-match';
 import type { TargetKind } from './target';
 
 /** The process-level and resizing kinds, which need no proxy: on both targets. */
@@ -32,23 +25,9 @@ export interface FaultSpec {
    * act on a member's connection or on the server run on the single node only.
    */
   runsOn?: readonly TargetKind[];
+  // biome-ignore lint/suspicious/noConfusingVoidType: most kinds return nothing (Promise<void>), a few the time the fault was lifted
   inject(h: ChaosHarness, fault: Fault): Promise<{ liftedAt?: number } | void>;
 }
-
-const LUA_DIR = path.resolve(__dirname, '../../packages/core/src/redis/lua');
-
-/** The EVALSHA digests of the scripts whose file name starts with one of `prefixes` (ioredis sends the sha). */
-export function scriptShas(...prefixes: string[]): string[] {
-  return fs
-    .readdirSync(LUA_DIR)
-    .filter((f) => f.endsWith('.lua') && prefixes.some((p) => f.startsWith(p)))
-    .map((f) => createHash('sha1').update(loadScriptSource(f)).digest('hex'));
-}
-
-export const evalsha = (shas: string[]) => {
-  const isEvalsha = TcpProxy.command('EVALSHA');
-  return (request: string) => isEvalsha(request) && shas.some((sha) => request.includes(sha));
-};
 
 /**
  * Delays one member's requests by `requestMs` and its replies by `replyMs` (plus up to `jitterMs`

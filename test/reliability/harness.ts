@@ -1,18 +1,18 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { CoordinatorAdmin, type RedisClient } from '@redis-stream-coordinator/core';
 import type { RedisCluster, RedisServer } from '@redis-stream-coordinator/core/testing';
 import type { MemberProcessSettings } from '../../packages/core/src/testing/member-process';
-import type { TcpProxy } from '../support/tcp-proxy';
-import { check, type CheckReport, type DeadLetter, type Fault, type FaultKind, type PendingSample, type RecordLine } from './checker';
+import { check, type CheckReport, type Fault, type FaultKind, type PendingSample, type RecordLine } from './checker';
 import { FAULTS } from './faults';
 import { LoadProducer } from './load';
 import { mustBeOwned, pendingSamples, readDeadLetters, unacknowledged } from './redis-state';
+import { type MemberProcess, proxyOf, readRecords, seededRandom, sleep, waitFor } from './harness-tools';
 import { ChaosTarget, type TargetKind } from './target';
 
-export { mustBeOwned };
+export { mustBeOwned, proxyOf, readRecords, seededRandom, sleep, waitFor, type MemberProcess };
 
 /** The member process entry point, built by `npm run build` (the test script builds first). */
 const MEMBER_PROCESS = path.resolve(__dirname, '../../packages/core/dist/testing/member-process.js');
@@ -53,34 +53,6 @@ export interface HarnessOptions {
 
 type Settings = Required<Omit<HarnessOptions, 'progress' | 'target' | 'waitForReplicas'>>;
 
-/** A small, seeded PRNG (mulberry32): the same seed gives the same schedule and targets. */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-export interface MemberProcess {
-  /** Unique per process (a duplicate identity shares `memberId`, not `handle`). */
-  handle: string;
-  memberId: string;
-  group: string;
-  child: ChildProcess;
-  /** Its proxy in front of the single redis-server; none on a cluster. */
-  proxy: TcpProxy | undefined;
-  exited: Promise<number | null>;
-  /** Cut off (paused, partitioned): not a possible owner until healed. */
-  isolated: boolean;
-  /** Under some fault until then (performance.now()): it has an excuse to leave work pending. */
-  excusedUntil: number;
-  recordFile: string;
-}
-
 export interface SpawnOptions {
   memberId?: string;
   group?: string;
@@ -90,22 +62,6 @@ export interface SpawnOptions {
   /** This member's session timeout (default: the harness's) and heartbeat interval (default: a fifth of it). */
   sessionTimeoutMs?: number;
   heartbeatIntervalMs?: number;
-}
-
-/** A member's proxy, for the fault kinds that act on one (single node only: a cluster member has none). */
-export function proxyOf(member: MemberProcess): TcpProxy {
-  if (!member.proxy) throw new Error(`member ${member.handle} has no proxy (on a cluster members connect to the nodes directly)`);
-  return member.proxy;
-}
-
-export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-export async function waitFor(description: string, probe: () => Promise<boolean> | boolean, timeoutMs: number, intervalMs = 25): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await probe())) {
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${description}`);
-    await sleep(intervalMs);
-  }
 }
 
 const wallNow = () => performance.timeOrigin + performance.now();
@@ -508,19 +464,3 @@ export class ChaosHarness {
     } else fs.rmSync(this.dir, { recursive: true, force: true });
   }
 }
-
-export function readRecords(file: string): RecordLine[] {
-  const lines: RecordLine[] = [];
-  if (!fs.existsSync(file)) return lines;
-  for (const line of fs.readFileSync(file, 'utf8').split('\n')) {
-    // A process killed mid-write may leave a torn last line; it was never acknowledged to anyone.
-    if (line.trim() === '') continue;
-    try {
-      lines.push(JSON.parse(line) as RecordLine);
-    } catch {
-      /* torn line */
-    }
-  }
-  return lines;
-}
-

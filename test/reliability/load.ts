@@ -114,7 +114,7 @@ export class LoadProducer {
         try {
           this.sendingSince = performance.now();
           const results = (await producer.sendBatch(batch)) as Outcome[];
-          results.forEach((r, i) => record(i, r));
+          for (const [i, r] of results.entries()) record(i, r);
           this.lastWrittenAt = performance.now();
           batch = [];
         } catch (error) {

@@ -5,7 +5,7 @@
  * grant, start), and the resizes around them with their switch times. Enough to tell which shards
  * and which cutover the two entries crossed, without the record files.
  */
-import type { Fault, Produced, Run } from './checker';
+import type { Fault, Produced, Run } from './records';
 
 export interface OrderViolation {
   group: string;

@@ -2,7 +2,7 @@
  * The checker's promises added by issue 12, each a pure function of what the harness recorded:
  * nothing stuck at a live owner, dead letters fenced like acks, one accepted run per entry per grant.
  */
-import type { DeadLetter, Fault, FaultKind, PendingSample, RecordLine, Run } from './checker';
+import type { DeadLetter, Fault, FaultKind, PendingSample, RecordLine, Run } from './records';
 
 /** Samples further apart than this break a streak (the harness was not looking, e.g. Redis restarting). */
 const MAX_SAMPLE_GAP_MS = 1500;

@@ -4,7 +4,8 @@
  */
 import { findGroupInfo } from '../../packages/core/src/redis/responses';
 import type { Fault } from './checker';
-import { type ChaosHarness, waitFor } from './harness';
+import type { ChaosHarness } from './harness';
+import { waitFor } from './harness-tools';
 
 /** One shard more or fewer (kept between 4 and 10), once the previous resize is done; returns once every group's cutover completed. */
 export async function resize(h: ChaosHarness, fault: Fault, grow: boolean, ordered: boolean, graceMs = 2000) {

@@ -20,7 +20,10 @@ describe('the fault proxy', () => {
     const key = uniqueName('delayed');
     proxy.delay('reply', 60_000);
     let answered = false;
-    const reply = client.set(key, 'v').then((r) => ((answered = true), r));
+    const reply = client.set(key, 'v').then((r) => {
+      answered = true;
+      return r;
+    });
     await pollUntil('the write to land', async () => (await redis.client().get(key)) === 'v');
     expect(answered).toBe(false);
     proxy.delay('reply', 0);

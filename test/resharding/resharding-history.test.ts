@@ -3,7 +3,7 @@ import { compareStreamIds, CoordinatorAdmin, CoordinatorClient, KeyBuilder, shar
 import { ProtocolMember } from '@redis-stream-coordinator/core/testing';
 import { parseCutover } from '../../packages/core/src/admin/cutover';
 import { CutoverWatch } from '../../packages/core/src/member/lifecycle/cutover-watch';
-import { evalsha, scriptShas } from '../reliability/faults';
+import { evalsha, scriptShas } from '../reliability/script-match';
 import { HandlerRecorder, keyedMessages, type KeyedPayload } from '../support/handler-recorder';
 import { memberFactory } from '../support/member-factory';
 import { pollUntil } from '../support/poll';

@@ -23,7 +23,7 @@ export interface CommandContext {
 export async function withAdmin(command: Command, body: (context: CommandContext) => Promise<void>): Promise<void> {
   const options = command.optsWithGlobals<GlobalOptions>();
   const { redis, admin } = await connect(options);
-  let stop = () => undefined as void;
+  let stop: () => void = () => {};
   let stoppedFlag = false;
   const stopped = new Promise<void>((resolve) => (stop = resolve));
   const onSignal = () => {

@@ -10,7 +10,6 @@ import { registerResize } from './commands/resize';
 import { registerInventory } from './commands/streams';
 import { registerTrim } from './commands/trim';
 
-// eslint-disable-next-line @typescript-eslint/no-require-imports
 const VERSION: string = require('../package.json').version;
 
 /** Exit codes: 0 done, 1 the operation failed or was refused, 2 the command line was wrong. */

@@ -1,7 +1,9 @@
-import type { CoordinatedMemberOptions, CoordinatorOptions } from '@redis-stream-coordinator/core';
+import type { CoordinatedMemberOptions, CoordinatorOptions, PayloadCodec } from '@redis-stream-coordinator/core';
 import type { Cluster, ClusterNode, ClusterOptions, Redis, RedisOptions } from 'ioredis';
 import type { CoordinatorConsumerProperties } from './coordinator-consumer-properties';
-import type { PublisherCodec } from './stream-publisher';
+
+/** A codec StreamPublisher writes with: a built-in one by name, or any `PayloadCodec` (its name is stored with each entry). */
+export type PublisherCodec = 'json' | 'msgpack' | PayloadCodec;
 
 /** Member options that can be set once for every member of the application. */
 export type MemberDefaults = Partial<

@@ -1,8 +1,9 @@
 import { assertCodec, jsonCodec, msgpackCodec, type OutgoingMessage, type PayloadCodec, type SendResult, StreamProducer } from '@redis-stream-coordinator/core';
 import type { CoordinatorConnection } from './coordinator-connection';
+import type { PublisherCodec } from './coordinator-module-options';
 
-/** A codec StreamPublisher writes with: a built-in one by name, or any `PayloadCodec` (its name is stored with each entry). */
-export type PublisherCodec = 'json' | 'msgpack' | PayloadCodec;
+export type { PublisherCodec };
+
 
 /** Options of one `publish` / `publishBatch` call. */
 export interface PublishOptions {

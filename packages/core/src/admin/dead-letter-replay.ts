@@ -1,4 +1,4 @@
-import { ENTRY_CODEC_OF, ENTRY_FIELD, type OutgoingMessage, type PassThroughCodec, type PayloadCodec } from '../protocol/entry-format';
+import { ENTRY_CODEC_OF, ENTRY_FIELD, type OutgoingMessage, type PassThroughCodec, } from '../protocol/entry-format';
 import type { StreamMetadata } from '../protocol/records';
 import { shardForKey } from '../producer/key-hash';
 import { PartialBatchError, type SendResult } from '../producer/send-results';

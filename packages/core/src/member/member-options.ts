@@ -234,6 +234,7 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T> | B
     resetStuckConnection: options.resetStuckConnection ?? false,
     ...consumption,
   };
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what this check refuses
   if (typeof resolved.memberName !== 'string' || resolved.memberName.length === 0 || resolved.memberName.length > 256 || /[\x00-\x1f\x7f]/.test(resolved.memberName)) {
     throw new RangeError(`memberName must be 1-256 printable characters, got ${JSON.stringify(resolved.memberName)}`);
   }

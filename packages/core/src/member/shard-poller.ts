@@ -5,7 +5,7 @@ import { AckBatcher } from './handle/ack-batcher';
 import type { ResolvedMemberOptions } from './member-options';
 import { ShardDispatcher } from './handle/shard-dispatcher';
 import { type ReadTransport, ShardReader } from './read/shard-reader';
-import { HandlerAbortedError, type HandlerAbortReason, ShardError } from './consumption-errors';
+import { type HandlerAbortReason, ShardError } from './consumption-errors';
 import { abortCalls, inFlightIds, type PollerEvents, ShardSet, type ShardState, workInFlight } from './shard-state';
 
 

@@ -218,16 +218,16 @@ export class StreamProducer {
         };
         switch (outcome.status) {
           case 'written':
-            indices.forEach((index, i) => (written[index] = { index, shardIndex: append.shardIndex, id: outcome.ids[i] }));
+            for (const [i, index] of indices.entries()) written[index] = { index, shardIndex: append.shardIndex, id: outcome.ids[i] };
             break;
           case 'unreplicated':
             // On the master, not confirmed on replicas: the caller decides (retry: maybe twice).
-            indices.forEach((index, i) =>
-              failed.push({ index, message: messages[index], shardIndex: append.shardIndex, error: outcome.error, maybeWritten: true, id: outcome.ids[i] }),
-            );
+            for (const [i, index] of indices.entries()) {
+              failed.push({ index, message: messages[index], shardIndex: append.shardIndex, error: outcome.error, maybeWritten: true, id: outcome.ids[i] });
+            }
             break;
           case 'stopped':
-            outcome.ids.forEach((id, i) => (written[indices[i]] = { index: indices[i], shardIndex: append.shardIndex, id }));
+            for (const [i, id] of outcome.ids.entries()) written[indices[i]] = { index: indices[i], shardIndex: append.shardIndex, id };
             fail(outcome.ids.length, outcome.error);
             break;
           case 'failed':

@@ -1,4 +1,4 @@
-import { type PayloadCodec, jsonCodec } from './codecs';
+import { type PayloadCodec, } from './codecs';
 
 export { assertCodec, type BinaryCodec, type PayloadCodec, type TextCodec, jsonCodec, msgpackCodec } from './codecs';
 

@@ -7,7 +7,6 @@ export type RedisClient = Redis | Cluster;
 
 const LUA_DIR = path.join(__dirname, 'lua');
 const INCLUDE = /^--- @include "([\w/]+)"\s*$/;
-// eslint-disable-next-line @typescript-eslint/no-require-imports
 const VERSION: string = require('../../package.json').version;
 
 /** Script name -> file; the file name carries the number of keys it takes. */

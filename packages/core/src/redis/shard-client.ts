@@ -60,7 +60,7 @@ function toEntries(raw: unknown): RawEntry[] {
   const out: RawEntry[] = [];
   for (const item of (raw as [string, string[] | null][]) ?? []) {
     // Replies are text already (a copy only for anything else, e.g. a Buffer reply).
-    if (item && item[1]) out.push({ id: String(item[0]), fields: item[1].every((field) => typeof field === 'string') ? item[1] : item[1].map(String) });
+    if (item?.[1]) out.push({ id: String(item[0]), fields: item[1].every((field) => typeof field === 'string') ? item[1] : item[1].map(String) });
   }
   return out;
 }

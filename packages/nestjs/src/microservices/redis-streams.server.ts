@@ -138,6 +138,7 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
    * `on('error', (error: Error) => …)`: a member's error or a reply Redis did not take (each is also
    * logged). The only event; the signature is the base class's, which differs across Nest versions.
    */
+  // biome-ignore lint/complexity/noBannedTypes: the base class's own signature (Function), which an override must keep
   on<EventKey extends string = string, EventCallback extends Function = Function>(event: EventKey, callback: EventCallback): void {
     if (event !== 'error') throw new TypeError(`RedisStreamsServer.on(event): the only event is "error", got ${JSON.stringify(event)}`);
     this.events.on(event, callback as unknown as (error: Error) => void);

@@ -11,7 +11,9 @@ function aSlowClient() {
     ack: () => new Promise((resolve) => pending.push(() => resolve({ acked: 1, notReplicated: undefined }))),
     ackMany: (batches: unknown[]) => new Promise((resolve) => pending.push(() => resolve({ acked: batches.map(() => 1), notReplicated: [] }))),
   } as unknown as ShardClient;
-  return { client, answerAll: () => pending.splice(0).forEach((answer) => answer()), sent: () => pending.length };
+  return { client, answerAll: () => {
+      for (const answer of pending.splice(0)) answer();
+    }, sent: () => pending.length };
 }
 
 const aShard = (index: number): ShardState => ({ index, grantEpoch: 7 }) as unknown as ShardState;

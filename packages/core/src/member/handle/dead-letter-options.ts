@@ -5,7 +5,7 @@ import { assertConsumerGroup, assertIntegerInRange } from '../../protocol/names'
 export type { DeadLetterCause };
 
 /** An error class, for `deadLetter.nonRetryableErrors` (matched with `instanceof`). */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
+// biome-ignore lint/suspicious/noExplicitAny: a constructor of any arguments; `unknown[]` would refuse classes whose constructors take typed parameters
 export type ErrorClass = abstract new (...args: any[]) => unknown;
 
 /** What `deadLetter.onDeadLetter` is told, after the dead letter was written and the entry acknowledged. */

@@ -114,7 +114,10 @@ export async function execByNode(client: RedisClient, batches: readonly NodeBatc
     else byNode.set(node, [i]);
   });
   for (const indexes of byNode.values()) {
-    results.push(execNodePipeline(client, indexes.map((i) => batches[i]), options).then((replies) => indexes.forEach((at, j) => (out[at] = replies[j]))));
+    results.push(execNodePipeline(client, indexes.map((i) => batches[i]), options).then((replies) => {
+        for (const [j, at] of indexes.entries()) out[at] = replies[j];
+      }),
+    );
   }
   await Promise.all(results);
   return out;

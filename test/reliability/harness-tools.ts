@@ -1,0 +1,68 @@
+/**
+ * The reliability harness's small tools, apart from the harness so that the fault kinds it runs can
+ * use them without importing the harness back (an import cycle).
+ */
+import type { ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import type { TcpProxy } from '../support/tcp-proxy';
+import type { RecordLine } from './checker';
+
+/** A small, seeded PRNG (mulberry32): the same seed gives the same schedule and targets. */
+export function seededRandom(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+export interface MemberProcess {
+  /** Unique per process (a duplicate identity shares `memberId`, not `handle`). */
+  handle: string;
+  memberId: string;
+  group: string;
+  child: ChildProcess;
+  /** Its proxy in front of the single redis-server; none on a cluster. */
+  proxy: TcpProxy | undefined;
+  exited: Promise<number | null>;
+  /** Cut off (paused, partitioned): not a possible owner until healed. */
+  isolated: boolean;
+  /** Under some fault until then (performance.now()): it has an excuse to leave work pending. */
+  excusedUntil: number;
+  recordFile: string;
+}
+
+/** A member's proxy, for the fault kinds that act on one (single node only: a cluster member has none). */
+export function proxyOf(member: MemberProcess): TcpProxy {
+  if (!member.proxy) throw new Error(`member ${member.handle} has no proxy (on a cluster members connect to the nodes directly)`);
+  return member.proxy;
+}
+
+export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+export async function waitFor(description: string, probe: () => Promise<boolean> | boolean, timeoutMs: number, intervalMs = 25): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await probe())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${description}`);
+    await sleep(intervalMs);
+  }
+}
+
+export function readRecords(file: string): RecordLine[] {
+  const lines: RecordLine[] = [];
+  if (!fs.existsSync(file)) return lines;
+  for (const line of fs.readFileSync(file, 'utf8').split('\n')) {
+    // A process killed mid-write may leave a torn last line; it was never acknowledged to anyone.
+    if (line.trim() === '') continue;
+    try {
+      lines.push(JSON.parse(line) as RecordLine);
+    } catch {
+      /* torn line */
+    }
+  }
+  return lines;
+}
+

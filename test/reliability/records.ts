@@ -1,0 +1,147 @@
+/** What the reliability harness records and the checker reads: writes, member records, faults, dead letters, pending samples, runs. */
+export interface Produced {
+  id: string;
+  shard: number;
+  key: string;
+  seq: number;
+  /** When the write was acknowledged to the producer (wall-clock ms). Needed to tell entries Redis lost. */
+  at?: number;
+}
+
+/** One line of a member process's record file (packages/core/src/testing/member-process.ts). */
+export interface RecordLine {
+  e: string;
+  t: number;
+  m: string;
+  /** Consumer group (absent in single-group records: the default group). */
+  g?: string;
+  ep?: number;
+  s?: number;
+  id?: string;
+  k?: string;
+  q?: number;
+  dc?: number;
+  n?: number;
+  ids?: string[];
+  ok?: boolean;
+  ge?: number;
+  shards?: number[];
+  msg?: string;
+}
+
+export type FaultKind =
+  | 'kill'
+  | 'pause'
+  | 'graceful'
+  | 'join'
+  | 'redis-restart'
+  | 'partition'
+  | 'reset'
+  | 'latency-low'
+  | 'latency-session'
+  | 'latency-beyond'
+  | 'jitter'
+  | 'lost-read'
+  | 'lost-ack'
+  | 'lost-heartbeat'
+  | 'dead-letter-wrongtype'
+  | 'dead-letter-oom'
+  | 'long-graceful'
+  | 'grow-ordered'
+  | 'grow-unordered'
+  | 'shrink-ordered'
+  | 'shrink-unordered'
+  | 'new-group'
+  | 'delete-drained'
+  | 'stale-producer'
+  | 'redis-flush-restart'
+  | 'clock-skew'
+  | 'duplicate-id'
+  | 'partial-batch'
+  | 'unsafe-lease'
+  | 'zombie-dead-letter'
+  | 'revoke-twice'
+  | 'group-keys-lost'
+  // On a Redis Cluster (issue 15):
+  | 'failover'
+  | 'slot-move';
+
+export interface Fault {
+  kind: FaultKind;
+  /** The member process it hit (none for a Redis restart): duplicates are explained by it. */
+  target?: string;
+  /** What else the report says about it (the entry, the shards, the epochs). */
+  detail?: string;
+  at: number;
+  /** When the group was STABLE again with every shard owned by a running member (ms after `at`). */
+  recoveryMs?: number;
+  /** Why the group did not recover from it (the harness gave up waiting); a broken promise. */
+  failed?: string;
+  /**
+   * When the fault was lifted (wall-clock ms; the harness sets it for every fault): it may redeliver
+   * a run begun at any moment until then. Absent: it ended at `at`.
+   */
+  until?: number;
+  /** Redis lost every key at `at` (a restart without persistence). */
+  dataLoss?: boolean;
+  /**
+   * The shards whose master failed over at `at` (every shard when it also served the coordinator's
+   * keys): a redelivery on one of them is explained whoever ran it, since what the old master had
+   * not yet passed to its replica (a delivery, an ack not waited for) is undone.
+   */
+  shards?: number[];
+  /**
+   * Writes to `shards` that Redis confirmed without waiting for a replica may be gone after the
+   * failover at `at` (asynchronous replication): set when the producers did not use
+   * `waitForReplicas`. With it, a confirmed write is never lost, and a missing one is a loss.
+   */
+  unreplicated?: boolean;
+}
+
+/** One dead-letter stream entry, as the harness read it from Redis at the end. */
+export interface DeadLetter {
+  group: string;
+  shard: number;
+  /** The dead-lettered entry's id in its shard stream. */
+  id: string;
+  /** The member that wrote it (its `memberId` field). */
+  member: string;
+  /** Redis time of the write (the dead-letter entry id's milliseconds). */
+  t: number;
+}
+
+/** What the harness saw pending on one shard for one group at one moment. */
+export interface PendingSample {
+  t: number;
+  group: string;
+  shard: number;
+  /** The shard's owner by the coordinator's record at that moment. */
+  owner: string | null;
+  /** The owner runs, is reachable and under no fault (so it has no excuse to leave work pending). */
+  ownerLive: boolean;
+  pending: { id: string; consumer: string }[];
+}
+
+export interface Run {
+  group: string;
+  member: string;
+  shard: number;
+  id: string;
+  key: string;
+  seq: number;
+  start: number;
+  /** Undefined when the process died (or was never resumed) before the handler ended. */
+  end?: number;
+  /** False when the handler threw (a failure the member retries or dead-letters). */
+  ok: boolean;
+  /** The grant (the epoch the shard was assigned at) the run happened under, as its member recorded it. */
+  grant?: number;
+  /**
+   * When the member recorded the `assigned` line that began that grant. An epoch alone does not name
+   * a grant: a recreated group (its keys lost or flushed) counts epochs from 1 again, so one member can
+   * hold "grant 3" twice, with different fencing tokens.
+   */
+  grantAt?: number;
+  /** Whether an acknowledgement of this entry by this member (under this grant) was accepted. */
+  acked: boolean;
+}

@@ -23,7 +23,12 @@ export default defineConfig({
     projects: [
       {
         extends: true,
-        test: { name: 'tests', include: ['packages/*/src/**/*.spec.ts', 'test/**/*.test.ts'], exclude: ['test/reliability/reliability.test.ts'], sequence: { groupOrder: 0 } },
+        test: {
+          name: 'tests',
+          include: ['packages/*/src/**/*.spec.ts', 'test/**/*.test.ts'],
+          exclude: ['test/reliability/reliability.test.ts'],
+          sequence: { groupOrder: 0 },
+        },
       },
       {
         // The short chaos tier runs two harnesses side by side and wants both cores: alone, last.

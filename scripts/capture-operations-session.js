@@ -18,9 +18,13 @@ async function main() {
     if (process.env.DEBUG_SESSION) console.error('run', args.join(' '));
     const { code, stdout } = await new Promise((resolve) =>
       execFile(process.execPath, [BIN, ...args], { env, encoding: 'utf8' }, (error, stdout, stderr) =>
-        resolve({ code: error ? error.code : 0, stdout: `${stdout}${stderr}` })));
+        resolve({ code: error ? error.code : 0, stdout: `${stdout}${stderr}` }),
+      ),
+    );
     const shown = args.map((a) => (/[\s{}"]/.test(a) ? `'${a}'` : a)).join(' ');
-    out.push(`${note ? `${note}\n\n` : ''}\`\`\`console\n$ rsc ${shown}\n${stdout.trimEnd()}${code ? `\n$ echo $?\n${code}` : ''}\n\`\`\`\n`);
+    out.push(
+      `${note ? `${note}\n\n` : ''}\`\`\`console\n$ rsc ${shown}\n${stdout.trimEnd()}${code ? `\n$ echo $?\n${code}` : ''}\n\`\`\`\n`,
+    );
   };
   const clients = [];
   const client = () => {
@@ -31,7 +35,12 @@ async function main() {
   let fixed = false;
   const members = ['billing-a', 'billing-b'].map((memberName) => {
     const member = new CoordinatedMember(client(), {
-      streamPrefix: 'orders', consumerGroup: 'billing', memberName, shardCount: 4, maxAttempts: 2, retryBackoffMs: 10,
+      streamPrefix: 'orders',
+      consumerGroup: 'billing',
+      memberName,
+      shardCount: 4,
+      maxAttempts: 2,
+      retryBackoffMs: 10,
       coordinator: { heartbeatIntervalMs: 500 },
       handler: (message) => {
         if (message.payload.amount < 0 && !fixed) throw new RangeError(`amount ${message.payload.amount} is negative`);
@@ -42,13 +51,16 @@ async function main() {
   });
   const admin = new CoordinatorAdmin(client());
   const waitFor = async (what, probe) => {
-    for (const deadline = Date.now() + 20_000; Date.now() < deadline; await new Promise((r) => setTimeout(r, 50))) if (await probe()) return;
+    for (const deadline = Date.now() + 20_000; Date.now() < deadline; await new Promise((r) => setTimeout(r, 50)))
+      if (await probe()) return;
     throw new Error(`timed out waiting for ${what}`);
   };
   for (const member of members) await member.start();
   await waitFor('the members to share the shards', () => members.every((m) => m.ownedShards().length === 2));
   const producer = new StreamProducer(client(), { streamPrefix: 'orders' });
-  await producer.sendBatch(Array.from({ length: 40 }, (_, i) => ({ key: `customer-${i % 7}`, payload: { order: i, amount: i % 13 === 5 ? -i : i * 10 } })));
+  await producer.sendBatch(
+    Array.from({ length: 40 }, (_, i) => ({ key: `customer-${i % 7}`, payload: { order: i, amount: i % 13 === 5 ? -i : i * 10 } })),
+  );
   await waitFor('the backlog handled', async () => (await admin.describeGroup('orders', 'billing')).shards.every((s) => s.backlog === 0));
 
   await run(['streams']);
@@ -87,7 +99,10 @@ async function main() {
   out.push(`\`\`\`console\n$ rsc events orders billing --follow --count 1\n${followed.trimEnd()}\n^C\n\`\`\`\n`);
   await run(['reset-offsets', 'orders', 'billing', '--to-latest'], 'With the members stopped:');
   await run(['--json', 'trim', 'orders', '--dry-run']);
-  await run(['resize', 'orders', 'many'], 'Errors name what was wrong; exit code 2 for a wrong command line, 1 for a failed or refused operation:');
+  await run(
+    ['resize', 'orders', 'many'],
+    'Errors name what was wrong; exit code 2 for a wrong command line, 1 for a failed or refused operation:',
+  );
   await run(['describe', 'orders', 'shipping']);
   await run(['--url', 'redis://127.0.0.1:1', 'streams']);
   process.stdout.write(out.join('\n'));

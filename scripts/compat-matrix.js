@@ -30,7 +30,10 @@ const list = (name, fallback) => {
 };
 
 const combos = flag('short')
-  ? [{ nest: '10', ioredis: '5' }, { nest: '12', ioredis: '6' }]
+  ? [
+      { nest: '10', ioredis: '5' },
+      { nest: '12', ioredis: '6' },
+    ]
   : list('nest', ['10', '11', '12']).flatMap((nest) => list('ioredis', ['5', '6']).map((ioredis) => ({ nest, ioredis })));
 const keep = flag('keep');
 const work = fs.mkdtempSync(path.join(os.tmpdir(), 'rsc-compat-'));
@@ -150,7 +153,18 @@ function checkTypes(app) {
   };
   const results = {};
   for (const [name, options] of Object.entries(settings)) {
-    const config = { compilerOptions: { ...options, target: 'es2022', strict: true, noEmit: true, skipLibCheck: true, experimentalDecorators: true, types: ['node'] }, files: ['consumer.ts'] };
+    const config = {
+      compilerOptions: {
+        ...options,
+        target: 'es2022',
+        strict: true,
+        noEmit: true,
+        skipLibCheck: true,
+        experimentalDecorators: true,
+        types: ['node'],
+      },
+      files: ['consumer.ts'],
+    };
     fs.writeFileSync(path.join(app, `tsconfig.${name}.json`), JSON.stringify(config, null, 2));
     try {
       run(path.join(app, 'node_modules/.bin/tsc'), ['-p', `tsconfig.${name}.json`], app);
@@ -194,7 +208,11 @@ function runCombo({ nest, ioredis }, tarballs, withTypes) {
 function main() {
   console.log(`compat matrix on Node ${process.version}, work dir ${work}`);
   const tarballs = pack();
-  console.log(`packed: ${Object.values(tarballs).map((t) => path.basename(t)).join(', ')} (README, LICENSE present; core dependency is a range)`);
+  console.log(
+    `packed: ${Object.values(tarballs)
+      .map((t) => path.basename(t))
+      .join(', ')} (README, LICENSE present; core dependency is a range)`,
+  );
   let failed = 0;
   combos.forEach((combo, index) => {
     const label = `nest ^${combo.nest} + ioredis ^${combo.ioredis}`;
@@ -202,11 +220,17 @@ function main() {
       const result = runCombo(combo, tarballs, index === 0);
       const typeProblems = result.types ? Object.entries(result.types).filter(([, v]) => v !== 'ok') : [];
       if (typeProblems.length > 0) failed += 1;
-      console.log(`${typeProblems.length ? 'FAIL' : 'PASS'} ${label}: ${result.versions}; listener ${result.smoke.listened}/20, events ${result.smoke.events}/10, reply ${JSON.stringify(result.smoke.reply)}, closed in ${result.smoke.closeMs} ms${result.types ? `; types ${JSON.stringify(result.types)}` : ''} (${result.seconds} s)`);
+      console.log(
+        `${typeProblems.length ? 'FAIL' : 'PASS'} ${label}: ${result.versions}; listener ${result.smoke.listened}/20, events ${result.smoke.events}/10, reply ${JSON.stringify(result.smoke.reply)}, closed in ${result.smoke.closeMs} ms${result.types ? `; types ${JSON.stringify(result.types)}` : ''} (${result.seconds} s)`,
+      );
     } catch (error) {
       failed += 1;
       const why = error.code === 'ETIMEDOUT' || error.signal ? `did not exit (${error.code || error.signal})` : `exit ${error.status}`;
-      const detail = `${why}: ${String(error.stderr || error.stdout || error.message).trim().split('\n').slice(-6).join('\n    ')}`;
+      const detail = `${why}: ${String(error.stderr || error.stdout || error.message)
+        .trim()
+        .split('\n')
+        .slice(-6)
+        .join('\n    ')}`;
       console.log(`FAIL ${label}:\n    ${detail}`);
     }
   });

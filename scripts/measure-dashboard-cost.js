@@ -19,11 +19,26 @@ const { CoordinatedMember, CoordinatorAdmin } = require('../packages/core/dist')
 const { RedisServer } = require('../packages/core/dist/testing');
 const { createDashboard } = require('../packages/dashboard/dist');
 
-const { values } = parseArgs({ options: { seconds: { type: 'string', default: '20' }, shards: { type: 'string', default: '1024' }, members: { type: 'string', default: '64' } } });
+const { values } = parseArgs({
+  options: {
+    seconds: { type: 'string', default: '20' },
+    shards: { type: 'string', default: '1024' },
+    members: { type: 'string', default: '64' },
+  },
+});
 const SECONDS = Number(values.seconds);
 const SHARDS = Number(values.shards);
 const MEMBERS = Number(values.members);
-const FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+const FLAGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+];
 
 async function cpuSeconds(redis) {
   const info = await redis.info('cpu');
@@ -53,7 +68,12 @@ async function main() {
     const admin = new CoordinatorAdmin(redis);
     await admin.createStream({ streamPrefix: 'cost', shardCount: SHARDS });
     for (let i = 0; i < MEMBERS; i++) {
-      const member = new CoordinatedMember(new Redis(server.url), { streamPrefix: 'cost', consumerGroup: 'cost-group', memberName: `cost-${i}`, handler: async () => undefined });
+      const member = new CoordinatedMember(new Redis(server.url), {
+        streamPrefix: 'cost',
+        consumerGroup: 'cost-group',
+        memberName: `cost-${i}`,
+        handler: async () => undefined,
+      });
       member.on('error', () => undefined);
       members.push(member);
     }

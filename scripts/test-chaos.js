@@ -8,7 +8,8 @@
 const { spawnSync } = require('node:child_process');
 const path = require('node:path');
 
-const usage = 'usage: npm run test:chaos -- [--cluster [--no-wait]] [--duration 10m] [--seed N] [--faults all|kind,kind] [--report docs/reliability.md]';
+const usage =
+  'usage: npm run test:chaos -- [--cluster [--no-wait]] [--duration 10m] [--seed N] [--faults all|kind,kind] [--report docs/reliability.md]';
 const options = { duration: '10m', seed: String(Math.floor(Math.random() * 2 ** 31)), faults: 'all', report: undefined };
 // Flags without a value: --cluster runs on a Redis Cluster (3 masters, 3 replicas; its fault kinds),
 // --no-wait there makes sends and acks not wait for a replica (what a failover loses is then "lost by Redis").
@@ -66,6 +67,8 @@ const status = run('npx', ['vitest', 'run', '--config', 'vitest.chaos.mts'], {
 });
 if (status !== 0) {
   const replayFlags = `${flags.cluster ? ' --cluster' : ''}${flags['no-wait'] ? ' --no-wait' : ''}`;
-  console.error(`\nchaos run failed; replay it with: npm run test:chaos --${replayFlags} --duration ${options.duration} --seed ${options.seed} --faults ${options.faults}`);
+  console.error(
+    `\nchaos run failed; replay it with: npm run test:chaos --${replayFlags} --duration ${options.duration} --seed ${options.seed} --faults ${options.faults}`,
+  );
 }
 process.exit(status);

@@ -131,11 +131,19 @@ async function balanceShards(cluster: RedisCluster, streamPrefix: string): Promi
  * Cluster also when the shard's wake-up (the write's SPUBLISH) reached a subscriber of its own in
  * this process: the first part of the cluster's path (write, publish, delivery), before the read.
  */
-async function latency(client: Redis | Cluster, streamPrefix: string, rate: number, seconds: number): Promise<{ p50: number; p99: number; wake?: { p50: number; p99: number } }> {
+async function latency(
+  client: Redis | Cluster,
+  streamPrefix: string,
+  rate: number,
+  seconds: number,
+): Promise<{ p50: number; p99: number; wake?: { p50: number; p99: number } }> {
   await new CoordinatorAdmin(client).createStream({ streamPrefix, shardCount: SHARDS });
   const samples: number[] = [];
   const member = new CoordinatedMember<{ sentAt: number }>(client, {
-    streamPrefix, consumerGroup: 'bench', runtimeMaxConcurrency: SHARDS, telemetry: false,
+    streamPrefix,
+    consumerGroup: 'bench',
+    runtimeMaxConcurrency: SHARDS,
+    telemetry: false,
     handler: (message) => void samples.push(performance.now() - message.payload.sentAt),
   });
   member.on('error', () => undefined);
@@ -148,7 +156,11 @@ async function latency(client: Redis | Cluster, streamPrefix: string, rate: numb
   await member.stop();
   const steady = samples.slice(Math.floor(samples.length / 10));
   const wakes = heard?.stop();
-  return { p50: percentile(steady, 50), p99: percentile(steady, 99), wake: wakes && { p50: percentile(wakes, 50), p99: percentile(wakes, 99) } };
+  return {
+    p50: percentile(steady, 50),
+    p99: percentile(steady, 99),
+    wake: wakes && { p50: percentile(wakes, 50), p99: percentile(wakes, 99) },
+  };
 }
 
 /**
@@ -194,7 +206,14 @@ async function hearWakeUps(client: Cluster, producer: StreamProducer, streamPref
  * Section 6 measured the same way at the commit before ClusterReadHub (each member read on a
  * duplicate() of its own): printed beside today's figures, as readpath-bench prints its "before".
  */
-const BEFORE_READ_HUB = { commit: '3fd6887', connections: new Map([[1, 14], [8, 53], [64, 314]]) };
+const BEFORE_READ_HUB = {
+  commit: '3fd6887',
+  connections: new Map([
+    [1, 14],
+    [8, 53],
+    [64, 314],
+  ]),
+};
 
 /** A process's connections on every node of the cluster, by what they are for (CLIENT LIST, by connection name). */
 interface ConnectionCount {
@@ -221,14 +240,25 @@ async function connectionsFor(cluster: RedisCluster, members: number): Promise<C
   const shardCount = Math.max(8, members);
   await new CoordinatorAdmin(client).createStream({ streamPrefix, shardCount });
   let handled = 0;
-  const group = Array.from({ length: members }, (_, i) =>
-    new CoordinatedMember(client, { streamPrefix, consumerGroup: 'bench', memberId: `c${i}`, telemetry: false, handler: () => void (handled += 1) }));
+  const group = Array.from(
+    { length: members },
+    (_, i) =>
+      new CoordinatedMember(client, {
+        streamPrefix,
+        consumerGroup: 'bench',
+        memberId: `c${i}`,
+        telemetry: false,
+        handler: () => void (handled += 1),
+      }),
+  );
   for (const member of group) member.on('error', () => undefined);
   try {
     await Promise.all(group.map((m) => m.start()));
     await until(() => group.every((m) => m.ownedShards().length > 0), 120_000);
     const total = shardCount * 4;
-    await new StreamProducer(client, { streamPrefix, telemetry: false }).sendBatch(Array.from({ length: total }, (_, i) => ({ key: `k${i}`, payload: i })));
+    await new StreamProducer(client, { streamPrefix, telemetry: false }).sendBatch(
+      Array.from({ length: total }, (_, i) => ({ key: `k${i}`, payload: i })),
+    );
     await until(() => handled >= total, 60_000);
     // ioredis opens short-lived connections to refresh its slot tables (\`refresher\`): gone by now.
     await new Promise((resolve) => setTimeout(resolve, 2000));
@@ -257,7 +287,13 @@ async function connectionsFor(cluster: RedisCluster, members: number): Promise<C
 /** Commands per second the servers at `ports` answer while one member owns 64 idle shards. */
 async function idleLoad(client: Redis | Cluster, streamPrefix: string, ports: number[], seconds: number): Promise<number> {
   await new CoordinatorAdmin(client).createStream({ streamPrefix, shardCount: SHARDS });
-  const member = new CoordinatedMember(client, { streamPrefix, consumerGroup: 'bench', runtimeMaxConcurrency: SHARDS, telemetry: false, handler: () => undefined });
+  const member = new CoordinatedMember(client, {
+    streamPrefix,
+    consumerGroup: 'bench',
+    runtimeMaxConcurrency: SHARDS,
+    telemetry: false,
+    handler: () => undefined,
+  });
   member.on('error', () => undefined);
   await member.start();
   await until(() => member.ownedShards().length === SHARDS, 30_000);
@@ -277,7 +313,13 @@ function table(rows: (string | number)[][]): string {
 const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
 
 /** Produces and drains one stream `streamPrefix` and reports each master's share of the commands. */
-async function loadSection(cluster: RedisCluster, client: Cluster, label: string, streamPrefix: string, masters: number[]): Promise<{ rows: (string | number)[][]; spreadPct: number }> {
+async function loadSection(
+  cluster: RedisCluster,
+  client: Cluster,
+  label: string,
+  streamPrefix: string,
+  masters: number[],
+): Promise<{ rows: (string | number)[][]; spreadPct: number }> {
   const before = await resetStats(masters);
   await produceAndDrain(client, streamPrefix);
   const after = await deltas(before);
@@ -285,7 +327,14 @@ async function loadSection(cluster: RedisCluster, client: Cluster, label: string
   const spreadPct = (100 * (Math.max(...after.map((s) => s.calls)) - Math.min(...after.map((s) => s.calls)))) / mean;
   const runShards = await shardsPerMaster(cluster, streamPrefix);
   const rows: (string | number)[][] = [['master', 'shards', 'commands', 'vs mean', 'Redis CPU s']];
-  for (const s of after) rows.push([`:${s.port}`, runShards.get(s.port)!.length, fmt(s.calls), `${s.calls >= mean ? '+' : ''}${fmt((100 * (s.calls - mean)) / mean, 1)} %`, fmt(s.cpu, 2)]);
+  for (const s of after)
+    rows.push([
+      `:${s.port}`,
+      runShards.get(s.port)!.length,
+      fmt(s.calls),
+      `${s.calls >= mean ? '+' : ''}${fmt((100 * (s.calls - mean)) / mean, 1)} %`,
+      fmt(s.cpu, 2),
+    ]);
   progress(`  ${label}: spread ${fmt(spreadPct, 1)} %`);
   return { rows, spreadPct };
 }
@@ -312,9 +361,18 @@ async function main(): Promise<void> {
       const moved = await balanceShards(cluster, 'load-b');
       progress(`  moved ${moved} shard slot(s) to balance`);
       const balanced = await loadSection(cluster, client, 'balanced', 'load-b', masters);
-      out.push('### 1. Command load per master, 64 shards', '',
-        `As the shards' hash tags fall on the slots (spread max - min: ${fmt(asHashed.spreadPct, 1)} % of the mean):`, '', table(asHashed.rows), '',
-        `After moving ${moved} shard slot(s) so that each master serves 21 or 22 shards (spread ${fmt(balanced.spreadPct, 1)} % of the mean):`, '', table(balanced.rows), '');
+      out.push(
+        '### 1. Command load per master, 64 shards',
+        '',
+        `As the shards' hash tags fall on the slots (spread max - min: ${fmt(asHashed.spreadPct, 1)} % of the mean):`,
+        '',
+        table(asHashed.rows),
+        '',
+        `After moving ${moved} shard slot(s) so that each master serves 21 or 22 shards (spread ${fmt(balanced.spreadPct, 1)} % of the mean):`,
+        '',
+        table(balanced.rows),
+        '',
+      );
     }
 
     // 2. CPU per entry, cluster vs single node.
@@ -338,20 +396,32 @@ async function main(): Promise<void> {
       const afterAll = await deltas(beforeAll);
       const masterCpu = afterAll.filter((s) => masters.includes(s.port)).reduce((n, s) => n + s.cpu, 0);
       const replicaCpu = afterAll.filter((s) => replicas.includes(s.port)).reduce((n, s) => n + s.cpu, 0);
-      out.push('### 2. Redis CPU per entry (produce + drain), cluster vs single node', '',
+      out.push(
+        '### 2. Redis CPU per entry (produce + drain), cluster vs single node',
+        '',
         table([
           ['setup', 'Redis CPU per entry (masters)', 'replicas', 'drain entries/s'],
           ['single node', `${fmt(singleCpuUs, 1)} µs`, '—', fmt(singleRate)],
-          ['cluster, 3 masters', `${fmt((masterCpu * 1e6) / ENTRIES, 1)} µs`, `${fmt((replicaCpu * 1e6) / ENTRIES, 1)} µs`, fmt(clusterRun.drainRate)],
-        ]), '');
+          [
+            'cluster, 3 masters',
+            `${fmt((masterCpu * 1e6) / ENTRIES, 1)} µs`,
+            `${fmt((replicaCpu * 1e6) / ENTRIES, 1)} µs`,
+            fmt(clusterRun.drainRate),
+          ],
+        ]),
+        '',
+      );
 
       // 4. Per master.
       const perMasterCpuUs = (masterCpu * 1e6) / ENTRIES;
-      out.push('### 4. Throughput per master, and N masters', '',
+      out.push(
+        '### 4. Throughput per master, and N masters',
+        '',
         `One entry costs the masters ${fmt(perMasterCpuUs, 1)} µs of Redis CPU in all (produce + drain), so one master core, ` +
           `saturated, carries about 1 s / ${fmt(perMasterCpuUs, 1)} µs ≈ ${fmt(1e6 / perMasterCpuUs)} entries/s of its shards (each entry touches only its own shard's master); ` +
           `N balanced masters about N × ${fmt(1e6 / perMasterCpuUs)} entries/s, as long as clients keep up (here the single member process drained ${fmt(clusterRun.drainRate)} entries/s: the client, not Redis, was the limit).`,
-        '');
+        '',
+      );
     }
 
     // 3. WAIT.
@@ -373,15 +443,18 @@ async function main(): Promise<void> {
       const waited = await latencies('wait-on', wait);
       const off = await produceAndDrain(client, 'wait-off-rate');
       const on = await produceAndDrain(client, 'wait-on-rate', { waitForReplicas: wait, ackWaitForReplicas: wait });
-      out.push('### 3. Cost of WAIT-based durability (cluster, WAIT 1 replica)', '',
+      out.push(
+        '### 3. Cost of WAIT-based durability (cluster, WAIT 1 replica)',
+        '',
         table([
           ['', 'without WAIT', 'with WAIT 1'],
           ['one `send` at a time: p50', `${fmt(percentile(plain, 50), 2)} ms`, `${fmt(percentile(waited, 50), 2)} ms`],
           ['one `send` at a time: p99', `${fmt(percentile(plain, 99), 2)} ms`, `${fmt(percentile(waited, 99), 2)} ms`],
           ['`sendBatch` of 100, 8 in flight: entries/s', fmt(off.produceRate), fmt(on.produceRate)],
           ['drain with one member (`ackWaitForReplicas` for WAIT): entries/s', fmt(off.drainRate), fmt(on.drainRate)],
-        ]), '');
-
+        ]),
+        '',
+      );
     }
 
     // 5. Latency and idle load.
@@ -395,14 +468,29 @@ async function main(): Promise<void> {
       try {
         const onSingle = await latency(singleClient, 'latency-single', 1000, seconds);
         const singleIdle = await idleLoad(singleClient, 'idle-single', [single.port], 5);
-        out.push('### 5. Latency at 1,000 entries/s, and an idle member, 64 shards', '',
-          'Send to handler start, producer in the member\'s process (its event-loop delay included, as in benchmarks.md\'s latency scenario); idle: commands/s the servers answer while one member owns 64 shards and nothing is sent (heartbeats included).', '',
+        out.push(
+          '### 5. Latency at 1,000 entries/s, and an idle member, 64 shards',
+          '',
+          "Send to handler start, producer in the member's process (its event-loop delay included, as in benchmarks.md's latency scenario); idle: commands/s the servers answer while one member owns 64 shards and nothing is sent (heartbeats included).",
+          '',
           table([
             ['setup', 'p50', 'p99', 'idle member: commands/s'],
             ['single node (one blocking read)', `${fmt(onSingle.p50, 2)} ms`, `${fmt(onSingle.p99, 2)} ms`, fmt(singleIdle)],
-            ['cluster (per-shard reads woken by writes, a shard read to its end polled every 500 ms)', `${fmt(onCluster.p50, 2)} ms`, `${fmt(onCluster.p99, 2)} ms`, fmt(clusterIdle)],
-            ['cluster: the wake-up heard (send to SPUBLISH delivered, before the read)', `${fmt(onCluster.wake?.p50 ?? NaN, 2)} ms`, `${fmt(onCluster.wake?.p99 ?? NaN, 2)} ms`, '—'],
-          ]), '');
+            [
+              'cluster (per-shard reads woken by writes, a shard read to its end polled every 500 ms)',
+              `${fmt(onCluster.p50, 2)} ms`,
+              `${fmt(onCluster.p99, 2)} ms`,
+              fmt(clusterIdle),
+            ],
+            [
+              'cluster: the wake-up heard (send to SPUBLISH delivered, before the read)',
+              `${fmt(onCluster.wake?.p50 ?? NaN, 2)} ms`,
+              `${fmt(onCluster.wake?.p99 ?? NaN, 2)} ms`,
+              '—',
+            ],
+          ]),
+          '',
+        );
       } finally {
         singleClient.disconnect();
         await single.stop();
@@ -417,12 +505,23 @@ async function main(): Promise<void> {
         counts.push(await connectionsFor(cluster, members));
         progress(`  ${members} member(s): ${counts[counts.length - 1].total}`);
       }
-      out.push('### 6. Connections per process, members made from one Cluster client', '',
-        `CLIENT LIST on all ${masters.length + replicas.length} nodes (${masters.length} masters, ${replicas.length} replicas), 2 s after every member owns a shard and the entries sent were handled; a stream of max(8, members) shards. Load-independent.`, '',
+      out.push(
+        '### 6. Connections per process, members made from one Cluster client',
+        '',
+        `CLIENT LIST on all ${masters.length + replicas.length} nodes (${masters.length} masters, ${replicas.length} replicas), 2 s after every member owns a shard and the entries sent were handled; a stream of max(8, members) shards. Load-independent.`,
+        '',
         table([
-          ['members', 'connections', 'commands and reads', 'wake-up subscribers', `before the shared read connection (${BEFORE_READ_HUB.commit})`],
+          [
+            'members',
+            'connections',
+            'commands and reads',
+            'wake-up subscribers',
+            `before the shared read connection (${BEFORE_READ_HUB.commit})`,
+          ],
           ...counts.map((c) => [c.members, c.total, c.command, c.subscriber, BEFORE_READ_HUB.connections.get(c.members) ?? '—']),
-        ]), '');
+        ]),
+        '',
+      );
     }
   } finally {
     client.disconnect();

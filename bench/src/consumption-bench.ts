@@ -23,7 +23,9 @@ async function fill(redis: Redis, streamPrefix: string, shards: number, total: n
   await new CoordinatorAdmin(redis).createStream({ streamPrefix, shardCount: shards });
   const producer = new StreamProducer(redis, { streamPrefix });
   for (let i = 0; i < total; i += 1000) {
-    await producer.sendBatch(Array.from({ length: Math.min(1000, total - i) }, (_, j) => ({ key: `key-${(i + j) % keys}`, payload: { i: i + j } })));
+    await producer.sendBatch(
+      Array.from({ length: Math.min(1000, total - i) }, (_, j) => ({ key: `key-${(i + j) % keys}`, payload: { i: i + j } })),
+    );
   }
 }
 
@@ -89,7 +91,12 @@ export async function batchDrain(url: string, streamPrefix: string, total: numbe
   return total / seconds;
 }
 
-export async function measureConsumption(url: string, quick: boolean, repetitions: number, progress: (line: string) => void): Promise<ConsumptionFigures> {
+export async function measureConsumption(
+  url: string,
+  quick: boolean,
+  repetitions: number,
+  progress: (line: string) => void,
+): Promise<ConsumptionFigures> {
   const seconds = quick ? 0.5 : 2;
   const lanes: ConsumptionFigures['lanes'] = [];
   for (const n of [1, 16]) {
@@ -113,7 +120,8 @@ export async function measureConsumption(url: string, quick: boolean, repetition
   for (let i = 0; i < repetitions; i++) {
     const stamp = `${Date.now()}-${i}`;
     // Raw reads any entries: the same producer fills all three, on separate prefixes.
-    for (const prefix of [`drain9-raw-${stamp}`, `drain9-batch-${stamp}`, `drain9-one-${stamp}`]) await fill(redis, prefix, DRAIN_SHARDS, total, 1000);
+    for (const prefix of [`drain9-raw-${stamp}`, `drain9-batch-${stamp}`, `drain9-one-${stamp}`])
+      await fill(redis, prefix, DRAIN_SHARDS, total, 1000);
     raw.push(await rawDrain(url, `drain9-raw-${stamp}`, DRAIN_SHARDS, total, 100));
     batch.push(await batchDrain(url, `drain9-batch-${stamp}`, total, 100));
     single.push(await memberDrain(url, `drain9-one-${stamp}`, DRAIN_SHARDS, total, 100));

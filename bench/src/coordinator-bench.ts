@@ -1,10 +1,5 @@
 import type { Redis } from 'ioredis';
-import {
-  type AssignmentInput,
-  CoordinatorAdmin,
-  CoordinatorClient,
-  StickyAssignor,
-} from '@redis-stream-coordinator/core';
+import { type AssignmentInput, CoordinatorAdmin, CoordinatorClient, StickyAssignor } from '@redis-stream-coordinator/core';
 import { ProtocolMember, settle } from '@redis-stream-coordinator/core/testing';
 import { resetCommandStats, scriptStat } from './redis-stats';
 import { elapsedMs, median, percentile, type Spread, spread } from './stats';
@@ -90,7 +85,8 @@ export async function measureCoordinator(
   for (let i = 0; i < options.commitSamples; i++) {
     if (i > 0) await (i % 2 === 1 ? extra.join() : extra.leave());
     const asked = committer.apply(await coordinator.heartbeatOnce(committer.request()));
-    if (!asked.computeAssignment) throw new Error(`the bench member was not asked to compute the target: ${asked.errorCode} ${asked.errorMessage}`);
+    if (!asked.computeAssignment)
+      throw new Error(`the bench member was not asked to compute the target: ${asked.errorCode} ${asked.errorMessage}`);
     const input = asked.assignmentInput!;
     const plan = coordinator.options.assignor.assign(input);
     await resetCommandStats(redis);
@@ -140,7 +136,12 @@ export async function measureCoordinator(
       rttP99Ms: percentile(steadyRtt, 99),
       calls: steadyCalls,
     },
-    join: { redisUsPerCall: joinStat.usecPerCall, rttP50Ms: percentile(joinRtt, 50), rttP99Ms: percentile(joinRtt, 99), calls: joinStat.calls },
+    join: {
+      redisUsPerCall: joinStat.usecPerCall,
+      rttP50Ms: percentile(joinRtt, 50),
+      rttP99Ms: percentile(joinRtt, 99),
+      calls: joinStat.calls,
+    },
     commit: { redisUsPerCall: median(commitUs), redisUsSpread: spread(commitUs), rttMs: median(commitRtt), samples: commitUs.length },
     assignorMs: measureAssignor(members, shards, 10),
   };

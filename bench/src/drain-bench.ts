@@ -60,14 +60,20 @@ async function bullmq(url: string, name: string, total: number, concurrency: num
   const queue = new Queue(name, { connection });
   const cpuBefore = await redisCpuSeconds(redis);
   for (let i = 0; i < total; i += BATCH) {
-    await queue.addBulk(Array.from({ length: Math.min(BATCH, total - i) }, (_, j) => ({ name: 'job', data: message(i + j), opts: { removeOnComplete: true } })));
+    await queue.addBulk(
+      Array.from({ length: Math.min(BATCH, total - i) }, (_, j) => ({
+        name: 'job',
+        data: message(i + j),
+        opts: { removeOnComplete: true },
+      })),
+    );
   }
   let done = 0;
   const start = process.hrtime.bigint();
   const worker = new Worker(name, async () => void (done += 1), { connection, concurrency });
   await until(() => done >= total, 600_000);
   const rate = total / (elapsedMs(start) / 1000);
-  const cpu = ((await redisCpuSeconds(redis)) - cpuBefore) * 1e6 / total;
+  const cpu = (((await redisCpuSeconds(redis)) - cpuBefore) * 1e6) / total;
   await worker.close();
   await queue.obliterate({ force: true });
   await queue.close();
@@ -75,7 +81,13 @@ async function bullmq(url: string, name: string, total: number, concurrency: num
 }
 
 /** One repetition of scenarios 1, 3 and 7, every system on the same Redis in turn. */
-export async function drainRepetition(url: string, run: number, total: number, bullTotal: number, progress: (line: string) => void): Promise<DrainRepetition> {
+export async function drainRepetition(
+  url: string,
+  run: number,
+  total: number,
+  bullTotal: number,
+  progress: (line: string) => void,
+): Promise<DrainRepetition> {
   const redis = new Redis(url);
   const rawPrefix = `drain-raw-${run}`;
   const oursPrefix = `drain-ours-${run}`;
@@ -84,18 +96,21 @@ export async function drainRepetition(url: string, run: number, total: number, b
   let cpu = await redisCpuSeconds(redis);
   const produceRawRate = await produceRaw(redis, rawPrefix, total);
   const raw = await rawDrain(url, rawPrefix, SHARDS, total, 100);
-  const cpuRaw = ((await redisCpuSeconds(redis)) - cpu) * 1e6 / total;
+  const cpuRaw = (((await redisCpuSeconds(redis)) - cpu) * 1e6) / total;
 
   cpu = await redisCpuSeconds(redis);
   const produceOursRate = await produceOurs(redis, oursPrefix, total);
   const ours = await memberDrain(url, oursPrefix, SHARDS, total, 100);
-  const cpuOurs = ((await redisCpuSeconds(redis)) - cpu) * 1e6 / total;
+  const cpuOurs = (((await redisCpuSeconds(redis)) - cpu) * 1e6) / total;
   progress(`  run ${run + 1}: raw ${Math.round(raw)}/s, ours ${Math.round(ours)}/s`);
 
   const bull50 = await bullmq(url, `bench-c50-${run}`, bullTotal, 50, redis);
   const bull1 = await bullmq(url, `bench-c1-${run}`, bullTotal, 1, redis);
   progress(`  run ${run + 1}: BullMQ c50 ${Math.round(bull50.rate)}/s, c1 ${Math.round(bull1.rate)}/s`);
-  await redis.del(...Array.from({ length: SHARDS }, (_, i) => keys.shardStream(rawPrefix, i)), ...Array.from({ length: SHARDS }, (_, i) => keys.shardStream(oursPrefix, i)));
+  await redis.del(
+    ...Array.from({ length: SHARDS }, (_, i) => keys.shardStream(rawPrefix, i)),
+    ...Array.from({ length: SHARDS }, (_, i) => keys.shardStream(oursPrefix, i)),
+  );
   redis.disconnect();
   return {
     produceRaw: produceRawRate,

@@ -87,18 +87,31 @@ export async function ioBullmq(url: string, seconds: number): Promise<IoCase> {
   const name = `io-bull-${Date.now()}`;
   const queue = new Queue(name, { connection });
   for (let i = 0; i < total; i += 1000) {
-    await queue.addBulk(Array.from({ length: Math.min(1000, total - i) }, (_, j) => ({ name: 'job', data: i + j, opts: { removeOnComplete: true } })));
+    await queue.addBulk(
+      Array.from({ length: Math.min(1000, total - i) }, (_, j) => ({ name: 'job', data: i + j, opts: { removeOnComplete: true } })),
+    );
   }
   let done = 0;
   const start = process.hrtime.bigint();
-  const worker = new Worker(name, async () => {
-    await ioWork();
-    done += 1;
-  }, { connection, concurrency: 64 });
+  const worker = new Worker(
+    name,
+    async () => {
+      await ioWork();
+      done += 1;
+    },
+    { connection, concurrency: 64 },
+  );
   await until(() => done >= total, 600_000);
   const rate = total / (elapsedMs(start) / 1000);
   await worker.close();
   await queue.obliterate({ force: true });
   await queue.close();
-  return { label: 'BullMQ, concurrency 64 (no per-key order)', members: 1, workersPerMember: 64, ideal, rate, alone: await handlerAlone(64, Math.min(seconds, 2)) };
+  return {
+    label: 'BullMQ, concurrency 64 (no per-key order)',
+    members: 1,
+    workersPerMember: 64,
+    ideal,
+    rate,
+    alone: await handlerAlone(64, Math.min(seconds, 2)),
+  };
 }

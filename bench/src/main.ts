@@ -60,7 +60,9 @@ async function main(): Promise<void> {
 
     const total = quick ? 20_000 : 200_000;
     progress(`scenarios 1, 3, 7: ${total.toLocaleString('en-US')} entries, ours against raw and BullMQ`);
-    const drain: DrainRepetition[] = await repeat(repetitions, (i) => drainRepetition(server.url, i, total, quick ? 5_000 : total, progress));
+    const drain: DrainRepetition[] = await repeat(repetitions, (i) =>
+      drainRepetition(server.url, i, total, quick ? 5_000 : total, progress),
+    );
 
     progress('scenario 2: I/O-bound handler over 64 shards');
     const seconds = quick ? 0.5 : 3;
@@ -84,7 +86,11 @@ async function main(): Promise<void> {
     progress('scenario 4: rebalance and recovery');
     const rebalances: BenchResults['rebalance'] = [];
     const combos = quick
-      ? [[4, 16], [16, 64], [64, 256]]
+      ? [
+          [4, 16],
+          [16, 64],
+          [64, 256],
+        ]
       : [4, 16, 64].flatMap((members) => [64, 256, 1024].map((shards) => [members, shards]));
     for (const [members, shards] of combos) {
       const runs = await repeat(repetitions, () => rebalance(server.url, members, shards));
@@ -110,7 +116,13 @@ async function main(): Promise<void> {
     const coordinator: CoordinatorFigures[] = [];
     for (const members of quick ? [10, 100, 1000] : [10, 30, 100, 300, 1000]) {
       progress(`  ${members} members, ${members * 10} shards`);
-      coordinator.push(await measureCoordinator(redis, members, { steadyCalls: quick ? 500 : 10_000, commitSamples: quick ? 3 : 7, progress: () => undefined }));
+      coordinator.push(
+        await measureCoordinator(redis, members, {
+          steadyCalls: quick ? 500 : 10_000,
+          commitSamples: quick ? 3 : 7,
+          progress: () => undefined,
+        }),
+      );
     }
 
     progress('scenario 6: memory');
@@ -122,7 +134,19 @@ async function main(): Promise<void> {
     progress('scenario 10: rolling restart, plain and static membership');
     const restart = [await rollingRestart(server.url, 'plain'), await rollingRestart(server.url, 'static')];
 
-    const results: BenchResults = { environment, coordinator, drain, io, latency: lat, rebalance: rebalances, recovery, resize, memory: mem, consumption, restart };
+    const results: BenchResults = {
+      environment,
+      coordinator,
+      drain,
+      io,
+      latency: lat,
+      rebalance: rebalances,
+      recovery,
+      resize,
+      memory: mem,
+      consumption,
+      restart,
+    };
     const docs = path.resolve(__dirname, '../../docs');
     fs.writeFileSync(path.join(docs, 'benchmarks.md'), report(results));
     fs.writeFileSync(
@@ -136,10 +160,15 @@ async function main(): Promise<void> {
     const byShards = [...new Set(rebalances.map((x) => x.shards))];
     fs.writeFileSync(
       path.join(docs, 'benchmarks-rebalance.svg'),
-      lineChart('Rebalance after a join', 'members', 'ms', byShards.map((shards) => ({
-        name: `${shards} shards`,
-        points: rebalances.filter((x) => x.shards === shards).map((x) => [x.members, x.ms.median] as [number, number]),
-      }))),
+      lineChart(
+        'Rebalance after a join',
+        'members',
+        'ms',
+        byShards.map((shards) => ({
+          name: `${shards} shards`,
+          points: rebalances.filter((x) => x.shards === shards).map((x) => [x.members, x.ms.median] as [number, number]),
+        })),
+      ),
     );
     progress(`wrote docs/benchmarks.md and two charts in ${Math.round((Date.now() - started) / 1000)} s`);
     if (json) process.stdout.write(`${JSON.stringify(results, null, 2)}\n`);

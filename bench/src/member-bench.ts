@@ -8,7 +8,6 @@ import { elapsedMs, percentile } from './stats';
 
 const keys = new KeyBuilder();
 
-
 /** The raw limit: one connection, XREADGROUP COUNT batch over all shards, XACK each batch (pipelined). */
 export async function rawDrain(url: string, streamPrefix: string, shards: number, total: number, batch: number): Promise<number> {
   const redis = new Redis(url);
@@ -17,9 +16,16 @@ export async function rawDrain(url: string, streamPrefix: string, shards: number
   const start = process.hrtime.bigint();
   let done = 0;
   while (done < total) {
-    const reply = (await redis.xreadgroup('GROUP', 'raw', 'raw-consumer', 'COUNT', batch, 'STREAMS', ...streams, ...streams.map(() => '>'))) as
-      | [string, [string, string[]][]][]
-      | null;
+    const reply = (await redis.xreadgroup(
+      'GROUP',
+      'raw',
+      'raw-consumer',
+      'COUNT',
+      batch,
+      'STREAMS',
+      ...streams,
+      ...streams.map(() => '>'),
+    )) as [string, [string, string[]][]][] | null;
     if (!reply) continue;
     const pipeline = redis.pipeline();
     for (const [stream, entries] of reply) {
@@ -68,7 +74,9 @@ export interface LatencyFigures {
 /** Runs the producer process for `seconds`; resolves with how many entries it sent. */
 function produceApart(url: string, streamPrefix: string, rate: number, seconds: number): Promise<number> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [path.join(__dirname, 'latency-producer.js'), url, streamPrefix, String(rate), String(seconds)], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn(process.execPath, [path.join(__dirname, 'latency-producer.js'), url, streamPrefix, String(rate), String(seconds)], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     let out = '';
     child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
     child.on('error', reject);
@@ -101,7 +109,12 @@ export async function latency(url: string, rate: number, seconds: number, shared
     },
   });
   const companion = shared
-    ? new CoordinatedMember(redis, { streamPrefix: `${streamPrefix}-companion`, consumerGroup: 'bench', shardCount: 2, handler: () => undefined })
+    ? new CoordinatedMember(redis, {
+        streamPrefix: `${streamPrefix}-companion`,
+        consumerGroup: 'bench',
+        shardCount: 2,
+        handler: () => undefined,
+      })
     : undefined;
   await companion?.start();
   await member.start();
@@ -128,9 +141,18 @@ export async function rawLatency(url: string, rate: number, seconds: number): Pr
   let running = true;
   const loop = (async () => {
     while (running) {
-      const reply = (await redis.xreadgroup('GROUP', 'raw', 'raw-consumer', 'COUNT', 100, 'BLOCK', 200, 'STREAMS', ...streams, ...streams.map(() => '>'))) as
-        | [string, [string, string[]][]][]
-        | null;
+      const reply = (await redis.xreadgroup(
+        'GROUP',
+        'raw',
+        'raw-consumer',
+        'COUNT',
+        100,
+        'BLOCK',
+        200,
+        'STREAMS',
+        ...streams,
+        ...streams.map(() => '>'),
+      )) as [string, [string, string[]][]][] | null;
       if (!reply) continue;
       const pipeline = redis.pipeline();
       for (const [stream, entries] of reply) {
@@ -189,7 +211,13 @@ export async function rebalance(url: string, members: number, shardCount = membe
   await new CoordinatorAdmin(redis).createStream({ streamPrefix, shardCount });
   const admin = new CoordinatorAdmin(redis);
   const make = (i: number) =>
-    new CoordinatedMember(redis, { streamPrefix, consumerGroup: 'bench', memberId: `m${i}`, runtimeMaxConcurrency: 4, handler: () => undefined });
+    new CoordinatedMember(redis, {
+      streamPrefix,
+      consumerGroup: 'bench',
+      memberId: `m${i}`,
+      runtimeMaxConcurrency: 4,
+      handler: () => undefined,
+    });
   const first = Array.from({ length: members - 1 }, (_, i) => make(i));
   await Promise.all(first.map((m) => m.start()));
   const settled = async () => {
@@ -222,7 +250,13 @@ export async function crashRecovery(url: string, sessionTimeoutMs: number): Prom
   const connections = Array.from({ length: 4 }, () => new Redis(url));
   const members = connections.map(
     (connection, i) =>
-      new CoordinatedMember(connection, { streamPrefix, consumerGroup: 'bench', memberId: `m${i}`, sessionTimeoutMs, handler: () => undefined }),
+      new CoordinatedMember(connection, {
+        streamPrefix,
+        consumerGroup: 'bench',
+        memberId: `m${i}`,
+        sessionTimeoutMs,
+        handler: () => undefined,
+      }),
   );
   members[0].on('error', () => undefined);
   await Promise.all(members.map((m) => m.start()));

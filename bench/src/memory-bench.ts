@@ -20,8 +20,9 @@ async function processMemoryOf64Members(url: string): Promise<{ heapMiB: number;
   await new CoordinatorAdmin(redis).createStream({ streamPrefix, shardCount: 256 });
   gc();
   const before = process.memoryUsage();
-  const members = Array.from({ length: 64 }, (_, i) =>
-    new CoordinatedMember(redis, { streamPrefix, consumerGroup: 'bench', memberId: `mem-${i}`, handler: () => undefined }),
+  const members = Array.from(
+    { length: 64 },
+    (_, i) => new CoordinatedMember(redis, { streamPrefix, consumerGroup: 'bench', memberId: `mem-${i}`, handler: () => undefined }),
   );
   await Promise.all(members.map((m) => m.start()));
   await new Promise((resolve) => setTimeout(resolve, 1000));

@@ -30,7 +30,9 @@ async function fill(redis: Redis, streamPrefix: string): Promise<void> {
   await new CoordinatorAdmin(redis).createStream({ streamPrefix, shardCount: SHARDS });
   const producer = new StreamProducer(redis, { streamPrefix });
   for (let i = 0; i < total; i += 1000) {
-    await producer.sendBatch(Array.from({ length: Math.min(1000, total - i) }, (_, j) => ({ key: `key-${(i + j) % 1000}`, payload: { i: i + j } })));
+    await producer.sendBatch(
+      Array.from({ length: Math.min(1000, total - i) }, (_, j) => ({ key: `key-${(i + j) % 1000}`, payload: { i: i + j } })),
+    );
   }
 }
 
@@ -44,7 +46,13 @@ class PassThrough implements NestInterceptor {
 /** A Nest application with one no-op listener; entries/s from creating the application to the last ack. */
 async function listenerDrain(url: string, streamPrefix: string, intercepted: boolean): Promise<number> {
   let handled = 0;
-  const options = { streamPrefix, consumerGroup: 'bench', runtimeMaxConcurrency: SHARDS, batchSize: BATCH, maxBufferedEntries: BATCH * SHARDS * 2 };
+  const options = {
+    streamPrefix,
+    consumerGroup: 'bench',
+    runtimeMaxConcurrency: SHARDS,
+    batchSize: BATCH,
+    maxBufferedEntries: BATCH * SHARDS * 2,
+  };
   @Injectable()
   class Plain {
     @StreamListener(options)
@@ -83,7 +91,10 @@ async function main(): Promise<void> {
       for (const kind of Object.keys(rates) as Case[]) {
         const streamPrefix = `nest-${run}-${kind.replace(/\W+/g, '-')}`;
         await fill(redis, streamPrefix);
-        const rate = kind === 'member' ? await memberDrain(server.url, streamPrefix, SHARDS, total, BATCH) : await listenerDrain(server.url, streamPrefix, kind !== 'listener');
+        const rate =
+          kind === 'member'
+            ? await memberDrain(server.url, streamPrefix, SHARDS, total, BATCH)
+            : await listenerDrain(server.url, streamPrefix, kind !== 'listener');
         rates[kind].push(rate);
         process.stderr.write(`run ${run + 1}: ${kind} ${Math.round(rate)}/s\n`);
       }
@@ -96,7 +107,9 @@ async function main(): Promise<void> {
   console.log(`no-op drain of ${total.toLocaleString('en-US')} entries over ${SHARDS} shards, median of ${repetitions}`);
   for (const kind of Object.keys(rates) as Case[]) {
     const { median } = spread(rates[kind]);
-    console.log(`${kind.padEnd(24)} ${Math.round(median).toString().padStart(8)}/s  ${((median / base) * 100).toFixed(1)} % of the bare member`);
+    console.log(
+      `${kind.padEnd(24)} ${Math.round(median).toString().padStart(8)}/s  ${((median / base) * 100).toFixed(1)} % of the bare member`,
+    );
   }
 }
 

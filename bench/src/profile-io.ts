@@ -57,11 +57,19 @@ async function main(): Promise<void> {
     const name = `${node.callFrame.functionName || '(anonymous)'}${where ? ` ${where}` : ''}`;
     self.set(name, (self.get(name) ?? 0) + t);
   }
-  const top = [...self].sort((a, b) => b[1] - a[1]).slice(0, 15).map(([name, t]) => ({ share: t / sum, name }));
+  const top = [...self]
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, 15)
+    .map(([name, t]) => ({ share: t / sum, name }));
   if (process.argv.includes('--json')) {
     process.stdout.write(`${JSON.stringify({ rate, top }, null, 2)}\n`);
   } else {
-    process.stdout.write(`${Math.round(rate)} entries/s (ideal 64,000); load average ${os.loadavg().map((n) => n.toFixed(1)).join(' / ')}\nself time:\n`);
+    process.stdout.write(
+      `${Math.round(rate)} entries/s (ideal 64,000); load average ${os
+        .loadavg()
+        .map((n) => n.toFixed(1))
+        .join(' / ')}\nself time:\n`,
+    );
     for (const { share, name } of top) process.stdout.write(`${(share * 100).toFixed(1).padStart(6)} %  ${name}\n`);
   }
   await member.stop();

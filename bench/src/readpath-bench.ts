@@ -22,7 +22,11 @@ const quick = process.argv.includes('--quick');
 const repetitions = quick ? 1 : 3;
 const started = Date.now();
 const progress = (line: string) => process.stderr.write(`[${Math.round((Date.now() - started) / 1000)} s] ${line}\n`);
-const load = () => os.loadavg().map((n) => n.toFixed(1)).join(' / ');
+const load = () =>
+  os
+    .loadavg()
+    .map((n) => n.toFixed(1))
+    .join(' / ');
 const ms = (n: number) => `${n.toFixed(n < 1 ? 3 : 2)} ms`;
 const withRange = (s: Spread, f: (n: number) => string) => `${f(s.median)} (${f(s.min)}–${f(s.max)})`;
 const pct = (n: number) => `${(n * 100).toFixed(0)} %`;
@@ -52,7 +56,9 @@ async function main(): Promise<void> {
       const member = await latency(server.url, 5000, quick ? 3 : 10);
       const shared = await latency(server.url, 5000, quick ? 3 : 10, true);
       lat.push({ raw, member, shared });
-      progress(`  latency p50 ${ms(member.p50)} (raw ${ms(raw.p50)}, shared ${ms(shared.p50)}), p99 ${ms(member.p99)} (raw ${ms(raw.p99)}, shared ${ms(shared.p99)})`);
+      progress(
+        `  latency p50 ${ms(member.p50)} (raw ${ms(raw.p50)}, shared ${ms(shared.p50)}), p99 ${ms(member.p99)} (raw ${ms(raw.p99)}, shared ${ms(shared.p99)})`,
+      );
     }
     const connections: { members: number; connections: number }[] = [];
     for (const members of [1, 8, 64]) connections.push({ members, connections: await connectionsFor(server.url, members) });
@@ -79,7 +85,10 @@ async function main(): Promise<void> {
       '',
       '| case | ideal | entries/s | of ideal | the handler alone | of the handler alone |',
       '| --- | --- | --- | --- | --- | --- |',
-      ...io.map((c) => `| ${c.label} | ${c.ideal.toLocaleString('en-US')} | ${withRange(c.rate, (n) => Math.round(n).toLocaleString('en-US'))} | ${pct(c.rate.median / c.ideal)} | ${Math.round(c.alone.median).toLocaleString('en-US')} | ${pct(c.rate.median / c.alone.median)} |`),
+      ...io.map(
+        (c) =>
+          `| ${c.label} | ${c.ideal.toLocaleString('en-US')} | ${withRange(c.rate, (n) => Math.round(n).toLocaleString('en-US'))} | ${pct(c.rate.median / c.ideal)} | ${Math.round(c.alone.median).toLocaleString('en-US')} | ${pct(c.rate.median / c.alone.median)} |`,
+      ),
       '',
       '## Latency from `send` to the handler starting, 5,000 entries/s, 8 shards',
       '',
@@ -90,9 +99,27 @@ async function main(): Promise<void> {
       '',
       '| reader | p50 | p99 |',
       '| --- | --- | --- |',
-      `| raw XREADGROUP BLOCK loop | ${withRange(pick((x) => x.raw.p50), ms)} | ${withRange(pick((x) => x.raw.p99), ms)} |`,
-      `| CoordinatedMember | ${withRange(pick((x) => x.member.p50), ms)} | ${withRange(pick((x) => x.member.p99), ms)} |`,
-      `| CoordinatedMember, shared read path | ${withRange(pick((x) => x.shared.p50), ms)} | ${withRange(pick((x) => x.shared.p99), ms)} |`,
+      `| raw XREADGROUP BLOCK loop | ${withRange(
+        pick((x) => x.raw.p50),
+        ms,
+      )} | ${withRange(
+        pick((x) => x.raw.p99),
+        ms,
+      )} |`,
+      `| CoordinatedMember | ${withRange(
+        pick((x) => x.member.p50),
+        ms,
+      )} | ${withRange(
+        pick((x) => x.member.p99),
+        ms,
+      )} |`,
+      `| CoordinatedMember, shared read path | ${withRange(
+        pick((x) => x.shared.p50),
+        ms,
+      )} | ${withRange(
+        pick((x) => x.shared.p99),
+        ms,
+      )} |`,
       `| ours / raw | ${ratio(pick((x) => x.member.p50 / x.raw.p50))} | ${ratio(pick((x) => x.member.p99 / x.raw.p99))} |`,
       `| shared / raw | ${ratio(pick((x) => x.shared.p50 / x.raw.p50))} | ${ratio(pick((x) => x.shared.p99 / x.raw.p99))} |`,
       '',

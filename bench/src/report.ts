@@ -91,10 +91,41 @@ function drainSection(r: BenchResults): string[] {
     'turn on the same Redis; ratios are taken within a repetition.',
     '',
     ...header('system', 'entries/s', 'ours / it'),
-    row(['raw XREADGROUP/XACK loop', withRange(pick((x) => x.raw), int), withRange(ratio, pct)]),
-    row(['CoordinatedMember', withRange(pick((x) => x.ours), int), '—']),
-    row(['BullMQ Worker, concurrency 50', withRange(pick((x) => x.bullmq50), int), `${withRange(vsBull, (n) => n.toFixed(1))} ×`]),
-    row(['BullMQ Worker, concurrency 1', withRange(pick((x) => x.bullmq1), int), `${withRange(pick((x) => x.ours / x.bullmq1), (n) => n.toFixed(1))} ×`]),
+    row([
+      'raw XREADGROUP/XACK loop',
+      withRange(
+        pick((x) => x.raw),
+        int,
+      ),
+      withRange(ratio, pct),
+    ]),
+    row([
+      'CoordinatedMember',
+      withRange(
+        pick((x) => x.ours),
+        int,
+      ),
+      '—',
+    ]),
+    row([
+      'BullMQ Worker, concurrency 50',
+      withRange(
+        pick((x) => x.bullmq50),
+        int,
+      ),
+      `${withRange(vsBull, (n) => n.toFixed(1))} ×`,
+    ]),
+    row([
+      'BullMQ Worker, concurrency 1',
+      withRange(
+        pick((x) => x.bullmq1),
+        int,
+      ),
+      `${withRange(
+        pick((x) => x.ours / x.bullmq1),
+        (n) => n.toFixed(1),
+      )} ×`,
+    ]),
     '',
     '## 3. Producer',
     '',
@@ -102,7 +133,17 @@ function drainSection(r: BenchResults): string[] {
     'hashing, JSON encoding, one pipeline) against plain pipelined `XADD`.',
     '',
     ...header('plain pipelined XADD', 'StreamProducer.sendBatch', 'ours / plain'),
-    row([withRange(pick((x) => x.produceRaw), int), withRange(pick((x) => x.produceOurs), int), withRange(produce, pct)]),
+    row([
+      withRange(
+        pick((x) => x.produceRaw),
+        int,
+      ),
+      withRange(
+        pick((x) => x.produceOurs),
+        int,
+      ),
+      withRange(produce, pct),
+    ]),
     '',
     '## 7. Redis CPU per entry',
     '',
@@ -110,7 +151,21 @@ function drainSection(r: BenchResults): string[] {
     'the entries: the figure that decides how many consumers one Redis serves.',
     '',
     ...header('raw XADD + XREADGROUP/XACK', 'StreamProducer + CoordinatedMember', 'BullMQ (concurrency 50)', 'ours / raw'),
-    row([withRange(pick((x) => x.cpuRaw), us), withRange(pick((x) => x.cpuOurs), us), withRange(pick((x) => x.cpuBullmq50), us), withRange(cpuRatio, (n) => n.toFixed(2))]),
+    row([
+      withRange(
+        pick((x) => x.cpuRaw),
+        us,
+      ),
+      withRange(
+        pick((x) => x.cpuOurs),
+        us,
+      ),
+      withRange(
+        pick((x) => x.cpuBullmq50),
+        us,
+      ),
+      withRange(cpuRatio, (n) => n.toFixed(2)),
+    ]),
     '',
   ];
 }
@@ -122,11 +177,20 @@ function ioSection(r: BenchResults): string[] {
     '64 pre-filled shards. "Ideal" is min(shards, workers) × 1,000 entries/s. `setTimeout(1)` takes',
     'longer than 1 ms in Node, so "the handler alone" measures the ceiling beside each case: as many',
     'loops awaiting the same timer, in the same process, with no Redis and no member. With 64 workers',
-    'the member\'s own CPU per entry decides; `npm run bench:profile` profiles that case and prints where',
+    "the member's own CPU per entry decides; `npm run bench:profile` profiles that case and prints where",
     'the time goes. BullMQ keeps no per-key order; ours runs one entry at a time per shard.',
     '',
     ...header('case', 'ideal', 'entries/s', 'of ideal', 'the handler alone', 'of the handler alone'),
-    ...r.io.map((c) => row([c.label, int(c.ideal), withRange(c.rate, int), pct(c.rate.median / c.ideal), int(c.alone.median), pct(c.rate.median / c.alone.median)])),
+    ...r.io.map((c) =>
+      row([
+        c.label,
+        int(c.ideal),
+        withRange(c.rate, int),
+        pct(c.rate.median / c.ideal),
+        int(c.alone.median),
+        pct(c.rate.median / c.alone.median),
+      ]),
+    ),
     '',
   ];
 }
@@ -138,10 +202,20 @@ function coordinatorSection(r: BenchResults): string[] {
     'M members with 10 shards each. Redis time is `usec` per call of the scripts (`EVALSHA`, and `EVAL`',
     'the first time) from `INFO commandstats`, reset before each phase; round trips are measured by the',
     'client, one call at a time. Steady state: every member heartbeats in turn in a STABLE group (3',
-    'repetitions, median with min–max). Join: a new member\'s first heartbeat, without the target',
+    "repetitions, median with min–max). Join: a new member's first heartbeat, without the target",
     'computation it triggers. Commit: the compare-and-set of a full target after one member joined or left.',
     '',
-    ...header('members', 'shards', 'steady heartbeat: Redis', 'RTT p50', 'RTT p99', 'join: Redis', 'commit: Redis', 'assignor (fresh)', 'assignor (one joins)'),
+    ...header(
+      'members',
+      'shards',
+      'steady heartbeat: Redis',
+      'RTT p50',
+      'RTT p99',
+      'join: Redis',
+      'commit: Redis',
+      'assignor (fresh)',
+      'assignor (one joins)',
+    ),
     ...r.coordinator.map((f) =>
       row([
         f.members,
@@ -150,7 +224,10 @@ function coordinatorSection(r: BenchResults): string[] {
         ms(f.steadyHeartbeat.rttP50Ms),
         ms(f.steadyHeartbeat.rttP99Ms),
         us(f.join.redisUsPerCall),
-        withRange({ median: f.commit.redisUsSpread.median / 1000, min: f.commit.redisUsSpread.min / 1000, max: f.commit.redisUsSpread.max / 1000 }, ms),
+        withRange(
+          { median: f.commit.redisUsSpread.median / 1000, min: f.commit.redisUsSpread.min / 1000, max: f.commit.redisUsSpread.max / 1000 },
+          ms,
+        ),
         ms(f.assignorMs.fresh),
         ms(f.assignorMs.scaleOut),
       ]),
@@ -165,7 +242,7 @@ function rebalanceSection(r: BenchResults): string[] {
   return [
     '## 4. Rebalance and recovery',
     '',
-    'N - 1 members own the shards; time from the N-th member\'s `start()` until the group is STABLE with',
+    "N - 1 members own the shards; time from the N-th member's `start()` until the group is STABLE with",
     'every shard owned and every member holding its share. Then: 4 members on 16 shards, one dies',
     '(connections cut, no leave); time until the others own its shards in a STABLE group.',
     '',
@@ -209,7 +286,7 @@ export function restartSection(figures: RestartFigures[], measured?: string): st
     'stopped (`stop()`) and, 1 s later (a quick process restart), a new `CoordinatedMember` started in',
     'its place, waiting for the group to be STABLE with every shard owned before the next. Shard moves:',
     "assignments to another member id than the shard's owner before the restarts (from the group's event",
-    'log). One run each. The price of static membership: a stopped member\'s shards wait unread for its',
+    "log). One run each. The price of static membership: a stopped member's shards wait unread for its",
     'next instance (here 1 s each), up to `sessionTimeoutMs`; plain membership hands them to the others',
     'and back.',
     ...(measured === undefined ? [] : ['', measured]),
@@ -231,7 +308,7 @@ function memorySection(r: BenchResults): string[] {
     row(['Redis coordinator state per member', `${int(m.redisBytesPerMember)} bytes`]),
     row(['Redis coordinator state per shard', `${int(m.redisBytesPerShard)} bytes`]),
     '',
-    'The 64 members share one command connection, one subscriber and the read hub\'s two connections',
+    "The 64 members share one command connection, one subscriber and the read hub's two connections",
     '(the doorbell and the shared read connection). Redis figures are `used_memory` deltas: 100 → 200',
     'members (1,000 shards), and 1,000 → 2,000 shards (100 members), coordinator keys only.',
     '',
@@ -253,13 +330,31 @@ function targetsSection(r: BenchResults): string[] {
     '',
     ...header('target', 'measured', 'verdict'),
     row(['no-op throughput ≥ 80 % of the raw limit', pct(ratio), verdict(ratio >= 0.8, pct(ratio), '80 %')]),
-    row(['no-op throughput ≥ 10 × BullMQ at concurrency 50', `${vsBull.toFixed(1)} ×`, verdict(vsBull >= 10, `${vsBull.toFixed(1)} ×`, '10 ×')]),
+    row([
+      'no-op throughput ≥ 10 × BullMQ at concurrency 50',
+      `${vsBull.toFixed(1)} ×`,
+      verdict(vsBull >= 10, `${vsBull.toFixed(1)} ×`, '10 ×'),
+    ]),
     row(['producer ≥ 90 % of plain pipelined XADD', pct(produce), verdict(produce >= 0.9, pct(produce), '90 %')]),
     row(['Redis CPU per entry ≤ 1.3 × the raw loop', `${cpu.toFixed(2)} ×`, verdict(cpu <= 1.3, `${cpu.toFixed(2)} ×`, '1.3 ×')]),
     row(['p99 latency < 10 ms at 5,000 entries/s', ms(r.latency.p99), verdict(r.latency.p99 < 10, ms(r.latency.p99), '10 ms')]),
   ];
-  if (sixteen) lines.push(row([`rebalance after a join < 200 ms, 16 members / ${sixteen.shards} shards`, ms(sixteen.ms.median), verdict(sixteen.ms.median < 200, ms(sixteen.ms.median), '200 ms')]));
-  if (hundred) lines.push(row(['steady heartbeat < 50 µs Redis time, 100 members / 1,000 shards', us(hundred.steadyHeartbeat.redisUsPerCall), verdict(hundred.steadyHeartbeat.redisUsPerCall < 50, us(hundred.steadyHeartbeat.redisUsPerCall), '50 µs')]));
+  if (sixteen)
+    lines.push(
+      row([
+        `rebalance after a join < 200 ms, 16 members / ${sixteen.shards} shards`,
+        ms(sixteen.ms.median),
+        verdict(sixteen.ms.median < 200, ms(sixteen.ms.median), '200 ms'),
+      ]),
+    );
+  if (hundred)
+    lines.push(
+      row([
+        'steady heartbeat < 50 µs Redis time, 100 members / 1,000 shards',
+        us(hundred.steadyHeartbeat.redisUsPerCall),
+        verdict(hundred.steadyHeartbeat.redisUsPerCall < 50, us(hundred.steadyHeartbeat.redisUsPerCall), '50 µs'),
+      ]),
+    );
   if (thousand) {
     const assignor = Math.max(thousand.assignorMs.fresh, thousand.assignorMs.scaleOut);
     const commit = thousand.commit.redisUsPerCall / 1000;
@@ -270,7 +365,9 @@ function targetsSection(r: BenchResults): string[] {
   lines.push(row(['no-op batch handler ≥ 95 % of the raw limit', pct(batchShare), verdict(batchShare >= 0.95, pct(batchShare), '95 %')]));
   for (const io of r.io.filter((c) => !c.label.startsWith('BullMQ'))) {
     const share = io.rate.median / io.ideal;
-    lines.push(row([`I/O-bound within 10 % of ideal: ${io.label}`, pct(share), share >= 0.9 ? 'met' : `**missed** (${pct(share)}; see scenario 2)`]));
+    lines.push(
+      row([`I/O-bound within 10 % of ideal: ${io.label}`, pct(share), share >= 0.9 ? 'met' : `**missed** (${pct(share)}; see scenario 2)`]),
+    );
   }
   lines.push('');
   return lines;
@@ -289,7 +386,9 @@ export function consumptionSection(c: ConsumptionFigures, machine?: string): str
     `the first handler call to the last (the join is left out). Ideal: 4 × lanes × 1,000 entries/s.`,
     '',
     ...header('lanes', 'entries/s', 'ideal', 'of ideal', 'handlers in flight (of 4 × lanes)'),
-    ...c.lanes.map((l) => row([l.lanes, withRange(l.rate, int), int(l.ideal), pct(l.rate.median / l.ideal), withRange(l.inFlight, (n) => n.toFixed(1))])),
+    ...c.lanes.map((l) =>
+      row([l.lanes, withRange(l.rate, int), int(l.ideal), pct(l.rate.median / l.ideal), withRange(l.inFlight, (n) => n.toFixed(1))]),
+    ),
     '',
     `Lanes ${many.lanes} against lanes ${one.lanes}: ${speedup.toFixed(1)} × (ideal ${many.lanes} ×). With the lanes kept full`,
     `(the last column), what is left between the figure and the ideal is the time each call takes`,
@@ -316,7 +415,7 @@ export function report(r: BenchResults): string {
     '',
     'Written by `npm run bench` (`npm run bench -- --quick` for a smoke run); do not edit by hand.',
     'Redis Cluster figures (per-master load, CPU per entry against a single node, the cost of `WAIT`) are',
-    '`npm run bench:cluster`\'s, in [benchmarks-cluster.md](benchmarks-cluster.md).',
+    "`npm run bench:cluster`'s, in [benchmarks-cluster.md](benchmarks-cluster.md).",
     '',
     `Measured ${e.date} on ${e.cpus}, ${e.memoryGiB} GiB; Node ${e.node}, Redis ${e.redis}, ioredis ${e.ioredis}, BullMQ ${e.bullmq}.`,
     `${e.repetitions} repetition(s) per figure: the median, with min–max in parentheses.${e.quick ? ' **Quick run: small sizes, one repetition.**' : ''}`,

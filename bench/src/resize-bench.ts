@@ -26,16 +26,18 @@ export async function resizeUnderLoad(url: string, c: ResizeCase, rate = 2000): 
   const streamPrefix = `resize-${Date.now()}-${Math.floor(Math.random() * 1e6)}`;
   await admin.createStream({ streamPrefix, shardCount: 8 });
   let handled = 0;
-  const members = Array.from({ length: 4 }, (_, i) =>
-    new CoordinatedMember(redis, {
-      streamPrefix,
-      consumerGroup: 'bench',
-      memberId: `m${i}`,
-      runtimeMaxConcurrency: 4,
-      handler: () => {
-        handled += 1;
-      },
-    }),
+  const members = Array.from(
+    { length: 4 },
+    (_, i) =>
+      new CoordinatedMember(redis, {
+        streamPrefix,
+        consumerGroup: 'bench',
+        memberId: `m${i}`,
+        runtimeMaxConcurrency: 4,
+        handler: () => {
+          handled += 1;
+        },
+      }),
   );
   await Promise.all(members.map((m) => m.start()));
   const settled = async (shards: number) => {

@@ -48,7 +48,11 @@ export async function rollingRestart(url: string, mode: RestartMode): Promise<Re
   const stable = () =>
     until(async () => {
       const d = await admin.describeGroup(streamPrefix, 'bench');
-      return d.group.state === 'STABLE' && d.shards.every((s) => s.state === 'OWNED') && d.members.filter((m) => m.state === 'ACTIVE').length >= MEMBERS;
+      return (
+        d.group.state === 'STABLE' &&
+        d.shards.every((s) => s.state === 'OWNED') &&
+        d.members.filter((m) => m.state === 'ACTIVE').length >= MEMBERS
+      );
     }, 60_000);
 
   const members: CoordinatedMember[] = [];

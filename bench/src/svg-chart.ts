@@ -35,7 +35,9 @@ export function lineChart(title: string, xLabel: string, yLabel: string, series:
   series.forEach((s, i) => {
     const color = COLORS[i % COLORS.length];
     const points = [...s.points].sort((a, b) => a[0] - b[0]);
-    parts.push(`<polyline fill="none" stroke="${color}" stroke-width="2" points="${points.map(([x, y]) => `${px(x).toFixed(1)},${py(y).toFixed(1)}`).join(' ')}"/>`);
+    parts.push(
+      `<polyline fill="none" stroke="${color}" stroke-width="2" points="${points.map(([x, y]) => `${px(x).toFixed(1)},${py(y).toFixed(1)}`).join(' ')}"/>`,
+    );
     for (const [x, y] of points) parts.push(`<circle cx="${px(x).toFixed(1)}" cy="${py(y).toFixed(1)}" r="3" fill="${color}"/>`);
     parts.push(`<text x="${width - margin.right + 10}" y="${margin.top + 16 * i + 10}" fill="${color}">${s.name}</text>`);
   });

@@ -20,13 +20,21 @@ async function registerSdk(): Promise<() => Promise<void>> {
   const { context, metrics, propagation, trace } = await import('@opentelemetry/api');
   const { AsyncLocalStorageContextManager } = await import('@opentelemetry/context-async-hooks');
   const { W3CTraceContextPropagator } = await import('@opentelemetry/core');
-  const { InMemoryMetricExporter, AggregationTemporality, MeterProvider, PeriodicExportingMetricReader } = await import('@opentelemetry/sdk-metrics');
+  const { InMemoryMetricExporter, AggregationTemporality, MeterProvider, PeriodicExportingMetricReader } = await import(
+    '@opentelemetry/sdk-metrics'
+  );
   const { BasicTracerProvider, BatchSpanProcessor } = await import('@opentelemetry/sdk-trace-base');
   context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
   propagation.setGlobalPropagator(new W3CTraceContextPropagator());
-  const dropSpans = { export: (_spans: unknown[], done: (result: { code: number }) => void) => done({ code: 0 }), shutdown: async () => undefined };
+  const dropSpans = {
+    export: (_spans: unknown[], done: (result: { code: number }) => void) => done({ code: 0 }),
+    shutdown: async () => undefined,
+  };
   trace.setGlobalTracerProvider(new BasicTracerProvider({ spanProcessors: [new BatchSpanProcessor(dropSpans)] }));
-  const reader = new PeriodicExportingMetricReader({ exporter: new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE), exportIntervalMillis: 60_000 });
+  const reader = new PeriodicExportingMetricReader({
+    exporter: new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE),
+    exportIntervalMillis: 60_000,
+  });
   metrics.setGlobalMeterProvider(new MeterProvider({ readers: [reader] }));
   return () => reader.forceFlush();
 }
@@ -45,7 +53,12 @@ async function runMode(mode: Mode, url: string): Promise<{ produce: number; drai
   const produce = TOTAL / (elapsedMs(start) / 1000);
   let handled = 0;
   const member = new CoordinatedMember(redis, {
-    streamPrefix, consumerGroup: 'bench', runtimeMaxConcurrency: SHARDS, batchSize: 200, maxBufferedEntries: 200 * SHARDS * 2, telemetry,
+    streamPrefix,
+    consumerGroup: 'bench',
+    runtimeMaxConcurrency: SHARDS,
+    batchSize: 200,
+    maxBufferedEntries: 200 * SHARDS * 2,
+    telemetry,
     handler: () => {
       handled += 1;
     },

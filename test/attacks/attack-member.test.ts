@@ -80,9 +80,13 @@ describe('attack: a blocking read that never comes back', () => {
     let stopped = false;
     void member.stop().then(() => (stopped = true));
     await send(streamPrefix, [2]);
-    const outcome = await pollUntil('A stopped and B handled entry 2', async () => stopped && recorder.runs.some((r) => r.seq === 2 && r.memberId === 'b') && 'done', {
-      timeoutMs: 8000,
-    }).catch(() => ({ stopped, aStats: member.stats(), bOwns: other.ownedShards() }));
+    const outcome = await pollUntil(
+      'A stopped and B handled entry 2',
+      async () => stopped && recorder.runs.some((r) => r.seq === 2 && r.memberId === 'b') && 'done',
+      {
+        timeoutMs: 8000,
+      },
+    ).catch(() => ({ stopped, aStats: member.stats(), bOwns: other.ownedShards() }));
     expect(outcome).toBe('done');
   });
 });
@@ -93,7 +97,7 @@ describe('attack: a handler that outlives its grant, then the same shard comes b
   // grant's takeover claims the entry that handler is still running (it is pending under the same
   // consumer name) and starts it again: two runs of one entry, in one process, at the same time.
   // Nothing ties the new grant's dispatch to the old grant's in-flight work.
-  it('after lease-lost and rejoin, the new grant waits for the old grant\'s running handler before it runs the entry again', async () => {
+  it("after lease-lost and rejoin, the new grant waits for the old grant's running handler before it runs the entry again", async () => {
     const streamPrefix = uniqueName('attack-regrant');
     const proxy = await aProxy();
     let release: () => void = () => undefined;
@@ -131,9 +135,23 @@ describe('attack: a handler that outlives its grant, then the same shard comes b
     await pollUntil('lease lost', async () => lost.length > 0, { timeoutMs: 8000 });
     proxy.delay('request', 0);
     try {
-      await pollUntil('shard 0 granted again, or entry 1 run twice', async () => (member.ownedShards().includes(0) && member.stats().activeHandlers === 1 && runs.length >= 1 && 'owned') || runs.length >= 2, { timeoutMs: 8000 });
+      await pollUntil(
+        'shard 0 granted again, or entry 1 run twice',
+        async () =>
+          (member.ownedShards().includes(0) && member.stats().activeHandlers === 1 && runs.length >= 1 && 'owned') || runs.length >= 2,
+        { timeoutMs: 8000 },
+      );
       // Give the new grant's takeover every chance to start entry 1 again (it would within a loop).
-      await pollUntil('second run started or takeover done', async () => runs.length >= 2 || (member.stats().bufferedEntries === 0 && member.ownedShards().includes(0) && (await redis.client().xpending(keys.shardStream(streamPrefix, 0), 'group'))[0] === 1 && 'quiet'), { timeoutMs: 3000 }).catch(() => undefined);
+      await pollUntil(
+        'second run started or takeover done',
+        async () =>
+          runs.length >= 2 ||
+          (member.stats().bufferedEntries === 0 &&
+            member.ownedShards().includes(0) &&
+            (await redis.client().xpending(keys.shardStream(streamPrefix, 0), 'group'))[0] === 1 &&
+            'quiet'),
+        { timeoutMs: 3000 },
+      ).catch(() => undefined);
       expect({ runs, maxRunning }).toEqual({ runs: [1], maxRunning: 1 });
       // The wait is visible while it lasts (a handler that never settles would hold the shard).
       expect(member.stats().problems).toEqual([expect.stringMatching(/shard 0: waiting for the handler of .* from an earlier grant/)]);
@@ -152,7 +170,7 @@ describe('attack: the two sweeps of one shard, and a handler finishing between t
   // read: 4, 5) and queues them, then, three round trips later, finds this member's own untracked
   // entries (2, 3 from a lost XREADGROUP reply) and queues them before. If the shard's running
   // handler finishes in between, the dispatcher starts 4 before 2 and 3 are even queued.
-  it('own entries of a lost read reply run before a zombie\'s later entries the other sweep queued first', async () => {
+  it("own entries of a lost read reply run before a zombie's later entries the other sweep queued first", async () => {
     const streamPrefix = uniqueName('attack-sweeps');
     const stream = keys.shardStream(streamPrefix, 0);
     const proxy = await aProxy();
@@ -194,12 +212,18 @@ describe('attack: the two sweeps of one shard, and a handler finishing between t
       expect((zombie as [string, [string, string[]][]][])[0][1]).toHaveLength(2);
 
       // Hold the own-pending sweep's XPENDING (- +): the other-consumers sweep has queued 4 and 5 by then.
-      const ownSweep = proxy.holdNextRequest((request) => request.toUpperCase().includes('XPENDING') && request.includes('$1\r\n-\r\n$1\r\n+\r\n'));
+      const ownSweep = proxy.holdNextRequest(
+        (request) => request.toUpperCase().includes('XPENDING') && request.includes('$1\r\n-\r\n$1\r\n+\r\n'),
+      );
       holds.push(ownSweep);
       resent.release();
       await ownSweep.arrived;
       release(); // entry 1 ends now: the dispatcher looks for the shard's next entry
-      await pollUntil('entry 4 started, or the dispatcher kept waiting', async () => order.length > 1 || (member.stats().activeHandlers === 0 && 'idle'), { timeoutMs: 2000 });
+      await pollUntil(
+        'entry 4 started, or the dispatcher kept waiting',
+        async () => order.length > 1 || (member.stats().activeHandlers === 0 && 'idle'),
+        { timeoutMs: 2000 },
+      );
       ownSweep.release();
       await pollUntil('all five handled', async () => new Set(order).size === 5, { timeoutMs: 8000 });
       expect(order).toEqual([1, 2, 3, 4, 5]);
@@ -226,7 +250,9 @@ describe('attack: stop() while the join is under way', () => {
     const joining = aMember({ streamPrefix, sessionTimeoutMs: 10_000, handler: () => undefined }, redis.clientAt(proxy.url));
     proxy.delay('reply', 1500); // the join runs at once; its answer is late
     const started = joining.start().catch(() => 'rejected');
-    await pollUntil('the join ran in Redis', async () => (await admin.describeGroup(streamPrefix, 'group')).members.some((m) => m.memberId === joining.memberId));
+    await pollUntil('the join ran in Redis', async () =>
+      (await admin.describeGroup(streamPrefix, 'group')).members.some((m) => m.memberId === joining.memberId),
+    );
     await joining.stop();
     await started;
     proxy.delay('reply', 0);
@@ -239,7 +265,11 @@ describe('attack: stop() while the join is under way', () => {
         return active.length === 1 && owner.ownedShards().length === 2 && ['settled'];
       },
       { timeoutMs: 4000 },
-    ).catch(async () => (await admin.describeGroup(streamPrefix, 'group')).members.map((m) => `${m.memberId === joining.memberId ? 'stopped' : 'owner'}: ${m.state}`));
+    ).catch(async () =>
+      (await admin.describeGroup(streamPrefix, 'group')).members.map(
+        (m) => `${m.memberId === joining.memberId ? 'stopped' : 'owner'}: ${m.state}`,
+      ),
+    );
     expect(description).toEqual(['settled']);
   });
 });

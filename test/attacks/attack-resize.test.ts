@@ -23,7 +23,7 @@ describe('attack: an ordered shrink whose cutover read is late', () => {
   // member only stops *taking new* shards (runtime.md); the surviving shards it already owns go on
   // being read and handled with no hold, so a moved key's new entry runs before its older entry on
   // the removed shard is done: per-key order breaks (SPEC 6).
-  it('a moved key\'s new entry on a surviving shard waits for its older entry on the removed shard when the cutover read is late', async () => {
+  it("a moved key's new entry on a surviving shard waits for its older entry on the removed shard when the cutover read is late", async () => {
     const streamPrefix = uniqueName('attack-shrink-sync');
     let key = 'k0';
     for (let i = 0; shardForKey(key, 2) !== 1; i++) key = `k${i}`;
@@ -60,7 +60,11 @@ describe('attack: an ordered shrink whose cutover read is late', () => {
       // The member's cutover read after the shrink is late (held at the proxy).
       const cutoverRead = proxy.holdNextRequest(TcpProxy.command('HMGET', 'cutover'));
       holds.push(cutoverRead);
-      const resized = await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 1, { ordered: true, switchDelayMs: 100, graceMs: 100 });
+      const resized = await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 1, {
+        ordered: true,
+        switchDelayMs: 100,
+        graceMs: 100,
+      });
       await cutoverRead.arrived;
       await pollUntil('switchAt passed', async () => {
         const [seconds, micros] = await redis.client().time();
@@ -70,7 +74,9 @@ describe('attack: an ordered shrink whose cutover read is late', () => {
 
       // Entry 2 of the key must wait for entry 1 (the hold); the member may not know the hold yet,
       // so it must not handle shard 0's new entries either.
-      const early = await pollUntil('key entry 2 started', async () => started.includes(2) && 'started', { timeoutMs: 1500 }).catch(() => 'waited');
+      const early = await pollUntil('key entry 2 started', async () => started.includes(2) && 'started', { timeoutMs: 1500 }).catch(
+        () => 'waited',
+      );
       expect({ early, startedBeforeFirstDone }).toEqual({ early: 'waited', startedBeforeFirstDone: [] });
 
       // Once the read gets through and entry 1 is done, entry 2 runs: held, not lost.
@@ -142,7 +148,9 @@ describe('attack: an ordered shrink a member hears of after switchAt', () => {
       });
       expect((await producer.send({ key, payload: { seq: 2 } })).shardIndex).toBe(0);
 
-      const early = await pollUntil('key entry 2 started', async () => started.includes(2) && 'started', { timeoutMs: 1500 }).catch(() => 'waited');
+      const early = await pollUntil('key entry 2 started', async () => started.includes(2) && 'started', { timeoutMs: 1500 }).catch(
+        () => 'waited',
+      );
       expect({ early, startedBeforeFirstDone }).toEqual({ early: 'waited', startedBeforeFirstDone: [] });
 
       // The member hears of the shrink, holds entry 2 until entry 1 is done, then runs it.

@@ -1,6 +1,16 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { CoordinatedMember, CoordinatorAdmin, FencedInstanceIdError, type HandlerAbortedError, KeyBuilder, msgpackCodec, type PayloadCodec, type StreamMessage, StreamProducer } from '@redis-stream-coordinator/core';
+import {
+  CoordinatedMember,
+  CoordinatorAdmin,
+  FencedInstanceIdError,
+  type HandlerAbortedError,
+  KeyBuilder,
+  msgpackCodec,
+  type PayloadCodec,
+  type StreamMessage,
+  StreamProducer,
+} from '@redis-stream-coordinator/core';
 import type { KeyedPayload } from '../support/handler-recorder';
 import { memberFactory } from '../support/member-factory';
 import { pollUntil } from '../support/poll';
@@ -19,7 +29,9 @@ afterEach(async () => {
 });
 
 function sendKeyed(streamPrefix: string, count: number, key = 'k') {
-  return new StreamProducer(redis.client(), { streamPrefix }).sendBatch(Array.from({ length: count }, (_, i) => ({ key, shardIndex: 0, payload: { seq: i + 1 } })));
+  return new StreamProducer(redis.client(), { streamPrefix }).sendBatch(
+    Array.from({ length: count }, (_, i) => ({ key, shardIndex: 0, payload: { seq: i + 1 } })),
+  );
 }
 
 describe('attack: a static member instance that went silent, and its replacement', () => {
@@ -39,7 +51,13 @@ describe('attack: a static member instance that went silent, and its replacement
       starts.push({ who, seq: message.payload.seq, at: performance.now() });
       if (slow) await new Promise((resolve) => setTimeout(resolve, 20));
     };
-    const options = { streamPrefix, memberInstanceId: 'pod-0', shardCount: 1, sessionTimeoutMs: 8000, coordinator: { heartbeatIntervalMs: 100 } };
+    const options = {
+      streamPrefix,
+      memberInstanceId: 'pod-0',
+      shardCount: 1,
+      sessionTimeoutMs: 8000,
+      coordinator: { heartbeatIntervalMs: 100 },
+    };
     const old = aMember({ ...options, handler: handler('old') }, redis.clientAt(proxy.url));
     const halted: Error[] = [];
     old.on('error', (error) => halted.push(error));
@@ -178,7 +196,12 @@ describe('attack: a zombie read takes entries between two reads, with lanes and 
         consumerGroup: 'group',
         coordinator: { heartbeatIntervalMs: 200 },
         ...(shape.options.batch
-          ? { batch: shape.options.batch, handler: async (messages: StreamMessage<KeyedPayload>[]) => { for (const m of messages) await run(m); } }
+          ? {
+              batch: shape.options.batch,
+              handler: async (messages: StreamMessage<KeyedPayload>[]) => {
+                for (const m of messages) await run(m);
+              },
+            }
           : { ...shape.options, handler: run }),
       } as ConstructorParameters<typeof CoordinatedMember<KeyedPayload>>[1]);
       batchMembers.push(member);
@@ -195,8 +218,14 @@ describe('attack: a zombie read takes entries between two reads, with lanes and 
       late.xadd(stream, '*', 'p', JSON.stringify({ seq: 3 }), 'k', 'j');
       late.xreadgroup('GROUP', 'group', 'zombie', 'COUNT', 10, 'STREAMS', stream, '>');
       await late.exec();
-      await producer.sendBatch([{ shardIndex: 0, key: 'k', payload: { seq: 4 } }, { shardIndex: 0, key: 'j', payload: { seq: 5 } }]);
-      await pollUntil('the owner to have read on (2, 3 recovered, 4, 5 queued)', async () => member.stats().bufferedEntries >= 4 || (shape.options.lanes !== undefined && runs.length > 1));
+      await producer.sendBatch([
+        { shardIndex: 0, key: 'k', payload: { seq: 4 } },
+        { shardIndex: 0, key: 'j', payload: { seq: 5 } },
+      ]);
+      await pollUntil(
+        'the owner to have read on (2, 3 recovered, 4, 5 queued)',
+        async () => member.stats().bufferedEntries >= 4 || (shape.options.lanes !== undefined && runs.length > 1),
+      );
       gate.open();
       await pollUntil('all five handled', async () => new Set(runs).size === 5);
       const of = (key: string) => runs.filter((r) => r.startsWith(`${key}:`));
@@ -204,7 +233,10 @@ describe('attack: a zombie read takes entries between two reads, with lanes and 
       expect(of('j')).toEqual(['j:3', 'j:5']);
       if (shape.options.batch) expect(runs).toEqual(['k:1', 'k:2', 'j:3', 'k:4', 'j:5']);
       expect(errors).toContainEqual(expect.stringMatching(/2 entries before .* were delivered elsewhere/));
-      await pollUntil('nothing pending', async () => (await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group')).shards[0].pending === 0);
+      await pollUntil(
+        'nothing pending',
+        async () => (await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group')).shards[0].pending === 0,
+      );
     });
   }
 });
@@ -244,7 +276,13 @@ describe('attack: two zombies, and a sweep that takes one page of their entries'
     const stream = new KeyBuilder().shardStream(streamPrefix, 0);
     await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 1 });
     const order: number[] = [];
-    const member = aMember({ streamPrefix, memberId: 'owner', batchSize: 5, sweepIntervalMs: 200, handler: (m) => void order.push(m.payload.seq) });
+    const member = aMember({
+      streamPrefix,
+      memberId: 'owner',
+      batchSize: 5,
+      sweepIntervalMs: 200,
+      handler: (m) => void order.push(m.payload.seq),
+    });
     await member.start();
     await sendKeyed(streamPrefix, 1);
     await pollUntil('entry 1 handled', async () => order.length === 1);
@@ -313,7 +351,10 @@ describe('attack: the payload bytes of a takeover whose pending entries are far 
     await filler.exec();
     await binary.send({ shardIndex: 0, payload: { seq: 2 } });
     // A previous owner read everything and acknowledged all but the first and the last entry.
-    const read = (await client.xreadgroup('GROUP', 'group', 'previous', 'COUNT', 5000, 'STREAMS', stream, '>')) as [string, [string, string[]][]][];
+    const read = (await client.xreadgroup('GROUP', 'group', 'previous', 'COUNT', 5000, 'STREAMS', stream, '>')) as [
+      string,
+      [string, string[]][],
+    ][];
     const ids = read[0][1].map(([id]) => id);
     await client.xack(stream, 'group', ...ids.slice(1, -1));
 
@@ -379,7 +420,12 @@ describe('attack: an acknowledgement refused by a newer token', () => {
     await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 2 });
     const seqs: number[] = [];
     // A heartbeat far off: only the refused ack can tell the member it lost shard 0.
-    const member = aMember({ streamPrefix, coordinator: { heartbeatIntervalMs: 60_000 }, sessionTimeoutMs: 180_000, handler: (m) => void seqs.push(m.payload.seq) });
+    const member = aMember({
+      streamPrefix,
+      coordinator: { heartbeatIntervalMs: 60_000 },
+      sessionTimeoutMs: 180_000,
+      handler: (m) => void seqs.push(m.payload.seq),
+    });
     const refusals: boolean[] = [];
     member.on('acknowledged', (event) => refusals.push(event.accepted));
     await member.start();
@@ -397,6 +443,10 @@ describe('attack: an acknowledgement refused by a newer token', () => {
     expect(seqs).toEqual([1, 3]);
     // Not left owned but unread: the member heartbeats at once; the coordinator (which this test
     // went around) still grants shard 0, so it is claimed again, and the claim says who holds it.
-    await pollUntil('the claim refused, visibly', async () => member.stats().problems.some((p) => /shard 0: .*newer fencing token ".*someone-else"/.test(p)), { timeoutMs: 5000 });
+    await pollUntil(
+      'the claim refused, visibly',
+      async () => member.stats().problems.some((p) => /shard 0: .*newer fencing token ".*someone-else"/.test(p)),
+      { timeoutMs: 5000 },
+    );
   });
 });

@@ -46,13 +46,24 @@ describe('connections and round trips on a Redis Cluster', () => {
       const streamPrefix = uniqueName('cluster-conns');
       await new CoordinatorAdmin(client).createStream({ streamPrefix, shardCount: members });
       let handled = 0;
-      const group = Array.from({ length: members }, (_, i) =>
-        new CoordinatedMember(client, { streamPrefix, consumerGroup: 'group', memberId: `m${i}`, coordinator: { heartbeatIntervalMs: 200 }, handler: () => void (handled += 1) }));
+      const group = Array.from(
+        { length: members },
+        (_, i) =>
+          new CoordinatedMember(client, {
+            streamPrefix,
+            consumerGroup: 'group',
+            memberId: `m${i}`,
+            coordinator: { heartbeatIntervalMs: 200 },
+            handler: () => void (handled += 1),
+          }),
+      );
       for (const member of group) member.on('error', () => undefined);
       try {
         await Promise.all(group.map((m) => m.start()));
         await pollUntil('every member owns a shard', async () => group.every((m) => m.ownedShards().length > 0), { timeoutMs: 30_000 });
-        await new StreamProducer(client, { streamPrefix }).sendBatch(Array.from({ length: members * 2 }, (_, i) => ({ key: `k${i}`, payload: i })));
+        await new StreamProducer(client, { streamPrefix }).sendBatch(
+          Array.from({ length: members * 2 }, (_, i) => ({ key: `k${i}`, payload: i })),
+        );
         await pollUntil('every entry handled', async () => handled === members * 2, { timeoutMs: 20_000 });
         // The process's three Cluster clients (commands, the shared reads, the wake-ups' slot
         // table) may each hold one connection per node, the sharded subscribers one per master,
@@ -80,7 +91,8 @@ describe('connections and round trips on a Redis Cluster', () => {
     const owner = new ShardClient(client, keys, streamPrefix, 'group', 'owner', { ackWait: wait, ackClient: client });
     const shards = Array.from({ length: shardCount }, (_, i) => i);
     for (const shard of shards) expect((await owner.claimShard(shard, 1)).claimed).toBe(true);
-    const masterOf = async (shard: number) => (await redis.cluster.masterOf(await redis.cluster.slotOf(keys.shardStream(streamPrefix, shard)))).port;
+    const masterOf = async (shard: number) =>
+      (await redis.cluster.masterOf(await redis.cluster.slotOf(keys.shardStream(streamPrefix, shard)))).port;
     const byMaster = new Map<number, number[]>();
     for (const shard of shards) {
       const port = await masterOf(shard);
@@ -96,7 +108,13 @@ describe('connections and round trips on a Redis Cluster', () => {
       /** Writes `n` entries on every shard and reads them through the hub: pending under the owner. */
       const deliver = async (n: number): Promise<AckBatch[]> => {
         for (const shard of shards) for (let i = 0; i < n; i++) await client.xadd(keys.shardStream(streamPrefix, shard), '*', 'p', 'x');
-        const read = await owner.readEach(hub, shards, shards.map(() => '0-0'), 100, 10_000);
+        const read = await owner.readEach(
+          hub,
+          shards,
+          shards.map(() => '0-0'),
+          100,
+          10_000,
+        );
         expect(read.failed).toEqual(new Map());
         return shards.map((shard) => ({ shardIndex: shard, grantEpoch: 1, ids: (read.entries.get(shard) ?? []).map((e) => e.id) }));
       };
@@ -152,7 +170,10 @@ describe('connections and round trips on a Redis Cluster', () => {
       });
       const errorstats = async (kind: string) => {
         let n = 0;
-        for (const server of redis.cluster.servers) n += await onPort(server.port, async (node) => Number(new RegExp(`errorstat_${kind}:count=(\\d+)`).exec(await node.info('errorstats'))?.[1] ?? 0));
+        for (const server of redis.cluster.servers)
+          n += await onPort(server.port, async (node) =>
+            Number(new RegExp(`errorstat_${kind}:count=(\\d+)`).exec(await node.info('errorstats'))?.[1] ?? 0),
+          );
         return n;
       };
       const [movedBefore, askBefore] = [await errorstats('MOVED'), await errorstats('ASK')];
@@ -168,7 +189,10 @@ describe('connections and round trips on a Redis Cluster', () => {
       expect(await errorstats('MOVED')).toBeGreaterThan(movedBefore);
       expect(await errorstats('ASK')).toBeGreaterThan(askBefore);
       // Nothing of the owner's is left pending on the moved and the moving shard.
-      for (const [shard, port] of [[movedShard, movedTo], [askedShard, askedTo]]) {
+      for (const [shard, port] of [
+        [movedShard, movedTo],
+        [askedShard, askedTo],
+      ]) {
         const pending = await onPort(port, (node) => node.xpending(keys.shardStream(streamPrefix, shard), 'group'));
         expect((pending as [number])[0], `pending on shard ${shard}`).toBe(0);
       }
@@ -198,8 +222,11 @@ describe('connections and round trips on a Redis Cluster', () => {
           await redis.cluster.migrateSlot(slot, to.port);
           // Without the subscriber's periodic slot refresh, 4 moves in 45 left the channel
           // unsubscribed for good (ioredis fetched a slot table from a master not told yet).
-          await pollUntil(`${channel} subscribed on :${to.port} after move ${round + 1}`, async () =>
-            Number(((await onPort(to.port, (node) => node.pubsub('SHARDNUMSUB', channel))) as [string, number])[1]) === 1, { timeoutMs: 15_000 });
+          await pollUntil(
+            `${channel} subscribed on :${to.port} after move ${round + 1}`,
+            async () => Number(((await onPort(to.port, (node) => node.pubsub('SHARDNUMSUB', channel))) as [string, number])[1]) === 1,
+            { timeoutMs: 15_000 },
+          );
         }
       }
     } finally {
@@ -212,14 +239,23 @@ describe('connections and round trips on a Redis Cluster', () => {
     const streamPrefix = uniqueName('cluster-reads-per-entry');
     await new CoordinatorAdmin(client).createStream({ streamPrefix, shardCount: 1 });
     let handled = 0;
-    const member = new CoordinatedMember(client, { streamPrefix, consumerGroup: 'group', coordinator: { heartbeatIntervalMs: 200 }, handler: () => void (handled += 1) });
+    const member = new CoordinatedMember(client, {
+      streamPrefix,
+      consumerGroup: 'group',
+      coordinator: { heartbeatIntervalMs: 200 },
+      handler: () => void (handled += 1),
+    });
     member.on('error', () => undefined);
     const port = (await redis.cluster.masterOf(await redis.cluster.slotOf(keys.shardStream(streamPrefix, 0)))).port;
     const channel = keys.shardWakeChannel(streamPrefix, 0);
     try {
       await member.start();
-      await pollUntil('the shard owned and its wake channel subscribed', async () =>
-        member.ownedShards().length === 1 && Number(((await onPort(port, (node) => node.pubsub('SHARDNUMSUB', channel))) as [string, number])[1]) === 1);
+      await pollUntil(
+        'the shard owned and its wake channel subscribed',
+        async () =>
+          member.ownedShards().length === 1 &&
+          Number(((await onPort(port, (node) => node.pubsub('SHARDNUMSUB', channel))) as [string, number])[1]) === 1,
+      );
       const producer = new StreamProducer(client, { streamPrefix });
       await producer.send({ key: 'warm', payload: 0 });
       await pollUntil('the warm-up handled', async () => handled === 1);
@@ -245,7 +281,14 @@ describe('connections and round trips on a Redis Cluster', () => {
     await new CoordinatorAdmin(client).createStream({ streamPrefix, shardCount: 8 });
     const recorder = new HandlerRecorder();
     const group = ['a', 'b', 'c', 'd'].map((id) => {
-      const member = new CoordinatedMember<KeyedPayload>(client, { streamPrefix, consumerGroup: 'group', memberId: id, coordinator: { heartbeatIntervalMs: 200 }, sweepIntervalMs: 500, handler: recorder.handler(id) });
+      const member = new CoordinatedMember<KeyedPayload>(client, {
+        streamPrefix,
+        consumerGroup: 'group',
+        memberId: id,
+        coordinator: { heartbeatIntervalMs: 200 },
+        sweepIntervalMs: 500,
+        handler: recorder.handler(id),
+      });
       member.on('error', () => undefined);
       return member;
     });
@@ -277,7 +320,8 @@ describe('connections and round trips on a Redis Cluster', () => {
       const redirections = { ASK: 0, MOVED: 0 };
       for (const server of redis.cluster.servers) {
         const stats = await onPort(server.port, (node) => node.info('errorstats'));
-        for (const kind of ['ASK', 'MOVED'] as const) redirections[kind] += Number(new RegExp(`errorstat_${kind}:count=(\\d+)`).exec(stats)?.[1] ?? 0);
+        for (const kind of ['ASK', 'MOVED'] as const)
+          redirections[kind] += Number(new RegExp(`errorstat_${kind}:count=(\\d+)`).exec(stats)?.[1] ?? 0);
       }
       expect(redirections.ASK).toBeGreaterThan(0);
       expect(redirections.MOVED).toBeGreaterThan(0);

@@ -6,8 +6,16 @@ import { Test, type TestingModule } from '@nestjs/testing';
 import { type Cluster, Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
-  CoordinatedMember, type CoordinatedMemberOptions, CoordinatorAdmin, KeyBuilder, NotReplicatedError, PartialBatchError, ShardError, StreamProducer,
-  type StreamMessage, msgpackCodec,
+  CoordinatedMember,
+  type CoordinatedMemberOptions,
+  CoordinatorAdmin,
+  KeyBuilder,
+  NotReplicatedError,
+  PartialBatchError,
+  ShardError,
+  StreamProducer,
+  type StreamMessage,
+  msgpackCodec,
 } from '@redis-stream-coordinator/core';
 import { z } from 'zod';
 import { CoordinatorHealthIndicator, CoordinatorModule, StreamListener, StreamPublisher } from '@redis-stream-coordinator/nestjs';
@@ -103,7 +111,11 @@ describe('on a Redis Cluster', () => {
     const two = aMember(redis.client(), { streamPrefix, runtimeMaxConcurrency: 4, memberId: 'two', handler: recorder.handler('two') });
     await Promise.all([one.start(), two.start()]);
     // Both own shards before anything is written: otherwise the first to join may handle it all.
-    await pollUntil('both members own shards', async () => one.ownedShards().length > 0 && two.ownedShards().length > 0 && one.ownedShards().length + two.ownedShards().length === 12);
+    await pollUntil(
+      'both members own shards',
+      async () =>
+        one.ownedShards().length > 0 && two.ownedShards().length > 0 && one.ownedShards().length + two.ownedShards().length === 12,
+    );
     const producer = new StreamProducer(redis.client(), { streamPrefix });
     const messages = keyedMessages(30, 10);
     // Before issue 15 this failed: one pipeline across the shards' slots is refused by a Cluster.
@@ -115,7 +127,8 @@ describe('on a Redis Cluster', () => {
     expect(new Set(recorder.runs.map((r) => r.memberId))).toEqual(new Set(['one', 'two']));
 
     const masters = new Set<number>();
-    for (let shard = 0; shard < 12; shard++) masters.add((await redis.cluster.masterOf(await redis.cluster.slotOf(keys.shardStream(streamPrefix, shard)))).port);
+    for (let shard = 0; shard < 12; shard++)
+      masters.add((await redis.cluster.masterOf(await redis.cluster.slotOf(keys.shardStream(streamPrefix, shard)))).port);
     expect(masters.size).toBe(3);
     const description = await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group');
     expect(description.shards.every((s) => s.backlog === 0)).toBe(true);
@@ -149,17 +162,24 @@ describe('on a Redis Cluster', () => {
     await admin.resizeShards(streamPrefix, 8);
     await producer.sendBatch(keyedMessages(8, 10, 'after'));
     await pollUntil('every good entry handled', async () => recorder.distinctEntries() === 2 * 8 * 9, { timeoutMs: 15_000 });
-    await pollUntil('every poisoned entry dead-lettered', async () => (await admin.readDeadLetters(streamPrefix, 'group')).length === 2 * 8);
+    await pollUntil(
+      'every poisoned entry dead-lettered',
+      async () => (await admin.readDeadLetters(streamPrefix, 'group')).length === 2 * 8,
+    );
     expect(recorder.orderViolations()).toEqual([]);
     expect((await admin.describeGroup(streamPrefix, 'group')).shards.map((s) => s.shardIndex)).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
-    await pollUntil('every entry acknowledged', async () => (await admin.describeGroup(streamPrefix, 'group')).shards.every((s) => s.backlog === 0));
+    await pollUntil('every entry acknowledged', async () =>
+      (await admin.describeGroup(streamPrefix, 'group')).shards.every((s) => s.backlog === 0),
+    );
     const trimmed = await admin.trim(streamPrefix);
     expect(trimmed.shards.reduce((n, s) => n + s.trimmed, 0)).toBe(2 * 8 * 10);
 
     // Shrink back, let the member drain the removed shards, and delete them.
     await producer.sendBatch(keyedMessages(8, 1, 'shrink'));
     await admin.resizeShards(streamPrefix, 4, { graceMs: 50, switchDelayMs: 50 });
-    await pollUntil('the cutover done', async () => (await admin.cutoverStatus(streamPrefix)).every((s) => s.cutover === null), { timeoutMs: 15_000 });
+    await pollUntil('the cutover done', async () => (await admin.cutoverStatus(streamPrefix)).every((s) => s.cutover === null), {
+      timeoutMs: 15_000,
+    });
     expect(await admin.deleteDrainedShards(streamPrefix)).toEqual([4, 5, 6, 7]);
     expect(await redis.client().exists(keys.shardStream(streamPrefix, 5))).toBe(0);
   });
@@ -186,7 +206,8 @@ describe('on a Redis Cluster', () => {
     for (const server of redis.cluster.servers) {
       const node = new Redis(server.port, { lazyConnect: true });
       const stats = await node.info('errorstats').finally(() => node.disconnect());
-      for (const kind of ['ASK', 'MOVED'] as const) redirections[kind] += Number(new RegExp(`errorstat_${kind}:count=(\\d+)`).exec(stats)?.[1] ?? 0);
+      for (const kind of ['ASK', 'MOVED'] as const)
+        redirections[kind] += Number(new RegExp(`errorstat_${kind}:count=(\\d+)`).exec(stats)?.[1] ?? 0);
     }
     expect(redirections.ASK).toBeGreaterThan(0);
     expect(redirections.MOVED).toBeGreaterThan(0);
@@ -208,7 +229,13 @@ describe('on a Redis Cluster', () => {
       return run(node).finally(() => node.disconnect());
     };
     const subscribers = () =>
-      Promise.all(shards.map((shard) => onMaster(shard, async (node) => Number(((await node.pubsub('SHARDNUMSUB', keys.shardWakeChannel(streamPrefix, shard))) as [string, number])[1]))));
+      Promise.all(
+        shards.map((shard) =>
+          onMaster(shard, async (node) =>
+            Number(((await node.pubsub('SHARDNUMSUB', keys.shardWakeChannel(streamPrefix, shard))) as [string, number])[1]),
+          ),
+        ),
+      );
     const xreadgroupCalls = async () => {
       let calls = 0;
       for (const server of redis.cluster.servers) {
@@ -226,7 +253,9 @@ describe('on a Redis Cluster', () => {
     const second = aMember(redis.client(), { streamPrefix, memberId: 'second', handler: recorder.handler('second') });
     await second.start();
     await pollUntil('both members hold shards', async () => first.stats().ownedShards.length > 0 && second.stats().ownedShards.length > 0);
-    await pollUntil('still one subscriber per channel (the handed-over shards too)', async () => (await subscribers()).every((n) => n === 1));
+    await pollUntil('still one subscriber per channel (the handed-over shards too)', async () =>
+      (await subscribers()).every((n) => n === 1),
+    );
 
     // Idle, a subscribed reader backs off to CLUSTER_WOKEN_POLL_MAX_MS (500 ms); without wake-ups it
     // would poll every 50 ms (about 30 reads per shard over 1.5 s).
@@ -262,15 +291,17 @@ describe('on a Redis Cluster', () => {
     // A channel in another slot than the shard's: Redis refuses the SPUBLISH inside the script, as a
     // server without sharded pub/sub would. The entries were written by then.
     const foreign = keys.shardWakeChannel(streamPrefix, 1);
-    const [outcome] = await appendToShards(redis.client(), 2, undefined, [{
-      shardIndex: 0,
-      stream: keys.shardStream(streamPrefix, 0),
-      routing: keys.shardRouting(streamPrefix, 0),
-      writes: keys.shardProducerWrites(streamPrefix, 0, 'test-producer'),
-      writeSeq: 1,
-      entries: [['p', '{"seq":1}']],
-      wake: foreign,
-    }]);
+    const [outcome] = await appendToShards(redis.client(), 2, undefined, [
+      {
+        shardIndex: 0,
+        stream: keys.shardStream(streamPrefix, 0),
+        routing: keys.shardRouting(streamPrefix, 0),
+        writes: keys.shardProducerWrites(streamPrefix, 0, 'test-producer'),
+        writeSeq: 1,
+        entries: [['p', '{"seq":1}']],
+        wake: foreign,
+      },
+    ]);
     expect(outcome.status).toBe('written');
     const written = await redis.client().xrange(keys.shardStream(streamPrefix, 0), '-', '+');
     expect(outcome.status === 'written' && outcome.ids).toEqual(written.map(([id]) => id));
@@ -315,7 +346,10 @@ describe('on a Redis Cluster', () => {
     const a = aStatic('pod-a');
     const b = aStatic('pod-b');
     await Promise.all([a.start(), b.start()]);
-    await pollUntil('both own shards', async () => a.ownedShards().length > 0 && b.ownedShards().length > 0 && a.ownedShards().length + b.ownedShards().length === 6);
+    await pollUntil(
+      'both own shards',
+      async () => a.ownedShards().length > 0 && b.ownedShards().length > 0 && a.ownedShards().length + b.ownedShards().length === 6,
+    );
     const shardsOfA = a.ownedShards();
     const shardsOfB = b.ownedShards();
     const producer = new StreamProducer(redis.client(), { streamPrefix, codec: msgpackCodec });
@@ -372,33 +406,43 @@ describe('on a Redis Cluster', () => {
 // every send that resolved was handled, per key in order.
 describe.runIf(process.env.RSC_CLUSTER_LONG === '1')('on a Redis Cluster, for a long while', () => {
   const durationMs = Number(process.env.RSC_CLUSTER_LONG_MS ?? 120_000);
-  it('slot moves and failovers, one after another, lose nothing that was confirmed', async () => {
-    const streamPrefix = uniqueName('cluster-long');
-    const recorder = new HandlerRecorder();
-    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 16 });
-    const wait = { replicas: 1, timeoutMs: 500 };
-    for (const id of ['one', 'two']) {
-      await aMember(redis.client(), { streamPrefix, memberId: id, runtimeMaxConcurrency: 8, ackWaitForReplicas: wait, handler: recorder.handler(id) }).start();
-    }
-    const steady = produceSteadily(new StreamProducer(redis.client(), { streamPrefix, waitForReplicas: wait }), 'long');
-    const end = Date.now() + durationMs;
-    for (let round = 0; Date.now() < end; round++) {
-      const shard = round % 16;
-      const slot = await redis.cluster.slotOf(keys.shardStream(streamPrefix, shard));
-      if (round % 2 === 0) {
-        const from = await redis.cluster.masterOf(slot);
-        const to = (await redis.cluster.nodes()).find((n) => n.role === 'master' && !n.failed && n.id !== from.id)!;
-        await redis.cluster.migrateSlot(slot, to.port, { keysPerMigrate: 1, pauseMs: 50 });
-      } else {
-        await redis.cluster.restartNode(await redis.cluster.failMaster(slot));
+  it(
+    'slot moves and failovers, one after another, lose nothing that was confirmed',
+    async () => {
+      const streamPrefix = uniqueName('cluster-long');
+      const recorder = new HandlerRecorder();
+      await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 16 });
+      const wait = { replicas: 1, timeoutMs: 500 };
+      for (const id of ['one', 'two']) {
+        await aMember(redis.client(), {
+          streamPrefix,
+          memberId: id,
+          runtimeMaxConcurrency: 8,
+          ackWaitForReplicas: wait,
+          handler: recorder.handler(id),
+        }).start();
       }
-      const sent = steady.sent.length;
-      await pollUntil('sends going on', async () => steady.sent.length > sent + 20, { timeoutMs: 20_000 });
-    }
-    await steady.stop();
-    await pollUntil('every sent entry handled', async () => handledAll(recorder, steady.sent), { timeoutMs: 30_000 });
-    expect(recorder.orderViolations()).toEqual([]);
-  }, durationMs + 120_000);
+      const steady = produceSteadily(new StreamProducer(redis.client(), { streamPrefix, waitForReplicas: wait }), 'long');
+      const end = Date.now() + durationMs;
+      for (let round = 0; Date.now() < end; round++) {
+        const shard = round % 16;
+        const slot = await redis.cluster.slotOf(keys.shardStream(streamPrefix, shard));
+        if (round % 2 === 0) {
+          const from = await redis.cluster.masterOf(slot);
+          const to = (await redis.cluster.nodes()).find((n) => n.role === 'master' && !n.failed && n.id !== from.id)!;
+          await redis.cluster.migrateSlot(slot, to.port, { keysPerMigrate: 1, pauseMs: 50 });
+        } else {
+          await redis.cluster.restartNode(await redis.cluster.failMaster(slot));
+        }
+        const sent = steady.sent.length;
+        await pollUntil('sends going on', async () => steady.sent.length > sent + 20, { timeoutMs: 20_000 });
+      }
+      await steady.stop();
+      await pollUntil('every sent entry handled', async () => handledAll(recorder, steady.sent), { timeoutMs: 30_000 });
+      expect(recorder.orderViolations()).toEqual([]);
+    },
+    durationMs + 120_000,
+  );
 });
 
 describe('the NestJS module on a Cluster', () => {
@@ -417,11 +461,17 @@ describe('the NestJS module on a Cluster', () => {
     @Module({ providers: [Handlers] })
     class FeatureModule {}
     const app = await Test.createTestingModule({
-      imports: [CoordinatorModule.forRoot({ redis: { cluster: { nodes: redis.cluster.startupNodes } }, coordinator: { heartbeatIntervalMs: 200 } }), FeatureModule],
+      imports: [
+        CoordinatorModule.forRoot({ redis: { cluster: { nodes: redis.cluster.startupNodes } }, coordinator: { heartbeatIntervalMs: 200 } }),
+        FeatureModule,
+      ],
     }).compile();
     apps.push(app);
     await app.init();
-    await app.get(StreamPublisher).publishBatch(streamPrefix, Array.from({ length: 60 }, (_, i) => ({ key: `k${i}`, payload: { seq: i } })));
+    await app.get(StreamPublisher).publishBatch(
+      streamPrefix,
+      Array.from({ length: 60 }, (_, i) => ({ key: `k${i}`, payload: { seq: i } })),
+    );
     await pollUntil('every entry handled', async () => new Set(seen).size === 60);
     const health = (await app.get(CoordinatorHealthIndicator).check()).coordinator;
     // The problems first: a failure then says why it is down, not only that it is.
@@ -472,7 +522,11 @@ describe('waiting for replicas', () => {
 
     const reported: ShardError[] = [];
     const handled: string[] = [];
-    const member = aMember(redis.client(), { streamPrefix, ackWaitForReplicas: { replicas: 2, timeoutMs: 50 }, handler: (m) => void handled.push(m.id) });
+    const member = aMember(redis.client(), {
+      streamPrefix,
+      ackWaitForReplicas: { replicas: 2, timeoutMs: 50 },
+      handler: (m) => void handled.push(m.id),
+    });
     member.on('error', (e: ShardError) => reported.push(e));
     await member.start();
     await pollUntil('the ack reported as not replicated', async () => reported.find((e) => e.cause instanceof NotReplicatedError));
@@ -480,9 +534,15 @@ describe('waiting for replicas', () => {
   });
 
   it('refuses a bad waitForReplicas naming the option and the value', () => {
-    expect(() => new StreamProducer(redis.client(), { streamPrefix: 's', waitForReplicas: { replicas: 0, timeoutMs: 10 } })).toThrow(/waitForReplicas\.replicas.*0/);
-    expect(() => new StreamProducer(redis.client(), { streamPrefix: 's', waitForReplicas: { replicas: 1, timeoutMs: 0 } })).toThrow(/waitForReplicas\.timeoutMs.*0/);
-    expect(() => aMember(redis.client(), { streamPrefix: 's', handler: () => undefined, ackWaitForReplicas: 3 as never })).toThrow(/ackWaitForReplicas must be/);
+    expect(() => new StreamProducer(redis.client(), { streamPrefix: 's', waitForReplicas: { replicas: 0, timeoutMs: 10 } })).toThrow(
+      /waitForReplicas\.replicas.*0/,
+    );
+    expect(() => new StreamProducer(redis.client(), { streamPrefix: 's', waitForReplicas: { replicas: 1, timeoutMs: 0 } })).toThrow(
+      /waitForReplicas\.timeoutMs.*0/,
+    );
+    expect(() => aMember(redis.client(), { streamPrefix: 's', handler: () => undefined, ackWaitForReplicas: 3 as never })).toThrow(
+      /ackWaitForReplicas must be/,
+    );
   });
 });
 
@@ -524,7 +584,9 @@ async function sentinelsAtRest(): Promise<number> {
         }),
       );
       const atRest = roles.every(({ port: p, info }) =>
-        p === port ? /role:master/.test(info) : /role:slave/.test(info) && info.includes(`master_port:${port}`) && /master_link_status:up/.test(info),
+        p === port
+          ? /role:master/.test(info)
+          : /role:slave/.test(info) && info.includes(`master_port:${port}`) && /master_link_status:up/.test(info),
       );
       return atRest && port;
     },
@@ -537,7 +599,12 @@ describe('through Sentinel', () => {
     const streamPrefix = uniqueName('sentinel');
     const recorder = new HandlerRecorder();
     await new CoordinatorAdmin(sentinel.client()).createStream({ streamPrefix, shardCount: 4 });
-    const member = aMember(sentinel.client(), { streamPrefix, runtimeMaxConcurrency: 4, handler: recorder.handler('m'), sessionTimeoutMs: 10_000 });
+    const member = aMember(sentinel.client(), {
+      streamPrefix,
+      runtimeMaxConcurrency: 4,
+      handler: recorder.handler('m'),
+      sessionTimeoutMs: 10_000,
+    });
     const events = eventLog(member);
     await member.start();
     const producer = new StreamProducer(sentinel.client(), { streamPrefix, waitForReplicas: { replicas: 1, timeoutMs: 500 } });
@@ -550,9 +617,13 @@ describe('through Sentinel', () => {
     const sentBefore = steady.sent.length;
     await pollUntil('sends succeed again after the failover', async () => steady.sent.length > sentBefore + 40, { timeoutMs: 15_000 });
     await steady.stop();
-    await pollUntil('every sent entry handled', async () => handledAll(recorder, steady.sent), { timeoutMs: 15_000 }).catch((error: Error) => {
-      throw new Error(`${error.message}: ${unhandled(recorder, steady.sent).length} of ${steady.sent.length} not handled; member stats ${JSON.stringify(member.stats())}; events:\n${events.lines().join('\n')}`);
-    });
+    await pollUntil('every sent entry handled', async () => handledAll(recorder, steady.sent), { timeoutMs: 15_000 }).catch(
+      (error: Error) => {
+        throw new Error(
+          `${error.message}: ${unhandled(recorder, steady.sent).length} of ${steady.sent.length} not handled; member stats ${JSON.stringify(member.stats())}; events:\n${events.lines().join('\n')}`,
+        );
+      },
+    );
     // Beyond the default 30 s: the Sentinels' failover alone took 10 s in one run on the loaded
     // machine (a split vote waits 2 x failover-timeout, 3 s here, before the next election), and the
     // clients then reconnect with ioredis' backoff (up to 2 s between tries) before sends resume.
@@ -570,7 +641,12 @@ describe('through Sentinel', () => {
     const viaProxy = await TcpProxy.start(sentinel.setup.sentinelNodes[0].port);
     // Only this Sentinel: by default ioredis adds the others it learns of and asks them in turn.
     const sentinelRetryMs = 100;
-    const client = new Redis({ sentinels: [{ host: '127.0.0.1', port: viaProxy.port }], updateSentinels: false, name: sentinel.setup.masterName, sentinelRetryStrategy: () => sentinelRetryMs });
+    const client = new Redis({
+      sentinels: [{ host: '127.0.0.1', port: viaProxy.port }],
+      updateSentinels: false,
+      name: sentinel.setup.masterName,
+      sentinelRetryStrategy: () => sentinelRetryMs,
+    });
     client.on('error', () => undefined);
     // A short session timeout keeps the read's deadline (block time + a third of it, at least 2 s) short.
     const blockMs = 200;
@@ -597,7 +673,8 @@ describe('through Sentinel', () => {
       // The reader's connection (a member alone on its client reads on its read hub's blocking
       // connection), and its events, for the message of a failed wait.
       const readerConnection = (ReadHub.for(client) as unknown as { blocking: Redis }).blocking;
-      for (const event of ['close', 'reconnecting', 'connect', 'ready', 'end'] as const) readerConnection.on(event, () => events.note(`reader ${event} (${readerConnection.status})`));
+      for (const event of ['close', 'reconnecting', 'connect', 'ready', 'end'] as const)
+        readerConnection.on(event, () => events.note(`reader ${event} (${readerConnection.status})`));
       const producerClient = sentinel.client();
       const producer = new StreamProducer(producerClient, { streamPrefix });
       await producer.sendBatch(keyedMessages(2, 2, 'before'));
@@ -610,7 +687,10 @@ describe('through Sentinel', () => {
       const asked = viaProxy.accepted;
       const master = new Redis(await sentinel.setup.masterPort(), { lazyConnect: true });
       try {
-        const blocked = await pollUntil('the blocking read on the master', async () => /id=(\d+) [^\n]*cmd=xreadgroup/.exec(String(await master.call('CLIENT', 'LIST', 'TYPE', 'normal')))?.[1]);
+        const blocked = await pollUntil(
+          'the blocking read on the master',
+          async () => /id=(\d+) [^\n]*cmd=xreadgroup/.exec(String(await master.call('CLIENT', 'LIST', 'TYPE', 'normal')))?.[1],
+        );
         await master.client('KILL', 'ID', blocked);
         events.note('reader connection killed');
       } finally {
@@ -618,7 +698,9 @@ describe('through Sentinel', () => {
       }
       await pollUntil('the reader asking the Sentinel for the master', async () => viaProxy.accepted > asked, { timeoutMs: askWithinMs });
       events.note('reader asking the Sentinel');
-      const reset = await pollUntil('the read deadline passed and the reader reset', async () => resets[0], { timeoutMs: resetWithinMs }).catch((error: Error) => {
+      const reset = await pollUntil('the read deadline passed and the reader reset', async () => resets[0], {
+        timeoutMs: resetWithinMs,
+      }).catch((error: Error) => {
         throw new Error(`${error.message}; events:\n${events.lines().join('\n')}`);
       });
       // Reset while the Sentinel lookup was under way: left to ioredis, never closed mid-way.
@@ -626,12 +708,27 @@ describe('through Sentinel', () => {
       viaProxy.thaw();
 
       const sentAfter = await producer.sendBatch(keyedMessages(2, 2, 'after'));
-      await pollUntil('the entries sent after the reset handled', async () => recorder.distinctEntries() === 8, { timeoutMs: handledWithinMs }).catch(async (error: Error) => {
+      await pollUntil('the entries sent after the reset handled', async () => recorder.distinctEntries() === 8, {
+        timeoutMs: handledWithinMs,
+      }).catch(async (error: Error) => {
         const redis = sentinel.client();
-        const consumers = await Promise.all([0, 1].map((s) => redis.call('XINFO', 'CONSUMERS', keys.shardStream(streamPrefix, s), 'group').catch((e: Error) => e.message)));
-        const groups = await Promise.all([0, 1].map((s) => redis.call('XINFO', 'GROUPS', keys.shardStream(streamPrefix, s)).catch((e: Error) => e.message)));
-        const entries = await Promise.all([0, 1].map((s) => redis.xrange(keys.shardStream(streamPrefix, s), '-', '+').then((l) => l.map(([id]) => id))));
-        const ports = { masterAtStart, master: await sentinel.setup.masterPort(), reader: readerConnection.stream?.remotePort, member: client.stream?.remotePort, producer: producerClient.stream?.remotePort, check: redis.stream?.remotePort };
+        const consumers = await Promise.all(
+          [0, 1].map((s) => redis.call('XINFO', 'CONSUMERS', keys.shardStream(streamPrefix, s), 'group').catch((e: Error) => e.message)),
+        );
+        const groups = await Promise.all(
+          [0, 1].map((s) => redis.call('XINFO', 'GROUPS', keys.shardStream(streamPrefix, s)).catch((e: Error) => e.message)),
+        );
+        const entries = await Promise.all(
+          [0, 1].map((s) => redis.xrange(keys.shardStream(streamPrefix, s), '-', '+').then((l) => l.map(([id]) => id))),
+        );
+        const ports = {
+          masterAtStart,
+          master: await sentinel.setup.masterPort(),
+          reader: readerConnection.stream?.remotePort,
+          member: client.stream?.remotePort,
+          producer: producerClient.stream?.remotePort,
+          check: redis.stream?.remotePort,
+        };
         const shards = (await new CoordinatorAdmin(redis).describeGroup(streamPrefix, 'group')).shards;
         throw new Error(
           `${error.message}: ${recorder.distinctEntries()} of 8 handled; stats ${JSON.stringify(member.stats())}; reader ${readerConnection.status}; shards ${JSON.stringify(shards)}; ` +

@@ -3,7 +3,14 @@ import { Injectable, Module } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
 import type { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
-import { CoordinatedMember, CoordinatorAdmin, KeyBuilder, type StreamMessage, StreamProducer, reconnectOnReadonly } from '@redis-stream-coordinator/core';
+import {
+  CoordinatedMember,
+  CoordinatorAdmin,
+  KeyBuilder,
+  type StreamMessage,
+  StreamProducer,
+  reconnectOnReadonly,
+} from '@redis-stream-coordinator/core';
 import { CoordinatorModule, CoordinatorRegistry, StreamListener } from '@redis-stream-coordinator/nestjs';
 import { HandlerRecorder, type KeyedPayload, keyedMessages } from '../support/handler-recorder';
 import { closedAfterEach } from '../support/nest-apps';
@@ -103,20 +110,24 @@ describe('a master moved under a connection (it stays on the old master, now a r
     await movedUnder(sentinel.client({ reconnectOnError: reconnectOnReadonly }));
   }, 60_000);
 
-  it("a member on a client without reconnectOnError names READONLY and the option to set in stats().problems", async () => {
+  it('a member on a client without reconnectOnError names READONLY and the option to set in stats().problems', async () => {
     const streamPrefix = uniqueName('demoted-bare');
     const recorder = new HandlerRecorder();
     await new CoordinatorAdmin(sentinel.client()).createStream({ streamPrefix, shardCount: 1 });
     const member = aMember(sentinel.client({ reconnectOnError: null }), streamPrefix, recorder);
     await member.start();
     await sentinel.setup.switchMaster();
-    const problem = await pollUntil('the problem listed', async () => member.stats().problems.find((p) => /READONLY/.test(p)), { timeoutMs: RECOVERY_MS });
+    const problem = await pollUntil('the problem listed', async () => member.stats().problems.find((p) => /READONLY/.test(p)), {
+      timeoutMs: RECOVERY_MS,
+    });
     expect(problem).toMatch(/command connection is on a read-only replica \(READONLY .*reconnectOnError: reconnectOnReadonly/);
   }, 60_000);
 
   it('a member told to reset its stuck connection (resetStuckConnection) resets one that Redis answers READONLY, and goes on', async () => {
     const errors = await movedUnder(sentinel.client({ reconnectOnError: null }), true);
-    expect(errors.find((e) => /refused READONLY/.test(e))).toMatch(/a heartbeat was refused READONLY \(the command connection is on a replica\); the command connection was reset/);
+    expect(errors.find((e) => /refused READONLY/.test(e))).toMatch(
+      /a heartbeat was refused READONLY \(the command connection is on a replica\); the command connection was reset/,
+    );
   }, 60_000);
 
   it('a NestJS module connecting through the Sentinels itself (redis.options) goes on on the new master', async () => {

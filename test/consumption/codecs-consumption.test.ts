@@ -26,7 +26,11 @@ afterEach(async () => {
 
 const BYTES = Buffer.from([0x00, 0xff, 0xfe, 0x80, 0x0a, 0x22, 0x5c]); // not UTF-8: survives only as bytes
 /** A codec no member here knows: its entries are undecodable. */
-const reversed: PayloadCodec = { name: 'reversed', encode: (p) => [...String(p)].reverse().join(''), decode: (raw) => [...raw].reverse().join('') };
+const reversed: PayloadCodec = {
+  name: 'reversed',
+  encode: (p) => [...String(p)].reverse().join(''),
+  decode: (raw) => [...raw].reverse().join(''),
+};
 const pause = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 async function aStream(shardCount = 1) {
@@ -36,7 +40,7 @@ async function aStream(shardCount = 1) {
 }
 
 describe('codecs and schemas with batches and lanes', () => {
-  it('a batch handler gets JSON and msgpack entries decoded with their own codecs and the schema\'s output; a schema-invalid and an undecodable entry are dead-lettered in place, the batch split around them', async () => {
+  it("a batch handler gets JSON and msgpack entries decoded with their own codecs and the schema's output; a schema-invalid and an undecodable entry are dead-lettered in place, the batch split around them", async () => {
     const streamPrefix = await aStream();
     const json = new StreamProducer(redis.client(), { streamPrefix });
     const msgpack = new StreamProducer(redis.client(), { streamPrefix, codec: msgpackCodec });
@@ -88,7 +92,9 @@ describe('codecs and schemas with batches and lanes', () => {
     expect(Buffer.from(byN.get(3)!.payloadBase64!, 'base64').includes(BYTES)).toBe(true); // the bytes are kept
     expect(byN.get(5)).toMatchObject({ cause: 'undecodable', codec: 'reversed' });
     expect(byN.get(5)!.error).toMatch(/codec "reversed", which this member does not know/);
-    await pollUntil('nothing left pending', async () => (await admin.describeGroup(streamPrefix, 'group')).shards.every((s) => s.pending === 0 && s.lag === 0));
+    await pollUntil('nothing left pending', async () =>
+      (await admin.describeGroup(streamPrefix, 'group')).shards.every((s) => s.pending === 0 && s.lag === 0),
+    );
   });
 
   it('with lanes and manual acks, a msgpack entry that an async schema refuses holds only its key: other keys run on, its key goes on after its dead letter', async () => {
@@ -136,6 +142,8 @@ describe('codecs and schemas with batches and lanes', () => {
     expect(events.indexOf('start b:3')).toBeLessThan(dead);
     expect(events.indexOf('start c:3')).toBeLessThan(dead);
     const letters = await new CoordinatorAdmin(redis.client()).readDeadLetters(streamPrefix, 'group');
-    expect(letters.map((l) => [l.key, l.cause, l.error])).toEqual([['a', 'invalid', 'the payload does not match the schema: seq -1 is refused']]);
+    expect(letters.map((l) => [l.key, l.cause, l.error])).toEqual([
+      ['a', 'invalid', 'the payload does not match the schema: seq -1 is refused'],
+    ]);
   });
 });

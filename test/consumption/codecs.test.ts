@@ -43,7 +43,10 @@ describe('codecs', () => {
   it('a msgpack payload with a Buffer inside arrives byte for byte at a member whose own codec is JSON', async () => {
     const streamPrefix = await aStream();
     const bytes = Buffer.from([0x00, 0xff, 0xfe, 0x80, 0x0a, 0x22, 0x5c]); // not UTF-8
-    await new StreamProducer(redis.client(), { streamPrefix, codec: msgpackCodec }).send({ key: 'k', payload: { name: 'blob', bytes, at: new Date(5) } });
+    await new StreamProducer(redis.client(), { streamPrefix, codec: msgpackCodec }).send({
+      key: 'k',
+      payload: { name: 'blob', bytes, at: new Date(5) },
+    });
     await new StreamProducer(redis.client(), { streamPrefix }).send({ key: 'k', payload: { name: 'text' } });
     const [[, fields]] = await redis.client().xrangeBuffer(keys.shardStream(streamPrefix, 0), '-', '+', 'COUNT', 1);
     expect(fields.map((f, i) => (i % 2 === 0 || i > 1 ? f.toString() : 'bytes'))).toEqual(['p', 'bytes', 'c', 'msgpack', 'k', 'k']);
@@ -59,7 +62,11 @@ describe('codecs', () => {
 
   it('an entry written with a codec the member does not know goes to the dead letters with a reason naming it; once added with `codecs`, the replay is decoded', async () => {
     const streamPrefix = await aStream();
-    const reversed: PayloadCodec = { name: 'reversed', encode: (p) => [...String(p)].reverse().join(''), decode: (raw) => [...raw].reverse().join('') };
+    const reversed: PayloadCodec = {
+      name: 'reversed',
+      encode: (p) => [...String(p)].reverse().join(''),
+      decode: (raw) => [...raw].reverse().join(''),
+    };
     await new StreamProducer(redis.client(), { streamPrefix, codec: reversed }).send({ key: 'k', payload: 'hello' });
     const dead = aMember({ streamPrefix, memberId: 'first', handler: () => undefined });
     await dead.start();
@@ -81,7 +88,14 @@ describe('codecs', () => {
     const streamPrefix = await aStream();
     const bytes = Buffer.from([0xc3, 0x28, 0xa0, 0xa1, 0xff]);
     await new StreamProducer(redis.client(), { streamPrefix, codec: msgpackCodec }).send({ key: 'k', payload: { bytes } });
-    const failing = aMember({ streamPrefix, memberId: 'failing', maxAttempts: 1, handler: () => { throw new Error('nope'); } });
+    const failing = aMember({
+      streamPrefix,
+      memberId: 'failing',
+      maxAttempts: 1,
+      handler: () => {
+        throw new Error('nope');
+      },
+    });
     await failing.start();
     const admin = new CoordinatorAdmin(redis.client());
     const letter = await firstDeadLetter(streamPrefix);
@@ -99,7 +113,7 @@ describe('codecs', () => {
     expect(Buffer.from((seen[0].payload as { bytes: Uint8Array }).bytes).equals(bytes)).toBe(true);
   });
 
-  it('an entry that names no codec (written before codecs were named) is decoded with the member\'s own codec', async () => {
+  it("an entry that names no codec (written before codecs were named) is decoded with the member's own codec", async () => {
     const streamPrefix = await aStream();
     await redis.client().xadd(keys.shardStream(streamPrefix, 0), '*', 'p', '{"legacy":true}', 'k', 'k');
     const { seen, handler } = collector();
@@ -118,14 +132,23 @@ describe('codecs', () => {
 describe('schemas (Standard Schema, tested with zod 4)', () => {
   const Order = z.object({ orderId: z.string(), amount: z.number().positive(), currency: z.string().default('EUR') });
 
-  it('an invalid entry is dead-lettered at once with the validation message; a valid one reaches the handler as the schema\'s output', async () => {
+  it("an invalid entry is dead-lettered at once with the validation message; a valid one reaches the handler as the schema's output", async () => {
     const streamPrefix = await aStream();
     const producer = new StreamProducer(redis.client(), { streamPrefix });
     await producer.send({ key: 'o', payload: { orderId: 'a', amount: -3 } });
     await producer.send({ key: 'o', payload: { orderId: 'b', amount: 10 } });
     let calls = 0;
     const seen: unknown[] = [];
-    await aMember({ streamPrefix, memberId: 'm', schema: Order, maxAttempts: 5, handler: (message) => { calls += 1; seen.push(message.payload); } }).start();
+    await aMember({
+      streamPrefix,
+      memberId: 'm',
+      schema: Order,
+      maxAttempts: 5,
+      handler: (message) => {
+        calls += 1;
+        seen.push(message.payload);
+      },
+    }).start();
     const letter = await firstDeadLetter(streamPrefix);
     await pollUntil('the valid entry handled', async () => seen.length === 1);
     expect(letter.cause).toBe('invalid');
@@ -145,7 +168,15 @@ describe('schemas (Standard Schema, tested with zod 4)', () => {
     await pollUntil('validated asynchronously', async () => seen.length === 1);
     await member.stop();
 
-    const throwing = { '~standard': { version: 1 as const, vendor: 'test', validate: () => { throw new Error('schema bug'); } } };
+    const throwing = {
+      '~standard': {
+        version: 1 as const,
+        vendor: 'test',
+        validate: () => {
+          throw new Error('schema bug');
+        },
+      },
+    };
     await new StreamProducer(redis.client(), { streamPrefix }).send({ key: 'o', payload: { orderId: 'd', amount: 1 } });
     await aMember({ streamPrefix, memberId: 'throwing', schema: throwing, handler }).start();
     const letter = await firstDeadLetter(streamPrefix);
@@ -153,6 +184,8 @@ describe('schemas (Standard Schema, tested with zod 4)', () => {
   });
 
   it('names the option when schema is not a Standard Schema', () => {
-    expect(() => aMember({ streamPrefix: 'x', schema: { parse: () => 1 } as never, handler: () => undefined })).toThrow(/schema must be a Standard Schema v1/);
+    expect(() => aMember({ streamPrefix: 'x', schema: { parse: () => 1 } as never, handler: () => undefined })).toThrow(
+      /schema must be a Standard Schema v1/,
+    );
   });
 });

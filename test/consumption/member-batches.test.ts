@@ -1,6 +1,13 @@
 import type { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
-import { BatchError, CoordinatedMember, CoordinatorAdmin, type DeadLetterEvent, type StreamMessage, StreamProducer } from '@redis-stream-coordinator/core';
+import {
+  BatchError,
+  CoordinatedMember,
+  CoordinatorAdmin,
+  type DeadLetterEvent,
+  type StreamMessage,
+  StreamProducer,
+} from '@redis-stream-coordinator/core';
 import type { KeyedPayload } from '../support/handler-recorder';
 import { pollUntil } from '../support/poll';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
@@ -13,7 +20,19 @@ afterEach(async () => {
 });
 
 /** A one-shard batch member of group "group"; `calls` gets the seqs of each call. */
-async function aBatchMember(streamPrefix: string, options: { maxSize: number; maxWaitMs?: number; maxAttempts?: number; maxBufferedEntries?: number; shardCount?: number; memberId?: string }, work: (messages: StreamMessage<KeyedPayload>[], call: number) => unknown = () => undefined, client: Redis = redis.client()) {
+async function aBatchMember(
+  streamPrefix: string,
+  options: {
+    maxSize: number;
+    maxWaitMs?: number;
+    maxAttempts?: number;
+    maxBufferedEntries?: number;
+    shardCount?: number;
+    memberId?: string;
+  },
+  work: (messages: StreamMessage<KeyedPayload>[], call: number) => unknown = () => undefined,
+  client: Redis = redis.client(),
+) {
   const calls: number[][] = [];
   const deadLetters: DeadLetterEvent[] = [];
   const member = new CoordinatedMember<KeyedPayload>(client, {
@@ -38,14 +57,17 @@ async function aBatchMember(streamPrefix: string, options: { maxSize: number; ma
   return { member, calls, deadLetters };
 }
 
-const entries = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, i) => ({ key: `k${(from + i) % 3}`, payload: { seq: from + i }, shardIndex: 0 }));
+const entries = (from: number, to: number) =>
+  Array.from({ length: to - from + 1 }, (_, i) => ({ key: `k${(from + i) % 3}`, payload: { seq: from + i }, shardIndex: 0 }));
 
 async function settled(streamPrefix: string) {
-  await pollUntil('nothing pending or unread', async () => (await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group')).shards.every((s) => s.pending === 0 && s.lag === 0));
+  await pollUntil('nothing pending or unread', async () =>
+    (await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group')).shards.every((s) => s.pending === 0 && s.lag === 0),
+  );
 }
 
 describe('batch handlers', () => {
-  it('get one shard\'s entries in order, at most maxSize per call, acknowledged together', async () => {
+  it("get one shard's entries in order, at most maxSize per call, acknowledged together", async () => {
     const streamPrefix = uniqueName('batch');
     const { calls } = await aBatchMember(streamPrefix, { maxSize: 10 });
     await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(entries(1, 95));
@@ -66,7 +88,7 @@ describe('batch handlers', () => {
     expect(calls).toEqual([[1, 2, 3]]);
   });
 
-  it('a short batch whose missing entries are in the stream reads them, not waiting out maxWaitMs, when the buffer has room for them though not for half a shard\'s share', async () => {
+  it("a short batch whose missing entries are in the stream reads them, not waiting out maxWaitMs, when the buffer has room for them though not for half a shard's share", async () => {
     // maxBufferedEntries = maxSize = 10: six entries queued leave room for the four that fill the
     // batch. The read floor under a full buffer (half a shard's share, 5) kept the loop from reading
     // them, and nothing ran to make more room: the batch waited its whole maxWaitMs (up to a day).
@@ -82,13 +104,23 @@ describe('batch handlers', () => {
     await settled(streamPrefix);
   });
 
-  it('the same, for a member sharing its read connection: the short batch is read again, not left to the doorbell\'s refill point', async () => {
+  it("the same, for a member sharing its read connection: the short batch is read again, not left to the doorbell's refill point", async () => {
     // Two members on one client share the hub's read connection; a shard was read again only once
     // its queue ran down to half its share (5 of 10): six queued waiting for a full batch never did.
     const streamPrefix = uniqueName('batch-fill-shared');
     const client = redis.client();
-    const first = await aBatchMember(streamPrefix, { maxSize: 10, maxWaitMs: 120_000, maxBufferedEntries: 10, shardCount: 2, memberId: 'm0' }, undefined, client);
-    const second = await aBatchMember(streamPrefix, { maxSize: 10, maxWaitMs: 120_000, maxBufferedEntries: 10, shardCount: 2, memberId: 'm1' }, undefined, client);
+    const first = await aBatchMember(
+      streamPrefix,
+      { maxSize: 10, maxWaitMs: 120_000, maxBufferedEntries: 10, shardCount: 2, memberId: 'm0' },
+      undefined,
+      client,
+    );
+    const second = await aBatchMember(
+      streamPrefix,
+      { maxSize: 10, maxWaitMs: 120_000, maxBufferedEntries: 10, shardCount: 2, memberId: 'm1' },
+      undefined,
+      client,
+    );
     await pollUntil('one shard each', async () => first.member.ownedShards().length === 1 && second.member.ownedShards().length === 1);
     const owner = first.member.ownedShards()[0] === 0 ? first : second;
     const producer = new StreamProducer(redis.client(), { streamPrefix });
@@ -107,7 +139,9 @@ describe('batch handlers', () => {
     const streamPrefix = uniqueName('batch-full-buffer');
     await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 4 });
     await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(
-      [0, 1, 2, 3].flatMap((shardIndex) => Array.from({ length: 40 }, (_, i) => ({ key: `k${i % 3}`, payload: { seq: shardIndex * 100 + i }, shardIndex }))),
+      [0, 1, 2, 3].flatMap((shardIndex) =>
+        Array.from({ length: 40 }, (_, i) => ({ key: `k${i % 3}`, payload: { seq: shardIndex * 100 + i }, shardIndex })),
+      ),
     );
     const { calls } = await aBatchMember(streamPrefix, { maxSize: 10, maxWaitMs: 120_000, maxBufferedEntries: 20, shardCount: 4 });
     // Each shard's last short batch may wait (there is room again, and nothing more to read): at
@@ -154,9 +188,17 @@ describe('batch handlers', () => {
 
   it('refuses a batch with manual acks, a maxSize past batchSize, and a bad maxSize', () => {
     const base = { streamPrefix: 'x', consumerGroup: 'g', handler: (messages: StreamMessage[]) => messages };
-    expect(() => new CoordinatedMember(redis.client(), { ...base, batch: { maxSize: 10 }, ackMode: 'manual' })).toThrow(/batch and ackMode 'manual' cannot be combined/);
-    expect(() => new CoordinatedMember(redis.client(), { ...base, batch: { maxSize: 200 }, batchSize: 100 })).toThrow('batch.maxSize (200) must not exceed batchSize (100)');
-    expect(() => new CoordinatedMember(redis.client(), { ...base, batch: { maxSize: 0 } })).toThrow('batch.maxSize must be an integer from 1 to 10000, got 0');
-    expect(() => new CoordinatedMember(redis.client(), { ...base, batch: { maxSize: 5, maxWaitMs: -1 } })).toThrow('batch.maxWaitMs must be an integer from 0 to 86400000, got -1');
+    expect(() => new CoordinatedMember(redis.client(), { ...base, batch: { maxSize: 10 }, ackMode: 'manual' })).toThrow(
+      /batch and ackMode 'manual' cannot be combined/,
+    );
+    expect(() => new CoordinatedMember(redis.client(), { ...base, batch: { maxSize: 200 }, batchSize: 100 })).toThrow(
+      'batch.maxSize (200) must not exceed batchSize (100)',
+    );
+    expect(() => new CoordinatedMember(redis.client(), { ...base, batch: { maxSize: 0 } })).toThrow(
+      'batch.maxSize must be an integer from 1 to 10000, got 0',
+    );
+    expect(() => new CoordinatedMember(redis.client(), { ...base, batch: { maxSize: 5, maxWaitMs: -1 } })).toThrow(
+      'batch.maxWaitMs must be an integer from 0 to 86400000, got -1',
+    );
   });
 });

@@ -27,7 +27,11 @@ describe('the lanes, batches and manual acks example of docs/runtime.md', () => 
     const orders = Array.from({ length: 120 }, (_, i) => ({ key: `c${i % 12}`, payload: { customer: `c${i % 12}`, cents: i } }));
     orders.push({ key: 'c0', payload: { customer: 'c0', cents: -1 } });
     await new StreamProducer(redis.client(), { streamPrefix: 'orders' }).sendBatch(orders);
-    await pollUntil('every order charged, inserted and mailed', async () => out.charged.length === 121 && out.rows.length === 120 && out.mailed.length === 121, { timeoutMs: 20_000 });
+    await pollUntil(
+      'every order charged, inserted and mailed',
+      async () => out.charged.length === 121 && out.rows.length === 120 && out.mailed.length === 121,
+      { timeoutMs: 20_000 },
+    );
     for (let c = 0; c < 12; c++) {
       const cents = out.charged.filter((line) => line.startsWith(`c${c}:`)).map((line) => Number(line.split(':')[1]));
       expect(cents, `customer c${c} in order`).toEqual(orders.filter((o) => o.key === `c${c}`).map((o) => o.payload.cents));

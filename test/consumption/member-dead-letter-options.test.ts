@@ -1,7 +1,14 @@
 import { describe, expect, it } from 'vitest';
 import {
-  CoordinatedMember, CoordinatorAdmin, type DeadLetterEvent, type DeadLetterNotice, KeyBuilder, REPLAY_HEADER, StreamProducer,
-  shardForKey, type StreamMessage,
+  CoordinatedMember,
+  CoordinatorAdmin,
+  type DeadLetterEvent,
+  type DeadLetterNotice,
+  KeyBuilder,
+  REPLAY_HEADER,
+  StreamProducer,
+  shardForKey,
+  type StreamMessage,
 } from '@redis-stream-coordinator/core';
 import type { KeyedPayload } from '../support/handler-recorder';
 import { memberFactory } from '../support/member-factory';
@@ -41,12 +48,28 @@ describe('validation', () => {
     expect(make({ stream: '' })).toThrow('deadLetter.stream "" is invalid');
     expect(make({ maxLen: 0 })).toThrow('deadLetter.maxLen must be an integer from 1 to 1000000000, got 0');
     expect(make({ maxLen: 2.5 })).toThrow('deadLetter.maxLen must be an integer from 1 to 1000000000, got 2.5');
-    expect(make({ nonRetryable: true })).toThrow('deadLetter.nonRetryable must be a function (error, message) => boolean, got boolean true');
-    expect(make({ nonRetryableErrors: ValidationError })).toThrow('deadLetter.nonRetryableErrors must be an array of error classes, got function');
-    expect(make({ nonRetryableErrors: [ValidationError, 'TypeError'] })).toThrow('deadLetter.nonRetryableErrors[1] must be a class (a constructor), got string "TypeError"');
+    expect(make({ nonRetryable: true })).toThrow(
+      'deadLetter.nonRetryable must be a function (error, message) => boolean, got boolean true',
+    );
+    expect(make({ nonRetryableErrors: ValidationError })).toThrow(
+      'deadLetter.nonRetryableErrors must be an array of error classes, got function',
+    );
+    expect(make({ nonRetryableErrors: [ValidationError, 'TypeError'] })).toThrow(
+      'deadLetter.nonRetryableErrors[1] must be a class (a constructor), got string "TypeError"',
+    );
     expect(make({ onDeadLetter: 'alert' })).toThrow('deadLetter.onDeadLetter must be a function, got string "alert"');
-    expect(make({ maxLength: 10 })).toThrow('deadLetter.maxLength is not an option (known: stream, maxLen, nonRetryable, nonRetryableErrors, onDeadLetter)');
-    expect(make({ stream: 'billing-dlq', maxLen: 10, nonRetryableErrors: [ValidationError], nonRetryable: () => false, onDeadLetter: () => undefined })).not.toThrow();
+    expect(make({ maxLength: 10 })).toThrow(
+      'deadLetter.maxLength is not an option (known: stream, maxLen, nonRetryable, nonRetryableErrors, onDeadLetter)',
+    );
+    expect(
+      make({
+        stream: 'billing-dlq',
+        maxLen: 10,
+        nonRetryableErrors: [ValidationError],
+        nonRetryable: () => false,
+        onDeadLetter: () => undefined,
+      }),
+    ).not.toThrow();
   });
 });
 
@@ -69,7 +92,13 @@ describe('destination name', () => {
     await member.stop();
 
     const shard = shardForKey('a', 2);
-    expect(deadLetters[0]).toMatchObject({ shardIndex: shard, id: written.id, destination: 'billing-dlq', cause: 'attempts-exhausted', attempts: 1 });
+    expect(deadLetters[0]).toMatchObject({
+      shardIndex: shard,
+      id: written.id,
+      destination: 'billing-dlq',
+      cause: 'attempts-exhausted',
+      attempts: 1,
+    });
     // The name replaces the group in the per-shard key; the hash tag stays the shard's.
     const key = keys.shardDeadLetterStream(streamPrefix, shard, 'billing-dlq');
     expect(key).toBe(`rsc:shard:{${streamPrefix}:${shard}}:dead-letter:billing-dlq`);
@@ -77,7 +106,14 @@ describe('destination name', () => {
     expect(await admin().readDeadLetters(streamPrefix, 'group')).toEqual([]);
 
     const [letter] = await admin().readDeadLetters(streamPrefix, 'billing-dlq');
-    expect(letter).toMatchObject({ entryId: written.id, key: 'a', consumerGroup: 'group', cause: 'attempts-exhausted', error: 'Error: poison', attempts: 1 });
+    expect(letter).toMatchObject({
+      entryId: written.id,
+      key: 'a',
+      consumerGroup: 'group',
+      cause: 'attempts-exhausted',
+      error: 'Error: poison',
+      attempts: 1,
+    });
     expect(letter.ref).toBe(`${shard}/${deadLetters[0].deadLetterId}`);
     expect(await admin().showDeadLetter(streamPrefix, 'billing-dlq', letter.ref)).toEqual(letter);
 
@@ -118,7 +154,10 @@ describe('errors not worth retrying', () => {
     });
     const { deadLetters } = collect(member);
     await member.start();
-    await send(streamPrefix, [1, 2, 3, 4].map((seq) => ({ key: 'k', payload: { seq } })));
+    await send(
+      streamPrefix,
+      [1, 2, 3, 4].map((seq) => ({ key: 'k', payload: { seq } })),
+    );
     await pollUntil('three entries dead-lettered', async () => deadLetters.length === 3);
     await pollUntil('the fourth handled', async () => calls.get(4) === 1);
 
@@ -154,10 +193,14 @@ describe('errors not worth retrying', () => {
     const { deadLetters, errors } = collect(member);
     await member.start();
     await send(streamPrefix, [{ key: 'k', payload: { seq: 1 } }]);
-    await pollUntil('the retry succeeded and was acknowledged', async () =>
-      calls === 2 && (await admin().describeGroup(streamPrefix, 'group')).shards.every((s) => s.backlog === 0));
+    await pollUntil(
+      'the retry succeeded and was acknowledged',
+      async () => calls === 2 && (await admin().describeGroup(streamPrefix, 'group')).shards.every((s) => s.backlog === 0),
+    );
     expect(deadLetters).toEqual([]);
-    expect(errors.map((e) => e.message)).toContainEqual(expect.stringMatching(/deadLetter\.nonRetryable threw for .*predicate broke.*retried as usual/));
+    expect(errors.map((e) => e.message)).toContainEqual(
+      expect.stringMatching(/deadLetter\.nonRetryable threw for .*predicate broke.*retried as usual/),
+    );
   });
 });
 
@@ -180,7 +223,10 @@ describe('maximum length', () => {
       });
       const { deadLetters } = collect(member);
       await member.start();
-      const written = await send(streamPrefix, Array.from({ length: 40 }, (_, i) => ({ key: 'k', payload: { seq: i } })));
+      const written = await send(
+        streamPrefix,
+        Array.from({ length: 40 }, (_, i) => ({ key: 'k', payload: { seq: i } })),
+      );
       await pollUntil('every entry dead-lettered', async () => deadLetters.length === 40);
       await member.stop();
 
@@ -225,7 +271,14 @@ describe('onDeadLetter', () => {
 
     expect(observed).toEqual([{ stored: true, pending: 0 }]);
     const [notice] = notices;
-    expect(notice).toMatchObject({ shardIndex: 0, entryId: written.id, destination: 'group', cause: 'non-retryable', reason: 'ValidationError: bad field', attempts: 1 });
+    expect(notice).toMatchObject({
+      shardIndex: 0,
+      entryId: written.id,
+      destination: 'group',
+      cause: 'non-retryable',
+      reason: 'ValidationError: bad field',
+      attempts: 1,
+    });
     expect(notice.ref).toBe(`0/${notice.deadLetterId}`);
     expect(notice.error).toBe(failure);
     expect(notice.message).toMatchObject({ id: written.id, key: 'k', payload: { seq: 7 } });
@@ -253,14 +306,19 @@ describe('onDeadLetter', () => {
     });
     const { errors } = collect(member);
     await member.start();
-    await send(streamPrefix, [1, 2, 3].map((seq) => ({ key: 'k', payload: { seq } })));
+    await send(
+      streamPrefix,
+      [1, 2, 3].map((seq) => ({ key: 'k', payload: { seq } })),
+    );
     await pollUntil('both hook failures counted', async () => member.stats().deadLetterHookFailures === 2);
     await pollUntil('the later entry handled', async () => handled.length === 1);
 
     expect((await admin().readDeadLetters(streamPrefix, 'group')).map((l) => l.error)).toEqual(['Error: poison', 'Error: poison']);
     const hookErrors = errors.map((e) => e.message).filter((m) => m.includes('onDeadLetter'));
     expect(hookErrors).toEqual([
-      expect.stringMatching(/deadLetter\.onDeadLetter failed for .* \(dead letter 0\/\d+-\d+\): alert sink down; the dead letter stays written/),
+      expect.stringMatching(
+        /deadLetter\.onDeadLetter failed for .* \(dead letter 0\/\d+-\d+\): alert sink down; the dead letter stays written/,
+      ),
       expect.stringMatching(/deadLetter\.onDeadLetter failed for .*: alert sink still down; the dead letter stays written/),
     ]);
     expect(member.stats().problems).toEqual([]);

@@ -20,7 +20,9 @@ const aProxy = proxyFactory(redis);
 /** The raw fields of shard 0's dead letters, as stored. */
 async function deadLetters(streamPrefix: string) {
   const entries = await redis.client().xrange(new KeyBuilder().shardDeadLetterStream(streamPrefix, 0, 'group'), '-', '+');
-  return entries.map(([, fields]) => Object.fromEntries(Array.from({ length: fields.length / 2 }, (_, i) => [fields[2 * i], fields[2 * i + 1]])));
+  return entries.map(([, fields]) =>
+    Object.fromEntries(Array.from({ length: fields.length / 2 }, (_, i) => [fields[2 * i], fields[2 * i + 1]])),
+  );
 }
 
 async function settledShard(streamPrefix: string, shardIndex: number) {
@@ -73,11 +75,19 @@ describe('retries and dead letters', () => {
     const letters: unknown[] = [];
     member.on('dead-letter', (event) => letters.push(event));
     await member.start();
-    const [, poison] = await new StreamProducer(redis.client(), { streamPrefix }).sendBatch([1, 2, 3].map((seq) => ({ key: 'k', payload: { seq } })));
+    const [, poison] = await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(
+      [1, 2, 3].map((seq) => ({ key: 'k', payload: { seq } })),
+    );
     await settledShard(streamPrefix, 0);
     expect(handled).toEqual([1, 3]);
     const [letter] = await deadLetters(streamPrefix);
-    expect(letter).toMatchObject({ shardIndex: '0', entryId: poison.id, error: 'TypeError: cannot handle 2', attempts: '4', memberId: member.memberId });
+    expect(letter).toMatchObject({
+      shardIndex: '0',
+      entryId: poison.id,
+      error: 'TypeError: cannot handle 2',
+      attempts: '4',
+      memberId: member.memberId,
+    });
     expect(JSON.parse(letter.fields)).toEqual(['p', '{"seq":2}', 'c', 'json', 'k', 'k']);
     expect(letters).toHaveLength(1);
   });
@@ -117,7 +127,13 @@ describe('fairness', () => {
       await producer.sendBatch(Array.from({ length: 300 }, (_, seq) => ({ shardIndex, payload: { seq } })));
     }
     const recorder = new HandlerRecorder();
-    const member = aMember({ streamPrefix, runtimeMaxConcurrency: 1, batchSize: 20, maxBufferedEntries: 100, handler: recorder.handler('solo') });
+    const member = aMember({
+      streamPrefix,
+      runtimeMaxConcurrency: 1,
+      batchSize: 20,
+      maxBufferedEntries: 100,
+      handler: recorder.handler('solo'),
+    });
     await member.start();
     await pollUntil('a window of 1,600 entries', async () => recorder.runs.length >= 1600, { timeoutMs: 30_000 });
     const window = recorder.runs.slice(0, 1600);
@@ -185,7 +201,13 @@ describe('late reads by another consumer', () => {
   async function anOwner(label: string, sweepIntervalMs: number, work?: () => Promise<unknown>) {
     const streamPrefix = uniqueName(label);
     const recorder = new HandlerRecorder();
-    const owner = aMember({ streamPrefix, memberId: 'owner', shardCount: 1, sweepIntervalMs, handler: recorder.handler('owner', work && (async () => void (await work()))) });
+    const owner = aMember({
+      streamPrefix,
+      memberId: 'owner',
+      shardCount: 1,
+      sweepIntervalMs,
+      handler: recorder.handler('owner', work && (async () => void (await work()))),
+    });
     const errors: string[] = [];
     owner.on('error', (error) => errors.push(error.message));
     await owner.start();

@@ -25,7 +25,12 @@ function keyOverlaps(runs: HandlerRun[]): string[] {
 
 /** The most runs of one shard in flight at once. */
 function peakPerShard(runs: HandlerRun[]): number {
-  const edges = runs.flatMap((r) => [{ at: r.start, d: 1 }, { at: r.end, d: -1 }]).sort((a, b) => a.at - b.at || a.d - b.d);
+  const edges = runs
+    .flatMap((r) => [
+      { at: r.start, d: 1 },
+      { at: r.end, d: -1 },
+    ])
+    .sort((a, b) => a.at - b.at || a.d - b.d);
   let now = 0;
   let peak = 0;
   for (const edge of edges) peak = Math.max(peak, (now += edge.d));
@@ -53,7 +58,7 @@ describe('key-ordered lanes', () => {
     expect(member.stats().runtimeMaxConcurrency).toBe(4); // defaults to lanes
   });
 
-  it('16 lanes retrying at once on one shard: no MaxListenersExceededWarning (each wait listens on the shard\'s release signal)', async () => {
+  it("16 lanes retrying at once on one shard: no MaxListenersExceededWarning (each wait listens on the shard's release signal)", async () => {
     // Seen in the 15-minute soak with RSC_CHAOS_MEMBER_LANES=16: Node warned "Possible EventTarget
     // memory leak detected. 11 abort listeners added to [AbortSignal]" in the member processes.
     const warnings: Error[] = [];
@@ -64,7 +69,11 @@ describe('key-ordered lanes', () => {
       const recorder = new HandlerRecorder();
       const failed = new Set<string>();
       const member = aMember({
-        streamPrefix, memberId: 'a', shardCount: 1, lanes: 16, retryBackoffMs: 200,
+        streamPrefix,
+        memberId: 'a',
+        shardCount: 1,
+        lanes: 16,
+        retryBackoffMs: 200,
         handler: recorder.handler('a', (message: StreamMessage<KeyedPayload>) => {
           // Every key's first entry fails once: 16 lanes wait out their backoff at the same time.
           if (message.payload.seq === 1 && !failed.has(message.key!)) {
@@ -135,7 +144,9 @@ describe('key-ordered lanes', () => {
       },
     });
     await member.start();
-    await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(Array.from({ length: 20 }, (_, i) => ({ payload: { seq: i + 1 }, shardIndex: 0 })));
+    await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(
+      Array.from({ length: 20 }, (_, i) => ({ payload: { seq: i + 1 }, shardIndex: 0 })),
+    );
     await pollUntil('20 entries handled', async () => seen.length === 20);
     expect(seen).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
     expect(peak).toBe(1);
@@ -145,8 +156,19 @@ describe('key-ordered lanes', () => {
     const streamPrefix = uniqueName('lanes-handoff');
     const proxy = await aProxy();
     const recorder = new HandlerRecorder();
-    const common = { streamPrefix, shardCount: 2, lanes: 8, sessionTimeoutMs: 800, rebalanceTimeoutMs: 2000, revocationTimeoutMs: 200, shutdownTimeoutMs: 100 };
-    const doomed = aMember({ ...common, memberId: 'doomed', handler: recorder.handler('doomed', () => pause(3)) }, redis.clientAt(proxy.url));
+    const common = {
+      streamPrefix,
+      shardCount: 2,
+      lanes: 8,
+      sessionTimeoutMs: 800,
+      rebalanceTimeoutMs: 2000,
+      revocationTimeoutMs: 200,
+      shutdownTimeoutMs: 100,
+    };
+    const doomed = aMember(
+      { ...common, memberId: 'doomed', handler: recorder.handler('doomed', () => pause(3)) },
+      redis.clientAt(proxy.url),
+    );
     await doomed.start();
     await produce(streamPrefix, keyedMessages(16, 40));
     await pollUntil('the doomed member well under way', async () => recorder.runs.length >= 150);
@@ -156,7 +178,8 @@ describe('key-ordered lanes', () => {
     await pollUntil('every entry handled', async () => recorder.distinctEntries() === 640, { timeoutMs: 20_000 });
     expect(recorder.runs.filter((r) => r.memberId === 'heir').length).toBeGreaterThan(0);
     // Both ran lanes side by side (so the handoff is one of lanes, not of one entry at a time).
-    for (const who of ['doomed', 'heir']) expect(peakPerShard(recorder.runs.filter((r) => r.memberId === who && r.shardIndex === 0)), who).toBeGreaterThan(1);
+    for (const who of ['doomed', 'heir'])
+      expect(peakPerShard(recorder.runs.filter((r) => r.memberId === who && r.shardIndex === 0)), who).toBeGreaterThan(1);
     // First handlings of each key in sequence order, over both members; redeliveries allowed.
     expect(recorder.orderViolations()).toEqual([]);
     expect(keyOverlaps(recorder.runs)).toEqual([]);
@@ -166,19 +189,33 @@ describe('key-ordered lanes', () => {
     for (const key of new Set(heirRuns.map((r) => r.key))) {
       const runs = heirRuns.filter((r) => r.key === key);
       const firstNew = runs.findIndex((r) => r.deliveryCount === 1);
-      if (firstNew >= 0) expect(runs.slice(firstNew).every((r) => r.deliveryCount === 1), key).toBe(true);
+      if (firstNew >= 0)
+        expect(
+          runs.slice(firstNew).every((r) => r.deliveryCount === 1),
+          key,
+        ).toBe(true);
     }
     const { shards } = await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group');
-    await pollUntil('nothing pending', async () => (await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group')).shards.every((s) => s.pending === 0 && s.lag === 0));
+    await pollUntil('nothing pending', async () =>
+      (await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group')).shards.every((s) => s.pending === 0 && s.lag === 0),
+    );
     expect(shards).toHaveLength(2);
     proxy.thaw();
   }, 30_000);
 
   it('refuses lanes that are not a positive integer, and lanes with batch', () => {
     const base = { streamPrefix: 'x', consumerGroup: 'g' };
-    expect(() => new CoordinatedMember(redis.client(), { ...base, lanes: 0, handler: () => undefined })).toThrow('lanes must be an integer from 1 to 10000, got 0');
-    expect(() => new CoordinatedMember(redis.client(), { ...base, lanes: 2, batch: { maxSize: 10 }, handler: (messages: StreamMessage[]) => messages })).toThrow(
-      /batch and lanes \(2\) cannot be combined/,
+    expect(() => new CoordinatedMember(redis.client(), { ...base, lanes: 0, handler: () => undefined })).toThrow(
+      'lanes must be an integer from 1 to 10000, got 0',
     );
+    expect(
+      () =>
+        new CoordinatedMember(redis.client(), {
+          ...base,
+          lanes: 2,
+          batch: { maxSize: 10 },
+          handler: (messages: StreamMessage[]) => messages,
+        }),
+    ).toThrow(/batch and lanes \(2\) cannot be combined/);
   });
 });

@@ -1,5 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { AckRefusedError, type AckRefusedEvent, CoordinatedMember, CoordinatorAdmin, type StreamMessage, StreamProducer } from '@redis-stream-coordinator/core';
+import {
+  AckRefusedError,
+  type AckRefusedEvent,
+  CoordinatedMember,
+  CoordinatorAdmin,
+  type StreamMessage,
+  StreamProducer,
+} from '@redis-stream-coordinator/core';
 import type { KeyedPayload } from '../support/handler-recorder';
 import { memberFactory } from '../support/member-factory';
 import { pollUntil } from '../support/poll';
@@ -9,7 +16,9 @@ const redis = useRedisServer();
 const aMember = memberFactory(redis, { ackMode: 'manual' });
 
 async function settled(streamPrefix: string) {
-  await pollUntil('nothing pending or unread', async () => (await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group')).shards.every((s) => s.pending === 0 && s.lag === 0));
+  await pollUntil('nothing pending or unread', async () =>
+    (await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group')).shards.every((s) => s.pending === 0 && s.lag === 0),
+  );
 }
 
 describe("ackMode 'manual'", () => {
@@ -117,10 +126,20 @@ describe("ackMode 'manual'", () => {
     const streamPrefix = uniqueName('manual-revoked');
     const held: StreamMessage<KeyedPayload>[] = [];
     const refusals: AckRefusedEvent[] = [];
-    const first = aMember({ streamPrefix, memberId: 'first', shardCount: 2, runtimeMaxConcurrency: 2, revocationTimeoutMs: 200, shutdownTimeoutMs: 300, handler: (message) => void held.push(message) });
+    const first = aMember({
+      streamPrefix,
+      memberId: 'first',
+      shardCount: 2,
+      runtimeMaxConcurrency: 2,
+      revocationTimeoutMs: 200,
+      shutdownTimeoutMs: 300,
+      handler: (message) => void held.push(message),
+    });
     first.on('ack-refused', (event) => refusals.push(event));
     await first.start();
-    await new StreamProducer(redis.client(), { streamPrefix }).sendBatch([0, 1].map((shardIndex) => ({ key: `k${shardIndex}`, payload: { seq: 1 }, shardIndex })));
+    await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(
+      [0, 1].map((shardIndex) => ({ key: `k${shardIndex}`, payload: { seq: 1 }, shardIndex })),
+    );
     await pollUntil('both entries held unacked', async () => held.length === 2);
     const rerun: StreamMessage<KeyedPayload>[] = [];
     const second = aMember({ streamPrefix, memberId: 'second', shardCount: 2, handler: (message) => void rerun.push(message) });
@@ -141,7 +160,13 @@ describe("ackMode 'manual'", () => {
   it("ack() in ackMode 'auto' is refused: the member acknowledges on its own", async () => {
     const streamPrefix = uniqueName('auto-ack');
     const outcomes: unknown[] = [];
-    const member = aMember({ streamPrefix, memberId: 'a', shardCount: 1, ackMode: 'auto', handler: async (message) => void outcomes.push(await message.ack().catch((e: unknown) => e)) });
+    const member = aMember({
+      streamPrefix,
+      memberId: 'a',
+      shardCount: 1,
+      ackMode: 'auto',
+      handler: async (message) => void outcomes.push(await message.ack().catch((e: unknown) => e)),
+    });
     await member.start();
     await new StreamProducer(redis.client(), { streamPrefix }).send({ key: 'k', payload: { seq: 1 } });
     await pollUntil('handled', async () => outcomes.length === 1);
@@ -151,7 +176,11 @@ describe("ackMode 'manual'", () => {
 
   it('refuses a bad ackMode, and ackTimeoutMs without manual acks', () => {
     const base = { streamPrefix: 'x', consumerGroup: 'g', handler: () => undefined };
-    expect(() => new CoordinatedMember(redis.client(), { ...base, ackMode: 'later' as 'manual' })).toThrow(`ackMode must be 'auto' or 'manual', got "later"`);
-    expect(() => new CoordinatedMember(redis.client(), { ...base, ackTimeoutMs: 100 })).toThrow(/ackTimeoutMs \(100\) applies to ackMode 'manual' only/);
+    expect(() => new CoordinatedMember(redis.client(), { ...base, ackMode: 'later' as 'manual' })).toThrow(
+      `ackMode must be 'auto' or 'manual', got "later"`,
+    );
+    expect(() => new CoordinatedMember(redis.client(), { ...base, ackTimeoutMs: 100 })).toThrow(
+      /ackTimeoutMs \(100\) applies to ackMode 'manual' only/,
+    );
   });
 });

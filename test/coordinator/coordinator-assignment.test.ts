@@ -67,7 +67,10 @@ describe('sticky assignment through Redis (SPEC section 4)', () => {
     const group = await aGroup(redis, 17);
     await joinAll(group, ['a', 'b', 'c', 'd', 'e']);
     const { targetAssignment } = await group.describe();
-    const shards = Object.values(targetAssignment.members).flat().map((s) => s.shardIndex).sort((a, b) => a - b);
+    const shards = Object.values(targetAssignment.members)
+      .flat()
+      .map((s) => s.shardIndex)
+      .sort((a, b) => a - b);
     expect(shards).toEqual(Array.from({ length: 17 }, (_, i) => i));
     const loads = Object.values(targetAssignment.members).map((s) => s.length);
     expect(Math.max(...loads) - Math.min(...loads)).toBe(1);
@@ -128,7 +131,9 @@ describe('committing a target (compare-and-set)', () => {
     const broken: ShardAssignor = { name: 'forgetful', assign: ({ members }) => ({ [members[0].memberId]: [0] }) };
     const group = await aGroup(redis, 4, { assignor: broken });
     await expect(group.member('a').join()).rejects.toThrow(InvalidAssignmentError);
-    await expect(group.member('a').join()).rejects.toThrow(/assignor "forgetful" broke invariant 5: readable shard 1 is assigned to no member/);
+    await expect(group.member('a').join()).rejects.toThrow(
+      /assignor "forgetful" broke invariant 5: readable shard 1 is assigned to no member/,
+    );
   });
 
   it('when the member computing the target dies, its lease runs out and another member is asked', async () => {

@@ -67,7 +67,10 @@ describe('request deadlines (SPEC 9.1: only a heartbeat whose answer the member 
     // The steady path (nothing changed) and the full path (a new report) both refuse a late request.
     for (const overrides of [{}, { activeConsumerWorkers: 7 }, { memberEpoch: 0, owned: [] }]) {
       const late = await a.send({ ...overrides, deadline: ranAt - 1 });
-      expect(late).toMatchObject({ errorCode: 'DEADLINE_EXCEEDED', errorMessage: expect.stringMatching(/after its deadline; nothing changed/) });
+      expect(late).toMatchObject({
+        errorCode: 'DEADLINE_EXCEEDED',
+        errorMessage: expect.stringMatching(/after its deadline; nothing changed/),
+      });
       expect(late.serverTimeMs).toBeGreaterThan(ranAt - 1);
     }
     const after = (await group.describe()).members[0];

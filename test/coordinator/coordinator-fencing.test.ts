@@ -9,7 +9,12 @@ const redis = useRedisServer();
 const HOLD_ASSIGNING = { assignmentDelayMs: 3_600_000 };
 
 /** Sends a request and checks that it was refused with `code` and changed nothing at all. */
-async function expectRefused(group: GroupFixture, request: Partial<HeartbeatRequest> & { memberId: string }, code: ErrorCode, message: RegExp) {
+async function expectRefused(
+  group: GroupFixture,
+  request: Partial<HeartbeatRequest> & { memberId: string },
+  code: ErrorCode,
+  message: RegExp,
+) {
   const before = await group.describe();
   const response = await group.coordinator.heartbeat({
     streamPrefix: group.streamPrefix,
@@ -73,12 +78,22 @@ describe('fencing (SPEC section 3)', () => {
 
   it('reporting a pending shard as owned is fenced', async () => {
     const { group, b } = await aHandoffInProgress();
-    await expectRefused(group, { memberId: 'b', memberEpoch: b.memberEpoch, owned: [2] }, ErrorCode.FENCED_MEMBER_EPOCH, /shard 2 is still pending/);
+    await expectRefused(
+      group,
+      { memberId: 'b', memberEpoch: b.memberEpoch, owned: [2] },
+      ErrorCode.FENCED_MEMBER_EPOCH,
+      /shard 2 is still pending/,
+    );
   });
 
   it("reporting another member's shard as owned is fenced", async () => {
     const { group, b } = await aHandoffInProgress();
-    await expectRefused(group, { memberId: 'b', memberEpoch: b.memberEpoch, owned: [0] }, ErrorCode.FENCED_MEMBER_EPOCH, /shard 0 is owned by member a/);
+    await expectRefused(
+      group,
+      { memberId: 'b', memberEpoch: b.memberEpoch, owned: [0] },
+      ErrorCode.FENCED_MEMBER_EPOCH,
+      /shard 0 is owned by member a/,
+    );
   });
 
   it('a positive epoch from an unknown member is UNKNOWN_MEMBER_ID', async () => {
@@ -114,7 +129,12 @@ describe('fencing (SPEC section 3)', () => {
       await b.heartbeat();
       return (await group.describe()).members.find((m) => m.memberId === 'a')?.state === 'EXPIRED';
     });
-    await expectRefused(group, { ...a.request(), memberId: 'a' }, ErrorCode.UNKNOWN_MEMBER_ID, /not an active member of the group \(EXPIRED\)/);
+    await expectRefused(
+      group,
+      { ...a.request(), memberId: 'a' },
+      ErrorCode.UNKNOWN_MEMBER_ID,
+      /not an active member of the group \(EXPIRED\)/,
+    );
     await a.join();
     await settle([a, b]);
     expect(a.memberEpoch).toBeGreaterThan(epochBefore);
@@ -167,14 +187,19 @@ describe('bad input gets INVALID_REQUEST naming the field and changes nothing', 
         InvalidRequestError,
       );
     }
-    await expect(group.coordinator.heartbeat({ streamPrefix: 'ok', consumerGroup: 'bad group', memberId: 'a', memberEpoch: 0 })).rejects.toThrow(
-      /consumerGroup "bad group" is invalid/,
-    );
+    await expect(
+      group.coordinator.heartbeat({ streamPrefix: 'ok', consumerGroup: 'bad group', memberId: 'a', memberEpoch: 0 }),
+    ).rejects.toThrow(/consumerGroup "bad group" is invalid/);
   });
 
   it('a heartbeat for a stream without metadata is GROUP_NOT_FOUND', async () => {
     const group = await aGroup(redis, 4);
-    const response = await group.coordinator.heartbeat({ streamPrefix: 'never-created', consumerGroup: 'g', memberId: 'a', memberEpoch: 0 });
+    const response = await group.coordinator.heartbeat({
+      streamPrefix: 'never-created',
+      consumerGroup: 'g',
+      memberId: 'a',
+      memberEpoch: 0,
+    });
     expect(response.errorCode).toBe(ErrorCode.GROUP_NOT_FOUND);
     expect(response.errorMessage).toMatch(/createStream/);
   });

@@ -26,7 +26,10 @@ const action: fc.Arbitrary<Action> = fc.oneof(
   { weight: 2, arbitrary: fc.record({ kind: fc.constant('staleEpoch' as const), member }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('futureEpoch' as const), member }) },
   { weight: 2, arbitrary: fc.record({ kind: fc.constant('expireLease' as const), member }) },
-  { weight: 2, arbitrary: fc.record({ kind: fc.constant('falseOwnership' as const), member, shard: fc.integer({ min: 0, max: SHARDS - 1 }) }) },
+  {
+    weight: 2,
+    arbitrary: fc.record({ kind: fc.constant('falseOwnership' as const), member, shard: fc.integer({ min: 0, max: SHARDS - 1 }) }),
+  },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('unknownMember' as const), epoch: fc.integer({ min: 1, max: 50 }) }) },
 );
 
@@ -83,7 +86,11 @@ function checkInvariants(before: GroupDescription | undefined, after: GroupDescr
   }
 }
 
-async function run(group: GroupFixture, members: ProtocolMember[], step: Action): Promise<{ errorCode: ErrorCode; mustNotChange: boolean }> {
+async function run(
+  group: GroupFixture,
+  members: ProtocolMember[],
+  step: Action,
+): Promise<{ errorCode: ErrorCode; mustNotChange: boolean }> {
   const m = 'member' in step ? members[step.member] : undefined;
   switch (step.kind) {
     case 'join':

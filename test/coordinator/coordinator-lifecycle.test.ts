@@ -131,7 +131,13 @@ describe('one live instance per member id (issue 11 #11, SPEC 9.4)', () => {
     expect(fenced.errorMessage).toMatch(/another instance/);
     // Nor may it commit a target in the new instance's name.
     const commit = await group.coordinator.commitAssignment(
-      { streamPrefix: group.streamPrefix, consumerGroup: group.consumerGroup, memberId: 'same', memberEpoch: fresh.memberEpoch, instanceId: 'old' },
+      {
+        streamPrefix: group.streamPrefix,
+        consumerGroup: group.consumerGroup,
+        memberId: 'same',
+        memberEpoch: fresh.memberEpoch,
+        instanceId: 'old',
+      },
       fresh.last!.groupEpoch,
       { same: [0], other: [1] },
     );

@@ -41,7 +41,10 @@ describe('group state machine (SPEC 2.2), observed through describeGroup', () =>
 
     const stable = await settle([a, b]);
     expect(stable.state).toBe('STABLE');
-    expect([a.owned, b.owned]).toEqual([[0, 1], [2, 3]]);
+    expect([a.owned, b.owned]).toEqual([
+      [0, 1],
+      [2, 3],
+    ]);
   });
 
   it('STABLE -> ASSIGNING on a join, a leave and a weight change', async () => {
@@ -91,7 +94,11 @@ describe('group state machine (SPEC 2.2), observed through describeGroup', () =>
 
   it('describeGroup returns the JSON shapes of SPEC section 2 exactly', async () => {
     const group = await aGroup(redis, 2);
-    const a = group.member('018f8d27-8d71-7a7c-a7e7-b3f77c613d7f-m0', { memberName: 'summary-consumer-a', runtimeMaxConcurrency: 12, activeConsumerWorkers: 8 });
+    const a = group.member('018f8d27-8d71-7a7c-a7e7-b3f77c613d7f-m0', {
+      memberName: 'summary-consumer-a',
+      runtimeMaxConcurrency: 12,
+      activeConsumerWorkers: 8,
+    });
     await a.join();
     const description = await group.describe();
     const isoTime = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
@@ -139,8 +146,24 @@ describe('group state machine (SPEC 2.2), observed through describeGroup', () =>
       members: { '018f8d27-8d71-7a7c-a7e7-b3f77c613d7f-m0': [{ shardIndex: 0 }, { shardIndex: 1 }] },
     });
     expect(description.shards).toEqual([
-      { shardIndex: 0, readability: 'readable', owner: '018f8d27-8d71-7a7c-a7e7-b3f77c613d7f-m0', state: 'OWNED', lag: 0, pending: 0, backlog: 0 },
-      { shardIndex: 1, readability: 'readable', owner: '018f8d27-8d71-7a7c-a7e7-b3f77c613d7f-m0', state: 'OWNED', lag: 0, pending: 0, backlog: 0 },
+      {
+        shardIndex: 0,
+        readability: 'readable',
+        owner: '018f8d27-8d71-7a7c-a7e7-b3f77c613d7f-m0',
+        state: 'OWNED',
+        lag: 0,
+        pending: 0,
+        backlog: 0,
+      },
+      {
+        shardIndex: 1,
+        readability: 'readable',
+        owner: '018f8d27-8d71-7a7c-a7e7-b3f77c613d7f-m0',
+        state: 'OWNED',
+        lag: 0,
+        pending: 0,
+        backlog: 0,
+      },
     ]);
   });
 });

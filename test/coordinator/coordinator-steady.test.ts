@@ -8,9 +8,7 @@ const redis = useRedisServer();
 /** Calls per Redis command since `CONFIG RESETSTAT`, scripts' inner commands included. */
 async function commandCalls(): Promise<Map<string, number>> {
   const info = await redis.client().info('commandstats');
-  return new Map(
-    [...info.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)].map(([, command, calls]) => [command, Number(calls)]),
-  );
+  return new Map([...info.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)].map(([, command, calls]) => [command, Number(calls)]));
 }
 
 describe('the steady-state heartbeat', () => {

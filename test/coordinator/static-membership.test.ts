@@ -29,7 +29,8 @@ describe('static membership (issue 17 item 4)', () => {
     const [a, b, c, d] = members;
     const before = ownership(await group.describe());
     const oldEpoch = b.memberEpoch;
-    const commits = async () => (await group.admin.readGroupEvents(group.streamPrefix, group.consumerGroup)).filter((e) => e.type === 'TARGET_COMMITTED').length;
+    const commits = async () =>
+      (await group.admin.readGroupEvents(group.streamPrefix, group.consumerGroup)).filter((e) => e.type === 'TARGET_COMMITTED').length;
     const commitsBefore = await commits();
 
     expect((await b.leave()).errorCode).toBe(ErrorCode.NONE); // stop(): a static member departs
@@ -41,7 +42,11 @@ describe('static membership (issue 17 item 4)', () => {
     const awayB = away.members.find((m) => m.memberId === 'b')!;
     expect(awayB).toMatchObject({ state: 'ACTIVE', awaitedUntil: awayB.memberLeaseExpiresAt });
     expect(Date.parse(awayB.departedAt!)).toBeLessThan(Date.parse(awayB.awaitedUntil!));
-    expect(away.members.filter((m) => m.memberId !== 'b').map((m) => [m.departedAt, m.awaitedUntil])).toEqual([[null, null], [null, null], [null, null]]);
+    expect(away.members.filter((m) => m.memberId !== 'b').map((m) => [m.departedAt, m.awaitedUntil])).toEqual([
+      [null, null],
+      [null, null],
+      [null, null],
+    ]);
     for (const other of [a, c, d]) expect((await other.heartbeat()).revokeShards).toEqual([]);
 
     const next = anInstance(group, 'b', 'b-2');
@@ -102,7 +107,10 @@ describe('static membership (issue 17 item 4)', () => {
     expect((await oldShards.claimShard(0, old.memberEpoch)).claimed).toBe(true);
     const { id } = await new StreamProducer(redis.client(), { streamPrefix: group.streamPrefix }).send({ key: 'k', payload: { n: 1 } });
     const stream = new KeyBuilder().shardStream(group.streamPrefix, 0);
-    const read = (await redis.client().xreadgroup('GROUP', group.consumerGroup, 'z', 'COUNT', 10, 'STREAMS', stream, '>')) as [string, [string, string[]][]][];
+    const read = (await redis.client().xreadgroup('GROUP', group.consumerGroup, 'z', 'COUNT', 10, 'STREAMS', stream, '>')) as [
+      string,
+      [string, string[]][],
+    ][];
     expect(read[0][1].map(([entryId]) => entryId)).toEqual([id]); // in flight at the old instance when it hangs
 
     const next = anInstance(group, 'z', 'z-2');
@@ -149,13 +157,21 @@ describe('static membership (issue 17 item 4)', () => {
     await b.join();
     await settle([a, b]);
     await a.leave();
-    expect((await group.describe()).members.find((m) => m.memberId === 'a')).toMatchObject({ state: 'LEFT', memberInstanceId: null, departedAt: null, awaitedUntil: null });
+    expect((await group.describe()).members.find((m) => m.memberId === 'a')).toMatchObject({
+      state: 'LEFT',
+      memberInstanceId: null,
+      departedAt: null,
+      awaitedUntil: null,
+    });
   });
 
   it('model: whatever the restarts, crashes and departures, no shard has two live owners and a replaced instance is never accepted again', async () => {
     type Op = { kind: 'restart' | 'beat' | 'depart' | 'crash'; member: number } | { kind: 'wait' } | { kind: 'settle' };
     const op = fc.oneof(
-      fc.record({ kind: fc.constantFrom('restart', 'restart', 'beat', 'depart', 'crash'), member: fc.integer({ min: 0, max: 2 }) }) as fc.Arbitrary<Op>,
+      fc.record({
+        kind: fc.constantFrom('restart', 'restart', 'beat', 'depart', 'crash'),
+        member: fc.integer({ min: 0, max: 2 }),
+      }) as fc.Arbitrary<Op>,
       fc.constant<Op>({ kind: 'wait' }),
       fc.constant<Op>({ kind: 'settle' }), // every running instance heartbeats until the group is quiet
     );
@@ -165,7 +181,8 @@ describe('static membership (issue 17 item 4)', () => {
         run += 1;
         const ids = [0, 1, 2].map((i) => `r${run}-s${i}`);
         const group = await aGroup(redis, 6, { heartbeatIntervalMs: 20 }); // a fresh stream and group per run
-        const member = (id: string, instance: string) => group.member(id, { instanceId: instance, staticMember: true, sessionTimeoutMs: 2000 });
+        const member = (id: string, instance: string) =>
+          group.member(id, { instanceId: instance, staticMember: true, sessionTimeoutMs: 2000 });
         // the instance holding each memberId as far as the model knows, and every instance replaced or departed
         const current = ids.map((id) => ({ instance: member(id, `${id}-0`), running: false, generation: 0 }));
         const retired: { instance: ReturnType<typeof member>; view: HeartbeatRequest }[] = [];

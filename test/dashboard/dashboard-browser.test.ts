@@ -25,7 +25,10 @@ if (missing) console.warn(`SKIPPED: ${missing}`);
 const redis = useRedisServer();
 // The screenshots go to docs/dashboard only when asked (RSC_SCREENSHOTS=1), so a test run leaves the
 // tree as it found it; otherwise they are taken all the same, into a temporary folder.
-const SHOTS = process.env.RSC_SCREENSHOTS === '1' ? path.resolve(__dirname, '../../docs/dashboard') : path.join(os.tmpdir(), `rsc-dashboard-shots-${process.pid}`);
+const SHOTS =
+  process.env.RSC_SCREENSHOTS === '1'
+    ? path.resolve(__dirname, '../../docs/dashboard')
+    : path.join(os.tmpdir(), `rsc-dashboard-shots-${process.pid}`);
 const STREAM = 'summary';
 const GROUP = 'summary-group';
 
@@ -74,12 +77,22 @@ describe.skipIf(missing !== undefined)('the dashboard in a browser, against the 
 
     await startDemo(); // four more members of summary-group
     await page.waitForFunction(() => document.querySelectorAll('#members tr[data-member]').length === 8, undefined, { timeout: 20_000 });
-    await page.waitForFunction(() => {
-      const cells = [...document.querySelectorAll('#shard-map .shard')];
-      return new Set(cells.map((c) => c.getAttribute('data-owner')).filter((o) => o)).size === 8 && document.querySelector('#group-state')?.textContent === 'STABLE';
-    }, undefined, { timeout: 20_000 });
+    await page.waitForFunction(
+      () => {
+        const cells = [...document.querySelectorAll('#shard-map .shard')];
+        return (
+          new Set(cells.map((c) => c.getAttribute('data-owner')).filter((o) => o)).size === 8 &&
+          document.querySelector('#group-state')?.textContent === 'STABLE'
+        );
+      },
+      undefined,
+      { timeout: 20_000 },
+    );
     // The rebalance arrived in the live log: the old owners revoked half their shards, a target was committed.
-    await page.waitForFunction((before) => document.querySelectorAll('#events tr[data-type="SHARDS_REVOKING"]').length > before, eventsBefore);
+    await page.waitForFunction(
+      (before) => document.querySelectorAll('#events tr[data-type="SHARDS_REVOKING"]').length > before,
+      eventsBefore,
+    );
     expect(await page.$$eval('#events tr[data-type="TARGET_COMMITTED"]', (rows) => rows.length)).toBeGreaterThan(1);
     await page.locator('#shard-map').screenshot({ path: path.join(SHOTS, 'shard-map.png') });
     await page.locator('#members').screenshot({ path: path.join(SHOTS, 'members.png') });
@@ -87,7 +100,7 @@ describe.skipIf(missing !== undefined)('the dashboard in a browser, against the 
     await page.close();
   });
 
-  it('draws the backlog over time, a resize\'s cutover, and dead letters', async () => {
+  it("draws the backlog over time, a resize's cutover, and dead letters", async () => {
     const page = await browser.context.newPage();
     await page.goto(`${base}/#/group/${STREAM}/${GROUP}`);
     await page.waitForSelector('#members tr[data-member]');
@@ -95,19 +108,49 @@ describe.skipIf(missing !== undefined)('the dashboard in a browser, against the 
     const listeners = apps.map((app) => app.get(StreamListenerRegistry).getOrThrow('summaries'));
     for (const listener of listeners) listener.pause();
     const publisher = apps[0].get(StreamPublisher);
-    for (let i = 0; i < 300; i++) await publisher.publish(STREAM, { key: `user-${i % 40}`, payload: { userId: `user-${i % 40}`, text: `summary ${i}`, at: new Date().toISOString() } });
-    await page.waitForFunction(() => /now: [1-9][\d,]* undelivered/.test(document.querySelector('#lag-chart')?.textContent ?? ''), undefined, { timeout: 15_000 });
+    for (let i = 0; i < 300; i++)
+      await publisher.publish(STREAM, {
+        key: `user-${i % 40}`,
+        payload: { userId: `user-${i % 40}`, text: `summary ${i}`, at: new Date().toISOString() },
+      });
+    await page.waitForFunction(
+      () => /now: [1-9][\d,]* undelivered/.test(document.querySelector('#lag-chart')?.textContent ?? ''),
+      undefined,
+      { timeout: 15_000 },
+    );
     for (const listener of listeners) listener.resume();
-    await page.waitForFunction(() => /now: 0 undelivered, 0 pending/.test(document.querySelector('#lag-chart')?.textContent ?? ''), undefined, { timeout: 20_000 });
+    await page.waitForFunction(
+      () => /now: 0 undelivered, 0 pending/.test(document.querySelector('#lag-chart')?.textContent ?? ''),
+      undefined,
+      { timeout: 20_000 },
+    );
     await page.locator('#lag-chart').screenshot({ path: path.join(SHOTS, 'lag-chart.png') });
 
     const admin = new CoordinatorAdmin(redis.client());
     const keys = new KeyBuilder();
-    await redis.client().xadd(keys.shardDeadLetterStream(STREAM, 2, GROUP), '*', 'entryId', '1-0', 'memberId', 'summary-m2', 'attempts', '3',
-      'error', 'SummaryValidationError: text must be a string', 'fields', JSON.stringify(['k', 'user-7', 'p', '{"userId":"user-7","text":42}']));
+    await redis
+      .client()
+      .xadd(
+        keys.shardDeadLetterStream(STREAM, 2, GROUP),
+        '*',
+        'entryId',
+        '1-0',
+        'memberId',
+        'summary-m2',
+        'attempts',
+        '3',
+        'error',
+        'SummaryValidationError: text must be a string',
+        'fields',
+        JSON.stringify(['k', 'user-7', 'p', '{"userId":"user-7","text":42}']),
+      );
     // A grace long enough to look at: the cutover waits for it after the members have read the old shards.
     await admin.resizeShards(STREAM, 12, { graceMs: 60_000 });
-    await page.waitForFunction(() => /Resize cutover: 8 → 12 shards/.test(document.querySelector('#cutover')?.textContent ?? ''), undefined, { timeout: 15_000 });
+    await page.waitForFunction(
+      () => /Resize cutover: 8 → 12 shards/.test(document.querySelector('#cutover')?.textContent ?? ''),
+      undefined,
+      { timeout: 15_000 },
+    );
     await page.locator('#cutover').screenshot({ path: path.join(SHOTS, 'cutover.png') });
     await page.click('#dead-letters button');
     await page.waitForSelector('#dead-letters tr[data-ref]');
@@ -122,14 +165,43 @@ describe.skipIf(missing !== undefined)('the dashboard in a browser, against the 
       script: '<script>window.__pwned = "script"</script>',
       image: '<img src=x onerror="window.__pwned = \'img\'">',
     };
-    await client.xadd(keys.groupEvents(STREAM, GROUP), '*', 'type', hostile.image, 'memberId', hostile.script, 'groupEpoch', '1', 'assignmentEpoch', '1', 'detail', hostile.script);
-    await client.xadd(keys.shardDeadLetterStream(STREAM, 0, GROUP), '*', 'entryId', '1-0', 'memberId', hostile.image, 'attempts', '5',
-      'error', `Error: ${hostile.script}`, 'fields', JSON.stringify(['p', hostile.image]));
+    await client.xadd(
+      keys.groupEvents(STREAM, GROUP),
+      '*',
+      'type',
+      hostile.image,
+      'memberId',
+      hostile.script,
+      'groupEpoch',
+      '1',
+      'assignmentEpoch',
+      '1',
+      'detail',
+      hostile.script,
+    );
+    await client.xadd(
+      keys.shardDeadLetterStream(STREAM, 0, GROUP),
+      '*',
+      'entryId',
+      '1-0',
+      'memberId',
+      hostile.image,
+      'attempts',
+      '5',
+      'error',
+      `Error: ${hostile.script}`,
+      'fields',
+      JSON.stringify(['p', hostile.image]),
+    );
 
     const page = await browser.context.newPage();
     await page.goto(`${base}/#/group/${STREAM}/${GROUP}`);
-    await page.waitForFunction((text) => document.querySelector('#events')?.textContent?.includes(text), hostile.script, { timeout: 15_000 });
-    await page.waitForFunction((text) => document.querySelector('#dead-letters')?.textContent?.includes(text), `Error: ${hostile.script}`, { timeout: 15_000 });
+    await page.waitForFunction((text) => document.querySelector('#events')?.textContent?.includes(text), hostile.script, {
+      timeout: 15_000,
+    });
+    await page.waitForFunction((text) => document.querySelector('#dead-letters')?.textContent?.includes(text), `Error: ${hostile.script}`, {
+      timeout: 15_000,
+    });
     // Shown as the characters they are; no element was made of them and no script ran.
     expect(await page.textContent('#events')).toContain(hostile.image);
     expect(await page.textContent('#dead-letters')).toContain(hostile.image);
@@ -138,11 +210,17 @@ describe.skipIf(missing !== undefined)('the dashboard in a browser, against the 
     await page.close();
   });
 
-  it('shows static members\' instance ids, and a departed one as AWAY with its awaited shards and when the wait ends, as text', async () => {
+  it("shows static members' instance ids, and a departed one as AWAY with its awaited shards and when the wait ends, as text", async () => {
     const hostileName = '<img src=x onerror="window.__pwned = \'member\'">';
     const member = new CoordinatedMember(redis.client(), {
-      streamPrefix: 'static-page', consumerGroup: 'billing', shardCount: 3, memberInstanceId: 'billing-pod-a', memberName: hostileName,
-      sessionTimeoutMs: 60_000, coordinator: { heartbeatIntervalMs: 200 }, handler: () => undefined,
+      streamPrefix: 'static-page',
+      consumerGroup: 'billing',
+      shardCount: 3,
+      memberInstanceId: 'billing-pod-a',
+      memberName: hostileName,
+      sessionTimeoutMs: 60_000,
+      coordinator: { heartbeatIntervalMs: 200 },
+      handler: () => undefined,
     });
     member.on('error', () => undefined);
     await member.start();
@@ -165,7 +243,7 @@ describe.skipIf(missing !== undefined)('the dashboard in a browser, against the 
     await page.close();
   });
 
-  it('refuses actions in read-only mode, even with the page\'s own CSRF token, and offers none', async () => {
+  it("refuses actions in read-only mode, even with the page's own CSRF token, and offers none", async () => {
     const page = await browser.context.newPage();
     await page.goto(`${base}/`);
     await page.waitForSelector('#listeners tr[data-listener="summaries"]');
@@ -173,7 +251,11 @@ describe.skipIf(missing !== undefined)('the dashboard in a browser, against the 
     expect(await page.$$eval('main button', (buttons) => buttons.map((b) => b.textContent))).toEqual([]);
     const reply = await page.evaluate(async () => {
       const token = document.querySelector('meta[name="rsc-csrf"]')!.getAttribute('content')!;
-      const response = await fetch('/rsc/api/listeners/summaries/pause', { method: 'POST', headers: { 'content-type': 'application/json', 'x-rsc-csrf': token }, body: '{}' });
+      const response = await fetch('/rsc/api/listeners/summaries/pause', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-rsc-csrf': token },
+        body: '{}',
+      });
       return { status: response.status, body: await response.json() };
     });
     expect(reply.status).toBe(403);

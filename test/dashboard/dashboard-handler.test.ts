@@ -52,7 +52,9 @@ describe('dashboard options', () => {
   });
   it('a bad path or refresh names the option and the value', () => {
     expect(() => createDashboard({ redis: redis.client(), path: 'rsc/' })).toThrow(/path must look like \/rsc .* got "rsc\/"/);
-    expect(() => createDashboard({ redis: redis.client(), refreshMs: 10 })).toThrow(/refreshMs must be an integer from 500 to 60000, got 10/);
+    expect(() => createDashboard({ redis: redis.client(), refreshMs: 10 })).toThrow(
+      /refreshMs must be an integer from 500 to 60000, got 10/,
+    );
   });
 });
 
@@ -65,10 +67,14 @@ describe('dashboard actions', () => {
   });
   afterAll(() => served.close());
 
-  it('with the page\'s CSRF token and the guard\'s yes, pause and resume act', async () => {
+  it("with the page's CSRF token and the guard's yes, pause and resume act", async () => {
     const { cookie, token } = await session(served.url);
     const post = (verb: string) =>
-      fetch(`${served.url}/rsc/api/listeners/orders/${verb}`, { method: 'POST', headers: { cookie, [CSRF_HEADER]: token, 'content-type': 'application/json' }, body: '{}' });
+      fetch(`${served.url}/rsc/api/listeners/orders/${verb}`, {
+        method: 'POST',
+        headers: { cookie, [CSRF_HEADER]: token, 'content-type': 'application/json' },
+        body: '{}',
+      });
     expect((await post('pause')).status).toBe(200);
     expect(control.state.paused).toBe(true);
     expect((await post('resume')).status).toBe(200);
@@ -80,10 +86,19 @@ describe('dashboard actions', () => {
     const url = `${served.url}/rsc/api/listeners/orders/pause`;
     const attempts: { headers: Record<string, string>; error: RegExp }[] = [
       { headers: { cookie, 'content-type': 'application/json' }, error: /CSRF check failed: the x-rsc-csrf header does not match/ },
-      { headers: { cookie, [CSRF_HEADER]: token.replace(/^./, (c) => (c === 'A' ? 'B' : 'A')), 'content-type': 'application/json' }, error: /does not match/ },
+      {
+        headers: { cookie, [CSRF_HEADER]: token.replace(/^./, (c) => (c === 'A' ? 'B' : 'A')), 'content-type': 'application/json' },
+        error: /does not match/,
+      },
       { headers: { [CSRF_HEADER]: token, 'content-type': 'application/json' }, error: /no CSRF cookie/ },
-      { headers: { cookie, [CSRF_HEADER]: token, 'content-type': 'application/json', origin: 'https://evil.example' }, error: /cross-origin request from https:\/\/evil.example/ },
-      { headers: { cookie, [CSRF_HEADER]: token, 'content-type': 'application/x-www-form-urlencoded' }, error: /actions take application\/json/ },
+      {
+        headers: { cookie, [CSRF_HEADER]: token, 'content-type': 'application/json', origin: 'https://evil.example' },
+        error: /cross-origin request from https:\/\/evil.example/,
+      },
+      {
+        headers: { cookie, [CSRF_HEADER]: token, 'content-type': 'application/x-www-form-urlencoded' },
+        error: /actions take application\/json/,
+      },
     ];
     for (const attempt of attempts) {
       const response = await fetch(url, { method: 'POST', headers: attempt.headers, body: '{}' });
@@ -93,11 +108,15 @@ describe('dashboard actions', () => {
     expect(control.state.paused).toBe(false);
   });
 
-  it('the guard\'s no refuses an action, with a valid token', async () => {
+  it("the guard's no refuses an action, with a valid token", async () => {
     const { cookie, token } = await session(served.url);
     allowWrites = false;
     try {
-      const response = await fetch(`${served.url}/rsc/api/listeners/orders/pause`, { method: 'POST', headers: { cookie, [CSRF_HEADER]: token, 'content-type': 'application/json' }, body: '{}' });
+      const response = await fetch(`${served.url}/rsc/api/listeners/orders/pause`, {
+        method: 'POST',
+        headers: { cookie, [CSRF_HEADER]: token, 'content-type': 'application/json' },
+        body: '{}',
+      });
       expect(response.status).toBe(403);
       expect((await response.json()).error).toBe('the guard refused this action');
       expect(control.state.paused).toBe(false);
@@ -110,10 +129,16 @@ describe('dashboard actions', () => {
     const stream = uniqueName('dl');
     const admin = new CoordinatorAdmin(redis.client());
     await admin.createStream({ streamPrefix: stream, shardCount: 2 });
-    const id = await redis.client().xadd(new KeyBuilder().shardDeadLetterStream(stream, 1, 'g'), '*', 'entryId', '1-0', 'error', 'boom', 'attempts', '3');
+    const id = await redis
+      .client()
+      .xadd(new KeyBuilder().shardDeadLetterStream(stream, 1, 'g'), '*', 'entryId', '1-0', 'error', 'boom', 'attempts', '3');
     const { cookie, token } = await session(served.url);
     const purge = (ref: string) =>
-      fetch(`${served.url}/rsc/api/groups/${stream}/g/dead-letters/purge`, { method: 'POST', headers: { cookie, [CSRF_HEADER]: token, 'content-type': 'application/json' }, body: JSON.stringify({ ref }) });
+      fetch(`${served.url}/rsc/api/groups/${stream}/g/dead-letters/purge`, {
+        method: 'POST',
+        headers: { cookie, [CSRF_HEADER]: token, 'content-type': 'application/json' },
+        body: JSON.stringify({ ref }),
+      });
     const bad = await purge('nonsense');
     expect(bad.status).toBe(400);
     expect((await bad.json()).error).toMatch(/dead letter ref "nonsense" is invalid/);
@@ -124,7 +149,7 @@ describe('dashboard actions', () => {
 });
 
 describe('dashboard reads', () => {
-  it('the guard\'s no closes the page itself', async () => {
+  it("the guard's no closes the page itself", async () => {
     const served = await serve({ guard: () => false });
     try {
       const response = await fetch(`${served.url}/rsc/`);
@@ -146,11 +171,15 @@ describe('dashboard reads', () => {
       const reader = response.body!.getReader();
       let text = '';
       const readUntil = (pattern: RegExp) =>
-        pollUntil(`the live stream to show ${pattern}`, async () => {
-          const { value } = await reader.read();
-          text += new TextDecoder().decode(value);
-          return pattern.test(text);
-        }, { timeoutMs: 15_000, intervalMs: 0 });
+        pollUntil(
+          `the live stream to show ${pattern}`,
+          async () => {
+            const { value } = await reader.read();
+            text += new TextDecoder().decode(value);
+            return pattern.test(text);
+          },
+          { timeoutMs: 15_000, intervalMs: 0 },
+        );
       await readUntil(/event: problem\ndata: .*does not exist/);
       expect(served.dashboard.stats().problems.join()).toMatch(/does not exist/);
       await pollUntil('one error event', async () => errors.length === 1);

@@ -32,8 +32,9 @@ describe('the README quick start', () => {
         return groups.every((g) => g?.group.state === 'STABLE' && g.shards.every((s) => s.state === 'OWNED')) && groups;
       });
       await app.get(StreamPublisher).publish('summary', { key: 'user-42', payload: { userId: 'user-42', text: 'hi' } });
-      await pollUntil('the summary handled by both', async () =>
-        app.get(SummaryHandlers).summarized.length === 1 && app.get(AuditService).audited.length === 1,
+      await pollUntil(
+        'the summary handled by both',
+        async () => app.get(SummaryHandlers).summarized.length === 1 && app.get(AuditService).audited.length === 1,
       );
       expect(app.get(SummaryHandlers).summarized).toEqual(['user-42: hi']);
       const members = (await admin.describeGroup('summary', 'summary-group')).members;

@@ -64,10 +64,7 @@ function lineOf(text: string, index: number): number {
 const GAP = String.raw`(?:\s|\*|//+|--)*`;
 const NUMBER = String.raw`\d+(?:\.\d+)?`;
 const LIST_SEPARATOR = String.raw`[ \t]*(?:,|&|and|or|to|-|–)[ \t]*`;
-const CITATION = new RegExp(
-  String.raw`\b(?:SPEC|Spec)\b${GAP}(?:(?:sections?|§)${GAP})?(${NUMBER}(?:${LIST_SEPARATOR}${NUMBER})*)`,
-  'g',
-);
+const CITATION = new RegExp(String.raw`\b(?:SPEC|Spec)\b${GAP}(?:(?:sections?|§)${GAP})?(${NUMBER}(?:${LIST_SEPARATOR}${NUMBER})*)`, 'g');
 
 /**
  * The section numbers a citation list names: "2.3" → [2.3]; "1, 5 and 9" → [1, 5, 9]; "3-5" and
@@ -118,7 +115,11 @@ function specHeadings(markdown: string): string[] {
 
 /** GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens. */
 function anchorOf(heading: string): string {
-  return heading.trim().toLowerCase().replace(/[^\p{L}\p{N}\s_-]/gu, '').replace(/\s/g, '-');
+  return heading
+    .trim()
+    .toLowerCase()
+    .replace(/[^\p{L}\p{N}\s_-]/gu, '')
+    .replace(/\s/g, '-');
 }
 
 // "issue 11", "Issue 15's", "issues 9 and 12", "(issue #12)", "issue-11 fixes": a tracker number
@@ -192,7 +193,7 @@ describe('docs/spec.md, the specification the tree cites', () => {
     ).toEqual([]);
   });
 
-  it("links only pages and headings that exist", () => {
+  it('links only pages and headings that exist', () => {
     const broken: string[] = [];
     for (const [, target] of spec.matchAll(/\]\(([^)\s]+)\)/g)) {
       if (/^[a-z]+:/i.test(target)) continue;

@@ -1,11 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import {
-  CoordinatorAdmin,
-  CoordinatorClient,
-  KeyBuilder,
-  StreamProducer,
-  type StreamMessage,
-} from '@redis-stream-coordinator/core';
+import { CoordinatorAdmin, CoordinatorClient, KeyBuilder, StreamProducer, type StreamMessage } from '@redis-stream-coordinator/core';
 import { HandlerRecorder, type KeyedPayload } from '../support/handler-recorder';
 import { memberFactory } from '../support/member-factory';
 import { pollUntil } from '../support/poll';
@@ -90,7 +84,14 @@ describe('bad days', () => {
     const streamPrefix = uniqueName('restart');
     const recorder = new HandlerRecorder();
     const members = ['a', 'b'].map((id) =>
-      aMember({ streamPrefix, memberId: id, shardCount: 6, runtimeMaxConcurrency: 3, sessionTimeoutMs: 10_000, handler: recorder.handler(id) }),
+      aMember({
+        streamPrefix,
+        memberId: id,
+        shardCount: 6,
+        runtimeMaxConcurrency: 3,
+        sessionTimeoutMs: 10_000,
+        handler: recorder.handler(id),
+      }),
     );
     await Promise.all(members.map((m) => m.start()));
     const producer = new StreamProducer(redis.client({ maxRetriesPerRequest: 1 }), { streamPrefix });
@@ -149,7 +150,13 @@ describe('bad days', () => {
   it('OOM (maxmemory reached): the member reports it, backs off, and loses nothing once memory is back', async () => {
     const streamPrefix = uniqueName('oom');
     const recorder = new HandlerRecorder();
-    const member = aMember({ streamPrefix, shardCount: 4, runtimeMaxConcurrency: 4, sessionTimeoutMs: 10_000, handler: recorder.handler('m') });
+    const member = aMember({
+      streamPrefix,
+      shardCount: 4,
+      runtimeMaxConcurrency: 4,
+      sessionTimeoutMs: 10_000,
+      handler: recorder.handler('m'),
+    });
     const errors: string[] = [];
     member.on('error', (error) => errors.push(error.message));
     await member.start();
@@ -163,7 +170,10 @@ describe('bad days', () => {
     } finally {
       await admin.config('SET', 'maxmemory', '0');
     }
-    await sendSurely(producer, Array.from({ length: 200 }, (_, i) => ({ key: `k${i % 10}`, payload: { seq: Math.floor(i / 10) + 21 } })));
+    await sendSurely(
+      producer,
+      Array.from({ length: 200 }, (_, i) => ({ key: `k${i % 10}`, payload: { seq: Math.floor(i / 10) + 21 } })),
+    );
     await pollUntil('every entry handled', async () => new Set(recorder.runs.map((r) => `${r.key}/${r.seq}`)).size === 400);
     await pollUntil('nothing pending', async () => {
       const { shards } = await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group');
@@ -215,7 +225,9 @@ describe('bad days', () => {
     const streamPrefix = uniqueName('readonly');
     const primaryAdmin = new CoordinatorAdmin(redis.client());
     await primaryAdmin.createStream({ streamPrefix, shardCount: 4 });
-    await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(Array.from({ length: 100 }, (_, i) => ({ key: `k${i % 10}`, payload: { seq: Math.floor(i / 10) + 1 } })));
+    await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(
+      Array.from({ length: 100 }, (_, i) => ({ key: `k${i % 10}`, payload: { seq: Math.floor(i / 10) + 1 } })),
+    );
     const replica = await RedisServer.start({ args: ['--replicaof', '127.0.0.1', String(redis.server.port)] });
     try {
       const replicaClient = redis.clientAt(replica.url);
@@ -224,7 +236,10 @@ describe('bad days', () => {
         return /master_link_status:up/.test(info) && (await replicaClient.exists(new KeyBuilder().shardStream(streamPrefix, 0))) === 1;
       });
       const recorder = new HandlerRecorder();
-      const member = aMember({ streamPrefix, sessionTimeoutMs: 3000, handler: recorder.handler('m') }, redis.clientAt(replica.url, { maxRetriesPerRequest: 1 }));
+      const member = aMember(
+        { streamPrefix, sessionTimeoutMs: 3000, handler: recorder.handler('m') },
+        redis.clientAt(replica.url, { maxRetriesPerRequest: 1 }),
+      );
       const errors: string[] = [];
       member.on('error', (error) => errors.push(error.message));
       const started = member.start();
@@ -250,7 +265,9 @@ describe('bad days', () => {
       const errors: string[] = [];
       member.on('error', (error) => errors.push(error.message));
       const started = member.start();
-      await pollUntil('a connection error reported by the member', async () => errors.some((e) => /ECONNREFUSED|Connection is closed|no answer|max retries/i.test(e)));
+      await pollUntil('a connection error reported by the member', async () =>
+        errors.some((e) => /ECONNREFUSED|Connection is closed|no answer|max retries/i.test(e)),
+      );
       await redis.server.restart();
       restarted = true;
       await started;

@@ -113,7 +113,10 @@ describe('dead letters', () => {
       },
     });
     const refused: string[] = [];
-    member.on('error', (error) => /dead letter of .* refused, the shard has a new owner/.test(error.message) && refused.push(error.message));
+    member.on(
+      'error',
+      (error) => /dead letter of .* refused, the shard has a new owner/.test(error.message) && refused.push(error.message),
+    );
     await member.start();
     const [entry] = await send(streamPrefix, [1]);
     await pollUntil('the handler to run', async () => started);
@@ -131,7 +134,7 @@ describe('dead letters', () => {
     expect(pending.map(([id, consumer]) => [id, consumer])).toEqual([[entry.id, member.memberId]]); // not acknowledged
   });
 
-  it('readDeadLetters lists every shard\'s dead letters, oldest first, with the entry and why', async () => {
+  it("readDeadLetters lists every shard's dead letters, oldest first, with the entry and why", async () => {
     const streamPrefix = uniqueName('dlq-read');
     const member = aMember({
       streamPrefix,
@@ -146,7 +149,10 @@ describe('dead letters', () => {
     const written = [];
     for (const shardIndex of [2, 0, 1]) {
       written.push(...(await producer.sendBatch([{ shardIndex, payload: { seq: shardIndex } }])));
-      await pollUntil(`shard ${shardIndex}'s dead letter`, async () => (await admin().readDeadLetters(streamPrefix, 'group')).length === written.length);
+      await pollUntil(
+        `shard ${shardIndex}'s dead letter`,
+        async () => (await admin().readDeadLetters(streamPrefix, 'group')).length === written.length,
+      );
     }
     const letters = await admin().readDeadLetters(streamPrefix, 'group');
     expect(letters.map((l) => [l.shardIndex, l.entryId, l.error, l.attempts])).toEqual([
@@ -166,7 +172,10 @@ describe('reads whose reply is lost', () => {
     const streamPrefix = uniqueName('lost-read');
     const proxy = await aProxy();
     const recorder = new HandlerRecorder();
-    const member = aMember({ streamPrefix, shardCount: 1, sweepIntervalMs: 1000, blockMs: 10_000, handler: recorder.handler('m') }, redis.clientAt(proxy.url));
+    const member = aMember(
+      { streamPrefix, shardCount: 1, sweepIntervalMs: 1000, blockMs: 10_000, handler: recorder.handler('m') },
+      redis.clientAt(proxy.url),
+    );
     const errors: string[] = [];
     member.on('error', (error) => errors.push(error.message));
     await member.start();
@@ -202,7 +211,9 @@ describe('a refused shard claim', () => {
     await pollUntil('two refusals', async () => refusals.length >= 2);
     expect(refusals[0]).toMatch(/9999999999999999:1:ghost/);
     expect(member.stats().ownedShards).toEqual([0]);
-    expect(member.stats().problems).toEqual([expect.stringMatching(/shard 0: granted at epoch \d+ but a newer fencing token "9999999999999999:1:ghost" holds it/)]);
+    expect(member.stats().problems).toEqual([
+      expect.stringMatching(/shard 0: granted at epoch \d+ but a newer fencing token "9999999999999999:1:ghost" holds it/),
+    ]);
     expect(handled).toEqual([]);
 
     await redis.client().del(fence);
@@ -230,7 +241,9 @@ describe('takeovers', () => {
     await member.start();
     await pollUntil('the others handled', async () => handled.length === 2);
     expect(handled).toEqual([1, 3]);
-    expect(errors).toContainEqual(expect.stringMatching(new RegExp(`entries ${ids[1]} were deleted from the stream .* before they were handled`)));
+    expect(errors).toContainEqual(
+      expect.stringMatching(new RegExp(`entries ${ids[1]} were deleted from the stream .* before they were handled`)),
+    );
   });
 
   it('entries a zombie read between the claim and the takeover run once, in order', async () => {
@@ -252,7 +265,9 @@ describe('takeovers', () => {
       redis.clientAt(proxy.url),
     );
     // The member's first takeover call (after its claim ran) waits at the proxy while a zombie reads.
-    const takeover = proxy.holdNextRequest((request) => request.includes(keys.shardFence(streamPrefix, 0, 'group')) && request.includes('$3\r\nall\r\n'));
+    const takeover = proxy.holdNextRequest(
+      (request) => request.includes(keys.shardFence(streamPrefix, 0, 'group')) && request.includes('$3\r\nall\r\n'),
+    );
     const starting = member.start();
     await takeover.arrived;
     const late = redis.client().multi();
@@ -278,14 +293,19 @@ describe('releasing a shard', () => {
     const recorder = new HandlerRecorder();
     const first = aMember({ streamPrefix, memberId: 'first', shardCount: 2, handler: recorder.handler('first') });
     await first.start();
-    await pollUntil('both shards claimed', async () => (await redis.client().exists(...[0, 1].map((s) => keys.shardFence(streamPrefix, s, 'group')))) === 2);
+    await pollUntil(
+      'both shards claimed',
+      async () => (await redis.client().exists(...[0, 1].map((s) => keys.shardFence(streamPrefix, s, 'group')))) === 2,
+    );
     // Acks of both shards fail (their fencing keys cannot be read) and are retried with backoff.
     const fences = [0, 1].map((s) => keys.shardFence(streamPrefix, s, 'group'));
     const tokens = await Promise.all(fences.map((fence) => redis.client().get(fence)));
     for (const fence of fences) await redis.client().multi().del(fence).rpush(fence, 'unreadable').exec();
     const failedAcks: string[] = [];
     first.on('error', (error) => /acknowledging 1 entries failed, retrying/.test(error.message) && failedAcks.push(error.message));
-    await new StreamProducer(redis.client(), { streamPrefix }).sendBatch([0, 1].map((shardIndex) => ({ shardIndex, payload: { seq: shardIndex } })));
+    await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(
+      [0, 1].map((shardIndex) => ({ shardIndex, payload: { seq: shardIndex } })),
+    );
     await pollUntil('both acks failing', async () => failedAcks.length >= 2);
 
     const timeline: string[] = [];
@@ -293,11 +313,15 @@ describe('releasing a shard', () => {
     first.on('revoked', (event) => timeline.push(`revoked ${event.shards.join(',')}`));
     const second = aMember({ streamPrefix, memberId: 'second', handler: recorder.handler('second') });
     await second.start();
-    await pollUntil('a revocation under way (or over)', async () => first.stats().revokingShards.length > 0 || timeline.length > 0, { intervalMs: 5 });
+    await pollUntil('a revocation under way (or over)', async () => first.stats().revokingShards.length > 0 || timeline.length > 0, {
+      intervalMs: 5,
+    });
     // Redis is fine again: the first member's token comes back (unless a new owner's token is there already).
     const restore = "if redis.call('TYPE', KEYS[1]).ok == 'list' then redis.call('SET', KEYS[1], ARGV[1]) end";
     for (const [i, fence] of fences.entries()) await redis.client().eval(restore, 1, fence, tokens[i]!);
-    await pollUntil('one shard each', async () => second.ownedShards().length === 1 && first.ownedShards().length === 1, { timeoutMs: 15_000 });
+    await pollUntil('one shard each', async () => second.ownedShards().length === 1 && first.ownedShards().length === 1, {
+      timeoutMs: 15_000,
+    });
     await settledShard(streamPrefix, 0);
     await settledShard(streamPrefix, 1);
     const revoked = timeline.find((t) => t.startsWith('revoked'))!;

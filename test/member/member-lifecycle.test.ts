@@ -49,7 +49,13 @@ describe('stop() while a handler outlives the session timeout (issue 11 #5)', ()
         await new Promise((resolve) => setTimeout(resolve, 2500));
       }
     };
-    const stopping = aMember({ streamPrefix, memberId: 'stopping', shardCount: 1, sessionTimeoutMs: 1000, handler: recorder.handler('stopping', slow) });
+    const stopping = aMember({
+      streamPrefix,
+      memberId: 'stopping',
+      shardCount: 1,
+      sessionTimeoutMs: 1000,
+      handler: recorder.handler('stopping', slow),
+    });
     await stopping.start();
     const other = aMember({ streamPrefix, memberId: 'other', sessionTimeoutMs: 1000, handler: recorder.handler('other') });
     await other.start();
@@ -98,7 +104,9 @@ describe('recovery from refusals that are not fencing (issue 11 #7)', () => {
     await redis.client().hset(meta, 'shardCount', 2, 'shardSpan', 2);
     handlers.open();
 
-    await pollUntil('a to drop everything after INVALID_REQUEST', async () => fenced.includes(ErrorCode.INVALID_REQUEST), { timeoutMs: 10_000 });
+    await pollUntil('a to drop everything after INVALID_REQUEST', async () => fenced.includes(ErrorCode.INVALID_REQUEST), {
+      timeoutMs: 10_000,
+    });
     await pollUntil('a to rejoin', async () => a.currentMemberEpoch() > 0 && a.stats().problems.length === 0);
   });
 
@@ -201,8 +209,20 @@ describe('two processes with one memberId (issue 11 #11)', () => {
     const streamPrefix = uniqueName('twins');
     const recorder = new HandlerRecorder();
     const work = () => new Promise<void>((resolve) => setTimeout(resolve, 2));
-    const first = aMember({ streamPrefix, memberId: 'same', shardCount: 4, runtimeMaxConcurrency: 4, handler: recorder.handler('first', work) });
-    const second = aMember({ streamPrefix, memberId: 'same', shardCount: 4, runtimeMaxConcurrency: 4, handler: recorder.handler('second', work) });
+    const first = aMember({
+      streamPrefix,
+      memberId: 'same',
+      shardCount: 4,
+      runtimeMaxConcurrency: 4,
+      handler: recorder.handler('first', work),
+    });
+    const second = aMember({
+      streamPrefix,
+      memberId: 'same',
+      shardCount: 4,
+      runtimeMaxConcurrency: 4,
+      handler: recorder.handler('second', work),
+    });
     const secondErrors: Error[] = [];
     second.on('error', (error) => secondErrors.push(error));
     await first.start();
@@ -240,15 +260,23 @@ describe('two processes with one memberId (issue 11 #11)', () => {
     const streamPrefix = uniqueName('taken');
     const proxy = await aProxy();
     const paused = new CoordinatedMember(redis.clientAt(proxy.url, { maxRetriesPerRequest: null }), {
-      streamPrefix, consumerGroup: 'group', memberId: 'same', shardCount: 2, sessionTimeoutMs: 600,
-      coordinator: { heartbeatIntervalMs: 100 }, handler: () => undefined,
+      streamPrefix,
+      consumerGroup: 'group',
+      memberId: 'same',
+      shardCount: 2,
+      sessionTimeoutMs: 600,
+      coordinator: { heartbeatIntervalMs: 100 },
+      handler: () => undefined,
     });
     const errors: Error[] = [];
     paused.on('error', (error) => errors.push(error));
     await paused.start();
     proxy.freeze(); // the process is paused past its session timeout
     // Meanwhile another instance with the same id joins, once the paused one's lease ran out.
-    const usurper = new ProtocolMember(new CoordinatorClient(redis.client()), streamPrefix, 'group', 'same', { instanceId: 'usurper', sessionTimeoutMs: 60_000 });
+    const usurper = new ProtocolMember(new CoordinatorClient(redis.client()), streamPrefix, 'group', 'same', {
+      instanceId: 'usurper',
+      sessionTimeoutMs: 60_000,
+    });
     await pollUntil('the usurper to get the id', async () => (await usurper.join()).errorCode === ErrorCode.NONE, { timeoutMs: 5000 });
     proxy.thaw();
 
@@ -291,7 +319,9 @@ describe('the cutover read after a metadata change (issue 11, suspected)', () =>
     expect((await memberState(streamPrefix, 'a'))!.state).toBe('ACTIVE');
 
     connection.hmget = hmget;
-    await pollUntil('a to take the shards once the metadata is synced', async () => a.ownedShards().length === 4 && a.stats().problems.length === 0);
+    await pollUntil(
+      'a to take the shards once the metadata is synced',
+      async () => a.ownedShards().length === 4 && a.stats().problems.length === 0,
+    );
   });
 });
-

@@ -115,7 +115,8 @@ class Real {
     });
     const results = await this.producer.sendBatch(batch);
     const at = performance.timeOrigin + performance.now();
-    for (const [i, r] of results.entries()) this.produced.push({ id: r.id, shard: r.shardIndex, key: batch[i].key, seq: batch[i].payload.seq, at });
+    for (const [i, r] of results.entries())
+      this.produced.push({ id: r.id, shard: r.shardIndex, key: batch[i].key, seq: batch[i].payload.seq, at });
   }
 
   /** The group settled: STABLE, every shard owned by a member of ours; then the invariants. */
@@ -139,7 +140,11 @@ class Real {
       }
     }
     expect(new Set(d.shards.map((s) => s.shardIndex)).size, 'one row per shard').toBe(d.shards.length);
-    for (const s of d.shards.filter(mustBeOwned)) expect(this.members.some((m) => m.id === s.owner), `shard ${s.shardIndex} owned by ${s.owner}`).toBe(true);
+    for (const s of d.shards.filter(mustBeOwned))
+      expect(
+        this.members.some((m) => m.id === s.owner),
+        `shard ${s.shardIndex} owned by ${s.owner}`,
+      ).toBe(true);
   }
 
   async close(): Promise<void> {
@@ -263,11 +268,18 @@ class Resize implements Command {
     if (!this.ordered) r.fault(this.grow ? 'grow-unordered' : 'shrink-unordered');
     await pollUntil(
       'the resize to be accepted',
-      async () => r.admin.resizeShards(r.streamPrefix, m.shards, { ordered: this.ordered, graceMs: 300, switchDelayMs: 300 }).then(() => true, (e: Error) => (e.name === 'ResizeInProgressError' ? undefined : Promise.reject(e))),
+      async () =>
+        r.admin.resizeShards(r.streamPrefix, m.shards, { ordered: this.ordered, graceMs: 300, switchDelayMs: 300 }).then(
+          () => true,
+          (e: Error) => (e.name === 'ResizeInProgressError' ? undefined : Promise.reject(e)),
+        ),
       { timeoutMs: 20_000, intervalMs: 100 },
     );
     await r.produce(10);
-    await pollUntil('the cutover to complete', async () => (await r.admin.cutoverStatus(r.streamPrefix)).every((s) => s.cutover === null), { timeoutMs: 20_000, intervalMs: 100 });
+    await pollUntil('the cutover to complete', async () => (await r.admin.cutoverStatus(r.streamPrefix)).every((s) => s.cutover === null), {
+      timeoutMs: 20_000,
+      intervalMs: 100,
+    });
     await r.settle();
   }
   toString = () => `resize(${this.grow ? '+1' : '-1'}${this.ordered ? '' : ', unordered'})`;
@@ -280,7 +292,9 @@ const commands = [
   fc.integer({ min: 1, max: 30 }).map((n) => new Produce(n)),
   fc.tuple(pick, fc.constantFrom(SESSION_MS / 5, SESSION_MS)).map(([p, ms]) => new Slow(p, ms)),
   pick.map((p) => new Partition(p)),
-  fc.tuple(pick, fc.constantFrom<LostReply[]>(...(ALL ? (['read', 'ack', 'heartbeat'] as const) : (['ack', 'heartbeat'] as const)))).map(([p, c]) => new LoseReply(p, c)),
+  fc
+    .tuple(pick, fc.constantFrom<LostReply[]>(...(ALL ? (['read', 'ack', 'heartbeat'] as const) : (['ack', 'heartbeat'] as const))))
+    .map(([p, c]) => new LoseReply(p, c)),
   fc.tuple(fc.boolean(), fc.boolean()).map(([grow, ordered]) => new Resize(grow, ordered)),
 ];
 
@@ -298,14 +312,20 @@ describe('members through a proxy, against a model of who may own what', () => {
           // No more writes: every written entry must be handled within the sweep interval plus a
           // margin, also on a quiet shard (an entry of a lost read reply must not wait for a write).
           const handled = () => new Set(real.lines.filter((l) => l.e === 'end').map((l) => `${l.s}/${l.id}`));
-          await pollUntil(`${real.produced.length} entries handled`, async () => real.produced.every((p) => handled().has(`${p.shard}/${p.id}`)), {
-            timeoutMs: 8_000,
-            intervalMs: 50,
-          }).catch(async (error: Error) => {
+          await pollUntil(
+            `${real.produced.length} entries handled`,
+            async () => real.produced.every((p) => handled().has(`${p.shard}/${p.id}`)),
+            {
+              timeoutMs: 8_000,
+              intervalMs: 50,
+            },
+          ).catch(async (error: Error) => {
             const missing = real.produced.filter((p) => !handled().has(`${p.shard}/${p.id}`)).map((p) => `${p.shard}/${p.id}`);
             const d = await real.admin.describeGroup(real.streamPrefix, real.group).catch(() => undefined);
             const shards = d?.shards.map((s) => `${s.shardIndex}:${s.owner}/${s.state} lag ${s.lag} pending ${s.pending}`).join(', ');
-            throw new Error(`${error.message}; not handled: ${missing.join(' ')}; shards: ${shards}; members: ${real.members.map((m) => `${m.id} owns [${m.member.ownedShards().join(',')}] ${m.member.stats().problems.join('; ')}`).join(' | ')}`);
+            throw new Error(
+              `${error.message}; not handled: ${missing.join(' ')}; shards: ${shards}; members: ${real.members.map((m) => `${m.id} owns [${m.member.ownedShards().join(',')}] ${m.member.stats().problems.join('; ')}`).join(' | ')}`,
+            );
           });
           await real.close();
           const report = check(real.produced, real.lines, real.faults, new Set());

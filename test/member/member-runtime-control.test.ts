@@ -86,9 +86,15 @@ describe('pause() and resume()', () => {
     expect(a.isPaused()).toBe(true);
     expect(a.stats()).toMatchObject({ paused: true, running: true });
     // Entries sent while paused are not fetched; the handlers in flight finish and are acknowledged.
-    await send(streamPrefix, keyedMessages(8, 5, 'later').map((m) => ({ ...m, payload: { seq: m.payload.seq + 1 } })));
+    await send(
+      streamPrefix,
+      keyedMessages(8, 5, 'later').map((m) => ({ ...m, payload: { seq: m.payload.seq + 1 } })),
+    );
     release.open();
-    await pollUntil('the in-flight handlers to finish and be acknowledged', async () => a.stats().activeHandlers === 0 && recorder.runs.length > 0);
+    await pollUntil(
+      'the in-flight handlers to finish and be acknowledged',
+      async () => a.stats().activeHandlers === 0 && recorder.runs.length > 0,
+    );
 
     // Still a member with its shards: a second member gets half of them at once, the paused one
     // answering the revocation without any handler running.
@@ -212,8 +218,9 @@ describe('setRuntimeMaxConcurrency()', () => {
 
     a.setRuntimeMaxConcurrency(3);
     await pollUntil('three handlers running', async () => active === 3);
-    await pollUntil('the coordinator to know the new capacity', async () =>
-      (await describeGroup(streamPrefix)).members.find((m) => m.memberId === 'a')!.runtimeMaxConcurrency === 3,
+    await pollUntil(
+      'the coordinator to know the new capacity',
+      async () => (await describeGroup(streamPrefix)).members.find((m) => m.memberId === 'a')!.runtimeMaxConcurrency === 3,
     );
 
     a.setRuntimeMaxConcurrency(1);
@@ -314,13 +321,20 @@ describe('message.signal', () => {
       // Ignores its signal: the member must not wait for it, nor let it overlap the next owner unwarned.
       handler: async (message) => {
         message.signal.addEventListener('abort', () =>
-          aborted.push({ shardIndex: message.shardIndex, reason: (message.signal.reason as HandlerAbortedError).reason, at: performance.now() }),
+          aborted.push({
+            shardIndex: message.shardIndex,
+            reason: (message.signal.reason as HandlerAbortedError).reason,
+            at: performance.now(),
+          }),
         );
         await hang.opened;
       },
     });
     await a.start();
-    await send(streamPrefix, [0, 1].map((shardIndex) => ({ key: `s${shardIndex}`, shardIndex, payload: { seq: 1 } })));
+    await send(
+      streamPrefix,
+      [0, 1].map((shardIndex) => ({ key: `s${shardIndex}`, shardIndex, payload: { seq: 1 } })),
+    );
     await pollUntil('both handlers running', async () => a.stats().activeHandlers === 2);
 
     const recorder = new HandlerRecorder();
@@ -341,7 +355,14 @@ describe('message.signal', () => {
     const reasons: string[] = [];
     const started = gate();
     const a = aMember(
-      { streamPrefix, memberId: 'a', shardCount: 1, sessionTimeoutMs: 600, shutdownTimeoutMs: 100, handler: waitsForItsSignal(reasons, started) },
+      {
+        streamPrefix,
+        memberId: 'a',
+        shardCount: 1,
+        sessionTimeoutMs: 600,
+        shutdownTimeoutMs: 100,
+        handler: waitsForItsSignal(reasons, started),
+      },
       redis.clientAt(proxy.url),
     );
     await a.start();

@@ -18,7 +18,9 @@ async function stableWithAllShardsOwned(streamPrefix: string, shardCount: number
   const admin = new CoordinatorAdmin(redis.client());
   return pollUntil('a STABLE group with every shard owned', async () => {
     const description = await admin.describeGroup(streamPrefix, 'group');
-    return description.group.state === 'STABLE' && description.shards.filter((s) => s.state === 'OWNED').length === shardCount && description;
+    return (
+      description.group.state === 'STABLE' && description.shards.filter((s) => s.state === 'OWNED').length === shardCount && description
+    );
   });
 }
 
@@ -82,7 +84,11 @@ describe('CoordinatedMember', () => {
     expect(duplicates.length).toBeLessThanOrEqual(50);
     expect(recorder.runs.filter((r) => r.memberId === 'joiner').length).toBeGreaterThan(0);
     const description = await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group');
-    expect(Object.fromEntries(description.members.map((m) => [m.memberId, m.state]))).toEqual({ doomed: 'EXPIRED', joiner: 'ACTIVE', leaver: 'LEFT' });
+    expect(Object.fromEntries(description.members.map((m) => [m.memberId, m.state]))).toEqual({
+      doomed: 'EXPIRED',
+      joiner: 'ACTIVE',
+      leaver: 'LEFT',
+    });
     // the consumers of the members that are gone were cleaned up once their entries were taken over
     const consumers = await Promise.all(
       Array.from({ length: 12 }, async (_, shard) => {

@@ -46,20 +46,23 @@ describe('connections per process', () => {
     [1, 3],
     [8, 4],
     [24, 4],
-  ])('%i member(s) on one client: %i connections (command, wake-ups, blocking/doorbell, shared reads), not one reader each', async (count, expected) => {
-    const streamPrefix = uniqueName(`conn-${count}`);
-    const name = uniqueName('proc').replace(/-/g, '_');
-    const client = aNamedClient(name);
-    const recorder = new HandlerRecorder();
-    const members = Array.from({ length: count }, (_, i) =>
-      aMember({ streamPrefix, memberId: `m${i}`, shardCount: 32, handler: recorder.handler(`m${i}`) }, client),
-    );
-    await Promise.all(members.map((m) => m.start()));
-    await send(streamPrefix, 0, 64);
-    await pollUntil('every entry handled', async () => recorder.distinctEntries() === 64);
-    // (Before the read hub: 2 + count, one blocking reader per member.)
-    expect(await connectionsNamed(name)).toBe(expected);
-  });
+  ])(
+    '%i member(s) on one client: %i connections (command, wake-ups, blocking/doorbell, shared reads), not one reader each',
+    async (count, expected) => {
+      const streamPrefix = uniqueName(`conn-${count}`);
+      const name = uniqueName('proc').replace(/-/g, '_');
+      const client = aNamedClient(name);
+      const recorder = new HandlerRecorder();
+      const members = Array.from({ length: count }, (_, i) =>
+        aMember({ streamPrefix, memberId: `m${i}`, shardCount: 32, handler: recorder.handler(`m${i}`) }, client),
+      );
+      await Promise.all(members.map((m) => m.start()));
+      await send(streamPrefix, 0, 64);
+      await pollUntil('every entry handled', async () => recorder.distinctEntries() === 64);
+      // (Before the read hub: 2 + count, one blocking reader per member.)
+      expect(await connectionsNamed(name)).toBe(expected);
+    },
+  );
 });
 
 describe('a member alone on its hub, and then not', () => {
@@ -98,7 +101,9 @@ describe('members of one process reading together', () => {
     const proxy = await aProxy();
     const client = aNamedClient(uniqueName('lost'), proxy.url);
     const recorder = new HandlerRecorder();
-    const members = Array.from({ length: 4 }, (_, i) => aMember({ streamPrefix, memberId: `m${i}`, shardCount: 8, handler: recorder.handler(`m${i}`) }, client));
+    const members = Array.from({ length: 4 }, (_, i) =>
+      aMember({ streamPrefix, memberId: `m${i}`, shardCount: 8, handler: recorder.handler(`m${i}`) }, client),
+    );
     await Promise.all(members.map((m) => m.start()));
     await pollUntil('every member owns shards', async () => members.every((m) => m.ownedShards().length === 2));
     await send(streamPrefix, 0, 32);
@@ -130,10 +135,14 @@ describe('members of one process reading together', () => {
     const recorder = new HandlerRecorder();
     // sessionTimeoutMs 3000, blockMs 2000: a read's deadline is 2 s.
     const members = Array.from({ length: 2 }, (_, i) =>
-      aMember({ streamPrefix, memberId: `m${i}`, shardCount: 4, sessionTimeoutMs: 3000, blockMs: 2000, handler: recorder.handler(`m${i}`) }, client),
+      aMember(
+        { streamPrefix, memberId: `m${i}`, shardCount: 4, sessionTimeoutMs: 3000, blockMs: 2000, handler: recorder.handler(`m${i}`) },
+        client,
+      ),
     );
     const deadlines: string[] = [];
-    for (const m of members) m.on('error', (error) => void (/did not come back within/.test(error.message) && deadlines.push(error.message)));
+    for (const m of members)
+      m.on('error', (error) => void (/did not come back within/.test(error.message) && deadlines.push(error.message)));
     await Promise.all(members.map((m) => m.start()));
     await pollUntil('each owns two shards', async () => members.every((m) => m.ownedShards().length === 2));
     await send(streamPrefix, 0, 8);
@@ -161,7 +170,10 @@ describe('members of one process reading together', () => {
     const options = { shardCount: 2, sessionTimeoutMs: 3000, blockMs: 2000 };
     const reader = aMember({ streamPrefix, memberId: 'reader-a', ...options, handler: recorder.handler('reader-a') }, client);
     // An idle member of another group on the same client: reader-a reads through the shared path.
-    const companion = aMember({ streamPrefix: `${streamPrefix}-other`, memberId: 'companion', ...options, handler: () => undefined }, client);
+    const companion = aMember(
+      { streamPrefix: `${streamPrefix}-other`, memberId: 'companion', ...options, handler: () => undefined },
+      client,
+    );
     await Promise.all([companion.start(), reader.start()]);
     await pollUntil('reader-a owns both shards', async () => reader.ownedShards().length === 2);
     await send(streamPrefix, 0, 8);
@@ -192,7 +204,9 @@ describe('members of one process reading together', () => {
     const recorder = new HandlerRecorder();
     // The first doorbell read (XREAD, not XREADGROUP) stops at the proxy: no ring comes.
     const held = proxy.holdNextRequest((request) => TcpProxy.command('XREAD')(request) && !TcpProxy.command('XREADGROUP')(request));
-    const members = Array.from({ length: 2 }, (_, i) => aMember({ streamPrefix, memberId: `m${i}`, shardCount: 4, blockMs: 1000, handler: recorder.handler(`m${i}`) }, client));
+    const members = Array.from({ length: 2 }, (_, i) =>
+      aMember({ streamPrefix, memberId: `m${i}`, shardCount: 4, blockMs: 1000, handler: recorder.handler(`m${i}`) }, client),
+    );
     await Promise.all(members.map((m) => m.start()));
     await pollUntil('each owns two shards', async () => members.every((m) => m.ownedShards().length === 2));
     await held.arrived;
@@ -210,7 +224,9 @@ describe('members of one process reading together', () => {
     const name = uniqueName('stop').replace(/-/g, '_');
     const client = aNamedClient(name);
     const recorder = new HandlerRecorder();
-    const members = Array.from({ length: 4 }, (_, i) => aMember({ streamPrefix, memberId: `m${i}`, shardCount: 8, handler: recorder.handler(`m${i}`) }, client));
+    const members = Array.from({ length: 4 }, (_, i) =>
+      aMember({ streamPrefix, memberId: `m${i}`, shardCount: 8, handler: recorder.handler(`m${i}`) }, client),
+    );
     await Promise.all(members.map((m) => m.start()));
     await pollUntil('every member owns shards', async () => members.every((m) => m.ownedShards().length === 2));
     await send(streamPrefix, 0, 30);
@@ -287,7 +303,14 @@ describe('reads while the buffer is full', () => {
     await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount });
     const producer = new StreamProducer(redis.client(), { streamPrefix });
     await producer.sendBatch(Array.from({ length: total }, (_, i) => ({ key: `k${i}`, payload: { seq: i } })));
-    const calls = async (command: string) => Number(/calls=(\d+)/.exec(String(await redis.client().info('commandstats')).split('\n').find((l) => l.startsWith(`cmdstat_${command}:`)) ?? '')?.[1] ?? 0);
+    const calls = async (command: string) =>
+      Number(
+        /calls=(\d+)/.exec(
+          String(await redis.client().info('commandstats'))
+            .split('\n')
+            .find((l) => l.startsWith(`cmdstat_${command}:`)) ?? '',
+        )?.[1] ?? 0,
+      );
     const [reads0, checks0] = [await calls('xreadgroup'), await calls('xrange')];
     let handled = 0;
     const member = aMember({
@@ -336,7 +359,9 @@ describe('reads while the buffer is full: every shard gets its turn', () => {
     await member.start();
     await pollUntil('every shard owned', async () => member.ownedShards().length === shardCount);
     const producer = new StreamProducer(redis.client(), { streamPrefix });
-    await producer.sendBatch([5, 6, 7].flatMap((shardIndex) => Array.from({ length: 3 }, (_, i) => ({ payload: { seq: shardIndex * 10 + i }, shardIndex }))));
+    await producer.sendBatch(
+      [5, 6, 7].flatMap((shardIndex) => Array.from({ length: 3 }, (_, i) => ({ payload: { seq: shardIndex * 10 + i }, shardIndex }))),
+    );
     await pollUntil('the entries of shards 5-7 handled', async () => handled === 9, { timeoutMs: 15_000 });
     await settled(streamPrefix);
   });

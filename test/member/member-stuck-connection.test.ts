@@ -35,7 +35,13 @@ describe('a heartbeat that reaches Redis after its member stopped waiting', () =
     // stops waiting after a third of the session timeout).
     const answers: (HeartbeatObservation & { sentAt: number })[] = [];
     const late = aMember(
-      { streamPrefix, shardCount: 2, sessionTimeoutMs: 3000, handler: recorder.handler('late'), coordinator: { heartbeatIntervalMs: 200, onHeartbeat: (o) => answers.push({ ...o, sentAt: performance.now() - o.roundTripMs }) } },
+      {
+        streamPrefix,
+        shardCount: 2,
+        sessionTimeoutMs: 3000,
+        handler: recorder.handler('late'),
+        coordinator: { heartbeatIntervalMs: 200, onHeartbeat: (o) => answers.push({ ...o, sentAt: performance.now() - o.roundTripMs }) },
+      },
       redis.clientAt(proxy.url),
     );
     const steady = aMember({ streamPrefix, shardCount: 2, sessionTimeoutMs: 3000, handler: recorder.handler('steady') });
@@ -56,7 +62,9 @@ describe('a heartbeat that reaches Redis after its member stopped waiting', () =
       async () => {
         const d = await admin().describeGroup(streamPrefix, 'group');
         const owner = new Set(d.shards.map((s) => s.owner));
-        return d.members.find((m) => m.memberId === late.memberId)?.state === 'EXPIRED' && owner.size === 1 && owner.has(steady.memberId) && d;
+        return (
+          d.members.find((m) => m.memberId === late.memberId)?.state === 'EXPIRED' && owner.size === 1 && owner.has(steady.memberId) && d
+        );
       },
       { timeoutMs: 8000 },
     ).catch(async (error: Error) => {
@@ -66,7 +74,11 @@ describe('a heartbeat that reaches Redis after its member stopped waiting', () =
     // Redis answered every late heartbeat, and refused each one: none renewed the lease.
     const lateAnswers = answers.filter((o) => o.sentAt > delayedFrom && o.roundTripMs > 1000 && o.response);
     expect(lateAnswers.length).toBeGreaterThan(0);
-    expect(lateAnswers.filter((o) => o.response!.errorCode !== 'DEADLINE_EXCEEDED').map((o) => `${o.request.memberEpoch}: ${o.response!.errorCode}`)).toEqual([]);
+    expect(
+      lateAnswers
+        .filter((o) => o.response!.errorCode !== 'DEADLINE_EXCEEDED')
+        .map((o) => `${o.request.memberEpoch}: ${o.response!.errorCode}`),
+    ).toEqual([]);
 
     // Nothing waits for the late member: what is sent now is handled by the steady one.
     await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(keyedMessages(4, 2, 'during'));
@@ -74,7 +86,9 @@ describe('a heartbeat that reaches Redis after its member stopped waiting', () =
 
     // The link fast again: the member rejoins and gets its share back.
     proxy.clearFaults();
-    await pollUntil('the member back with a shard', async () => late.ownedShards().length === 1 && steady.ownedShards().length === 1, { timeoutMs: 10_000 });
+    await pollUntil('the member back with a shard', async () => late.ownedShards().length === 1 && steady.ownedShards().length === 1, {
+      timeoutMs: 10_000,
+    });
   });
 });
 
@@ -117,7 +131,11 @@ describe('a command connection that stops answering without closing (half-open)'
     proxy.blackholeOpenConnections();
     release();
     // Two heartbeat timeouts (1 s each) and the retry between them.
-    await pollUntil('the command connection reset', async () => errors.some((e) => /2 heartbeats in a row got no answer within 1000 ms; the command connection was reset/.test(e)), { timeoutMs: 6000 });
+    await pollUntil(
+      'the command connection reset',
+      async () => errors.some((e) => /2 heartbeats in a row got no answer within 1000 ms; the command connection was reset/.test(e)),
+      { timeoutMs: 6000 },
+    );
 
     // The member reads on over the new connections (its lease may have been lost meanwhile: then it rejoined).
     await producer.sendBatch(keyedMessages(1, 2, 'after'));
@@ -125,6 +143,8 @@ describe('a command connection that stops answering without closing (half-open)'
     // Entry 2's acknowledgement was resent on the new connection and decided there: accepted, or
     // refused (a new grant's token) and the entry run again and acknowledged. Nothing stays pending.
     await pollUntil('entry 2 acknowledged or refused', async () => acknowledged.some((a) => a.ids.includes(entry2)));
-    await pollUntil('nothing pending in the group', async () => (await admin().describeGroup(streamPrefix, 'group')).shards.every((s) => s.pending === 0 && s.lag === 0));
+    await pollUntil('nothing pending in the group', async () =>
+      (await admin().describeGroup(streamPrefix, 'group')).shards.every((s) => s.pending === 0 && s.lag === 0),
+    );
   });
 });

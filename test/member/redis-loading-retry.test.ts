@@ -25,7 +25,7 @@ describe('asking whether a restarted Redis has loaded its data', () => {
     expect(reader.options.maxLoadingRetryTime).toBe(LOADING_RETRY_MS);
     expect(reader.options.password).toBe('kept');
     const eager = lazy(new Redis({ lazyConnect: true, maxLoadingRetryTime: 50 }));
-    expect((lazy(duplicateClient(eager) as Redis)).options.maxLoadingRetryTime).toBe(50);
+    expect(lazy(duplicateClient(eager) as Redis).options.maxLoadingRetryTime).toBe(50);
     const cluster = lazy(new Cluster([{ host: '127.0.0.1', port: 1 }], { lazyConnect: true, redisOptions: { username: 'u' } }));
     const clusterReader = lazy(duplicateClient(cluster) as Cluster);
     expect(clusterReader.options.redisOptions).toMatchObject({ username: 'u', maxLoadingRetryTime: LOADING_RETRY_MS });
@@ -39,7 +39,10 @@ describe('asking whether a restarted Redis has loaded its data', () => {
     const own = CoordinatorConnection.fromOptions({ redis: { options: { lazyConnect: true, maxLoadingRetryTime: 5000 } } }, noop);
     opened.push(own.client);
     expect((own.client as Redis).options.maxLoadingRetryTime).toBe(5000);
-    const cluster = CoordinatorConnection.fromOptions({ redis: { cluster: { nodes: [{ host: '127.0.0.1', port: 1 }], options: { lazyConnect: true } } } }, noop);
+    const cluster = CoordinatorConnection.fromOptions(
+      { redis: { cluster: { nodes: [{ host: '127.0.0.1', port: 1 }], options: { lazyConnect: true } } } },
+      noop,
+    );
     opened.push(cluster.client);
     expect((cluster.client as Cluster).options.redisOptions?.maxLoadingRetryTime).toBe(LOADING_RETRY_MS);
   });

@@ -11,7 +11,12 @@ const aMember = memberFactory(redis, { coordinator: { heartbeatIntervalMs: 100 }
 
 async function ownershipOf(streamPrefix: string) {
   const description = await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group');
-  return { description, owners: Object.fromEntries(description.members.filter((m) => m.state === 'ACTIVE').map((m) => [m.memberId, m.currentAssignment.map((s) => s.shardIndex)])) };
+  return {
+    description,
+    owners: Object.fromEntries(
+      description.members.filter((m) => m.state === 'ACTIVE').map((m) => [m.memberId, m.currentAssignment.map((s) => s.shardIndex)]),
+    ),
+  };
 }
 
 async function stable(streamPrefix: string, shardCount: number) {
@@ -67,8 +72,20 @@ describe('static membership: CoordinatedMember with memberInstanceId', () => {
     const streamPrefix = uniqueName('crash');
     const recorder = new HandlerRecorder();
     let hold: Promise<void> | undefined = new Promise<void>(() => undefined); // the first instance hangs in its handler
-    const crashed = aMember({ streamPrefix, memberInstanceId: 'crashy', shardCount: 2, sessionTimeoutMs: 10_000, handler: recorder.handler('crashy-1', () => hold) });
-    const steady = aMember({ streamPrefix, memberInstanceId: 'steady', shardCount: 2, sessionTimeoutMs: 10_000, handler: recorder.handler('steady') });
+    const crashed = aMember({
+      streamPrefix,
+      memberInstanceId: 'crashy',
+      shardCount: 2,
+      sessionTimeoutMs: 10_000,
+      handler: recorder.handler('crashy-1', () => hold),
+    });
+    const steady = aMember({
+      streamPrefix,
+      memberInstanceId: 'steady',
+      shardCount: 2,
+      sessionTimeoutMs: 10_000,
+      handler: recorder.handler('steady'),
+    });
     const steadyRevoked: number[] = [];
     steady.on('revoked', (event) => steadyRevoked.push(...event.shards));
     await Promise.all([crashed.start(), steady.start()]);
@@ -81,7 +98,13 @@ describe('static membership: CoordinatedMember with memberInstanceId', () => {
 
     crashed.abort(); // as if the process died: no drain, no ack, no leave; its lease runs on
     hold = undefined;
-    const restarted = aMember({ streamPrefix, memberInstanceId: 'crashy', shardCount: 2, sessionTimeoutMs: 10_000, handler: recorder.handler('crashy-2') });
+    const restarted = aMember({
+      streamPrefix,
+      memberInstanceId: 'crashy',
+      shardCount: 2,
+      sessionTimeoutMs: 10_000,
+      handler: recorder.handler('crashy-2'),
+    });
     const startedAt = performance.now();
     await restarted.start();
     expect(performance.now() - startedAt).toBeLessThan(5000); // well within the 10 s session timeout
@@ -95,7 +118,14 @@ describe('static membership: CoordinatedMember with memberInstanceId', () => {
     const streamPrefix = uniqueName('duplicate');
     // Heartbeats every 300 ms, so a takeover needs 600 ms of silence: with 100 ms (200 ms of silence)
     // one hiccup of a loaded machine let the second take over, twice in a run of 20 files.
-    const twin = { streamPrefix, memberInstanceId: 'twin', shardCount: 2, sessionTimeoutMs: 1000, coordinator: { heartbeatIntervalMs: 300 }, handler: () => undefined };
+    const twin = {
+      streamPrefix,
+      memberInstanceId: 'twin',
+      shardCount: 2,
+      sessionTimeoutMs: 1000,
+      coordinator: { heartbeatIntervalMs: 300 },
+      handler: () => undefined,
+    };
     const first = aMember(twin);
     await first.start();
     const second = aMember(twin);
@@ -105,8 +135,20 @@ describe('static membership: CoordinatedMember with memberInstanceId', () => {
 
   it('stop({ leaveGroup: true }) leaves for good: the member is LEFT and its shards move at once, long before its session timeout', async () => {
     const streamPrefix = uniqueName('static-leave');
-    const leaving = aMember({ streamPrefix, memberInstanceId: 'leaving', shardCount: 2, sessionTimeoutMs: 20_000, handler: () => undefined });
-    const staying = aMember({ streamPrefix, memberInstanceId: 'staying', shardCount: 2, sessionTimeoutMs: 20_000, handler: () => undefined });
+    const leaving = aMember({
+      streamPrefix,
+      memberInstanceId: 'leaving',
+      shardCount: 2,
+      sessionTimeoutMs: 20_000,
+      handler: () => undefined,
+    });
+    const staying = aMember({
+      streamPrefix,
+      memberInstanceId: 'staying',
+      shardCount: 2,
+      sessionTimeoutMs: 20_000,
+      handler: () => undefined,
+    });
     await Promise.all([leaving.start(), staying.start()]);
     await stable(streamPrefix, 2);
     await leaving.stop({ leaveGroup: true });
@@ -117,6 +159,8 @@ describe('static membership: CoordinatedMember with memberInstanceId', () => {
 
   it('names the option when memberInstanceId is not a valid id, or disagrees with memberId', () => {
     expect(() => aMember({ streamPrefix: 'x', memberInstanceId: 'has space', handler: () => undefined })).toThrow(/memberInstanceId/);
-    expect(() => aMember({ streamPrefix: 'x', memberInstanceId: 'a', memberId: 'b', handler: () => undefined })).toThrow(/memberInstanceId "a"/);
+    expect(() => aMember({ streamPrefix: 'x', memberInstanceId: 'a', memberId: 'b', handler: () => undefined })).toThrow(
+      /memberInstanceId "a"/,
+    );
   });
 });

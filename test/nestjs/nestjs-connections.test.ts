@@ -20,7 +20,6 @@ const main = useRedisServer();
 const audit = useRedisServer();
 const apps = closedAfterEach<TestingModule>();
 
-
 async function anApp(imports: unknown[], providers: unknown[]) {
   @Module({ providers: providers as never[] })
   class FeatureModule {}
@@ -50,10 +49,18 @@ describe('named connections', () => {
       onTold() {}
     }
     const app = await anApp(
-      [CoordinatorModule.forRoot({ redis: { url: main.server.url } }), CoordinatorModule.forRoot({ name: 'given', redis: { client: audit.client() } })],
+      [
+        CoordinatorModule.forRoot({ redis: { url: main.server.url } }),
+        CoordinatorModule.forRoot({ name: 'given', redis: { client: audit.client() } }),
+      ],
       [Handlers],
     );
-    const byGroup = Object.fromEntries(app.get(CoordinatorRegistry).entries().map((r) => [r.member.options.consumerGroup, r.member.options.resetStuckConnection]));
+    const byGroup = Object.fromEntries(
+      app
+        .get(CoordinatorRegistry)
+        .entries()
+        .map((r) => [r.member.options.consumerGroup, r.member.options.resetStuckConnection]),
+    );
     expect(byGroup).toEqual({ g: true, given: false, told: true });
   });
 
@@ -86,16 +93,22 @@ describe('named connections', () => {
     const app = await anApp(
       [
         CoordinatorModule.forRoot({ redis: { url: main.server.url }, coordinator: { heartbeatIntervalMs: 200 } }),
-        CoordinatorModule.forRoot({ name: 'audit', redis: { url: audit.server.url }, coordinator: { heartbeatIntervalMs: 200, keyPrefix: 'aud' } }),
+        CoordinatorModule.forRoot({
+          name: 'audit',
+          redis: { url: audit.server.url },
+          coordinator: { heartbeatIntervalMs: 200, keyPrefix: 'aud' },
+        }),
       ],
       [Handlers, bean],
     );
     const mainAdmin = new CoordinatorAdmin(main.client());
     const auditAdmin = new CoordinatorAdmin(audit.client(), { keyPrefix: 'aud' });
-    await pollUntil('every group has its members, on its own Redis', async () =>
-      (await activeMembers(mainAdmin, summaries, 'summary-group')).length === 2 &&
-      (await activeMembers(auditAdmin, audits, 'audit-group')).length === 1 &&
-      (await activeMembers(auditAdmin, audits, 'audit-bean-group')).length === 1,
+    await pollUntil(
+      'every group has its members, on its own Redis',
+      async () =>
+        (await activeMembers(mainAdmin, summaries, 'summary-group')).length === 2 &&
+        (await activeMembers(auditAdmin, audits, 'audit-group')).length === 1 &&
+        (await activeMembers(auditAdmin, audits, 'audit-bean-group')).length === 1,
     );
     // Not also registered under the other root's Redis and key prefix.
     expect(await activeMembers(auditAdmin, summaries, 'summary-group')).toEqual([]);
@@ -135,14 +148,30 @@ describe('named connections', () => {
         handler: (message) => void handled.push(`bean ${message.payload}`),
       }),
     };
-    await anApp([CoordinatorModule.forRoot({ redis: { url: main.server.url, options: { connectionName } }, coordinator: { heartbeatIntervalMs: 200 } })], [Wide, bean]);
+    await anApp(
+      [
+        CoordinatorModule.forRoot({
+          redis: { url: main.server.url, options: { connectionName } },
+          coordinator: { heartbeatIntervalMs: 200 },
+        }),
+      ],
+      [Wide, bean],
+    );
     const admin = new CoordinatorAdmin(main.client());
-    await pollUntil('nine members', async () => (await activeMembers(admin, streamPrefix, 'wide')).length === 8 && (await activeMembers(admin, streamPrefix, 'bean')).length === 1);
-    await new StreamProducer(main.client(), { streamPrefix }).sendBatch(Array.from({ length: 16 }, (_, i) => ({ key: `k${i}`, payload: String(i) })));
+    await pollUntil(
+      'nine members',
+      async () =>
+        (await activeMembers(admin, streamPrefix, 'wide')).length === 8 && (await activeMembers(admin, streamPrefix, 'bean')).length === 1,
+    );
+    await new StreamProducer(main.client(), { streamPrefix }).sendBatch(
+      Array.from({ length: 16 }, (_, i) => ({ key: `k${i}`, payload: String(i) })),
+    );
     await pollUntil('each entry handled by both groups', async () => handled.length === 32);
     // The module's client, the wake-up subscriber, the doorbell and the read connection (before the
     // read hub: 2 + 9, a blocking reader per member).
-    const clients = String(await main.client().client('LIST')).split('\n').filter((line) => line.includes(` name=${connectionName} `));
+    const clients = String(await main.client().client('LIST'))
+      .split('\n')
+      .filter((line) => line.includes(` name=${connectionName} `));
     expect(clients).toHaveLength(4);
   });
 
@@ -169,7 +198,9 @@ describe('named connections', () => {
     expect((await new CoordinatorAdmin(audit.client(), { keyPrefix: 'aud' }).describeStream(streamPrefix))?.shardCount).toBe(3);
     expect(await sender.admin.describeStream(streamPrefix)).toBeNull();
     // The stream exists on the audit Redis only: its publisher writes there, the unnamed one cannot.
-    await expect(sender.auditPublisher.publish(streamPrefix, { key: 'k', payload: 'audit' })).resolves.toMatchObject({ id: expect.any(String) });
+    await expect(sender.auditPublisher.publish(streamPrefix, { key: 'k', payload: 'audit' })).resolves.toMatchObject({
+      id: expect.any(String),
+    });
     await expect(sender.publisher.publish(streamPrefix, { key: 'k', payload: 'main' })).rejects.toThrow();
   });
 
@@ -198,10 +229,7 @@ describe('named connections', () => {
   it('two roots with one name are refused at startup', async () => {
     await expect(
       anApp(
-        [
-          CoordinatorModule.forRoot({ redis: { url: main.server.url } }),
-          CoordinatorModule.forRoot({ redis: { url: audit.server.url } }),
-        ],
+        [CoordinatorModule.forRoot({ redis: { url: main.server.url } }), CoordinatorModule.forRoot({ redis: { url: audit.server.url } })],
         [],
       ),
     ).rejects.toThrow(/two CoordinatorModule.forRoot imports use the connection name "default"/);
@@ -224,7 +252,15 @@ describe('named connections', () => {
       ],
       [],
     );
-    expect(app.get(CoordinatorRegistry).entries().map((r) => r.connection.name)).toEqual(['audit']);
-    await pollUntil('the member joined', async () => (await activeMembers(new CoordinatorAdmin(audit.client()), streamPrefix, 'g')).length === 1);
+    expect(
+      app
+        .get(CoordinatorRegistry)
+        .entries()
+        .map((r) => r.connection.name),
+    ).toEqual(['audit']);
+    await pollUntil(
+      'the member joined',
+      async () => (await activeMembers(new CoordinatorAdmin(audit.client()), streamPrefix, 'g')).length === 1,
+    );
   });
 });

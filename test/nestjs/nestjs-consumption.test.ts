@@ -26,7 +26,9 @@ describe('the lanes, batches and manual acks example of docs/nestjs.md', () => {
     try {
       const admin = app.get(CoordinatorAdmin);
       await pollUntil('three groups STABLE', async () => {
-        const groups = await Promise.all(['billing', 'warehouse', 'receipts'].map((g) => admin.describeGroup('orders', g).catch(() => undefined)));
+        const groups = await Promise.all(
+          ['billing', 'warehouse', 'receipts'].map((g) => admin.describeGroup('orders', g).catch(() => undefined)),
+        );
         return groups.every((g) => g?.group.state === 'STABLE' && g.shards.every((s) => s.state === 'OWNED'));
       });
       const orders = Array.from({ length: 120 }, (_, i) => ({ key: `c${i % 12}`, payload: { customer: `c${i % 12}`, cents: i } }));
@@ -35,17 +37,26 @@ describe('the lanes, batches and manual acks example of docs/nestjs.md', () => {
       await app.get(StreamPublisher).publishBatch('orders', orders);
       const handlers = app.get(OrderHandlers);
       const mailer = app.get(ReceiptMailer);
-      await pollUntil('every order charged, inserted and mailed', async () => handlers.charged.length === 121 && handlers.rows.length === 120 && mailer.sent.length === 121, { timeoutMs: 20_000 });
+      await pollUntil(
+        'every order charged, inserted and mailed',
+        async () => handlers.charged.length === 121 && handlers.rows.length === 120 && mailer.sent.length === 121,
+        { timeoutMs: 20_000 },
+      );
       for (let c = 0; c < 12; c++) {
         const cents = handlers.charged.filter((line) => line.startsWith(`c${c}:`)).map((line) => Number(line.split(':')[1]));
         const expected = orders.filter((o) => o.key === `c${c}`).map((o) => o.payload.cents);
         expect(cents, `customer c${c} in order`).toEqual(expected);
       }
       await pollUntil('the bad row dead-lettered, everything acknowledged', async () => {
-        const [warehouse, receipts] = await Promise.all([admin.describeGroup('orders', 'warehouse'), admin.describeGroup('orders', 'receipts')]);
+        const [warehouse, receipts] = await Promise.all([
+          admin.describeGroup('orders', 'warehouse'),
+          admin.describeGroup('orders', 'receipts'),
+        ]);
         return [...warehouse.shards, ...receipts.shards].every((s) => s.pending === 0 && s.lag === 0);
       });
-      expect((await admin.readDeadLetters('orders', 'warehouse')).map((d) => d.error)).toEqual([expect.stringContaining('negative amount')]);
+      expect((await admin.readDeadLetters('orders', 'warehouse')).map((d) => d.error)).toEqual([
+        expect.stringContaining('negative amount'),
+      ]);
     } finally {
       await app.close();
     }
@@ -53,9 +64,11 @@ describe('the lanes, batches and manual acks example of docs/nestjs.md', () => {
 });
 
 describe("the module's defaults reach every member", () => {
-  it("defaults.runtimeMaxConcurrency gives listeners and beans their workers, unless their own runtimeMaxConcurrency or lanes says otherwise", async () => {
+  it('defaults.runtimeMaxConcurrency gives listeners and beans their workers, unless their own runtimeMaxConcurrency or lanes says otherwise', async () => {
     const { Injectable, Module } = await import('@nestjs/common');
-    const { CoordinatorConsumerProperties, CoordinatorModule, CoordinatorRegistry, StreamListener } = await import('@redis-stream-coordinator/nestjs');
+    const { CoordinatorConsumerProperties, CoordinatorModule, CoordinatorRegistry, StreamListener } = await import(
+      '@redis-stream-coordinator/nestjs'
+    );
     @Injectable()
     class Handlers {
       @StreamListener({ streamPrefix: 'workers-default', consumerGroup: 'g', concurrency: 2, autoStartup: false })
@@ -67,17 +80,28 @@ describe("the module's defaults reach every member", () => {
     }
     const bean = (streamPrefix: string, extra: object) => ({
       provide: streamPrefix,
-      useValue: CoordinatorConsumerProperties.consumer({ streamPrefix, consumerGroup: 'g', autoStartup: false, handler: () => undefined, ...extra }),
+      useValue: CoordinatorConsumerProperties.consumer({
+        streamPrefix,
+        consumerGroup: 'g',
+        autoStartup: false,
+        handler: () => undefined,
+        ...extra,
+      }),
     });
     @Module({
-      imports: [CoordinatorModule.forRoot({ redis: { url: redis.server.url }, defaults: { runtimeMaxConcurrency: 3, maxAttempts: 7, lanes: 1 } })],
+      imports: [
+        CoordinatorModule.forRoot({ redis: { url: redis.server.url }, defaults: { runtimeMaxConcurrency: 3, maxAttempts: 7, lanes: 1 } }),
+      ],
       providers: [Handlers, bean('workers-bean', {}), bean('workers-bean-lanes', { lanes: 5 })],
     })
     class DefaultsModule {}
     const app = await Test.createTestingModule({ imports: [DefaultsModule] }).compile();
     await app.init();
     try {
-      const options = app.get(CoordinatorRegistry).members().map((m) => [m.options.streamPrefix, m.options.runtimeMaxConcurrency, m.options.lanes, m.options.maxAttempts]);
+      const options = app
+        .get(CoordinatorRegistry)
+        .members()
+        .map((m) => [m.options.streamPrefix, m.options.runtimeMaxConcurrency, m.options.lanes, m.options.maxAttempts]);
       expect(options.sort()).toEqual([
         ['workers-bean', 3, 1, 7],
         ['workers-bean-lanes', 5, 5, 7],
@@ -92,13 +116,24 @@ describe("the module's defaults reach every member", () => {
   });
 
   it.each([
-    [{ batch: { maxSize: 10 } }, 'CoordinatorModule: defaults.batch cannot be a default: it changes what a handler receives (an array of messages); set it on each listener or consumer that takes batches'],
-    [{ memberInstanceId: 'pod-a' }, 'CoordinatorModule: defaults.memberInstanceId cannot be a default: it names one member (every member would get the same); set it on each listener or consumer'],
-    [{ coordinator: { heartbeatIntervalMs: 100 } }, "CoordinatorModule: defaults.coordinator cannot be a default: use the module's coordinator option"],
+    [
+      { batch: { maxSize: 10 } },
+      'CoordinatorModule: defaults.batch cannot be a default: it changes what a handler receives (an array of messages); set it on each listener or consumer that takes batches',
+    ],
+    [
+      { memberInstanceId: 'pod-a' },
+      'CoordinatorModule: defaults.memberInstanceId cannot be a default: it names one member (every member would get the same); set it on each listener or consumer',
+    ],
+    [
+      { coordinator: { heartbeatIntervalMs: 100 } },
+      "CoordinatorModule: defaults.coordinator cannot be a default: use the module's coordinator option",
+    ],
     [[1], 'CoordinatorModule: defaults must be an object of member options, got [1]'],
   ])('a default that cannot be one fails the startup, naming it: %j', async (defaults, message) => {
     const { CoordinatorModule } = await import('@redis-stream-coordinator/nestjs');
-    const compiled = Test.createTestingModule({ imports: [CoordinatorModule.forRoot({ redis: { url: redis.server.url }, defaults: defaults as never })] }).compile();
+    const compiled = Test.createTestingModule({
+      imports: [CoordinatorModule.forRoot({ redis: { url: redis.server.url }, defaults: defaults as never })],
+    }).compile();
     await expect(compiled.then((app) => app.init())).rejects.toThrow(message);
   });
 });
@@ -119,7 +154,12 @@ describe('lanes of a listener', () => {
     const app = await Test.createTestingModule({ imports: [LanesModule] }).compile();
     await app.init();
     try {
-      const byPrefix = new Map(app.get(CoordinatorRegistry).members().map((m) => [m.options.streamPrefix, m.options]));
+      const byPrefix = new Map(
+        app
+          .get(CoordinatorRegistry)
+          .members()
+          .map((m) => [m.options.streamPrefix, m.options]),
+      );
       expect(byPrefix.get('lanes-own')).toMatchObject({ lanes: 4, runtimeMaxConcurrency: 4 });
       expect(byPrefix.get('lanes-inherited')).toMatchObject({ lanes: 8, runtimeMaxConcurrency: 8 });
     } finally {

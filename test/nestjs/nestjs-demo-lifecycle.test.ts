@@ -50,13 +50,21 @@ async function startDemo(): Promise<Demo> {
   child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-  const started = await pollUntil('the demo listening', async () => {
-    const redis = /private redis-server \(pid (\d+)\): REDIS_URL=redis:\/\/127\.0\.0\.1:(\d+)/.exec(output);
-    const http = /listening on http:\/\/localhost:(\d+)/.exec(output);
-    if (child.exitCode !== null) throw new Error(`the demo exited with ${child.exitCode}:\n${output}`);
-    return redis && http ? { redisPid: Number(redis[1]), redisPort: Number(redis[2]), httpPort: Number(http[1]) } : undefined;
-  }, { timeoutMs: 20_000 });
-  await pollUntil('members joined', async () => (await fetch(`http://127.0.0.1:${started.httpPort}/health`).catch(() => undefined))?.status === 200, { timeoutMs: 20_000 });
+  const started = await pollUntil(
+    'the demo listening',
+    async () => {
+      const redis = /private redis-server \(pid (\d+)\): REDIS_URL=redis:\/\/127\.0\.0\.1:(\d+)/.exec(output);
+      const http = /listening on http:\/\/localhost:(\d+)/.exec(output);
+      if (child.exitCode !== null) throw new Error(`the demo exited with ${child.exitCode}:\n${output}`);
+      return redis && http ? { redisPid: Number(redis[1]), redisPort: Number(redis[2]), httpPort: Number(http[1]) } : undefined;
+    },
+    { timeoutMs: 20_000 },
+  );
+  await pollUntil(
+    'members joined',
+    async () => (await fetch(`http://127.0.0.1:${started.httpPort}/health`).catch(() => undefined))?.status === 200,
+    { timeoutMs: 20_000 },
+  );
   return { child, output: () => output, redisPid: started.redisPid, redisPort: started.redisPort, httpPort: started.httpPort, exited };
 }
 
@@ -64,7 +72,10 @@ async function startDemo(): Promise<Demo> {
 async function exitCodeOf(demo: Demo, timeoutMs = 30_000): Promise<number | null> {
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`the demo was still running ${timeoutMs} ms later:\n${demo.output().slice(-2000)}`)), timeoutMs);
+    timer = setTimeout(
+      () => reject(new Error(`the demo was still running ${timeoutMs} ms later:\n${demo.output().slice(-2000)}`)),
+      timeoutMs,
+    );
   });
   try {
     return await Promise.race([demo.exited, late]);
@@ -83,7 +94,7 @@ const refusesConnections = (port: number) =>
     socket.once('error', () => resolve(true));
   });
 
-describe('the demo\'s lifecycle', () => {
+describe("the demo's lifecycle", () => {
   it('SIGTERM to its process group (a process manager, timeout, Ctrl+C): the demo exits 0 and its redis-server is gone', async () => {
     const demo = await startDemo();
     // The redis-server is in the group too: it dies at once, while the members try to leave.
@@ -113,8 +124,12 @@ describe('the demo\'s lifecycle', () => {
     const paused = await fetch(`${base}/listeners/summaries/pause`, { method: 'POST' });
     expect(paused.status).toBe(200);
     expect(await paused.json()).toMatchObject({ id: 'summaries', paused: true });
-    const health = (await (await fetch(`${base}/health/ready`)).json()) as { coordinator: { members: { listenerId: string; state: string }[] } };
-    const states = health.coordinator.members.filter((m: { listenerId: string }) => m.listenerId === 'summaries').map((m: { state: string }) => m.state);
+    const health = (await (await fetch(`${base}/health/ready`)).json()) as {
+      coordinator: { members: { listenerId: string; state: string }[] };
+    };
+    const states = health.coordinator.members
+      .filter((m: { listenerId: string }) => m.listenerId === 'summaries')
+      .map((m: { state: string }) => m.state);
     expect(states).toEqual(['paused', 'paused', 'paused', 'paused']);
     expect(await (await fetch(`${base}/listeners/summaries/resume`, { method: 'POST' })).json()).toMatchObject({ paused: false });
     expect((await fetch(`${base}/listeners/nope/pause`, { method: 'POST' })).status).toBe(404);
@@ -125,7 +140,11 @@ describe('the demo\'s lifecycle', () => {
   it('GET /metrics serves the OpenTelemetry series in Prometheus format, a posted summary counted as sent, consumed and acknowledged', async () => {
     const demo = await startDemo();
     const base = `http://127.0.0.1:${demo.httpPort}`;
-    const posted = await fetch(`${base}/summaries`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ userId: 'u1', text: 'hi' }) });
+    const posted = await fetch(`${base}/summaries`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ userId: 'u1', text: 'hi' }),
+    });
     expect(posted.status).toBeLessThan(300);
     const scrape = async () => {
       const response = await fetch(`${base}/metrics`);
@@ -138,7 +157,17 @@ describe('the demo\'s lifecycle', () => {
       const acked = [...body.matchAll(/^rsc_consumer_acknowledged_total\{[^}]*\} (\d+)/gm)].reduce((n, m) => n + Number(m[1]), 0);
       return acked >= 2 && body;
     });
-    for (const series of ['messaging_client_sent_messages_total', 'messaging_client_consumed_messages_total', 'messaging_process_duration_bucket', 'rsc_consumer_owned_shards', 'rsc_consumer_member_epoch', 'rsc_consumer_lag', 'rsc_consumer_pending', 'rsc_coordinator_heartbeat_duration_count', 'rsc_consumer_rebalances_total']) {
+    for (const series of [
+      'messaging_client_sent_messages_total',
+      'messaging_client_consumed_messages_total',
+      'messaging_process_duration_bucket',
+      'rsc_consumer_owned_shards',
+      'rsc_consumer_member_epoch',
+      'rsc_consumer_lag',
+      'rsc_consumer_pending',
+      'rsc_coordinator_heartbeat_duration_count',
+      'rsc_consumer_rebalances_total',
+    ]) {
       expect(text).toContain(series);
     }
     expect(text).toMatch(/messaging_consumer_group_name="[^"]+"/);

@@ -25,12 +25,18 @@ afterEach(() => {
   vi.restoreAllMocks();
 });
 
-async function anApp(roots: (Partial<CoordinatorModuleOptions> & { name?: string })[], providers: unknown[] = [], logger: LoggerService = quiet) {
+async function anApp(
+  roots: (Partial<CoordinatorModuleOptions> & { name?: string })[],
+  providers: unknown[] = [],
+  logger: LoggerService = quiet,
+) {
   @Module({ providers: providers as never[] })
   class FeatureModule {}
   const app = await Test.createTestingModule({
     imports: [
-      ...roots.map((root) => CoordinatorModule.forRoot({ coordinator: { heartbeatIntervalMs: 200 }, healthCheckTimeoutMs: 300, ...root } as never)),
+      ...roots.map((root) =>
+        CoordinatorModule.forRoot({ coordinator: { heartbeatIntervalMs: 200 }, healthCheckTimeoutMs: 300, ...root } as never),
+      ),
       FeatureModule,
     ],
   })
@@ -50,7 +56,8 @@ function listener(streamPrefix: string) {
   return Listener;
 }
 
-const health = async (app: TestingModule): Promise<CoordinatorHealth['coordinator']> => (await app.get(CoordinatorHealthIndicator).check()).coordinator;
+const health = async (app: TestingModule): Promise<CoordinatorHealth['coordinator']> =>
+  (await app.get(CoordinatorHealthIndicator).check()).coordinator;
 
 describe('CoordinatorHealthIndicator', () => {
   it('is down while Redis is unreachable, even with no member registered, and up once it answers', async () => {
@@ -118,7 +125,9 @@ describe('CoordinatorHealthIndicator', () => {
     });
     expect(down.status).toBe('down');
     expect(down.members[0].problems).toEqual(['shard 1: the dead-letter write fails (WRONGTYPE)']);
-    expect(down.problems).toEqual([`member ${down.members[0].memberId} (Listener.handle-m0): shard 1: the dead-letter write fails (WRONGTYPE)`]);
+    expect(down.problems).toEqual([
+      `member ${down.members[0].memberId} (Listener.handle-m0): shard 1: the dead-letter write fails (WRONGTYPE)`,
+    ]);
 
     const ready = await app.get(CoordinatorHealthIndicator).isReady('redis-streams');
     expect(ready['redis-streams']).toMatchObject({ status: 'down', problems: down.problems });
@@ -136,7 +145,10 @@ describe('a member id already in use by another live process', () => {
       const prefix = this.options.streamPrefix;
       attempts.set(prefix, (attempts.get(prefix) ?? 0) + 1);
       // The error another part of the runtime raises for a second live process with this member id.
-      const error = prefix === inUse ? Object.assign(new Error(`member ${this.memberId} is in use by another live process`), { name: 'FencedInstanceIdError' }) : new Error('connect ECONNREFUSED');
+      const error =
+        prefix === inUse
+          ? Object.assign(new Error(`member ${this.memberId} is in use by another live process`), { name: 'FencedInstanceIdError' })
+          : new Error('connect ECONNREFUSED');
       throw error;
     });
     const errors: string[] = [];
@@ -147,19 +159,29 @@ describe('a member id already in use by another live process', () => {
     // The other member, retrying on the same delay, has had many turns: the in-use one would have had them too.
     await pollUntil('the retrying member tried 10 times', async () => (attempts.get(unreachable) ?? 0) >= 10);
     expect(attempts.get(inUse)).toBe(1);
-    expect(errors).toEqual([expect.stringMatching(/stopped for good: FencedInstanceIdError: member .* is in use by another live process; it will not retry or rejoin/)]);
+    expect(errors).toEqual([
+      expect.stringMatching(
+        /stopped for good: FencedInstanceIdError: member .* is in use by another live process; it will not retry or rejoin/,
+      ),
+    ]);
     const down = await health(app);
     const member = down.members.find((m) => m.streamPrefix === inUse)!;
     expect(member.problems).toEqual([expect.stringMatching(/^stopped for good: FencedInstanceIdError/)]);
     // Nothing in the process can repair it: liveness says so too (a restart gets a new generated id).
     const liveness = app.get(CoordinatorHealthIndicator).checkLiveness();
-    expect(liveness.coordinator).toEqual({ status: 'down', problems: [expect.stringMatching(/^member .* \(Listener.handle-m0\): stopped for good: FencedInstanceIdError/)] });
+    expect(liveness.coordinator).toEqual({
+      status: 'down',
+      problems: [expect.stringMatching(/^member .* \(Listener.handle-m0\): stopped for good: FencedInstanceIdError/)],
+    });
   });
 
   it('a running member that reports it through its error event is reported the same way, logged once', async () => {
     const streamPrefix = uniqueName('in-use-later');
     const errors: string[] = [];
-    const app = await anApp([{ redis: { url: redis.server.url } }], [listener(streamPrefix)], { ...quiet, error: (message: unknown) => void errors.push(String(message)) });
+    const app = await anApp([{ redis: { url: redis.server.url } }], [listener(streamPrefix)], {
+      ...quiet,
+      error: (message: unknown) => void errors.push(String(message)),
+    });
     await pollUntil('health up', async () => (await health(app)).status === 'up');
     const [member] = app.get(CoordinatorRegistry).members();
     // What the core runtime emits when another live process takes this member id.

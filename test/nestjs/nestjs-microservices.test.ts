@@ -59,7 +59,9 @@ async function aMicroservice(
     shardCount: 2,
     ...options,
   });
-  const module = await Test.createTestingModule({ controllers: controllers as never[] }).setLogger(quiet).compile();
+  const module = await Test.createTestingModule({ controllers: controllers as never[] })
+    .setLogger(quiet)
+    .compile();
   const app: INestMicroservice = module.createNestMicroservice({ strategy: server, logger: quiet });
   cleanups.push(() => app.close());
   configure(app);
@@ -86,7 +88,15 @@ function deadLettersOf(server: RedisStreamsServer) {
 describe('RedisStreamsServer: @EventPattern handlers are members', () => {
   it('an @EventPattern<string>(prefix) with extras runs `concurrency` members of its group; emit() routes by the key option or a StreamRecord; @Ctx() is a RedisStreamsContext', async () => {
     const orders = uniqueName('orders');
-    const seen: { payload: { n: number; customer: string }; key?: string; tenant?: string; group: string; memberId: string; shard: number; isContext: boolean }[] = [];
+    const seen: {
+      payload: { n: number; customer: string };
+      key?: string;
+      tenant?: string;
+      group: string;
+      memberId: string;
+      shard: number;
+      isContext: boolean;
+    }[] = [];
 
     @Controller()
     class OrdersController {
@@ -129,7 +139,9 @@ describe('RedisStreamsServer: @EventPattern handlers are members', () => {
       @EventPattern<string>(prefix)
       on() {}
     }
-    await expect(aMicroservice([NoGroupController], { consumerGroup: undefined })).rejects.toThrow(`RedisStreamsServer: pattern "${prefix}": consumerGroup is required`);
+    await expect(aMicroservice([NoGroupController], { consumerGroup: undefined })).rejects.toThrow(
+      `RedisStreamsServer: pattern "${prefix}": consumerGroup is required`,
+    );
   });
 
   it("workers: the most specific level that sets runtimeMaxConcurrency or lanes decides (the pattern's lanes over the server's runtimeMaxConcurrency)", async () => {
@@ -143,9 +155,16 @@ describe('RedisStreamsServer: @EventPattern handlers are members', () => {
       @EventPattern<string>(tuned)
       onTuned() {}
     }
-    const { server } = await aMicroservice([WorkersController], { runtimeMaxConcurrency: 3, streams: { [tuned]: { lanes: 4, runtimeMaxConcurrency: 2 } } });
+    const { server } = await aMicroservice([WorkersController], {
+      runtimeMaxConcurrency: 3,
+      streams: { [tuned]: { lanes: 4, runtimeMaxConcurrency: 2 } },
+    });
     const members = server.unwrap<{ members: import('@redis-stream-coordinator/core').CoordinatedMember[] }>().members;
-    expect(Object.fromEntries(members.map((m) => [m.options.streamPrefix, [m.options.runtimeMaxConcurrency, m.options.lanes]]))).toEqual({ [plain]: [3, 1], [laned]: [6, 6], [tuned]: [2, 4] });
+    expect(Object.fromEntries(members.map((m) => [m.options.streamPrefix, [m.options.runtimeMaxConcurrency, m.options.lanes]]))).toEqual({
+      [plain]: [3, 1],
+      [laned]: [6, 6],
+      [tuned]: [2, 4],
+    });
   });
 
   it('batch is refused, naming the pattern: a pattern handler gets one entry per call', async () => {
@@ -155,7 +174,9 @@ describe('RedisStreamsServer: @EventPattern handlers are members', () => {
       @EventPattern<string>(prefix, { batch: { maxSize: 10 } })
       on() {}
     }
-    await expect(aMicroservice([BatchController])).rejects.toThrow(`RedisStreamsServer: pattern "${prefix}": batch is not supported by the microservices transport`);
+    await expect(aMicroservice([BatchController])).rejects.toThrow(
+      `RedisStreamsServer: pattern "${prefix}": batch is not supported by the microservices transport`,
+    );
   });
 });
 
@@ -181,7 +202,9 @@ describe("RedisStreamsServer: Nest's RPC pipeline applies", () => {
     }
     class UpperCase implements PipeTransform {
       transform(value: unknown) {
-        return typeof value === 'object' && value !== null && 'text' in value ? { ...value, text: String((value as { text: string }).text).toUpperCase() } : value;
+        return typeof value === 'object' && value !== null && 'text' in value
+          ? { ...value, text: String((value as { text: string }).text).toUpperCase() }
+          : value;
       }
     }
 
@@ -276,7 +299,9 @@ describe('RedisStreamsServer + CoordinatorClientProxy: request/reply', () => {
     release();
     // (Seen once in CI, not reproduced: the wait ran out. Its failure says what both sides counted.)
     await pollUntil('late reply of the first dropped by the client', async () => client.stats().lateReplies === 1).catch((error: Error) => {
-      throw new Error(`${error.message}: client ${JSON.stringify(client.stats())}, server ${JSON.stringify(server.stats())}, handled ${JSON.stringify(handled)}`);
+      throw new Error(
+        `${error.message}: client ${JSON.stringify(client.stats())}, server ${JSON.stringify(server.stats())}, handled ${JSON.stringify(handled)}`,
+      );
     });
     await pollUntil('the second skipped by the server', async () => server.stats().expiredRequests === 1);
     expect(handled).toEqual(['first']);
@@ -344,7 +369,9 @@ describe('reply inboxes are cleaned up', () => {
     await pollUntil('reply dropped', async () => server.stats().droppedReplies === 1);
     expect(await probe.exists(gone)).toBe(0);
     const admin = new CoordinatorAdmin(probe, { keyPrefix });
-    await pollUntil('request acknowledged', async () => (await admin.describeGroup(echo, 'service')).shards.every((shard) => shard.pending === 0 && shard.lag === 0));
+    await pollUntil('request acknowledged', async () =>
+      (await admin.describeGroup(echo, 'service')).shards.every((shard) => shard.pending === 0 && shard.lag === 0),
+    );
   });
 });
 
@@ -368,7 +395,9 @@ describe('a reply Redis does not take', () => {
     const inbox = inboxKey(keyPrefix, 'wrong-type');
     await redis.client().set(inbox, 'not a stream');
     const client = aClient(keyPrefix);
-    await lastValueFrom(client.emit(echo, new StreamRecord('x', { headers: { [REPLY_TO_HEADER]: inbox, [CORRELATION_ID_HEADER]: 'c-2' } })));
+    await lastValueFrom(
+      client.emit(echo, new StreamRecord('x', { headers: { [REPLY_TO_HEADER]: inbox, [CORRELATION_ID_HEADER]: 'c-2' } })),
+    );
     await pollUntil('request dead-lettered', async () => deadLetters.length === 1);
     expect(calls).toBe(2); // maxAttempts 2: the handler ran again with the retry
     expect(server.stats().failedReplies).toBe(2);

@@ -18,7 +18,6 @@ import { uniqueName, useRedisServer } from '../support/vitest-redis';
 const redis = useRedisServer();
 const apps = closedAfterEach<TestingModule>();
 
-
 /** What handled which entry: the provider class, through its injected dependency. */
 @Injectable()
 class Journal {
@@ -90,7 +89,10 @@ describe('CoordinatorModule', () => {
     expect(beanMember.runtimeMaxConcurrency).toBe(4);
     expect(description.members).toHaveLength(5);
 
-    await app.get(StreamPublisher).publishBatch(streamPrefix, Array.from({ length: 200 }, (_, i) => ({ key: `k${i}`, payload: { seq: i } })));
+    await app.get(StreamPublisher).publishBatch(
+      streamPrefix,
+      Array.from({ length: 200 }, (_, i) => ({ key: `k${i}`, payload: { seq: i } })),
+    );
     const journal = app.get(Journal);
     await pollUntil('200 entries handled', async () => journal.entries.length === 200);
     const handlers = new Set(journal.entries.map((e) => e.by));
@@ -192,10 +194,14 @@ describe('an unreachable Redis at startup', () => {
     apps.push(app);
     try {
       await app.init(); // returns although Redis is down
-      await pollUntil('a warning naming the member and the retry', async () => warnings.some((w) => /cannot start yet: .*; retrying every 100 ms/.test(w)));
+      await pollUntil('a warning naming the member and the retry', async () =>
+        warnings.some((w) => /cannot start yet: .*; retrying every 100 ms/.test(w)),
+      );
       expect((await app.get(CoordinatorHealthIndicator).check()).coordinator.status).toBe('down');
       await server.restart();
-      await pollUntil('both members joined', async () => (await app.get(CoordinatorHealthIndicator).check()).coordinator.status === 'up', { timeoutMs: 20_000 });
+      await pollUntil('both members joined', async () => (await app.get(CoordinatorHealthIndicator).check()).coordinator.status === 'up', {
+        timeoutMs: 20_000,
+      });
     } finally {
       await app.close();
       apps.splice(apps.indexOf(app), 1);
@@ -226,11 +232,13 @@ describe('warnings at startup', () => {
       handle() {}
     }
     const { app, warnings } = await warningsOf([PerRequest]);
-    expect(warnings).toContainEqual(expect.stringMatching(/@StreamListener on PerRequest.handle is skipped: its provider is request-scoped/));
+    expect(warnings).toContainEqual(
+      expect.stringMatching(/@StreamListener on PerRequest.handle is skipped: its provider is request-scoped/),
+    );
     expect((await app.get(CoordinatorHealthIndicator).check()).coordinator.members).toEqual([]);
   });
 
-  it('a transient provider\'s listener runs on instances with their dependencies injected, one per member', async () => {
+  it("a transient provider's listener runs on instances with their dependencies injected, one per member", async () => {
     const streamPrefix = uniqueName('transient');
     const constructed: TransientHandlers[] = [];
     @Injectable({ scope: Scope.TRANSIENT })
@@ -247,7 +255,10 @@ describe('warnings at startup', () => {
     const { app, warnings } = await warningsOf([TransientHandlers]);
     expect(warnings.filter((w) => w.includes('TransientHandlers'))).toEqual([]);
     await stable(streamPrefix, 2);
-    await app.get(StreamPublisher).publishBatch(streamPrefix, Array.from({ length: 40 }, (_, i) => ({ key: `k${i}`, payload: { seq: i } })));
+    await app.get(StreamPublisher).publishBatch(
+      streamPrefix,
+      Array.from({ length: 40 }, (_, i) => ({ key: `k${i}`, payload: { seq: i } })),
+    );
     const journal = app.get(Journal);
     await pollUntil('40 entries handled by the transient instances', async () => journal.entries.length === 40);
     // Each member resolved one instance of its own, with its dependency, and kept it.
@@ -274,12 +285,25 @@ describe('warnings at startup', () => {
 });
 
 describe('StreamPublisher codecs', () => {
-  const upper = { name: 'upper-json', encode: (payload: unknown) => JSON.stringify(payload).toUpperCase(), decode: (raw: string) => JSON.parse(raw.toLowerCase()) };
+  const upper = {
+    name: 'upper-json',
+    encode: (payload: unknown) => JSON.stringify(payload).toUpperCase(),
+    decode: (raw: string) => JSON.parse(raw.toLowerCase()),
+  };
 
-  it('writes with the module\'s publisher.codec, or the one a call names (built-in by name, or a custom codec a member decodes)', async () => {
+  it("writes with the module's publisher.codec, or the one a call names (built-in by name, or a custom codec a member decodes)", async () => {
     const streamPrefix = uniqueName('publisher-codec');
     const seen: unknown[] = [];
-    const bean = { provide: 'reader', useValue: CoordinatorConsumerProperties.consumer({ streamPrefix, consumerGroup: 'g', shardCount: 1, codecs: [upper], handler: (message) => void seen.push(message.payload) }) };
+    const bean = {
+      provide: 'reader',
+      useValue: CoordinatorConsumerProperties.consumer({
+        streamPrefix,
+        consumerGroup: 'g',
+        shardCount: 1,
+        codecs: [upper],
+        handler: (message) => void seen.push(message.payload),
+      }),
+    };
     const app = await anApp([bean], { publisher: { codec: 'msgpack' } });
     const publisher = app.get(StreamPublisher);
     const written = [
@@ -295,10 +319,16 @@ describe('StreamPublisher codecs', () => {
   });
 
   it('refuses a codec it does not know, naming the option', async () => {
-    await expect(anApp([], { publisher: { codec: 'protobuf' } })).rejects.toThrow(`CoordinatorModule: publisher.codec must be 'json', 'msgpack' or a codec object, got "protobuf"`);
-    await expect(anApp([], { publisher: { codec: { name: 'no functions' } } })).rejects.toThrow('CoordinatorModule: publisher.codec must have a name and encode(payload) and decode(raw) functions');
+    await expect(anApp([], { publisher: { codec: 'protobuf' } })).rejects.toThrow(
+      `CoordinatorModule: publisher.codec must be 'json', 'msgpack' or a codec object, got "protobuf"`,
+    );
+    await expect(anApp([], { publisher: { codec: { name: 'no functions' } } })).rejects.toThrow(
+      'CoordinatorModule: publisher.codec must have a name and encode(payload) and decode(raw) functions',
+    );
     const publisher = (await anApp([])).get(StreamPublisher);
-    await expect(publisher.publish('s', { payload: 1 }, { codec: 'xml' as never })).rejects.toThrow(`StreamPublisher: codec must be 'json', 'msgpack' or a codec object, got "xml"`);
+    await expect(publisher.publish('s', { payload: 1 }, { codec: 'xml' as never })).rejects.toThrow(
+      `StreamPublisher: codec must be 'json', 'msgpack' or a codec object, got "xml"`,
+    );
   });
 });
 
@@ -324,7 +354,15 @@ describe('bad configuration fails at startup, naming the option', () => {
   });
 
   it('a bean consumer with a bad option', async () => {
-    const bean = { provide: 'bad', useValue: CoordinatorConsumerProperties.consumer({ streamPrefix: 's', consumerGroup: 'g', runtimeMaxConcurrency: 0, handler: () => undefined }) };
+    const bean = {
+      provide: 'bad',
+      useValue: CoordinatorConsumerProperties.consumer({
+        streamPrefix: 's',
+        consumerGroup: 'g',
+        runtimeMaxConcurrency: 0,
+        handler: () => undefined,
+      }),
+    };
     await expect(anApp([bean])).rejects.toThrow(/bean bad: runtimeMaxConcurrency must be an integer from 1 to 10000, got 0/);
   });
 });

@@ -83,8 +83,8 @@ const streamPrefixOf = (app: TestingModule) => app.get(CoordinatorRegistry).memb
 
 const listen = (streamPrefix: string) => StreamListener({ streamPrefix, consumerGroup: 'g', shardCount: 2 });
 
-describe('a @StreamListener runs inside Nest\'s pipeline', () => {
-  it('global, class and method guards and interceptors run in Nest\'s order, with the context type, getData() and getContext()', async () => {
+describe("a @StreamListener runs inside Nest's pipeline", () => {
+  it("global, class and method guards and interceptors run in Nest's order, with the context type, getData() and getContext()", async () => {
     const streamPrefix = uniqueName('pipeline');
     const calls: string[] = [];
     const contexts: { type: string; data: unknown; context: unknown }[] = [];
@@ -257,7 +257,9 @@ describe('a bean consumer that names a provider method', () => {
   });
 
   it('a name that is not a method of the provider is an error naming it', () => {
-    expect(() => CoordinatorConsumerProperties.providerMethod({ handle: 1 } as never, 'handle')).toThrow(/"handle" is not a method of Object/);
+    expect(() => CoordinatorConsumerProperties.providerMethod({ handle: 1 } as never, 'handle')).toThrow(
+      /"handle" is not a method of Object/,
+    );
   });
 });
 
@@ -375,7 +377,7 @@ describe('what an enhancer decides for the entry', () => {
     expect(outcome.acknowledged.has(sent.id)).toBe(true); // dead-lettered entries are acknowledged in their shard
   });
 
-  it('a pipe that rejects the payload: the handler never runs, the entry is dead-lettered with the pipe\'s exception', async () => {
+  it("a pipe that rejects the payload: the handler never runs, the entry is dead-lettered with the pipe's exception", async () => {
     const streamPrefix = uniqueName('invalid');
     const handled: Summary[] = [];
     class RequireText implements PipeTransform<unknown, Summary> {
@@ -421,7 +423,11 @@ describe('what an enhancer decides for the entry', () => {
         CoordinatorModule.forRoot({
           redis: { url: redis.server.url },
           coordinator: { heartbeatIntervalMs: 200 },
-          defaults: { maxAttempts: 5, retryBackoffMs: 10, deadLetter: { nonRetryableErrors: [BadRequestException], onDeadLetter: (notice) => notices.push(notice) } },
+          defaults: {
+            maxAttempts: 5,
+            retryBackoffMs: 10,
+            deadLetter: { nonRetryableErrors: [BadRequestException], onDeadLetter: (notice) => notices.push(notice) },
+          },
         }),
         FeatureModule,
       ],
@@ -436,7 +442,13 @@ describe('what an enhancer decides for the entry', () => {
     const sent = await app.get(StreamPublisher).publish(streamPrefix, { key: 'user-42', payload: { wrong: true } });
 
     const [notice] = await pollUntil('the hook ran', async () => notices.length > 0 && notices);
-    expect(notice).toMatchObject({ entryId: sent.id, destination: 'summary-dlq', cause: 'non-retryable', attempts: 1, reason: 'BadRequestException: text must be a string' });
+    expect(notice).toMatchObject({
+      entryId: sent.id,
+      destination: 'summary-dlq',
+      cause: 'non-retryable',
+      attempts: 1,
+      reason: 'BadRequestException: text must be a string',
+    });
     const letters = await app.get(CoordinatorAdmin).readDeadLetters(streamPrefix, 'summary-dlq');
     expect(letters.map((l) => [l.entryId, l.consumerGroup, l.cause])).toEqual([[sent.id, 'g', 'non-retryable']]);
   });
@@ -465,7 +477,10 @@ describe('batch listeners in the pipeline', () => {
       }
     }
     const { app, outcome } = await anApp([Handlers, CountBatches]);
-    const sent = await app.get(StreamPublisher).publishBatch(streamPrefix, ['a', 'b', 'bad', 'c'].map((text) => ({ key: 'k', payload: { text } })));
+    const sent = await app.get(StreamPublisher).publishBatch(
+      streamPrefix,
+      ['a', 'b', 'bad', 'c'].map((text) => ({ key: 'k', payload: { text } })),
+    );
     await pollUntil('the bad entry dead-lettered', async () => outcome.deadLetters.length === 1);
     expect(seen[0]).toEqual({ payloads: ['a', 'b', 'bad', 'c'].map((text) => ({ text })), ids: sent.map((s) => s.id), first: sent[0].id });
     // maxAttempts 2: the tail from 'bad' once more, then 'bad' dead-lettered and 'c' alone.

@@ -19,7 +19,6 @@ import { uniqueName, useRedisServer } from '../support/vitest-redis';
 const redis = useRedisServer();
 const apps = closedAfterEach<TestingModule>();
 
-
 /** Every run of every handler: who ran which entry, and when, to check overlaps and losses. */
 @Injectable()
 class Journal {
@@ -51,7 +50,14 @@ async function anApp(providers: unknown[]) {
   @Module({ providers: [Journal, ...(providers as never[])], exports: [Journal] })
   class FeatureModule {}
   const app = await Test.createTestingModule({
-    imports: [CoordinatorModule.forRoot({ redis: { url: redis.server.url }, coordinator: { heartbeatIntervalMs: 200 }, defaults: { shutdownTimeoutMs: 2000 } }), FeatureModule],
+    imports: [
+      CoordinatorModule.forRoot({
+        redis: { url: redis.server.url },
+        coordinator: { heartbeatIntervalMs: 200 },
+        defaults: { shutdownTimeoutMs: 2000 },
+      }),
+      FeatureModule,
+    ],
   }).compile();
   apps.push(app);
   await app.init();
@@ -192,15 +198,25 @@ describe('StreamListenerRegistry', () => {
 
     // At runtime: a listener (2 members) and a consumer on another group of the same stream.
     const seen: string[] = [];
-    const extra = await registry.registerListener({ id: 'extra', streamPrefix, consumerGroup: 'extra', concurrency: 2 }, (message: StreamMessage) => void seen.push(`extra:${message.id}`));
+    const extra = await registry.registerListener(
+      { id: 'extra', streamPrefix, consumerGroup: 'extra', concurrency: 2 },
+      (message: StreamMessage) => void seen.push(`extra:${message.id}`),
+    );
     const more = await registry.registerConsumer(
-      CoordinatorConsumerProperties.consumer({ id: 'more', streamPrefix, consumerGroup: 'more', handler: (message) => void seen.push(`more:${message.id}`) }),
+      CoordinatorConsumerProperties.consumer({
+        id: 'more',
+        streamPrefix,
+        consumerGroup: 'more',
+        handler: (message) => void seen.push(`more:${message.id}`),
+      }),
     );
     expect(registry.ids()).toEqual(['auditConsumer', 'extra', 'more']);
     expect(extra.members()).toHaveLength(2);
     expect(more.isRunning()).toBe(true);
     await pollUntil('both groups read the 16 entries', async () => seen.length === 32);
-    await expect(registry.registerListener({ id: 'extra', streamPrefix, consumerGroup: 'x' }, () => undefined)).rejects.toThrow(/id "extra" is already the id of listener "extra"/);
+    await expect(registry.registerListener({ id: 'extra', streamPrefix, consumerGroup: 'x' }, () => undefined)).rejects.toThrow(
+      /id "extra" is already the id of listener "extra"/,
+    );
   });
 });
 

@@ -27,7 +27,13 @@ async function anApp(streamPrefix: string, pod: string) {
       {
         provide: 'beanConsumer',
         useFactory: () =>
-          CoordinatorConsumerProperties.consumer({ streamPrefix, consumerGroup: 'g', memberInstanceId: `bean-${pod}`, shardCount: 6, handler: () => undefined }),
+          CoordinatorConsumerProperties.consumer({
+            streamPrefix,
+            consumerGroup: 'g',
+            memberInstanceId: `bean-${pod}`,
+            shardCount: 6,
+            handler: () => undefined,
+          }),
       },
     ],
   })
@@ -51,7 +57,9 @@ async function owners(streamPrefix: string, members = 3, keyPrefix?: string) {
     const d = await admin.describeGroup(streamPrefix, 'g').catch(() => undefined);
     if (d?.group.state !== 'STABLE' || !d.shards.every((s) => s.state === 'OWNED')) return false;
     if (d.members.filter((m) => m.state === 'ACTIVE').length < members) return false; // every member joined
-    return Object.fromEntries(d.members.filter((m) => m.state === 'ACTIVE').map((m) => [m.memberId, m.currentAssignment.map((s) => s.shardIndex)]));
+    return Object.fromEntries(
+      d.members.filter((m) => m.state === 'ACTIVE').map((m) => [m.memberId, m.currentAssignment.map((s) => s.shardIndex)]),
+    );
   });
 }
 
@@ -61,7 +69,8 @@ describe('static membership in NestJS', () => {
     const first = await anApp(streamPrefix, 'pod-a');
     const before = await owners(streamPrefix);
     expect(Object.keys(before).sort()).toEqual(['bean-pod-a', 'listener-pod-a-m0', 'listener-pod-a-m1']);
-    const events = async () => (await new CoordinatorAdmin(redis.client()).readGroupEvents(streamPrefix, 'g', { count: 1000 })).map((e) => e.type);
+    const events = async () =>
+      (await new CoordinatorAdmin(redis.client()).readGroupEvents(streamPrefix, 'g', { count: 1000 })).map((e) => e.type);
     const commitsBefore = (await events()).filter((t) => t === 'TARGET_COMMITTED').length;
 
     await first.close(); // the members depart, keeping their shards
@@ -83,7 +92,15 @@ describe('static membership in NestJS', () => {
     const streamPrefix = uniqueName('nest-static-scale');
     @Injectable()
     class Handlers {
-      @StreamListener({ id: 'scaled', streamPrefix, consumerGroup: 'g', concurrency: 2, shardCount: 4, memberInstanceId: 'pod-z', sessionTimeoutMs: 20_000 })
+      @StreamListener({
+        id: 'scaled',
+        streamPrefix,
+        consumerGroup: 'g',
+        concurrency: 2,
+        shardCount: 4,
+        memberInstanceId: 'pod-z',
+        sessionTimeoutMs: 20_000,
+      })
       async onEntry(_message: StreamMessage) {}
     }
     @Module({ providers: [Handlers] })
@@ -122,14 +139,16 @@ async function aMicroservice(keyPrefix: string, pod: string) {
     shardCount: 6,
     memberInstanceId: `service-${pod}`,
   });
-  const module = await Test.createTestingModule({ controllers: [Handlers] }).setLogger(quiet).compile();
+  const module = await Test.createTestingModule({ controllers: [Handlers] })
+    .setLogger(quiet)
+    .compile();
   const app: INestMicroservice = module.createNestMicroservice({ strategy: server, logger: quiet });
   await app.listen();
   return app;
 }
 
 describe('static membership through the microservices transport', () => {
-  it('a pattern\'s memberInstanceId (or the server\'s) names its members; a restarted process takes back the same shards without a rebalance', async () => {
+  it("a pattern's memberInstanceId (or the server's) names its members; a restarted process takes back the same shards without a rebalance", async () => {
     const keyPrefix = uniqueName('ms-static');
     const admin = new CoordinatorAdmin(redis.client(), { keyPrefix });
     const first = await aMicroservice(keyPrefix, 'pod-a');
@@ -142,7 +161,10 @@ describe('static membership through the microservices transport', () => {
         expect(Object.keys(before.orders).sort()).toEqual(['orders-pod-a-m0', 'orders-pod-a-m1', 'orders-pod-b-m0', 'orders-pod-b-m1']);
         expect(Object.keys(before.refunds).sort()).toEqual(['service-pod-a-m0', 'service-pod-b-m0']);
         const events = async (stream: string) => (await admin.readGroupEvents(stream, 'g', { count: 1000 })).map((e) => e.type);
-        const commitsBefore = { orders: (await events('orders')).filter((t) => t === 'TARGET_COMMITTED').length, refunds: (await events('refunds')).filter((t) => t === 'TARGET_COMMITTED').length };
+        const commitsBefore = {
+          orders: (await events('orders')).filter((t) => t === 'TARGET_COMMITTED').length,
+          refunds: (await events('refunds')).filter((t) => t === 'TARGET_COMMITTED').length,
+        };
 
         await first.close(); // pod-a's members depart, keeping their shards for their session
         closed = true;

@@ -58,7 +58,12 @@ async function anHttpApp() {
   @Module({
     imports: [
       TerminusModule.forRoot({ logger: false }),
-      CoordinatorModule.forRoot({ redis: { url: server.url }, coordinator: { heartbeatIntervalMs: 200 }, healthCheckTimeoutMs: 300, startRetryDelayMs: 100 }),
+      CoordinatorModule.forRoot({
+        redis: { url: server.url },
+        coordinator: { heartbeatIntervalMs: 200 },
+        healthCheckTimeoutMs: 300,
+        startRetryDelayMs: 100,
+      }),
     ],
     controllers: [HealthController],
     providers: [Listener],
@@ -97,7 +102,7 @@ describe('CoordinatorHealthIndicator with @nestjs/terminus over HTTP', () => {
     await pollUntil('ready again', async () => (await get('/health/ready')).status === 200, { timeoutMs: 20_000 });
   });
 
-  it('liveness is 503 when a member stopped for good (its id is another live process\'s); readiness too', async () => {
+  it("liveness is 503 when a member stopped for good (its id is another live process's); readiness too", async () => {
     const { app, get } = await anHttpApp();
     await pollUntil('ready', async () => (await get('/health/ready')).status === 200);
     const [member] = app.get(CoordinatorRegistry).members();
@@ -105,7 +110,9 @@ describe('CoordinatorHealthIndicator with @nestjs/terminus over HTTP', () => {
     member.emit('error', Object.assign(new Error('another live process has this member id'), { name: 'FencedInstanceIdError' }));
     const live = await get('/health/live');
     expect(live.status).toBe(503);
-    expect(live.body.error.coordinator.problems).toEqual([expect.stringMatching(/^member .*-m0 \(Listener.handle-m0\): stopped for good: FencedInstanceIdError/)]);
+    expect(live.body.error.coordinator.problems).toEqual([
+      expect.stringMatching(/^member .*-m0 \(Listener.handle-m0\): stopped for good: FencedInstanceIdError/),
+    ]);
     expect((await get('/health/ready')).status).toBe(503);
   });
 });

@@ -1,6 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import {
-  CoordinatorAdmin, DeadLetterReplayError, KeyBuilder, REPLAY_HEADER, StreamProducer, shardForKey, type StreamMessage,
+  CoordinatorAdmin,
+  DeadLetterReplayError,
+  KeyBuilder,
+  REPLAY_HEADER,
+  StreamProducer,
+  shardForKey,
+  type StreamMessage,
 } from '@redis-stream-coordinator/core';
 import type { KeyedPayload } from '../support/handler-recorder';
 import { memberFactory } from '../support/member-factory';
@@ -34,10 +40,17 @@ async function withDeadLetters(shardCount: number, entries: { key: string; paylo
     },
   });
   await member.start();
-  const written = await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(entries.map((e) => ({ ...e, headers: { origin: 'test' } })));
+  const written = await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(
+    entries.map((e) => ({ ...e, headers: { origin: 'test' } })),
+  );
   const poisoned = entries.filter((e) => e.payload.poison).length;
-  await pollUntil('every poisoned entry dead-lettered', async () => (await admin().readDeadLetters(streamPrefix, 'group')).length === poisoned);
-  await pollUntil('every entry acknowledged', async () => (await admin().describeGroup(streamPrefix, 'group')).shards.every((s) => s.backlog === 0));
+  await pollUntil(
+    'every poisoned entry dead-lettered',
+    async () => (await admin().readDeadLetters(streamPrefix, 'group')).length === poisoned,
+  );
+  await pollUntil('every entry acknowledged', async () =>
+    (await admin().describeGroup(streamPrefix, 'group')).shards.every((s) => s.backlog === 0),
+  );
   await member.stop();
   return { streamPrefix, written };
 }
@@ -63,7 +76,10 @@ describe('listing dead letters', () => {
     for (const letter of all) expect(letter.ref).toBe(`${letter.shardIndex}/${letter.deadLetterId}`);
 
     expect((await admin().readDeadLetters(streamPrefix, 'group', { key: 'b' })).map((l) => l.key)).toEqual(['b']);
-    expect((await admin().readDeadLetters(streamPrefix, 'group', { errorContains: 'timeout' })).map((l) => l.key).sort()).toEqual(['b', 'd']);
+    expect((await admin().readDeadLetters(streamPrefix, 'group', { errorContains: 'timeout' })).map((l) => l.key).sort()).toEqual([
+      'b',
+      'd',
+    ]);
     const onShard = await admin().readDeadLetters(streamPrefix, 'group', { shardIndex: shardForKey('a', 3) });
     expect(onShard.every((l) => l.shardIndex === shardForKey('a', 3))).toBe(true);
     expect(onShard.map((l) => l.key)).toContain('a');
@@ -74,12 +90,14 @@ describe('listing dead letters', () => {
     expect(await admin().showDeadLetter(streamPrefix, 'group', all[1].ref)).toEqual(all[1]);
     expect(await admin().showDeadLetter(streamPrefix, 'group', `${all[1].shardIndex}/1-0`)).toBeNull();
     await expect(admin().showDeadLetter(streamPrefix, 'group', 'nonsense')).rejects.toThrow(/dead letter ref "nonsense" is invalid/);
-    await expect(admin().readDeadLetters(streamPrefix, 'group', { shardIndex: -1 })).rejects.toThrow(/shardIndex must be an integer from 0, got -1/);
+    await expect(admin().readDeadLetters(streamPrefix, 'group', { shardIndex: -1 })).rejects.toThrow(
+      /shardIndex must be an integer from 0, got -1/,
+    );
   });
 });
 
 describe('replaying dead letters', () => {
-  it('writes the entry to its key again, after the key\'s newer entries, with its headers and payload, then deletes the dead letter; a second run finds it gone', async () => {
+  it("writes the entry to its key again, after the key's newer entries, with its headers and payload, then deletes the dead letter; a second run finds it gone", async () => {
     const { streamPrefix, written } = await withDeadLetters(2, [
       { key: 'k', payload: { seq: 1, poison: 'first fails' } },
       { key: 'k', payload: { seq: 2 } },
@@ -96,7 +114,10 @@ describe('replaying dead letters', () => {
     expect(JSON.parse(fields.get('p')!)).toEqual({ seq: 1, poison: 'first fails' });
     expect(fields.get('k')).toBe('k');
     expect(JSON.parse(fields.get('h')!)).toEqual({
-      origin: 'test', [REPLAY_HEADER.of]: letter.ref, [REPLAY_HEADER.group]: 'group', [REPLAY_HEADER.originalId]: written[0].id,
+      origin: 'test',
+      [REPLAY_HEADER.of]: letter.ref,
+      [REPLAY_HEADER.group]: 'group',
+      [REPLAY_HEADER.originalId]: written[0].id,
     });
     expect(await admin().readDeadLetters(streamPrefix, 'group')).toEqual([]);
 
@@ -128,7 +149,9 @@ describe('replaying dead letters', () => {
     const crashing = redis.client();
     const crashingAdmin = new CoordinatorAdmin(crashing);
     await crashingAdmin.purgeDeadLetter(streamPrefix, 'group', '0/1-0'); // defines the scripts on the client
-    const dropCommand = Object.keys(Object.getPrototypeOf(crashing)).concat(Object.keys(crashing)).find((name) => name.endsWith('_dropDeadLetter'))!;
+    const dropCommand = Object.keys(Object.getPrototypeOf(crashing))
+      .concat(Object.keys(crashing))
+      .find((name) => name.endsWith('_dropDeadLetter'))!;
     (crashing as unknown as Record<string, unknown>)[dropCommand] = () => Promise.reject(new Error('connection lost'));
     await expect(crashingAdmin.replayDeadLetter(streamPrefix, 'group', letter.ref)).rejects.toThrow(
       /replayed to shard \d+ id .*deleting the dead letter failed \(connection lost\).*replaying it again finds the write/,
@@ -140,7 +163,9 @@ describe('replaying dead letters', () => {
     // Once the mark may be taken over: the earlier write is found, not repeated.
     const again = await admin().replayDeadLetter(streamPrefix, 'group', letter.ref, { takeOverAfterMs: 0 });
     expect(again).toMatchObject({ status: 'found-earlier-replay', to: { shardIndex: shardForKey('crash', 4) } });
-    const copies = (await shardEntries(streamPrefix, shardForKey('crash', 4))).filter(([, f]) => f.includes('k') && f[f.indexOf('h') + 1]?.includes(letter.ref));
+    const copies = (await shardEntries(streamPrefix, shardForKey('crash', 4))).filter(
+      ([, f]) => f.includes('k') && f[f.indexOf('h') + 1]?.includes(letter.ref),
+    );
     expect(copies).toHaveLength(1);
     expect(await admin().readDeadLetters(streamPrefix, 'group')).toEqual([]);
     expect(await redis.client().exists(keys.shardDeadLetterReplays(streamPrefix, letter.shardIndex, 'group'))).toBe(0);
@@ -149,7 +174,24 @@ describe('replaying dead letters', () => {
   it('an entry not written by a StreamProducer is reported not replayable and kept; replay-all goes on past it', async () => {
     const { streamPrefix } = await withDeadLetters(1, [{ key: 'ok', payload: { seq: 1, poison: 'later' } }]);
     const deadLetters = keys.shardDeadLetterStream(streamPrefix, 0, 'group');
-    const foreign = await redis.client().xadd(deadLetters, '*', 'shardIndex', '0', 'entryId', '1-1', 'memberId', 'm', 'error', 'no p', 'attempts', '0', 'fields', '["x","1"]');
+    const foreign = await redis
+      .client()
+      .xadd(
+        deadLetters,
+        '*',
+        'shardIndex',
+        '0',
+        'entryId',
+        '1-1',
+        'memberId',
+        'm',
+        'error',
+        'no p',
+        'attempts',
+        '0',
+        'fields',
+        '["x","1"]',
+      );
     const results = await admin().replayDeadLetters(streamPrefix, 'group');
     expect(results.map((r) => r.status)).toEqual(['replayed', 'not-replayable']);
     expect(results[1].reason).toMatch(/no "p" field: it was not written by a StreamProducer; purge it/);
@@ -165,13 +207,20 @@ describe('replaying dead letters', () => {
     const shard = keys.shardStream(streamPrefix, 0);
     await redis.client().rename(shard, `${shard}:aside`);
     await redis.client().set(shard, 'not a stream');
-    const error = await admin().replayDeadLetters(streamPrefix, 'group').then(() => undefined, (e: unknown) => e);
+    const error = await admin()
+      .replayDeadLetters(streamPrefix, 'group')
+      .then(
+        () => undefined,
+        (e: unknown) => e,
+      );
     await redis.client().del(shard);
     await redis.client().rename(`${shard}:aside`, shard);
     expect(error).toBeInstanceOf(DeadLetterReplayError);
     const failure = error as DeadLetterReplayError;
     expect(failure.results).toEqual([]);
-    expect(failure.message).toMatch(/replayed 0 of 2 dead letters, then stopped at 0\/\S+ \(so that no later entry of its key overtakes it\): .*the replay was not written \(.*WRONGTYPE/);
+    expect(failure.message).toMatch(
+      /replayed 0 of 2 dead letters, then stopped at 0\/\S+ \(so that no later entry of its key overtakes it\): .*the replay was not written \(.*WRONGTYPE/,
+    );
     expect(await admin().readDeadLetters(streamPrefix, 'group')).toHaveLength(2);
     // Nothing was written for the one that failed: its mark is freed, a retry goes ahead at once.
     expect((await admin().replayDeadLetters(streamPrefix, 'group')).map((r) => r.status)).toEqual(['replayed', 'replayed']);
@@ -197,7 +246,7 @@ describe('purging dead letters', () => {
 });
 
 describe("a shrink's deleted shards", () => {
-  it("keep their dead letters: deleteDrainedShards leaves them listed, shown, replayed and purged like any", async () => {
+  it('keep their dead letters: deleteDrainedShards leaves them listed, shown, replayed and purged like any', async () => {
     // Keys of shards 2 and 3, which a shrink 4 -> 2 removes, and one of a surviving shard.
     const candidates = Array.from({ length: 64 }, (_, i) => `key-${i}`);
     const removed = candidates.filter((k) => shardForKey(k, 4) >= 2).slice(0, 3);
@@ -216,25 +265,38 @@ describe("a shrink's deleted shards", () => {
     const member = aMember({ streamPrefix, shardCount: 2, sessionTimeoutMs: 1000, cutoverCheckIntervalMs: 50, handler: () => undefined });
     await member.start();
     await admin().resizeShards(streamPrefix, 2, { graceMs: 200, switchDelayMs: 150 });
-    const deleted = await pollUntil('the removed shards deleted', async () => {
-      const statuses = await admin().cutoverStatus(streamPrefix);
-      if (statuses.some((status) => status.cutover !== null)) return false;
-      return admin().deleteDrainedShards(streamPrefix).then((shards) => shards.length > 0 && shards, () => false);
-    }, { timeoutMs: 20_000 });
+    const deleted = await pollUntil(
+      'the removed shards deleted',
+      async () => {
+        const statuses = await admin().cutoverStatus(streamPrefix);
+        if (statuses.some((status) => status.cutover !== null)) return false;
+        return admin()
+          .deleteDrainedShards(streamPrefix)
+          .then(
+            (shards) => shards.length > 0 && shards,
+            () => false,
+          );
+      },
+      { timeoutMs: 20_000 },
+    );
     expect(deleted).toEqual([2, 3]);
     expect(await redis.client().exists(keys.shardStream(streamPrefix, 3))).toBe(0);
     expect(await admin().describeStream(streamPrefix)).toMatchObject({ shardCount: 2, shardSpan: 2, deadLetterSpan: 4 });
 
     // Still there, by list, filter and ref.
     expect(await admin().readDeadLetters(streamPrefix, 'group')).toEqual(before);
-    expect((await admin().readDeadLetters(streamPrefix, 'group', { shardIndex: onRemoved[0].shardIndex })).map((l) => l.ref)).toContain(onRemoved[0].ref);
+    expect((await admin().readDeadLetters(streamPrefix, 'group', { shardIndex: onRemoved[0].shardIndex })).map((l) => l.ref)).toContain(
+      onRemoved[0].ref,
+    );
     expect(await admin().showDeadLetter(streamPrefix, 'group', onRemoved[0].ref)).toEqual(onRemoved[0]);
     // A replay writes the entry to its key's shard now, a surviving one.
     const replayed = await admin().replayDeadLetter(streamPrefix, 'group', onRemoved[0].ref);
     expect(replayed).toMatchObject({ status: 'replayed', to: { shardIndex: shardForKey(onRemoved[0].key!, 2) } });
     // Purged by ref and by filter; a second purge finds nothing.
     expect(await admin().purgeDeadLetter(streamPrefix, 'group', onRemoved[1].ref)).toEqual({ ref: onRemoved[1].ref, purged: true });
-    expect((await admin().purgeDeadLetters(streamPrefix, 'group', { errorContains: 'removed' })).map((r) => r.ref)).toEqual([onRemoved[2].ref]);
+    expect((await admin().purgeDeadLetters(streamPrefix, 'group', { errorContains: 'removed' })).map((r) => r.ref)).toEqual([
+      onRemoved[2].ref,
+    ]);
     expect((await admin().readDeadLetters(streamPrefix, 'group')).map((l) => l.error)).toEqual(['Error: surviving']);
     expect(await admin().purgeDeadLetters(streamPrefix, 'group', { errorContains: 'removed' })).toEqual([]);
   }, 30_000);

@@ -18,7 +18,9 @@ async function aStream(shardCount: number, groups: string[], entriesPerShard: nu
   const producer = new StreamProducer(redis.client(), { streamPrefix });
   const ids: string[][] = [];
   for (let shardIndex = 0; shardIndex < shardCount; shardIndex++) {
-    ids.push((await producer.sendBatch(Array.from({ length: entriesPerShard }, (_, seq) => ({ shardIndex, payload: { seq } })))).map((r) => r.id));
+    ids.push(
+      (await producer.sendBatch(Array.from({ length: entriesPerShard }, (_, seq) => ({ shardIndex, payload: { seq } })))).map((r) => r.id),
+    );
   }
   return { streamPrefix, ids };
 }
@@ -26,8 +28,14 @@ async function aStream(shardCount: number, groups: string[], entriesPerShard: nu
 /** The group reads `read` entries of the shard and acknowledges the first `acked` of them. */
 async function consume(streamPrefix: string, shardIndex: number, group: string, read: number, acked: number) {
   const stream = keys.shardStream(streamPrefix, shardIndex);
-  await redis.client().xgroup('CREATE', stream, group, '0', 'MKSTREAM').catch(() => undefined);
-  const reply = (await redis.client().xreadgroup('GROUP', group, 'c', 'COUNT', read, 'STREAMS', stream, '>')) as [string, [string, string[]][]][];
+  await redis
+    .client()
+    .xgroup('CREATE', stream, group, '0', 'MKSTREAM')
+    .catch(() => undefined);
+  const reply = (await redis.client().xreadgroup('GROUP', group, 'c', 'COUNT', read, 'STREAMS', stream, '>')) as [
+    string,
+    [string, string[]][],
+  ][];
   const got = reply[0][1].map(([id]) => id);
   if (acked > 0) await redis.client().xack(stream, group, ...got.slice(0, acked));
 }
@@ -36,7 +44,7 @@ const remaining = async (streamPrefix: string, shardIndex: number) =>
   (await redis.client().xrange(keys.shardStream(streamPrefix, shardIndex), '-', '+')).map(([id]) => id);
 
 describe('trim', () => {
-  it('trims each shard up to the slowest group\'s delivered-and-acknowledged position, never past a pending entry', async () => {
+  it("trims each shard up to the slowest group's delivered-and-acknowledged position, never past a pending entry", async () => {
     const { streamPrefix, ids } = await aStream(3, ['fast', 'slow', 'stuck'], 10);
     // Shard 0: fast read and acked 8, slow 5, stuck read 6 but acked only 2 (pending from the 3rd).
     await consume(streamPrefix, 0, 'fast', 8, 8);
@@ -91,10 +99,19 @@ describe('trim', () => {
   it('leaves a stream no group reads alone, unless a maxLen is given', async () => {
     const { streamPrefix, ids } = await aStream(2, [], 5);
     const untouched = await admin().trim(streamPrefix);
-    expect(untouched.shards.map((s) => s.leftAlone)).toEqual(['no consumer group reads it and no maxLen was given', 'no consumer group reads it and no maxLen was given']);
+    expect(untouched.shards.map((s) => s.leftAlone)).toEqual([
+      'no consumer group reads it and no maxLen was given',
+      'no consumer group reads it and no maxLen was given',
+    ]);
     expect(await admin().trim(streamPrefix, { maxLen: 2, dryRun: true })).toMatchObject({ trimmed: 6 });
     expect(await remaining(streamPrefix, 1)).toEqual(ids[1]);
-    expect(await admin().trim(streamPrefix, { maxLen: 2 })).toMatchObject({ trimmed: 6, shards: [{ shardIndex: 0, trimmed: 3 }, { shardIndex: 1, trimmed: 3 }] });
+    expect(await admin().trim(streamPrefix, { maxLen: 2 })).toMatchObject({
+      trimmed: 6,
+      shards: [
+        { shardIndex: 0, trimmed: 3 },
+        { shardIndex: 1, trimmed: 3 },
+      ],
+    });
     expect(await remaining(streamPrefix, 1)).toEqual(ids[1].slice(3));
   });
 
@@ -109,7 +126,12 @@ describe('trim', () => {
     await consume(streamPrefix, 1, 'g', 3, 3);
     await redis.client().del(keys.shardStream(streamPrefix, 0));
     await redis.client().set(keys.shardStream(streamPrefix, 0), 'not a stream');
-    const error = await admin().trim(streamPrefix).then(() => undefined, (e: unknown) => e as { name: string; message: string; result: { shards: unknown[] } });
+    const error = await admin()
+      .trim(streamPrefix)
+      .then(
+        () => undefined,
+        (e: unknown) => e as { name: string; message: string; result: { shards: unknown[] } },
+      );
     expect(error?.name).toBe('TrimError');
     expect(error?.message).toMatch(/trimming 1 shard\(s\) failed \(first: shard 0: .*WRONGTYPE/);
     expect(error?.result.shards[1]).toEqual({ shardIndex: 1, trimmed: 3, minId: '', limitedBy: 'g' });
@@ -147,7 +169,15 @@ describe('startTrimming', () => {
     expect(errors).toEqual([]);
     expect(runs.length).toBeGreaterThanOrEqual(2);
     for (let i = 1; i < runs.length; i++) expect(runs[i].startedAt).toBeGreaterThanOrEqual(runs[i - 1].finishedAt);
-    expect(schedule.stats()).toMatchObject({ streamPrefix, stopped: true, running: false, failed: 0, consecutiveFailures: 0, trimmed: 6, succeeded: runs.length });
+    expect(schedule.stats()).toMatchObject({
+      streamPrefix,
+      stopped: true,
+      running: false,
+      failed: 0,
+      consecutiveFailures: 0,
+      trimmed: 6,
+      succeeded: runs.length,
+    });
   });
 
   it('reports each failed run and goes on: a stream without metadata fails until it is created', async () => {
@@ -160,7 +190,9 @@ describe('startTrimming', () => {
 
     // No group: maxLen applies.
     await admin().createStream({ streamPrefix, shardCount: 1 });
-    await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(Array.from({ length: 5 }, (_, seq) => ({ shardIndex: 0, payload: { seq } })));
+    await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(
+      Array.from({ length: 5 }, (_, seq) => ({ shardIndex: 0, payload: { seq } })),
+    );
     await pollUntil('a run succeeded after the failures', async () => runs.some((r) => r.result.trimmed === 3));
     expect(schedule.stats().consecutiveFailures).toBe(0);
     expect((await remaining(streamPrefix, 0)).length).toBe(2);
@@ -175,7 +207,9 @@ describe('startTrimming', () => {
     const schedule = viaProxy.startTrimming(streamPrefix, { intervalMs: 100, runTimeoutMs: 300 });
     const { runs, errors } = track(schedule);
     await pollUntil('the overdue run reported', async () => errors.length === 1);
-    expect(errors[0].message).toMatch(/the run started 300 ms ago has not finished \(a Redis reply late or lost\); the next run waits for it/);
+    expect(errors[0].message).toMatch(
+      /the run started 300 ms ago has not finished \(a Redis reply late or lost\); the next run waits for it/,
+    );
     expect(schedule.stats()).toMatchObject({ runs: 1, running: true, overdue: true });
 
     proxy.delay('reply', 0);
@@ -198,7 +232,9 @@ describe('startTrimming', () => {
   it('refuses bad options, naming them', () => {
     expect(() => admin().startTrimming('s', { intervalMs: 10 })).toThrow('intervalMs must be an integer from 100 to 86400000, got 10');
     expect(() => admin().startTrimming('s', { intervalMs: 1000, maxLen: 0 })).toThrow('maxLen must be an integer from 1 to');
-    expect(() => admin().startTrimming('s', { intervalMs: 1000, runTimeoutMs: 5 })).toThrow('runTimeoutMs must be an integer from 100 to 86400000, got 5');
+    expect(() => admin().startTrimming('s', { intervalMs: 1000, runTimeoutMs: 5 })).toThrow(
+      'runTimeoutMs must be an integer from 100 to 86400000, got 5',
+    );
     expect(() => admin().startTrimming('a:b', { intervalMs: 1000 })).toThrow('streamPrefix "a:b" is invalid');
     expect(() => admin().startTrimming('s', undefined as never)).toThrow('startTrimming options must be an object with intervalMs');
   });

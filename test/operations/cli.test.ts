@@ -48,7 +48,10 @@ function rscRunning(...args: string[]) {
 async function aGroup(shardCount: number, memberName = 'cli-a') {
   const streamPrefix = uniqueName('cli');
   const member = aMember({
-    streamPrefix, shardCount, memberName, maxAttempts: 1,
+    streamPrefix,
+    shardCount,
+    memberName,
+    maxAttempts: 1,
     handler: (message: StreamMessage<KeyedPayload & { poison?: boolean }>) => {
       if (message.payload.poison) throw new Error(`poison ${message.payload.seq}`);
     },
@@ -75,7 +78,9 @@ describe('rsc streams, groups, describe', () => {
     expect(described.code).toBe(0);
     expect(described.stdout).toMatch(new RegExp(`^group group of stream ${streamPrefix}: STABLE`, 'm'));
     expect(described.stdout).toMatch(/^0\s+readable\s+OWNED\s+cli-a\s+\d+\s+0\s+0\s+-\s+/m);
-    expect(described.stdout).toMatch(new RegExp(`^${member.memberId}\\s+cli-a\\s+ACTIVE\\s+\\d+\\s+\\S+\\s+\\S+ ago\\s+0-1\\s+-\\s+1\\s+-$`, 'm'));
+    expect(described.stdout).toMatch(
+      new RegExp(`^${member.memberId}\\s+cli-a\\s+ACTIVE\\s+\\d+\\s+\\S+\\s+\\S+ ago\\s+0-1\\s+-\\s+1\\s+-$`, 'm'),
+    );
     expect(described.stdout).not.toContain('awaited static members');
     const view = JSON.parse((await rsc('describe', streamPrefix, 'group', '--json')).stdout);
     expect(view.shards.map((s: { owner: string }) => s.owner)).toEqual([member.memberId, member.memberId]);
@@ -85,7 +90,16 @@ describe('rsc streams, groups, describe', () => {
 
   it('describe shows static members by instance id, and a departed one whose shards wait for it, with when the wait ends', async () => {
     const streamPrefix = uniqueName('cli-static');
-    const statics = ['pod-a', 'pod-b'].map((pod) => aMember({ streamPrefix, shardCount: 4, memberInstanceId: `billing-${pod}`, memberName: pod, sessionTimeoutMs: 30_000, handler: () => undefined }));
+    const statics = ['pod-a', 'pod-b'].map((pod) =>
+      aMember({
+        streamPrefix,
+        shardCount: 4,
+        memberInstanceId: `billing-${pod}`,
+        memberName: pod,
+        sessionTimeoutMs: 30_000,
+        handler: () => undefined,
+      }),
+    );
     await Promise.all(statics.map((m) => m.start()));
     await pollUntil('two shards each', async () => statics.every((m) => m.ownedShards().length === 2));
     const awayShards = statics[0].ownedShards();
@@ -99,10 +113,15 @@ describe('rsc streams, groups, describe', () => {
     expect(away).toMatchObject({ state: 'ACTIVE', memberInstanceId: 'billing-pod-a', awaitedUntil: away.memberLeaseExpiresAt });
     expect(away.awaitedLeftMs).toBeGreaterThan(20_000);
     expect(Date.parse(away.departedAt)).toBeLessThanOrEqual(Date.parse(view.at));
-    expect(view.members.find((m: { memberId: string }) => m.memberId === 'billing-pod-b')).toMatchObject({ memberInstanceId: 'billing-pod-b', departedAt: null, awaitedUntil: null });
+    expect(view.members.find((m: { memberId: string }) => m.memberId === 'billing-pod-b')).toMatchObject({
+      memberInstanceId: 'billing-pod-b',
+      departedAt: null,
+      awaitedUntil: null,
+    });
     const section = described.stdout.split('awaited static members')[1];
     expect(section).toBeDefined();
-    const shards = awayShards.length === 2 && awayShards[1] === awayShards[0] + 1 ? `${awayShards[0]}-${awayShards[1]}` : awayShards.join(',');
+    const shards =
+      awayShards.length === 2 && awayShards[1] === awayShards[0] + 1 ? `${awayShards[0]}-${awayShards[1]}` : awayShards.join(',');
     expect(section).toMatch(new RegExp(`^billing-pod-a\\s+${away.departedAt}\\s+${away.awaitedUntil}\\s+\\S+s\\s+${shards}$`, 'm'));
   });
 
@@ -117,16 +136,28 @@ describe('rsc streams, groups, describe', () => {
 
   it('names what is wrong, with exit 1 for a failed operation and 2 for a wrong command line', async () => {
     const missing = await rsc('describe', 'no-such-stream', 'group');
-    expect(missing).toMatchObject({ code: 1, stderr: expect.stringMatching(/rsc: error: group "group" of stream "no-such-stream" does not exist/) });
+    expect(missing).toMatchObject({
+      code: 1,
+      stderr: expect.stringMatching(/rsc: error: group "group" of stream "no-such-stream" does not exist/),
+    });
     const badName = await rsc('describe', 'bad{name}', 'group');
     expect(badName).toMatchObject({ code: 2, stderr: expect.stringMatching(/streamPrefix "bad\{name\}" is invalid/) });
     const badCount = await rsc('resize', 'x', 'zero');
-    expect(badCount).toMatchObject({ code: 2, stderr: expect.stringMatching(/value 'zero' is invalid for argument 'n'. expected an integer from 1 to 65536/) });
+    expect(badCount).toMatchObject({
+      code: 2,
+      stderr: expect.stringMatching(/value 'zero' is invalid for argument 'n'. expected an integer from 1 to 65536/),
+    });
     const unknown = await rsc('nonsense');
     expect(unknown).toMatchObject({ code: 2, stderr: expect.stringMatching(/unknown command 'nonsense'/) });
     const down = await new Promise<Run>((resolve) =>
-      execFile(process.execPath, [BIN, '--url', 'redis://127.0.0.1:1', 'streams'], (error, stdout, stderr) => resolve({ code: Number(error?.code ?? 0), stdout, stderr })));
-    expect(down).toMatchObject({ code: 1, stderr: expect.stringMatching(/cannot connect to Redis at redis:\/\/127\.0\.0\.1:1: .*ECONNREFUSED/) });
+      execFile(process.execPath, [BIN, '--url', 'redis://127.0.0.1:1', 'streams'], (error, stdout, stderr) =>
+        resolve({ code: Number(error?.code ?? 0), stdout, stderr }),
+      ),
+    );
+    expect(down).toMatchObject({
+      code: 1,
+      stderr: expect.stringMatching(/cannot connect to Redis at redis:\/\/127\.0\.0\.1:1: .*ECONNREFUSED/),
+    });
   });
 
   it('passes an ACL user and password to Redis, and hides the password in errors', async () => {
@@ -134,8 +165,12 @@ describe('rsc streams, groups, describe', () => {
     const ok = await rsc('--user', 'rsc-ops', '--password', 's3cret', 'streams');
     expect(ok.code).toBe(0);
     const wrong = await new Promise<Run>((resolve) =>
-      execFile(process.execPath, [BIN, '--url', redis.server.url.replace('redis://', 'redis://rsc-ops:wrong@'), 'streams'], (error, stdout, stderr) =>
-        resolve({ code: Number(error?.code ?? 0), stdout, stderr })));
+      execFile(
+        process.execPath,
+        [BIN, '--url', redis.server.url.replace('redis://', 'redis://rsc-ops:wrong@'), 'streams'],
+        (error, stdout, stderr) => resolve({ code: Number(error?.code ?? 0), stdout, stderr }),
+      ),
+    );
     expect(wrong.code).toBe(1);
     expect(wrong.stderr).toMatch(/rsc-ops:\*\*\*@.*WRONGPASS/);
     expect(wrong.stderr).not.toContain('wrong@');
@@ -151,8 +186,12 @@ describe('rsc events', () => {
     await pollUntil('the log so far', async () => follow.out.stdout.includes('MEMBER_JOINED'));
     const second = aMember({ streamPrefix, memberName: 'cli-b', handler: () => undefined });
     await second.start();
-    await pollUntil('the second member\'s join', async () =>
-      follow.out.stdout.split('\n').filter(Boolean).some((line) => JSON.parse(line).type === 'MEMBER_JOINED' && JSON.parse(line).memberId === second.memberId));
+    await pollUntil("the second member's join", async () =>
+      follow.out.stdout
+        .split('\n')
+        .filter(Boolean)
+        .some((line) => JSON.parse(line).type === 'MEMBER_JOINED' && JSON.parse(line).memberId === second.memberId),
+    );
     follow.stop();
     expect(await follow.exited).toBe(0);
   });
@@ -177,10 +216,15 @@ describe('rsc reset-offsets', () => {
   it('is refused while the group has live members unless --force; --dry-run changes nothing; then moves every shard', async () => {
     const { streamPrefix, member, producer } = await aGroup(2, 'resetter');
     const written = await producer.sendBatch(Array.from({ length: 6 }, (_, seq) => ({ shardIndex: seq % 2, payload: { seq } })));
-    await pollUntil('everything handled', async () => (await admin().describeGroup(streamPrefix, 'group')).shards.every((s) => s.backlog === 0));
+    await pollUntil('everything handled', async () =>
+      (await admin().describeGroup(streamPrefix, 'group')).shards.every((s) => s.backlog === 0),
+    );
 
     const refused = await rsc('reset-offsets', streamPrefix, 'group', '--to-earliest');
-    expect(refused).toMatchObject({ code: 1, stderr: expect.stringMatching(/has 1 live member\(s\) \(resetter\): stop them first, or force/) });
+    expect(refused).toMatchObject({
+      code: 1,
+      stderr: expect.stringMatching(/has 1 live member\(s\) \(resetter\): stop them first, or force/),
+    });
     const dry = await rsc('reset-offsets', streamPrefix, 'group', '--to-earliest', '--dry-run', '--force');
     expect(dry.code).toBe(0);
     expect(dry.stdout).toMatch(/dry run, nothing changed/);
@@ -191,8 +235,20 @@ describe('rsc reset-offsets', () => {
 
     await member.stop();
     const noTarget = await rsc('reset-offsets', streamPrefix, 'group');
-    expect(noTarget).toMatchObject({ code: 2, stderr: expect.stringMatching(/needs exactly one of --to-earliest, --to-latest, --to-datetime T, --to-id ID \(got 0\)/) });
-    const toTime = await rsc('--json', 'reset-offsets', streamPrefix, 'group', '--to-datetime', written[3].id.split('-')[0], '--shard', '1');
+    expect(noTarget).toMatchObject({
+      code: 2,
+      stderr: expect.stringMatching(/needs exactly one of --to-earliest, --to-latest, --to-datetime T, --to-id ID \(got 0\)/),
+    });
+    const toTime = await rsc(
+      '--json',
+      'reset-offsets',
+      streamPrefix,
+      'group',
+      '--to-datetime',
+      written[3].id.split('-')[0],
+      '--shard',
+      '1',
+    );
     expect(toTime.code).toBe(0);
     const [shard1] = JSON.parse(toTime.stdout).shards;
     expect(shard1.shardIndex).toBe(1);
@@ -233,7 +289,10 @@ describe('rsc dead-letters and trim', () => {
     expect(replay.code).toBe(0);
     expect(replay.stdout).toMatch(/replayed 1, found-earlier-replay 0, gone 0, not-replayable 0/);
     // The member dead-letters the replay again (still poison): a new dead letter, with the same key.
-    await pollUntil('the replay dead-lettered again', async () => (await admin().readDeadLetters(streamPrefix, 'group', { key: 'alpha' })).length === 1);
+    await pollUntil(
+      'the replay dead-lettered again',
+      async () => (await admin().readDeadLetters(streamPrefix, 'group', { key: 'alpha' })).length === 1,
+    );
     const twice = await rsc('dead-letters', streamPrefix, 'group', 'replay', '--id', letters[0].ref);
     expect(twice.stdout).toMatch(/replayed 0, found-earlier-replay 0, gone 1/);
 
@@ -248,7 +307,10 @@ describe('rsc dead-letters and trim', () => {
   it('shows a msgpack dead letter decoded, with the bytes inside it as base64', async () => {
     const { streamPrefix } = await aGroup(1);
     const bytes = Buffer.from([0xff, 0x00, 0xfe]);
-    await new StreamProducer(redis.client(), { streamPrefix, codec: msgpackCodec }).send({ key: 'bin', payload: { seq: 1, poison: true, bytes } });
+    await new StreamProducer(redis.client(), { streamPrefix, codec: msgpackCodec }).send({
+      key: 'bin',
+      payload: { seq: 1, poison: true, bytes },
+    });
     const [letter] = await pollUntil('the dead letter', async () => {
       const letters = await admin().readDeadLetters(streamPrefix, 'group');
       return letters.length > 0 && letters;
@@ -263,13 +325,21 @@ describe('rsc dead-letters and trim', () => {
   it('trims what every group has acknowledged, with a dry run first', async () => {
     const { streamPrefix, producer } = await aGroup(2);
     await producer.sendBatch(Array.from({ length: 10 }, (_, seq) => ({ shardIndex: seq % 2, payload: { seq } })));
-    await pollUntil('everything handled', async () => (await admin().describeGroup(streamPrefix, 'group')).shards.every((s) => s.backlog === 0));
+    await pollUntil('everything handled', async () =>
+      (await admin().describeGroup(streamPrefix, 'group')).shards.every((s) => s.backlog === 0),
+    );
     const dry = await rsc('trim', streamPrefix, '--dry-run');
     expect(dry.code).toBe(0);
     expect(dry.stdout).toMatch(new RegExp(`^stream ${streamPrefix}: dry run, would trim 10 entries \\(groups: group\\)$`, 'm'));
     expect(await redis.client().xlen(keys.shardStream(streamPrefix, 0))).toBe(5);
     const trim = JSON.parse((await rsc('--json', 'trim', streamPrefix)).stdout);
-    expect(trim).toMatchObject({ trimmed: 10, shards: [{ shardIndex: 0, trimmed: 5 }, { shardIndex: 1, trimmed: 5 }] });
+    expect(trim).toMatchObject({
+      trimmed: 10,
+      shards: [
+        { shardIndex: 0, trimmed: 5 },
+        { shardIndex: 1, trimmed: 5 },
+      ],
+    });
     expect(await redis.client().xlen(keys.shardStream(streamPrefix, 0))).toBe(0);
   });
 });

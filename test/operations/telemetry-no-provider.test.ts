@@ -16,7 +16,10 @@ afterEach(async () => {
 async function handledHeaders(streamPrefix: string): Promise<{ member: CoordinatedMember; headers: Record<string, string> }> {
   const seen: Record<string, string>[] = [];
   const member = new CoordinatedMember(redis.client(), {
-    streamPrefix, consumerGroup: 'group', shardCount: 1, coordinator: { heartbeatIntervalMs: 200 },
+    streamPrefix,
+    consumerGroup: 'group',
+    shardCount: 1,
+    coordinator: { heartbeatIntervalMs: 200 },
     handler: (message) => void seen.push(message.headers),
   });
   member.on('error', () => undefined);
@@ -27,7 +30,18 @@ async function handledHeaders(streamPrefix: string): Promise<{ member: Coordinat
   return { member, headers: seen[0] };
 }
 
-const aMessage = { id: '1-0', streamPrefix: 'x', shardIndex: 0, key: undefined, payload: 1, headers: {}, deliveryCount: 1, signal: new AbortController().signal, ack: async () => undefined, nack: async () => undefined } satisfies StreamMessage;
+const aMessage = {
+  id: '1-0',
+  streamPrefix: 'x',
+  shardIndex: 0,
+  key: undefined,
+  payload: 1,
+  headers: {},
+  deliveryCount: 1,
+  signal: new AbortController().signal,
+  ack: async () => undefined,
+  nack: async () => undefined,
+} satisfies StreamMessage;
 
 describe('telemetry without a provider', () => {
   it('the API installed but no provider registered: no trace header, and no probe (nothing allocated) per handler call', async () => {

@@ -1,7 +1,13 @@
 import { type Context, context, metrics, propagation, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
-import { AggregationTemporality, type DataPoint, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader } from '@opentelemetry/sdk-metrics';
+import {
+  AggregationTemporality,
+  type DataPoint,
+  InMemoryMetricExporter,
+  MeterProvider,
+  PeriodicExportingMetricReader,
+} from '@opentelemetry/sdk-metrics';
 import { BasicTracerProvider, InMemorySpanExporter, type ReadableSpan, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { BatchError, CoordinatedMember, CoordinatorAdmin, type StreamMessage, StreamProducer } from '@redis-stream-coordinator/core';
@@ -93,7 +99,10 @@ describe('traces', () => {
       'messaging.message.id': sent.id,
       'messaging.destination.partition.id': String(sent.shardIndex),
     });
-    expect(seen[0].headers).toEqual({ tenant: 't1', traceparent: `00-${publish.spanContext().traceId}-${publish.spanContext().spanId}-01` });
+    expect(seen[0].headers).toEqual({
+      tenant: 't1',
+      traceparent: `00-${publish.spanContext().traceId}-${publish.spanContext().spanId}-01`,
+    });
     expect(processSpan.kind).toBe(SpanKind.CONSUMER);
     expect(processSpan.spanContext().traceId).toBe(publish.spanContext().traceId);
     expect(processSpan.parentSpanContext?.spanId).toBe(publish.spanContext().spanId);
@@ -137,7 +146,9 @@ describe('traces', () => {
       expect(call.events.map((e) => e.name)).toEqual(['exception']);
     }
     expect(await sum('rsc.consumer.retried', streamPrefix)).toBe(1);
-    expect(await sum('rsc.consumer.dead_lettered', streamPrefix, { 'messaging.redis_streams.dead_letter.cause': 'attempts_exhausted' })).toBe(1);
+    expect(
+      await sum('rsc.consumer.dead_lettered', streamPrefix, { 'messaging.redis_streams.dead_letter.cause': 'attempts_exhausted' }),
+    ).toBe(1);
     expect(await sum('messaging.process.duration', streamPrefix, { 'error.type': 'RangeError' })).toBe(2);
     expect(await sum('messaging.client.consumed.messages', streamPrefix)).toBe(1);
     // The dead letter's write acknowledges the entry.
@@ -177,7 +188,15 @@ describe('traces', () => {
       // the worker either.
       const unheard = uniqueName('otel-badprop-unheard');
       const quiet: string[] = [];
-      const bare = new CoordinatedMember(redis.client(), { streamPrefix: unheard, consumerGroup: 'group', memberId: 'b', shardCount: 1, runtimeMaxConcurrency: 1, coordinator: { heartbeatIntervalMs: 200 }, handler: (m) => void quiet.push(m.id) });
+      const bare = new CoordinatedMember(redis.client(), {
+        streamPrefix: unheard,
+        consumerGroup: 'group',
+        memberId: 'b',
+        shardCount: 1,
+        runtimeMaxConcurrency: 1,
+        coordinator: { heartbeatIntervalMs: 200 },
+        handler: (m) => void quiet.push(m.id),
+      });
       started.push(bare);
       await bare.start();
       const other = new StreamProducer(redis.client(), { streamPrefix: unheard });
@@ -189,44 +208,47 @@ describe('traces', () => {
     }
   });
 
-  it.each(['before', 'after'] as const)("a context manager that throws %s the handler's call neither fails the entry nor runs it twice", async (when) => {
-    const streamPrefix = uniqueName(`otel-badctx-${when}`);
-    const inner = new AsyncLocalStorageContextManager().enable();
-    const ours = (ctx: Context) => (trace.getSpan(ctx) as unknown as { name?: string } | undefined)?.name === `process ${streamPrefix}`;
-    context.disable(); // a global is registered once: the suite's goes first
-    context.setGlobalContextManager({
-      active: () => inner.active(),
-      with: (ctx, fn, thisArg, ...args) => {
-        if (!ours(ctx)) return inner.with(ctx, fn, thisArg, ...args);
-        if (when === 'before') throw new Error('context manager broke before the call');
-        inner.with(ctx, fn, thisArg, ...args);
-        throw new Error('context manager broke after the call');
-      },
-      bind: (ctx, target) => inner.bind(ctx, target),
-      enable() {
-        return this;
-      },
-      disable() {
-        inner.disable();
-        return this;
-      },
-    });
-    try {
-      const runs = new Map<string, number>();
-      const member = aMember(streamPrefix, 'a', { handler: async (m: StreamMessage) => void runs.set(m.id, (runs.get(m.id) ?? 0) + 1) });
-      const errors: Error[] = [];
-      member.on('error', (error) => errors.push(error));
-      await member.start();
-      const producer = new StreamProducer(redis.client(), { streamPrefix });
-      for (let i = 0; i < 4; i++) await producer.send({ key: 'k', payload: i });
-      await pollUntil('4 entries acknowledged', async () => (await sum('rsc.consumer.acknowledged', streamPrefix)) === 4);
-      expect([...runs.values()]).toEqual([1, 1, 1, 1]);
-      expect(errors.filter((e) => /telemetry: recording a handler call failed.*context manager broke/.test(e.message))).toHaveLength(1);
-    } finally {
-      context.disable();
-      context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
-    }
-  });
+  it.each(['before', 'after'] as const)(
+    "a context manager that throws %s the handler's call neither fails the entry nor runs it twice",
+    async (when) => {
+      const streamPrefix = uniqueName(`otel-badctx-${when}`);
+      const inner = new AsyncLocalStorageContextManager().enable();
+      const ours = (ctx: Context) => (trace.getSpan(ctx) as unknown as { name?: string } | undefined)?.name === `process ${streamPrefix}`;
+      context.disable(); // a global is registered once: the suite's goes first
+      context.setGlobalContextManager({
+        active: () => inner.active(),
+        with: (ctx, fn, thisArg, ...args) => {
+          if (!ours(ctx)) return inner.with(ctx, fn, thisArg, ...args);
+          if (when === 'before') throw new Error('context manager broke before the call');
+          inner.with(ctx, fn, thisArg, ...args);
+          throw new Error('context manager broke after the call');
+        },
+        bind: (ctx, target) => inner.bind(ctx, target),
+        enable() {
+          return this;
+        },
+        disable() {
+          inner.disable();
+          return this;
+        },
+      });
+      try {
+        const runs = new Map<string, number>();
+        const member = aMember(streamPrefix, 'a', { handler: async (m: StreamMessage) => void runs.set(m.id, (runs.get(m.id) ?? 0) + 1) });
+        const errors: Error[] = [];
+        member.on('error', (error) => errors.push(error));
+        await member.start();
+        const producer = new StreamProducer(redis.client(), { streamPrefix });
+        for (let i = 0; i < 4; i++) await producer.send({ key: 'k', payload: i });
+        await pollUntil('4 entries acknowledged', async () => (await sum('rsc.consumer.acknowledged', streamPrefix)) === 4);
+        expect([...runs.values()]).toEqual([1, 1, 1, 1]);
+        expect(errors.filter((e) => /telemetry: recording a handler call failed.*context manager broke/.test(e.message))).toHaveLength(1);
+      } finally {
+        context.disable();
+        context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+      }
+    },
+  );
 
   it('counts an entry dead-lettered at its first failure as non_retryable, and does not count a retry', async () => {
     const streamPrefix = uniqueName('otel-nonretry');
@@ -245,7 +267,9 @@ describe('traces', () => {
     await pollUntil('the entry dead-lettered', async () => deadLetters.length === 1);
 
     expect(await sum('rsc.consumer.dead_lettered', streamPrefix, { 'messaging.redis_streams.dead_letter.cause': 'non_retryable' })).toBe(1);
-    expect(await sum('rsc.consumer.dead_lettered', streamPrefix, { 'messaging.redis_streams.dead_letter.cause': 'attempts_exhausted' })).toBe(0);
+    expect(
+      await sum('rsc.consumer.dead_lettered', streamPrefix, { 'messaging.redis_streams.dead_letter.cause': 'attempts_exhausted' }),
+    ).toBe(0);
     expect(await sum('rsc.consumer.retried', streamPrefix)).toBe(0);
   });
 });
@@ -254,7 +278,9 @@ describe('batch handlers', () => {
   it('each batch call is one process span (shard, size, first and last id, the BatchError index) linked to its producers, and one duration and size point', async () => {
     const streamPrefix = uniqueName('otel-batch');
     await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 2 });
-    const sent = await new StreamProducer(redis.client(), { streamPrefix }).sendBatch([1, 2, 3, 4, 5].map((n) => ({ shardIndex: 0, payload: n })));
+    const sent = await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(
+      [1, 2, 3, 4, 5].map((n) => ({ shardIndex: 0, payload: n })),
+    );
     const calls: { payloads: number[]; activeSpanId?: string }[] = [];
     const member = aMember(streamPrefix, 'a', {
       batch: { maxSize: 5 } as never,
@@ -266,7 +292,10 @@ describe('batch handlers', () => {
       }) as never,
     });
     await member.start();
-    await pollUntil('two batch calls made and all acknowledged', async () => calls.length === 2 && (await sum('rsc.consumer.acknowledged', streamPrefix)) === 5);
+    await pollUntil(
+      'two batch calls made and all acknowledged',
+      async () => calls.length === 2 && (await sum('rsc.consumer.acknowledged', streamPrefix)) === 5,
+    );
     expect(calls.map((c) => c.payloads)).toEqual([
       [1, 2, 3, 4, 5],
       [3, 4, 5],
@@ -335,7 +364,8 @@ describe('metrics', () => {
     await member.start();
     await pollUntil('both shards owned', async () => member.ownedShards().length === 2);
 
-    const byShard = async (name: string) => Object.fromEntries((await points(name, streamPrefix)).map((p) => [p.attributes['messaging.destination.partition.id'], p.value]));
+    const byShard = async (name: string) =>
+      Object.fromEntries((await points(name, streamPrefix)).map((p) => [p.attributes['messaging.destination.partition.id'], p.value]));
     await pollUntil('lag 5 on shard 0', async () => (await byShard('rsc.consumer.lag'))['0'] === 5);
     expect(await byShard('rsc.consumer.lag')).toEqual({ 0: 5, 1: 0 });
     expect(await byShard('rsc.consumer.pending')).toEqual({ 0: 0, 1: 0 });
@@ -366,7 +396,7 @@ describe('metrics', () => {
     expect(await byShard('rsc.consumer.pending')).toEqual({ 0: 0, 1: 0 });
   });
 
-  it('counts an acknowledgement batch refused by the fencing token of the shard\'s next owner', async () => {
+  it("counts an acknowledgement batch refused by the fencing token of the shard's next owner", async () => {
     const streamPrefix = uniqueName('otel-fenced-ack');
     let release: () => void = () => undefined;
     const gate = new Promise<void>((resolve) => (release = resolve));
@@ -444,7 +474,9 @@ describe('off switches', () => {
   });
 
   it('telemetry: "yes" is refused naming the option', () => {
-    expect(() => new StreamProducer(redis.client(), { streamPrefix: 'x', telemetry: 'yes' as unknown as boolean })).toThrow('telemetry must be a boolean, got "yes"');
+    expect(() => new StreamProducer(redis.client(), { streamPrefix: 'x', telemetry: 'yes' as unknown as boolean })).toThrow(
+      'telemetry must be a boolean, got "yes"',
+    );
     expect(() => aMember('x', 'a', { telemetry: 'yes' as unknown as boolean })).toThrow('telemetry must be a boolean, got "yes"');
   });
 });

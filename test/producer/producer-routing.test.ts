@@ -1,5 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { CoordinatorAdmin, GroupNotFoundError, KeyBuilder, ResizeInProgressError, StreamProducer, shardForKey } from '@redis-stream-coordinator/core';
+import {
+  CoordinatorAdmin,
+  GroupNotFoundError,
+  KeyBuilder,
+  ResizeInProgressError,
+  StreamProducer,
+  shardForKey,
+} from '@redis-stream-coordinator/core';
 import { HandlerRecorder } from '../support/handler-recorder';
 import { memberFactory } from '../support/member-factory';
 import { pollUntil } from '../support/poll';
@@ -18,7 +25,9 @@ const keyOn = (shard: number, count: number, not?: { shard: number; count: numbe
 };
 
 async function noCutover(admin: CoordinatorAdmin, streamPrefix: string) {
-  await pollUntil('every cutover completed', async () => (await admin.cutoverStatus(streamPrefix)).every((s) => s.cutover === null), { timeoutMs: 20_000 });
+  await pollUntil('every cutover completed', async () => (await admin.cutoverStatus(streamPrefix)).every((s) => s.cutover === null), {
+    timeoutMs: 20_000,
+  });
 }
 
 describe('producer writes honour the shard count in effect (SPEC 9.5)', () => {
@@ -68,7 +77,9 @@ describe('producer writes honour the shard count in effect (SPEC 9.5)', () => {
     for (let i = 0; i < 3; i++) await redis.client().xadd(keys.shardStream(streamPrefix, 2), '*', 'p', '{"seq":1}');
     const refused = admin.deleteDrainedShards(streamPrefix);
     await expect(refused).rejects.toBeInstanceOf(ResizeInProgressError);
-    await expect(admin.deleteDrainedShards(streamPrefix)).rejects.toThrow(/removed shard 2 still holds 3 entries group group has not processed/);
+    await expect(admin.deleteDrainedShards(streamPrefix)).rejects.toThrow(
+      /removed shard 2 still holds 3 entries group group has not processed/,
+    );
     expect(await redis.client().xlen(keys.shardStream(streamPrefix, 2))).toBe(3);
     // And no producer can add to it any more: the marker refuses writes addressed there.
     await expect(new StreamProducer(redis.client(), { streamPrefix }).send({ shardIndex: 2, payload: 1 })).rejects.toThrow(/shardIndex/);
@@ -107,7 +118,10 @@ describe('producer writes honour the shard count in effect (SPEC 9.5)', () => {
     await new CoordinatorAdmin(client).createStream({ streamPrefix, shardCount: 2 });
     await client.del(keys.shardRouting(streamPrefix, 0), keys.shardRouting(streamPrefix, 1));
     const producer = new StreamProducer(client, { streamPrefix });
-    const sent = await producer.sendBatch([{ shardIndex: 0, payload: 1 }, { shardIndex: 1, payload: 2 }]);
+    const sent = await producer.sendBatch([
+      { shardIndex: 0, payload: 1 },
+      { shardIndex: 1, payload: 2 },
+    ]);
     expect(sent.map((s) => s.shardIndex)).toEqual([0, 1]);
     expect(await client.hgetall(keys.shardRouting(streamPrefix, 1))).toMatchObject({ count: '2', previous: '2', version: '1' });
   });

@@ -1,5 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { CoordinatorAdmin, GroupNotFoundError, KeyBuilder, PartialBatchError, type PayloadCodec, StreamProducer, shardForKey } from '@redis-stream-coordinator/core';
+import {
+  CoordinatorAdmin,
+  GroupNotFoundError,
+  KeyBuilder,
+  PartialBatchError,
+  type PayloadCodec,
+  StreamProducer,
+  shardForKey,
+} from '@redis-stream-coordinator/core';
 import { keyedMessages, type KeyedPayload } from '../support/handler-recorder';
 import { pollUntil } from '../support/poll';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
@@ -61,7 +69,9 @@ describe('StreamProducer', () => {
     const streamPrefix = await aStream(2);
     const producer = new StreamProducer(redis.client(), { streamPrefix });
     await expect(producer.send({ payload: 1, shardIndex: 2 })).rejects.toThrow(/shardIndex must be an integer from 0 to 1, got 2/);
-    await expect(new StreamProducer(redis.client(), { streamPrefix: 'nowhere' }).send({ payload: 1 })).rejects.toBeInstanceOf(GroupNotFoundError);
+    await expect(new StreamProducer(redis.client(), { streamPrefix: 'nowhere' }).send({ payload: 1 })).rejects.toBeInstanceOf(
+      GroupNotFoundError,
+    );
     expect(() => new StreamProducer(redis.client(), { streamPrefix: 'a b' })).toThrow(/streamPrefix "a b" is invalid/);
     expect(() => new StreamProducer(redis.client(), { streamPrefix, maxLenApprox: 0 })).toThrow(/maxLenApprox must be an integer/);
     await expect(producer.send({ payload: undefined })).rejects.toThrow(/cannot be encoded as JSON/);
@@ -115,7 +125,7 @@ describe('StreamProducer', () => {
     for (const seqs of seqByKey.values()) expect(seqs).toEqual(Array.from({ length: 25 }, (_, i) => i + 1));
   });
 
-  it('send() rejects with the entry\'s own error, not a batch error', async () => {
+  it("send() rejects with the entry's own error, not a batch error", async () => {
     const streamPrefix = await aStream(1);
     const client = redis.client();
     await client.set(keys.shardStream(streamPrefix, 0), 'not a stream');
@@ -131,7 +141,12 @@ describe('StreamProducer', () => {
     await plain.send({ key: 'a', payload: 1 });
     await client.del(keys.streamMeta(streamPrefix)); // what FLUSHALL does to this stream, without touching other tests' keys
     // The next look at the metadata (at most metadataRefreshMs later) finds none.
-    const refused = await pollUntil<Error>('the plain producer refused', () => plain.send({ key: 'a', payload: 2 }).then(() => false as const, (error: unknown) => error as Error));
+    const refused = await pollUntil<Error>('the plain producer refused', () =>
+      plain.send({ key: 'a', payload: 2 }).then(
+        () => false as const,
+        (error: unknown) => error as Error,
+      ),
+    );
     expect(refused).toBeInstanceOf(GroupNotFoundError);
     expect(refused.message).toMatch(new RegExp(`stream "${streamPrefix}" has no metadata.*shardCount`));
     await expect(plain.send({ key: 'a', payload: 3 })).rejects.toBeInstanceOf(GroupNotFoundError);

@@ -86,13 +86,25 @@ export interface CheckReport {
  * may latency below the session timeout, a resize or a failing side write.
  */
 const REDELIVERING = new Set<FaultKind>([
-  'kill', 'pause', 'partition', 'reset', 'redis-restart', 'redis-flush-restart',
+  'kill',
+  'pause',
+  'partition',
+  'reset',
+  'redis-restart',
+  'redis-flush-restart',
   // Beyond the session the member is expired while it works; a lost reply is a reset mid-command.
-  'latency-session', 'latency-beyond', 'lost-read', 'lost-ack', 'lost-heartbeat',
+  'latency-session',
+  'latency-beyond',
+  'lost-read',
+  'lost-ack',
+  'lost-heartbeat',
   // Every heartbeat fails while memory is full: the session runs out.
-  'dead-letter-oom', 'partial-batch',
+  'dead-letter-oom',
+  'partial-batch',
   // A pause (its shards move while its handler runs); a lease that may run out; every member unknown at once.
-  'zombie-dead-letter', 'unsafe-lease', 'group-keys-lost',
+  'zombie-dead-letter',
+  'unsafe-lease',
+  'group-keys-lost',
   // Deliveries and acks the old master had not replicated are undone (on the fault's shards only).
   // A slot move is not here: MIGRATE moves a stream whole, its group and pending entries with it.
   'failover',
@@ -157,7 +169,19 @@ export function collectRuns(lines: RecordLine[]): Run[] {
     if (line.e === 'start') {
       const grant = grants.get(`${g}/${line.m}/${line.s}`);
       const acked = grant === undefined ? acceptedAnyGrant.has(key) : accepted.has(`${key}/${grantName(grant.epoch, grant.at)}`);
-      const run: Run = { group: g, member: line.m, shard: line.s!, id: line.id!, key: line.k!, seq: line.q!, start: line.t, ok: true, grant: grant?.epoch, grantAt: grant?.at, acked };
+      const run: Run = {
+        group: g,
+        member: line.m,
+        shard: line.s!,
+        id: line.id!,
+        key: line.k!,
+        seq: line.q!,
+        start: line.t,
+        ok: true,
+        grant: grant?.epoch,
+        grantAt: grant?.at,
+        acked,
+      };
       open.set(key, run);
       runs.push(run);
     } else if (line.e === 'end') {
@@ -176,19 +200,29 @@ export function collectRuns(lines: RecordLine[]): Run[] {
  * `unacknowledged`: "shard/id" (one group) or "group/shard/id" of the produced entries that Redis
  * still has pending or undelivered when the run ends.
  */
-export function check(produced: Produced[], lines: RecordLine[], faults: Fault[], unacknowledged: Set<string>, extras: CheckExtras = {}): CheckReport {
+export function check(
+  produced: Produced[],
+  lines: RecordLine[],
+  faults: Fault[],
+  unacknowledged: Set<string>,
+  extras: CheckExtras = {},
+): CheckReport {
   const runs = collectRuns(lines);
   const groups = extras.groups ?? [...new Set(runs.map((r) => r.group))];
   if (groups.length === 0) groups.push(DEFAULT_GROUP);
   const deadLetters = extras.deadLetters ?? [];
   const label = (g: string) => (groups.length > 1 || g !== DEFAULT_GROUP ? `${g}: ` : '');
-  const open = (g: string, shard: number, id: string) => unacknowledged.has(`${g}/${shard}/${id}`) || (g === DEFAULT_GROUP && unacknowledged.has(`${shard}/${id}`)) || (groups.length === 1 && unacknowledged.has(`${shard}/${id}`));
+  const open = (g: string, shard: number, id: string) =>
+    unacknowledged.has(`${g}/${shard}/${id}`) ||
+    (g === DEFAULT_GROUP && unacknowledged.has(`${shard}/${id}`)) ||
+    (groups.length === 1 && unacknowledged.has(`${shard}/${id}`));
   const lossTimes = faults.filter((f) => f.dataLoss).map((f) => f.at);
   const unreplicated = faults.filter((f) => f.unreplicated);
   /** Redis may have lost it: written before it lost every key, or just before its master failed over unreplicated. */
   const redisMayHaveLost = (p: Produced) =>
     p.at !== undefined &&
-    (lossTimes.some((t) => p.at! <= t) || unreplicated.some((f) => (f.shards ?? []).includes(p.shard) && p.at! <= f.at && p.at! >= f.at - REPLICATION_WINDOW_MS));
+    (lossTimes.some((t) => p.at! <= t) ||
+      unreplicated.some((f) => (f.shards ?? []).includes(p.shard) && p.at! <= f.at && p.at! >= f.at - REPLICATION_WINDOW_MS));
 
   const lost: string[] = [];
   const redisLost: string[] = [];
@@ -221,7 +255,9 @@ export function check(produced: Produced[], lines: RecordLine[], faults: Fault[]
   const producedAt = new Map(produced.map((p) => [`${p.key}#${p.seq}`, p]));
   // A restart that lost every key is one too: the members recreate the stream with their configured
   // shard count, whatever it had grown or shrunk to, and producers re-route with no cutover.
-  const unordered = faults.filter((f) => f.kind === 'grow-unordered' || f.kind === 'shrink-unordered' || f.kind === 'redis-flush-restart').map((f) => f.at);
+  const unordered = faults
+    .filter((f) => f.kind === 'grow-unordered' || f.kind === 'shrink-unordered' || f.kind === 'redis-flush-restart')
+    .map((f) => f.at);
   /** `late` ran after `top` (the highest of its key that had started): excused by an unordered change between their writes? */
   const excused = (key: string, late: Run, top: Run) => {
     const pa = producedAt.get(`${key}#${late.seq}`);
@@ -270,7 +306,8 @@ export function check(produced: Produced[], lines: RecordLine[], faults: Fault[]
       const a = list[i];
       if (!a.acked || a.end === undefined) continue;
       for (let j = i + 1; j < list.length && list[j].start < a.end; j++) {
-        if (list[j].member !== a.member) overlaps.push(`${label(a.group)}shard ${a.shard}: ${a.member} ${a.id} and ${list[j].member} ${list[j].id}`);
+        if (list[j].member !== a.member)
+          overlaps.push(`${label(a.group)}shard ${a.shard}: ${a.member} ${a.id} and ${list[j].member} ${list[j].id}`);
       }
     }
   }
@@ -290,7 +327,8 @@ export function check(produced: Produced[], lines: RecordLine[], faults: Fault[]
     for (let i = 1; i < list.length; i++) {
       const before = list[i - 1];
       // A run whose process died has no end: nothing of it runs on after a restart (a new handle).
-      if (before.end !== undefined && list[i].start < before.end) keyOverlaps.push(`${label(before.group)}${before.key}: ${before.member} ran #${before.seq} and #${list[i].seq} at once`);
+      if (before.end !== undefined && list[i].start < before.end)
+        keyOverlaps.push(`${label(before.group)}${before.key}: ${before.member} ran #${before.seq} and #${list[i].seq} at once`);
     }
   }
 
@@ -314,7 +352,10 @@ export function check(produced: Produced[], lines: RecordLine[], faults: Fault[]
         f.at <= run.start &&
         (GLOBAL.has(f.kind) || f.target === first.member || f.target === run.member || (f.shards ?? []).includes(run.shard)),
     );
-    if (!explained) unexplainedDuplicates.push(`${label(run.group)}${run.shard}/${run.id}: ${first.member} at ${first.start.toFixed(0)}, again by ${run.member} at ${run.start.toFixed(0)}`);
+    if (!explained)
+      unexplainedDuplicates.push(
+        `${label(run.group)}${run.shard}/${run.id}: ${first.member} at ${first.start.toFixed(0)}, again by ${run.member} at ${run.start.toFixed(0)}`,
+      );
   }
 
   return {
@@ -335,7 +376,9 @@ export function check(produced: Produced[], lines: RecordLine[], faults: Fault[]
     grantDuplicates: grantDuplicates(runs),
     writtenTwice: writtenTwice(runs, extras.mayBeTwice ?? new Set()),
     producerStalls: extras.producerStalls ?? [],
-    unrecovered: faults.filter((f) => f.failed).map((f) => `${f.kind}${f.target ? ` ${f.target}` : ''}${f.detail ? ` ${f.detail}` : ''}: ${f.failed}`),
+    unrecovered: faults
+      .filter((f) => f.failed)
+      .map((f) => `${f.kind}${f.target ? ` ${f.target}` : ''}${f.detail ? ` ${f.detail}` : ''}: ${f.failed}`),
     faults,
   };
 }

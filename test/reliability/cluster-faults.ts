@@ -45,7 +45,8 @@ export async function failover(h: ChaosHarness, fault: Fault): Promise<{ liftedA
   const coordinatorToo = servedBy(nodes, await slotOf(h, h.admin.keys.streamMeta(h.streamPrefix))).id === master.id;
   const shards: number[] = [];
   for (let shard = 0; shard < h.maxShards; shard++) {
-    if (coordinatorToo || servedBy(nodes, await slotOf(h, h.admin.keys.shardStream(h.streamPrefix, shard))).id === master.id) shards.push(shard);
+    if (coordinatorToo || servedBy(nodes, await slotOf(h, h.admin.keys.shardStream(h.streamPrefix, shard))).id === master.id)
+      shards.push(shard);
   }
   fault.shards = shards;
   // Without waitForReplicas, what the old master confirmed just before it died may be gone.

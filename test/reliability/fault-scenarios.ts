@@ -115,16 +115,30 @@ export async function zombieDeadLetter(h: ChaosHarness, fault: Fault): Promise<v
     let last: RecordLine | undefined;
     // Each attempt is long (1.5 sessions) and the victim's shards may first have to work through
     // long runs begun before the spell: a last attempt can take a while to come.
-    await waitFor('a last attempt to start at the victim', () => (last = lastAttemptRunning(tail)) !== undefined, 45_000, 20).catch((error: Error) => {
-      throw new Error(`${error.message} (${whatItDid(victim)})`);
-    });
-    await h.isolate(fault, (m) => m.child.kill('SIGSTOP'), (m) => m.child.kill('SIGCONT'), victim);
+    await waitFor('a last attempt to start at the victim', () => (last = lastAttemptRunning(tail)) !== undefined, 45_000, 20).catch(
+      (error: Error) => {
+        throw new Error(`${error.message} (${whatItDid(victim)})`);
+      },
+    );
+    await h.isolate(
+      fault,
+      (m) => m.child.kill('SIGSTOP'),
+      (m) => m.child.kill('SIGCONT'),
+      victim,
+    );
     fault.detail = `(entry ${last!.s}/${last!.id})`;
     const entry = last!;
     await waitFor('the paused attempt to end', () => tail.read().some((l) => l.e === 'end' && l.id === entry.id && l.t > entry.t), 10_000);
     // The member then writes the dead letter (which must be refused) or, if it learnt first that the
     // shard moved, does not try: either is fine, so this wait may run out.
-    await waitFor('the dead letter written or refused', () => tail.read().some((l) => l.t > entry.t && (l.e === 'dead-letter' ? l.id === entry.id : l.e === 'error' && (l.msg ?? '').includes(entry.id!))), 2000).catch(() => undefined);
+    await waitFor(
+      'the dead letter written or refused',
+      () =>
+        tail
+          .read()
+          .some((l) => l.t > entry.t && (l.e === 'dead-letter' ? l.id === entry.id : l.e === 'error' && (l.msg ?? '').includes(entry.id!))),
+      2000,
+    ).catch(() => undefined);
     failingSpell(h);
     spell = false;
   } finally {
@@ -149,7 +163,8 @@ export async function revokeTwice(h: ChaosHarness, fault: Fault): Promise<void> 
   const group = `revocation-probe-${h.faults.length}`;
   fault.detail = group;
   const coordinator = new CoordinatorClient(h.redis);
-  const member = (id: string, extra = {}) => new ProtocolMember(coordinator, h.streamPrefix, group, id, { sessionTimeoutMs: 30_000, ...extra });
+  const member = (id: string, extra = {}) =>
+    new ProtocolMember(coordinator, h.streamPrefix, group, id, { sessionTimeoutMs: 30_000, ...extra });
   const slow = member('slow-acker', { rebalanceTimeoutMs: 2000 });
   const joiners: ProtocolMember[] = [];
   const failures: string[] = [];
@@ -188,7 +203,10 @@ export async function revokeTwice(h: ChaosHarness, fault: Fault): Promise<void> 
     while (performance.now() - secondAskedAt < 1500) await Promise.all([tick([]), sleep(150)]);
     await tick(second);
     fault.detail += ` (revoked [${first.join(',')}] at 0 s, acked at 1.5 s; [${second.join(',')}] at ${((secondAskedAt - t0) / 1000).toFixed(1)} s, acked 1.5 s later)`;
-    if (failures.length > 0) throw new Error(`removed although each revocation was acknowledged within rebalanceTimeoutMs (2000 ms) of being asked: ${failures[0]}`);
+    if (failures.length > 0)
+      throw new Error(
+        `removed although each revocation was acknowledged within rebalanceTimeoutMs (2000 ms) of being asked: ${failures[0]}`,
+      );
   } finally {
     for (const m of [slow, ...joiners]) await m.leave().catch(() => undefined);
     // No reader ever reads for it: gone, so that it holds up no cutover of a later resize.
@@ -217,7 +235,9 @@ export async function groupKeysLost(h: ChaosHarness, fault: Fault): Promise<{ li
   }
   const taker = new ProtocolMember(coordinator, h.streamPrefix, group, 'visitor-taker', { weight: 4 });
   await taker.join();
-  await waitFor('the weighted visitor to own shards', async () => (await taker.heartbeat()).assignedShards.length > 0, 10_000, 50).catch(() => undefined);
+  await waitFor('the weighted visitor to own shards', async () => (await taker.heartbeat()).assignedShards.length > 0, 10_000, 50).catch(
+    () => undefined,
+  );
   await taker.leave();
   await h.waitUntilRecovered(30_000);
   const epoch = (await h.admin.describeGroup(h.streamPrefix, group)).group.groupEpoch;
@@ -240,7 +260,8 @@ export async function groupKeysLost(h: ChaosHarness, fault: Fault): Promise<{ li
 export async function waitUntilRead(h: ChaosHarness, group: string, timeoutMs: number): Promise<void> {
   const description = await h.admin.describeGroup(h.streamPrefix, group);
   const stream = (shard: number) => h.admin.keys.shardStream(h.streamPrefix, shard);
-  const delivered = async (shard: number) => findGroupInfo(await h.redis.xinfo('GROUPS', stream(shard)).catch(() => []), group)?.lastDelivered ?? '0-0';
+  const delivered = async (shard: number) =>
+    findGroupInfo(await h.redis.xinfo('GROUPS', stream(shard)).catch(() => []), group)?.lastDelivered ?? '0-0';
   const from = new Map<number, string>();
   for (const shard of description.shards.filter(mustBeOwned)) from.set(shard.shardIndex, await delivered(shard.shardIndex));
   let behind: number[] = [];

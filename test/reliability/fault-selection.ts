@@ -19,10 +19,16 @@ export function selectedFaultKinds(env = process.env.RSC_CHAOS_FAULTS, fallback?
   const available = faultKindsOn(target);
   if (env === undefined || env.trim() === '') return fallback ?? available;
   if (env.trim() === 'all') return available;
-  const kinds = env.split(',').map((k) => k.trim()).filter(Boolean);
+  const kinds = env
+    .split(',')
+    .map((k) => k.trim())
+    .filter(Boolean);
   for (const kind of kinds) {
     if (!(kind in FAULTS)) throw new Error(`RSC_CHAOS_FAULTS: unknown fault kind "${kind}"; known: all, ${Object.keys(FAULTS).join(', ')}`);
-    if (!available.includes(kind as FaultKind)) throw new Error(`RSC_CHAOS_FAULTS: fault kind "${kind}" does not run on a ${target === 'cluster' ? 'cluster' : 'single redis-server'}; there: all, ${available.join(', ')}`);
+    if (!available.includes(kind as FaultKind))
+      throw new Error(
+        `RSC_CHAOS_FAULTS: fault kind "${kind}" does not run on a ${target === 'cluster' ? 'cluster' : 'single redis-server'}; there: all, ${available.join(', ')}`,
+      );
   }
   return kinds as FaultKind[];
 }

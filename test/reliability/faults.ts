@@ -1,4 +1,3 @@
-
 import fs from 'node:fs';
 import path from 'node:path';
 import { TcpProxy } from '../support/tcp-proxy';
@@ -109,10 +108,14 @@ async function replace(h: ChaosHarness, fault: Fault, signal: NodeJS.Signals, cl
 export const FAULTS: Record<FaultKind, FaultSpec> = {
   kill: {
     runsOn: BOTH,
-    what: '`SIGKILL` of a member process; a new one is started', inject: (h, f) => replace(h, f, 'SIGKILL') },
+    what: '`SIGKILL` of a member process; a new one is started',
+    inject: (h, f) => replace(h, f, 'SIGKILL'),
+  },
   graceful: {
     runsOn: BOTH,
-    what: '`SIGTERM`: the member drains, acknowledges and leaves; a new one is started', inject: (h, f) => replace(h, f, 'SIGTERM') },
+    what: '`SIGTERM`: the member drains, acknowledges and leaves; a new one is started',
+    inject: (h, f) => replace(h, f, 'SIGTERM'),
+  },
   join: {
     runsOn: BOTH,
     what: 'a new member process joins (the oldest leaves gracefully when there are more than four)',
@@ -128,11 +131,21 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
   pause: {
     runsOn: BOTH,
     what: '`SIGSTOP` until the others own its shards, one session more, then `SIGCONT`: a zombie holding stale ownership',
-    inject: (h, f) => h.isolate(f, (m) => m.child.kill('SIGSTOP'), (m) => m.child.kill('SIGCONT')),
+    inject: (h, f) =>
+      h.isolate(
+        f,
+        (m) => m.child.kill('SIGSTOP'),
+        (m) => m.child.kill('SIGCONT'),
+      ),
   },
   partition: {
     what: "the member's proxy stops forwarding both ways until the others own its shards, one session more, then heals",
-    inject: (h, f) => h.isolate(f, (m) => proxyOf(m).freeze(), (m) => proxyOf(m).thaw()),
+    inject: (h, f) =>
+      h.isolate(
+        f,
+        (m) => proxyOf(m).freeze(),
+        (m) => proxyOf(m).thaw(),
+      ),
   },
   reset: {
     what: 'every connection of one member reset at once',

@@ -43,7 +43,12 @@ export function proxyOf(member: MemberProcess): TcpProxy {
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-export async function waitFor(description: string, probe: () => Promise<boolean> | boolean, timeoutMs: number, intervalMs = 25): Promise<void> {
+export async function waitFor(
+  description: string,
+  probe: () => Promise<boolean> | boolean,
+  timeoutMs: number,
+  intervalMs = 25,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await probe())) {
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${description}`);
@@ -65,4 +70,3 @@ export function readRecords(file: string): RecordLine[] {
   }
   return lines;
 }
-

@@ -121,7 +121,14 @@ export class ChaosHarness {
     this.settings = {
       // On a cluster a replica takes over 2.2-3.5 s after its master died (cluster-node-timeout 1 s, then the election): the
       // session outlasts it, as docs/cluster.md advises, so members keep their leases through one.
-      members: 3, shards: 8, sessionTimeoutMs: target.kind === 'cluster' ? 3000 : 1000, rate: 500, keys: 50, handlerDelayMs: 1, failPercent: 3, deadPermille: 5,
+      members: 3,
+      shards: 8,
+      sessionTimeoutMs: target.kind === 'cluster' ? 3000 : 1000,
+      rate: 500,
+      keys: 50,
+      handlerDelayMs: 1,
+      failPercent: 3,
+      deadPermille: 5,
       // RSC_CHAOS_MEMBER_LANES=n runs every member with key-ordered lanes.
       lanes: Math.max(1, Number(process.env.RSC_CHAOS_MEMBER_LANES ?? 1) || 1),
       sharedReads: false,
@@ -142,9 +149,21 @@ export class ChaosHarness {
     await harness.admin.createStream({ streamPrefix: harness.streamPrefix, shardCount: harness.settings.shards });
     await Promise.all(Array.from({ length: harness.settings.members }, () => harness.spawnMember()));
     await harness.waitUntilRecovered(30_000);
-    harness.load = await LoadProducer.start(harness, { keyPrefix: 'key', keys: harness.settings.keys, rate: harness.settings.rate, viaProxy: false });
+    harness.load = await LoadProducer.start(harness, {
+      keyPrefix: 'key',
+      keys: harness.settings.keys,
+      rate: harness.settings.rate,
+      viaProxy: false,
+    });
     // Batches of 20 keys every 200 ms: a batch held in flight has an entry for nearly every shard.
-    harness.staleLoad = await LoadProducer.start(harness, { keyPrefix: 'stale', keys: 40, rate: 100, tickMs: 200, keysPerBatch: 20, viaProxy: true });
+    harness.staleLoad = await LoadProducer.start(harness, {
+      keyPrefix: 'stale',
+      keys: 40,
+      rate: 100,
+      tickMs: 200,
+      keysPerBatch: 20,
+      viaProxy: true,
+    });
     harness.sampling = harness.samplePending();
     return harness;
   }
@@ -240,7 +259,9 @@ export class ChaosHarness {
       });
       child.once('exit', (code) => {
         clearTimeout(timer);
-        const said = readRecords(recordFile).filter((l) => l.e === 'error').pop()?.msg;
+        const said = readRecords(recordFile)
+          .filter((l) => l.e === 'error')
+          .pop()?.msg;
         reject(new Error(`member process ${handle} exited with ${code} before it was ready${said ? `: ${said}` : ''}`));
       });
     });
@@ -309,7 +330,9 @@ export class ChaosHarness {
       fault.until ??= performance.timeOrigin + performance.now();
     }
     this.faults.push(fault);
-    this.progress(`${kind}${fault.target ? ` ${fault.target}` : ''}${fault.detail ? ` ${fault.detail}` : ''}: ${fault.failed ? `NOT RECOVERED: ${fault.failed}` : `recovered in ${Math.round(fault.recoveryMs!)} ms`} (${Math.round(performance.now() - started)} ms in all)`);
+    this.progress(
+      `${kind}${fault.target ? ` ${fault.target}` : ''}${fault.detail ? ` ${fault.detail}` : ''}: ${fault.failed ? `NOT RECOVERED: ${fault.failed}` : `recovered in ${Math.round(fault.recoveryMs!)} ms`} (${Math.round(performance.now() - started)} ms in all)`,
+    );
     return fault;
   }
 
@@ -349,8 +372,16 @@ export class ChaosHarness {
             const live = new Set(this.liveMembers(group));
             const read = d.shards.filter(mustBeOwned);
             const out = [...live].filter((id) => !d.members.some((m) => m.memberId === id));
-            why = `${group}: ${d.group.state}; shards not owned by a running member: [${read.filter((s) => !(s.state === 'OWNED' && s.owner !== null && live.has(s.owner))).map((s) => s.shardIndex).join(',')}]; running but not in the group: [${out.join(',')}]`;
-            if (d.group.state !== 'STABLE' || !read.every((s) => s.state === 'OWNED' && s.owner !== null && live.has(s.owner)) || out.length > 0) return false;
+            why = `${group}: ${d.group.state}; shards not owned by a running member: [${read
+              .filter((s) => !(s.state === 'OWNED' && s.owner !== null && live.has(s.owner)))
+              .map((s) => s.shardIndex)
+              .join(',')}]; running but not in the group: [${out.join(',')}]`;
+            if (
+              d.group.state !== 'STABLE' ||
+              !read.every((s) => s.state === 'OWNED' && s.owner !== null && live.has(s.owner)) ||
+              out.length > 0
+            )
+              return false;
           }
           return true;
         } catch (error) {
@@ -412,7 +443,12 @@ export class ChaosHarness {
       return produced.filter((p) => this.groups.some((g) => open.has(`${g}/${p.shard}/${p.id}`))).length;
     };
     try {
-      await waitFor(`${produced.length} entries handled and acknowledged by every group`, async () => (await outstanding()) === 0, drainTimeoutMs, 100);
+      await waitFor(
+        `${produced.length} entries handled and acknowledged by every group`,
+        async () => (await outstanding()) === 0,
+        drainTimeoutMs,
+        100,
+      );
     } catch {
       // What is still outstanding is reported by the checker as lost.
     }
@@ -422,23 +458,25 @@ export class ChaosHarness {
     const open = await unacknowledged(this);
     const deadLetters = await readDeadLetters(this);
     // For the evidence of an order violation only: if Redis cannot answer, the report goes without it.
-    const resizeHistory = (await this.redis.hget(this.admin.keys.streamMeta(this.streamPrefix), 'resizeHistory').catch(() => null)) ?? undefined;
+    const resizeHistory =
+      (await this.redis.hget(this.admin.keys.streamMeta(this.streamPrefix), 'resizeHistory').catch(() => null)) ?? undefined;
     this.resizeHistory = resizeHistory;
-    return () => check(produced, this.records(), this.faults, open, {
-      deadLetters,
-      pendingSamples: this.samples,
-      // The sweep interval (500 ms) plus a margin for retries, backoff and a busy machine; the
-      // sampler only sees entries idle for over a second, so these are on top of that second.
-      // Entries queued behind one still being retried wait their turn: only the longer bound.
-      stuckAfterMs: 2500,
-      quietStuckAfterMs: 5000,
-      groups: this.groups,
-      unreadable: this.unreadable,
-      lanes: this.settings.lanes > 1,
-      mayBeTwice: new Set([...this.load.mayBeTwice, ...this.staleLoad.mayBeTwice]),
-      producerStalls: this.producerStalls,
-      resizeHistory,
-    });
+    return () =>
+      check(produced, this.records(), this.faults, open, {
+        deadLetters,
+        pendingSamples: this.samples,
+        // The sweep interval (500 ms) plus a margin for retries, backoff and a busy machine; the
+        // sampler only sees entries idle for over a second, so these are on top of that second.
+        // Entries queued behind one still being retried wait their turn: only the longer bound.
+        stuckAfterMs: 2500,
+        quietStuckAfterMs: 5000,
+        groups: this.groups,
+        unreadable: this.unreadable,
+        lanes: this.settings.lanes > 1,
+        mayBeTwice: new Set([...this.load.mayBeTwice, ...this.staleLoad.mayBeTwice]),
+        producerStalls: this.producerStalls,
+        resizeHistory,
+      });
   }
 
   async stop(): Promise<void> {

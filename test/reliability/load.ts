@@ -84,7 +84,8 @@ export class LoadProducer {
   stalled(ms: number): string | undefined {
     const now = performance.now();
     if (!this.running || now < this.quietUntil || now - Math.max(this.lastWrittenAt, this.quietUntil) < ms) return undefined;
-    const sending = this.sendingSince === undefined ? 'no send under way' : `a send awaiting its answer for ${Math.round(now - this.sendingSince)} ms`;
+    const sending =
+      this.sendingSince === undefined ? 'no send under way' : `a send awaiting its answer for ${Math.round(now - this.sendingSince)} ms`;
     return `nothing written for ${Math.round(now - this.lastWrittenAt)} ms (${this.failedBatches} failed sends in all; ${sending}; last error: ${this.lastError ?? 'none'})`;
   }
 
@@ -110,7 +111,13 @@ export class LoadProducer {
       round += 1;
       while (batch.length > 0) {
         const record = (index: number, r: Outcome) =>
-          this.produced.push({ id: r.id!, shard: r.shardIndex!, key: batch[index].key, seq: batch[index].payload.seq, at: performance.timeOrigin + performance.now() });
+          this.produced.push({
+            id: r.id!,
+            shard: r.shardIndex!,
+            key: batch[index].key,
+            seq: batch[index].payload.seq,
+            at: performance.timeOrigin + performance.now(),
+          });
         try {
           this.sendingSince = performance.now();
           const results = (await producer.sendBatch(batch)) as Outcome[];

@@ -15,11 +15,26 @@ export interface OrderViolation {
   top: number;
 }
 
-const RESIZES = new Set<Fault['kind']>(['grow-ordered', 'grow-unordered', 'shrink-ordered', 'shrink-unordered', 'new-group', 'stale-producer', 'delete-drained', 'redis-flush-restart']);
+const RESIZES = new Set<Fault['kind']>([
+  'grow-ordered',
+  'grow-unordered',
+  'shrink-ordered',
+  'shrink-unordered',
+  'new-group',
+  'stale-producer',
+  'delete-drained',
+  'redis-flush-restart',
+]);
 /** Resizes this long before the first or after the last of the entries are left out. */
 const AROUND_MS = 30_000;
 
-export function orderEvidence(violation: OrderViolation, produced: Produced[], runs: Run[], faults: Fault[], resizeHistory?: string): string[] {
+export function orderEvidence(
+  violation: OrderViolation,
+  produced: Produced[],
+  runs: Run[],
+  faults: Fault[],
+  resizeHistory?: string,
+): string[] {
   const { group, key, seq, top } = violation;
   // The late entry and the one it ran after, each with its neighbours (where the key may have moved).
   const seqs = new Set([seq - 1, seq, seq + 1, top - 1, top, top + 1]);
@@ -32,7 +47,9 @@ export function orderEvidence(violation: OrderViolation, produced: Produced[], r
     if (run.group === group && run.key === key && seqs.has(run.seq) && !first.has(run.seq)) first.set(run.seq, run);
   }
   for (const [n, run] of [...first].sort((a, b) => a[0] - b[0])) {
-    lines.push(`  first run ${key}#${n}: shard ${run.shard} id ${run.id} by ${run.member} grant ${run.grant ?? '?'} started ${time(run.start)}${run.end === undefined ? ' (never ended)' : ''}`);
+    lines.push(
+      `  first run ${key}#${n}: shard ${run.shard} id ${run.id} by ${run.member} grant ${run.grant ?? '?'} started ${time(run.start)}${run.end === undefined ? ' (never ended)' : ''}`,
+    );
   }
   const times = written.map((p) => p.at).filter((t): t is number => t !== undefined);
   const [from, to] = times.length ? [Math.min(...times) - AROUND_MS, Math.max(...times) + AROUND_MS] : [-Infinity, Infinity];

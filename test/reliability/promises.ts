@@ -42,7 +42,8 @@ export function stuckEntries(runs: Run[], samples: PendingSample[], afterMs: num
   /** When the owner's last run of the entry that ended by `t` ended (-Infinity: none). */
   const lastEnded = (group: string, member: string, shard: number, id: string, t: number) => {
     let last = -Infinity;
-    for (const r of byEntry.get(`${group}/${member}/${shard}/${id}`) ?? []) if (r.end !== undefined && r.end <= t && r.end > last) last = r.end;
+    for (const r of byEntry.get(`${group}/${member}/${shard}/${id}`) ?? [])
+      if (r.end !== undefined && r.end <= t && r.end > last) last = r.end;
     return last;
   };
   for (const list of byShard.values()) list.sort((a, b) => a.start - b.start);
@@ -50,7 +51,7 @@ export function stuckEntries(runs: Run[], samples: PendingSample[], afterMs: num
   const started = (group: string, member: string, shard: number, from: number, to: number, after?: string) => {
     const list = byShard.get(`${group}/${member}/${shard}`) ?? [];
     // With lanes, an entry never run has no known key: only the quiet bound applies to it.
-    const key = lanes && after !== undefined ? keyOf.get(`${group}/${shard}/${after}`) ?? null : undefined;
+    const key = lanes && after !== undefined ? (keyOf.get(`${group}/${shard}/${after}`) ?? null) : undefined;
     if (key === null) return false;
     for (let i = firstAtOrAfter(list, from, (r) => r.start); i < list.length && list[i].start <= to; i++) {
       if (key !== undefined && list[i].key !== key) continue;
@@ -79,7 +80,10 @@ export function stuckEntries(runs: Run[], samples: PendingSample[], afterMs: num
         const skipped = sat > afterMs && started(sample.group, sample.owner, sample.shard, streak.since, streak.last, p.id);
         const forgotten = sat > quietAfterMs && !started(sample.group, sample.owner, sample.shard, streak.since, streak.last);
         if (skipped || forgotten) {
-          stuck.set(k, `${sample.group ? `${sample.group}: ` : ''}shard ${sample.shard} ${p.id} pending at ${sample.owner} for ${Math.round(sat)} ms with nothing running it${skipped ? ' while later entries ran' : ''}`);
+          stuck.set(
+            k,
+            `${sample.group ? `${sample.group}: ` : ''}shard ${sample.shard} ${p.id} pending at ${sample.owner} for ${Math.round(sat)} ms with nothing running it${skipped ? ' while later entries ran' : ''}`,
+          );
         }
       }
     }
@@ -161,7 +165,10 @@ export function deadLetterFencing(lines: RecordLine[], deadLetters: DeadLetter[]
     }
     if (line.e === 'ack' && line.ok) {
       const k = `${g}/${line.s}`;
-      const ack = { member: line.m, t: stops.length > 0 ? ackRanBy(line.m, line.t, grantRecorded.get(`${g}/${line.m}/${line.s}/${line.ge}`), stops) : line.t };
+      const ack = {
+        member: line.m,
+        t: stops.length > 0 ? ackRanBy(line.m, line.t, grantRecorded.get(`${g}/${line.m}/${line.s}/${line.ge}`), stops) : line.t,
+      };
       const list = acceptedAcks.get(k);
       if (list) list.push(ack);
       else acceptedAcks.set(k, [ack]);
@@ -218,8 +225,12 @@ export function grantDuplicates(runs: Run[]): string[] {
     const k = `${run.group}/${run.member}/${run.grant ?? '?'}@${run.grantAt ?? '?'}/${run.shard}/${run.id}`;
     const n = (count.get(k) ?? 0) + 1;
     count.set(k, n);
-    const grant = run.grant === undefined ? '?' : `${run.grant}${run.grantAt === undefined ? '' : ` (assigned at ${run.grantAt.toFixed(0)})`}`;
-    if (n === 2) problems.push(`${run.group ? `${run.group}: ` : ''}shard ${run.shard} ${run.id} run to success twice by ${run.member} under grant ${grant}`);
+    const grant =
+      run.grant === undefined ? '?' : `${run.grant}${run.grantAt === undefined ? '' : ` (assigned at ${run.grantAt.toFixed(0)})`}`;
+    if (n === 2)
+      problems.push(
+        `${run.group ? `${run.group}: ` : ''}shard ${run.shard} ${run.id} run to success twice by ${run.member} under grant ${grant}`,
+      );
   }
   return problems;
 }

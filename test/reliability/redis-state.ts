@@ -29,21 +29,26 @@ export async function pendingSamples(h: ChaosHarness): Promise<PendingSample[]> 
   const t = wallNow();
   // A group waiting for an ordered cutover holds back entries it has read of the shards the
   // cutover gates (a group created mid-run can take a while to get there): not stuck.
-  const cutoverPending = new Set((await h.admin.cutoverStatus(h.streamPrefix)).filter((s) => s.cutover !== null).map((s) => s.consumerGroup));
+  const cutoverPending = new Set(
+    (await h.admin.cutoverStatus(h.streamPrefix)).filter((s) => s.cutover !== null).map((s) => s.consumerGroup),
+  );
   for (const group of h.groups) {
     const d = await h.admin.describeGroup(h.streamPrefix, group);
     const shards = d.shards.filter(mustBeOwned);
     // One command per shard, not one pipeline: on a cluster the shards' streams sit on different
     // masters. A shard whose reply failed (a failover, a restart) is left out of this round.
     const replies = await Promise.all(
-      shards.map((s) => h.redis.xpending(h.admin.keys.shardStream(h.streamPrefix, s.shardIndex), group, 'IDLE', 1000, '-', '+', 100).catch(() => undefined)),
+      shards.map((s) =>
+        h.redis.xpending(h.admin.keys.shardStream(h.streamPrefix, s.shardIndex), group, 'IDLE', 1000, '-', '+', 100).catch(() => undefined),
+      ),
     );
     const now = performance.now();
     shards.forEach((s, i) => {
       const list = replies[i];
       if (list === undefined) return;
       const owners = [...h.members.values()].filter((m) => m.memberId === s.owner && m.group === group);
-      const ownerLive = owners.length === 1 && !owners[0].isolated && owners[0].excusedUntil < now && h.excusedUntil < now && !cutoverPending.has(group);
+      const ownerLive =
+        owners.length === 1 && !owners[0].isolated && owners[0].excusedUntil < now && h.excusedUntil < now && !cutoverPending.has(group);
       const pending = (list as [string, string][]).map(([id, consumer]) => ({ id, consumer }));
       samples.push({ t, group, shard: s.shardIndex, owner: s.owner, ownerLive, pending });
     });
@@ -61,7 +66,8 @@ export async function unacknowledged(h: ChaosHarness): Promise<Set<string>> {
       const mine = findGroupInfo(info, group);
       for (const [id] of await h.redis.xrange(stream, `(${mine?.lastDelivered ?? '0-0'}`, '+')) outstanding.add(`${group}/${shard}/${id}`);
       if (mine) {
-        for (const entry of (await h.redis.xpending(stream, group, '-', '+', 1_000_000)) as [string][]) outstanding.add(`${group}/${shard}/${entry[0]}`);
+        for (const entry of (await h.redis.xpending(stream, group, '-', '+', 1_000_000)) as [string][])
+          outstanding.add(`${group}/${shard}/${entry[0]}`);
       }
     }
   }
@@ -80,7 +86,13 @@ export async function readDeadLetters(h: ChaosHarness): Promise<DeadLetter[]> {
     for (const [streamId, fields] of await h.redis.xrange(key, '-', '+')) {
       const f = new Map<string, string>();
       for (let i = 0; i + 1 < fields.length; i += 2) f.set(fields[i], fields[i + 1]);
-      letters.push({ group, shard: Number(f.get('shardIndex')), id: f.get('entryId') ?? '', member: f.get('memberId') ?? '', t: Number(streamId.split('-')[0]) });
+      letters.push({
+        group,
+        shard: Number(f.get('shardIndex')),
+        id: f.get('entryId') ?? '',
+        member: f.get('memberId') ?? '',
+        t: Number(streamId.split('-')[0]),
+      });
     }
   }
   return letters;

@@ -19,21 +19,40 @@ const ack = (m: string, s: number, ids: string[], ok: boolean, t: number): Recor
 
 describe('reliability checker', () => {
   it('a clean run: nothing lost, no violation, no overlap, no duplicate', () => {
-    const lines = [...run('p0', 0, '1-0', 'a', 1, 10, 11), ...run('p0', 0, '2-0', 'a', 2, 12, 13), ...run('p1', 1, '3-0', 'b', 1, 10, 12), ack('p0', 0, ['1-0', '2-0'], true, 14)];
+    const lines = [
+      ...run('p0', 0, '1-0', 'a', 1, 10, 11),
+      ...run('p0', 0, '2-0', 'a', 2, 12, 13),
+      ...run('p1', 1, '3-0', 'b', 1, 10, 12),
+      ack('p0', 0, ['1-0', '2-0'], true, 14),
+    ];
     const report = check(produced, lines, [], new Set());
     expect(report).toMatchObject({ produced: 3, handled: 3, acknowledged: 3, lost: [], orderViolations: [], overlaps: [], duplicates: 0 });
   });
 
   it('finds two runs of one key of a shard at once in one member (lanes must keep a key one at a time), not two keys', () => {
     const keys: Produced[] = [...produced.slice(0, 2), { id: '4-0', shard: 0, key: 'c', seq: 1 }];
-    const parallelKeys = [...run('p0', 0, '1-0', 'a', 1, 10, 20), ...run('p0', 0, '4-0', 'c', 1, 11, 15), ...run('p0', 0, '2-0', 'a', 2, 21, 22), ack('p0', 0, ['1-0', '4-0', '2-0'], true, 23)];
+    const parallelKeys = [
+      ...run('p0', 0, '1-0', 'a', 1, 10, 20),
+      ...run('p0', 0, '4-0', 'c', 1, 11, 15),
+      ...run('p0', 0, '2-0', 'a', 2, 21, 22),
+      ack('p0', 0, ['1-0', '4-0', '2-0'], true, 23),
+    ];
     expect(check(keys, parallelKeys, [], new Set()).keyOverlaps).toEqual([]);
-    const oneKeyAtOnce = [...run('p0', 0, '1-0', 'a', 1, 10, 20), ...run('p0', 0, '2-0', 'a', 2, 15, 22), ...run('p0', 0, '4-0', 'c', 1, 11, 15), ack('p0', 0, ['1-0', '4-0', '2-0'], true, 23)];
+    const oneKeyAtOnce = [
+      ...run('p0', 0, '1-0', 'a', 1, 10, 20),
+      ...run('p0', 0, '2-0', 'a', 2, 15, 22),
+      ...run('p0', 0, '4-0', 'c', 1, 11, 15),
+      ack('p0', 0, ['1-0', '4-0', '2-0'], true, 23),
+    ];
     expect(check(keys, oneKeyAtOnce, [], new Set()).keyOverlaps).toEqual(['a: p0 ran #1 and #2 at once']);
   });
 
   it('finds lost entries: never handled to the end, or handled but never acknowledged', () => {
-    const lines = [...run('p0', 0, '1-0', 'a', 1, 10, undefined), ...run('p0', 0, '2-0', 'a', 2, 12, 13), ...run('p1', 1, '3-0', 'b', 1, 10, 12)];
+    const lines = [
+      ...run('p0', 0, '1-0', 'a', 1, 10, undefined),
+      ...run('p0', 0, '2-0', 'a', 2, 12, 13),
+      ...run('p1', 1, '3-0', 'b', 1, 10, 12),
+    ];
     const report = check(produced, lines, [], new Set(['1/3-0']));
     expect(report.lost).toEqual(['0/1-0 (a#1)', '1/3-0 (b#1) not acknowledged']);
     expect(report.acknowledged).toBe(2);
@@ -42,7 +61,11 @@ describe('reliability checker', () => {
   it('finds a per-key order violation, but not a redelivery', () => {
     const swapped = [...run('p0', 0, '2-0', 'a', 2, 10, 11), ...run('p0', 0, '1-0', 'a', 1, 12, 13)];
     expect(check(produced.slice(0, 2), swapped, [], new Set()).orderViolations).toEqual(['a: 1 after 2 (shard 0, p0)']);
-    const redelivered = [...run('p0', 0, '1-0', 'a', 1, 10, 11), ...run('p0', 0, '2-0', 'a', 2, 12, 13), ...run('p1', 0, '1-0', 'a', 1, 20, 21)];
+    const redelivered = [
+      ...run('p0', 0, '1-0', 'a', 1, 10, 11),
+      ...run('p0', 0, '2-0', 'a', 2, 12, 13),
+      ...run('p1', 0, '1-0', 'a', 1, 20, 21),
+    ];
     expect(check(produced.slice(0, 2), redelivered, [{ kind: 'kill', target: 'p0', at: 15 }], new Set()).orderViolations).toEqual([]);
     // Across an unordered resize (the key moved shards), an inversion is what `ordered: false` allows.
     const moved: Produced[] = [
@@ -54,7 +77,7 @@ describe('reliability checker', () => {
     expect(check(moved, inverted, [{ kind: 'grow-ordered', at: 15 }], new Set()).orderViolations).toEqual(['a: 1 after 2 (shard 0, p1)']);
   });
 
-  it('shows, for an order violation, the key\'s entries as written, their first runs and the resizes around them (the evidence a failed run keeps)', () => {
+  it("shows, for an order violation, the key's entries as written, their first runs and the resizes around them (the evidence a failed run keeps)", () => {
     const moved: Produced[] = [
       { id: '1000-0', shard: 2, key: 'stale-8', seq: 43, at: 1_000 },
       { id: '1400-0', shard: 9, key: 'stale-8', seq: 44, at: 1_400 },
@@ -64,7 +87,10 @@ describe('reliability checker', () => {
       ...run('p5', 9, '1400-0', 'stale-8', 44, 2_000, 2_001).map((l) => ({ ...l, g: 'late-1' })),
       ...run('p6', 2, '1000-0', 'stale-8', 43, 2_100, 2_101).map((l) => ({ ...l, g: 'late-1' })),
     ];
-    const faults: Fault[] = [{ kind: 'grow-ordered', target: '9->10 (switchAt 990, until 2990)', at: 990 }, { kind: 'kill', target: 'p1', at: 1_200 }];
+    const faults: Fault[] = [
+      { kind: 'grow-ordered', target: '9->10 (switchAt 990, until 2990)', at: 990 },
+      { kind: 'kill', target: 'p1', at: 1_200 },
+    ];
     const report = check(moved, lines, faults, new Set(), { groups: ['late-1'], resizeHistory: '[{"from":9,"to":10,"switchAt":990}]' });
     expect(report.orderViolations).toEqual(['late-1: stale-8: 43 after 44 (shard 2, p6)']);
     expect(report.orderEvidence).toEqual([
@@ -83,7 +109,11 @@ describe('reliability checker', () => {
     let count = 4;
     const faults: Fault[] = [];
     const h = {
-      streamPrefix: 'chaos', faults, maxShards: 8, resizes: 0, cutoverBoundMs: () => 1000,
+      streamPrefix: 'chaos',
+      faults,
+      maxShards: 8,
+      resizes: 0,
+      cutoverBoundMs: () => 1000,
       staleLoad: { proxy: { freeze: () => undefined, thaw: () => undefined } },
       admin: {
         describeStream: async () => ({ shardCount: count }),
@@ -114,7 +144,11 @@ describe('reliability checker', () => {
   });
 
   it('finds two members on one shard at once when the earlier acknowledgement counted, not when it was refused', () => {
-    const lines = [...run('zombie', 0, '1-0', 'a', 1, 10, 30), ...run('heir', 0, '1-0', 'a', 1, 20, 21), ...run('heir', 0, '2-0', 'a', 2, 22, 23)];
+    const lines = [
+      ...run('zombie', 0, '1-0', 'a', 1, 10, 30),
+      ...run('heir', 0, '1-0', 'a', 1, 20, 21),
+      ...run('heir', 0, '2-0', 'a', 2, 22, 23),
+    ];
     const faults: Fault[] = [{ kind: 'pause', target: 'zombie', at: 11 }];
     expect(check(produced.slice(0, 2), [...lines, ack('zombie', 0, ['1-0'], false, 31)], faults, new Set()).overlaps).toEqual([]);
     expect(check(produced.slice(0, 2), [...lines, ack('zombie', 0, ['1-0'], true, 31)], faults, new Set()).overlaps).toEqual([
@@ -143,7 +177,9 @@ describe('reliability checker', () => {
     const during = [...run('p0', 0, '1-0', 'a', 1, 8000, 8001), ...run('p1', 0, '1-0', 'a', 1, 9500, 9501)];
     expect(check(produced.slice(0, 1), during, [lasting], new Set()).unexplainedDuplicates).toEqual([]);
     // The same fault without `until` ends at its start: the run began 7.9 s later is not its doing.
-    expect(check(produced.slice(0, 1), during, [{ ...lasting, until: undefined }], new Set()).unexplainedDuplicates).toEqual(['0/1-0: p0 at 8000, again by p1 at 9500']);
+    expect(check(produced.slice(0, 1), during, [{ ...lasting, until: undefined }], new Set()).unexplainedDuplicates).toEqual([
+      '0/1-0: p0 at 8000, again by p1 at 9500',
+    ]);
     const after = [...run('p0', 0, '1-0', 'a', 1, 10_500, 10_501), ...run('p1', 0, '1-0', 'a', 1, 11_000, 11_001)];
     expect(check(produced.slice(0, 1), after, [lasting], new Set()).unexplainedDuplicates).toHaveLength(1);
   });
@@ -185,7 +221,12 @@ describe('reliability checker', () => {
     expect(onShard(0)).toMatchObject({ duplicates: 1, unexplainedDuplicates: [] });
     expect(onShard(1).unexplainedDuplicates).toEqual(['1/1-0: p0 at 10, again by p1 at 3000']);
     // A slot move redelivers nothing: MIGRATE moves the stream with its group and pending entries.
-    const moved = check([{ id: '1-0', shard: 0, key: 'a', seq: 1 }], twice(0), [{ kind: 'slot-move', at: 100, until: 2500, shards: [0] }], new Set());
+    const moved = check(
+      [{ id: '1-0', shard: 0, key: 'a', seq: 1 }],
+      twice(0),
+      [{ kind: 'slot-move', at: 100, until: 2500, shards: [0] }],
+      new Set(),
+    );
     expect(moved.unexplainedDuplicates).toHaveLength(1);
   });
 
@@ -214,25 +255,41 @@ describe('reliability checker', () => {
       { e: 'end', t: 11, m: 'p0', s: 0, id: '1-0', k: 'a', q: 1, ok: false },
     ];
     const deadLetters: DeadLetter[] = [{ group: '', shard: 0, id: '1-0', member: 'p0', t: 12 }];
-    const lines = [{ e: 'assigned', t: 1, m: 'p0', shards: [0], ep: 1 }, ...failed, ...failed.map((l) => ({ ...l, t: l.t + 5 })), ack('p0', 0, ['1-0'], true, 13)];
+    const lines = [
+      { e: 'assigned', t: 1, m: 'p0', shards: [0], ep: 1 },
+      ...failed,
+      ...failed.map((l) => ({ ...l, t: l.t + 5 })),
+      ack('p0', 0, ['1-0'], true, 13),
+    ];
     const report = check(produced.slice(0, 1), lines, [], new Set(), { deadLetters });
     expect(report).toMatchObject({ lost: [], duplicates: 0, deadLetters: 1, unfencedDeadLetters: [] });
     expect(check(produced.slice(0, 1), lines, [], new Set()).lost).toEqual(['0/1-0 (a#1)']);
   });
 
   it('finds an entry stuck at a live owner with nothing running it, not one whose handler runs or whose owner is faulted', () => {
-    const sample = (t: number, ownerLive = true): PendingSample => ({ t, group: '', shard: 0, owner: 'p0', ownerLive, pending: [{ id: '1-0', consumer: 'p0' }] });
+    const sample = (t: number, ownerLive = true): PendingSample => ({
+      t,
+      group: '',
+      shard: 0,
+      owner: 'p0',
+      ownerLive,
+      pending: [{ id: '1-0', consumer: 'p0' }],
+    });
     const samples = [0, 500, 1000, 1500, 2000, 2500, 3000, 3500].map((t) => sample(t));
     // Forgotten on a quiet shard: past the longer bound.
-    expect(check([], [], [], new Set(), { pendingSamples: samples, stuckAfterMs: 1500, quietStuckAfterMs: 3000 }).stuck).toEqual(['shard 0 1-0 pending at p0 for 3500 ms with nothing running it']);
+    expect(check([], [], [], new Set(), { pendingSamples: samples, stuckAfterMs: 1500, quietStuckAfterMs: 3000 }).stuck).toEqual([
+      'shard 0 1-0 pending at p0 for 3500 ms with nothing running it',
+    ]);
     // Skipped: a later entry of the shard ran meanwhile: past the shorter bound.
     const later = run('p0', 0, '2-0', 'a', 2, 100, 101);
-    expect(check([], later, [], new Set(), { pendingSamples: samples.slice(0, 5), stuckAfterMs: 1500, quietStuckAfterMs: 3000 }).stuck).toEqual([
-      'shard 0 1-0 pending at p0 for 2000 ms with nothing running it while later entries ran',
-    ]);
+    expect(
+      check([], later, [], new Set(), { pendingSamples: samples.slice(0, 5), stuckAfterMs: 1500, quietStuckAfterMs: 3000 }).stuck,
+    ).toEqual(['shard 0 1-0 pending at p0 for 2000 ms with nothing running it while later entries ran']);
     // Queued behind an earlier entry still being retried (no later entry ran): only the longer bound.
     const earlier = run('p0', 0, '0-5', 'a', 0, 100, 101);
-    expect(check([], earlier, [], new Set(), { pendingSamples: samples.slice(0, 5), stuckAfterMs: 1500, quietStuckAfterMs: 3000 }).stuck).toEqual([]);
+    expect(
+      check([], earlier, [], new Set(), { pendingSamples: samples.slice(0, 5), stuckAfterMs: 1500, quietStuckAfterMs: 3000 }).stuck,
+    ).toEqual([]);
     // A backlog worked through in order (earlier entries of the shard keep starting): not stuck.
     const backlog = [0, 600, 1200, 1800, 2400, 3000].flatMap((t, i) => run('p0', 0, `0-${i + 1}`, 'a', i, t, t + 1));
     expect(check([], backlog, [], new Set(), { pendingSamples: samples, stuckAfterMs: 1500, quietStuckAfterMs: 3000 }).stuck).toEqual([]);
@@ -243,14 +300,16 @@ describe('reliability checker', () => {
     expect(check([], ranLate, [], new Set(), { pendingSamples: untilAck, stuckAfterMs: 1500, quietStuckAfterMs: 3000 }).stuck).toEqual([]);
     // Run early, then left pending (its ack given up on) while later entries ran: still stuck.
     const ranEarly = [...run('p0', 0, '1-0', 'a', 1, 10, 11), ...run('p0', 0, '2-0', 'a', 2, 100, 101)];
-    expect(check([], ranEarly, [], new Set(), { pendingSamples: samples.slice(0, 5), stuckAfterMs: 1500, quietStuckAfterMs: 3000 }).stuck).toEqual([
-      'shard 0 1-0 pending at p0 for 1989 ms with nothing running it while later entries ran',
-    ]);
+    expect(
+      check([], ranEarly, [], new Set(), { pendingSamples: samples.slice(0, 5), stuckAfterMs: 1500, quietStuckAfterMs: 3000 }).stuck,
+    ).toEqual(['shard 0 1-0 pending at p0 for 1989 ms with nothing running it while later entries ran']);
     // Its handler runs the whole time (a long handler): not stuck.
     const running = run('p0', 0, '1-0', 'a', 1, -1, 4000);
     expect(check([], running, [], new Set(), { pendingSamples: samples, stuckAfterMs: 1500, quietStuckAfterMs: 3000 }).stuck).toEqual([]);
     // The owner is paused or partitioned: its shard moves on by expiry, not a stuck entry.
-    expect(check([], [], [], new Set(), { pendingSamples: samples.map((s) => ({ ...s, ownerLive: false })), stuckAfterMs: 1500 }).stuck).toEqual([]);
+    expect(
+      check([], [], [], new Set(), { pendingSamples: samples.map((s) => ({ ...s, ownerLive: false })), stuckAfterMs: 1500 }).stuck,
+    ).toEqual([]);
     // Pending at another consumer (a zombie's late read) is the sweep's business, judged by "lost".
     const elsewhere = samples.map((s) => ({ ...s, pending: [{ id: '1-0', consumer: 'zombie' }] }));
     expect(check([], [], [], new Set(), { pendingSamples: elsewhere, stuckAfterMs: 1500 }).stuck).toEqual([]);
@@ -259,8 +318,16 @@ describe('reliability checker', () => {
   it('finds dead letters written by a member that no longer owned the shard, or also acknowledged by another member', () => {
     const assigned = (m: string, t: number, ep: number): RecordLine => ({ e: 'assigned', t, m, shards: [0], ep });
     const zombieLate: DeadLetter = { group: '', shard: 0, id: '1-0', member: 'zombie', t: 5040 };
-    const lines = [assigned('zombie', 1, 1), ...run('zombie', 0, '1-0', 'a', 1, 10, 11), assigned('heir', 20, 2), ...run('heir', 0, '1-0', 'a', 1, 21, 22), ack('heir', 0, ['1-0'], true, 5023)];
-    expect(check(produced.slice(0, 1), lines, [], new Set(), { deadLetters: [zombieLate] }).unfencedDeadLetters).toEqual(['shard 0 1-0 dead-lettered by zombie, also acknowledged by heir']);
+    const lines = [
+      assigned('zombie', 1, 1),
+      ...run('zombie', 0, '1-0', 'a', 1, 10, 11),
+      assigned('heir', 20, 2),
+      ...run('heir', 0, '1-0', 'a', 1, 21, 22),
+      ack('heir', 0, ['1-0'], true, 5023),
+    ];
+    expect(check(produced.slice(0, 1), lines, [], new Set(), { deadLetters: [zombieLate] }).unfencedDeadLetters).toEqual([
+      'shard 0 1-0 dead-lettered by zombie, also acknowledged by heir',
+    ]);
     // Another entry of the shard acknowledged by the heir before the zombie's write: the shard had moved on.
     const other: DeadLetter = { group: '', shard: 0, id: '2-0', member: 'zombie', t: 5040 };
     expect(check(produced.slice(0, 2), lines, [], new Set(), { deadLetters: [other] }).unfencedDeadLetters).toEqual([
@@ -268,7 +335,9 @@ describe('reliability checker', () => {
     ]);
     // Never granted the shard at all.
     const stranger: DeadLetter = { group: '', shard: 0, id: '2-0', member: 'p9', t: 5040 };
-    expect(check(produced.slice(0, 2), lines, [], new Set(), { deadLetters: [stranger] }).unfencedDeadLetters).toEqual(['shard 0 2-0 dead-lettered by p9, which was never granted the shard before writing it']);
+    expect(check(produced.slice(0, 2), lines, [], new Set(), { deadLetters: [stranger] }).unfencedDeadLetters).toEqual([
+      'shard 0 2-0 dead-lettered by p9, which was never granted the shard before writing it',
+    ]);
     // The owner of the time, nobody else acknowledged it: fine.
     const owners: DeadLetter = { group: '', shard: 0, id: '2-0', member: 'heir', t: 5040 };
     expect(check(produced.slice(0, 2), lines, [], new Set(), { deadLetters: [owners] }).unfencedDeadLetters).toEqual([]);
@@ -292,7 +361,12 @@ describe('reliability checker', () => {
     ]);
     // Under a grant it got once it ran again (the shard came back to it): that ack ran after the
     // heir's grant too, whenever it was recorded (seen in the second cluster run: moved back, it hid nothing but was wrong).
-    const regranted = [assigned('paused', 1), assigned('heir', 4000), { e: 'assigned', t: 8100, m: 'paused', shards: [0], ep: 3 }, { ...ack('paused', 0, ['1-0'], true, 8200), ge: 3 }];
+    const regranted = [
+      assigned('paused', 1),
+      assigned('heir', 4000),
+      { e: 'assigned', t: 8100, m: 'paused', shards: [0], ep: 3 },
+      { ...ack('paused', 0, ['1-0'], true, 8200), ge: 3 },
+    ];
     const afterRegrant = { ...letter, member: 'heir', t: 9000 };
     expect(check(produced.slice(0, 2), regranted, [pause], new Set(), { deadLetters: [afterRegrant] }).unfencedDeadLetters).toEqual([
       'shard 0 2-0 dead-lettered by heir after paused owned the shard (its acknowledgement was accepted at 8200)',
@@ -303,8 +377,16 @@ describe('reliability checker', () => {
     const assigned = (t: number, ep: number): RecordLine => ({ e: 'assigned', t, m: 'p0', shards: [0], ep });
     const acked = (t: number, ge: number): RecordLine => ({ ...ack('p0', 0, ['1-0'], true, t), ge });
     const twice = [assigned(1, 3), ...run('p0', 0, '1-0', 'a', 1, 10, 11), ...run('p0', 0, '1-0', 'a', 1, 12, 13), acked(14, 3)];
-    expect(check(produced.slice(0, 1), twice, [], new Set()).grantDuplicates).toEqual(['shard 0 1-0 run to success twice by p0 under grant 3 (assigned at 1)']);
-    const regranted = [assigned(1, 3), ...run('p0', 0, '1-0', 'a', 1, 10, 11), assigned(12, 5), ...run('p0', 0, '1-0', 'a', 1, 13, 14), acked(15, 5)];
+    expect(check(produced.slice(0, 1), twice, [], new Set()).grantDuplicates).toEqual([
+      'shard 0 1-0 run to success twice by p0 under grant 3 (assigned at 1)',
+    ]);
+    const regranted = [
+      assigned(1, 3),
+      ...run('p0', 0, '1-0', 'a', 1, 10, 11),
+      assigned(12, 5),
+      ...run('p0', 0, '1-0', 'a', 1, 13, 14),
+      acked(15, 5),
+    ];
     expect(check(produced.slice(0, 1), regranted, [], new Set()).grantDuplicates).toEqual([]);
   });
 
@@ -316,29 +398,57 @@ describe('reliability checker', () => {
     const assigned = (t: number, ep: number): RecordLine => ({ e: 'assigned', t, m: 'p0', shards: [0], ep });
     const acked = (t: number, ge: number, ok: boolean): RecordLine => ({ ...ack('p0', 0, ['1-0'], ok, t), ge });
     const lost: Fault = { kind: 'group-keys-lost', at: 15 };
-    const twoLives = [assigned(1, 3), ...run('p0', 0, '1-0', 'a', 1, 10, 11), acked(12, 3, false), assigned(20, 1), assigned(30, 3), ...run('p0', 0, '1-0', 'a', 1, 31, 32), acked(33, 3, true)];
+    const twoLives = [
+      assigned(1, 3),
+      ...run('p0', 0, '1-0', 'a', 1, 10, 11),
+      acked(12, 3, false),
+      assigned(20, 1),
+      assigned(30, 3),
+      ...run('p0', 0, '1-0', 'a', 1, 31, 32),
+      acked(33, 3, true),
+    ];
     const report = check(produced.slice(0, 1), twoLives, [lost], new Set());
     expect(report).toMatchObject({ grantDuplicates: [], duplicates: 1, unexplainedDuplicates: [], lost: [] });
     // Only the second life's run counts as acknowledged (it matters for overlaps as well).
-    expect(collectRuns(twoLives).map((r) => [r.grant, r.grantAt, r.acked])).toEqual([[3, 1, false], [3, 30, true]]);
+    expect(collectRuns(twoLives).map((r) => [r.grant, r.grantAt, r.acked])).toEqual([
+      [3, 1, false],
+      [3, 30, true],
+    ]);
     // The same the other way round: the old life's ack was accepted, the new life's run was not acknowledged.
-    const firstAcked = [assigned(1, 3), ...run('p0', 0, '1-0', 'a', 1, 10, 11), acked(12, 3, true), assigned(30, 3), ...run('p0', 0, '1-0', 'a', 1, 31, 32)];
+    const firstAcked = [
+      assigned(1, 3),
+      ...run('p0', 0, '1-0', 'a', 1, 10, 11),
+      acked(12, 3, true),
+      assigned(30, 3),
+      ...run('p0', 0, '1-0', 'a', 1, 31, 32),
+    ];
     expect(collectRuns(firstAcked).map((r) => r.acked)).toEqual([true, false]);
     // Within one assigned record a second accepted run is still caught, whatever came before.
     const twiceInSecondLife = [...twoLives, ...run('p0', 0, '1-0', 'a', 1, 34, 35), acked(36, 3, true)];
-    expect(check(produced.slice(0, 1), twiceInSecondLife, [lost], new Set()).grantDuplicates).toEqual(['shard 0 1-0 run to success twice by p0 under grant 3 (assigned at 30)']);
+    expect(check(produced.slice(0, 1), twiceInSecondLife, [lost], new Set()).grantDuplicates).toEqual([
+      'shard 0 1-0 run to success twice by p0 under grant 3 (assigned at 30)',
+    ]);
   });
 
   it('checks per-key order and loss for every consumer group, and reports faults that never recovered', () => {
     const g = (lines: RecordLine[], group: string) => lines.map((l) => ({ ...l, g: group }));
     const good = g([...run('p0', 0, '1-0', 'a', 1, 10, 11), ...run('p0', 0, '2-0', 'a', 2, 12, 13)], 'old');
     const swapped = g([...run('p1', 0, '2-0', 'a', 2, 10, 11), ...run('p1', 0, '1-0', 'a', 1, 12, 13)], 'late');
-    const report = check(produced.slice(0, 2), [...good, ...swapped], [{ kind: 'duplicate-id', at: 1, failed: 'never refused' }], new Set(), { groups: ['old', 'late', 'third'] });
+    const report = check(
+      produced.slice(0, 2),
+      [...good, ...swapped],
+      [{ kind: 'duplicate-id', at: 1, failed: 'never refused' }],
+      new Set(),
+      { groups: ['old', 'late', 'third'] },
+    );
     expect(report.orderViolations).toEqual(['late: a: 1 after 2 (shard 0, p1)']);
     expect(report.lost).toEqual(['third: 0/1-0 (a#1)', 'third: 0/2-0 (a#2)']);
     expect(report.unrecovered).toEqual(['duplicate-id: never refused']);
     // A group created after deleteDrainedShards cannot read what was deleted: not lost for it.
-    const later = check(produced.slice(0, 2), good, [], new Set(), { groups: ['old', 'third'], unreadable: new Map([['third', new Set(['0/1-0', '0/2-0'])]]) });
+    const later = check(produced.slice(0, 2), good, [], new Set(), {
+      groups: ['old', 'third'],
+      unreadable: new Map([['third', new Set(['0/1-0', '0/2-0'])]]),
+    });
     expect(later.lost).toEqual([]);
   });
 
@@ -366,7 +476,10 @@ describe('record tail (what the harness polls while a fault waits)', () => {
     fs.appendFileSync(file, `${line}\n${line.slice(0, 20)}`);
     expect(tail.read().map((l) => l.e)).toEqual(['start']);
     fs.appendFileSync(file, `${line.slice(20)}\n`);
-    expect(tail.read().map((l) => [l.e, l.msg])).toEqual([['start', 'naïve'], ['start', 'naïve']]);
+    expect(tail.read().map((l) => [l.e, l.msg])).toEqual([
+      ['start', 'naïve'],
+      ['start', 'naïve'],
+    ]);
     expect(new RecordTail(file, true).read().map((l) => l.e)).toEqual(['old', 'start', 'start']);
     fs.rmSync(path.dirname(file), { recursive: true, force: true });
   });
@@ -375,8 +488,11 @@ describe('record tail (what the harness polls while a fault waits)', () => {
 describe('fault kinds per target (issue 15)', () => {
   it('runs failover and slot-move on a cluster only, and the kinds that need a proxy or the single server on the single node only', () => {
     const onCluster = faultKindsOn('cluster');
-    expect(onCluster).toEqual(expect.arrayContaining(['failover', 'slot-move', 'kill', 'pause', 'grow-ordered', 'new-group', 'group-keys-lost']));
-    for (const kind of ['partition', 'reset', 'lost-ack', 'redis-restart', 'dead-letter-oom', 'stale-producer', 'unsafe-lease'] as const) expect(onCluster).not.toContain(kind);
+    expect(onCluster).toEqual(
+      expect.arrayContaining(['failover', 'slot-move', 'kill', 'pause', 'grow-ordered', 'new-group', 'group-keys-lost']),
+    );
+    for (const kind of ['partition', 'reset', 'lost-ack', 'redis-restart', 'dead-letter-oom', 'stale-producer', 'unsafe-lease'] as const)
+      expect(onCluster).not.toContain(kind);
     // The single-node short tier and soak never deal a cluster kind.
     expect(ALL_FAULT_KINDS).not.toContain('failover');
     expect(ALL_FAULT_KINDS).not.toContain('slot-move');
@@ -385,7 +501,9 @@ describe('fault kinds per target (issue 15)', () => {
   });
 
   it('refuses a kind that does not run on the chosen target, naming it and what runs there', () => {
-    expect(() => selectedFaultKinds('kill,partition', undefined, 'cluster')).toThrow(/RSC_CHAOS_FAULTS: fault kind "partition" does not run on a cluster; there: all, kill/);
+    expect(() => selectedFaultKinds('kill,partition', undefined, 'cluster')).toThrow(
+      /RSC_CHAOS_FAULTS: fault kind "partition" does not run on a cluster; there: all, kill/,
+    );
     expect(() => selectedFaultKinds('failover')).toThrow(/fault kind "failover" does not run on a single redis-server/);
     expect(() => selectedFaultKinds('nonsense', undefined, 'cluster')).toThrow(/unknown fault kind "nonsense"/);
   });

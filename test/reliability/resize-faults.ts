@@ -39,11 +39,14 @@ export async function resize(h: ChaosHarness, fault: Fault, grow: boolean, order
   h.maxShards = Math.max(h.maxShards, next);
   h.resizes += 1;
   // Recovered also means every group's cutover completed.
-  await waitFor('every cutover done', async () => (await h.admin.cutoverStatus(h.streamPrefix)).every((s) => s.cutover === null), h.cutoverBoundMs(), 100).catch(
-    async (error: Error) => {
-      throw new Error(`${error.message}: ${await cutoversLeft(h)}`);
-    },
-  );
+  await waitFor(
+    'every cutover done',
+    async () => (await h.admin.cutoverStatus(h.streamPrefix)).every((s) => s.cutover === null),
+    h.cutoverBoundMs(),
+    100,
+  ).catch(async (error: Error) => {
+    throw new Error(`${error.message}: ${await cutoversLeft(h)}`);
+  });
   return { liftedAt: performance.now() };
 }
 

@@ -19,4 +19,3 @@ export const evalsha = (shas: string[]) => {
   const isEvalsha = TcpProxy.command('EVALSHA');
   return (request: string) => isEvalsha(request) && shas.some((sha) => request.includes(sha));
 };
-

@@ -12,15 +12,41 @@ import { formatReport } from './report';
  * measured on a 2-core machine): the harnesses are balanced by it, so the slowest decides the wall time.
  */
 const COST_S: Record<FaultKind, number> = {
-  kill: 1, graceful: 0.5, join: 1, pause: 2, partition: 2, reset: 0.1, 'redis-restart': 2.5,
-  'latency-low': 2, 'latency-session': 4, 'latency-beyond': 3.1, jitter: 2,
-  'lost-read': 7, 'lost-ack': 0.1, 'lost-heartbeat': 0.1,
-  'dead-letter-wrongtype': 2, 'dead-letter-oom': 0.9, 'partial-batch': 2, 'long-graceful': 2,
-  'grow-ordered': 3, 'grow-unordered': 2.2, 'shrink-ordered': 4.9, 'shrink-unordered': 2.2,
-  'new-group': 5.2, 'delete-drained': 2.2, 'stale-producer': 5.8, 'redis-flush-restart': 0.2, 'clock-skew': 0.6, 'duplicate-id': 0.3,
-  'unsafe-lease': 5.5, 'zombie-dead-letter': 6, 'revoke-twice': 2.6, 'group-keys-lost': 2.8,
+  kill: 1,
+  graceful: 0.5,
+  join: 1,
+  pause: 2,
+  partition: 2,
+  reset: 0.1,
+  'redis-restart': 2.5,
+  'latency-low': 2,
+  'latency-session': 4,
+  'latency-beyond': 3.1,
+  jitter: 2,
+  'lost-read': 7,
+  'lost-ack': 0.1,
+  'lost-heartbeat': 0.1,
+  'dead-letter-wrongtype': 2,
+  'dead-letter-oom': 0.9,
+  'partial-batch': 2,
+  'long-graceful': 2,
+  'grow-ordered': 3,
+  'grow-unordered': 2.2,
+  'shrink-ordered': 4.9,
+  'shrink-unordered': 2.2,
+  'new-group': 5.2,
+  'delete-drained': 2.2,
+  'stale-producer': 5.8,
+  'redis-flush-restart': 0.2,
+  'clock-skew': 0.6,
+  'duplicate-id': 0.3,
+  'unsafe-lease': 5.5,
+  'zombie-dead-letter': 6,
+  'revoke-twice': 2.6,
+  'group-keys-lost': 2.8,
   // On the cluster only (not in this tier's lanes).
-  failover: 8, 'slot-move': 2,
+  failover: 8,
+  'slot-move': 2,
 };
 
 /** Harnesses side by side (RSC_CHAOS_HARNESSES; 1 runs every kind in one harness, about 100 s). */
@@ -63,8 +89,19 @@ interface LaneResult {
 
 /** Whether the report shows a broken promise (what the expectations below fail on). */
 function broken(report: CheckReport): boolean {
-  const lists = [report.unrecovered, report.producerStalls, report.lost, report.stuck, report.orderViolations, report.overlaps, report.keyOverlaps,
-    report.unfencedDeadLetters, report.grantDuplicates, report.writtenTwice, report.unexplainedDuplicates];
+  const lists = [
+    report.unrecovered,
+    report.producerStalls,
+    report.lost,
+    report.stuck,
+    report.orderViolations,
+    report.overlaps,
+    report.keyOverlaps,
+    report.unfencedDeadLetters,
+    report.grantDuplicates,
+    report.writtenTwice,
+    report.unexplainedDuplicates,
+  ];
   return lists.some((list) => list.length > 0);
 }
 
@@ -72,7 +109,12 @@ function broken(report: CheckReport): boolean {
 async function runLane(lane: number, kinds: FaultKind[], seed: number, started: ChaosHarness[]): Promise<LaneResult> {
   // 200 entries/s a harness (the soak: 1,000): two harnesses share two cores, and a starved member
   // process looks like a faulty one. Still thousands of entries a lane, on every shard.
-  const harness = await ChaosHarness.start({ seed, rate: 200, sharedReads: sharedReads(lane), progress: (line) => process.stderr.write(`  [${lane}] ${line}\n`) });
+  const harness = await ChaosHarness.start({
+    seed,
+    rate: 200,
+    sharedReads: sharedReads(lane),
+    progress: (line) => process.stderr.write(`  [${lane}] ${line}\n`),
+  });
   started.push(harness);
   const order = [...kinds].sort(() => harness.random() - 0.5);
   for (const kind of order) {
@@ -102,7 +144,10 @@ export function shortTier(): void {
   const seed = Number(process.env.RSC_CHAOS_SEED ?? 20261129);
   const only = shortTierLanes();
   const lanes = Array.from({ length: SHORT_TIER_HARNESSES }, (_, i) => (only.includes(i + 1) ? shortTierKinds(i + 1) : []));
-  const title = lanes.filter((k) => k.length > 0).map((k) => k.join(', ')).join(' | ');
+  const title = lanes
+    .filter((k) => k.length > 0)
+    .map((k) => k.join(', '))
+    .join(' | ');
   it(`reliability harness (short tier), each kind once in ${SHORT_TIER_HARNESSES} harness(es) side by side (seed ${seed}): ${title}: nothing lost or stuck, order kept, no overlap, dead letters fenced, every duplicate explained`, async () => {
     const started: ChaosHarness[] = [];
     try {
@@ -114,7 +159,8 @@ export function shortTier(): void {
       for (const { result, report } of checked) {
         const summary = `lane ${result.lane}, seed ${seed} (replay: RSC_CHAOS_SEED=${seed} RSC_CHAOS_HARNESSES=${SHORT_TIER_HARNESSES} RSC_CHAOS_LANE=${result.lane} npx vitest run test/reliability/reliability.test.ts; order: ${result.order.join(',')})\n${formatReport(report)}`;
         console.info(summary);
-        for (const kind of result.kinds) expect(report.faults.filter((f) => f.kind === kind).length, `${kind}\n${summary}`).toBeGreaterThanOrEqual(1);
+        for (const kind of result.kinds)
+          expect(report.faults.filter((f) => f.kind === kind).length, `${kind}\n${summary}`).toBeGreaterThanOrEqual(1);
         expect(report.produced, summary).toBeGreaterThan(200);
         expect(report.unrecovered, summary).toEqual([]);
         expect(report.producerStalls, summary).toEqual([]);

@@ -38,11 +38,23 @@ const progress = (line: string) => process.stderr.write(`${line}\n`);
 it(`soak: random faults for ${Math.round(durationMs / 1000)} s on a ${target === 'cluster' ? 'Redis Cluster' : 'single redis-server'} (seed ${seed})`, async () => {
   const begin = Date.now();
   const elapsed = () => `[${Math.round((Date.now() - begin) / 1000)} s]`;
-  const harness = await ChaosHarness.start({ seed, rate: 1000, lanes, target, waitForReplicas, progress: (line) => progress(`${elapsed()} ${line}`) });
+  const harness = await ChaosHarness.start({
+    seed,
+    rate: 1000,
+    lanes,
+    target,
+    waitForReplicas,
+    progress: (line) => progress(`${elapsed()} ${line}`),
+  });
   let report: CheckReport;
   try {
-    const redis = target === 'cluster' ? `a cluster of 3 masters and 3 replicas${waitForReplicas ? ', sends and acks waiting for a replica' : ', nothing waiting for replicas'}` : 'AOF (appendfsync always)';
-    progress(`${elapsed()} seed ${seed}, ${Math.round(durationMs / 1000)} s of faults (${kinds.join(', ')}); 3 member processes, 8 shards, ${lanes} lane${lanes === 1 ? '' : 's'} per shard, ${redis}`);
+    const redis =
+      target === 'cluster'
+        ? `a cluster of 3 masters and 3 replicas${waitForReplicas ? ', sends and acks waiting for a replica' : ', nothing waiting for replicas'}`
+        : 'AOF (appendfsync always)';
+    progress(
+      `${elapsed()} seed ${seed}, ${Math.round(durationMs / 1000)} s of faults (${kinds.join(', ')}); 3 member processes, 8 shards, ${lanes} lane${lanes === 1 ? '' : 's'} per shard, ${redis}`,
+    );
     while (Date.now() - begin < durationMs) {
       await new Promise((resolve) => setTimeout(resolve, 500 + harness.random() * 2500));
       await harness.inject(kinds[Math.floor(harness.random() * kinds.length)]);
@@ -94,17 +106,57 @@ function reliabilityDoc(report: CheckReport, tookMs: number): string {
     '',
     row(['fault', 'what it does', 'injected', 'not recovered', 'recovery p50', 'recovery p99', 'max']),
     row(['---', '---', '---', '---', '---', '---', '---']),
-    ...faultTable(report).map((r) => row([r.kind, FAULTS[r.kind].what.replace(/\|/g, '\\|'), r.count, report.faults.filter((f) => f.kind === r.kind && f.failed).length, ms(r.p50), ms(r.p99), ms(r.max)])),
+    ...faultTable(report).map((r) =>
+      row([
+        r.kind,
+        FAULTS[r.kind].what.replace(/\|/g, '\\|'),
+        r.count,
+        report.faults.filter((f) => f.kind === r.kind && f.failed).length,
+        ms(r.p50),
+        ms(r.p99),
+        ms(r.max),
+      ]),
+    ),
     '',
-    row(['produced', 'handled (per group)', 'acknowledged', 'lost', 'lost by Redis', 'order violations', 'overlaps', 'stuck', 'dead letters', 'unfenced', 'twice in a grant', 'written twice', 'duplicates', 'unexplained']),
+    row([
+      'produced',
+      'handled (per group)',
+      'acknowledged',
+      'lost',
+      'lost by Redis',
+      'order violations',
+      'overlaps',
+      'stuck',
+      'dead letters',
+      'unfenced',
+      'twice in a grant',
+      'written twice',
+      'duplicates',
+      'unexplained',
+    ]),
     row(Array(14).fill('---')),
     row([
-      report.produced, report.handled, report.acknowledged, report.lost.length, report.redisLost.length, report.orderViolations.length, report.overlaps.length,
-      report.stuck.length, report.deadLetters, report.unfencedDeadLetters.length, report.grantDuplicates.length, report.writtenTwice.length, report.duplicates,
+      report.produced,
+      report.handled,
+      report.acknowledged,
+      report.lost.length,
+      report.redisLost.length,
+      report.orderViolations.length,
+      report.overlaps.length,
+      report.stuck.length,
+      report.deadLetters,
+      report.unfencedDeadLetters.length,
+      report.grantDuplicates.length,
+      report.writtenTwice.length,
+      report.duplicates,
       report.unexplainedDuplicates.length,
     ]),
     '',
-    ...formatReport(report).split('\n').slice(1).filter((l) => !/recovery p50/.test(l)).map((l) => `    ${l.trim()}`),
+    ...formatReport(report)
+      .split('\n')
+      .slice(1)
+      .filter((l) => !/recovery p50/.test(l))
+      .map((l) => `    ${l.trim()}`),
   ].join('\n');
   return template.replace('<!-- RESULTS -->', generated);
 }

@@ -18,7 +18,10 @@ const SINGLE_OPTIONS = { maxRetriesPerRequest: 1, retryStrategy: () => 50, maxLo
 
 /** docs/cluster.md's advice: retry through a failover or a half-moved slot instead of failing the call. */
 const CLUSTER_OPTIONS: ClusterOptions = {
-  retryDelayOnFailover: 100, retryDelayOnClusterDown: 100, retryDelayOnTryAgain: 50, maxRedirections: 64,
+  retryDelayOnFailover: 100,
+  retryDelayOnClusterDown: 100,
+  retryDelayOnTryAgain: 50,
+  maxRedirections: 64,
   redisOptions: { ...SINGLE_OPTIONS, maxRetriesPerRequest: 20 },
 };
 
@@ -61,7 +64,9 @@ export class ChaosTarget {
 
   /** A client of this process (admin, producers, sampling), through `proxy` when given (single node only). */
   connect(proxy?: TcpProxy): RedisClient {
-    const client = this.redisCluster ? new Cluster(this.redisCluster.startupNodes, CLUSTER_OPTIONS) : new Redis(proxy?.url ?? this.server.url, SINGLE_OPTIONS);
+    const client = this.redisCluster
+      ? new Cluster(this.redisCluster.startupNodes, CLUSTER_OPTIONS)
+      : new Redis(proxy?.url ?? this.server.url, SINGLE_OPTIONS);
     client.on('error', () => undefined);
     return client;
   }

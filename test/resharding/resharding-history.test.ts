@@ -1,5 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { compareStreamIds, CoordinatorAdmin, CoordinatorClient, KeyBuilder, shardForKey, StreamProducer, type StreamMessage } from '@redis-stream-coordinator/core';
+import {
+  compareStreamIds,
+  CoordinatorAdmin,
+  CoordinatorClient,
+  KeyBuilder,
+  shardForKey,
+  StreamProducer,
+  type StreamMessage,
+} from '@redis-stream-coordinator/core';
 import { ProtocolMember } from '@redis-stream-coordinator/core/testing';
 import { parseCutover } from '../../packages/core/src/admin/cutover';
 import { CutoverWatch } from '../../packages/core/src/member/lifecycle/cutover-watch';
@@ -24,7 +32,12 @@ async function writeRound(producer: StreamProducer, keys: number, seq: number) {
 
 async function groupCreatedAfter(streamPrefix: string, produced: number) {
   const recorder = new HandlerRecorder();
-  const member = aMember({ streamPrefix, memberId: 'late', runtimeMaxConcurrency: 4, handler: recorder.handler('late', slowOnTheFirstShards) });
+  const member = aMember({
+    streamPrefix,
+    memberId: 'late',
+    runtimeMaxConcurrency: 4,
+    handler: recorder.handler('late', slowOnTheFirstShards),
+  });
   await member.start();
   await pollUntil(`${produced} entries handled`, async () => recorder.distinctEntries() >= produced, { timeoutMs: 30_000 });
   return recorder;
@@ -73,54 +86,65 @@ describe('a consumer group created after resizes reads every key in order', () =
   // and the new shard's could run first.
   it.each([
     { resize: 'an ordered growth (2 -> 3)', from: 2, to: 3, options: { graceMs: 1000 } },
-    { resize: 'an ordered shrink switching at once (3 -> 2, switchDelayMs 0)', from: 3, to: 2, options: { graceMs: 1000, switchDelayMs: 0 } },
-  ])('an entry written with the old count between $resize and its routing markers is handled before the key\'s entries on its new shard', async ({ from, to, options }) => {
-    const streamPrefix = uniqueName('history-escape');
-    const direct = new CoordinatorAdmin(redis.client());
-    await direct.createStream({ streamPrefix, shardCount: from });
-    const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 3_600_000 });
-    let key = 'key-0';
-    for (let i = 1; shardForKey(key, from) === shardForKey(key, to); i++) key = `key-${i}`;
-    const [oldShard, newShard] = [shardForKey(key, from), shardForKey(key, to)];
-    expect((await producer.send({ key, payload: { seq: 1 } })).shardIndex).toBe(oldShard); // routes with `from` from now on
+    {
+      resize: 'an ordered shrink switching at once (3 -> 2, switchDelayMs 0)',
+      from: 3,
+      to: 2,
+      options: { graceMs: 1000, switchDelayMs: 0 },
+    },
+  ])(
+    "an entry written with the old count between $resize and its routing markers is handled before the key's entries on its new shard",
+    async ({ from, to, options }) => {
+      const streamPrefix = uniqueName('history-escape');
+      const direct = new CoordinatorAdmin(redis.client());
+      await direct.createStream({ streamPrefix, shardCount: from });
+      const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 3_600_000 });
+      let key = 'key-0';
+      for (let i = 1; shardForKey(key, from) === shardForKey(key, to); i++) key = `key-${i}`;
+      const [oldShard, newShard] = [shardForKey(key, from), shardForKey(key, to)];
+      expect((await producer.send({ key, payload: { seq: 1 } })).shardIndex).toBe(oldShard); // routes with `from` from now on
 
-    const proxy = await aProxy();
-    const markers = proxy.holdNextRequest(evalsha(scriptShas('ensureRouting')));
-    const resized = new CoordinatorAdmin(redis.clientAt(proxy.url)).resizeShards(streamPrefix, to, options);
-    await markers.arrived;
-    const switchAt = Number(await redis.client().hget(new KeyBuilder().streamMeta(streamPrefix), 'switchAt'));
-    await pollUntil('Redis time past switchAt', async () => (await direct.serverTimeMs()) > switchAt);
-    const escaped = await producer.send({ key, payload: { seq: 2 } });
-    markers.release();
-    await resized;
-    const moved = await producer.send({ key, payload: { seq: 3 } });
-    // The window this is about: seq 2 on the shard the key leaves, at or past the switch; seq 3 on its new shard.
-    expect(escaped.shardIndex).toBe(oldShard);
-    expect(compareStreamIds(escaped.id, `${switchAt}-0`)).toBeGreaterThanOrEqual(0);
-    expect(moved.shardIndex).toBe(newShard);
+      const proxy = await aProxy();
+      const markers = proxy.holdNextRequest(evalsha(scriptShas('ensureRouting')));
+      const resized = new CoordinatorAdmin(redis.clientAt(proxy.url)).resizeShards(streamPrefix, to, options);
+      await markers.arrived;
+      const switchAt = Number(await redis.client().hget(new KeyBuilder().streamMeta(streamPrefix), 'switchAt'));
+      await pollUntil('Redis time past switchAt', async () => (await direct.serverTimeMs()) > switchAt);
+      const escaped = await producer.send({ key, payload: { seq: 2 } });
+      markers.release();
+      await resized;
+      const moved = await producer.send({ key, payload: { seq: 3 } });
+      // The window this is about: seq 2 on the shard the key leaves, at or past the switch; seq 3 on its new shard.
+      expect(escaped.shardIndex).toBe(oldShard);
+      expect(compareStreamIds(escaped.id, `${switchAt}-0`)).toBeGreaterThanOrEqual(0);
+      expect(moved.shardIndex).toBe(newShard);
 
-    // seq 2 starts only once either seq 3 ran (the order broken) or the group's cutover waits for it
-    // (pending on the old shard): whichever the library lets happen first, no timing involved.
-    const recorder = new HandlerRecorder();
-    const record = recorder.handler('late');
-    const handler = async (message: StreamMessage<KeyedPayload>) => {
-      if (message.shardIndex === oldShard && message.payload.seq === 2) {
-        await pollUntil(
-          'seq 3 handled, or the cutover waiting for seq 2',
-          async () =>
-            recorder.runs.some((r) => r.seq === 3) ||
-            (await direct.cutoverStatus(streamPrefix)).some((s) => (s.waitingFor ?? []).some((w) => w.shardIndex === oldShard && w.pending)),
-          { timeoutMs: 20_000 },
-        );
-      }
-      await record(message);
-    };
-    const member = aMember({ streamPrefix, memberId: 'late', runtimeMaxConcurrency: 4, handler });
-    await member.start();
-    await pollUntil('3 entries handled', async () => recorder.distinctEntries() >= 3, { timeoutMs: 30_000 });
-    expect(recorder.runs.map((r) => r.seq)).toEqual([1, 2, 3]);
-    expect(recorder.orderViolations()).toEqual([]);
-  }, 40_000);
+      // seq 2 starts only once either seq 3 ran (the order broken) or the group's cutover waits for it
+      // (pending on the old shard): whichever the library lets happen first, no timing involved.
+      const recorder = new HandlerRecorder();
+      const record = recorder.handler('late');
+      const handler = async (message: StreamMessage<KeyedPayload>) => {
+        if (message.shardIndex === oldShard && message.payload.seq === 2) {
+          await pollUntil(
+            'seq 3 handled, or the cutover waiting for seq 2',
+            async () =>
+              recorder.runs.some((r) => r.seq === 3) ||
+              (await direct.cutoverStatus(streamPrefix)).some((s) =>
+                (s.waitingFor ?? []).some((w) => w.shardIndex === oldShard && w.pending),
+              ),
+            { timeoutMs: 20_000 },
+          );
+        }
+        await record(message);
+      };
+      const member = aMember({ streamPrefix, memberId: 'late', runtimeMaxConcurrency: 4, handler });
+      await member.start();
+      await pollUntil('3 entries handled', async () => recorder.distinctEntries() >= 3, { timeoutMs: 30_000 });
+      expect(recorder.runs.map((r) => r.seq)).toEqual([1, 2, 3]);
+      expect(recorder.orderViolations()).toEqual([]);
+    },
+    40_000,
+  );
 
   it('the steps of a later group read the shards keys leave on to `until`: every old shard of a growth, the removed ones of a shrink; capped below the next switch; the default grace for history without `until`', async () => {
     const streamPrefix = uniqueName('history-steps');
@@ -133,7 +157,19 @@ describe('a consumer group created after resizes reads every key in order', () =
       { version: 3, from: 6, to: 3, switchAt: 1200, until: 3200 },
       { version: 4, from: 3, to: 5, switchAt: 5000 },
     ];
-    await redis.client().hset(new KeyBuilder().streamMeta(streamPrefix), 'shardCount', 5, 'shardSpan', 6, 'metadataVersion', 4, 'resizeHistory', JSON.stringify(history));
+    await redis
+      .client()
+      .hset(
+        new KeyBuilder().streamMeta(streamPrefix),
+        'shardCount',
+        5,
+        'shardSpan',
+        6,
+        'metadataVersion',
+        4,
+        'resizeHistory',
+        JSON.stringify(history),
+      );
     await new ProtocolMember(new CoordinatorClient(redis.client()), streamPrefix, 'late', 'a').join();
 
     const groupMeta = new KeyBuilder().groupKeys(streamPrefix, 'late')[2];
@@ -169,7 +205,11 @@ describe('a consumer group created after resizes reads every key in order', () =
     const after = new HandlerRecorder();
     const member = aMember({ streamPrefix, memberId: 'late', cutoverCheckIntervalMs: 60_000, handler: after.handler('late') });
     await member.start();
-    await pollUntil('every replayed step completed', async () => (await redis.client().hmget(groupKeys[2], 'cutover', 'cutoverChain')).every((v) => v === null), { timeoutMs: 10_000 });
+    await pollUntil(
+      'every replayed step completed',
+      async () => (await redis.client().hmget(groupKeys[2], 'cutover', 'cutoverChain')).every((v) => v === null),
+      { timeoutMs: 10_000 },
+    );
     await writeRound(producer, 20, 6);
     await pollUntil('the new round handled', async () => after.distinctEntries() >= 20, { timeoutMs: 10_000 });
   }, 40_000);
@@ -184,8 +224,13 @@ describe('a consumer group created after resizes reads every key in order', () =
     await admin.resizeShards(streamPrefix, 2, { graceMs: 60_000 });
     const holds: Map<number, string>[] = [];
     const watch = new CutoverWatch(redis.client(), coordinator, {
-      streamPrefix, consumerGroup: 'g', cutoverCheckIntervalMs: 60_000, readTimeoutMs: 2000,
-      setHolds: (h) => holds.push(h), onCheckFailed: () => undefined, onCompleted: () => undefined,
+      streamPrefix,
+      consumerGroup: 'g',
+      cutoverCheckIntervalMs: 60_000,
+      readTimeoutMs: 2000,
+      setHolds: (h) => holds.push(h),
+      onCheckFailed: () => undefined,
+      onCompleted: () => undefined,
     });
     try {
       // The read a heartbeat answer of this life asked for: the holds are set.
@@ -264,7 +309,11 @@ async function backlogWhileGrowing(streamPrefix: string, admin: CoordinatorAdmin
 
   const d = await admin.describeGroup(streamPrefix, 'group');
   expect(d.group.readableShardSet).toEqual([0, 1]);
-  expect(d.shards.map((s) => [s.shardIndex, s.readability])).toEqual([[0, 'readable'], [1, 'readable'], [2, 'not-yet-readable']]);
+  expect(d.shards.map((s) => [s.shardIndex, s.readability])).toEqual([
+    [0, 'readable'],
+    [1, 'readable'],
+    [2, 'not-yet-readable'],
+  ]);
   expect(d.shards[2]).toMatchObject({ owner: null, state: 'UNOWNED' });
   expect(d.shards[2].backlog).toBeGreaterThan(0);
   expect(d.group.notYetReadableBacklog).toBe(d.shards[2].backlog);

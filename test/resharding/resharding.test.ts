@@ -67,8 +67,15 @@ function keyedLoad(streamPrefix: string, keys = 120) {
   };
 }
 
-async function startMembers(streamPrefix: string, recorder: HandlerRecorder, ids: string[], shardCount: number): Promise<CoordinatedMember<KeyedPayload>[]> {
-  const members = ids.map((id) => aMember({ streamPrefix, memberId: id, shardCount, runtimeMaxConcurrency: 4, handler: recorder.handler(id, slowly) }));
+async function startMembers(
+  streamPrefix: string,
+  recorder: HandlerRecorder,
+  ids: string[],
+  shardCount: number,
+): Promise<CoordinatedMember<KeyedPayload>[]> {
+  const members = ids.map((id) =>
+    aMember({ streamPrefix, memberId: id, shardCount, runtimeMaxConcurrency: 4, handler: recorder.handler(id, slowly) }),
+  );
   await Promise.all(members.map((m) => m.start()));
   return members;
 }
@@ -81,7 +88,12 @@ async function settledAt(admin: CoordinatorAdmin, streamPrefix: string, shardCou
       const statuses = await admin.cutoverStatus(streamPrefix);
       if (statuses.some((s) => s.cutover !== null)) return false;
       const d = await admin.describeGroup(streamPrefix, 'group');
-      return d.group.state === 'STABLE' && d.group.readableShardSet.length === shardCount && d.shards.filter((s) => s.readability !== 'drained').every((s) => s.state === 'OWNED') && d;
+      return (
+        d.group.state === 'STABLE' &&
+        d.group.readableShardSet.length === shardCount &&
+        d.shards.filter((s) => s.readability !== 'drained').every((s) => s.state === 'OWNED') &&
+        d
+      );
     },
     { timeoutMs },
   );
@@ -167,7 +179,9 @@ describe('resizeShards', () => {
     const produced = await load.stop();
     await allHandled(recorder, produced);
     // Not asserted, only shown: this is what ordered mode prevents.
-    console.info(`ordered: false, 4 -> 8 under load: ${recorder.orderViolations().length} per-key order violation(s) in ${produced} entries`);
+    console.info(
+      `ordered: false, 4 -> 8 under load: ${recorder.orderViolations().length} per-key order violation(s) in ${produced} entries`,
+    );
   }, 60_000);
 
   it('a resize while a member has just died: the survivors take its shards, the cutover completes, nothing is lost, order holds', async () => {
@@ -182,7 +196,12 @@ describe('resizeShards', () => {
     doomed.abort();
     await admin.resizeShards(streamPrefix, 9, quick);
     const d = await settledAt(admin, streamPrefix, 9);
-    expect(d.members.filter((m) => m.state === 'ACTIVE').map((m) => m.memberId).sort()).toEqual(['a', 'b']);
+    expect(
+      d.members
+        .filter((m) => m.state === 'ACTIVE')
+        .map((m) => m.memberId)
+        .sort(),
+    ).toEqual(['a', 'b']);
 
     const produced = await load.stop();
     await allHandled(recorder, produced);
@@ -224,20 +243,28 @@ describe('resizeShards', () => {
     for (const bad of [0, -2, 2.5, Number.NaN, 70_000, '6' as unknown as number]) {
       await expect(admin.resizeShards(streamPrefix, bad)).rejects.toThrow(/newCount/);
     }
-    await expect(admin.resizeShards(streamPrefix, 6, { ordered: 'yes' as unknown as boolean })).rejects.toThrow(/ordered must be a boolean, got yes/);
+    await expect(admin.resizeShards(streamPrefix, 6, { ordered: 'yes' as unknown as boolean })).rejects.toThrow(
+      /ordered must be a boolean, got yes/,
+    );
     await expect(admin.resizeShards(streamPrefix, 6, { graceMs: -1 })).rejects.toThrow(/graceMs/);
     await expect(admin.resizeShards(streamPrefix, 6, { switchDelayMs: 1.5 })).rejects.toThrow(/switchDelayMs/);
     await expect(admin.resizeShards(uniqueName('missing'), 6)).rejects.toBeInstanceOf(GroupNotFoundError);
     expect(await admin.describeStream(streamPrefix)).toEqual(before);
 
     // The same count is not a change.
-    expect(await admin.resizeShards(streamPrefix, 4)).toMatchObject({ changed: false, shardCount: 4, metadataVersion: before!.metadataVersion });
+    expect(await admin.resizeShards(streamPrefix, 4)).toMatchObject({
+      changed: false,
+      shardCount: 4,
+      metadataVersion: before!.metadataVersion,
+    });
 
     // A group with no member running cannot drain: the next resize waits for it, by name.
     const recorder = new HandlerRecorder();
     const [member] = await startMembers(streamPrefix, recorder, ['a'], 4);
     await member.stop();
-    await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(Array.from({ length: 50 }, (_, i) => ({ key: `k${i}`, payload: { seq: 1 } })));
+    await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(
+      Array.from({ length: 50 }, (_, i) => ({ key: `k${i}`, payload: { seq: 1 } })),
+    );
     await admin.resizeShards(streamPrefix, 2, quick);
     const pending = await admin.describeStream(streamPrefix);
     await expect(admin.resizeShards(streamPrefix, 8)).rejects.toThrow(ResizeInProgressError);

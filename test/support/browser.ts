@@ -8,13 +8,20 @@ import { type BrowserContext, chromium } from 'playwright-core';
 export const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 
 const FLAGS = [
-  '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-  '--disable-background-networking', '--disable-component-update', '--disable-sync',
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
 ];
 
 /** Why browser tests cannot run here, or undefined when chromium answers. */
 export function chromiumMissing(): string | undefined {
-  if (!fs.existsSync(CHROMIUM)) return `${CHROMIUM} is not installed (apt-get install chromium; .ci/run does it): the dashboard's browser tests are skipped`;
+  if (!fs.existsSync(CHROMIUM))
+    return `${CHROMIUM} is not installed (apt-get install chromium; .ci/run does it): the dashboard's browser tests are skipped`;
   try {
     execFileSync(CHROMIUM, ['--version'], { stdio: 'ignore', timeout: 10_000 });
     return undefined;
@@ -24,7 +31,9 @@ export function chromiumMissing(): string | undefined {
 }
 
 /** A headless Chromium with a fresh profile, deleted when it closes. */
-export async function launchBrowser(viewport = { width: 1280, height: 900 }): Promise<{ context: BrowserContext; close: () => Promise<void> }> {
+export async function launchBrowser(
+  viewport = { width: 1280, height: 900 },
+): Promise<{ context: BrowserContext; close: () => Promise<void> }> {
   const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'rsc-chromium-'));
   const context = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: FLAGS, viewport });
   return {

@@ -1,4 +1,10 @@
-import { CoordinatorAdmin, CoordinatorClient, type CoordinatorOptions, type GroupDescription, type HeartbeatRequest } from '@redis-stream-coordinator/core';
+import {
+  CoordinatorAdmin,
+  CoordinatorClient,
+  type CoordinatorOptions,
+  type GroupDescription,
+  type HeartbeatRequest,
+} from '@redis-stream-coordinator/core';
 import type { RedisFixture } from './vitest-redis';
 import { uniqueName } from './vitest-redis';
 import { ProtocolMember } from '@redis-stream-coordinator/core/testing';
@@ -36,8 +42,6 @@ export async function aGroup(redis: RedisFixture, shardCount: number, options: C
 /** memberId -> owned shard indices, from a description. */
 export function ownership(description: GroupDescription): Record<string, number[]> {
   return Object.fromEntries(
-    description.members
-      .filter((m) => m.state === 'ACTIVE')
-      .map((m) => [m.memberId, m.currentAssignment.map((s) => s.shardIndex)]),
+    description.members.filter((m) => m.state === 'ACTIVE').map((m) => [m.memberId, m.currentAssignment.map((s) => s.shardIndex)]),
   );
 }

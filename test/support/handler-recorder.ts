@@ -87,7 +87,8 @@ export class HandlerRecorder {
     for (const [shard, runs] of byShard) {
       runs.sort((a, b) => a.start - b.start);
       for (let i = 1; i < runs.length; i++) {
-        if (runs[i].start < runs[i - 1].end) found.push(`shard ${shard}: ${runs[i - 1].memberId} ${runs[i - 1].id} and ${runs[i].memberId} ${runs[i].id}`);
+        if (runs[i].start < runs[i - 1].end)
+          found.push(`shard ${shard}: ${runs[i - 1].memberId} ${runs[i - 1].id} and ${runs[i].memberId} ${runs[i].id}`);
       }
     }
     return found;

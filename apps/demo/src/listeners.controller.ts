@@ -38,5 +38,11 @@ export class ListenersController {
 }
 
 function describe(listener: StreamListenerContainer) {
-  return { id: listener.id, kind: listener.kind, running: listener.isRunning(), paused: listener.isPaused(), concurrency: listener.concurrency };
+  return {
+    id: listener.id,
+    kind: listener.kind,
+    running: listener.isRunning(),
+    paused: listener.isPaused(),
+    concurrency: listener.concurrency,
+  };
 }

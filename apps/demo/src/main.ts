@@ -25,7 +25,8 @@ import { registerMetrics } from './metrics';
 function shutdownTimeoutMs(): number {
   const raw = process.env.DEMO_SHUTDOWN_TIMEOUT_MS ?? '15000';
   const value = Number(raw);
-  if (!Number.isInteger(value) || value < 1) throw new RangeError(`DEMO_SHUTDOWN_TIMEOUT_MS must be a positive integer of milliseconds, got ${JSON.stringify(raw)}`);
+  if (!Number.isInteger(value) || value < 1)
+    throw new RangeError(`DEMO_SHUTDOWN_TIMEOUT_MS must be a positive integer of milliseconds, got ${JSON.stringify(raw)}`);
   return value;
 }
 
@@ -36,7 +37,9 @@ async function main(): Promise<void> {
   if (!process.env.REDIS_URL) {
     privateServer = await RedisServer.start();
     process.env.REDIS_URL = privateServer.url;
-    logger.log(`started a private redis-server (pid ${privateServer.pid}): REDIS_URL=${privateServer.url} (a second demo process can join with it)`);
+    logger.log(
+      `started a private redis-server (pid ${privateServer.pid}): REDIS_URL=${privateServer.url} (a second demo process can join with it)`,
+    );
   }
   // The module reads REDIS_URL when it is loaded, so load it after the URL is known. The demo
   // handles SIGINT/SIGTERM itself (rather than enableShutdownHooks) to stop its redis-server last.
@@ -46,7 +49,9 @@ async function main(): Promise<void> {
   new DemoLifecycle(app, privateServer, logger, timeoutMs).watch();
   await app.listen(Number(process.env.PORT ?? 3000));
   const { port } = app.getHttpServer().address() as { port: number };
-  logger.log(`listening on http://localhost:${port}: POST /summaries, GET /group, GET /metrics, GET /health/ready, GET /health/live, the dashboard at /rsc/`);
+  logger.log(
+    `listening on http://localhost:${port}: POST /summaries, GET /group, GET /metrics, GET /health/ready, GET /health/live, the dashboard at /rsc/`,
+  );
 }
 
 main().catch((error) => {

@@ -15,7 +15,8 @@ export class StreamLoggingInterceptor implements NestInterceptor {
     if (context.getType<StreamContextType>() !== STREAM_CONTEXT_TYPE) return next.handle();
     const stream = context.switchToRpc().getContext<StreamContext>();
     const started = Date.now();
-    const where = () => `${stream.streamPrefix}/${stream.consumerGroup} shard ${stream.shardIndex} entry ${stream.id} (epoch ${stream.memberEpoch}, delivery ${stream.deliveryCount})`;
+    const where = () =>
+      `${stream.streamPrefix}/${stream.consumerGroup} shard ${stream.shardIndex} entry ${stream.id} (epoch ${stream.memberEpoch}, delivery ${stream.deliveryCount})`;
     return next.handle().pipe(
       tap({
         next: () => {

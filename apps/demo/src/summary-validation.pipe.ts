@@ -10,7 +10,8 @@ export class SummaryValidationPipe implements PipeTransform<unknown, Summary> {
   transform(value: unknown): Summary {
     const summary = value as Partial<Summary> | null;
     for (const field of ['userId', 'text', 'at'] as const) {
-      if (typeof summary?.[field] !== 'string') throw new BadRequestException(`a summary needs a string ${field}, got ${JSON.stringify(summary?.[field])}`);
+      if (typeof summary?.[field] !== 'string')
+        throw new BadRequestException(`a summary needs a string ${field}, got ${JSON.stringify(summary?.[field])}`);
     }
     return summary as Summary;
   }

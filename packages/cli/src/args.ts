@@ -4,7 +4,8 @@ import { InvalidArgumentError } from 'commander';
 export function integer(min: number, max = Number.MAX_SAFE_INTEGER) {
   return (value: string): number => {
     const number = Number(value);
-    if (!/^-?\d+$/.test(value) || number < min || number > max) throw new InvalidArgumentError(`expected an integer from ${min} to ${max}.`);
+    if (!/^-?\d+$/.test(value) || number < min || number > max)
+      throw new InvalidArgumentError(`expected an integer from ${min} to ${max}.`);
     return number;
   };
 }
@@ -12,7 +13,8 @@ export function integer(min: number, max = Number.MAX_SAFE_INTEGER) {
 /** An ISO 8601 time (2026-11-30T10:00:00Z), or epoch milliseconds. */
 export function datetime(value: string): number {
   const ms = /^\d+$/.test(value) ? Number(value) : Date.parse(value);
-  if (!Number.isFinite(ms)) throw new InvalidArgumentError('expected an ISO 8601 time such as 2026-11-30T10:00:00Z, or epoch milliseconds.');
+  if (!Number.isFinite(ms))
+    throw new InvalidArgumentError('expected an ISO 8601 time such as 2026-11-30T10:00:00Z, or epoch milliseconds.');
   return ms;
 }
 

@@ -31,7 +31,8 @@ export async function connect(options: ConnectionOptions): Promise<{ redis: Redi
   if (clusterList !== undefined && options.url !== undefined) throw new UsageError('give --url or --cluster, not both');
   const url = clusterList ?? options.url ?? process.env.REDIS_URL ?? DEFAULT_URL;
   const nodes = clusterList === undefined ? undefined : parseClusterNodes(clusterList);
-  if (!nodes && !/^rediss?:\/\//.test(url)) throw new UsageError(`--url must be a redis:// or rediss:// URL, got ${JSON.stringify(safeUrl(url))}`);
+  if (!nodes && !/^rediss?:\/\//.test(url))
+    throw new UsageError(`--url must be a redis:// or rediss:// URL, got ${JSON.stringify(safeUrl(url))}`);
   const redisOptions: RedisOptions = {
     lazyConnect: true,
     connectTimeout: 5000,
@@ -39,7 +40,10 @@ export async function connect(options: ConnectionOptions): Promise<{ redis: Redi
     retryStrategy: (times) => (times > 2 ? null : 200),
   };
   // A cluster's nodes share credentials: those of the first URL in --cluster that has any.
-  const inList = clusterList?.split(',').map((item) => item.trim()).find((item) => /^rediss?:\/\/[^/]*@/.test(item));
+  const inList = clusterList
+    ?.split(',')
+    .map((item) => item.trim())
+    .find((item) => /^rediss?:\/\/[^/]*@/.test(item));
   const listed = inList ? new URL(inList) : undefined;
   const password = options.password ?? process.env.REDIS_PASSWORD ?? (listed?.password ? decodeURIComponent(listed.password) : undefined);
   if (password !== undefined) redisOptions.password = password;
@@ -72,8 +76,12 @@ export async function connect(options: ConnectionOptions): Promise<{ redis: Redi
 
 /** `host:port` or `redis://[user:pass@]host:port` items, comma-separated (credentials are taken by `connect`). */
 export function parseClusterNodes(list: string): ClusterNode[] {
-  const items = list.split(',').map((item) => item.trim()).filter((item) => item !== '');
-  if (items.length === 0) throw new UsageError(`--cluster must list at least one node (host:port or redis:// URL), got ${JSON.stringify(list)}`);
+  const items = list
+    .split(',')
+    .map((item) => item.trim())
+    .filter((item) => item !== '');
+  if (items.length === 0)
+    throw new UsageError(`--cluster must list at least one node (host:port or redis:// URL), got ${JSON.stringify(list)}`);
   return items.map((item) => {
     if (/^rediss?:\/\//.test(item)) {
       let parsed: URL;

@@ -20,7 +20,12 @@ export function buildProgram(): Command {
     .description('Operate Redis Stream Coordinator streams and consumer groups')
     .version(VERSION)
     .addOption(new Option('--url <url>', `Redis URL (redis:// or rediss://; env REDIS_URL; default ${DEFAULT_URL})`))
-    .addOption(new Option('--cluster <nodes>', 'Redis Cluster nodes instead of --url: comma-separated host:port or redis:// URLs (env REDIS_CLUSTER_NODES)'))
+    .addOption(
+      new Option(
+        '--cluster <nodes>',
+        'Redis Cluster nodes instead of --url: comma-separated host:port or redis:// URLs (env REDIS_CLUSTER_NODES)',
+      ),
+    )
     .addOption(new Option('--password <password>', 'Redis password (env REDIS_PASSWORD)'))
     .addOption(new Option('--user <name>', 'Redis ACL user (env REDIS_USERNAME)'))
     .option('--tls', 'connect with TLS (implied by rediss://)')

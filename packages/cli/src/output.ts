@@ -9,7 +9,11 @@ export type Cell = string | number | null | undefined;
 export function table(headers: string[], rows: Cell[][], minWidths: number[] = []): string {
   const text = rows.map((row) => row.map((cell) => (cell === null || cell === undefined || cell === '' ? '-' : String(cell))));
   const widths = headers.map((header, i) => Math.max(minWidths[i] ?? 0, header.length, ...text.map((row) => row[i]?.length ?? 0)));
-  const line = (cells: string[]) => cells.map((cell, i) => (i === cells.length - 1 ? cell : cell.padEnd(widths[i]))).join('  ').trimEnd();
+  const line = (cells: string[]) =>
+    cells
+      .map((cell, i) => (i === cells.length - 1 ? cell : cell.padEnd(widths[i])))
+      .join('  ')
+      .trimEnd();
   return [line(headers), ...text.map(line)].join('\n');
 }
 

@@ -20,14 +20,26 @@ export {
   type ResizeShardsOptions,
 } from './admin/coordinator-admin';
 export type { Cutover, CutoverProgress, CutoverWait } from './admin/cutover';
-export { type DeadLetter, type DeadLetterFilter, type ReadDeadLettersOptions, deadLetterRef, parseDeadLetterRef } from './admin/dead-letters';
+export {
+  type DeadLetter,
+  type DeadLetterFilter,
+  type ReadDeadLettersOptions,
+  deadLetterRef,
+  parseDeadLetterRef,
+} from './admin/dead-letters';
 export { DeadLetterReplayError, REPLAY_HEADER, type DeadLetterReplay, type ReplayDeadLettersOptions } from './admin/dead-letter-replay';
 export type { DeadLetterPurge } from './admin/dead-letter-purge';
 export type { GroupEvent, ReadGroupEventsOptions } from './admin/group-events';
 export type { OffsetTarget, ResetOffsetsOptions, ResetOffsetsResult, ShardOffsetReset } from './admin/offsets';
 export type { ShardPosition } from './admin/shard-positions';
 export { TrimError, type ShardTrim, type TrimOptions, type TrimResult } from './admin/retention';
-export { TrimSchedule, type PeriodicTrimOptions, type TrimRun, type TrimScheduleEvents, type TrimScheduleStats } from './admin/periodic-trim';
+export {
+  TrimSchedule,
+  type PeriodicTrimOptions,
+  type TrimRun,
+  type TrimScheduleEvents,
+  type TrimScheduleStats,
+} from './admin/periodic-trim';
 export { compareStreamIds, nextStreamId } from './protocol/stream-ids';
 export * from './protocol/entry-format';
 export type { StandardSchemaIssue, StandardSchemaResult, StandardSchemaV1 } from './protocol/standard-schema';
@@ -38,8 +50,27 @@ export { NotReplicatedError, type ReplicaWait } from './redis/connection/replica
 export { LOADING_RETRY_MS } from './redis/connection/connection-defaults';
 export { isReadonlyError, reconnectOnReadonly } from './redis/connection/readonly-reconnect';
 export { CoordinatedMember, type MemberEvents, type ShardsEvent, type StopOptions } from './member/coordinated-member';
-export type { BatchMemberOptions, BatchMessageHandler, CoordinatedMemberOptions, CoordinatedMemberSettings, MessageHandler } from './member/member-options';
+export type {
+  BatchMemberOptions,
+  BatchMessageHandler,
+  CoordinatedMemberOptions,
+  CoordinatedMemberSettings,
+  MessageHandler,
+} from './member/member-options';
 export { type BatchOptions, MAX_LANES } from './member/consumption-options';
-export { AckRefusedError, type AckRefusalReason, type AckRefusedEvent, AckTimeoutError, BatchError, NackedError } from './member/consumption-errors';
-export type { DeadLetterCause, DeadLetterEvent, DeadLetterNotice, DeadLetterOptions, ErrorClass } from './member/handle/dead-letter-options';
+export {
+  AckRefusedError,
+  type AckRefusalReason,
+  type AckRefusedEvent,
+  AckTimeoutError,
+  BatchError,
+  NackedError,
+} from './member/consumption-errors';
+export type {
+  DeadLetterCause,
+  DeadLetterEvent,
+  DeadLetterNotice,
+  DeadLetterOptions,
+  ErrorClass,
+} from './member/handle/dead-letter-options';
 export { HandlerAbortedError, type HandlerAbortReason, HandlerTimeoutError, ShardError } from './member/consumption-errors';

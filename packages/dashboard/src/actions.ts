@@ -28,20 +28,26 @@ export async function deadLetterAction(
   body: Record<string, unknown>,
 ): Promise<DashboardActionResult> {
   const ref = body.ref;
-  if (typeof ref !== 'string') throw new DashboardHttpError(400, `ref must be a dead letter ref like 3/1764505000000-0, got ${JSON.stringify(ref)}`);
+  if (typeof ref !== 'string')
+    throw new DashboardHttpError(400, `ref must be a dead letter ref like 3/1764505000000-0, got ${JSON.stringify(ref)}`);
   try {
     parseDeadLetterRef(ref);
   } catch (error) {
     throw new DashboardHttpError(400, (error as Error).message);
   }
-  const result = verb === 'replay'
-    ? await admin.replayDeadLetter(streamPrefix, consumerGroup, ref)
-    : await admin.purgeDeadLetter(streamPrefix, consumerGroup, ref);
+  const result =
+    verb === 'replay'
+      ? await admin.replayDeadLetter(streamPrefix, consumerGroup, ref)
+      : await admin.purgeDeadLetter(streamPrefix, consumerGroup, ref);
   return { action: `${verb} dead letter`, target: `${streamPrefix}/${consumerGroup} ${ref}`, result };
 }
 
 /** Starts a resize of the stream (ordered); its groups' cutovers show on their pages. */
-export async function resizeAction(admin: CoordinatorAdmin, streamPrefix: string, body: Record<string, unknown>): Promise<DashboardActionResult> {
+export async function resizeAction(
+  admin: CoordinatorAdmin,
+  streamPrefix: string,
+  body: Record<string, unknown>,
+): Promise<DashboardActionResult> {
   let shardCount: number;
   try {
     shardCount = assertIntegerInRange('shardCount', body.shardCount, 1, MAX_SHARD_COUNT);

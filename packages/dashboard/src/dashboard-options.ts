@@ -85,18 +85,27 @@ export function resolveDashboardOptions(options: DashboardOptions): ResolvedDash
     throw new TypeError('dashboard: redis must be an ioredis client (Redis or Cluster)');
   }
   if (typeof path !== 'string' || !PATH_PATTERN.test(path)) {
-    throw new RangeError(`dashboard: path must look like /rsc or /admin/streams (segments of A-Z a-z 0-9 . _ ~ -, no trailing slash), got ${JSON.stringify(path)}`);
+    throw new RangeError(
+      `dashboard: path must look like /rsc or /admin/streams (segments of A-Z a-z 0-9 . _ ~ -, no trailing slash), got ${JSON.stringify(path)}`,
+    );
   }
   if (typeof readOnly !== 'boolean') throw new TypeError(`dashboard: readOnly must be a boolean, got ${JSON.stringify(readOnly)}`);
-  if (guard !== undefined && typeof guard !== 'function') throw new TypeError(`dashboard: guard must be a function (request, access) => boolean, got ${typeof guard}`);
+  if (guard !== undefined && typeof guard !== 'function')
+    throw new TypeError(`dashboard: guard must be a function (request, access) => boolean, got ${typeof guard}`);
   // Actions change production state: never without the application saying who may do them.
   if (!readOnly && guard === undefined) {
-    throw new Error('dashboard: readOnly: false needs a guard: give guard: (request, access) => boolean, which decides who may pause, resume, replay, purge and resize');
+    throw new Error(
+      'dashboard: readOnly: false needs a guard: give guard: (request, access) => boolean, which decides who may pause, resume, replay, purge and resize',
+    );
   }
-  if (listeners !== undefined && (typeof listeners?.list !== 'function' || typeof listeners.pause !== 'function' || typeof listeners.resume !== 'function')) {
+  if (
+    listeners !== undefined &&
+    (typeof listeners?.list !== 'function' || typeof listeners.pause !== 'function' || typeof listeners.resume !== 'function')
+  ) {
     throw new TypeError('dashboard: listeners must have list(), pause(id) and resume(id)');
   }
-  if (members !== undefined && typeof members !== 'function') throw new TypeError(`dashboard: members must be a function returning the local members, got ${typeof members}`);
+  if (members !== undefined && typeof members !== 'function')
+    throw new TypeError(`dashboard: members must be a function returning the local members, got ${typeof members}`);
   if (typeof refreshMs !== 'number' || !Number.isInteger(refreshMs) || refreshMs < 500 || refreshMs > 60_000) {
     throw new RangeError(`dashboard: refreshMs must be an integer from 500 to 60000, got ${JSON.stringify(refreshMs)}`);
   }

@@ -103,7 +103,8 @@ export class Dashboard extends EventEmitter<DashboardEvents> {
     const write = request.method === 'POST';
     try {
       if (this.closed) throw new DashboardHttpError(503, 'the dashboard is closed');
-      if (request.method !== 'GET' && request.method !== 'HEAD' && !write) throw new DashboardHttpError(405, `method ${request.method} is not allowed`);
+      if (request.method !== 'GET' && request.method !== 'HEAD' && !write)
+        throw new DashboardHttpError(405, `method ${request.method} is not allowed`);
       await this.checkGuard(request, write ? 'write' : 'read');
       if (write) await this.act(request, response, route);
       else await this.read(request, response, route, url);
@@ -125,7 +126,8 @@ export class Dashboard extends EventEmitter<DashboardEvents> {
       this.emit('error', new Error(`dashboard: the guard threw: ${(error as Error).message}`));
       throw new DashboardHttpError(500, 'the dashboard guard failed');
     }
-    if (allowed !== true) throw new DashboardHttpError(403, access === 'write' ? 'the guard refused this action' : 'the guard refused access to the dashboard');
+    if (allowed !== true)
+      throw new DashboardHttpError(403, access === 'write' ? 'the guard refused this action' : 'the guard refused access to the dashboard');
   }
 
   private async read(request: IncomingMessage, response: ServerResponse, route: string, url: URL): Promise<void> {
@@ -138,7 +140,11 @@ export class Dashboard extends EventEmitter<DashboardEvents> {
     }
     if (route === '/api/overview') return sendJson(response, 200, await this.readOverview());
     if (route === '/api/config') {
-      return sendJson(response, 200, { readOnly: this.options.readOnly, refreshMs: this.options.refreshMs, listeners: this.options.listeners?.list() ?? null });
+      return sendJson(response, 200, {
+        readOnly: this.options.readOnly,
+        refreshMs: this.options.refreshMs,
+        listeners: this.options.listeners?.list() ?? null,
+      });
     }
     const group = /^\/api\/groups\/([^/]+)\/([^/]+)\/(live|dead-letters)$/.exec(route);
     if (group) {
@@ -185,7 +191,12 @@ export class Dashboard extends EventEmitter<DashboardEvents> {
 
   /** The live view of a group over server-sent events, from the group's shared watch. */
   private stream(request: IncomingMessage, response: ServerResponse, streamPrefix: string, consumerGroup: string): void {
-    response.writeHead(200, { ...SECURITY_HEADERS, 'content-type': 'text/event-stream; charset=utf-8', connection: 'keep-alive', 'x-accel-buffering': 'no' });
+    response.writeHead(200, {
+      ...SECURITY_HEADERS,
+      'content-type': 'text/event-stream; charset=utf-8',
+      connection: 'keep-alive',
+      'x-accel-buffering': 'no',
+    });
     response.write(`retry: ${this.options.refreshMs}\n\n`);
     this.live.add(response);
     const unsubscribe = this.watch(streamPrefix, consumerGroup).subscribe((event, data) => {
@@ -205,7 +216,12 @@ export class Dashboard extends EventEmitter<DashboardEvents> {
     const id = `${streamPrefix}\u0000${consumerGroup}`;
     let watch = this.watches.get(id);
     if (!watch) {
-      watch = new GroupWatch(this.admin, streamPrefix, consumerGroup, this.options.refreshMs, this.rates,
+      watch = new GroupWatch(
+        this.admin,
+        streamPrefix,
+        consumerGroup,
+        this.options.refreshMs,
+        this.rates,
         () => this.rates.track(this.options.members()),
         (problem) => {
           if (problem === undefined) {
@@ -214,7 +230,8 @@ export class Dashboard extends EventEmitter<DashboardEvents> {
           }
           this.problems.set(id, problem);
           this.emit('error', new Error(`dashboard: ${problem}`));
-        });
+        },
+      );
       this.watches.set(id, watch);
     }
     return watch;

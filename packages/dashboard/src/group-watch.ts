@@ -1,4 +1,11 @@
-import type { CoordinatorAdmin, GroupCutoverStatus, GroupEvent, GroupMetadata, MemberMetadata, ShardDescription } from '@redis-stream-coordinator/core';
+import type {
+  CoordinatorAdmin,
+  GroupCutoverStatus,
+  GroupEvent,
+  GroupMetadata,
+  MemberMetadata,
+  ShardDescription,
+} from '@redis-stream-coordinator/core';
 import type { HandlerRates } from './handler-rates';
 
 /** A member as the dashboard shows it: the stored record, its lease left (Redis time) and, for members of this process, its handler rate. */
@@ -89,7 +96,13 @@ export class GroupWatch {
   subscribe(subscriber: WatchSubscriber): () => void {
     this.subscribers.add(subscriber);
     this.idleSince = undefined;
-    subscriber('hello', { snapshot: this.snapshot ?? null, events: this.recent, history: this.history, problem: this.problem ?? null, refreshMs: this.refreshMs });
+    subscriber('hello', {
+      snapshot: this.snapshot ?? null,
+      events: this.recent,
+      history: this.history,
+      problem: this.problem ?? null,
+      refreshMs: this.refreshMs,
+    });
     this.loop ??= this.run();
     return () => {
       this.subscribers.delete(subscriber);
@@ -148,9 +161,10 @@ export class GroupWatch {
   }
 
   private async readEvents(): Promise<boolean> {
-    const events = this.lastEventId === undefined
-      ? await this.admin.readGroupEvents(this.streamPrefix, this.consumerGroup, { count: FIRST_EVENTS })
-      : await this.admin.readGroupEvents(this.streamPrefix, this.consumerGroup, { after: this.lastEventId, count: EVENTS_PER_READ });
+    const events =
+      this.lastEventId === undefined
+        ? await this.admin.readGroupEvents(this.streamPrefix, this.consumerGroup, { count: FIRST_EVENTS })
+        : await this.admin.readGroupEvents(this.streamPrefix, this.consumerGroup, { after: this.lastEventId, count: EVENTS_PER_READ });
     if (events.length === 0) return false;
     this.lastEventId = events[events.length - 1].id;
     this.recent.push(...events);
@@ -166,7 +180,7 @@ export class GroupWatch {
       this.admin.serverTimeMs(),
     ]);
     const cutover = description.group.cutoverInProgress
-      ? (await this.admin.cutoverStatus(this.streamPrefix)).find((status) => status.consumerGroup === this.consumerGroup) ?? null
+      ? ((await this.admin.cutoverStatus(this.streamPrefix)).find((status) => status.consumerGroup === this.consumerGroup) ?? null)
       : null;
     const rates = this.rates.rates();
     const members = description.members.map((member) => ({

@@ -31,7 +31,10 @@ export interface Overview {
  * Every stream and group with their state, epochs, shard count and backlog. A group some browser
  * watches is taken from its watch (no read); the others are read with describeGroup.
  */
-export async function readOverview(admin: CoordinatorAdmin, watched: (streamPrefix: string, consumerGroup: string) => GroupView | undefined): Promise<Overview> {
+export async function readOverview(
+  admin: CoordinatorAdmin,
+  watched: (streamPrefix: string, consumerGroup: string) => GroupView | undefined,
+): Promise<Overview> {
   const prefixes = await admin.listStreams();
   const streams = await Promise.all(
     prefixes.map(async (streamPrefix): Promise<StreamSummary | null> => {
@@ -50,7 +53,12 @@ export async function readOverview(admin: CoordinatorAdmin, watched: (streamPref
   return { at: new Date().toISOString(), streams: streams.filter((s): s is StreamSummary => s !== null) };
 }
 
-async function summarize(admin: CoordinatorAdmin, streamPrefix: string, consumerGroup: string, view: GroupView | undefined): Promise<GroupSummary> {
+async function summarize(
+  admin: CoordinatorAdmin,
+  streamPrefix: string,
+  consumerGroup: string,
+  view: GroupView | undefined,
+): Promise<GroupSummary> {
   try {
     const { group, members, shards } = view ?? (await admin.describeGroup(streamPrefix, consumerGroup));
     return {
@@ -64,7 +72,13 @@ async function summarize(admin: CoordinatorAdmin, streamPrefix: string, consumer
     };
   } catch (error) {
     return {
-      consumerGroup, state: null, groupEpoch: null, assignmentEpoch: null, activeMembers: 0, backlog: null, cutoverInProgress: false,
+      consumerGroup,
+      state: null,
+      groupEpoch: null,
+      assignmentEpoch: null,
+      activeMembers: 0,
+      backlog: null,
+      cutoverInProgress: false,
       error: (error as Error).message,
     };
   }

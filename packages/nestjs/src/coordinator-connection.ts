@@ -24,7 +24,11 @@ export class CoordinatorConnection {
     readonly options: CoordinatorModuleOptions,
   ) {}
 
-  static fromOptions(options: CoordinatorModuleOptions, onError: (error: Error) => void, name = DEFAULT_CONNECTION_NAME): CoordinatorConnection {
+  static fromOptions(
+    options: CoordinatorModuleOptions,
+    onError: (error: Error) => void,
+    name = DEFAULT_CONNECTION_NAME,
+  ): CoordinatorConnection {
     const redis = options?.redis;
     if (!redis || typeof redis !== 'object' || (!redis.url && !redis.options && !redis.client && !redis.cluster)) {
       throw new Error('CoordinatorModule: the "redis" option is required: give redis.url, redis.options, redis.cluster or redis.client');
@@ -46,12 +50,17 @@ export class CoordinatorConnection {
     if (redis.cluster !== undefined) {
       const nodes = redis.cluster?.nodes;
       if (!Array.isArray(nodes) || nodes.length === 0) {
-        throw new TypeError(`CoordinatorModule: redis.cluster.nodes must be a non-empty array of cluster nodes, got ${JSON.stringify(nodes)}`);
+        throw new TypeError(
+          `CoordinatorModule: redis.cluster.nodes must be a non-empty array of cluster nodes, got ${JSON.stringify(nodes)}`,
+        );
       }
       if (redis.url !== undefined) throw new TypeError('CoordinatorModule: give redis.url or redis.cluster, not both');
       const clusterOptions = redis.cluster.options ?? {};
       // A restarted node's clients ask every 200 ms whether it has loaded its data (not after up to 10 s).
-      const cluster = new Cluster(nodes, { ...clusterOptions, redisOptions: { maxLoadingRetryTime: LOADING_RETRY_MS, ...clusterOptions.redisOptions } });
+      const cluster = new Cluster(nodes, {
+        ...clusterOptions,
+        redisOptions: { maxLoadingRetryTime: LOADING_RETRY_MS, ...clusterOptions.redisOptions },
+      });
       cluster.on('error', onError);
       return new CoordinatorConnection(cluster, true, name, options);
     }
@@ -81,9 +90,11 @@ export class CoordinatorConnection {
       const started = Date.now();
       const ping = this.client.ping().then(() => Date.now() - started);
       this.pendingPing = ping;
-      void ping.catch(() => undefined).finally(() => {
-        if (this.pendingPing === ping) this.pendingPing = undefined;
-      });
+      void ping
+        .catch(() => undefined)
+        .finally(() => {
+          if (this.pendingPing === ping) this.pendingPing = undefined;
+        });
     }
     let timer: NodeJS.Timeout | undefined;
     const deadline = new Promise<PingResult>((resolve) => {
@@ -94,10 +105,9 @@ export class CoordinatorConnection {
       }, timeoutMs);
     });
     try {
-      return await Promise.race([
-        this.pendingPing.then((latencyMs): PingResult => ({ ok: true, latencyMs })),
-        deadline,
-      ]).catch((error: Error): PingResult => ({ ok: false, error: `PING failed: ${error.message}` }));
+      return await Promise.race([this.pendingPing.then((latencyMs): PingResult => ({ ok: true, latencyMs })), deadline]).catch(
+        (error: Error): PingResult => ({ ok: false, error: `PING failed: ${error.message}` }),
+      );
     } finally {
       clearTimeout(timer);
     }

@@ -39,7 +39,9 @@ export class CoordinatorConnections {
     }
     const connection = this.get(connectionName(name));
     if (connection) return connection;
-    const known = this.names().map((n) => `"${n}"`).join(', ');
+    const known = this.names()
+      .map((n) => `"${n}"`)
+      .join(', ');
     throw new Error(
       name === undefined
         ? `${where}: it names no connection and there is no unnamed CoordinatorModule.forRoot (connections: ${known}): give it connection: "<name>"`

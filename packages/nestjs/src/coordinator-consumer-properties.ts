@@ -68,7 +68,9 @@ export class CoordinatorConsumerProperties<T = unknown> {
   static providerMethod<P extends object>(instance: P, method: keyof P & string): MessageHandler<never> {
     const fn = (instance as Record<string, unknown> | null | undefined)?.[method];
     if (typeof fn !== 'function') {
-      throw new TypeError(`CoordinatorConsumerProperties.providerMethod(instance, method): ${JSON.stringify(method)} is not a method of ${instance?.constructor?.name ?? String(instance)}`);
+      throw new TypeError(
+        `CoordinatorConsumerProperties.providerMethod(instance, method): ${JSON.stringify(method)} is not a method of ${instance?.constructor?.name ?? String(instance)}`,
+      );
     }
     const handler = (message: unknown) => (fn as (message: unknown) => unknown).call(instance, message);
     return Object.assign(handler, { [PROVIDER_METHOD]: { instance, method } });
@@ -76,19 +78,25 @@ export class CoordinatorConsumerProperties<T = unknown> {
 
   static consumer<T = unknown>(options: CoordinatorBatchConsumerOptions<T>): CoordinatorConsumerProperties<T>;
   static consumer<T = unknown>(options: CoordinatorConsumerOptions<T>): CoordinatorConsumerProperties<T>;
-  static consumer<T = unknown>(options: CoordinatorConsumerOptions<T> | CoordinatorBatchConsumerOptions<T>): CoordinatorConsumerProperties<T> {
+  static consumer<T = unknown>(
+    options: CoordinatorConsumerOptions<T> | CoordinatorBatchConsumerOptions<T>,
+  ): CoordinatorConsumerProperties<T> {
     if (options === null || typeof options !== 'object') {
       throw new TypeError('CoordinatorConsumerProperties.consumer(options): options must be an object');
     }
     const { connection, id, autoStartup = true, ...memberOptions } = options;
     if (connection !== undefined && (typeof connection !== 'string' || connection === '')) {
-      throw new TypeError(`CoordinatorConsumerProperties.consumer(options): connection must be a non-empty string, got ${JSON.stringify(connection)}`);
+      throw new TypeError(
+        `CoordinatorConsumerProperties.consumer(options): connection must be a non-empty string, got ${JSON.stringify(connection)}`,
+      );
     }
     if (id !== undefined && (typeof id !== 'string' || id === '')) {
       throw new TypeError(`CoordinatorConsumerProperties.consumer(options): id must be a non-empty string, got ${JSON.stringify(id)}`);
     }
     if (typeof autoStartup !== 'boolean') {
-      throw new TypeError(`CoordinatorConsumerProperties.consumer(options): autoStartup must be a boolean, got ${JSON.stringify(autoStartup)}`);
+      throw new TypeError(
+        `CoordinatorConsumerProperties.consumer(options): autoStartup must be a boolean, got ${JSON.stringify(autoStartup)}`,
+      );
     }
     return new CoordinatorConsumerProperties(memberOptions as CoordinatedMemberOptions<T>, connection, id, autoStartup);
   }

@@ -16,7 +16,15 @@ import { StreamListenerRegistry } from './stream-listener.registry';
  */
 @Module({
   imports: [DiscoveryModule],
-  providers: [CoordinatorConnections, CoordinatorMetadataAccessor, StreamHandlerFactory, CoordinatorRegistry, StreamListenerRegistry, CoordinatorExplorer, CoordinatorHealthIndicator],
+  providers: [
+    CoordinatorConnections,
+    CoordinatorMetadataAccessor,
+    StreamHandlerFactory,
+    CoordinatorRegistry,
+    StreamListenerRegistry,
+    CoordinatorExplorer,
+    CoordinatorHealthIndicator,
+  ],
   exports: [CoordinatorConnections, CoordinatorRegistry, StreamListenerRegistry, CoordinatorHealthIndicator],
 })
 export class CoordinatorCoreModule {}

@@ -7,7 +7,10 @@ export type PublisherCodec = 'json' | 'msgpack' | PayloadCodec;
 
 /** Member options that can be set once for every member of the application. */
 export type MemberDefaults = Partial<
-  Omit<CoordinatedMemberOptions, 'streamPrefix' | 'consumerGroup' | 'handler' | 'memberId' | 'memberInstanceId' | 'memberName' | 'coordinator'>
+  Omit<
+    CoordinatedMemberOptions,
+    'streamPrefix' | 'consumerGroup' | 'handler' | 'memberId' | 'memberInstanceId' | 'memberName' | 'coordinator'
+  >
 >;
 
 export interface CoordinatorModuleOptions {

@@ -46,21 +46,34 @@ export class CoordinatorExplorer implements OnModuleInit {
       if (instance instanceof CoordinatorConsumerProperties) {
         const token = typeof wrapper.token === 'string' || typeof wrapper.token === 'symbol' ? String(wrapper.token) : wrapper.name;
         const where = `bean ${String(wrapper.token?.toString?.() ?? wrapper.name)}`;
-        this.listeners.addConsumer(instance as CoordinatorConsumerProperties<never>, this.connections.resolve(instance.connection, where), where, token);
+        this.listeners.addConsumer(
+          instance as CoordinatorConsumerProperties<never>,
+          this.connections.resolve(instance.connection, where),
+          where,
+          token,
+        );
         continue;
       }
       await this.addListeners(wrapper, groups);
     }
     for (const connection of this.connections.all()) {
       (connection.options.consumers ?? []).forEach((properties, i) => {
-        const where = connection.name === DEFAULT_CONNECTION_NAME ? `consumers[${i}]` : `consumers[${i}] of connection "${connection.name}"`;
+        const where =
+          connection.name === DEFAULT_CONNECTION_NAME ? `consumers[${i}]` : `consumers[${i}] of connection "${connection.name}"`;
         if (!(properties instanceof CoordinatorConsumerProperties)) {
           throw new TypeError(`CoordinatorModule: ${where} must be built with CoordinatorConsumerProperties.consumer(...)`);
         }
         if (properties.connection !== undefined && connectionName(properties.connection) !== connection.name) {
-          throw new Error(`CoordinatorModule: ${where} names connection "${properties.connection}" but is given to the module "${connection.name}": leave its connection out`);
+          throw new Error(
+            `CoordinatorModule: ${where} names connection "${properties.connection}" but is given to the module "${connection.name}": leave its connection out`,
+          );
         }
-        this.listeners.addConsumer(properties, connection, where, connection.name === DEFAULT_CONNECTION_NAME ? `consumers[${i}]` : `${connection.name}:consumers[${i}]`);
+        this.listeners.addConsumer(
+          properties,
+          connection,
+          where,
+          connection.name === DEFAULT_CONNECTION_NAME ? `consumers[${i}]` : `${connection.name}:consumers[${i}]`,
+        );
       });
     }
   }
@@ -73,14 +86,18 @@ export class CoordinatorExplorer implements OnModuleInit {
       if (!listener) continue;
       const where = `${instance.constructor.name}.${method}`;
       if (!wrapper.isDependencyTreeStatic()) {
-        this.logger.warn(`@StreamListener on ${where} is skipped: its provider is request-scoped, and a member lives as long as the application`);
+        this.logger.warn(
+          `@StreamListener on ${where} is skipped: its provider is request-scoped, and a member lives as long as the application`,
+        );
         continue;
       }
       const connection = this.connections.resolve(listener.connection, `@StreamListener on ${where}`);
       const groupKey = `${connection.name}:${listener.streamPrefix}/${listener.consumerGroup}`;
       const earlier = groups.get(groupKey);
       if (earlier) {
-        this.logger.warn(`@StreamListener on ${where} and on ${earlier} join the same group ${listener.streamPrefix}/${listener.consumerGroup}: its shards are split between two different handlers`);
+        this.logger.warn(
+          `@StreamListener on ${where} and on ${earlier} join the same group ${listener.streamPrefix}/${listener.consumerGroup}: its shards are split between two different handlers`,
+        );
       }
       groups.set(groupKey, where);
       await this.listeners.addListener(listener, await this.handlerSource(wrapper, method), `@StreamListener on ${where}`, where);

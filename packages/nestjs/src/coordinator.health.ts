@@ -96,7 +96,11 @@ export class CoordinatorHealthIndicator {
       const stats = member.stats();
       // A member stopped on purpose (its container's stop(), autoStartup false) is not expected to be joined.
       const stopped = desired === 'stopped' && !stats.running;
-      const problems = [...(fatalError ? [fatalError] : []), ...(!stats.joined && !fatalError && !stopped ? ['not joined with a live lease'] : []), ...stats.problems];
+      const problems = [
+        ...(fatalError ? [fatalError] : []),
+        ...(!stats.joined && !fatalError && !stopped ? ['not joined with a live lease'] : []),
+        ...stats.problems,
+      ];
       return {
         memberId: member.memberId,
         memberName: member.options.memberName ?? source,

@@ -1,4 +1,10 @@
-import { type BeforeApplicationShutdown, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
+import {
+  type BeforeApplicationShutdown,
+  Injectable,
+  Logger,
+  type OnApplicationBootstrap,
+  type OnApplicationShutdown,
+} from '@nestjs/common';
 import type { CoordinatedMember, StopOptions } from '@redis-stream-coordinator/core';
 import type { CoordinatorConnection } from './coordinator-connection';
 import { CoordinatorConnections } from './coordinator-connections';
@@ -58,14 +64,27 @@ export class CoordinatorRegistry implements OnApplicationBootstrap, BeforeApplic
     return this.stopping;
   }
 
-  register(member: CoordinatedMember, source: string, connection: CoordinatorConnection, listener: { listenerId: string; autoStartup: boolean } = { listenerId: source, autoStartup: true }): RegisteredMember {
+  register(
+    member: CoordinatedMember,
+    source: string,
+    connection: CoordinatorConnection,
+    listener: { listenerId: string; autoStartup: boolean } = { listenerId: source, autoStartup: true },
+  ): RegisteredMember {
     if (this.stopping) throw new Error(`CoordinatorModule: ${source}: the application is shutting down, no member can be registered`);
-    const entry: RegisteredMember = { member, source, connection, listenerId: listener.listenerId, desired: listener.autoStartup ? 'running' : 'stopped' };
+    const entry: RegisteredMember = {
+      member,
+      source,
+      connection,
+      listenerId: listener.listenerId,
+      desired: listener.autoStartup ? 'running' : 'stopped',
+    };
     member.on('error', (error) => {
       if (FATAL_MEMBER_ERRORS.has(error.name)) this.giveUp(entry, error);
       else this.throttled.warn(`${member.memberId}:${error.message}`, `member ${member.memberId} (${source}): ${error.message}`);
     });
-    member.on('lease-lost', () => this.logger.warn(`member ${member.memberId} (${source}) lost its lease: no heartbeat got through; it rejoins when Redis answers`));
+    member.on('lease-lost', () =>
+      this.logger.warn(`member ${member.memberId} (${source}) lost its lease: no heartbeat got through; it rejoins when Redis answers`),
+    );
     member.on('fenced', (event) => this.logger.warn(`member ${member.memberId} (${source}) was fenced (${event.errorCode}); it rejoins`));
     this.registered.push(entry);
     return entry;
@@ -119,7 +138,11 @@ export class CoordinatorRegistry implements OnApplicationBootstrap, BeforeApplic
    */
   async stop(entry: RegisteredMember, options: StopOptions = {}): Promise<void> {
     entry.desired = 'stopped';
-    await entry.member.stop(options).catch((error: Error) => this.logger.warn(`member ${entry.member.memberId} (${entry.source}) did not stop cleanly: ${error.message}`));
+    await entry.member
+      .stop(options)
+      .catch((error: Error) =>
+        this.logger.warn(`member ${entry.member.memberId} (${entry.source}) did not stop cleanly: ${error.message}`),
+      );
   }
 
   private async startWithRetries(entry: RegisteredMember): Promise<void> {
@@ -137,7 +160,10 @@ export class CoordinatorRegistry implements OnApplicationBootstrap, BeforeApplic
           this.giveUp(entry, error as Error);
           return;
         }
-        this.throttled.warn(`start:${member.memberId}`, `member ${member.memberId} (${source}) cannot start yet: ${(error as Error).message}; retrying every ${delayMs} ms`);
+        this.throttled.warn(
+          `start:${member.memberId}`,
+          `member ${member.memberId} (${source}) cannot start yet: ${(error as Error).message}; retrying every ${delayMs} ms`,
+        );
         await new Promise((resolve) => setTimeout(resolve, delayMs));
       }
     }

@@ -2,7 +2,12 @@ export { CoordinatorModule } from './coordinator.module';
 export { COORDINATOR_MODULE_OPTIONS } from './coordinator.module-definition';
 export type { CoordinatorModuleExtras, CoordinatorModuleOptions, MemberDefaults } from './coordinator-module-options';
 export { StreamListener, type StreamListenerOptions } from './stream-listener.decorator';
-export { type ConsumerPlacement, type CoordinatorBatchConsumerOptions, CoordinatorConsumerProperties, type CoordinatorConsumerOptions } from './coordinator-consumer-properties';
+export {
+  type ConsumerPlacement,
+  type CoordinatorBatchConsumerOptions,
+  CoordinatorConsumerProperties,
+  type CoordinatorConsumerOptions,
+} from './coordinator-consumer-properties';
 export { type PublisherCodec, type PublishOptions, StreamPublisher } from './stream-publisher';
 export { CoordinatorRegistry, type RegisteredMember } from './coordinator.registry';
 export { StreamListenerRegistry, type RuntimeListenerOptions } from './stream-listener.registry';
@@ -27,4 +32,14 @@ export { CoordinatorConnections } from './coordinator-connections';
 export { STREAM_CONTEXT_TYPE, StreamContext, type StreamContextMember, type StreamContextType } from './stream-context';
 export { StreamCtx, StreamParamsFactory, StreamParamtype, StreamPayload } from './stream-params.decorators';
 export { StreamHandlerFactory, type MemberHandler } from './stream-handler.factory';
-export { AckRefusedError, BatchError, CoordinatorAdmin, HandlerAbortedError, type HandlerAbortReason, jsonCodec, msgpackCodec, type PayloadCodec, type StreamMessage } from '@redis-stream-coordinator/core';
+export {
+  AckRefusedError,
+  BatchError,
+  CoordinatorAdmin,
+  HandlerAbortedError,
+  type HandlerAbortReason,
+  jsonCodec,
+  msgpackCodec,
+  type PayloadCodec,
+  type StreamMessage,
+} from '@redis-stream-coordinator/core';

@@ -24,7 +24,8 @@ export function assertMemberDefaults(defaults: unknown, where: string): void {
     throw new TypeError(`${where}: defaults must be an object of member options, got ${JSON.stringify(defaults)}`);
   }
   for (const [option, why] of Object.entries(NOT_DEFAULTS)) {
-    if ((defaults as Record<string, unknown>)[option] !== undefined) throw new TypeError(`${where}: defaults.${option} cannot be a default: ${why}`);
+    if ((defaults as Record<string, unknown>)[option] !== undefined)
+      throw new TypeError(`${where}: defaults.${option} cannot be a default: ${why}`);
   }
 }
 

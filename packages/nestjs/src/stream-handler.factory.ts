@@ -1,5 +1,11 @@
 import { Injectable } from '@nestjs/common';
-import { EXCEPTION_FILTERS_METADATA, GUARDS_METADATA, INTERCEPTORS_METADATA, PIPES_METADATA, ROUTE_ARGS_METADATA } from '@nestjs/common/constants';
+import {
+  EXCEPTION_FILTERS_METADATA,
+  GUARDS_METADATA,
+  INTERCEPTORS_METADATA,
+  PIPES_METADATA,
+  ROUTE_ARGS_METADATA,
+} from '@nestjs/common/constants';
 import { ApplicationConfig, ExternalContextCreator } from '@nestjs/core';
 import type { CoordinatedMember, StreamMessage } from '@redis-stream-coordinator/core';
 import { isObservable, lastValueFrom } from 'rxjs';
@@ -62,7 +68,12 @@ export class StreamHandlerFactory {
       // call the method with the raw arguments, the payload first.
       metadataKey = IMPLICIT_ARGS_METADATA;
       if (!Reflect.hasMetadata(IMPLICIT_ARGS_METADATA, classRef, methodName)) {
-        Reflect.defineMetadata(IMPLICIT_ARGS_METADATA, { [`${StreamParamtype.MESSAGE}:0`]: { index: 0, data: undefined, pipes: [] } }, classRef, methodName);
+        Reflect.defineMetadata(
+          IMPLICIT_ARGS_METADATA,
+          { [`${StreamParamtype.MESSAGE}:0`]: { index: 0, data: undefined, pipes: [] } },
+          classRef,
+          methodName,
+        );
       }
     }
     const invoke = this.contextCreator.create(
@@ -93,12 +104,20 @@ export class StreamHandlerFactory {
 
   /** Whether any guard, interceptor, pipe or exception filter applies to the method. */
   private hasEnhancers(classRef: object, method: Method): boolean {
-    const local = ENHANCER_METADATA.some((key) => hasItems(Reflect.getMetadata(key, method)) || hasItems(Reflect.getMetadata(key, classRef)));
+    const local = ENHANCER_METADATA.some(
+      (key) => hasItems(Reflect.getMetadata(key, method)) || hasItems(Reflect.getMetadata(key, classRef)),
+    );
     if (local) return true;
     const config = this.config;
     return (
-      config.getGlobalGuards().length + config.getGlobalInterceptors().length + config.getGlobalPipes().length + config.getGlobalFilters().length +
-        config.getGlobalRequestGuards().length + config.getGlobalRequestInterceptors().length + config.getGlobalRequestPipes().length + config.getGlobalRequestFilters().length >
+      config.getGlobalGuards().length +
+        config.getGlobalInterceptors().length +
+        config.getGlobalPipes().length +
+        config.getGlobalFilters().length +
+        config.getGlobalRequestGuards().length +
+        config.getGlobalRequestInterceptors().length +
+        config.getGlobalRequestPipes().length +
+        config.getGlobalRequestFilters().length >
       0
     );
   }

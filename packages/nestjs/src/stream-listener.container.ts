@@ -112,7 +112,11 @@ export class StreamListenerContainer {
       return Promise.resolve();
     }
     if (typeof n !== 'number' || !Number.isInteger(n) || n < 1 || n > MAX_LISTENER_CONCURRENCY) {
-      return Promise.reject(new RangeError(`${this.source} (id "${this.id}"): concurrency must be an integer from 1 to ${MAX_LISTENER_CONCURRENCY}, got ${JSON.stringify(n)}`));
+      return Promise.reject(
+        new RangeError(
+          `${this.source} (id "${this.id}"): concurrency must be an integer from 1 to ${MAX_LISTENER_CONCURRENCY}, got ${JSON.stringify(n)}`,
+        ),
+      );
     }
     return this.serially(async () => {
       const added: RegisteredMember[] = [];

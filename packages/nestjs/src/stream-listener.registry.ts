@@ -1,5 +1,12 @@
 import { Injectable } from '@nestjs/common';
-import { type BatchOptions, CoordinatedMember, type CoordinatedMemberOptions, type CoordinatedMemberSettings, type MessageHandler, type StreamMessage } from '@redis-stream-coordinator/core';
+import {
+  type BatchOptions,
+  CoordinatedMember,
+  type CoordinatedMemberOptions,
+  type CoordinatedMemberSettings,
+  type MessageHandler,
+  type StreamMessage,
+} from '@redis-stream-coordinator/core';
 import { v7 as uuidv7 } from 'uuid';
 import { CoordinatorRegistry, type RegisteredMember } from './coordinator.registry';
 import type { CoordinatorConnection } from './coordinator-connection';
@@ -48,7 +55,12 @@ export class StreamListenerRegistry {
   /** The container with this id; an Error naming the id and the known ids if there is none. */
   getOrThrow(id: string): StreamListenerContainer {
     const container = this.containers.get(id);
-    if (!container) throw new Error(`StreamListenerRegistry: no listener or consumer with id ${JSON.stringify(id)} (ids: ${this.ids().map((i) => JSON.stringify(i)).join(', ')})`);
+    if (!container)
+      throw new Error(
+        `StreamListenerRegistry: no listener or consumer with id ${JSON.stringify(id)} (ids: ${this.ids()
+          .map((i) => JSON.stringify(i))
+          .join(', ')})`,
+      );
     return container;
   }
 
@@ -91,11 +103,18 @@ export class StreamListenerRegistry {
   }
 
   /** @internal A listener found at startup, or registered at runtime: `concurrency` members (`-m0` …). */
-  async addListener(listener: StreamListenerOptions, nextHandler: () => Promise<MemberHandler>, where: string, defaultId: string | undefined): Promise<StreamListenerContainer> {
+  async addListener(
+    listener: StreamListenerOptions,
+    nextHandler: () => Promise<MemberHandler>,
+    where: string,
+    defaultId: string | undefined,
+  ): Promise<StreamListenerContainer> {
     if (listener === null || typeof listener !== 'object') throw new TypeError(`${where}: options must be an object`);
     const { concurrency = 1, connection: connectionName, id, autoStartup = true, ...options } = listener;
     if (typeof concurrency !== 'number' || !Number.isInteger(concurrency) || concurrency < 1 || concurrency > MAX_LISTENER_CONCURRENCY) {
-      throw new RangeError(`${where}: concurrency must be an integer from 1 to ${MAX_LISTENER_CONCURRENCY}, got ${JSON.stringify(concurrency)}`);
+      throw new RangeError(
+        `${where}: concurrency must be an integer from 1 to ${MAX_LISTENER_CONCURRENCY}, got ${JSON.stringify(concurrency)}`,
+      );
     }
     const listenerId = this.checkId(id, defaultId, autoStartup, where);
     const connection = this.connections.resolve(connectionName, where);
@@ -118,17 +137,27 @@ export class StreamListenerRegistry {
       );
     const entries: RegisteredMember[] = [];
     for (let i = 0; i < concurrency; i++) entries.push(await createMember(i, autoStartup));
-    const container = new StreamListenerContainer(listenerId, 'listener', where, this.registry, entries, autoStartup, (i) => createMember(i, false));
+    const container = new StreamListenerContainer(listenerId, 'listener', where, this.registry, entries, autoStartup, (i) =>
+      createMember(i, false),
+    );
     this.containers.set(listenerId, container);
     return container;
   }
 
   /** @internal A bean consumer: exactly one member. */
-  addConsumer(properties: CoordinatorConsumerProperties<never>, connection: CoordinatorConnection, where: string, defaultId: string): StreamListenerContainer {
+  addConsumer(
+    properties: CoordinatorConsumerProperties<never>,
+    connection: CoordinatorConnection,
+    where: string,
+    defaultId: string,
+  ): StreamListenerContainer {
     const { handler, ...options } = properties.options as CoordinatedMemberOptions;
     const listenerId = this.checkId(properties.id, defaultId, properties.autoStartup, where);
     const target = providerMethodOf(handler);
-    const entry = this.createMember(connection, options, where, target ? this.handlers.create(target.instance, target.method) : handler, { listenerId, autoStartup: properties.autoStartup });
+    const entry = this.createMember(connection, options, where, target ? this.handlers.create(target.instance, target.method) : handler, {
+      listenerId,
+      autoStartup: properties.autoStartup,
+    });
     const container = new StreamListenerContainer(listenerId, 'consumer', where, this.registry, [entry], properties.autoStartup);
     this.containers.set(listenerId, container);
     return container;
@@ -140,7 +169,8 @@ export class StreamListenerRegistry {
    * two modules, gets `#2`, `#3`… in discovery order.
    */
   private checkId(id: unknown, defaultId: string | undefined, autoStartup: unknown, where: string): string {
-    if (typeof autoStartup !== 'boolean') throw new TypeError(`${where}: autoStartup must be a boolean, got ${JSON.stringify(autoStartup)}`);
+    if (typeof autoStartup !== 'boolean')
+      throw new TypeError(`${where}: autoStartup must be a boolean, got ${JSON.stringify(autoStartup)}`);
     if (id === undefined && defaultId !== undefined) {
       let unique = defaultId;
       for (let n = 2; this.containers.has(unique); n++) unique = `${defaultId}#${n}`;

@@ -37,7 +37,8 @@ function streamParam(type: StreamParamtype, data: string | undefined, pipes: Pip
 export function StreamPayload(...pipes: PipeLike[]): ParameterDecorator;
 export function StreamPayload(property: string, ...pipes: PipeLike[]): ParameterDecorator;
 export function StreamPayload(propertyOrPipe?: string | PipeLike, ...pipes: PipeLike[]): ParameterDecorator {
-  if (typeof propertyOrPipe === 'string' || propertyOrPipe === undefined) return streamParam(StreamParamtype.PAYLOAD, propertyOrPipe, pipes);
+  if (typeof propertyOrPipe === 'string' || propertyOrPipe === undefined)
+    return streamParam(StreamParamtype.PAYLOAD, propertyOrPipe, pipes);
   return streamParam(StreamParamtype.PAYLOAD, undefined, [propertyOrPipe, ...pipes]);
 }
 

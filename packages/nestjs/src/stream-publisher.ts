@@ -1,9 +1,16 @@
-import { assertCodec, jsonCodec, msgpackCodec, type OutgoingMessage, type PayloadCodec, type SendResult, StreamProducer } from '@redis-stream-coordinator/core';
+import {
+  assertCodec,
+  jsonCodec,
+  msgpackCodec,
+  type OutgoingMessage,
+  type PayloadCodec,
+  type SendResult,
+  StreamProducer,
+} from '@redis-stream-coordinator/core';
 import type { CoordinatorConnection } from './coordinator-connection';
 import type { PublisherCodec } from './coordinator-module-options';
 
 export type { PublisherCodec };
-
 
 /** Options of one `publish` / `publishBatch` call. */
 export interface PublishOptions {
@@ -17,7 +24,8 @@ const CODECS_BY_NAME: Record<'json' | 'msgpack', PayloadCodec> = { json: jsonCod
 export function resolvePublisherCodec(codec: PublisherCodec | undefined, field: string): PayloadCodec {
   if (codec === undefined) return jsonCodec;
   if (typeof codec !== 'string') return assertCodec(codec, field);
-  if (!Object.hasOwn(CODECS_BY_NAME, codec)) throw new RangeError(`${field} must be 'json', 'msgpack' or a codec object, got ${JSON.stringify(codec)}`);
+  if (!Object.hasOwn(CODECS_BY_NAME, codec))
+    throw new RangeError(`${field} must be 'json', 'msgpack' or a codec object, got ${JSON.stringify(codec)}`);
   return CODECS_BY_NAME[codec as 'json' | 'msgpack'];
 }
 
@@ -48,7 +56,11 @@ export class StreamPublisher {
   }
 
   /** Writes entries in order (`StreamProducer.sendBatch`: a PartialBatchError says which landed); a bad `codec` rejects, naming it. */
-  async publishBatch<T>(streamPrefix: string, messages: OutgoingMessage<T>[], options?: PublishOptions): ReturnType<StreamProducer['sendBatch']> {
+  async publishBatch<T>(
+    streamPrefix: string,
+    messages: OutgoingMessage<T>[],
+    options?: PublishOptions,
+  ): ReturnType<StreamProducer['sendBatch']> {
     return this.producer(streamPrefix, this.codecOf(options)).sendBatch(messages);
   }
 
@@ -64,7 +76,11 @@ export class StreamPublisher {
     }
     let producer = byCodec.get(codec.name);
     if (producer?.codec !== codec) {
-      producer = new StreamProducer(this.connection.client, { streamPrefix, keyPrefix: this.connection.options.coordinator?.keyPrefix, codec });
+      producer = new StreamProducer(this.connection.client, {
+        streamPrefix,
+        keyPrefix: this.connection.options.coordinator?.keyPrefix,
+        codec,
+      });
       byCodec.set(codec.name, producer);
     }
     return producer;

@@ -1,6 +1,10 @@
 import { Argument, type Command } from 'commander';
 import {
-  type CoordinatorAdmin, type DeadLetter, DeadLetterReplayError, type DeadLetterFilter, type DeadLetterReplay,
+  type CoordinatorAdmin,
+  type DeadLetter,
+  DeadLetterReplayError,
+  type DeadLetterFilter,
+  type DeadLetterReplay,
 } from '@redis-stream-coordinator/core';
 import { datetime, integer } from '../args';
 import { UsageError } from '../connection';
@@ -36,7 +40,8 @@ function selection(action: string, options: DeadLetterOptions): { id: string } |
   if (options.id !== undefined && (options.all || filtered)) throw new UsageError(`${action}: give --id alone, not with --all or a filter`);
   if (options.id !== undefined) return { id: options.id };
   if (options.all && filtered) throw new UsageError(`${action}: --all takes every dead letter; drop it to use the filter`);
-  if (!options.all && !filtered) throw new UsageError(`${action} needs --id REF, --all, or a filter (--key, --error, --shard, --since, --until)`);
+  if (!options.all && !filtered)
+    throw new UsageError(`${action} needs --id REF, --all, or a filter (--key, --error, --shard, --since, --until)`);
   return { filter };
 }
 
@@ -56,32 +61,61 @@ function renderReplays(results: DeadLetterReplay[]): string {
   for (const r of results) counts.set(r.status, (counts.get(r.status) ?? 0) + 1);
   const summary = ['replayed', 'found-earlier-replay', 'gone', 'not-replayable'].map((s) => `${s} ${counts.get(s) ?? 0}`).join(', ');
   if (results.length === 0) return 'no dead letters matched';
-  return `${table(['REF', 'STATUS', 'WRITTEN TO', 'NOTE'], results.map((r) => [r.ref, r.status, r.to ? `shard ${r.to.shardIndex} id ${r.to.id}` : '', r.reason]))}\n${summary}`;
+  return `${table(
+    ['REF', 'STATUS', 'WRITTEN TO', 'NOTE'],
+    results.map((r) => [r.ref, r.status, r.to ? `shard ${r.to.shardIndex} id ${r.to.id}` : '', r.reason]),
+  )}\n${summary}`;
 }
 
-async function act(admin: CoordinatorAdmin, prefix: string, group: string, action: string, options: DeadLetterOptions, json: boolean): Promise<void> {
+async function act(
+  admin: CoordinatorAdmin,
+  prefix: string,
+  group: string,
+  action: string,
+  options: DeadLetterOptions,
+  json: boolean,
+): Promise<void> {
   switch (action) {
     case 'list': {
       const letters = await admin.readDeadLetters(prefix, group, { ...filterOf(options), count: options.count });
       if (json) return printJson(letters);
       if (letters.length === 0) return print('no dead letters');
-      print(table(['REF', 'DEAD-LETTERED', 'SHARD', 'ENTRY ID', 'KEY', 'ATTEMPTS', 'ERROR'],
-        letters.map((l) => [l.ref, l.deadLetteredAt, l.shardIndex, l.entryId, l.key, l.attempts, clip(l.error, 60)])));
+      print(
+        table(
+          ['REF', 'DEAD-LETTERED', 'SHARD', 'ENTRY ID', 'KEY', 'ATTEMPTS', 'ERROR'],
+          letters.map((l) => [l.ref, l.deadLetteredAt, l.shardIndex, l.entryId, l.key, l.attempts, clip(l.error, 60)]),
+        ),
+      );
       if (letters.length === options.count) print(`(first ${options.count}; --count shows more)`);
       return;
     }
     case 'show': {
       if (options.id === undefined) throw new UsageError('show needs --id REF (rsc dead-letters <prefix> <group> list shows the refs)');
       const letter = await admin.showDeadLetter(prefix, group, options.id);
-      if (!letter) throw new Error(`dead letter ${options.id} not found in dead letters ${group} of stream ${prefix} (replayed or purged?)`);
+      if (!letter)
+        throw new Error(`dead letter ${options.id} not found in dead letters ${group} of stream ${prefix} (replayed or purged?)`);
       if (json) return printJson(letter);
       const { payload, headers } = payloadOf(letter);
-      print(table(['FIELD', 'VALUE'], [
-        ['ref', letter.ref], ['dead-lettered', letter.deadLetteredAt], ['shard', letter.shardIndex], ['entry id', letter.entryId],
-        ['key', letter.key], ['group', letter.consumerGroup], ['member', letter.memberId], ['attempts', letter.attempts],
-        ['cause', letter.cause], ['error', letter.error],
-        ['headers', headers], ['codec', letter.codec], ['payload', payload],
-      ]));
+      print(
+        table(
+          ['FIELD', 'VALUE'],
+          [
+            ['ref', letter.ref],
+            ['dead-lettered', letter.deadLetteredAt],
+            ['shard', letter.shardIndex],
+            ['entry id', letter.entryId],
+            ['key', letter.key],
+            ['group', letter.consumerGroup],
+            ['member', letter.memberId],
+            ['attempts', letter.attempts],
+            ['cause', letter.cause],
+            ['error', letter.error],
+            ['headers', headers],
+            ['codec', letter.codec],
+            ['payload', payload],
+          ],
+        ),
+      );
       return;
     }
     case 'replay': {
@@ -89,9 +123,10 @@ async function act(admin: CoordinatorAdmin, prefix: string, group: string, actio
       const replayOptions = { takeOverAfterMs: options.takeOverAfterMs };
       let results: DeadLetterReplay[];
       try {
-        results = 'id' in chosen
-          ? [await admin.replayDeadLetter(prefix, group, chosen.id, replayOptions)]
-          : await admin.replayDeadLetters(prefix, group, chosen.filter, replayOptions);
+        results =
+          'id' in chosen
+            ? [await admin.replayDeadLetter(prefix, group, chosen.id, replayOptions)]
+            : await admin.replayDeadLetters(prefix, group, chosen.filter, replayOptions);
       } catch (error) {
         if (error instanceof DeadLetterReplayError) {
           if (json) printJson(error.results);
@@ -102,14 +137,16 @@ async function act(admin: CoordinatorAdmin, prefix: string, group: string, actio
       if (json) printJson(results);
       else print(renderReplays(results));
       const kept = results.filter((r) => r.status === 'not-replayable');
-      if (kept.length > 0) throw new Error(`${kept.length} dead letter(s) cannot be replayed and were kept (first: ${kept[0].ref}: ${kept[0].reason})`);
+      if (kept.length > 0)
+        throw new Error(`${kept.length} dead letter(s) cannot be replayed and were kept (first: ${kept[0].ref}: ${kept[0].reason})`);
       return;
     }
     case 'purge': {
       const chosen = selection('purge', options);
-      const results = 'id' in chosen
-        ? [await admin.purgeDeadLetter(prefix, group, chosen.id)]
-        : await admin.purgeDeadLetters(prefix, group, chosen.filter);
+      const results =
+        'id' in chosen
+          ? [await admin.purgeDeadLetter(prefix, group, chosen.id)]
+          : await admin.purgeDeadLetters(prefix, group, chosen.filter);
       if (json) return printJson(results);
       const purged = results.filter((r) => r.purged).length;
       print(`purged ${purged} dead letter(s)${results.length > purged ? `; ${results.length - purged} already gone` : ''}`);
@@ -124,7 +161,7 @@ export function registerDeadLetters(program: Command): void {
     .command('dead-letters')
     .description("list, show, replay (to the entry's key) or purge a group's dead letters")
     .argument('<prefix>', 'stream prefix')
-    .argument('<group>', "consumer group, or the dead-letter destination its members name (member option deadLetter.stream)")
+    .argument('<group>', 'consumer group, or the dead-letter destination its members name (member option deadLetter.stream)')
     .addArgument(new Argument('<action>', 'what to do').choices(['list', 'show', 'replay', 'purge']))
     .option('--id <ref>', 'one dead letter, by the REF that list shows (<shard>/<id>)')
     .option('--all', 'replay or purge: every dead letter of the group')

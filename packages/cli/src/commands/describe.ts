@@ -41,25 +41,51 @@ function render(view: Awaited<ReturnType<typeof snapshot>>): string {
     `readable ${shardList(group.readableShardSet) || '-'}${group.cutoverInProgress ? `  CUTOVER IN PROGRESS (not yet readable backlog ${group.notYetReadableBacklog})` : ''}`;
   const shards = table(
     ['SHARD', 'READABILITY', 'STATE', 'OWNER', 'OWNER EPOCH', 'LAG', 'PENDING', 'OLDEST PENDING', 'LAST DELIVERED'],
-    view.shards.map((s) => [s.shardIndex, s.readability, s.state, s.ownerName, s.ownerEpoch, s.lag, s.pending, duration(s.oldestPendingAgeMs), s.lastDeliveredId]),
+    view.shards.map((s) => [
+      s.shardIndex,
+      s.readability,
+      s.state,
+      s.ownerName,
+      s.ownerEpoch,
+      s.lag,
+      s.pending,
+      duration(s.oldestPendingAgeMs),
+      s.lastDeliveredId,
+    ]),
   );
-  const members = view.members.length === 0
-    ? 'no members'
-    : table(
-      ['MEMBER', 'NAME', 'STATE', 'EPOCH', 'LEASE LEFT', 'LAST HEARTBEAT', 'OWNED', 'REVOKING', 'WEIGHT', 'INSTANCE'],
-      view.members.map((m) => [
-        m.memberId, m.memberName, m.awaitedUntil === null ? m.state : 'AWAY', m.memberEpoch, m.state === 'ACTIVE' ? duration(m.leaseLeftMs) : '-', `${duration(m.sinceHeartbeatMs)} ago`,
-        shardList(m.currentAssignment.map((r) => r.shardIndex)), shardList(m.revoking.map((r) => r.shardIndex)), m.weight, m.memberInstanceId,
-      ]),
-    );
+  const members =
+    view.members.length === 0
+      ? 'no members'
+      : table(
+          ['MEMBER', 'NAME', 'STATE', 'EPOCH', 'LEASE LEFT', 'LAST HEARTBEAT', 'OWNED', 'REVOKING', 'WEIGHT', 'INSTANCE'],
+          view.members.map((m) => [
+            m.memberId,
+            m.memberName,
+            m.awaitedUntil === null ? m.state : 'AWAY',
+            m.memberEpoch,
+            m.state === 'ACTIVE' ? duration(m.leaseLeftMs) : '-',
+            `${duration(m.sinceHeartbeatMs)} ago`,
+            shardList(m.currentAssignment.map((r) => r.shardIndex)),
+            shardList(m.revoking.map((r) => r.shardIndex)),
+            m.weight,
+            m.memberInstanceId,
+          ]),
+        );
   const away = view.members.filter((m) => m.awaitedUntil !== null);
-  const awaited = away.length === 0
-    ? ''
-    : '\n\nawaited static members (departed; their shards wait, unread, for their next instance until the wait ends):\n' +
-      table(
-        ['INSTANCE', 'DEPARTED', 'WAIT ENDS', 'WAIT LEFT', 'SHARDS'],
-        away.map((m) => [m.memberInstanceId, m.departedAt, m.awaitedUntil, duration(m.awaitedLeftMs), shardList(m.currentAssignment.map((r) => r.shardIndex))]),
-      );
+  const awaited =
+    away.length === 0
+      ? ''
+      : '\n\nawaited static members (departed; their shards wait, unread, for their next instance until the wait ends):\n' +
+        table(
+          ['INSTANCE', 'DEPARTED', 'WAIT ENDS', 'WAIT LEFT', 'SHARDS'],
+          away.map((m) => [
+            m.memberInstanceId,
+            m.departedAt,
+            m.awaitedUntil,
+            duration(m.awaitedLeftMs),
+            shardList(m.currentAssignment.map((r) => r.shardIndex)),
+          ]),
+        );
   return `${head}\n\n${shards}\n\n${members}${awaited}`;
 }
 

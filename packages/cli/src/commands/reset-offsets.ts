@@ -22,7 +22,9 @@ function target(options: ResetOptions): OffsetTarget {
   if (options.toDatetime !== undefined) given.push({ datetime: options.toDatetime });
   if (options.toId !== undefined) given.push({ id: options.toId });
   if (given.length !== 1) {
-    throw new UsageError(`reset-offsets needs exactly one of --to-earliest, --to-latest, --to-datetime T, --to-id ID (got ${given.length})`);
+    throw new UsageError(
+      `reset-offsets needs exactly one of --to-earliest, --to-latest, --to-datetime T, --to-id ID (got ${given.length})`,
+    );
   }
   return given[0];
 }
@@ -31,7 +33,9 @@ function target(options: ResetOptions): OffsetTarget {
 export function registerResetOffsets(program: Command): void {
   program
     .command('reset-offsets')
-    .description("move a group's position on its shards, like Kafka's --reset-offsets; refused while the group has live members unless --force")
+    .description(
+      "move a group's position on its shards, like Kafka's --reset-offsets; refused while the group has live members unless --force",
+    )
     .argument('<prefix>', 'stream prefix')
     .argument('<group>', 'consumer group')
     .option('--to-earliest', 'read every entry still in the streams again')
@@ -44,13 +48,23 @@ export function registerResetOffsets(program: Command): void {
     .action((prefix: string, group: string, options: ResetOptions, command: Command) => {
       const to = target(options);
       return withAdmin(command, async ({ admin, json }) => {
-        const result = await admin.resetOffsets(prefix, group, { to, shardIndex: options.shard, dryRun: options.dryRun, force: options.force });
+        const result = await admin.resetOffsets(prefix, group, {
+          to,
+          shardIndex: options.shard,
+          dryRun: options.dryRun,
+          force: options.force,
+        });
         if (json) return printJson(result);
         print(`group ${group} of stream ${prefix}: ${result.dryRun ? 'dry run, nothing changed' : 'positions moved'}`);
-        print(table(['SHARD', 'LAST DELIVERED BEFORE', 'LAST DELIVERED AFTER', 'STILL PENDING'],
-          result.shards.map((s) => [s.shardIndex, s.from ?? '(not read yet)', s.to, s.pending])));
+        print(
+          table(
+            ['SHARD', 'LAST DELIVERED BEFORE', 'LAST DELIVERED AFTER', 'STILL PENDING'],
+            result.shards.map((s) => [s.shardIndex, s.from ?? '(not read yet)', s.to, s.pending]),
+          ),
+        );
         const pending = result.shards.reduce((sum, s) => sum + s.pending, 0);
-        if (pending > 0) print(`${pending} pending entr${pending === 1 ? 'y stays' : 'ies stay'} pending: their owner (or the next one) handles them`);
+        if (pending > 0)
+          print(`${pending} pending entr${pending === 1 ? 'y stays' : 'ies stay'} pending: their owner (or the next one) handles them`);
       });
     });
 }

@@ -16,8 +16,12 @@ export function registerInventory(program: Command): void {
         }
         if (json) return printJson(streams);
         if (streams.length === 0) return print('no streams');
-        print(table(['STREAM', 'SHARDS', 'SPAN', 'METADATA VERSION', 'GROUPS', 'UPDATED'],
-          streams.map((s) => [s.streamPrefix, s.shardCount, s.shardSpan, s.metadataVersion, s.groups.join(',') || '-', s.updatedAt])));
+        print(
+          table(
+            ['STREAM', 'SHARDS', 'SPAN', 'METADATA VERSION', 'GROUPS', 'UPDATED'],
+            streams.map((s) => [s.streamPrefix, s.shardCount, s.shardSpan, s.metadataVersion, s.groups.join(',') || '-', s.updatedAt]),
+          ),
+        );
       }),
     );
 
@@ -34,8 +38,12 @@ export function registerInventory(program: Command): void {
           try {
             const { group, members, shards } = await admin.describeGroup(prefix, name);
             groups.push({
-              consumerGroup: name, state: group.state, groupEpoch: group.groupEpoch, assignmentEpoch: group.assignmentEpoch,
-              members: members.filter((m) => m.state === 'ACTIVE').length, backlog: shards.reduce((sum, s) => sum + s.backlog, 0),
+              consumerGroup: name,
+              state: group.state,
+              groupEpoch: group.groupEpoch,
+              assignmentEpoch: group.assignmentEpoch,
+              members: members.filter((m) => m.state === 'ACTIVE').length,
+              backlog: shards.reduce((sum, s) => sum + s.backlog, 0),
               cutoverInProgress: group.cutoverInProgress,
             });
           } catch (error) {
@@ -45,10 +53,16 @@ export function registerInventory(program: Command): void {
         if (json) return printJson({ streamPrefix: prefix, shardCount: meta.shardCount, metadataVersion: meta.metadataVersion, groups });
         print(`stream ${prefix}: ${meta.shardCount} shards, metadataVersion ${meta.metadataVersion}`);
         if (groups.length === 0) return print('no consumer groups');
-        print(table(['GROUP', 'STATE', 'GROUP EPOCH', 'ASSIGNMENT EPOCH', 'ACTIVE MEMBERS', 'BACKLOG', 'CUTOVER'],
-          groups.map((g) => 'error' in g
-            ? [g.consumerGroup, `error: ${g.error}`]
-            : [g.consumerGroup, g.state, g.groupEpoch, g.assignmentEpoch, g.members, g.backlog, g.cutoverInProgress ? 'yes' : 'no'])));
+        print(
+          table(
+            ['GROUP', 'STATE', 'GROUP EPOCH', 'ASSIGNMENT EPOCH', 'ACTIVE MEMBERS', 'BACKLOG', 'CUTOVER'],
+            groups.map((g) =>
+              'error' in g
+                ? [g.consumerGroup, `error: ${g.error}`]
+                : [g.consumerGroup, g.state, g.groupEpoch, g.assignmentEpoch, g.members, g.backlog, g.cutoverInProgress ? 'yes' : 'no'],
+            ),
+          ),
+        );
       }),
     );
 }

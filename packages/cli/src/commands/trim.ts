@@ -5,10 +5,19 @@ import { withAdmin } from '../context';
 import { print, printJson, table } from '../output';
 
 function render(result: TrimResult): string {
-  const head = `stream ${result.streamPrefix}: ${result.dryRun ? 'dry run, would trim' : 'trimmed'} ${result.trimmed} entr${result.trimmed === 1 ? 'y' : 'ies'}` +
+  const head =
+    `stream ${result.streamPrefix}: ${result.dryRun ? 'dry run, would trim' : 'trimmed'} ${result.trimmed} entr${result.trimmed === 1 ? 'y' : 'ies'}` +
     ` (groups: ${result.groups.join(', ') || 'none'})`;
-  return `${head}\n${table(['SHARD', result.dryRun ? 'WOULD TRIM' : 'TRIMMED', 'BELOW ID', 'LIMITED BY', 'NOTE'],
-    result.shards.map((s) => [s.shardIndex, s.trimmed, s.minId === '' ? '(all)' : s.minId, s.limitedBy, s.error ? `error: ${s.error}` : s.leftAlone]))}`;
+  return `${head}\n${table(
+    ['SHARD', result.dryRun ? 'WOULD TRIM' : 'TRIMMED', 'BELOW ID', 'LIMITED BY', 'NOTE'],
+    result.shards.map((s) => [
+      s.shardIndex,
+      s.trimmed,
+      s.minId === '' ? '(all)' : s.minId,
+      s.limitedBy,
+      s.error ? `error: ${s.error}` : s.leftAlone,
+    ]),
+  )}`;
 }
 
 /** `rsc trim <prefix> [--dry-run] [--max-len n]`. */

@@ -10,13 +10,32 @@ import { pairs, parseShardCsv } from '../redis/responses';
 import { type RedisClient, runScript } from '../redis/scripts';
 import { type Cutover, type CutoverProgress, cutoverProgress, readGroupCutover } from './cutover';
 import { type DeadLetterPurge, purgeMany } from './dead-letter-purge';
-import { type DeadLetterReplay, replayMany, replayOne, type ReplayContext, replayProducer, type ReplayDeadLettersOptions } from './dead-letter-replay';
 import {
-  DEFAULT_DEAD_LETTER_COUNT, type DeadLetter, type DeadLetterFilter, parseDeadLetterRef, readDeadLetter,
-  readDeadLetters, type ReadDeadLettersOptions,
+  type DeadLetterReplay,
+  replayMany,
+  replayOne,
+  type ReplayContext,
+  replayProducer,
+  type ReplayDeadLettersOptions,
+} from './dead-letter-replay';
+import {
+  DEFAULT_DEAD_LETTER_COUNT,
+  type DeadLetter,
+  type DeadLetterFilter,
+  parseDeadLetterRef,
+  readDeadLetter,
+  readDeadLetters,
+  type ReadDeadLettersOptions,
 } from './dead-letters';
 import { type GroupEvent, readGroupEvents, type ReadGroupEventsOptions } from './group-events';
-import { applyOffsets, assertNoLiveMembers, assertOffsetTarget, type ResetOffsetsOptions, type ResetOffsetsResult, targetId } from './offsets';
+import {
+  applyOffsets,
+  assertNoLiveMembers,
+  assertOffsetTarget,
+  type ResetOffsetsOptions,
+  type ResetOffsetsResult,
+  targetId,
+} from './offsets';
 import { readShardPositions, type ShardPosition } from './shard-positions';
 import { listStreamPrefixes } from './stream-inventory';
 import { trimShards, type TrimOptions, type TrimResult } from './retention';
@@ -121,8 +140,16 @@ export class CoordinatorAdmin {
         const groupKeys = this.keys.groupKeys(streamPrefix, group);
         return [groupKeys[2], this.keys.groupEvents(streamPrefix, group), groupKeys[4]];
       }),
-      args: [count, ordered ? 1 : 0, graceMs, switchDelayMs, this.options.eventLogMaxLen, groups.length, ...groups,
-        ...groups.map((group) => this.keys.groupWakeChannel(streamPrefix, group))],
+      args: [
+        count,
+        ordered ? 1 : 0,
+        graceMs,
+        switchDelayMs,
+        this.options.eventLogMaxLen,
+        groups.length,
+        ...groups,
+        ...groups.map((group) => this.keys.groupWakeChannel(streamPrefix, group)),
+      ],
     }));
     const raw = new Map(pairs(reply[3]));
     const metadata = toStreamMetadata(streamPrefix, [...raw]);
@@ -220,20 +247,28 @@ export class CoordinatorAdmin {
     const span = Math.max(count, Number(raw.get('shardSpan') ?? count));
     if (span === count) return;
     const removed = Array.from({ length: span - count }, (_, i) => count + i);
-    await ensureRoutingMarkers(this.redis, this.keys, streamPrefix, {
-      version: Number(raw.get('metadataVersion')),
-      count,
-      previous: Number(raw.get('previousShardCount') ?? count),
-      switchAt: Number(raw.get('switchAt') ?? 0),
-    }, removed);
+    await ensureRoutingMarkers(
+      this.redis,
+      this.keys,
+      streamPrefix,
+      {
+        version: Number(raw.get('metadataVersion')),
+        count,
+        previous: Number(raw.get('previousShardCount') ?? count),
+        switchAt: Number(raw.get('switchAt') ?? 0),
+      },
+      removed,
+    );
     const groups = (await this.redis.smembers(this.keys.streamGroups(streamPrefix))).sort();
     for (const shard of removed) {
       for (const group of groups) {
         const { lag, pending } = await shardStats(this.redis, this.keys, streamPrefix, shard, group);
         if (lag + pending > 0) {
-          throw toCoordinatorError(ErrorCode.RESIZE_IN_PROGRESS,
+          throw toCoordinatorError(
+            ErrorCode.RESIZE_IN_PROGRESS,
             `stream "${streamPrefix}": removed shard ${shard} still holds ${lag + pending} entr${lag + pending === 1 ? 'y' : 'ies'} ` +
-              `group ${group} has not processed (${lag} undelivered, ${pending} pending); it is not deleted`);
+              `group ${group} has not processed (${lag} undelivered, ${pending} pending); it is not deleted`,
+          );
         }
       }
     }
@@ -250,7 +285,12 @@ export class CoordinatorAdmin {
     for (let attempt = 0; attempt < MAX_SCRIPT_RETRIES; attempt++) {
       const groups = await this.redis.smembers(this.keys.streamGroups(streamPrefix));
       const { script, keys, args } = call(groups);
-      const reply = (await runScript(this.redis, script, [this.keys.streamMeta(streamPrefix), this.keys.streamGroups(streamPrefix), ...keys], args)) as unknown[];
+      const reply = (await runScript(
+        this.redis,
+        script,
+        [this.keys.streamMeta(streamPrefix), this.keys.streamGroups(streamPrefix), ...keys],
+        args,
+      )) as unknown[];
       if (reply[0] === 'RETRY') continue;
       const code = errorCodeFromWire(reply[0]);
       if (code !== ErrorCode.NONE) throw toCoordinatorError(code, `stream "${streamPrefix}": ${String(reply[1])}`);
@@ -292,7 +332,12 @@ export class CoordinatorAdmin {
    * @example
    * const { status, to } = await admin.replayDeadLetter('summary', 'summary-group', '3/1764505000000-0');
    */
-  async replayDeadLetter(streamPrefix: string, consumerGroup: string, ref: string, options: ReplayDeadLettersOptions = {}): Promise<DeadLetterReplay> {
+  async replayDeadLetter(
+    streamPrefix: string,
+    consumerGroup: string,
+    ref: string,
+    options: ReplayDeadLettersOptions = {},
+  ): Promise<DeadLetterReplay> {
     const { shardIndex, deadLetterId } = parseDeadLetterRef(ref);
     return replayOne(this.replayContext(streamPrefix, consumerGroup, options), shardIndex, deadLetterId);
   }
@@ -319,8 +364,13 @@ export class CoordinatorAdmin {
 
   /** Deletes every dead letter that matches `filter` (`{}`: all of the group's). */
   async purgeDeadLetters(streamPrefix: string, consumerGroup: string, filter: DeadLetterFilter = {}): Promise<DeadLetterPurge[]> {
-    return purgeMany(this.redis, this.keys, streamPrefix, consumerGroup,
-      await this.readDeadLetters(streamPrefix, consumerGroup, { ...filter, count: Number.MAX_SAFE_INTEGER }));
+    return purgeMany(
+      this.redis,
+      this.keys,
+      streamPrefix,
+      consumerGroup,
+      await this.readDeadLetters(streamPrefix, consumerGroup, { ...filter, count: Number.MAX_SAFE_INTEGER }),
+    );
   }
 
   private replayContext(streamPrefix: string, consumerGroup: string, options: ReplayDeadLettersOptions): ReplayContext {
@@ -350,7 +400,8 @@ export class CoordinatorAdmin {
     if (typeof dryRun !== 'boolean') throw new TypeError(`dryRun must be a boolean, got ${String(dryRun)}`);
     const maxLen = options.maxLen === undefined ? 0 : assertIntegerInRange('maxLen', options.maxLen, 1, Number.MAX_SAFE_INTEGER);
     const stream = await this.describeStream(streamPrefix);
-    if (!stream) throw toCoordinatorError(ErrorCode.GROUP_NOT_FOUND, `stream "${streamPrefix}" does not exist (no metadata): nothing to trim`);
+    if (!stream)
+      throw toCoordinatorError(ErrorCode.GROUP_NOT_FOUND, `stream "${streamPrefix}" does not exist (no metadata): nothing to trim`);
     const groups = (await this.redis.smembers(this.keys.streamGroups(streamPrefix))).sort();
     return trimShards(this.redis, this.keys, streamPrefix, stream.shardSpan, groups, { dryRun, maxLen });
   }
@@ -417,11 +468,17 @@ export class CoordinatorAdmin {
     const stream = await this.describeStream(streamPrefix);
     if (!stream) throw toCoordinatorError(ErrorCode.GROUP_NOT_FOUND, `stream "${streamPrefix}" does not exist (no metadata)`);
     if (options.shardIndex !== undefined) assertIntegerInRange('shardIndex', options.shardIndex, 0, stream.shardSpan - 1);
-    if (!options.force) await assertNoLiveMembers(this.redis, streamPrefix, consumerGroup, () => this.describeGroup(streamPrefix, consumerGroup));
+    if (!options.force)
+      await assertNoLiveMembers(this.redis, streamPrefix, consumerGroup, () => this.describeGroup(streamPrefix, consumerGroup));
     const positions = await readShardPositions(this.redis, this.keys, streamPrefix, consumerGroup, stream.shardSpan);
     const shards = positions
       .filter((position) => options.shardIndex === undefined || position.shardIndex === options.shardIndex)
-      .map((position) => ({ shardIndex: position.shardIndex, from: position.lastDeliveredId, to: targetId(to, position), pending: position.pending }));
+      .map((position) => ({
+        shardIndex: position.shardIndex,
+        from: position.lastDeliveredId,
+        to: targetId(to, position),
+        pending: position.pending,
+      }));
     if (!dryRun) await applyOffsets(this.redis, this.keys, streamPrefix, consumerGroup, shards);
     return { streamPrefix, consumerGroup, dryRun, shards };
   }

@@ -97,7 +97,12 @@ export async function readGroupCutover(
   streamPrefix: string,
   consumerGroup: string,
 ): Promise<{ cutover: Cutover | null; incarnation: string | null }> {
-  const [raw, incarnation, groupEpoch] = await redis.hmget(keys.groupKeys(streamPrefix, consumerGroup)[2], 'cutover', 'incarnation', 'groupEpoch');
+  const [raw, incarnation, groupEpoch] = await redis.hmget(
+    keys.groupKeys(streamPrefix, consumerGroup)[2],
+    'cutover',
+    'incarnation',
+    'groupEpoch',
+  );
   // A group from before incarnations were kept answers '0' (includes/group.lua).
   return { cutover: parseCutover(raw), incarnation: groupEpoch === null ? null : (incarnation ?? '0') };
 }
@@ -132,7 +137,12 @@ export async function cutoverProgress(
     cutover.wait.map((shard, i) => ({
       build(pipeline) {
         if (marked.has(shard)) {
-          pipelineScript(pipeline, 'ensureRouting', [keys.shardRouting(streamPrefix, shard)], [routing.version, routing.count, routing.previous, routing.switchAt]);
+          pipelineScript(
+            pipeline,
+            'ensureRouting',
+            [keys.shardRouting(streamPrefix, shard)],
+            [routing.version, routing.count, routing.previous, routing.switchAt],
+          );
         }
         pipeline.xinfo('GROUPS', streams[i]);
       },

@@ -21,10 +21,15 @@ export async function purgeMany(
 ): Promise<DeadLetterPurge[]> {
   const results: DeadLetterPurge[] = [];
   for (const { shardIndex, deadLetterId } of letters) {
-    const reply = await runScript(redis, 'dropDeadLetter', [
-      keys.shardDeadLetterStream(streamPrefix, shardIndex, consumerGroup),
-      keys.shardDeadLetterReplays(streamPrefix, shardIndex, consumerGroup),
-    ], [deadLetterId]);
+    const reply = await runScript(
+      redis,
+      'dropDeadLetter',
+      [
+        keys.shardDeadLetterStream(streamPrefix, shardIndex, consumerGroup),
+        keys.shardDeadLetterReplays(streamPrefix, shardIndex, consumerGroup),
+      ],
+      [deadLetterId],
+    );
     results.push({ ref: `${shardIndex}/${deadLetterId}`, purged: Number(reply) === 1 });
   }
   return results;

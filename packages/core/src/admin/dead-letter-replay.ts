@@ -1,4 +1,4 @@
-import { ENTRY_CODEC_OF, ENTRY_FIELD, type OutgoingMessage, type PassThroughCodec, } from '../protocol/entry-format';
+import { ENTRY_CODEC_OF, ENTRY_FIELD, type OutgoingMessage, type PassThroughCodec } from '../protocol/entry-format';
 import type { StreamMetadata } from '../protocol/records';
 import { shardForKey } from '../producer/key-hash';
 import { PartialBatchError, type SendResult } from '../producer/send-results';
@@ -108,7 +108,10 @@ export async function replayOne(ctx: ReplayContext, shardIndex: number, deadLett
   const message = replayMessage(letter, consumerGroup, stream?.shardCount ?? 0);
   if (typeof message === 'string') return { ref, status: 'not-replayable', reason: message };
 
-  const dlq = [keys.shardDeadLetterStream(streamPrefix, shardIndex, consumerGroup), keys.shardDeadLetterReplays(streamPrefix, shardIndex, consumerGroup)];
+  const dlq = [
+    keys.shardDeadLetterStream(streamPrefix, shardIndex, consumerGroup),
+    keys.shardDeadLetterReplays(streamPrefix, shardIndex, consumerGroup),
+  ];
   const claim = (await runScript(redis, 'claimDeadLetterReplay', dlq, [deadLetterId, ctx.takeOverAfterMs])) as (string | number)[];
   if (claim[0] === 'gone') return { ref, status: 'gone' };
   if (claim[0] === 'busy') {
@@ -133,7 +136,10 @@ export async function replayOne(ctx: ReplayContext, shardIndex: number, deadLett
     const cause = failed ? failed.error : (error as Error);
     if (failed?.maybeWritten) {
       // The write may have landed: the mark stays, so the next replay looks for it first.
-      throw new Error(`dead letter ${ref}: the replay's write got no reply (${cause.message}); the dead letter and its replay mark are kept: replay it again after ${ctx.takeOverAfterMs} ms, it looks for this write and does not write it twice`, { cause });
+      throw new Error(
+        `dead letter ${ref}: the replay's write got no reply (${cause.message}); the dead letter and its replay mark are kept: replay it again after ${ctx.takeOverAfterMs} ms, it looks for this write and does not write it twice`,
+        { cause },
+      );
     }
     // Nothing was written: free the mark so that a retry does not wait for it.
     await redis.hdel(dlq[1], deadLetterId).catch(() => undefined);
@@ -146,10 +152,15 @@ export async function replayOne(ctx: ReplayContext, shardIndex: number, deadLett
 async function drop(ctx: ReplayContext, shardIndex: number, deadLetterId: string, done: string): Promise<void> {
   const { keys, streamPrefix, consumerGroup } = ctx;
   try {
-    await runScript(ctx.redis, 'dropDeadLetter', [
-      keys.shardDeadLetterStream(streamPrefix, shardIndex, consumerGroup),
-      keys.shardDeadLetterReplays(streamPrefix, shardIndex, consumerGroup),
-    ], [deadLetterId]);
+    await runScript(
+      ctx.redis,
+      'dropDeadLetter',
+      [
+        keys.shardDeadLetterStream(streamPrefix, shardIndex, consumerGroup),
+        keys.shardDeadLetterReplays(streamPrefix, shardIndex, consumerGroup),
+      ],
+      [deadLetterId],
+    );
   } catch (error) {
     throw new Error(
       `dead letter ${shardIndex}/${deadLetterId}: ${done}, but deleting the dead letter failed (${(error as Error).message}); ` +
@@ -194,9 +205,10 @@ async function findEarlierReplay(ctx: ReplayContext, letter: DeadLetter, markedA
   const stream = await ctx.stream();
   if (!stream) return null;
   const counts = [stream.shardCount, stream.previousShardCount ?? stream.shardCount];
-  const shards = letter.key === undefined
-    ? Array.from({ length: stream.shardSpan }, (_, i) => i)
-    : [...new Set(counts.map((count) => shardForKey(letter.key!, count)))];
+  const shards =
+    letter.key === undefined
+      ? Array.from({ length: stream.shardSpan }, (_, i) => i)
+      : [...new Set(counts.map((count) => shardForKey(letter.key!, count)))];
   for (const shardIndex of shards) {
     const shard = ctx.keys.shardStream(ctx.streamPrefix, shardIndex);
     let from = String(Math.max(0, markedAtMs - SEARCH_MARGIN_MS));
@@ -236,7 +248,9 @@ export async function replayMany(ctx: ReplayContext, letters: DeadLetter[]): Pro
     } catch (error) {
       throw new DeadLetterReplayError(
         `replayed ${results.length} of ${letters.length} dead letters, then stopped at ${letter.ref} (so that no later entry of its key overtakes it): ${(error as Error).message}`,
-        results, letter.ref, error,
+        results,
+        letter.ref,
+        error,
       );
     }
   }

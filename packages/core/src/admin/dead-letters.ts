@@ -86,7 +86,9 @@ export function deadLetterRef(shardIndex: number, deadLetterId: string): string 
 export function parseDeadLetterRef(ref: string): { shardIndex: number; deadLetterId: string } {
   const match = /^(\d{1,5})\/(\d{1,20}-\d{1,20})$/.exec(String(ref));
   if (!match) {
-    throw new InvalidRequestError(`dead letter ref ${JSON.stringify(ref)} is invalid: use <shardIndex>/<deadLetterId>, e.g. 3/1764505000000-0 (rsc dead-letters list shows them)`);
+    throw new InvalidRequestError(
+      `dead letter ref ${JSON.stringify(ref)} is invalid: use <shardIndex>/<deadLetterId>, e.g. 3/1764505000000-0 (rsc dead-letters list shows them)`,
+    );
   }
   return { shardIndex: Number(match[1]), deadLetterId: match[2] };
 }
@@ -98,9 +100,14 @@ export function assertDeadLetterFilter(filter: DeadLetterFilter): void {
     throw new RangeError(`shardIndex must be an integer from 0, got ${JSON.stringify(shardIndex)}`);
   }
   if (key !== undefined && typeof key !== 'string') throw new TypeError(`key must be a string, got ${typeof key}`);
-  if (errorContains !== undefined && typeof errorContains !== 'string') throw new TypeError(`errorContains must be a string, got ${typeof errorContains}`);
-  for (const [name, value] of [['since', since], ['until', until]] as const) {
-    if (value !== undefined && !Number.isFinite(toMs(value))) throw new RangeError(`${name} must be a Date or epoch milliseconds, got ${String(value)}`);
+  if (errorContains !== undefined && typeof errorContains !== 'string')
+    throw new TypeError(`errorContains must be a string, got ${typeof errorContains}`);
+  for (const [name, value] of [
+    ['since', since],
+    ['until', until],
+  ] as const) {
+    if (value !== undefined && !Number.isFinite(toMs(value)))
+      throw new RangeError(`${name} must be a Date or epoch milliseconds, got ${String(value)}`);
   }
 }
 
@@ -222,7 +229,12 @@ function payloadText(fields: string[], codec: string | undefined, base64: string
 /** JSON for values a binary codec carries that JSON has no form for. */
 function readableJson(this: unknown, _key: string, value: unknown): unknown {
   if (value instanceof Uint8Array) return { base64: Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('base64') };
-  if (value !== null && typeof value === 'object' && (value as { type?: unknown }).type === 'Buffer' && Array.isArray((value as { data?: unknown }).data)) {
+  if (
+    value !== null &&
+    typeof value === 'object' &&
+    (value as { type?: unknown }).type === 'Buffer' &&
+    Array.isArray((value as { data?: unknown }).data)
+  ) {
     return { base64: Buffer.from((value as { data: number[] }).data).toString('base64') };
   }
   if (value instanceof Map) return Object.fromEntries(value);

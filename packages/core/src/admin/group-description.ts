@@ -1,11 +1,4 @@
-import type {
-  GroupDescription,
-  GroupState,
-  MemberMetadata,
-  MemberState,
-  ShardDescription,
-  ShardRef,
-} from '../protocol/records';
+import type { GroupDescription, GroupState, MemberMetadata, MemberState, ShardDescription, ShardRef } from '../protocol/records';
 import { parseShardCsv } from '../redis/responses';
 
 export interface ShardStats {
@@ -105,11 +98,19 @@ export function toGroupDescription(s: GroupSnapshot): GroupDescription {
     const revoking = owner !== null && byId.get(owner)?.revoking.some((r) => r.shardIndex === shardIndex);
     const stats = s.shardStats.get(shardIndex) ?? { lag: 0, pending: 0 };
     const readability = readable.has(shardIndex)
-      ? shardIndex < shardCount ? 'readable' : 'draining'
-      : shardIndex < shardCount ? 'not-yet-readable' : 'drained';
+      ? shardIndex < shardCount
+        ? 'readable'
+        : 'draining'
+      : shardIndex < shardCount
+        ? 'not-yet-readable'
+        : 'drained';
     return {
-      shardIndex, readability, owner, state: owner === null ? 'UNOWNED' : revoking ? 'REVOKING' : 'OWNED',
-      ...stats, backlog: stats.lag + stats.pending,
+      shardIndex,
+      readability,
+      owner,
+      state: owner === null ? 'UNOWNED' : revoking ? 'REVOKING' : 'OWNED',
+      ...stats,
+      backlog: stats.lag + stats.pending,
     };
   });
 

@@ -5,11 +5,7 @@ import type { RedisClient } from '../redis/scripts';
 import type { ShardPosition } from './shard-positions';
 
 /** Where `resetOffsets` moves the group: the id it has been delivered up to from then on. */
-export type OffsetTarget =
-  | 'earliest'
-  | 'latest'
-  | { datetime: Date | number }
-  | { id: string };
+export type OffsetTarget = 'earliest' | 'latest' | { datetime: Date | number } | { id: string };
 
 export interface ResetOffsetsOptions {
   to: OffsetTarget;

@@ -66,7 +66,14 @@ export class TrimSchedule extends EventEmitter<TrimScheduleEvents> {
   private current: Promise<void> | undefined;
   private currentDeadline = 0;
   private readonly state: Omit<TrimScheduleStats, 'streamPrefix' | 'stopped' | 'running'> = {
-    runs: 0, succeeded: 0, failed: 0, consecutiveFailures: 0, overdue: false, lastRun: undefined, lastError: undefined, trimmed: 0,
+    runs: 0,
+    succeeded: 0,
+    failed: 0,
+    consecutiveFailures: 0,
+    overdue: false,
+    lastRun: undefined,
+    lastError: undefined,
+    trimmed: 0,
   };
   private stopped = false;
 
@@ -110,10 +117,12 @@ export class TrimSchedule extends EventEmitter<TrimScheduleEvents> {
     this.timer = setTimeout(() => {
       this.timer = undefined;
       // A 'trimmed' listener that throws is reported like a failed run.
-      this.current = this.run().catch((error: unknown) => this.report(error instanceof Error ? error : new Error(String(error)))).finally(() => {
-        this.current = undefined;
-        this.schedule(this.intervalMs);
-      });
+      this.current = this.run()
+        .catch((error: unknown) => this.report(error instanceof Error ? error : new Error(String(error))))
+        .finally(() => {
+          this.current = undefined;
+          this.schedule(this.intervalMs);
+        });
     }, delayMs);
   }
 
@@ -124,9 +133,11 @@ export class TrimSchedule extends EventEmitter<TrimScheduleEvents> {
     this.currentDeadline = startedAt + this.runTimeoutMs;
     const watchdog = setTimeout(() => {
       this.state.overdue = true;
-      this.report(new Error(
-        `trimming stream "${this.streamPrefix}": the run started ${this.runTimeoutMs} ms ago has not finished (a Redis reply late or lost); the next run waits for it`,
-      ));
+      this.report(
+        new Error(
+          `trimming stream "${this.streamPrefix}": the run started ${this.runTimeoutMs} ms ago has not finished (a Redis reply late or lost); the next run waits for it`,
+        ),
+      );
     }, this.runTimeoutMs);
     let run: TrimRun | undefined;
     try {
@@ -162,7 +173,11 @@ export class TrimSchedule extends EventEmitter<TrimScheduleEvents> {
 }
 
 /** Checks `startTrimming`'s options, naming the one that is wrong. */
-export function resolvePeriodicTrimOptions(options: PeriodicTrimOptions): { intervalMs: number; maxLen: number | undefined; runTimeoutMs: number } {
+export function resolvePeriodicTrimOptions(options: PeriodicTrimOptions): {
+  intervalMs: number;
+  maxLen: number | undefined;
+  runTimeoutMs: number;
+} {
   if (options === null || typeof options !== 'object') throw new TypeError('startTrimming options must be an object with intervalMs');
   const intervalMs = assertIntegerInRange('intervalMs', options.intervalMs, 100, DAY_MS);
   const maxLen = options.maxLen === undefined ? undefined : assertIntegerInRange('maxLen', options.maxLen, 1, Number.MAX_SAFE_INTEGER);

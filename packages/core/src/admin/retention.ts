@@ -45,7 +45,9 @@ export interface TrimResult {
 export class TrimError extends Error {
   constructor(readonly result: TrimResult) {
     const failed = result.shards.filter((shard) => shard.error !== undefined);
-    super(`stream "${result.streamPrefix}": trimming ${failed.length} shard(s) failed (first: shard ${failed[0]?.shardIndex}: ${failed[0]?.error}); the others were trimmed`);
+    super(
+      `stream "${result.streamPrefix}": trimming ${failed.length} shard(s) failed (first: shard ${failed[0]?.shardIndex}: ${failed[0]?.error}); the others were trimmed`,
+    );
     this.name = 'TrimError';
   }
 }
@@ -68,7 +70,10 @@ export async function trimShards(
   for (let shardIndex = 0; shardIndex < shardSpan; shardIndex++) {
     const stream = keys.shardStream(streamPrefix, shardIndex);
     try {
-      const reply = (await runScript(redis, 'trimShard', [stream], [options.dryRun ? 1 : 0, options.maxLen, groups.length, ...groups])) as (string | number)[];
+      const reply = (await runScript(redis, 'trimShard', [stream], [options.dryRun ? 1 : 0, options.maxLen, groups.length, ...groups])) as (
+        | string
+        | number
+      )[];
       shards.push(await toShardTrim(redis, stream, shardIndex, reply));
     } catch (error) {
       shards.push({ shardIndex, trimmed: 0, error: (error as Error).message });

@@ -30,7 +30,15 @@ export async function readShardPositions(
   return Promise.all(
     Array.from({ length: shardSpan }, async (_, shardIndex): Promise<ShardPosition> => {
       const stream = keys.shardStream(streamPrefix, shardIndex);
-      const empty = { shardIndex, length: 0, lastEntryId: '0-0', lastDeliveredId: null, pending: 0, oldestPendingId: null, oldestPendingAgeMs: null };
+      const empty = {
+        shardIndex,
+        length: 0,
+        lastEntryId: '0-0',
+        lastDeliveredId: null,
+        pending: 0,
+        oldestPendingId: null,
+        oldestPendingAgeMs: null,
+      };
       let groups: unknown;
       try {
         groups = await redis.xinfo('GROUPS', stream);

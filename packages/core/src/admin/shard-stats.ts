@@ -6,7 +6,13 @@ import type { ShardStats } from './group-description';
 const LAG_PAGE = 1000;
 
 /** Lag and pending of the group on one shard stream (zero when the stream or group does not exist yet). */
-export async function shardStats(redis: RedisClient, keys: KeyBuilder, streamPrefix: string, shardIndex: number, consumerGroup: string): Promise<ShardStats> {
+export async function shardStats(
+  redis: RedisClient,
+  keys: KeyBuilder,
+  streamPrefix: string,
+  shardIndex: number,
+  consumerGroup: string,
+): Promise<ShardStats> {
   const stream = keys.shardStream(streamPrefix, shardIndex);
   let reply: unknown;
   try {

@@ -79,9 +79,7 @@ describe('StickyAssignor', () => {
   it('is deterministic: the same input, in any member order, gives the same output', () => {
     fc.assert(
       fc.property(inputs, fc.integer(), (input, seed) => {
-        const shuffled = [...input.members].sort(
-          (a, b) => ((a.memberId.length * 31 + seed) % 7) - ((b.memberId.length * 31 + seed) % 7),
-        );
+        const shuffled = [...input.members].sort((a, b) => ((a.memberId.length * 31 + seed) % 7) - ((b.memberId.length * 31 + seed) % 7));
         expect(assignor.assign({ ...input, members: shuffled })).toEqual(assignor.assign(input));
       }),
       { numRuns: RUNS },

@@ -41,11 +41,7 @@ export class StickyAssignor implements ShardAssignor {
       kept.set(member.memberId, mine);
     }
 
-    const quotas = computeQuotas(
-      members,
-      readable.size,
-      new Map([...kept].map(([id, shards]) => [id, shards.length])),
-    );
+    const quotas = computeQuotas(members, readable.size, new Map([...kept].map(([id, shards]) => [id, shards.length])));
 
     // Shards above a member's quota go back, highest index first, so the low ones stay put.
     const loads: Load[] = [];
@@ -65,10 +61,7 @@ export class StickyAssignor implements ShardAssignor {
 
     // Step 4-5: each unassigned shard goes to the least loaded member that still has room.
     const heap = new MinHeap<Load>(
-      (a, b) =>
-        a.shards.length - b.shards.length ||
-        b.member.weight - a.member.weight ||
-        compareIds(a.member.memberId, b.member.memberId),
+      (a, b) => a.shards.length - b.shards.length || b.member.weight - a.member.weight || compareIds(a.member.memberId, b.member.memberId),
     );
     for (const load of loads) {
       if (load.shards.length < load.quota) heap.push(load);

@@ -41,7 +41,13 @@ export function withTimeout<R>(promise: Promise<R>, ms: number): Promise<R> {
 export async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
   const timer = new AbortController();
   try {
-    return await Promise.race([promise.then(() => true, () => true), sleep(ms, timer.signal).then(() => false)]);
+    return await Promise.race([
+      promise.then(
+        () => true,
+        () => true,
+      ),
+      sleep(ms, timer.signal).then(() => false),
+    ]);
   } finally {
     timer.abort();
   }

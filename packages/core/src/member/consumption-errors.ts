@@ -16,7 +16,9 @@ export class BatchError extends Error {
     readonly failedIndex: number,
     cause: unknown,
   ) {
-    super(`entry ${failedIndex} of the batch failed: ${cause instanceof Error ? `${cause.name}: ${cause.message}` : String(cause)}`, { cause });
+    super(`entry ${failedIndex} of the batch failed: ${cause instanceof Error ? `${cause.name}: ${cause.message}` : String(cause)}`, {
+      cause,
+    });
     this.name = 'BatchError';
   }
 }

@@ -40,19 +40,28 @@ export function resolveConsumptionOptions(options: ConsumptionInput): ResolvedCo
   const ackMode = options.ackMode ?? 'auto';
   if (ackMode !== 'auto' && ackMode !== 'manual') throw new TypeError(`ackMode must be 'auto' or 'manual', got ${JSON.stringify(ackMode)}`);
   if (options.ackTimeoutMs !== undefined && ackMode !== 'manual') {
-    throw new TypeError(`ackTimeoutMs (${JSON.stringify(options.ackTimeoutMs)}) applies to ackMode 'manual' only; ackMode is 'auto' (use handlerTimeoutMs)`);
+    throw new TypeError(
+      `ackTimeoutMs (${JSON.stringify(options.ackTimeoutMs)}) applies to ackMode 'manual' only; ackMode is 'auto' (use handlerTimeoutMs)`,
+    );
   }
   const ackTimeoutMs = options.ackTimeoutMs ?? 30_000;
   assertIntegerInRange('ackTimeoutMs', ackTimeoutMs as number, 1, DAY_MS);
   let batch: Required<BatchOptions> | undefined;
   if (options.batch !== undefined) {
     const given = options.batch as Partial<BatchOptions> | null;
-    if (given === null || typeof given !== 'object' || Array.isArray(given)) throw new TypeError(`batch must be an object { maxSize, maxWaitMs }, got ${JSON.stringify(given)}`);
+    if (given === null || typeof given !== 'object' || Array.isArray(given))
+      throw new TypeError(`batch must be an object { maxSize, maxWaitMs }, got ${JSON.stringify(given)}`);
     batch = { maxSize: given.maxSize as number, maxWaitMs: given.maxWaitMs ?? 0 };
     assertIntegerInRange('batch.maxSize', batch.maxSize, 1, 10_000);
     assertIntegerInRange('batch.maxWaitMs', batch.maxWaitMs, 0, DAY_MS);
-    if (lanes !== 1) throw new TypeError(`batch and lanes (${JSON.stringify(lanes)}) cannot be combined: a batch is one shard's entries in order, acknowledged as one; use lanes or batch`);
-    if (ackMode === 'manual') throw new TypeError("batch and ackMode 'manual' cannot be combined: a batch is acknowledged as one when its handler resolves (throw a BatchError to fail part of it)");
+    if (lanes !== 1)
+      throw new TypeError(
+        `batch and lanes (${JSON.stringify(lanes)}) cannot be combined: a batch is one shard's entries in order, acknowledged as one; use lanes or batch`,
+      );
+    if (ackMode === 'manual')
+      throw new TypeError(
+        "batch and ackMode 'manual' cannot be combined: a batch is acknowledged as one when its handler resolves (throw a BatchError to fail part of it)",
+      );
   }
   return { lanes: lanes as number, ackMode, ackTimeoutMs: ackTimeoutMs as number, batch };
 }

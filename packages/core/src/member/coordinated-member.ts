@@ -16,7 +16,14 @@ import { WakeHub } from '../redis/read-hubs/wake-hub';
 import type { MemberEvents } from './member-events';
 import { MemberHeartbeat } from './lifecycle/member-heartbeat';
 import { MemberLease, staticTakeoverAfterMs } from './lifecycle/member-lease';
-import { type BatchMemberOptions, type CoordinatedMemberOptions, coordinatorCallTimeoutMs, MAX_RUNTIME_CONCURRENCY, type ResolvedMemberOptions, resolveMemberOptions } from './member-options';
+import {
+  type BatchMemberOptions,
+  type CoordinatedMemberOptions,
+  coordinatorCallTimeoutMs,
+  MAX_RUNTIME_CONCURRENCY,
+  type ResolvedMemberOptions,
+  resolveMemberOptions,
+} from './member-options';
 import type { MemberProblems } from './member-problems';
 import { MemberReconciler } from './lifecycle/member-reconciler';
 import type { MemberStats } from './member-stats';
@@ -112,18 +119,37 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.ackConnection?.on('error', () => undefined); // a failed ack is reported (and retried) by the ack batcher
     const textCodecs = new Set([...this.options.codecs.values()].filter((codec) => !codec.binary).map((codec) => codec.name));
     if (!this.options.codec.binary) textCodecs.add(''); // entries that name no codec are the member's own
-    const shardClient = new ShardClient(redis, this.coordinator.keys, this.options.streamPrefix, this.options.consumerGroup, this.options.memberId, {
-      ackWait: this.options.ackWaitForReplicas,
-      ackClient: this.ackConnection,
-      textCodecs,
-    });
+    const shardClient = new ShardClient(
+      redis,
+      this.coordinator.keys,
+      this.options.streamPrefix,
+      this.options.consumerGroup,
+      this.options.memberId,
+      {
+        ackWait: this.options.ackWaitForReplicas,
+        ackClient: this.ackConnection,
+        textCodecs,
+      },
+    );
     this.poller = new ShardPoller(shardClient, transport, resolved, () => this.mayStartHandlers());
     // A static member can be taken over by a new instance long before its session times out.
-    const takeoverAfterMs = this.options.memberInstanceId === undefined ? undefined : staticTakeoverAfterMs(this.coordinator.options.heartbeatIntervalMs, this.options.sessionTimeoutMs);
+    const takeoverAfterMs =
+      this.options.memberInstanceId === undefined
+        ? undefined
+        : staticTakeoverAfterMs(this.coordinator.options.heartbeatIntervalMs, this.options.sessionTimeoutMs);
     this.lease = new MemberLease(this.options.sessionTimeoutMs, takeoverAfterMs);
     const requestHeartbeat = () => this.heartbeats.now();
     this.reconciler = new MemberReconciler(this.poller, this, this.lease, this.options, requestHeartbeat, () => this.drained);
-    this.metadata = new MetadataSync(redis, this.coordinator, resolved, this.poller, this, this.memberProblems, coordinatorCallTimeoutMs(this.options), requestHeartbeat);
+    this.metadata = new MetadataSync(
+      redis,
+      this.coordinator,
+      resolved,
+      this.poller,
+      this,
+      this.memberProblems,
+      coordinatorCallTimeoutMs(this.options),
+      requestHeartbeat,
+    );
     const parts = {
       coordinator: this.coordinator,
       shardClient,
@@ -263,7 +289,8 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
         throw error;
       }
     }
-    if (this.generation !== generation || this.lifecycle !== 'starting') throw new Error(`member ${this.memberId} was stopped while starting`);
+    if (this.generation !== generation || this.lifecycle !== 'starting')
+      throw new Error(`member ${this.memberId} was stopped while starting`);
     this.lifecycle = 'running';
     const joined = this.heartbeats.waitForJoin();
     try {
@@ -375,7 +402,10 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     const stopping = this.poller.stop(0).finally(() => this.ackConnection?.disconnect());
     const listening = this.stopListening?.();
     this.stopListening = undefined;
-    this.shutdown = Promise.all([stopping, listening]).then(() => undefined, () => undefined);
+    this.shutdown = Promise.all([stopping, listening]).then(
+      () => undefined,
+      () => undefined,
+    );
   }
 
   /** Heartbeats run while the member runs, and while stop() drains (the lease must outlive the handlers). */

@@ -168,7 +168,18 @@ export interface CoordinatedMemberSettings<T = unknown> {
 }
 
 export type ResolvedMemberOptions<T = unknown> = Required<
-  Omit<CoordinatedMemberSettings<T>, 'shardCount' | 'coordinator' | 'telemetry' | 'deadLetter' | 'ackWaitForReplicas' | 'memberInstanceId' | 'schema' | 'codecs' | keyof ResolvedConsumptionOptions>
+  Omit<
+    CoordinatedMemberSettings<T>,
+    | 'shardCount'
+    | 'coordinator'
+    | 'telemetry'
+    | 'deadLetter'
+    | 'ackWaitForReplicas'
+    | 'memberInstanceId'
+    | 'schema'
+    | 'codecs'
+    | keyof ResolvedConsumptionOptions
+  >
 > &
   Pick<CoordinatedMemberSettings<T>, 'shardCount' | 'coordinator' | 'ackWaitForReplicas' | 'memberInstanceId' | 'schema'> &
   ResolvedConsumptionOptions & {
@@ -193,9 +204,12 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T> | B
   if (typeof options.handler !== 'function') {
     throw new TypeError(`handler must be a function, got ${options.handler === null ? 'null' : typeof options.handler}`);
   }
-  const memberInstanceId = options.memberInstanceId === undefined ? undefined : assertMemberId(options.memberInstanceId, 'memberInstanceId');
+  const memberInstanceId =
+    options.memberInstanceId === undefined ? undefined : assertMemberId(options.memberInstanceId, 'memberInstanceId');
   if (memberInstanceId !== undefined && options.memberId !== undefined && options.memberId !== memberInstanceId) {
-    throw new RangeError(`memberInstanceId ${JSON.stringify(memberInstanceId)} is also the memberId: give one of them, or both equal (memberId is ${JSON.stringify(options.memberId)})`);
+    throw new RangeError(
+      `memberInstanceId ${JSON.stringify(memberInstanceId)} is also the memberId: give one of them, or both equal (memberId is ${JSON.stringify(options.memberId)})`,
+    );
   }
   const memberId = assertMemberId(options.memberId ?? memberInstanceId ?? uuidv7());
   const consumption = resolveConsumptionOptions(options);
@@ -234,8 +248,13 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T> | B
     resetStuckConnection: options.resetStuckConnection ?? false,
     ...consumption,
   };
-  // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what this check refuses
-  if (typeof resolved.memberName !== 'string' || resolved.memberName.length === 0 || resolved.memberName.length > 256 || /[\x00-\x1f\x7f]/.test(resolved.memberName)) {
+  if (
+    typeof resolved.memberName !== 'string' ||
+    resolved.memberName.length === 0 ||
+    resolved.memberName.length > 256 ||
+    // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what this check refuses
+    /[\x00-\x1f\x7f]/.test(resolved.memberName)
+  ) {
     throw new RangeError(`memberName must be 1-256 printable characters, got ${JSON.stringify(resolved.memberName)}`);
   }
   assertIntegerInRange('runtimeMaxConcurrency', resolved.runtimeMaxConcurrency, 1, MAX_RUNTIME_CONCURRENCY);
@@ -255,14 +274,22 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T> | B
   assertIntegerInRange('sweepIntervalMs', resolved.sweepIntervalMs, 1, DAY_MS);
   assertIntegerInRange('cutoverCheckIntervalMs', resolved.cutoverCheckIntervalMs, 1, DAY_MS);
   if (resolved.batch && resolved.batch.maxSize > resolved.batchSize) {
-    throw new RangeError(`batch.maxSize (${resolved.batch.maxSize}) must not exceed batchSize (${resolved.batchSize}), the entries read per shard and read: a batch could never fill`);
+    throw new RangeError(
+      `batch.maxSize (${resolved.batch.maxSize}) must not exceed batchSize (${resolved.batchSize}), the entries read per shard and read: a batch could never fill`,
+    );
   }
   if (resolved.batch && resolved.batch.maxSize > resolved.maxBufferedEntries) {
-    throw new RangeError(`batch.maxSize (${resolved.batch.maxSize}) must not exceed maxBufferedEntries (${resolved.maxBufferedEntries}): a batch could never fill`);
+    throw new RangeError(
+      `batch.maxSize (${resolved.batch.maxSize}) must not exceed maxBufferedEntries (${resolved.maxBufferedEntries}): a batch could never fill`,
+    );
   }
   assertCodec(resolved.codec);
-  if (options.codecs !== undefined && !Array.isArray(options.codecs)) throw new TypeError(`codecs must be an array of codecs, got ${typeof options.codecs}`);
-  resolved.codecs = codecRegistry(resolved.codec, (options.codecs ?? []).map((codec, i) => assertCodec(codec, `codecs[${i}]`)));
+  if (options.codecs !== undefined && !Array.isArray(options.codecs))
+    throw new TypeError(`codecs must be an array of codecs, got ${typeof options.codecs}`);
+  resolved.codecs = codecRegistry(
+    resolved.codec,
+    (options.codecs ?? []).map((codec, i) => assertCodec(codec, `codecs[${i}]`)),
+  );
   if (typeof resolved.resetStuckConnection !== 'boolean') {
     throw new TypeError(`resetStuckConnection must be a boolean, got ${JSON.stringify(resolved.resetStuckConnection)}`);
   }
@@ -274,7 +301,8 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T> | B
     resolved.telemetry = telemetry;
     // The member's coordinator client reports each heartbeat to it (and to the caller's own observer).
     const own = options.coordinator?.onHeartbeat;
-    if (own !== undefined && typeof own !== 'function') throw new TypeError(`coordinator.onHeartbeat must be a function, got ${typeof own}`);
+    if (own !== undefined && typeof own !== 'function')
+      throw new TypeError(`coordinator.onHeartbeat must be a function, got ${typeof own}`);
     const onHeartbeat = own
       ? (observation: HeartbeatObservation) => {
           telemetry.onHeartbeat(observation);

@@ -8,7 +8,6 @@ import { type ReadTransport, ShardReader } from './read/shard-reader';
 import { type HandlerAbortReason, ShardError } from './consumption-errors';
 import { abortCalls, inFlightIds, type PollerEvents, ShardSet, type ShardState, workInFlight } from './shard-state';
 
-
 /**
  * Releasing a shard waits this long at least for its outstanding acks (even with no time left for
  * its handler): reporting the revocation first would let the next owner run them again.
@@ -40,14 +39,29 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     super();
     // A refused ack ends the grant at once, as any fenced call does: reads are not fenced, and the
     // member would go on reading and running the shard beside its new owner until a heartbeat said so.
-    this.acks = new AckBatcher(client, this, () => this.running, (state) => {
-      if (!this.shards.isCurrent(state)) return; // an earlier grant's late ack: that grant is over already
-      this.shards.lose(state, `shard ${state.index} has a newer owner (its fencing token refused an acknowledgement)`);
-      this.reader.interruptRead();
-    });
+    this.acks = new AckBatcher(
+      client,
+      this,
+      () => this.running,
+      (state) => {
+        if (!this.shards.isCurrent(state)) return; // an earlier grant's late ack: that grant is over already
+        this.shards.lose(state, `shard ${state.index} has a newer owner (its fencing token refused an acknowledgement)`);
+        this.reader.interruptRead();
+      },
+    );
     const mayStart = () => !this.paused && mayStartHandlers();
     this.dispatcher = new ShardDispatcher(this.shards, client, this.acks, this, options, mayStart, (state) => this.reader.onDrained(state));
-    this.reader = new ShardReader(this.shards, client, transport, this.acks, this, options, mayStart, () => this.paused, () => this.dispatcher.dispatch());
+    this.reader = new ShardReader(
+      this.shards,
+      client,
+      transport,
+      this.acks,
+      this,
+      options,
+      mayStart,
+      () => this.paused,
+      () => this.dispatcher.dispatch(),
+    );
   }
 
   /** Handlers running now. */
@@ -147,7 +161,10 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     // A new grant that waits for an earlier grant's handler (it cannot be stopped) says so: with
     // handlerTimeoutMs 0 a handler that never settles would leave the shard owned and idle.
     for (const [shardIndex, old] of this.shards.lingering) {
-      if (this.shards.get(shardIndex)) lines.push(`shard ${shardIndex}: waiting for the handler of ${inFlightIds(old)[0] ?? 'an entry'} from an earlier grant (epoch ${old.grantEpoch}) before handling anything`);
+      if (this.shards.get(shardIndex))
+        lines.push(
+          `shard ${shardIndex}: waiting for the handler of ${inFlightIds(old)[0] ?? 'an entry'} from an earlier grant (epoch ${old.grantEpoch}) before handling anything`,
+        );
     }
     return lines;
   }
@@ -181,14 +198,30 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
         // The call is told (its signal fires) before the shard is reported free; if it ignores the
         // signal it runs on, but its acknowledgement is refused by the next owner's fencing token,
         // and the next owner runs the entry again (at-least-once).
-        this.abortCall(state, reason, `shard ${shardIndex} was released ${waitForHandlerMs} ms after it was ${reason === 'revoked' ? 'revoked' : 'lost'}`);
-        this.emit('error', new ShardError(`shard ${shardIndex}: its handler still runs ${waitForHandlerMs} ms after the shard was revoked; released anyway, the next owner runs that entry again`, shardIndex));
+        this.abortCall(
+          state,
+          reason,
+          `shard ${shardIndex} was released ${waitForHandlerMs} ms after it was ${reason === 'revoked' ? 'revoked' : 'lost'}`,
+        );
+        this.emit(
+          'error',
+          new ShardError(
+            `shard ${shardIndex}: its handler still runs ${waitForHandlerMs} ms after the shard was revoked; released anyway, the next owner runs that entry again`,
+            shardIndex,
+          ),
+        );
       }
     }
     const now = Date.now();
     const settled = await this.acks.settled(shardIndex, Math.max(0, Math.min(Math.max(MIN_ACK_SETTLE_MS, deadline - now), latest - now)));
     if (!settled) {
-      this.emit('error', new ShardError(`shard ${shardIndex}: acknowledgements still unsettled when it was released; its next owner may process them again`, shardIndex));
+      this.emit(
+        'error',
+        new ShardError(
+          `shard ${shardIndex}: acknowledgements still unsettled when it was released; its next owner may process them again`,
+          shardIndex,
+        ),
+      );
     }
   }
 
@@ -231,4 +264,3 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     await this.acks.flush();
   }
 }
-

@@ -76,7 +76,8 @@ export async function appendToShards(
     const [error, reply] = result.replies[0] ?? [new Error('no reply to the write'), undefined];
     if (error) return { status: 'failed', error, replied: isReplyError(error) };
     const [status, inEffect, message, ...ids] = reply as [string, number, string, ...string[]];
-    if (status === 'OK') return replicaWait ? replicated(ids.map(String), result.tail[0], replicaWait) : { status: 'written', ids: ids.map(String) };
+    if (status === 'OK')
+      return replicaWait ? replicated(ids.map(String), result.tail[0], replicaWait) : { status: 'written', ids: ids.map(String) };
     if (status === 'REROUTE') return { status: 'reroute', shardCountInEffect: Number(inEffect) };
     if (status === 'UNROUTED') return { status: 'unrouted' };
     return { status: 'stopped', ids: ids.map(String), error: new Error(String(message)) };
@@ -87,7 +88,16 @@ export async function appendToShards(
 function replicated(ids: string[], waitReply: [Error | null, unknown], wait: ReplicaWait): ShardAppendOutcome {
   const shortfall = waitShortfall(waitReply, wait);
   if (!shortfall) return { status: 'written', ids };
-  return { status: 'unreplicated', ids, replicas: shortfall.replicas, error: new NotReplicatedError(`written on the master but not confirmed on its replicas: ${shortfall.why}; a failover now may lose it`, shortfall.replicas, wait.replicas) };
+  return {
+    status: 'unreplicated',
+    ids,
+    replicas: shortfall.replicas,
+    error: new NotReplicatedError(
+      `written on the master but not confirmed on its replicas: ${shortfall.why}; a failover now may lose it`,
+      shortfall.replicas,
+      wait.replicas,
+    ),
+  };
 }
 
 /** An error Redis answered with (as opposed to a connection or timeout error, where no reply came). */

@@ -15,25 +15,34 @@ describe('key routing', () => {
       for (const byte of new TextEncoder().encode(key)) hash = ((hash ^ BigInt(byte)) * 0x100000001b3n) & 0xffffffffffffffffn;
       return hash;
     };
-    fc.assert(fc.property(fc.oneof(fc.string(), fc.string({ unit: 'binary' })), (key) => {
-      expect(fnv1a64(key)).toBe(reference(key));
-    }), { numRuns: 3000 });
+    fc.assert(
+      fc.property(fc.oneof(fc.string(), fc.string({ unit: 'binary' })), (key) => {
+        expect(fnv1a64(key)).toBe(reference(key));
+      }),
+      { numRuns: 3000 },
+    );
   });
 
   it('jump consistent hash keeps every key in range and refuses a bucket count below 1', () => {
-    fc.assert(fc.property(fc.bigInt({ min: 0n, max: 2n ** 64n - 1n }), fc.integer({ min: 1, max: 100_000 }), (key, n) => {
-      const bucket = jumpConsistentHash(key, n);
-      expect(Number.isInteger(bucket) && bucket >= 0 && bucket < n).toBe(true);
-    }), { numRuns: 2000 });
+    fc.assert(
+      fc.property(fc.bigInt({ min: 0n, max: 2n ** 64n - 1n }), fc.integer({ min: 1, max: 100_000 }), (key, n) => {
+        const bucket = jumpConsistentHash(key, n);
+        expect(Number.isInteger(bucket) && bucket >= 0 && bucket < n).toBe(true);
+      }),
+      { numRuns: 2000 },
+    );
     expect(() => jumpConsistentHash(1n, 0)).toThrow(/buckets must be a positive integer/);
   });
 
   it('is stable: the same key always routes to the same shard', () => {
-    fc.assert(fc.property(fc.string(), fc.integer({ min: 1, max: 4096 }), (key, n) => {
-      expect(shardForKey(key, n)).toBe(shardForKey(key, n));
-      expect(shardForKey(key, n)).toBeGreaterThanOrEqual(0);
-      expect(shardForKey(key, n)).toBeLessThan(n);
-    }), { numRuns: 2000 });
+    fc.assert(
+      fc.property(fc.string(), fc.integer({ min: 1, max: 4096 }), (key, n) => {
+        expect(shardForKey(key, n)).toBe(shardForKey(key, n));
+        expect(shardForKey(key, n)).toBeGreaterThanOrEqual(0);
+        expect(shardForKey(key, n)).toBeLessThan(n);
+      }),
+      { numRuns: 2000 },
+    );
   });
 
   it('growing from N to N + 1 shards moves keys only to the new shard, about 1/(N + 1) of them', () => {

@@ -60,7 +60,9 @@ export class PartialBatchError<T = unknown> extends Error {
     const first = failed[0];
     super(
       `${written.length} of ${written.length + failed.length} entries written; ${failed.length} not written` +
-        (first ? ` (first: batch entry ${first.index}${first.shardIndex === undefined ? '' : ` for shard ${first.shardIndex}`}: ${first.error.message})` : ''),
+        (first
+          ? ` (first: batch entry ${first.index}${first.shardIndex === undefined ? '' : ` for shard ${first.shardIndex}`}: ${first.error.message})`
+          : ''),
     );
     this.name = 'PartialBatchError';
   }

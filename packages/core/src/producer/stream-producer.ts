@@ -132,7 +132,8 @@ export class StreamProducer {
     assertCodec(this.codec);
     if (options.maxLenApprox !== undefined) assertIntegerInRange('maxLenApprox', options.maxLenApprox, 1, Number.MAX_SAFE_INTEGER);
     this.refreshMs = assertIntegerInRange('metadataRefreshMs', options.metadataRefreshMs ?? 500, 1, 3_600_000);
-    this.shardCount = options.shardCount === undefined ? undefined : assertIntegerInRange('shardCount', options.shardCount, 1, MAX_SHARD_COUNT);
+    this.shardCount =
+      options.shardCount === undefined ? undefined : assertIntegerInRange('shardCount', options.shardCount, 1, MAX_SHARD_COUNT);
     if (options.telemetry !== undefined && typeof options.telemetry !== 'boolean') {
       throw new TypeError(`telemetry must be a boolean, got ${JSON.stringify(options.telemetry)}`);
     }
@@ -200,7 +201,13 @@ export class StreamProducer {
     let pending = messages.map((_, i) => i);
     for (let round = 1; pending.length > 0; round++) {
       const appends = this.plan(messages, fields, pending, shardCount, failed);
-      const outcomes = await appendToShards(this.redis, shardCount, this.options.maxLenApprox, appends.map((a) => a.append), this.replicaWait);
+      const outcomes = await appendToShards(
+        this.redis,
+        shardCount,
+        this.options.maxLenApprox,
+        appends.map((a) => a.append),
+        this.replicaWait,
+      );
       pending = [];
       let inEffect: number | undefined;
       let unrouted = false;
@@ -223,7 +230,14 @@ export class StreamProducer {
           case 'unreplicated':
             // On the master, not confirmed on replicas: the caller decides (retry: maybe twice).
             for (const [i, index] of indices.entries()) {
-              failed.push({ index, message: messages[index], shardIndex: append.shardIndex, error: outcome.error, maybeWritten: true, id: outcome.ids[i] });
+              failed.push({
+                index,
+                message: messages[index],
+                shardIndex: append.shardIndex,
+                error: outcome.error,
+                maybeWritten: true,
+                id: outcome.ids[i],
+              });
             }
             break;
           case 'stopped':
@@ -232,18 +246,38 @@ export class StreamProducer {
             break;
           case 'failed':
             for (const index of indices) {
-              failed.push({ index, message: messages[index], shardIndex: append.shardIndex, error: outcome.error, maybeWritten: !outcome.replied });
+              failed.push({
+                index,
+                message: messages[index],
+                shardIndex: append.shardIndex,
+                error: outcome.error,
+                maybeWritten: !outcome.replied,
+              });
             }
             break;
           case 'reroute':
             inEffect ??= outcome.shardCountInEffect;
             if (round < MAX_ROUNDS) pending.push(...indices);
-            else fail(0, new Error(`shard ${append.shardIndex} kept refusing writes routed with ${shardCount} shards (in effect: ${outcome.shardCountInEffect}) after ${MAX_ROUNDS} attempts`), true);
+            else
+              fail(
+                0,
+                new Error(
+                  `shard ${append.shardIndex} kept refusing writes routed with ${shardCount} shards (in effect: ${outcome.shardCountInEffect}) after ${MAX_ROUNDS} attempts`,
+                ),
+                true,
+              );
             break;
           case 'unrouted':
             unrouted = true;
             if (round < MAX_ROUNDS) pending.push(...indices);
-            else fail(0, new Error(`shard ${append.shardIndex} of stream "${this.options.streamPrefix}" still had no routing marker after ${MAX_ROUNDS} attempts (are its keys being deleted?)`), true);
+            else
+              fail(
+                0,
+                new Error(
+                  `shard ${append.shardIndex} of stream "${this.options.streamPrefix}" still had no routing marker after ${MAX_ROUNDS} attempts (are its keys being deleted?)`,
+                ),
+                true,
+              );
             break;
         }
       });
@@ -259,7 +293,13 @@ export class StreamProducer {
           } catch (error) {
             // No metadata (GroupNotFoundError), or Redis failed: these entries were not written.
             for (const index of pending) {
-              failed.push({ index, message: messages[index], shardIndex: routedTo.get(index)!, error: error as Error, maybeWritten: false });
+              failed.push({
+                index,
+                message: messages[index],
+                shardIndex: routedTo.get(index)!,
+                error: error as Error,
+                maybeWritten: false,
+              });
             }
             pending = [];
           }
@@ -278,7 +318,8 @@ export class StreamProducer {
   }
 
   private encode(message: OutgoingMessage): (string | Buffer)[] {
-    if (message.key !== undefined && typeof message.key !== 'string') throw new TypeError(`key must be a string, got ${typeof message.key}`);
+    if (message.key !== undefined && typeof message.key !== 'string')
+      throw new TypeError(`key must be a string, got ${typeof message.key}`);
     if (message.shardIndex !== undefined) assertIntegerInRange('shardIndex', message.shardIndex, 0, MAX_SHARD_COUNT - 1);
     return encodeEntry(message, this.codec);
   }
@@ -309,8 +350,13 @@ export class StreamProducer {
       const message = messages[index];
       if (message.shardIndex !== undefined && message.shardIndex >= shardCount) {
         // Only after a re-route: a shrink removed the shard this entry was addressed to.
-        failed.push({ index, message, shardIndex: message.shardIndex, maybeWritten: false,
-          error: new RangeError(`shardIndex ${message.shardIndex} no longer takes writes: the stream has ${shardCount} shards now`) });
+        failed.push({
+          index,
+          message,
+          shardIndex: message.shardIndex,
+          maybeWritten: false,
+          error: new RangeError(`shardIndex ${message.shardIndex} no longer takes writes: the stream has ${shardCount} shards now`),
+        });
         continue;
       }
       const shardIndex = this.route(message, shardCount);
@@ -380,7 +426,8 @@ export class StreamProducer {
             if (!(error instanceof ShardCountConflictError)) throw error;
           });
           [meta, redisNow] = await this.readMetadata();
-          if (meta[0] === null) throw new GroupNotFoundError(`stream "${this.options.streamPrefix}": its metadata vanished right after it was created`);
+          if (meta[0] === null)
+            throw new GroupNotFoundError(`stream "${this.options.streamPrefix}": its metadata vanished right after it was created`);
         }
         const [shardCount, previousShardCount, switchAt] = meta;
         const localNow = Date.now();
@@ -407,7 +454,9 @@ export class StreamProducer {
     // again. A raw pipeline failed every send "MOVED" after the coordinator's slot moved or failed
     // over, until the client's slot table happened to refresh (the cluster soak: 20 s and more).
     const key = this.keys.streamMeta(this.options.streamPrefix);
-    const [result] = await execBySlot(this.redis, [{ build: (pipeline) => pipeline.hmget(key, ...METADATA_FIELDS) }], { tail: (pipeline) => pipeline.time() });
+    const [result] = await execBySlot(this.redis, [{ build: (pipeline) => pipeline.hmget(key, ...METADATA_FIELDS) }], {
+      tail: (pipeline) => pipeline.time(),
+    });
     if ('error' in result) throw result.error;
     const [meta, time] = [result.replies[0], result.tail[0]] as [[Error | null, (string | null)[]], [Error | null, [string, string]]];
     if (meta[0]) throw meta[0];
@@ -417,5 +466,7 @@ export class StreamProducer {
 }
 
 function notAttempted(shardIndex: number): Error {
-  return new Error(`not written: an earlier entry of this batch for shard ${shardIndex} failed, and writes to a shard stop there so that a retry keeps each key's order`);
+  return new Error(
+    `not written: an earlier entry of this batch for shard ${shardIndex} failed, and writes to a shard stop there so that a retry keeps each key's order`,
+  );
 }

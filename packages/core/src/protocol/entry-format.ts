@@ -1,4 +1,4 @@
-import { type PayloadCodec, } from './codecs';
+import { type PayloadCodec } from './codecs';
 
 export { assertCodec, type BinaryCodec, type PayloadCodec, type TextCodec, jsonCodec, msgpackCodec } from './codecs';
 
@@ -96,7 +96,11 @@ export interface EntryFields {
  * Decodes a raw entry with the codec named in it (`codecs`, by name), or with `codec` when it names
  * none. Never throws: a bad entry is a reason to dead-letter it.
  */
-export function decodeEntry(entry: EntryFields | readonly string[], codec: PayloadCodec, codecs?: ReadonlyMap<string, PayloadCodec>): DecodedEntry {
+export function decodeEntry(
+  entry: EntryFields | readonly string[],
+  codec: PayloadCodec,
+  codecs?: ReadonlyMap<string, PayloadCodec>,
+): DecodedEntry {
   const { fields, payloadBytes } = isFieldList(entry) ? { fields: entry, payloadBytes: undefined } : entry;
   let payload: string | undefined;
   let key: string | undefined;
@@ -109,7 +113,8 @@ export function decodeEntry(entry: EntryFields | readonly string[], codec: Paylo
     else if (name === ENTRY_FIELD.key) key = fields[i + 1];
     else if (name === ENTRY_FIELD.headers) headers = fields[i + 1];
   }
-  if (payload === undefined) return { ok: false, reason: `the entry has no "${ENTRY_FIELD.payload}" field: not written by a StreamProducer`, key };
+  if (payload === undefined)
+    return { ok: false, reason: `the entry has no "${ENTRY_FIELD.payload}" field: not written by a StreamProducer`, key };
   let decodedHeaders: Record<string, string> = {};
   if (headers !== undefined) {
     try {
@@ -120,10 +125,14 @@ export function decodeEntry(entry: EntryFields | readonly string[], codec: Paylo
       return { ok: false, reason: `the headers cannot be decoded: ${(error as Error).message}`, key };
     }
   }
-  const used = codecName === undefined ? codec : codecs?.get(codecName) ?? (codecName === codec.name ? codec : undefined);
+  const used = codecName === undefined ? codec : (codecs?.get(codecName) ?? (codecName === codec.name ? codec : undefined));
   if (used === undefined) {
     const known = [...(codecs?.keys() ?? [codec.name])].join(', ');
-    return { ok: false, reason: `the entry was written with codec "${codecName}", which this member does not know (it knows ${known}); add it to the member's \`codecs\``, key };
+    return {
+      ok: false,
+      reason: `the entry was written with codec "${codecName}", which this member does not know (it knows ${known}); add it to the member's \`codecs\``,
+      key,
+    };
   }
   try {
     const decoded = used.binary ? used.decode(payloadBytes ?? Buffer.from(payload, 'utf8')) : used.decode(payload);

@@ -28,8 +28,15 @@ export type SchemaCheck = { ok: true; value: unknown } | { ok: false; reason: st
 /** Checks an option: an object with `~standard.validate`, or an error naming `field`. */
 export function assertStandardSchema(value: unknown, field = 'schema'): StandardSchemaV1 {
   const standard = (value as StandardSchemaV1 | null | undefined)?.['~standard'];
-  if (value === null || (typeof value !== 'object' && typeof value !== 'function') || typeof standard?.validate !== 'function' || standard.version !== 1) {
-    throw new TypeError(`${field} must be a Standard Schema v1 (an object with "~standard".validate, as zod 4 and valibot schemas are), got ${value === null ? 'null' : typeof value}`);
+  if (
+    value === null ||
+    (typeof value !== 'object' && typeof value !== 'function') ||
+    typeof standard?.validate !== 'function' ||
+    standard.version !== 1
+  ) {
+    throw new TypeError(
+      `${field} must be a Standard Schema v1 (an object with "~standard".validate, as zod 4 and valibot schemas are), got ${value === null ? 'null' : typeof value}`,
+    );
   }
   return value as StandardSchemaV1;
 }
@@ -45,7 +52,11 @@ export function checkWithSchema(schema: StandardSchemaV1, payload: unknown): Sch
   } catch (error) {
     return { ok: false, reason: `the schema threw: ${(error as Error)?.message ?? String(error)}` };
   }
-  if (result instanceof Promise) return result.then(toCheck, (error: unknown) => ({ ok: false, reason: `the schema threw: ${(error as Error)?.message ?? String(error)}` }));
+  if (result instanceof Promise)
+    return result.then(toCheck, (error: unknown) => ({
+      ok: false,
+      reason: `the schema threw: ${(error as Error)?.message ?? String(error)}`,
+    }));
   return toCheck(result);
 }
 

@@ -2,8 +2,11 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { compareStreamIds, nextStreamId } from './stream-ids';
 
-const streamId = fc.tuple(fc.nat({ max: 2 ** 48 }), fc.bigInt({ min: 0n, max: 2n ** 64n - 2n })).map(([ms, seq]) => ({ ms: BigInt(ms), seq, text: `${ms}-${seq}` }));
-const order = (a: { ms: bigint; seq: bigint }, b: { ms: bigint; seq: bigint }) => (a.ms !== b.ms ? (a.ms < b.ms ? -1 : 1) : a.seq === b.seq ? 0 : a.seq < b.seq ? -1 : 1);
+const streamId = fc
+  .tuple(fc.nat({ max: 2 ** 48 }), fc.bigInt({ min: 0n, max: 2n ** 64n - 2n }))
+  .map(([ms, seq]) => ({ ms: BigInt(ms), seq, text: `${ms}-${seq}` }));
+const order = (a: { ms: bigint; seq: bigint }, b: { ms: bigint; seq: bigint }) =>
+  a.ms !== b.ms ? (a.ms < b.ms ? -1 : 1) : a.seq === b.seq ? 0 : a.seq < b.seq ? -1 : 1;
 
 describe('stream ids', () => {
   it('compare as Redis orders them (milliseconds, then sequence)', () => {

@@ -2,7 +2,13 @@ import { findPlanViolation } from '../assignor/validate-plan';
 import { ErrorCode, errorCodeFromWire } from '../protocol/error-codes';
 import { InvalidAssignmentError, toCoordinatorError } from '../protocol/errors';
 import type { AssignmentPlan, HeartbeatRequest, HeartbeatResponse } from '../protocol/heartbeat';
-import { type CoordinatorOptions, configArgs, type HeartbeatObservation, type ResolvedCoordinatorOptions, resolveCoordinatorOptions } from './coordinator-options';
+import {
+  type CoordinatorOptions,
+  configArgs,
+  type HeartbeatObservation,
+  type ResolvedCoordinatorOptions,
+  resolveCoordinatorOptions,
+} from './coordinator-options';
 import { KeyBuilder } from './keys';
 import { type CommitResult, parseCommitReply, parseHeartbeatReply, toShardCsv } from './responses';
 import { type RedisClient, runScript } from './scripts';

@@ -75,7 +75,9 @@ const defined = new WeakSet<object>();
  * EVALSHA, with a transparent reload after `NOSCRIPT` (e.g. after a Redis restart or SCRIPT FLUSH).
  */
 export function runScript(client: RedisClient, script: ScriptName, keys: string[], args: (string | number | Buffer)[]): Promise<unknown> {
-  const command = (client as unknown as Record<string, (...a: (string | number | Buffer)[]) => Promise<unknown>>)[defineScripts(client, script)];
+  const command = (client as unknown as Record<string, (...a: (string | number | Buffer)[]) => Promise<unknown>>)[
+    defineScripts(client, script)
+  ];
   return command.call(client, ...scriptArguments(script, keys, args));
 }
 
@@ -84,7 +86,9 @@ export function runScript(client: RedisClient, script: ScriptName, keys: string[
  * pipeline is made (`ensureScripts`): a pipeline only has the commands its client had then.
  */
 export function pipelineScript(pipeline: ChainableCommander, script: ScriptName, keys: string[], args: (string | number | Buffer)[]): void {
-  const command = (pipeline as unknown as Record<string, ((...a: (string | number | Buffer)[]) => unknown) | undefined>)[commandName(script)];
+  const command = (pipeline as unknown as Record<string, ((...a: (string | number | Buffer)[]) => unknown) | undefined>)[
+    commandName(script)
+  ];
   if (!command) throw new Error(`script ${script} is not defined on the pipeline's client: call ensureScripts(client) first`);
   command.call(pipeline, ...scriptArguments(script, keys, args));
 }
@@ -101,9 +105,7 @@ function scriptArguments(script: ScriptName, keys: string[], args: (string | num
 /** Defines every script on the client once; returns the command name of `script`. */
 function defineScripts(client: RedisClient, script: ScriptName): string {
   if (!defined.has(client)) {
-    sources ??= new Map(
-      (Object.keys(SCRIPT_FILES) as ScriptName[]).map((name) => [name, loadScriptSource(SCRIPT_FILES[name])]),
-    );
+    sources ??= new Map((Object.keys(SCRIPT_FILES) as ScriptName[]).map((name) => [name, loadScriptSource(SCRIPT_FILES[name])]));
     for (const [name, lua] of sources) {
       client.defineCommand(commandName(name), {
         lua,

@@ -31,7 +31,6 @@ export interface ReadResult {
   firstAfter: Map<number, string>;
 }
 
-
 /**
  * A shard's fencing token: "<incarnation>:<grantEpoch>:<memberId>". claimShard-2.lua compares
  * (incarnation, epoch), so a recreated group (a larger incarnation) always wins over tokens of its
@@ -60,7 +59,8 @@ function toEntries(raw: unknown): RawEntry[] {
   const out: RawEntry[] = [];
   for (const item of (raw as [string, string[] | null][]) ?? []) {
     // Replies are text already (a copy only for anything else, e.g. a Buffer reply).
-    if (item?.[1]) out.push({ id: String(item[0]), fields: item[1].every((field) => typeof field === 'string') ? item[1] : item[1].map(String) });
+    if (item?.[1])
+      out.push({ id: String(item[0]), fields: item[1].every((field) => typeof field === 'string') ? item[1] : item[1].map(String) });
   }
   return out;
 }
@@ -148,7 +148,9 @@ export class ShardClient {
       }
     };
     collect(await this.redis.xrangeBuffer(stream, entries[first].id, entries[last].id, 'COUNT', last - first + 1));
-    const missing = entries.slice(first, last + 1).filter((entry) => !bytes.has(entry.id) && !this.textCodecs.has(entryCodec(entry.fields) ?? ''));
+    const missing = entries
+      .slice(first, last + 1)
+      .filter((entry) => !bytes.has(entry.id) && !this.textCodecs.has(entryCodec(entry.fields) ?? ''));
     if (missing.length > 0) {
       const replies = await Promise.all(missing.map((entry) => this.redis.xrangeBuffer(stream, entry.id, entry.id)));
       for (const rows of replies) collect(rows);
@@ -200,14 +202,25 @@ export class ShardClient {
     const wait = this.ackWait;
     if (!wait) return { acked: Number(await runScript(this.redis, 'ackFenced', [stream, fence], args)) };
     ensureScripts(this.ackClient);
-    const [result] = await execBySlot(this.ackClient, [{ build: (pipeline) => pipelineScript(pipeline, 'ackFenced', [stream, fence], args) }], { tail: (pipeline) => waitCommand(pipeline, wait) });
+    const [result] = await execBySlot(
+      this.ackClient,
+      [{ build: (pipeline) => pipelineScript(pipeline, 'ackFenced', [stream, fence], args) }],
+      { tail: (pipeline) => waitCommand(pipeline, wait) },
+    );
     if ('error' in result) throw result.error;
     const [error, reply] = result.replies[0];
     if (error) throw error;
     const acked = Number(reply);
     const shortfall = acked > 0 ? waitShortfall(result.tail[0], wait) : undefined;
     if (!shortfall) return { acked };
-    return { acked, notReplicated: new NotReplicatedError(`acknowledged on the master but not confirmed on its replicas: ${shortfall.why}`, shortfall.replicas, wait.replicas) };
+    return {
+      acked,
+      notReplicated: new NotReplicatedError(
+        `acknowledged on the master but not confirmed on its replicas: ${shortfall.why}`,
+        shortfall.replicas,
+        wait.replicas,
+      ),
+    };
   }
 
   /**
@@ -243,7 +256,11 @@ export class ShardClient {
     const acked = batches.map((_, i) => Number((reply as unknown[])[i]));
     const shortfall = acked.some((n) => n > 0) ? waitShortfall(waitReply, wait) : undefined;
     if (!shortfall) return { acked, notReplicated: [] };
-    const notReplicated = new NotReplicatedError(`acknowledged on the master but not confirmed on its replicas: ${shortfall.why}`, shortfall.replicas, wait.replicas);
+    const notReplicated = new NotReplicatedError(
+      `acknowledged on the master but not confirmed on its replicas: ${shortfall.why}`,
+      shortfall.replicas,
+      wait.replicas,
+    );
     return { acked, notReplicated: acked.map((n) => (n > 0 ? notReplicated : undefined)) };
   }
 
@@ -269,7 +286,10 @@ export class ShardClient {
       client,
       batches.map(({ shardIndex, grantEpoch, ids }) => {
         const [stream, fence] = this.shardKeys(shardIndex);
-        return { key: stream, build: (pipeline) => pipelineScript(pipeline, 'ackFenced', [stream, fence], [this.consumerGroup, this.token(grantEpoch), ...ids]) };
+        return {
+          key: stream,
+          build: (pipeline) => pipelineScript(pipeline, 'ackFenced', [stream, fence], [this.consumerGroup, this.token(grantEpoch), ...ids]),
+        };
       }),
       wait ? { tail: (pipeline) => waitCommand(pipeline, wait) } : {},
     );
@@ -281,7 +301,14 @@ export class ShardClient {
       if (error) throw error;
       acked.push(Number(reply));
       const shortfall = wait && Number(reply) > 0 ? waitShortfall(result.tail[0], wait) : undefined;
-      notReplicated.push(shortfall && new NotReplicatedError(`acknowledged on the master but not confirmed on its replicas: ${shortfall.why}`, shortfall.replicas, wait!.replicas));
+      notReplicated.push(
+        shortfall &&
+          new NotReplicatedError(
+            `acknowledged on the master but not confirmed on its replicas: ${shortfall.why}`,
+            shortfall.replicas,
+            wait!.replicas,
+          ),
+      );
     }
     return { acked, notReplicated };
   }
@@ -310,12 +337,12 @@ export class ShardClient {
 
   private async claim(shardIndex: number, grantEpoch: number, modeArgs: (string | number)[]): Promise<ClaimResult> {
     const [stream, fence] = this.shardKeys(shardIndex);
-    const reply = (await runScript(this.redis, 'claimPending', [stream, fence], [
-      this.consumerGroup,
-      this.token(grantEpoch),
-      this.memberId,
-      ...modeArgs,
-    ])) as unknown[];
+    const reply = (await runScript(
+      this.redis,
+      'claimPending',
+      [stream, fence],
+      [this.consumerGroup, this.token(grantEpoch), this.memberId, ...modeArgs],
+    )) as unknown[];
     if (Number(reply[0]) === -1) return { fenced: true };
     const entries = await this.withPayloadBytes(shardIndex, toEntries(reply[2]));
     return { fenced: false, cursor: String(reply[1]), entries, deleted: ((reply[3] as unknown[]) ?? []).map(String) };
@@ -338,7 +365,10 @@ export class ShardClient {
     const positions = new Map<number, Pick<StreamGroupInfo, 'lag' | 'pending'>>();
     shards.forEach((shard, i) => {
       const info = findGroupInfo(replies[i], this.consumerGroup);
-      positions.set(shard, info ? { lag: info.lag, pending: info.pending } : { lag: (replies[i] as unknown[]).length === 0 ? 0 : null, pending: 0 });
+      positions.set(
+        shard,
+        info ? { lag: info.lag, pending: info.pending } : { lag: (replies[i] as unknown[]).length === 0 ? 0 : null, pending: 0 },
+      );
     });
     return positions;
   }
@@ -346,14 +376,24 @@ export class ShardClient {
   /** Ids of up to `count` entries pending under this member on a shard, in ID order. */
   async ownPending(shardIndex: number, count: number): Promise<string[]> {
     const [stream] = this.shardKeys(shardIndex);
-    const pending = (await this.redis.xpending(stream, this.consumerGroup, '-', '+', count, this.memberId)) as [string, string, number, number][];
+    const pending = (await this.redis.xpending(stream, this.consumerGroup, '-', '+', count, this.memberId)) as [
+      string,
+      string,
+      number,
+      number,
+    ][];
     return pending.map(([id]) => String(id));
   }
 
   /** Redis' delivery counts of pending entries of this member on a shard (for redelivered entries). */
   async deliveryCounts(shardIndex: number, fromId: string, toId: string, count: number): Promise<Map<string, number>> {
     const [stream] = this.shardKeys(shardIndex);
-    const pending = (await this.redis.xpending(stream, this.consumerGroup, fromId, toId, count, this.memberId)) as [string, string, number, number][];
+    const pending = (await this.redis.xpending(stream, this.consumerGroup, fromId, toId, count, this.memberId)) as [
+      string,
+      string,
+      number,
+      number,
+    ][];
     return new Map(pending.map(([id, , , deliveries]) => [String(id), Number(deliveries)]));
   }
 
@@ -368,15 +408,40 @@ export class ShardClient {
    * ReadDeadlineError when nothing came back within `deadlineMs` (the connection is reset then; see
    * withReadDeadline).
    */
-  async readNew(reader: Redis, shards: number[], cursors: string[], countPerShard: number, blockMs: number | undefined, deadlineMs: number): Promise<ReadResult> {
+  async readNew(
+    reader: Redis,
+    shards: number[],
+    cursors: string[],
+    countPerShard: number,
+    blockMs: number | undefined,
+    deadlineMs: number,
+  ): Promise<ReadResult> {
     const streams = shards.map((s) => this.keys.shardStream(this.streamPrefix, s));
     ensureScripts(reader);
     const pipeline = reader.pipeline();
     const ids = shards.map(() => '>');
-    if (blockMs === undefined) pipeline.xreadgroup('GROUP', this.consumerGroup, this.memberId, 'COUNT', countPerShard, 'STREAMS', ...streams, ...ids);
-    else pipeline.xreadgroup('GROUP', this.consumerGroup, this.memberId, 'COUNT', countPerShard, 'BLOCK', blockMs, 'STREAMS', ...streams, ...ids);
+    if (blockMs === undefined)
+      pipeline.xreadgroup('GROUP', this.consumerGroup, this.memberId, 'COUNT', countPerShard, 'STREAMS', ...streams, ...ids);
+    else
+      pipeline.xreadgroup(
+        'GROUP',
+        this.consumerGroup,
+        this.memberId,
+        'COUNT',
+        countPerShard,
+        'BLOCK',
+        blockMs,
+        'STREAMS',
+        ...streams,
+        ...ids,
+      );
     pipelineScript(pipeline, 'firstAfter', streams, cursors);
-    const [[readError, reply], [checkError, firsts]] = (await withReadDeadline(reader, pipeline.exec(), deadlineMs, blockMs === undefined ? 'the read' : 'the blocking read')) as [[Error | null, unknown], [Error | null, unknown]];
+    const [[readError, reply], [checkError, firsts]] = (await withReadDeadline(
+      reader,
+      pipeline.exec(),
+      deadlineMs,
+      blockMs === undefined ? 'the read' : 'the blocking read',
+    )) as [[Error | null, unknown], [Error | null, unknown]];
     if (readError) throw readError;
     if (checkError) throw checkError;
     const entries = new Map<number, RawEntry[]>();
@@ -392,7 +457,6 @@ export class ShardClient {
     return this.keys.shardStream(this.streamPrefix, shardIndex);
   }
 
-
   /**
    * `readNew` for a Redis Cluster, where one command cannot span shards (each has its own slot):
    * per shard a batch of a non-blocking XREADGROUP and its `firstAfter` check, sent through the
@@ -402,7 +466,13 @@ export class ShardClient {
    * `failed`; the others' entries are delivered. Rejects with ReadDeadlineError when the replies
    * did not all come back within `deadlineMs`.
    */
-  async readEach(reader: BatchSender, shards: number[], cursors: string[], countPerShard: number, deadlineMs: number): Promise<ReadResult & { failed: Map<number, Error> }> {
+  async readEach(
+    reader: BatchSender,
+    shards: number[],
+    cursors: string[],
+    countPerShard: number,
+    deadlineMs: number,
+  ): Promise<ReadResult & { failed: Map<number, Error> }> {
     const streams = shards.map((s) => this.keys.shardStream(this.streamPrefix, s));
     const results = await reader.exec(
       shards.map((_, i) => ({
@@ -456,22 +526,35 @@ export class ShardClient {
     const [stream, fence] = this.shardKeys(shardIndex);
     const deadLetters = this.keys.shardDeadLetterStream(this.streamPrefix, shardIndex, letter.destination);
     const payloadBase64 = binaryPayload(entry);
-    const reply = await runScript(this.redis, 'deadLetterFenced', [stream, fence, deadLetters], [
-      this.consumerGroup,
-      this.token(grantEpoch),
-      entry.id,
-      letter.maxLen,
-      'shardIndex', String(shardIndex),
-      'entryId', entry.id,
-      'memberId', this.memberId,
-      'consumerGroup', this.consumerGroup,
-      'cause', letter.cause,
-      'error', letter.error,
-      'attempts', String(letter.attempts),
-      'fields', JSON.stringify(entry.fields),
-      // The text in `fields` of a binary payload is not its bytes: they are kept beside it.
-      ...(payloadBase64 === undefined ? [] : ['payloadBase64', payloadBase64]),
-    ]);
+    const reply = await runScript(
+      this.redis,
+      'deadLetterFenced',
+      [stream, fence, deadLetters],
+      [
+        this.consumerGroup,
+        this.token(grantEpoch),
+        entry.id,
+        letter.maxLen,
+        'shardIndex',
+        String(shardIndex),
+        'entryId',
+        entry.id,
+        'memberId',
+        this.memberId,
+        'consumerGroup',
+        this.consumerGroup,
+        'cause',
+        letter.cause,
+        'error',
+        letter.error,
+        'attempts',
+        String(letter.attempts),
+        'fields',
+        JSON.stringify(entry.fields),
+        // The text in `fields` of a binary payload is not its bytes: they are kept beside it.
+        ...(payloadBase64 === undefined ? [] : ['payloadBase64', payloadBase64]),
+      ],
+    );
     return Number(reply) === -1 ? null : String(reply);
   }
 }

@@ -85,7 +85,12 @@ export async function ensureRoutingMarkers(
     client,
     shards.map((shard) => ({
       build(pipeline) {
-        pipelineScript(pipeline, 'ensureRouting', [keys.shardRouting(streamPrefix, shard)], [routing.version, routing.count, routing.previous, routing.switchAt]);
+        pipelineScript(
+          pipeline,
+          'ensureRouting',
+          [keys.shardRouting(streamPrefix, shard)],
+          [routing.version, routing.count, routing.previous, routing.switchAt],
+        );
       },
     })),
   );

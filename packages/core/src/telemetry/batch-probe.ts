@@ -48,7 +48,12 @@ export class BatchProbe {
   }
 
   private record(outcome: { error: unknown; failedIndex: number | undefined } | undefined): void {
-    const failure = outcome === undefined ? undefined : outcome.failedIndex === undefined ? outcome.error : ((outcome.error as Error).cause ?? outcome.error);
+    const failure =
+      outcome === undefined
+        ? undefined
+        : outcome.failedIndex === undefined
+          ? outcome.error
+          : ((outcome.error as Error).cause ?? outcome.error);
     const errorType = outcome === undefined ? undefined : errorTypeOf(failure);
     this.recorder.recordHandler((performance.now() - this.startedAt) / 1000, errorType);
     this.recorder.recordBatchSize(this.size);

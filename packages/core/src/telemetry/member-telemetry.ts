@@ -1,5 +1,15 @@
 import type { EventEmitter } from 'node:events';
-import type { Attributes, BatchObservableResult, Context, Counter, Histogram, Meter, ObservableGauge, Span, Tracer } from '@opentelemetry/api';
+import type {
+  Attributes,
+  BatchObservableResult,
+  Context,
+  Counter,
+  Histogram,
+  Meter,
+  ObservableGauge,
+  Span,
+  Tracer,
+} from '@opentelemetry/api';
 import type { DeadLetterCause } from '../protocol/dead-letter-cause';
 import type { StreamMessage } from '../protocol/entry-format';
 import { ErrorCode } from '../protocol/error-codes';
@@ -56,20 +66,60 @@ function instrumentsOf(meter: Meter): MemberInstruments {
   let instruments = instrumentsByMeter.get(meter);
   if (instruments) return instruments;
   instruments = {
-    processDuration: meter.createHistogram(METRIC.processDuration, { unit: 's', description: 'Duration of one handler call (each retry is one call)', advice: { explicitBucketBoundaries: FAST_BUCKETS_S } }),
-    batchSize: meter.createHistogram(METRIC.batchSize, { unit: '{message}', description: 'Entries handed to one batch handler call (batch member option; each retry is one call)', advice: { explicitBucketBoundaries: BATCH_SIZE_BUCKETS } }),
-    consumed: meter.createCounter(METRIC.consumedMessages, { unit: '{message}', description: 'Entries handed to a handler (first attempt; retries are counted apart)' }),
-    acknowledged: meter.createCounter(METRIC.acknowledged, { unit: '{message}', description: 'Entries acknowledged under the fencing token (dead-lettered ones included)' }),
-    retried: meter.createCounter(METRIC.retried, { unit: '{message}', description: 'Handler calls that failed and are tried again in place' }),
+    processDuration: meter.createHistogram(METRIC.processDuration, {
+      unit: 's',
+      description: 'Duration of one handler call (each retry is one call)',
+      advice: { explicitBucketBoundaries: FAST_BUCKETS_S },
+    }),
+    batchSize: meter.createHistogram(METRIC.batchSize, {
+      unit: '{message}',
+      description: 'Entries handed to one batch handler call (batch member option; each retry is one call)',
+      advice: { explicitBucketBoundaries: BATCH_SIZE_BUCKETS },
+    }),
+    consumed: meter.createCounter(METRIC.consumedMessages, {
+      unit: '{message}',
+      description: 'Entries handed to a handler (first attempt; retries are counted apart)',
+    }),
+    acknowledged: meter.createCounter(METRIC.acknowledged, {
+      unit: '{message}',
+      description: 'Entries acknowledged under the fencing token (dead-lettered ones included)',
+    }),
+    retried: meter.createCounter(METRIC.retried, {
+      unit: '{message}',
+      description: 'Handler calls that failed and are tried again in place',
+    }),
     deadLettered: meter.createCounter(METRIC.deadLettered, { unit: '{message}', description: 'Entries moved to the dead-letter stream' }),
-    ackBatchesRefused: meter.createCounter(METRIC.ackBatchesRefused, { unit: '{batch}', description: 'Acknowledgement batches refused because the shard has a newer owner (fencing)' }),
-    rebalances: meter.createCounter(METRIC.rebalances, { unit: '{rebalance}', description: 'Rebalances this member took part in (the group left STABLE)' }),
-    rebalanceDuration: meter.createHistogram(METRIC.rebalanceDuration, { unit: 's', description: 'From the first heartbeat answer out of STABLE to the first one back in STABLE', advice: { explicitBucketBoundaries: REBALANCE_BUCKETS_S } }),
-    heartbeatDuration: meter.createHistogram(METRIC.heartbeatDuration, { unit: 's', description: 'Round trip of one heartbeat script call', advice: { explicitBucketBoundaries: FAST_BUCKETS_S } }),
-    lag: meter.createObservableGauge(METRIC.lag, { unit: '{message}', description: 'Entries of an owned shard not yet delivered to the group' }),
-    pending: meter.createObservableGauge(METRIC.pending, { unit: '{message}', description: 'Entries of an owned shard delivered and not yet acknowledged' }),
+    ackBatchesRefused: meter.createCounter(METRIC.ackBatchesRefused, {
+      unit: '{batch}',
+      description: 'Acknowledgement batches refused because the shard has a newer owner (fencing)',
+    }),
+    rebalances: meter.createCounter(METRIC.rebalances, {
+      unit: '{rebalance}',
+      description: 'Rebalances this member took part in (the group left STABLE)',
+    }),
+    rebalanceDuration: meter.createHistogram(METRIC.rebalanceDuration, {
+      unit: 's',
+      description: 'From the first heartbeat answer out of STABLE to the first one back in STABLE',
+      advice: { explicitBucketBoundaries: REBALANCE_BUCKETS_S },
+    }),
+    heartbeatDuration: meter.createHistogram(METRIC.heartbeatDuration, {
+      unit: 's',
+      description: 'Round trip of one heartbeat script call',
+      advice: { explicitBucketBoundaries: FAST_BUCKETS_S },
+    }),
+    lag: meter.createObservableGauge(METRIC.lag, {
+      unit: '{message}',
+      description: 'Entries of an owned shard not yet delivered to the group',
+    }),
+    pending: meter.createObservableGauge(METRIC.pending, {
+      unit: '{message}',
+      description: 'Entries of an owned shard delivered and not yet acknowledged',
+    }),
     ownedShards: meter.createObservableGauge(METRIC.ownedShards, { unit: '{shard}', description: 'Shards this member owns' }),
-    memberEpoch: meter.createObservableGauge(METRIC.memberEpoch, { unit: '{epoch}', description: "This member's epoch (0 while it joins)" }),
+    memberEpoch: meter.createObservableGauge(METRIC.memberEpoch, {
+      unit: '{epoch}',
+      description: "This member's epoch (0 while it joins)",
+    }),
   };
   instrumentsByMeter.set(meter, instruments);
   return instruments;
@@ -278,7 +328,11 @@ export class MemberTelemetry implements BatchRecorder {
       // The most tries any entry of the call has had (1 on a first call of fresh entries).
       [ATTR.deliveryCount]: Math.max(...messages.map((m) => m.deliveryCount)),
     };
-    const span = this.tracer!.startSpan(`process ${this.identity.streamPrefix}`, { kind: api.SpanKind.CONSUMER, attributes, links }, active);
+    const span = this.tracer!.startSpan(
+      `process ${this.identity.streamPrefix}`,
+      { kind: api.SpanKind.CONSUMER, attributes, links },
+      active,
+    );
     return new BatchProbe(this, api, messages.length, span, api.trace.setSpan(active, span));
   }
 
@@ -306,7 +360,12 @@ export class MemberTelemetry implements BatchRecorder {
     if (this.probeFailing) return;
     this.probeFailing = true;
     try {
-      this.target?.reportError(new Error(`telemetry: recording a handler call failed, handlers run on unrecorded (said once until the member starts again): ${error instanceof Error ? error.message : String(error)}`, { cause: error }));
+      this.target?.reportError(
+        new Error(
+          `telemetry: recording a handler call failed, handlers run on unrecorded (said once until the member starts again): ${error instanceof Error ? error.message : String(error)}`,
+          { cause: error },
+        ),
+      );
     } catch {
       // A member without an 'error' listener throws here (EventEmitter): the call must run all the same.
     }
@@ -330,7 +389,10 @@ export class MemberTelemetry implements BatchRecorder {
   /** CoordinatorOptions.onHeartbeat of the member's coordinator client. */
   readonly onHeartbeat = (observation: HeartbeatObservation): void => {
     const { response } = observation;
-    this.instruments?.heartbeatDuration.record(observation.roundTripMs / 1000, response ? this.member : this.withError(errorTypeOf(observation.error), this.member));
+    this.instruments?.heartbeatDuration.record(
+      observation.roundTripMs / 1000,
+      response ? this.member : this.withError(errorTypeOf(observation.error), this.member),
+    );
     if (!response) return;
     if (response.errorCode !== ErrorCode.NONE) {
       // Refused as fenced or unknown: the member drops everything and rejoins with epoch 0.
@@ -391,7 +453,11 @@ export class MemberTelemetry implements BatchRecorder {
     } catch (error) {
       // One 'error' per failure streak; the lag and pending series have a gap meanwhile (no stale value).
       if (!this.positionsFailing) {
-        target.reportError(new Error(`member ${this.identity.memberId}: reading lag and pending for metrics failed: ${(error as Error).message}; the ${METRIC.lag} and ${METRIC.pending} gauges skip its shards until a read succeeds`));
+        target.reportError(
+          new Error(
+            `member ${this.identity.memberId}: reading lag and pending for metrics failed: ${(error as Error).message}; the ${METRIC.lag} and ${METRIC.pending} gauges skip its shards until a read succeeds`,
+          ),
+        );
       }
       this.positionsFailing = true;
       return;

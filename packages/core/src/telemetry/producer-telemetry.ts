@@ -17,8 +17,15 @@ function instrumentsOf(meter: Meter): ProducerInstruments {
   let instruments = instrumentsByMeter.get(meter);
   if (!instruments) {
     instruments = {
-      sent: meter.createCounter(METRIC.sentMessages, { unit: '{message}', description: 'Entries written by StreamProducer (error.type set on those not written)' }),
-      duration: meter.createHistogram(METRIC.operationDuration, { unit: 's', description: 'Duration of one send or sendBatch, re-routes included', advice: { explicitBucketBoundaries: FAST_BUCKETS_S } }),
+      sent: meter.createCounter(METRIC.sentMessages, {
+        unit: '{message}',
+        description: 'Entries written by StreamProducer (error.type set on those not written)',
+      }),
+      duration: meter.createHistogram(METRIC.operationDuration, {
+        unit: 's',
+        description: 'Duration of one send or sendBatch, re-routes included',
+        advice: { explicitBucketBoundaries: FAST_BUCKETS_S },
+      }),
     };
     instrumentsByMeter.set(meter, instruments);
   }
@@ -111,7 +118,8 @@ export class ProducerTelemetry {
   record(seconds: number, written: number, failed: number, error: unknown): void {
     const instruments = this.instruments;
     if (!instruments) return;
-    const failedAttributes = error === undefined ? this.base : this.withError(error instanceof Error ? error.name || 'Error' : typeof error);
+    const failedAttributes =
+      error === undefined ? this.base : this.withError(error instanceof Error ? error.name || 'Error' : typeof error);
     instruments.duration.record(seconds, failedAttributes);
     if (written > 0) instruments.sent.add(written, this.base);
     if (failed > 0) instruments.sent.add(failed, failedAttributes);

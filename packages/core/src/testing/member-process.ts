@@ -108,7 +108,10 @@ function connect(settings: MemberProcessSettings): Redis | Cluster {
   const redisOptions = { maxRetriesPerRequest: 1, retryStrategy: () => 50, maxLoadingRetryTime: LOADING_RETRY_MS };
   if (settings.clusterNodes) {
     return new Cluster(settings.clusterNodes, {
-      retryDelayOnFailover: 100, retryDelayOnClusterDown: 100, retryDelayOnTryAgain: 50, maxRedirections: 64,
+      retryDelayOnFailover: 100,
+      retryDelayOnClusterDown: 100,
+      retryDelayOnTryAgain: 50,
+      maxRedirections: 64,
       redisOptions: { ...redisOptions, maxRetriesPerRequest: 20 },
     });
   }
@@ -253,16 +256,42 @@ function memberState(member: CoordinatedMember<{ seq: number }>): Record<string,
   const shards = poller.shards.all().map((state: ShardState) => {
     const poll = polling.polls.get(state);
     return {
-      s: state.index, ge: state.grantEpoch, phase: state.phase, queue: state.queue.length, held: state.held.length, work: [...state.work.entries()].map(([k, w]) => `${k}:${w.ids.join(',')}${w.call ? '*' : ''}`),
-      readCursor: state.readCursor, takeoverCursor: state.takeoverCursor, sweeping: state.sweeping, sinceSweep: now - state.lastSweepAt,
-      problems: [...state.problems.values()], pollDelay: poll?.delayMs, dueIn: poll ? poll.nextAt - now : undefined,
-      woken: polling.woken.has(state.index), wake: polling.wakes.get(state.index)?.confirmed, covered: reader.lastCovered.get(state),
+      s: state.index,
+      ge: state.grantEpoch,
+      phase: state.phase,
+      queue: state.queue.length,
+      held: state.held.length,
+      work: [...state.work.entries()].map(([k, w]) => `${k}:${w.ids.join(',')}${w.call ? '*' : ''}`),
+      readCursor: state.readCursor,
+      takeoverCursor: state.takeoverCursor,
+      sweeping: state.sweeping,
+      sinceSweep: now - state.lastSweepAt,
+      problems: [...state.problems.values()],
+      pollDelay: poll?.delayMs,
+      dueIn: poll ? poll.nextAt - now : undefined,
+      woken: polling.woken.has(state.index),
+      wake: polling.wakes.get(state.index)?.confirmed,
+      covered: reader.lastCovered.get(state),
     };
   });
   return {
-    stats: member.stats(), lifecycle: m.lifecycle, shards, holds: [...poller.shards.holds], lingering: [...poller.shards.lingering.keys()], buffered: poller.shards.buffered,
-    reader: { running: reader.running, reads: reader.reads, waitingForRoom: reader.waitingForRoom, sinceRead: now - reader.lastReadAt, currentRead: reader.currentRead ? [...reader.currentRead.shards] : null, mode: reader.currentRead?.mode },
-    dispatcher: { busy: poller.dispatcher.busy }, mayStart: m.mayStartHandlers(), paused: poller.paused,
+    stats: member.stats(),
+    lifecycle: m.lifecycle,
+    shards,
+    holds: [...poller.shards.holds],
+    lingering: [...poller.shards.lingering.keys()],
+    buffered: poller.shards.buffered,
+    reader: {
+      running: reader.running,
+      reads: reader.reads,
+      waitingForRoom: reader.waitingForRoom,
+      sinceRead: now - reader.lastReadAt,
+      currentRead: reader.currentRead ? [...reader.currentRead.shards] : null,
+      mode: reader.currentRead?.mode,
+    },
+    dispatcher: { busy: poller.dispatcher.busy },
+    mayStart: m.mayStartHandlers(),
+    paused: poller.paused,
   };
 }
 

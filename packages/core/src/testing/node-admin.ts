@@ -37,7 +37,8 @@ export async function waitUntil(check: () => Promise<boolean>, what: string, dea
     } catch (error) {
       lastError = error;
     }
-    if (Date.now() > deadline) throw new Error(`timed out after ${deadlineMs} ms waiting for ${what}${lastError ? `: ${(lastError as Error).message}` : ''}`);
+    if (Date.now() > deadline)
+      throw new Error(`timed out after ${deadlineMs} ms waiting for ${what}${lastError ? `: ${(lastError as Error).message}` : ''}`);
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
 }

@@ -1,11 +1,4 @@
-import {
-  type CoordinatorClient,
-  ErrorCode,
-  type HeartbeatRequest,
-  type HeartbeatResponse,
-  JOIN_EPOCH,
-  LEAVE_EPOCH,
-} from '../index';
+import { type CoordinatorClient, ErrorCode, type HeartbeatRequest, type HeartbeatResponse, JOIN_EPOCH, LEAVE_EPOCH } from '../index';
 
 /**
  * A well-behaved member at the protocol level, without reading streams: it applies each answer
@@ -93,9 +86,7 @@ export async function settle(members: ProtocolMember[], maxRounds = 20): Promise
   let last: HeartbeatResponse | undefined;
   for (let round = 0; round < maxRounds; round++) {
     for (const member of members) last = await member.heartbeat();
-    const done = members.every(
-      (m) => m.last?.errorCode === ErrorCode.NONE && m.revoking.length === 0 && m.last.pendingShards.length === 0,
-    );
+    const done = members.every((m) => m.last?.errorCode === ErrorCode.NONE && m.revoking.length === 0 && m.last.pendingShards.length === 0);
     if (done && last?.state === 'STABLE') return last;
   }
   throw new Error(`group did not converge in ${maxRounds} rounds; last state ${last?.state}`);

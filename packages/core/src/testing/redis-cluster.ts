@@ -50,15 +50,21 @@ export class RedisCluster {
   static async start(options: RedisClusterOptions = {}): Promise<RedisCluster> {
     const masters = options.masters ?? 3;
     const replicas = options.replicasPerMaster ?? 1;
-    if (!Number.isInteger(masters) || masters < 3) throw new RangeError(`masters must be an integer >= 3 (Redis Cluster needs 3), got ${masters}`);
-    if (!Number.isInteger(replicas) || replicas < 0) throw new RangeError(`replicasPerMaster must be a non-negative integer, got ${replicas}`);
+    if (!Number.isInteger(masters) || masters < 3)
+      throw new RangeError(`masters must be an integer >= 3 (Redis Cluster needs 3), got ${masters}`);
+    if (!Number.isInteger(replicas) || replicas < 0)
+      throw new RangeError(`replicasPerMaster must be a non-negative integer, got ${replicas}`);
     const args = [
-      '--cluster-enabled', 'yes',
-      '--cluster-node-timeout', String(options.nodeTimeoutMs ?? 1000),
+      '--cluster-enabled',
+      'yes',
+      '--cluster-node-timeout',
+      String(options.nodeTimeoutMs ?? 1000),
       // Slots of a failed master must not stop the others from being served.
-      '--cluster-require-full-coverage', 'no',
+      '--cluster-require-full-coverage',
+      'no',
       // A replica that never synced cannot take over; Redis 7 waits 5 s before a diskless sync by default.
-      '--repl-diskless-sync-delay', '0',
+      '--repl-diskless-sync-delay',
+      '0',
       ...(options.args ?? []),
     ];
     const started = await Promise.allSettled(Array.from({ length: masters * (1 + replicas) }, () => RedisServer.start({ args })));
@@ -68,8 +74,12 @@ export class RedisCluster {
       const failed = started.find((s): s is PromiseRejectedResult => s.status === 'rejected');
       if (failed) throw failed.reason;
       await run('redis-cli', [
-        '--cluster', 'create', ...servers.map((s) => `127.0.0.1:${s.port}`),
-        '--cluster-replicas', String(replicas), '--cluster-yes',
+        '--cluster',
+        'create',
+        ...servers.map((s) => `127.0.0.1:${s.port}`),
+        '--cluster-replicas',
+        String(replicas),
+        '--cluster-yes',
       ]).catch((error: { stderr?: string; stdout?: string; message: string }) => {
         throw new Error(`redis-cli --cluster create failed (is redis-cli installed?): ${error.stderr || error.stdout || error.message}`);
       });
@@ -184,7 +194,11 @@ export class RedisCluster {
           onNode(s.port, async (client) => {
             const info = String(await client.cluster('INFO'));
             const nodes = parseClusterNodes(String(await client.cluster('NODES')));
-            const masters = nodes.filter((n) => n.role === 'master' && !n.failed && n.slots.length > 0).map((n) => `${n.id}:${JSON.stringify(n.slots)}`).sort().join(' ');
+            const masters = nodes
+              .filter((n) => n.role === 'master' && !n.failed && n.slots.length > 0)
+              .map((n) => `${n.id}:${JSON.stringify(n.slots)}`)
+              .sort()
+              .join(' ');
             // A replica must have synced: one that never did has no data to take over with.
             const replication = String(await client.info('replication'));
             const synced = !/role:slave/.test(replication) || /master_link_status:up/.test(replication);
@@ -197,7 +211,10 @@ export class RedisCluster {
   }
 
   private command<R>(call: (client: Redis) => Promise<R>): Promise<R> {
-    return onAnyNode(this.servers.filter((s) => s.isRunning()).map((s) => s.port), call);
+    return onAnyNode(
+      this.servers.filter((s) => s.isRunning()).map((s) => s.port),
+      call,
+    );
   }
 }
 

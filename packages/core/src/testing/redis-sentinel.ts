@@ -33,20 +33,30 @@ export class RedisSentinel {
 
   static async start(options: RedisSentinelOptions = {}): Promise<RedisSentinel> {
     const masterName = options.masterName ?? 'rsc-master';
-    if (!/^[A-Za-z0-9_.-]{1,64}$/.test(masterName)) throw new RangeError(`masterName must be 1-64 letters, digits, '_', '.' or '-', got ${JSON.stringify(masterName)}`);
+    if (!/^[A-Za-z0-9_.-]{1,64}$/.test(masterName))
+      throw new RangeError(`masterName must be 1-64 letters, digits, '_', '.' or '-', got ${JSON.stringify(masterName)}`);
     const replicaCount = options.replicas ?? 1;
     const sentinelCount = options.sentinels ?? 3;
     const downAfter = options.downAfterMs ?? 1000;
     const servers: RedisServer[] = [];
     const sentinels: RedisServer[] = [];
     const quorum = Math.floor(sentinelCount / 2) + 1;
-    const settings = ['down-after-milliseconds', String(downAfter), 'failover-timeout', String(Math.max(3000, downAfter * 3)), 'parallel-syncs', '1'];
+    const settings = [
+      'down-after-milliseconds',
+      String(downAfter),
+      'failover-timeout',
+      String(Math.max(3000, downAfter * 3)),
+      'parallel-syncs',
+      '1',
+    ];
     const setup = new RedisSentinel(masterName, servers, sentinels, { quorum, settings });
     try {
       const master = await RedisServer.start({ args: ['--repl-diskless-sync-delay', '0'] });
       servers.push(master);
       for (let i = 0; i < replicaCount; i++) {
-        servers.push(await RedisServer.start({ args: ['--replicaof', '127.0.0.1', String(master.port), '--repl-diskless-sync-delay', '0'] }));
+        servers.push(
+          await RedisServer.start({ args: ['--replicaof', '127.0.0.1', String(master.port), '--repl-diskless-sync-delay', '0'] }),
+        );
       }
       const config = [
         `sentinel monitor ${masterName} 127.0.0.1 ${master.port} ${quorum}`,
@@ -54,7 +64,10 @@ export class RedisSentinel {
         '',
       ].join('\n');
       for (let i = 0; i < sentinelCount; i++) sentinels.push(await RedisServer.start({ config, sentinel: true }));
-      await waitUntil(async () => (await setup.replicasSeen()) >= replicaCount, `the Sentinels to see ${replicaCount} replica(s) of ${masterName}`);
+      await waitUntil(
+        async () => (await setup.replicasSeen()) >= replicaCount,
+        `the Sentinels to see ${replicaCount} replica(s) of ${masterName}`,
+      );
     } catch (error) {
       await setup.stop();
       throw error;
@@ -160,8 +173,12 @@ export class RedisSentinel {
       });
     }
     await waitUntil(async () => {
-      const named = await Promise.all(sentinels.map((s) => onNode(s.port, (c) => c.call('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', this.masterName)))) as [string, string][];
-      return named.every(([, port]) => Number(port) === to) && /master_link_status:up/.test(await onNode(from, (c) => c.info('replication')));
+      const named = (await Promise.all(
+        sentinels.map((s) => onNode(s.port, (c) => c.call('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', this.masterName))),
+      )) as [string, string][];
+      return (
+        named.every(([, port]) => Number(port) === to) && /master_link_status:up/.test(await onNode(from, (c) => c.info('replication')))
+      );
     }, `the Sentinels to name the master on port ${to} and the server on port ${from} to replicate it`);
     return { from, to };
   }

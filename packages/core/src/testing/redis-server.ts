@@ -110,7 +110,14 @@ export class RedisServer {
       'redis-server',
       [
         ...config,
-        '--port', String(this.port), '--bind', '127.0.0.1', '--dir', this.dir, '--logfile', '',
+        '--port',
+        String(this.port),
+        '--bind',
+        '127.0.0.1',
+        '--dir',
+        this.dir,
+        '--logfile',
+        '',
         ...(this.options.sentinel ? [] : persistence),
         ...(this.options.args ?? []),
       ],
@@ -121,7 +128,10 @@ export class RedisServer {
     child.once('exit', () => running.delete(child));
     this.log = '';
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => fail(new Error(`redis-server on port ${this.port} not ready after ${START_DEADLINE_MS} ms:\n${this.log}`)), START_DEADLINE_MS);
+      const timer = setTimeout(
+        () => fail(new Error(`redis-server on port ${this.port} not ready after ${START_DEADLINE_MS} ms:\n${this.log}`)),
+        START_DEADLINE_MS,
+      );
       const onData = (chunk: Buffer) => {
         this.log += chunk.toString();
         if (READY.test(this.log)) {

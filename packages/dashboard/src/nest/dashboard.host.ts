@@ -42,7 +42,8 @@ export class CoordinatorDashboardHost implements OnModuleInit, BeforeApplication
     dashboard.on('error', (error) => this.logger.warn(error.message));
     dashboard.on('action', (action) => this.logger.log(`${action.action}: ${action.target}`));
     const adapter = this.adapterHost.httpAdapter;
-    if (!adapter) throw new Error('CoordinatorDashboardModule: the application has no HTTP server (an HTTP adapter is needed to serve the page)');
+    if (!adapter)
+      throw new Error('CoordinatorDashboardModule: the application has no HTTP server (an HTTP adapter is needed to serve the page)');
     adapter.use(dashboard.middleware());
     this.current = dashboard;
     this.logger.log(`dashboard at ${dashboard.options.path}/ (${dashboard.options.readOnly ? 'read-only' : 'actions on'})`);

@@ -92,11 +92,19 @@ export class CoordinatorClientProxy extends ClientProxy {
     super();
     if (options === null || typeof options !== 'object') throw new TypeError('CoordinatorClientProxy(options): options must be an object');
     const redis = options.redis as unknown;
-    if (!redis || typeof redis !== 'object' || (!options.redis.url && !options.redis.options && !options.redis.client && !options.redis.cluster)) {
-      throw new Error('CoordinatorClientProxy: the "redis" option is required: give redis.url, redis.options, redis.cluster or redis.client');
+    if (
+      !redis ||
+      typeof redis !== 'object' ||
+      (!options.redis.url && !options.redis.options && !options.redis.client && !options.redis.cluster)
+    ) {
+      throw new Error(
+        'CoordinatorClientProxy: the "redis" option is required: give redis.url, redis.options, redis.cluster or redis.client',
+      );
     }
     if (options.key !== undefined && typeof options.key !== 'function') {
-      throw new TypeError(`CoordinatorClientProxy: key must be a function (data, pattern) => string | undefined, got ${typeof options.key}`);
+      throw new TypeError(
+        `CoordinatorClientProxy: key must be a function (data, pattern) => string | undefined, got ${typeof options.key}`,
+      );
     }
     this.timeoutMs = positiveInteger('timeoutMs', options.timeoutMs ?? DEFAULT_TIMEOUT_MS, 1);
     this.inboxTtlMs = positiveInteger('inboxTtlMs', options.inboxTtlMs ?? DEFAULT_INBOX_TTL_MS, 300);
@@ -109,7 +117,11 @@ export class CoordinatorClientProxy extends ClientProxy {
   /** Connects to Redis (once; emit() and send() call it). */
   async connect(): Promise<Redis | Cluster> {
     if (this.closed) throw new Error('CoordinatorClientProxy: closed');
-    this.connection ??= CoordinatorConnection.fromOptions({ redis: this.options.redis }, (error) => this.throttled.warn('redis', `Redis: ${error.message}`), 'client');
+    this.connection ??= CoordinatorConnection.fromOptions(
+      { redis: this.options.redis },
+      (error) => this.throttled.warn('redis', `Redis: ${error.message}`),
+      'client',
+    );
     return this.connection.client;
   }
 
@@ -200,14 +212,21 @@ export class CoordinatorClientProxy extends ClientProxy {
 
   private patternOf(pattern: unknown): string {
     if (typeof pattern !== 'string' || pattern === '') {
-      throw new TypeError(`CoordinatorClientProxy: the pattern must be a stream prefix (a non-empty string), got ${JSON.stringify(pattern)}`);
+      throw new TypeError(
+        `CoordinatorClientProxy: the pattern must be a stream prefix (a non-empty string), got ${JSON.stringify(pattern)}`,
+      );
     }
     return pattern;
   }
 
   private outgoing(pattern: string, data: unknown): OutgoingMessage {
     if (data instanceof StreamRecord) {
-      return { payload: data.payload, key: data.options.key ?? this.options.key?.(data.payload, pattern), headers: { ...data.options.headers }, shardIndex: data.options.shardIndex };
+      return {
+        payload: data.payload,
+        key: data.options.key ?? this.options.key?.(data.payload, pattern),
+        headers: { ...data.options.headers },
+        shardIndex: data.options.shardIndex,
+      };
     }
     return { payload: data, key: this.options.key?.(data, pattern) };
   }

@@ -58,13 +58,19 @@ export function resolvePatternOptions(
   merged.runtimeMaxConcurrency = workersOf([extras as RedisStreamsPatternOptions | undefined, options.streams?.[prefix], options]);
   if (merged.batch !== undefined) {
     // A pattern handler gets one payload and its context per call; a batch would hand it an array.
-    throw new TypeError(`${where}: batch is not supported by the microservices transport (a pattern handler gets one entry per call); use a @StreamListener or a bean consumer with batch`);
+    throw new TypeError(
+      `${where}: batch is not supported by the microservices transport (a pattern handler gets one entry per call); use a @StreamListener or a bean consumer with batch`,
+    );
   }
   if (typeof concurrency !== 'number' || !Number.isInteger(concurrency) || concurrency < 1 || concurrency > MAX_LISTENER_CONCURRENCY) {
-    throw new RangeError(`${where}: concurrency must be an integer from 1 to ${MAX_LISTENER_CONCURRENCY}, got ${JSON.stringify(concurrency)}`);
+    throw new RangeError(
+      `${where}: concurrency must be an integer from 1 to ${MAX_LISTENER_CONCURRENCY}, got ${JSON.stringify(concurrency)}`,
+    );
   }
   if (typeof merged.consumerGroup !== 'string' || merged.consumerGroup === '') {
-    throw new TypeError(`${where}: consumerGroup is required (in the pattern's extras, streams[${JSON.stringify(prefix)}] or the server's options), got ${JSON.stringify(merged.consumerGroup)}`);
+    throw new TypeError(
+      `${where}: consumerGroup is required (in the pattern's extras, streams[${JSON.stringify(prefix)}] or the server's options), got ${JSON.stringify(merged.consumerGroup)}`,
+    );
   }
   return { concurrency, memberOptions: merged as RedisStreamsPatternOptions & { consumerGroup: string } };
 }

@@ -90,7 +90,11 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
       throw new TypeError('RedisStreamsServer(options): options must be an object');
     }
     const redis = options.redis as unknown;
-    if (!redis || typeof redis !== 'object' || (!options.redis.url && !options.redis.options && !options.redis.client && !options.redis.cluster)) {
+    if (
+      !redis ||
+      typeof redis !== 'object' ||
+      (!options.redis.url && !options.redis.options && !options.redis.client && !options.redis.cluster)
+    ) {
       throw new Error('RedisStreamsServer: the "redis" option is required: give redis.url, redis.options, redis.cluster or redis.client');
     }
     this.events.on('error', () => undefined); // reported by the logger; listeners of on('error') get it too
@@ -127,7 +131,11 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
   async close(): Promise<void> {
     this.closing = true;
     const members = this.groups.flatMap((group) => group.members);
-    await Promise.all(members.map((member) => member.stop().catch((error: Error) => this.log.warn(`member ${member.memberId} did not stop cleanly: ${error.message}`))));
+    await Promise.all(
+      members.map((member) =>
+        member.stop().catch((error: Error) => this.log.warn(`member ${member.memberId} did not stop cleanly: ${error.message}`)),
+      ),
+    );
     for (const member of members) member.removeAllListeners();
     this.groups = [];
     await this.connection?.close();
@@ -193,10 +201,17 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
         this.throttled.warn(`${created.memberId}:${error.message}`, `member ${created.memberId} (${pattern}): ${error.message}`);
         this.events.emit('error', error);
       });
-      created.on('lease-lost', () => this.log.warn(`member ${created.memberId} (${pattern}) lost its lease: no heartbeat got through; it rejoins when Redis answers`));
+      created.on('lease-lost', () =>
+        this.log.warn(`member ${created.memberId} (${pattern}) lost its lease: no heartbeat got through; it rejoins when Redis answers`),
+      );
       members.push(created);
     }
-    return { streamPrefix: pattern, consumerGroup: memberOptions.consumerGroup, kind: handler.isEventHandler ? 'event' : 'request', members };
+    return {
+      streamPrefix: pattern,
+      consumerGroup: memberOptions.consumerGroup,
+      kind: handler.isEventHandler ? 'event' : 'request',
+      members,
+    };
   }
 
   /** Starts a member, retrying while Redis cannot be reached, until it joined or the server closes. */
@@ -209,7 +224,10 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
       } catch (error) {
         if (this.closing) return;
         const fatal = (error as Error).name === 'FencedInstanceIdError'; // another live process has this id: no retry cures it
-        this.throttled.warn(`start:${member.memberId}`, `member ${member.memberId} (${group.streamPrefix}) cannot start${fatal ? '' : ' yet'}: ${(error as Error).message}${fatal ? '' : `; retrying every ${delayMs} ms`}`);
+        this.throttled.warn(
+          `start:${member.memberId}`,
+          `member ${member.memberId} (${group.streamPrefix}) cannot start${fatal ? '' : ' yet'}: ${(error as Error).message}${fatal ? '' : `; retrying every ${delayMs} ms`}`,
+        );
         this.events.emit('error', error);
         if (fatal) return;
         await new Promise((resolve) => setTimeout(resolve, delayMs));
@@ -222,7 +240,11 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
     const handler = this.getHandlerByPattern(pattern);
     if (!handler) throw new Error(`RedisStreamsServer: no handler for pattern ${JSON.stringify(pattern)}`);
     const context = new RedisStreamsContext([
-      new StreamContext(message, { memberId: member.memberId, consumerGroup: member.options.consumerGroup, memberEpoch: member.currentMemberEpoch() }),
+      new StreamContext(message, {
+        memberId: member.memberId,
+        consumerGroup: member.options.consumerGroup,
+        memberEpoch: member.currentMemberEpoch(),
+      }),
     ]);
     const replyTo = message.headers[REPLY_TO_HEADER];
     const correlationId = message.headers[CORRELATION_ID_HEADER];
@@ -260,21 +282,30 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
       json = JSON.stringify(body);
     } catch (error) {
       // A response JSON cannot carry (a BigInt, a cycle): the requester gets an error, not a timeout.
-      json = JSON.stringify({ err: { status: 'error', message: `RedisStreamsServer: the reply of ${pattern} cannot be serialized as JSON: ${(error as Error).message}` } });
+      json = JSON.stringify({
+        err: {
+          status: 'error',
+          message: `RedisStreamsServer: the reply of ${pattern} cannot be serialized as JSON: ${(error as Error).message}`,
+        },
+      });
     }
     let written: boolean;
     try {
       written = await writeReply(this.connection!.client, inbox, correlationId, json);
     } catch (error) {
       this.counters.failedReplies += 1;
-      const failure = new Error(`RedisStreamsServer: the reply to request ${correlationId} on ${pattern} was not written to ${inbox}: ${(error as Error).message}; the request is retried`);
+      const failure = new Error(
+        `RedisStreamsServer: the reply to request ${correlationId} on ${pattern} was not written to ${inbox}: ${(error as Error).message}; the request is retried`,
+      );
       this.throttled.warn(`reply:${pattern}`, failure.message);
       this.events.emit('error', failure);
       throw failure;
     }
     if (!written) {
       this.counters.droppedReplies += 1;
-      this.log.debug?.(`reply to request ${correlationId} on ${pattern} dropped: inbox ${inbox} no longer exists (its client closed or stopped refreshing it)`);
+      this.log.debug?.(
+        `reply to request ${correlationId} on ${pattern} dropped: inbox ${inbox} no longer exists (its client closed or stopped refreshing it)`,
+      );
     }
   }
 }

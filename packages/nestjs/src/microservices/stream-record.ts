@@ -20,7 +20,9 @@ export class StreamRecord<T = unknown> {
     readonly payload: T,
     readonly options: StreamRecordOptions = {},
   ) {
-    if (options === null || typeof options !== 'object') throw new TypeError(`StreamRecord: options must be an object, got ${JSON.stringify(options)}`);
-    if (options.key !== undefined && typeof options.key !== 'string') throw new TypeError(`StreamRecord: key must be a string, got ${JSON.stringify(options.key)}`);
+    if (options === null || typeof options !== 'object')
+      throw new TypeError(`StreamRecord: options must be an object, got ${JSON.stringify(options)}`);
+    if (options.key !== undefined && typeof options.key !== 'string')
+      throw new TypeError(`StreamRecord: key must be a string, got ${JSON.stringify(options.key)}`);
   }
 }

@@ -9,11 +9,16 @@ function aSlowClient() {
   const pending: (() => void)[] = [];
   const client = {
     ack: () => new Promise((resolve) => pending.push(() => resolve({ acked: 1, notReplicated: undefined }))),
-    ackMany: (batches: unknown[]) => new Promise((resolve) => pending.push(() => resolve({ acked: batches.map(() => 1), notReplicated: [] }))),
+    ackMany: (batches: unknown[]) =>
+      new Promise((resolve) => pending.push(() => resolve({ acked: batches.map(() => 1), notReplicated: [] }))),
   } as unknown as ShardClient;
-  return { client, answerAll: () => {
+  return {
+    client,
+    answerAll: () => {
       for (const answer of pending.splice(0)) answer();
-    }, sent: () => pending.length };
+    },
+    sent: () => pending.length,
+  };
 }
 
 const aShard = (index: number): ShardState => ({ index, grantEpoch: 7 }) as unknown as ShardState;
@@ -62,7 +67,10 @@ describe('AckBatcher', () => {
     await nextTurn();
     expect(sent()).toBe(2);
 
-    acks.queue(aShard(0), Array.from({ length: 512 }, (_, i) => `${10 + i}-0`));
+    acks.queue(
+      aShard(0),
+      Array.from({ length: 512 }, (_, i) => `${10 + i}-0`),
+    );
     await nextTurn();
     expect(sent()).toBe(3);
   });

@@ -143,18 +143,20 @@ export class AckBatcher {
   }
 
   private send(batches: SentBatch[]): Promise<void> {
-    const sent: Promise<void> = this.sendWithRetries(batches).then((outcomes) => {
-      batches.forEach(({ waiters }, i) => {
-        for (const waiter of waiters) waiter(outcomes[i]);
+    const sent: Promise<void> = this.sendWithRetries(batches)
+      .then((outcomes) => {
+        batches.forEach(({ waiters }, i) => {
+          for (const waiter of waiters) waiter(outcomes[i]);
+        });
+      })
+      .finally(() => {
+        for (const { shardIndex, ids } of batches) {
+          const sends = this.sending.get(shardIndex);
+          sends?.delete(sent);
+          if (sends?.size === 0) this.sending.delete(shardIndex);
+          this.untrack(shardIndex, ids);
+        }
       });
-    }).finally(() => {
-      for (const { shardIndex, ids } of batches) {
-        const sends = this.sending.get(shardIndex);
-        sends?.delete(sent);
-        if (sends?.size === 0) this.sending.delete(shardIndex);
-        this.untrack(shardIndex, ids);
-      }
-    });
     for (const { shardIndex } of batches) {
       const sends = this.sending.get(shardIndex) ?? new Set<Promise<void>>();
       this.sending.set(shardIndex, sends);
@@ -178,7 +180,14 @@ export class AckBatcher {
       } catch (error) {
         const retry = this.running() && attempt < ACK_ATTEMPTS;
         for (const { shardIndex, ids } of batches) {
-          this.events.emit('error', new ShardError(`shard ${shardIndex}: acknowledging ${ids.length} entries failed${retry ? ', retrying' : '; they stay pending'}`, shardIndex, error));
+          this.events.emit(
+            'error',
+            new ShardError(
+              `shard ${shardIndex}: acknowledging ${ids.length} entries failed${retry ? ', retrying' : '; they stay pending'}`,
+              shardIndex,
+              error,
+            ),
+          );
         }
         if (!retry) return batches.map(() => 'unsent');
         await sleep(retryDelayMs(attempt, 50, 2000));
@@ -190,10 +199,23 @@ export class AckBatcher {
         this.events.emit('acknowledged', { shardIndex, grantEpoch, ids, accepted });
         if (notReplicated[i]) {
           // Not retried: the ack is on the master; only a failover before it replicates undoes it (a redelivery).
-          this.events.emit('error', new ShardError(`shard ${shardIndex}: ${ids.length} acknowledgement(s) ${notReplicated[i]!.message}; a failover now would deliver them again`, shardIndex, notReplicated[i]));
+          this.events.emit(
+            'error',
+            new ShardError(
+              `shard ${shardIndex}: ${ids.length} acknowledgement(s) ${notReplicated[i]!.message}; a failover now would deliver them again`,
+              shardIndex,
+              notReplicated[i],
+            ),
+          );
         }
         if (!accepted) {
-          this.events.emit('error', new ShardError(`shard ${shardIndex}: ${ids.length} acknowledgement(s) refused, the shard has a new owner; it will process them again`, shardIndex));
+          this.events.emit(
+            'error',
+            new ShardError(
+              `shard ${shardIndex}: ${ids.length} acknowledgement(s) refused, the shard has a new owner; it will process them again`,
+              shardIndex,
+            ),
+          );
           this.refused(state);
         }
         return accepted ? 'accepted' : 'refused';

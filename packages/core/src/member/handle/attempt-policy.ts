@@ -28,7 +28,14 @@ export class AttemptPolicy {
     try {
       return check(error, message);
     } catch (failure) {
-      this.events.emit('error', new ShardError(`shard ${state.index}: deadLetter.nonRetryable threw for ${message.id} (${(failure as Error)?.message ?? String(failure)}); the entry is retried as usual`, state.index, failure));
+      this.events.emit(
+        'error',
+        new ShardError(
+          `shard ${state.index}: deadLetter.nonRetryable threw for ${message.id} (${(failure as Error)?.message ?? String(failure)}); the entry is retried as usual`,
+          state.index,
+          failure,
+        ),
+      );
       return false;
     }
   }

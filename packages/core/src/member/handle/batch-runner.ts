@@ -10,7 +10,14 @@ import type { ResolvedMemberOptions } from '../member-options';
 import type { QueuedEntry, ShardState, Work } from '../shard-state';
 
 /** Races a handler call against `handlerTimeoutMs` (the dispatcher's: it fires the signal and reports). */
-export type HandlerTimeout = (call: Promise<unknown>, state: ShardState, id: string, controller: CallSignal, limit: number, kind: 'handler') => Promise<unknown>;
+export type HandlerTimeout = (
+  call: Promise<unknown>,
+  state: ShardState,
+  id: string,
+  controller: CallSignal,
+  limit: number,
+  kind: 'handler',
+) => Promise<unknown>;
 
 /** One entry of a batch, with the failed attempts it has had in this batch. */
 interface BatchEntry {
@@ -56,7 +63,16 @@ export class BatchRunner {
       // handled yet: they go first, so the shard's order holds for what is handled.
       if (pending.length > 0 && !(await this.handle(state, work, pending))) return;
       pending = [];
-      if (!(await this.deadLetters.write(state, queued.entry, { cause: checked.cause, reason: checked.reason, attempts: 0, error: undefined, message: undefined }))) return;
+      if (
+        !(await this.deadLetters.write(state, queued.entry, {
+          cause: checked.cause,
+          reason: checked.reason,
+          attempts: 0,
+          error: undefined,
+          message: undefined,
+        }))
+      )
+        return;
     }
     if (pending.length > 0) await this.handle(state, work, pending);
   }
@@ -70,7 +86,19 @@ export class BatchRunner {
       // letter is several calls, and the member may have been paused or lost its lease meanwhile.
       if (!(await this.policy.untilHandlersMayStart(state))) return false;
       const call = new CallSignal();
-      const messages = pending.map((p): StreamMessage => new HandlerMessage(p.queued.entry.id, this.options.streamPrefix, state.index, p.key, p.payload, p.headers, p.queued.deliveries + p.failures, call));
+      const messages = pending.map(
+        (p): StreamMessage =>
+          new HandlerMessage(
+            p.queued.entry.id,
+            this.options.streamPrefix,
+            state.index,
+            p.key,
+            p.payload,
+            p.headers,
+            p.queued.deliveries + p.failures,
+            call,
+          ),
+      );
       work.call = call;
       let failure: { error: unknown } | undefined;
       // Undefined (nothing allocated) unless metrics or tracing is on.
@@ -85,10 +113,20 @@ export class BatchRunner {
       } finally {
         if (work.call === call) work.call = undefined;
       }
-      const index = failure && failure.error instanceof BatchError && Number.isInteger(failure.error.failedIndex) && failure.error.failedIndex >= 0 && failure.error.failedIndex < pending.length ? failure.error.failedIndex : undefined;
+      const index =
+        failure &&
+        failure.error instanceof BatchError &&
+        Number.isInteger(failure.error.failedIndex) &&
+        failure.error.failedIndex >= 0 &&
+        failure.error.failedIndex < pending.length
+          ? failure.error.failedIndex
+          : undefined;
       probe?.end(failure && { error: failure.error, failedIndex: index });
       if (!failure) {
-        this.acks.queue(state, messages.map((m) => m.id));
+        this.acks.queue(
+          state,
+          messages.map((m) => m.id),
+        );
         return true;
       }
       const { error } = failure;
@@ -99,7 +137,13 @@ export class BatchRunner {
         if (this.policy.isNonRetryable(state, error, messages[0]) || attempts >= this.options.maxAttempts) {
           const cause = attempts >= this.options.maxAttempts ? 'attempts-exhausted' : 'non-retryable';
           for (const [i, p] of pending.entries()) {
-            const written = await this.deadLetters.write(state, p.queued.entry, { cause, reason: failureReason(error), attempts: p.failures, error, message: messages[i] });
+            const written = await this.deadLetters.write(state, p.queued.entry, {
+              cause,
+              reason: failureReason(error),
+              attempts: p.failures,
+              error,
+              message: messages[i],
+            });
             if (!written) return false;
           }
           return true;
@@ -108,7 +152,11 @@ export class BatchRunner {
         continue;
       }
       // Entries before the failed one are done: acknowledged now, the rest retried from the failed one.
-      if (index > 0) this.acks.queue(state, messages.slice(0, index).map((m) => m.id));
+      if (index > 0)
+        this.acks.queue(
+          state,
+          messages.slice(0, index).map((m) => m.id),
+        );
       pending = pending.slice(index);
       const head = pending[0];
       head.failures += 1;

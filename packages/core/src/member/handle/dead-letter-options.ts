@@ -80,10 +80,15 @@ export interface ResolvedDeadLetterOptions<T = unknown> {
 export const MAX_DEAD_LETTER_MAXLEN = 1_000_000_000;
 
 /** Checks `deadLetter` and fills its defaults; a bad field is an error naming `deadLetter.<field>` and the value. */
-export function resolveDeadLetterOptions<T>(options: DeadLetterOptions<T> | undefined, consumerGroup: string): ResolvedDeadLetterOptions<T> {
+export function resolveDeadLetterOptions<T>(
+  options: DeadLetterOptions<T> | undefined,
+  consumerGroup: string,
+): ResolvedDeadLetterOptions<T> {
   if (options === undefined) return { stream: consumerGroup, maxLen: 0, isNonRetryable: undefined, onDeadLetter: undefined };
   if (options === null || typeof options !== 'object' || Array.isArray(options)) {
-    throw new TypeError(`deadLetter must be an object, got ${options === null ? 'null' : Array.isArray(options) ? 'an array' : typeof options}`);
+    throw new TypeError(
+      `deadLetter must be an object, got ${options === null ? 'null' : Array.isArray(options) ? 'an array' : typeof options}`,
+    );
   }
   const known = new Set(['stream', 'maxLen', 'nonRetryable', 'nonRetryableErrors', 'onDeadLetter']);
   for (const name of Object.keys(options)) {
@@ -96,7 +101,8 @@ export function resolveDeadLetterOptions<T>(options: DeadLetterOptions<T> | unde
     throw new TypeError(`deadLetter.nonRetryable must be a function (error, message) => boolean, got ${typeOf(nonRetryable)}`);
   }
   if (nonRetryableErrors !== undefined) {
-    if (!Array.isArray(nonRetryableErrors)) throw new TypeError(`deadLetter.nonRetryableErrors must be an array of error classes, got ${typeOf(nonRetryableErrors)}`);
+    if (!Array.isArray(nonRetryableErrors))
+      throw new TypeError(`deadLetter.nonRetryableErrors must be an array of error classes, got ${typeOf(nonRetryableErrors)}`);
     nonRetryableErrors.forEach((value: unknown, i) => {
       if (typeof value !== 'function' || typeof (value as { prototype?: unknown }).prototype !== 'object') {
         throw new TypeError(`deadLetter.nonRetryableErrors[${i}] must be a class (a constructor), got ${typeOf(value)}`);
@@ -110,7 +116,8 @@ export function resolveDeadLetterOptions<T>(options: DeadLetterOptions<T> | unde
   const isNonRetryable =
     nonRetryable === undefined && classes.length === 0
       ? undefined
-      : (error: unknown, message: StreamMessage<T>) => classes.some((c) => error instanceof c) || (nonRetryable !== undefined && nonRetryable(error, message) === true);
+      : (error: unknown, message: StreamMessage<T>) =>
+          classes.some((c) => error instanceof c) || (nonRetryable !== undefined && nonRetryable(error, message) === true);
   return { stream, maxLen, isNonRetryable, onDeadLetter };
 }
 

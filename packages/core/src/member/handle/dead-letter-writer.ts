@@ -21,7 +21,11 @@ export interface DeadLetterFailure {
 }
 
 export function isThenable(value: unknown): value is PromiseLike<unknown> {
-  return value !== null && (typeof value === 'object' || typeof value === 'function') && typeof (value as PromiseLike<unknown>).then === 'function';
+  return (
+    value !== null &&
+    (typeof value === 'object' || typeof value === 'function') &&
+    typeof (value as PromiseLike<unknown>).then === 'function'
+  );
 }
 
 /** Writes dead letters (fenced, with the entry's ack) and tells `deadLetter.onDeadLetter`. */
@@ -51,7 +55,13 @@ export class DeadLetterWriter {
     for (let attempt = 1; !state.released.signal.aborted; attempt++) {
       let written: string | null;
       try {
-        written = await this.client.deadLetter(state.index, state.grantEpoch, entry, { destination, maxLen, error: reason, attempts, cause });
+        written = await this.client.deadLetter(state.index, state.grantEpoch, entry, {
+          destination,
+          maxLen,
+          error: reason,
+          attempts,
+          cause,
+        });
       } catch (error) {
         const message = `shard ${state.index}: writing the dead letter of ${entry.id} failed (try ${attempt}): ${(error as Error).message}; later entries of the shard wait`;
         state.problems.set('dead-letter', message);
@@ -60,13 +70,32 @@ export class DeadLetterWriter {
         continue;
       }
       state.problems.delete('dead-letter');
-      this.events.emit('acknowledged', { shardIndex: state.index, grantEpoch: state.grantEpoch, ids: [entry.id], accepted: written !== null });
+      this.events.emit('acknowledged', {
+        shardIndex: state.index,
+        grantEpoch: state.grantEpoch,
+        ids: [entry.id],
+        accepted: written !== null,
+      });
       if (written === null) {
-        this.events.emit('error', new ShardError(`shard ${state.index}: dead letter of ${entry.id} refused, the shard has a new owner; it decides about the entry`, state.index));
+        this.events.emit(
+          'error',
+          new ShardError(
+            `shard ${state.index}: dead letter of ${entry.id} refused, the shard has a new owner; it decides about the entry`,
+            state.index,
+          ),
+        );
         this.shards.lose(state, `shard ${state.index} has a newer owner (its fencing token refused the dead letter of ${entry.id})`);
         return false;
       }
-      this.events.emit('dead-letter', { shardIndex: state.index, id: entry.id, reason, attempts, cause, deadLetterId: written, destination });
+      this.events.emit('dead-letter', {
+        shardIndex: state.index,
+        id: entry.id,
+        reason,
+        attempts,
+        cause,
+        deadLetterId: written,
+        destination,
+      });
       this.notify(state, {
         shardIndex: state.index,
         entryId: entry.id,
@@ -94,7 +123,14 @@ export class DeadLetterWriter {
     const fail = (error: unknown) => {
       this.hookFailures += 1;
       const text = error instanceof Error ? error.message : String(error);
-      this.events.emit('error', new ShardError(`shard ${state.index}: deadLetter.onDeadLetter failed for ${notice.entryId} (dead letter ${notice.ref || 'written'}): ${text}; the dead letter stays written`, state.index, error));
+      this.events.emit(
+        'error',
+        new ShardError(
+          `shard ${state.index}: deadLetter.onDeadLetter failed for ${notice.entryId} (dead letter ${notice.ref || 'written'}): ${text}; the dead letter stays written`,
+          state.index,
+          error,
+        ),
+      );
     };
     try {
       const result = hook(notice);

@@ -17,12 +17,16 @@ export type EntryCheck = { ok: true; decoded: DecodedPayload } | { ok: false; ca
  * promise, no microtask on the hot path of JSON entries without a schema). Never throws.
  * Used alike for single entries, lanes and each entry of a batch.
  */
-export function checkEntry(entry: EntryFields, options: Pick<ResolvedMemberOptions, 'codec' | 'codecs' | 'schema'>): EntryCheck | Promise<EntryCheck> {
+export function checkEntry(
+  entry: EntryFields,
+  options: Pick<ResolvedMemberOptions, 'codec' | 'codecs' | 'schema'>,
+): EntryCheck | Promise<EntryCheck> {
   const decoded = decodeEntry(entry, options.codec, options.codecs);
   if (!decoded.ok) return { ok: false, cause: 'undecodable', reason: decoded.reason };
   const schema = options.schema;
   if (schema === undefined) return { ok: true, decoded };
-  const validated = (check: SchemaCheck): EntryCheck => (check.ok ? { ok: true, decoded: { ...decoded, payload: check.value } } : { ok: false, cause: 'invalid', reason: check.reason });
+  const validated = (check: SchemaCheck): EntryCheck =>
+    check.ok ? { ok: true, decoded: { ...decoded, payload: check.value } } : { ok: false, cause: 'invalid', reason: check.reason };
   const check = checkWithSchema(schema, decoded.payload);
   return check instanceof Promise ? check.then(validated) : validated(check);
 }

@@ -54,8 +54,13 @@ export class ManualSettlement {
 
   readonly nack = (options?: { retryAfterMs?: number; reason?: string }): Promise<void> => {
     const retryAfterMs = options?.retryAfterMs;
-    if (retryAfterMs !== undefined && (typeof retryAfterMs !== 'number' || !Number.isInteger(retryAfterMs) || retryAfterMs < 0 || retryAfterMs > 86_400_000)) {
-      return Promise.reject(new RangeError(`nack: retryAfterMs must be an integer from 0 to 86400000, got ${JSON.stringify(retryAfterMs)}`));
+    if (
+      retryAfterMs !== undefined &&
+      (typeof retryAfterMs !== 'number' || !Number.isInteger(retryAfterMs) || retryAfterMs < 0 || retryAfterMs > 86_400_000)
+    ) {
+      return Promise.reject(
+        new RangeError(`nack: retryAfterMs must be an integer from 0 to 86400000, got ${JSON.stringify(retryAfterMs)}`),
+      );
     }
     const refused = this.refusal('nack');
     if (refused) return Promise.reject(refused);
@@ -73,8 +78,22 @@ export class ManualSettlement {
     const landed = this.landed;
     if (!landed) return;
     if (outcome === 'accepted') landed.resolve();
-    else if (outcome === 'refused') landed.reject(this.refuse('fenced', this.entryId, `shard ${this.shardIndex}: the acknowledgement of ${this.entryId} was refused: the shard has a new owner, which runs the entry again`));
-    else landed.reject(this.refuse('unsent', this.entryId, `shard ${this.shardIndex}: the acknowledgement of ${this.entryId} could not be sent (Redis unreachable); the entry stays pending and runs again`));
+    else if (outcome === 'refused')
+      landed.reject(
+        this.refuse(
+          'fenced',
+          this.entryId,
+          `shard ${this.shardIndex}: the acknowledgement of ${this.entryId} was refused: the shard has a new owner, which runs the entry again`,
+        ),
+      );
+    else
+      landed.reject(
+        this.refuse(
+          'unsent',
+          this.entryId,
+          `shard ${this.shardIndex}: the acknowledgement of ${this.entryId} could not be sent (Redis unreachable); the entry stays pending and runs again`,
+        ),
+      );
   }
 
   private close(reason: AckRefusalReason, error: unknown): void {
@@ -98,8 +117,20 @@ export class ManualSettlement {
  * the member acknowledges when the handler returns. A mistake in the code, not an event to report.
  */
 export function autoModeAck(this: { id?: string } | undefined): Promise<void> {
-  return Promise.reject(new AckRefusedError('auto', this?.id ?? '', `ack() refused: ackMode is 'auto', the entry is acknowledged when its handler returns (set ackMode: 'manual')`));
+  return Promise.reject(
+    new AckRefusedError(
+      'auto',
+      this?.id ?? '',
+      `ack() refused: ackMode is 'auto', the entry is acknowledged when its handler returns (set ackMode: 'manual')`,
+    ),
+  );
 }
 export function autoModeNack(this: { id?: string } | undefined): Promise<void> {
-  return Promise.reject(new AckRefusedError('auto', this?.id ?? '', `nack() refused: ackMode is 'auto', a handler fails an entry by throwing (set ackMode: 'manual')`));
+  return Promise.reject(
+    new AckRefusedError(
+      'auto',
+      this?.id ?? '',
+      `nack() refused: ackMode is 'auto', a handler fails an entry by throwing (set ackMode: 'manual')`,
+    ),
+  );
 }

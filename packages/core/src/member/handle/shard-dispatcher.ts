@@ -61,7 +61,10 @@ export class ShardDispatcher {
   ) {
     this.policy = new AttemptPolicy(events, options, mayStartHandlers);
     this.deadLetters = new DeadLetterWriter(shards, client, events, options);
-    if (options.batch) this.batches = new BatchRunner(acks, options, this.policy, this.deadLetters, (call, state, id, controller, limit, kind) => this.withTimeout(call, state, id, controller, limit, kind));
+    if (options.batch)
+      this.batches = new BatchRunner(acks, options, this.policy, this.deadLetters, (call, state, id, controller, limit, kind) =>
+        this.withTimeout(call, state, id, controller, limit, kind),
+      );
   }
 
   /** Handlers running now (including retries waiting for their backoff). */
@@ -82,7 +85,15 @@ export class ShardDispatcher {
     for (let step = 1; step <= n; step++) {
       const position = (this.cursor + step) % n;
       const state = this.shards.get(order[position]);
-      if (!state || state.queue.length === 0 || state.work.size >= this.options.lanes || state.phase === 'released' || state.sweeping || this.shards.lingering.has(state.index)) continue;
+      if (
+        !state ||
+        state.queue.length === 0 ||
+        state.work.size >= this.options.lanes ||
+        state.phase === 'released' ||
+        state.sweeping ||
+        this.shards.lingering.has(state.index)
+      )
+        continue;
       const pick = this.pickIn(state, now);
       if (pick) {
         this.cursor = position;
@@ -131,10 +142,13 @@ export class ShardDispatcher {
   private dispatchAt(at: number): void {
     if (this.batchTimer && this.batchTimer.at <= at) return;
     if (this.batchTimer) clearTimeout(this.batchTimer.timer);
-    const timer = setTimeout(() => {
-      this.batchTimer = undefined;
-      this.dispatch();
-    }, Math.max(0, at - Date.now()));
+    const timer = setTimeout(
+      () => {
+        this.batchTimer = undefined;
+        this.dispatch();
+      },
+      Math.max(0, at - Date.now()),
+    );
     timer.unref();
     this.batchTimer = { at, timer };
   }
@@ -198,20 +212,33 @@ export class ShardDispatcher {
    */
   private checked(state: ShardState, work: Work, queued: QueuedEntry, checked: EntryCheck): Promise<void> | undefined {
     if (checked.ok) return this.attempt(state, work, queued, checked.decoded, 1);
-    return this.deadLetters.write(state, queued.entry, { cause: checked.cause, reason: checked.reason, attempts: 0, error: undefined, message: undefined }).then(() => undefined);
+    return this.deadLetters
+      .write(state, queued.entry, { cause: checked.cause, reason: checked.reason, attempts: 0, error: undefined, message: undefined })
+      .then(() => undefined);
   }
 
   private attempt(state: ShardState, work: Work, queued: QueuedEntry, decoded: DecodedPayload, attempt: number): Promise<void> | undefined {
     const { entry } = queued;
     const call = new CallSignal();
-    const message: StreamMessage = new HandlerMessage(entry.id, this.options.streamPrefix, state.index, decoded.key, decoded.payload, decoded.headers, queued.deliveries + attempt - 1, call);
+    const message: StreamMessage = new HandlerMessage(
+      entry.id,
+      this.options.streamPrefix,
+      state.index,
+      decoded.key,
+      decoded.payload,
+      decoded.headers,
+      queued.deliveries + attempt - 1,
+      call,
+    );
     work.call = call;
     if (this.options.ackMode === 'manual') return this.manualAttempt(state, work, queued, decoded, attempt, message, call);
     let result: unknown;
     // Undefined (nothing allocated) unless metrics or tracing is on.
     const probe = this.options.telemetry?.startHandler(message, attempt);
     try {
-      result = probe ? probe.run(this.options.handler as (m: StreamMessage) => unknown, message) : (this.options.handler as (m: StreamMessage) => unknown)(message);
+      result = probe
+        ? probe.run(this.options.handler as (m: StreamMessage) => unknown, message)
+        : (this.options.handler as (m: StreamMessage) => unknown)(message);
     } catch (error) {
       work.call = undefined;
       probe?.end(true, error);
@@ -243,13 +270,25 @@ export class ShardDispatcher {
    * ackMode 'manual': the attempt lasts until `message.ack()` or `nack()` (or the handler's own
    * failure first), at most `ackTimeoutMs`; the handler returning settles nothing.
    */
-  private manualAttempt(state: ShardState, work: Work, queued: QueuedEntry, decoded: DecodedPayload, attempt: number, message: StreamMessage, call: CallSignal): Promise<void> {
-    const settlement = new ManualSettlement(message.id, state.index, call.signal, (reason, id, text) => this.refuseAck(state, reason, id, text));
+  private manualAttempt(
+    state: ShardState,
+    work: Work,
+    queued: QueuedEntry,
+    decoded: DecodedPayload,
+    attempt: number,
+    message: StreamMessage,
+    call: CallSignal,
+  ): Promise<void> {
+    const settlement = new ManualSettlement(message.id, state.index, call.signal, (reason, id, text) =>
+      this.refuseAck(state, reason, id, text),
+    );
     message.ack = settlement.ack;
     message.nack = settlement.nack;
     const probe = this.options.telemetry?.startHandler(message, attempt);
     try {
-      const result = probe ? probe.run(this.options.handler as (m: StreamMessage) => unknown, message) : (this.options.handler as (m: StreamMessage) => unknown)(message);
+      const result = probe
+        ? probe.run(this.options.handler as (m: StreamMessage) => unknown, message)
+        : (this.options.handler as (m: StreamMessage) => unknown)(message);
       if (isThenable(result)) Promise.resolve(result).catch((error: unknown) => settlement.handlerFailed(error));
     } catch (error) {
       settlement.handlerFailed(error);
@@ -281,15 +320,29 @@ export class ShardDispatcher {
    * A handler call (ackMode 'auto', `handlerTimeoutMs`) or an unsettled entry (ackMode 'manual',
    * `ackTimeoutMs`) past its limit fails the attempt and its signal fires; the shard moves on.
    */
-  private withTimeout(call: Promise<unknown>, state: ShardState, id: string, controller: CallSignal, limit: number, kind: 'handler' | 'ack'): Promise<unknown> {
+  private withTimeout(
+    call: Promise<unknown>,
+    state: ShardState,
+    id: string,
+    controller: CallSignal,
+    limit: number,
+    kind: 'handler' | 'ack',
+  ): Promise<unknown> {
     if (limit === 0) return call;
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
-        const what = kind === 'handler' ? `the handler of ${id} did not settle within handlerTimeoutMs (${limit} ms)` : `${id} was neither acked nor nacked within ackTimeoutMs (${limit} ms)`;
+        const what =
+          kind === 'handler'
+            ? `the handler of ${id} did not settle within handlerTimeoutMs (${limit} ms)`
+            : `${id} was neither acked nor nacked within ackTimeoutMs (${limit} ms)`;
         this.events.emit('error', new ShardError(`shard ${state.index}: ${what}`, state.index));
         controller.abort(new HandlerAbortedError(kind === 'handler' ? 'handler-timeout' : 'ack-timeout', what));
-        reject(kind === 'handler' ? new HandlerTimeoutError(`handler did not settle within ${limit} ms`) : new AckTimeoutError(`neither acked nor nacked within ${limit} ms`));
+        reject(
+          kind === 'handler'
+            ? new HandlerTimeoutError(`handler did not settle within ${limit} ms`)
+            : new AckTimeoutError(`neither acked nor nacked within ${limit} ms`),
+        );
       }, limit);
     });
     return Promise.race([call, timeout]).finally(() => clearTimeout(timer));
@@ -302,7 +355,15 @@ export class ShardDispatcher {
    * entry's lane, until handlers may start again or the shard is released (then the entry stays
    * pending for whoever owns the shard next).
    */
-  private async failed(state: ShardState, work: Work, queued: QueuedEntry, decoded: DecodedPayload, attempt: number, error: unknown, message: StreamMessage): Promise<void> {
+  private async failed(
+    state: ShardState,
+    work: Work,
+    queued: QueuedEntry,
+    decoded: DecodedPayload,
+    attempt: number,
+    error: unknown,
+    message: StreamMessage,
+  ): Promise<void> {
     const reason = failureReason(error);
     if (this.policy.isNonRetryable(state, error, message)) {
       await this.deadLetters.write(state, queued.entry, { cause: 'non-retryable', reason, attempts: attempt, error, message });

@@ -45,9 +45,12 @@ export class CutoverWatch {
   async sync(incarnation: string): Promise<void> {
     const { streamPrefix, consumerGroup, readTimeoutMs } = this.settings;
     const read = await withTimeout(readGroupCutover(this.redis, this.coordinator.keys, streamPrefix, consumerGroup), readTimeoutMs);
-    if (read.incarnation === null) throw new Error(`the group's keys are gone (lost, or the group deleted); what is held stays held until the member has rejoined`);
+    if (read.incarnation === null)
+      throw new Error(`the group's keys are gone (lost, or the group deleted); what is held stays held until the member has rejoined`);
     if (read.incarnation !== incarnation) {
-      throw new Error(`the group was recreated since the answer (incarnation ${read.incarnation}, the answer's ${incarnation}); what is held stays held until the member has rejoined`);
+      throw new Error(
+        `the group was recreated since the answer (incarnation ${read.incarnation}, the answer's ${incarnation}); what is held stays held until the member has rejoined`,
+      );
     }
     const cutover = read.cutover;
     const fresh = cutover !== null && cutover.version !== this.cutover?.version;

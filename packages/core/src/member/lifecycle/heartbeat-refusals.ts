@@ -73,7 +73,9 @@ export class HeartbeatRefusals {
   async handle(errorCode: Exclude<ErrorCode, 'NONE'>, message: string, sentAt: number): Promise<void> {
     if (errorCode === ErrorCode.FENCED_INSTANCE_ID) {
       if (this.waitForStaticTakeover(message)) return;
-      this.actions.halt(toCoordinatorError(errorCode, `member ${this.options.memberId} (instance ${this.instanceId}) stopped for good: ${message}`));
+      this.actions.halt(
+        toCoordinatorError(errorCode, `member ${this.options.memberId} (instance ${this.instanceId}) stopped for good: ${message}`),
+      );
       return;
     }
     if (errorCode === ErrorCode.UNKNOWN_MEMBER_ID || errorCode === ErrorCode.FENCED_MEMBER_EPOCH) {
@@ -148,7 +150,12 @@ export class HeartbeatRefusals {
     const { memberId, streamPrefix } = this.options;
     this.missingInARow += 1;
     if (this.reconciler.holdsShards() || this.reconciler.memberEpoch !== JOIN_EPOCH) {
-      this.events.emit('fenced', { errorCode: ErrorCode.GROUP_NOT_FOUND, message, shards: this.reconciler.ownedShards(), memberEpoch: this.reconciler.memberEpoch });
+      this.events.emit('fenced', {
+        errorCode: ErrorCode.GROUP_NOT_FOUND,
+        message,
+        shards: this.reconciler.ownedShards(),
+        memberEpoch: this.reconciler.memberEpoch,
+      });
     }
     this.reconciler.dropEverything();
     this.actions.groupGone();
@@ -159,20 +166,29 @@ export class HeartbeatRefusals {
       try {
         const created = await this.actions.ensureStream(shardCount);
         if (created) {
-          this.events.emit('error', new Error(`member ${memberId}: stream "${streamPrefix}" had no metadata (Redis lost its keys?); recreated it with ${shardCount} shards and rejoins`));
+          this.events.emit(
+            'error',
+            new Error(
+              `member ${memberId}: stream "${streamPrefix}" had no metadata (Redis lost its keys?); recreated it with ${shardCount} shards and rejoins`,
+            ),
+          );
         }
         // Rejoin at once the first time; should the stream still be missing after that, back off.
         if (this.missingInARow === 1) this.actions.requestHeartbeat();
         else this.actions.schedule(backoffMs);
         return;
       } catch (error) {
-        this.events.emit('error', new Error(`member ${memberId}: stream "${streamPrefix}" has no metadata and recreating it failed: ${(error as Error).message}`));
+        this.events.emit(
+          'error',
+          new Error(`member ${memberId}: stream "${streamPrefix}" has no metadata and recreating it failed: ${(error as Error).message}`),
+        );
         this.actions.schedule(backoffMs);
         return;
       }
     }
     const problem = `stream "${streamPrefix}" has no metadata (${message}); retrying with backoff`;
-    if (!this.problems.has('group')) this.events.emit('error', toCoordinatorError(ErrorCode.GROUP_NOT_FOUND, `member ${memberId}: ${problem}`));
+    if (!this.problems.has('group'))
+      this.events.emit('error', toCoordinatorError(ErrorCode.GROUP_NOT_FOUND, `member ${memberId}: ${problem}`));
     this.problems.set('group', problem);
     this.actions.schedule(backoffMs);
   }

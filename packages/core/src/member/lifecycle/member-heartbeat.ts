@@ -203,7 +203,12 @@ export class MemberHeartbeat {
     if (this.options.resetStuckConnection && this.noAnswersInARow >= NO_ANSWERS_BEFORE_RESET) {
       this.noAnswersInARow = 0;
       const what = this.parts.resetConnection();
-      this.events.emit('error', new Error(`member ${this.options.memberId}: ${NO_ANSWERS_BEFORE_RESET} heartbeats in a row got no answer within ${this.callTimeoutMs} ms; ${what}`));
+      this.events.emit(
+        'error',
+        new Error(
+          `member ${this.options.memberId}: ${NO_ANSWERS_BEFORE_RESET} heartbeats in a row got no answer within ${this.callTimeoutMs} ms; ${what}`,
+        ),
+      );
     }
     this.after(Math.min(1000, Math.floor(this.options.sessionTimeoutMs / 5)));
   }
@@ -222,7 +227,10 @@ export class MemberHeartbeat {
     if (!isReadonlyError(error)) return;
     if (this.options.resetStuckConnection && !this.parts.leavesAReplicaByItself) {
       const what = this.parts.resetConnection();
-      this.events.emit('error', new Error(`member ${this.options.memberId}: a heartbeat was refused READONLY (the command connection is on a replica); ${what}`));
+      this.events.emit(
+        'error',
+        new Error(`member ${this.options.memberId}: a heartbeat was refused READONLY (the command connection is on a replica); ${what}`),
+      );
     }
     this.parts.problems.set(
       'connection',

@@ -172,7 +172,11 @@ export class MemberReconciler {
   checkLease(): void {
     if (!this.holdsShards()) return;
     if (!this.lease.isSpent()) return;
-    this.events.emit('lease-lost', { shards: this.ownedShards(), memberEpoch: this.epoch, sinceLastHeartbeatMs: Math.round(this.lease.sinceRenewedMs()) });
+    this.events.emit('lease-lost', {
+      shards: this.ownedShards(),
+      memberEpoch: this.epoch,
+      sinceLastHeartbeatMs: Math.round(this.lease.sinceRenewedMs()),
+    });
     this.dropEverything();
   }
 }

@@ -46,7 +46,8 @@ export class MetadataSync {
       cutoverCheckIntervalMs: options.cutoverCheckIntervalMs,
       readTimeoutMs: callTimeoutMs,
       setHolds: (holds) => poller.setHolds(holds),
-      onCheckFailed: (error) => events.emit('error', new Error(`member ${options.memberId}: checking the group's cutover failed: ${error.message}`)),
+      onCheckFailed: (error) =>
+        events.emit('error', new Error(`member ${options.memberId}: checking the group's cutover failed: ${error.message}`)),
       onCompleted,
     });
   }

@@ -116,7 +116,14 @@ export class ClusterPolling {
       // One report a round (a failover fails every shard of a master at once).
       const [[first, error]] = result.failed;
       const shards = [...result.failed.keys()];
-      this.events.emit('error', new ShardError(`reading shard${shards.length === 1 ? '' : 's'} ${shards.join(', ')} failed: ${error.message}; reading again`, shards.length === 1 ? first : undefined, error));
+      this.events.emit(
+        'error',
+        new ShardError(
+          `reading shard${shards.length === 1 ? '' : 's'} ${shards.join(', ')} failed: ${error.message}; reading again`,
+          shards.length === 1 ? first : undefined,
+          error,
+        ),
+      );
     }
     return result;
   }
@@ -127,7 +134,12 @@ export class ClusterPolling {
    * Redis confirms it, the shard is polled at the short interval.
    */
   private listenForWrites(command: RedisClient): void {
-    const held = new Set(this.shards.all().filter((state) => state.phase !== 'released').map((state) => state.index));
+    const held = new Set(
+      this.shards
+        .all()
+        .filter((state) => state.phase !== 'released')
+        .map((state) => state.index),
+    );
     for (const [shard, wake] of this.wakes) {
       if (held.has(shard)) continue;
       wake.stop();

@@ -24,7 +24,13 @@ export function fewestQueued(
     return { s, queued: state.queue.length, short: last?.short === true ? 1 : 0, read: last?.read ?? 0 };
   };
   const chosen = new Set(
-    room <= 0 ? [] : candidates.map(rank).sort((a, b) => a.queued - b.queued || a.short - b.short || a.read - b.read || a.s - b.s).slice(0, room).map((r) => r.s),
+    room <= 0
+      ? []
+      : candidates
+          .map(rank)
+          .sort((a, b) => a.queued - b.queued || a.short - b.short || a.read - b.read || a.s - b.s)
+          .slice(0, room)
+          .map((r) => r.s),
   );
   for (const s of candidates) {
     if (chosen.size >= budget) break;

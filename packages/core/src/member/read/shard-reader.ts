@@ -79,14 +79,27 @@ export class ShardReader implements HubReader {
     private readonly dispatch: () => void,
   ) {
     this.recovery = new ShardRecovery(shards, client, acks, events, options);
-    this.polling = new ClusterPolling(shards, client, events, options, this.wakeup, () => this.idleWaitMs(), () => this.readGraceMs());
+    this.polling = new ClusterPolling(
+      shards,
+      client,
+      events,
+      options,
+      this.wakeup,
+      () => this.idleWaitMs(),
+      () => this.readGraceMs(),
+    );
     // Shared mode: a handler finished, and its shard may be low enough to read again (see refillAt).
     shards.onSettled = (state) => {
       // (Or its batch waits to fill: see waitsToFill.)
-      if (this.sharing() && !this.readToEnd.has(state) && (state.queue.length <= this.refillAt() || this.waitsToFill(state))) this.wakeup.notify();
+      if (this.sharing() && !this.readToEnd.has(state) && (state.queue.length <= this.refillAt() || this.waitsToFill(state)))
+        this.wakeup.notify();
       // The loop waits for room in the buffer (see fewestQueued): a handler that finished made some.
       // So does a batch that finished and left a short one waiting to fill (see waitsToFill).
-      else if (this.waitingForRoom && (this.options.maxBufferedEntries - this.shards.buffered >= this.leastCount() || this.waitsToFill(state))) this.wakeup.notify();
+      else if (
+        this.waitingForRoom &&
+        (this.options.maxBufferedEntries - this.shards.buffered >= this.leastCount() || this.waitsToFill(state))
+      )
+        this.wakeup.notify();
     };
   }
 
@@ -108,7 +121,10 @@ export class ShardReader implements HubReader {
     this.polling.stop();
     this.interruptRead();
     if (this.loop && !(await settlesWithin(this.loop, this.options.blockMs + this.readGraceMs()))) {
-      this.events.emit('error', new ShardError('the read loop did not end: a call on the command connection has not been answered; stopping without it'));
+      this.events.emit(
+        'error',
+        new ShardError('the read loop did not end: a call on the command connection has not been answered; stopping without it'),
+      );
     }
     this.unregister?.();
     this.unregister = undefined;
@@ -217,7 +233,9 @@ export class ShardReader implements HubReader {
    */
   private waitsToFill(state: ShardState): boolean {
     const batch = this.options.batch;
-    return batch !== undefined && batch.maxWaitMs > 0 && state.work.size === 0 && state.queue.length > 0 && state.queue.length < batch.maxSize;
+    return (
+      batch !== undefined && batch.maxWaitMs > 0 && state.work.size === 0 && state.queue.length > 0 && state.queue.length < batch.maxSize
+    );
   }
 
   /** The last read that covered the shard's grant; on a Cluster, a shard a write woke since counts as not read to its end. */
@@ -254,10 +272,19 @@ export class ShardReader implements HubReader {
           const state = this.shards.get(s)!;
           if (state.phase !== 'reading' || state.held.length > 0) return false;
           // Sharing, a batch waiting to fill is read before the refill point too: only a read fills it.
-          return sharing ? !this.readToEnd.has(state) && (state.queue.length <= refillAt || this.waitsToFill(state)) : state.queue.length < 2 * this.options.batchSize;
+          return sharing
+            ? !this.readToEnd.has(state) && (state.queue.length <= refillAt || this.waitsToFill(state))
+            : state.queue.length < 2 * this.options.batchSize;
         });
         const budget = this.options.maxBufferedEntries - this.shards.buffered;
-        const readable = fewestQueued(this.shards, candidates, Math.floor(budget / this.leastCount()), budget, (state) => this.waitsToFill(state), (state) => this.lastReadOf(state));
+        const readable = fewestQueued(
+          this.shards,
+          candidates,
+          Math.floor(budget / this.leastCount()),
+          budget,
+          (state) => this.waitsToFill(state),
+          (state) => this.lastReadOf(state),
+        );
         this.waitingForRoom = candidates.length > 0 && readable.length === 0;
         if (readable.length === 0 || !this.mayStartHandlers()) {
           this.heard();
@@ -351,7 +378,10 @@ export class ShardReader implements HubReader {
         if (first !== '' && first !== entries[0].id) await this.recovery.recoverSkipped(state, entries[0].id);
         if (!this.shards.isCurrent(state)) continue;
         state.readCursor = entries[entries.length - 1].id;
-        this.shards.enqueue(state, entries.map((entry) => ({ entry, deliveries: 1 })));
+        this.shards.enqueue(
+          state,
+          entries.map((entry) => ({ entry, deliveries: 1 })),
+        );
       }
       if (mode !== 'shared') {
         this.readToEnd.delete(state);
@@ -373,7 +403,12 @@ export class ShardReader implements HubReader {
    * Sends the read the transport and the hub's mode call for; undefined when the hub is between
    * modes (no solo read may start and no shared connection is open yet).
    */
-  private startRead(readable: number[], cursors: string[], budget: number, turns: number): { done: Promise<ReadResult>; mode: ReadMode; count: number } | undefined {
+  private startRead(
+    readable: number[],
+    cursors: string[],
+    budget: number,
+    turns: number,
+  ): { done: Promise<ReadResult>; mode: ReadMode; count: number } | undefined {
     const perShard = Math.floor(budget / readable.length);
     // Alone or polled, a read brings each shard up to batchSize; a shared read up to its share (fillTo).
     const ownCount = Math.max(1, Math.min(this.options.batchSize, perShard));
@@ -387,7 +422,9 @@ export class ShardReader implements HubReader {
     // every shard is read about once per idle wait (not more often than every LEFT_OUT_BLOCK_MS).
     const idleMs = this.idleWaitMs();
     const blockMs = turns > 1 ? Math.min(idleMs, Math.max(LEFT_OUT_BLOCK_MS, Math.floor(idleMs / turns))) : idleMs;
-    const solo = hub.readSolo(this, (connection) => this.client.readNew(connection, readable, cursors, ownCount, blockMs, blockMs + this.readGraceMs()));
+    const solo = hub.readSolo(this, (connection) =>
+      this.client.readNew(connection, readable, cursors, ownCount, blockMs, blockMs + this.readGraceMs()),
+    );
     if (solo) return { done: solo, mode: 'solo', count: ownCount };
     const shared = hub.sharedConnection;
     if (!shared) return undefined;

@@ -29,7 +29,11 @@ export class ShardRecovery {
   async takeOverPending(): Promise<void> {
     for (const state of this.shards.all()) {
       while (state.phase === 'takeover' && state.queue.length < this.options.batchSize) {
-        const page = await this.accept(state, await this.client.claimPending(state.index, state.grantEpoch, 'all', state.takeoverCursor, this.options.batchSize), 'while taking over its pending entries');
+        const page = await this.accept(
+          state,
+          await this.client.claimPending(state.index, state.grantEpoch, 'all', state.takeoverCursor, this.options.batchSize),
+          'while taking over its pending entries',
+        );
         if (!page) break;
         state.takeoverCursor = page.cursor;
         if (page.cursor === '0-0') state.phase = 'reading';
@@ -49,13 +53,23 @@ export class ShardRecovery {
     let start = nextStreamId(state.readCursor);
     let recovered = 0;
     for (;;) {
-      const page = await this.accept(state, await this.client.claimPendingRange(state.index, state.grantEpoch, start, before, this.options.batchSize), '(fencing token changed)');
+      const page = await this.accept(
+        state,
+        await this.client.claimPendingRange(state.index, state.grantEpoch, start, before, this.options.batchSize),
+        '(fencing token changed)',
+      );
       if (!page) return;
       recovered += page.entries.length;
       if (page.cursor === '0-0') break;
       start = nextStreamId(page.cursor);
     }
-    this.events.emit('error', new ShardError(`shard ${state.index}: ${recovered} entries before ${before} were delivered elsewhere (a late read); took them over first`, state.index));
+    this.events.emit(
+      'error',
+      new ShardError(
+        `shard ${state.index}: ${recovered} entries before ${before} were delivered elsewhere (a late read); took them over first`,
+        state.index,
+      ),
+    );
   }
 
   /**
@@ -71,7 +85,11 @@ export class ShardRecovery {
       state.lastSweepAt = now;
       state.sweeping = true;
       try {
-        const page = await this.accept(state, await this.client.claimPending(state.index, state.grantEpoch, 'others', '0-0', this.options.batchSize), '(fencing token changed)');
+        const page = await this.accept(
+          state,
+          await this.client.claimPending(state.index, state.grantEpoch, 'others', '0-0', this.options.batchSize),
+          '(fencing token changed)',
+        );
         // Other consumers' entries after the page's cursor are left for the next sweep: own lost
         // entries after them must wait too, or they would run first.
         if (page) await this.recoverUntracked(state, page.cursor === '0-0' ? undefined : page.cursor);
@@ -93,11 +111,24 @@ export class ShardRecovery {
     const ids = await this.client.ownPending(state.index, tracked.size + this.acks.unsettledCount(state.index) + this.options.batchSize);
     if (!this.shards.isCurrent(state)) return;
     const acking = this.acks.unsettledIds(state.index);
-    const untracked = ids.filter((id) => !tracked.has(id) && !isInFlight(state, id) && !acking.has(id) && !this.isQueued(state, id) && (upTo === undefined || compareStreamIds(id, upTo) <= 0));
+    const untracked = ids.filter(
+      (id) =>
+        !tracked.has(id) &&
+        !isInFlight(state, id) &&
+        !acking.has(id) &&
+        !this.isQueued(state, id) &&
+        (upTo === undefined || compareStreamIds(id, upTo) <= 0),
+    );
     if (untracked.length === 0) return;
     const page = await this.accept(state, await this.client.claimIds(state.index, state.grantEpoch, untracked), '(fencing token changed)');
     if (page && page.entries.length > 0) {
-      this.events.emit('error', new ShardError(`shard ${state.index}: ${page.entries.length} entries pending here were not being handled (a read reply that never arrived, or an ack given up on): ${page.entries.map((e) => e.id).join(', ')}; handling them now`, state.index));
+      this.events.emit(
+        'error',
+        new ShardError(
+          `shard ${state.index}: ${page.entries.length} entries pending here were not being handled (a read reply that never arrived, or an ack given up on): ${page.entries.map((e) => e.id).join(', ')}; handling them now`,
+          state.index,
+        ),
+      );
     }
   }
 
@@ -118,7 +149,13 @@ export class ShardRecovery {
       return null;
     }
     if (page.deleted.length > 0) {
-      this.events.emit('error', new ShardError(`shard ${state.index}: entries ${page.deleted.join(', ')} were deleted from the stream (trimmed or XDEL) before they were handled; they cannot be processed`, state.index));
+      this.events.emit(
+        'error',
+        new ShardError(
+          `shard ${state.index}: entries ${page.deleted.join(', ')} were deleted from the stream (trimmed or XDEL) before they were handled; they cannot be processed`,
+          state.index,
+        ),
+      );
     }
     const entries = await this.withDeliveryCounts(state.index, page.entries);
     if (!this.shards.isCurrent(state)) return null;

@@ -17,10 +17,18 @@ export class ReadDeadlineError extends Error {
  * read counts as lost. Whatever it delivered, if it ran, is pending under this member untracked,
  * where the gap check and the own-pending sweep find it. `what` names the read in the error.
  */
-export async function withReadDeadline<R>(reader: RedisClient, read: Promise<R>, deadlineMs: number, what = 'the blocking read'): Promise<R> {
+export async function withReadDeadline<R>(
+  reader: RedisClient,
+  read: Promise<R>,
+  deadlineMs: number,
+  what = 'the blocking read',
+): Promise<R> {
   let timer: NodeJS.Timeout | undefined;
   const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new ReadDeadlineError(`${what} did not come back within ${deadlineMs} ms; ${resetConnection(reader, 'reader')}`)), deadlineMs);
+    timer = setTimeout(
+      () => reject(new ReadDeadlineError(`${what} did not come back within ${deadlineMs} ms; ${resetConnection(reader, 'reader')}`)),
+      deadlineMs,
+    );
   });
   // The abandoned read settles later (a resend after the reconnect, or an error): nobody waits for it.
   read.catch(() => undefined);

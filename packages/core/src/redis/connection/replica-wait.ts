@@ -36,13 +36,17 @@ export function waitCommand(pipeline: ChainableCommander, wait: ReplicaWait): vo
 export function waitShortfall([error, reply]: [Error | null, unknown], wait: ReplicaWait): { replicas: number; why: string } | undefined {
   const replicas = error ? 0 : Number(reply);
   if (replicas >= wait.replicas) return undefined;
-  return { replicas, why: error ? `WAIT failed (${error.message})` : `WAIT counted ${replicas} of ${wait.replicas} replica(s) within ${wait.timeoutMs} ms` };
+  return {
+    replicas,
+    why: error ? `WAIT failed (${error.message})` : `WAIT counted ${replicas} of ${wait.replicas} replica(s) within ${wait.timeoutMs} ms`,
+  };
 }
 
 /** Validates a `waitForReplicas` option (the producer's, or a member's `ackWaitForReplicas`). */
 export function assertReplicaWait(name: string, value: ReplicaWait | undefined): ReplicaWait | undefined {
   if (value === undefined) return undefined;
-  if (typeof value !== 'object' || value === null) throw new TypeError(`${name} must be { replicas, timeoutMs }, got ${JSON.stringify(value)}`);
+  if (typeof value !== 'object' || value === null)
+    throw new TypeError(`${name} must be { replicas, timeoutMs }, got ${JSON.stringify(value)}`);
   return {
     replicas: assertIntegerInRange(`${name}.replicas`, value.replicas, 1, 1000),
     // WAIT 0 would wait forever: a call must end.

@@ -58,15 +58,26 @@ export function isCluster(client: RedisClient): client is Cluster {
 export function duplicateClient(client: RedisClient, overrides: RedisOptions = {}): RedisClient {
   if (!isCluster(client)) {
     const { maxLoadingRetryTime, reconnectOnError } = client.options;
-    return client.duplicate({ maxLoadingRetryTime: loadingRetryTime(maxLoadingRetryTime), reconnectOnError: reconnectOnError ?? reconnectOnReadonly, ...overrides });
+    return client.duplicate({
+      maxLoadingRetryTime: loadingRetryTime(maxLoadingRetryTime),
+      reconnectOnError: reconnectOnError ?? reconnectOnReadonly,
+      ...overrides,
+    });
   }
   return duplicateCluster(client, overrides);
 }
 
 /** `duplicateClient` for a Cluster, with Cluster options of its own (e.g. `shardedSubscribers`). */
-export function duplicateCluster(client: Cluster, overrides: RedisOptions = {}, clusterOverrides: Omit<ClusterOptions, 'redisOptions'> = {}): Cluster {
+export function duplicateCluster(
+  client: Cluster,
+  overrides: RedisOptions = {},
+  clusterOverrides: Omit<ClusterOptions, 'redisOptions'> = {},
+): Cluster {
   const redisOptions = client.options.redisOptions ?? {};
-  return client.duplicate([], { ...clusterOverrides, redisOptions: { ...redisOptions, maxLoadingRetryTime: loadingRetryTime(redisOptions.maxLoadingRetryTime), ...overrides } });
+  return client.duplicate([], {
+    ...clusterOverrides,
+    redisOptions: { ...redisOptions, maxLoadingRetryTime: loadingRetryTime(redisOptions.maxLoadingRetryTime), ...overrides },
+  });
 }
 
 /**
@@ -77,7 +88,11 @@ export function duplicateCluster(client: Cluster, overrides: RedisOptions = {}, 
  * TRYAGAIN (a multi-key command on a slot whose keys are half-migrated: nothing ran) or CLUSTERDOWN
  * (a failover under way) is sent again after a pause, for up to about 2 s, then reported as it is.
  */
-export async function execBySlot(client: RedisClient, batches: readonly SlotBatch[], options: ExecBySlotOptions = {}): Promise<SlotBatchResult[]> {
+export async function execBySlot(
+  client: RedisClient,
+  batches: readonly SlotBatch[],
+  options: ExecBySlotOptions = {},
+): Promise<SlotBatchResult[]> {
   if (batches.length === 0) return [];
   if (!isCluster(client)) {
     const sent = await sendTogether(client.pipeline(), batches, options);
@@ -98,7 +113,11 @@ export async function execBySlot(client: RedisClient, batches: readonly SlotBatc
  * known yet goes alone. With `tail`, it follows each node's batches once (e.g. one WAIT per node,
  * counting that node's replicas for all of them).
  */
-export async function execByNode(client: RedisClient, batches: readonly NodeBatch[], options: ExecBySlotOptions = {}): Promise<SlotBatchResult[]> {
+export async function execByNode(
+  client: RedisClient,
+  batches: readonly NodeBatch[],
+  options: ExecBySlotOptions = {},
+): Promise<SlotBatchResult[]> {
   if (!isCluster(client) || batches.length <= 1) return execBySlot(client, batches, options);
   const byNode = new Map<string, number[]>();
   const results: Promise<void>[] = [];
@@ -114,7 +133,12 @@ export async function execByNode(client: RedisClient, batches: readonly NodeBatc
     else byNode.set(node, [i]);
   });
   for (const indexes of byNode.values()) {
-    results.push(execNodePipeline(client, indexes.map((i) => batches[i]), options).then((replies) => {
+    results.push(
+      execNodePipeline(
+        client,
+        indexes.map((i) => batches[i]),
+        options,
+      ).then((replies) => {
         for (const [j, at] of indexes.entries()) out[at] = replies[j];
       }),
     );
@@ -138,7 +162,8 @@ async function execNodePipeline(client: Cluster, batches: readonly SlotBatch[], 
   return Promise.all(
     batches.map((batch, i) => {
       const own = parts[i];
-      const moved = own.length > 0 && own.every(([error]) => error !== null && (REDIRECTED.test(error.message) || TRANSIENT.test(error.message)));
+      const moved =
+        own.length > 0 && own.every(([error]) => error !== null && (REDIRECTED.test(error.message) || TRANSIENT.test(error.message)));
       if (!moved) return { replies: own, tail };
       if (own.some(([error]) => REDIRECTED.test(error!.message))) client.refreshSlotsCache();
       return execOneSlot(client, batch, options);
@@ -150,7 +175,10 @@ async function execOneSlot(client: Cluster, batch: SlotBatch, options: ExecBySlo
   for (let attempt = 1; ; attempt++) {
     const sent = await sendTogether(client.pipeline(), [batch], options);
     if ('error' in sent) return sent;
-    const { parts: [own], tail } = sent;
+    const {
+      parts: [own],
+      tail,
+    } = sent;
     const asked = options.tail && own.length > 0 && own.every(([error]) => error !== null && ASKED.test(error.message));
     if (asked) return execAskedWithTail(client, batch, options.tail!, own[0][0]!.message.split(' ')[2]);
     const redirected = own.length > 0 && own.every(([error]) => error !== null && REDIRECTED.test(error.message));
@@ -170,11 +198,17 @@ async function execOneSlot(client: Cluster, batch: SlotBatch, options: ExecBySlo
  * the writes just made on it. A tail that cannot be sent is reported as its replies' errors (a WAIT
  * not confirmed), never as success.
  */
-async function execAskedWithTail(client: Cluster, batch: SlotBatch, tail: (pipeline: ChainableCommander) => void, address: string | undefined): Promise<SlotBatchResult> {
+async function execAskedWithTail(
+  client: Cluster,
+  batch: SlotBatch,
+  tail: (pipeline: ChainableCommander) => void,
+  address: string | undefined,
+): Promise<SlotBatchResult> {
   const result = await execOneSlot(client, batch, {});
   if ('error' in result) return result;
   const node = client.nodes('all').find((n) => `${n.options.host}:${n.options.port}` === address);
-  if (!node) return { replies: result.replies, tail: [[new Error(`no connection to ${address}, where the batch was sent after ASK`), undefined]] };
+  if (!node)
+    return { replies: result.replies, tail: [[new Error(`no connection to ${address}, where the batch was sent after ASK`), undefined]] };
   const sent = await sendTogether(node.pipeline(), [], { tail });
   return { replies: result.replies, tail: 'error' in sent ? [[sent.error, undefined]] : sent.tail };
 }
@@ -183,7 +217,11 @@ async function execAskedWithTail(client: Cluster, batch: SlotBatch, tail: (pipel
  * Sends the batches (then the tail) in one pipeline: each batch's replies (padded to its command
  * count) and the tail's, or why the pipeline failed as a whole.
  */
-async function sendTogether(pipeline: ChainableCommander, batches: readonly SlotBatch[], options: ExecBySlotOptions): Promise<{ parts: [Error | null, unknown][][]; tail: [Error | null, unknown][] } | { error: Error }> {
+async function sendTogether(
+  pipeline: ChainableCommander,
+  batches: readonly SlotBatch[],
+  options: ExecBySlotOptions,
+): Promise<{ parts: [Error | null, unknown][][]; tail: [Error | null, unknown][] } | { error: Error }> {
   const sizes = batches.map((batch) => {
     const before = pipeline.length;
     batch.build(pipeline);

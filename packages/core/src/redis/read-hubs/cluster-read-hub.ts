@@ -73,7 +73,10 @@ export class ClusterReadHub {
       this.queue.push({ batches, resolve, reject });
     });
     const deadline = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new ReadDeadlineError(`the read did not come back within ${deadlineMs} ms; ${this.reset(sentIn)}`)), deadlineMs);
+      timer = setTimeout(
+        () => reject(new ReadDeadlineError(`the read did not come back within ${deadlineMs} ms; ${this.reset(sentIn)}`)),
+        deadlineMs,
+      );
     });
     replies.catch(() => undefined); // abandoned past the deadline: settles later, nobody waits
     return Promise.race([replies, deadline]).finally(() => clearTimeout(timer));

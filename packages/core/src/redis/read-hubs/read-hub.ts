@@ -121,9 +121,11 @@ export class ReadHub {
     if (!blocking || !this.mayReadSolo(reader)) return undefined;
     const done = read(blocking);
     this.soloRead = done;
-    void done.catch(() => undefined).then(() => {
-      if (this.soloRead === done) this.soloRead = undefined;
-    });
+    void done
+      .catch(() => undefined)
+      .then(() => {
+        if (this.soloRead === done) this.soloRead = undefined;
+      });
     return done;
   }
 
@@ -291,7 +293,9 @@ export class ReadHub {
       let reply: [string, [string, string[]][]][] | null;
       try {
         this.inFlight = watched;
-        const read = doorbell.xread('COUNT', 1, 'BLOCK', DOORBELL_BLOCK_MS, 'STREAMS', ...watched.keys(), ...watched.values()) as Promise<typeof reply>;
+        const read = doorbell.xread('COUNT', 1, 'BLOCK', DOORBELL_BLOCK_MS, 'STREAMS', ...watched.keys(), ...watched.values()) as Promise<
+          typeof reply
+        >;
         reply = await withReadDeadline(doorbell, read, DOORBELL_BLOCK_MS + DOORBELL_GRACE_MS, 'the doorbell read');
       } catch (error) {
         this.inFlight = undefined;

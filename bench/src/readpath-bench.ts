@@ -1,7 +1,7 @@
 /**
  * npm run bench:readpath [-- --quick]
  *
- * The figures of the shared read path (issue 15 part B), quicker than the whole `npm run bench`:
+ * The figures of the shared read path (docs/runtime.md, Connections), quicker than the whole `npm run bench`:
  * scenario 2's I/O-bound cases with 64 workers, latency beside the raw XREADGROUP BLOCK loop (the
  * producer in a process of its own), and connections per process. Writes docs/benchmarks-readpath.md
  * with the machine's load average at the start and the end: on a shared machine the throughput

@@ -7,7 +7,7 @@ import { type HeldRequest, TcpProxy } from '../support/tcp-proxy';
 import { proxyFactory } from '../support/proxy-fixture';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
 
-// Attacks on the member runtime after issue 11 (review/attack). Each test names the promise it breaks.
+// Attacks on the member runtime after the error-path fixes (9f85442, b2493f9). Each test names the promise it breaks.
 const redis = useRedisServer();
 const aMember = memberFactory(redis, { retryBackoffMs: 1 });
 const keys = new KeyBuilder();

@@ -4,7 +4,7 @@ import { TcpProxy } from '../support/tcp-proxy';
 import { proxyFactory } from '../support/proxy-fixture';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
 
-// Attack on issue 11 item 12 / SPEC 9.5: "a batch reports per entry which writes landed, so a retry
+// Attack on SPEC 9.5: "a batch reports per entry which writes landed, so a retry
 // neither duplicates nor reorders a key". With an ioredis client on its defaults
 // (autoResendUnfulfilledCommands true, maxRetriesPerRequest 20) the library never sees a lost reply:
 // ioredis resends the script after it reconnects. Before the shard's write log, the script ran a

@@ -17,8 +17,8 @@ import { pollUntil } from '../support/poll';
 import { proxyFactory } from '../support/proxy-fixture';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
 
-// Attacks on the consumption runtime added in issue 17 (lanes, batches, manual acks, static
-// membership, read-ahead), by someone other than its authors. Each test names the promise it breaks.
+// Attacks on the consumption runtime (lanes, batches, manual acks, static membership,
+// read-ahead: docs/runtime.md), by someone other than its authors. Each test names the promise it breaks.
 const redis = useRedisServer();
 const aMember = memberFactory(redis, { retryBackoffMs: 1 });
 const aProxy = proxyFactory(redis);
@@ -175,7 +175,7 @@ describe('attack: a zombie read takes entries between two reads, with lanes and 
   // takes entries 2 and 3 between two of the owner's reads; the owner's next read starts at 4. The
   // gap check must queue 2 and 3 before 4 with lanes (where the dispatcher picks any free key) and
   // with batches (where a batch is the queue's head), while entry 1 still runs. Guards the gap check
-  // with the dispatch modes added in issue 17; it held (no product change).
+  // with the dispatch modes of lanes and batches (652cbe8); it held (no product change).
   const shapes = [
     { name: 'lanes 4', options: { lanes: 4, runtimeMaxConcurrency: 4 } },
     { name: 'batch of 10', options: { batch: { maxSize: 10 } } },

@@ -28,7 +28,7 @@ import { TcpProxy } from '../support/tcp-proxy';
 import { ReadHub } from '../../packages/core/src/redis/read-hubs/read-hub';
 import { appendToShards } from '../../packages/core/src/producer/entry-writer';
 
-// Issue 15 part A: every feature on a Redis Cluster (3 masters, 3 replicas) and through Sentinel,
+// Every feature on a Redis Cluster (3 masters, 3 replicas) and through Sentinel (docs/cluster.md),
 // including a slot moving between masters while members run, and a master failing over.
 const redis = useRedisCluster();
 const sentinel = useRedisSentinel();
@@ -118,7 +118,7 @@ describe('on a Redis Cluster', () => {
     );
     const producer = new StreamProducer(redis.client(), { streamPrefix });
     const messages = keyedMessages(30, 10);
-    // Before issue 15 this failed: one pipeline across the shards' slots is refused by a Cluster.
+    // Before 706e404 this failed: one pipeline across the shards' slots is refused by a Cluster.
     for (let i = 0; i < messages.length; i += 100) await producer.sendBatch(messages.slice(i, i + 100));
     await pollUntil('every entry handled', async () => recorder.distinctEntries() === messages.length);
     expect(recorder.duplicates()).toEqual([]);
@@ -317,7 +317,7 @@ describe('on a Redis Cluster', () => {
     const from = await redis.cluster.masterOf(slot);
     const to = (await redis.cluster.nodes()).find((n) => n.role === 'master' && !n.failed && n.id !== from.id)!;
     await redis.cluster.migrateSlot(slot, to.port);
-    // Found by the cluster soak (issue 15): the read pipelined HMGET with TIME, and ioredis does not
+    // Found by the cluster soak (f24ec17): the read pipelined HMGET with TIME, and ioredis does not
     // follow a redirection of a pipeline holding a command that is not read-only, so every send
     // failed "MOVED <slot>" until the client's slot table happened to refresh (20 s and more).
     await expect(producer.sendBatch([{ key: 'a', payload: { seq: 2 } }])).resolves.toHaveLength(1);

@@ -13,7 +13,7 @@ import { memberFactory } from '../support/member-factory';
 import { pollUntil } from '../support/poll';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
 
-// Codecs and schemas (issue 17 item 5): binary payloads end to end, the codec named in each entry,
+// Codecs and schemas (docs/runtime.md, Codecs and schemas): binary payloads end to end, the codec named in each entry,
 // and Standard Schema validation that dead-letters what does not match.
 const redis = useRedisServer();
 const aMember = memberFactory(redis, { coordinator: { heartbeatIntervalMs: 100 } });

@@ -15,7 +15,7 @@ import { memberFactory } from '../support/member-factory';
 import { pollUntil } from '../support/poll';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
 
-// Issue 14 part 3: the member's dead-letter options: a destination name, a maximum length, errors
+// The member's dead-letter options (docs/runtime.md, Dead letters): a destination name, a maximum length, errors
 // not worth retrying, and a hook called after each dead letter is written.
 const redis = useRedisServer();
 const aMember = memberFactory(redis, { retryBackoffMs: 1 });

@@ -12,7 +12,7 @@ function at(since: number, ms: number, what: string): Promise<true> {
   return pollUntil(what, async () => performance.now() - since >= ms, { intervalMs: 5 });
 }
 
-describe('revocation deadlines (issue 11 #6)', () => {
+describe('revocation deadlines (SPEC 3: each revocation counts from when it was asked)', () => {
   it('each revocation counts from when it was asked: a second one acknowledged 0.8 s after it was asked, 2.3 s after the first, is accepted', async () => {
     const group = await aGroup(redis, 6);
     const a = group.member('a', { rebalanceTimeoutMs: 2000 });
@@ -59,7 +59,7 @@ describe('revocation deadlines (issue 11 #6)', () => {
   });
 });
 
-describe('a stale member is told it is stale before its report is checked (issue 11 #7a)', () => {
+describe('a stale member is told it is stale before its report is checked (docs/protocol.md, One heartbeat, step 2)', () => {
   it('an expired member reporting shards the stream no longer has gets UNKNOWN_MEMBER_ID, not INVALID_REQUEST', async () => {
     const group = await aGroup(redis, 4);
     const paused = group.member('paused', { sessionTimeoutMs: 200 });
@@ -81,7 +81,7 @@ describe('a stale member is told it is stale before its report is checked (issue
   });
 });
 
-describe('one live instance per member id (issue 11 #11, SPEC 9.4)', () => {
+describe('one live instance per member id (SPEC 9.4)', () => {
   it('a join from another instance while the member is live is refused with FENCED_INSTANCE_ID and changes nothing', async () => {
     const group = await aGroup(redis, 4);
     const first = group.member('same', { instanceId: 'instance-1' });
@@ -150,7 +150,7 @@ describe('one live instance per member id (issue 11 #11, SPEC 9.4)', () => {
   });
 });
 
-describe('group incarnations (issue 11 #8, SPEC 9.3)', () => {
+describe('group incarnations (SPEC 9.3)', () => {
   it('every answer carries the group incarnation; a recreated group gets a larger one', async () => {
     const group = await aGroup(redis, 2);
     const a = group.member('a');

@@ -7,7 +7,7 @@ import { aGroup, type GroupFixture, ownership } from '../support/group-fixture';
 import { pollUntil } from '../support/poll';
 import { useRedisServer } from '../support/vitest-redis';
 
-// Static membership at the protocol level (issue 17 item 4, docs/runtime.md "Static membership").
+// Static membership at the protocol level (docs/protocol.md, Static members; docs/runtime.md, Static membership).
 const redis = useRedisServer();
 
 /** One process of a static member: its memberId is the memberInstanceId, its instanceId its own. */
@@ -23,7 +23,7 @@ async function fourStaticMembers(options = {}) {
   return { group, members };
 }
 
-describe('static membership (issue 17 item 4)', () => {
+describe('static membership', () => {
   it('a departed static member keeps its shards; its next instance takes them back with a new epoch and nobody else revokes', async () => {
     const { group, members } = await fourStaticMembers();
     const [a, b, c, d] = members;

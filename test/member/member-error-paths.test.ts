@@ -7,7 +7,8 @@ import { proxyFactory } from '../support/proxy-fixture';
 import { TcpProxy } from '../support/tcp-proxy';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
 
-// Issue 11: every error path of the poller ends in a retry, a handoff, or one visible error.
+// SPEC 9.1 for the poller: every error path ends in a retry, a handoff, or one visible error
+// (docs/runtime.md, Error paths).
 const redis = useRedisServer();
 const aMember = memberFactory(redis, { retryBackoffMs: 1 });
 const keys = new KeyBuilder();

@@ -37,7 +37,7 @@ function gate() {
   return { opened, open };
 }
 
-describe('stop() while a handler outlives the session timeout (issue 11 #5)', () => {
+describe('stop() while a handler outlives the session timeout (SPEC 9.1: it keeps heartbeating until it left)', () => {
   it('the stopping member keeps heartbeating until it left: it is never expired, and no two handlers of its shard run at once', async () => {
     const streamPrefix = uniqueName('drain');
     const recorder = new HandlerRecorder();
@@ -75,7 +75,7 @@ describe('stop() while a handler outlives the session timeout (issue 11 #5)', ()
   });
 });
 
-describe('recovery from refusals that are not fencing (issue 11 #7)', () => {
+describe('recovery from refusals that are not fencing (docs/runtime.md, Error paths: INVALID_REQUEST, GROUP_NOT_FOUND)', () => {
   it('a member whose report no longer fits the stream (INVALID_REQUEST twice) drops everything and rejoins', async () => {
     const streamPrefix = uniqueName('invalid');
     const handlers = gate();
@@ -171,7 +171,7 @@ describe('recovery from refusals that are not fencing (issue 11 #7)', () => {
   });
 });
 
-describe('group keys lost while fencing tokens survive (issue 11 #8)', () => {
+describe('group keys lost while fencing tokens survive (SPEC 9.3)', () => {
   it('the recreated group claims its shards over the tokens of its former life and reads them', async () => {
     const streamPrefix = uniqueName('reborn');
     const admin = new CoordinatorAdmin(redis.client());
@@ -204,7 +204,7 @@ describe('group keys lost while fencing tokens survive (issue 11 #8)', () => {
   });
 });
 
-describe('two processes with one memberId (issue 11 #11)', () => {
+describe('two processes with one memberId (SPEC 9.4)', () => {
   it('exactly one owns shards; the other stops for good with FencedInstanceIdError; no entry runs twice at once', async () => {
     const streamPrefix = uniqueName('twins');
     const recorder = new HandlerRecorder();
@@ -290,7 +290,7 @@ describe('two processes with one memberId (issue 11 #11)', () => {
   });
 });
 
-describe('the cutover read after a metadata change (issue 11, suspected)', () => {
+describe('the cutover read after a metadata change (SPEC 10.1: bounded; docs/runtime.md, Error paths)', () => {
   it('a read that never answers neither stalls the heartbeats nor lets the member take shards without their holds', async () => {
     const streamPrefix = uniqueName('cutover-read');
     const connection = redis.client();

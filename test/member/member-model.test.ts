@@ -10,7 +10,7 @@ import { TcpProxy } from '../support/tcp-proxy';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
 
 /**
- * Model-based test (issue 12): real members, each behind its own TCP proxy to a real redis-server,
+ * Model-based test (docs/reliability.md, The model-based test): real members, each behind its own TCP proxy to a real redis-server,
  * driven by random interleavings of joins, leaves, writes, slow links, partitions, lost replies and
  * resizes (fast-check `commands`). The model is small: which members are running, how many shards
  * there are. After every command, once the group settles: every shard has exactly one owner, a
@@ -20,8 +20,8 @@ import { uniqueName, useRedisServer } from '../support/vitest-redis';
  * duplicate explained by a fault the sequence injected).
  *
  * RSC_MODEL_RUNS / RSC_MODEL_COMMANDS make it long (the soak), RSC_MODEL_SEED replays a failure
- * (fast-check prints the seed; default 20261130); RSC_MODEL_FAULTS=all adds the
- * commands that wait for issue-11 fixes (a lost XREADGROUP reply on a quiet shard: fix/poller).
+ * (fast-check prints the seed; default 20261130); RSC_MODEL_FAULTS=all adds a lost XREADGROUP
+ * reply on a quiet shard, which the own-pending sweep recovers (da4f26b).
  */
 const redis = useRedisServer();
 

@@ -9,7 +9,7 @@ import { proxyFactory } from '../support/proxy-fixture';
 import { TcpProxy } from '../support/tcp-proxy';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
 
-// Issue 15 part B: every member of a process reads through one ReadHub per client, so a process
+// Every member of a process reads through one ReadHub per client (docs/runtime.md, Connections), so a process
 // holds O(nodes) connections, not O(members): a member alone on it reads with a blocking
 // XREADGROUP on the hub's blocking connection; two or more share a doorbell (that connection) and
 // one read connection.

@@ -5,7 +5,7 @@ import { memberFactory } from '../support/member-factory';
 import { pollUntil } from '../support/poll';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
 
-// Static membership with the real member runtime (issue 17 item 4): restarts keep shards in place.
+// Static membership with the real member runtime (docs/runtime.md, Static membership): restarts keep shards in place.
 const redis = useRedisServer();
 const aMember = memberFactory(redis, { coordinator: { heartbeatIntervalMs: 100 } });
 

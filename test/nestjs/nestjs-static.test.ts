@@ -10,7 +10,7 @@ import { closedAfterEach } from '../support/nest-apps';
 import { pollUntil } from '../support/poll';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
 
-// Static membership through the Nest starter (issue 17 item 4): a listener's members and a bean
+// Static membership through the Nest starter (docs/nestjs.md, Static membership, codecs and schemas): a listener's members and a bean
 // consumer keep their shards when the application restarts with the same memberInstanceId.
 const redis = useRedisServer();
 const apps = closedAfterEach<TestingModule>();

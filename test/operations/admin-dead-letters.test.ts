@@ -13,7 +13,7 @@ import { memberFactory } from '../support/member-factory';
 import { pollUntil } from '../support/poll';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
 
-// Issue 14 part 3: dead letters can be listed, shown, replayed to their key and purged, twice safely.
+// docs/operations.md, Dead letters: dead letters can be listed, shown, replayed to their key and purged, twice safely.
 const redis = useRedisServer();
 const aMember = memberFactory(redis, { retryBackoffMs: 1 });
 const keys = new KeyBuilder();

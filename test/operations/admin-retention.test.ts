@@ -4,7 +4,7 @@ import { pollUntil } from '../support/poll';
 import { proxyFactory } from '../support/proxy-fixture';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
 
-// Issue 14 part 4: retention tied to the slowest group. Groups are driven by hand (XREADGROUP, XACK)
+// Retention tied to the slowest group (SPEC 10.6, docs/operations.md, Retention). Groups are driven by hand (XREADGROUP, XACK)
 // so that each sits exactly where the test puts it.
 const redis = useRedisServer();
 const keys = new KeyBuilder();

@@ -8,7 +8,7 @@ import { memberFactory } from '../support/member-factory';
 import { pollUntil } from '../support/poll';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
 
-// Issue 14 part 1: the real `rsc` binary (node on the built file) against a private redis-server.
+// The real `rsc` binary (docs/operations.md, The `rsc` command), node on the built file, against a private redis-server.
 const BIN = path.resolve(__dirname, '../../packages/cli/dist/main.js');
 const redis = useRedisServer();
 const aMember = memberFactory(redis, { retryBackoffMs: 1 });

@@ -61,7 +61,7 @@ export interface CheckReport {
   duplicates: number;
   /** Duplicates with no fault that could have caused them. */
   unexplainedDuplicates: string[];
-  /** Entries left pending at a live owner with nothing running them (issue 11: 1, 2, 9). */
+  /** Entries left pending at a live owner with nothing running them (a retry dropped while the lease looked unsafe, a dead-letter write given up, a lost read reply: fixed in da4f26b). */
   stuck: string[];
   deadLetters: number;
   /** Dead letters written by a member that was not the shard's owner then, or also acknowledged by another member. */
@@ -70,7 +70,7 @@ export interface CheckReport {
   grantDuplicates: string[];
   /**
    * A key's sequence number found in two stream entries: a producer batch written in part and sent
-   * again whole (issue 11 #12), which replays a key's earlier entries after its later ones.
+   * again whole (SPEC 9.5), which replays a key's earlier entries after its later ones.
    */
   writtenTwice: string[];
   /** Faults the group never recovered from within the harness's deadline. */

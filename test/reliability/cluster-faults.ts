@@ -1,5 +1,5 @@
 /**
- * The fault kinds of a Redis Cluster (issue 15), for faults.ts: a master failing over to its replica,
+ * The fault kinds of a Redis Cluster (docs/reliability-cluster.md), for faults.ts: a master failing over to its replica,
  * and a slot moving between masters while members run. Each picks, by the seed, a shard stream's
  * slot or now and then the coordinator's (the stream prefix's hash tag: heartbeats, commits and
  * resizes).

@@ -1,8 +1,8 @@
 /**
- * Fault kinds that each reproduce an issue-11 defect the first version of the fault model missed
- * (issue 12): #1 a retry dropped while the lease looks unsafe (`unsafe-lease`), #3 an unfenced dead
- * letter from a member whose shard moved (`zombie-dead-letter`), #6 a second revocation inheriting
- * the first one's deadline (`revoke-twice`), #8 fencing tokens regressing after a group's keys were
+ * Fault kinds (cf74f32) that each reproduce a runtime defect the first fault model missed: a retry
+ * dropped while the lease looks unsafe (`unsafe-lease`), an unfenced dead letter from a member whose
+ * shard moved (`zombie-dead-letter`), a second revocation inheriting the first one's deadline
+ * (`revoke-twice`), fencing tokens regressing after a group's keys were
  * lost (`group-keys-lost`). Each was run alone against the code before the fixes (docs/reliability.md
  * says what the checker reported) and is clean on the fixed code. Registered in faults.ts.
  */
@@ -30,7 +30,7 @@ function flakySpell(h: ChaosHarness): void {
 const MAX_ATTEMPTS = 3;
 
 /**
- * Issue 11 #1. One member is replaced by one with a 3-session timeout and heartbeats every 1.5
+ * unsafe-lease (a retry due while the lease looks unsafe was dropped; da4f26b). One member is replaced by one with a 3-session timeout and heartbeats every 1.5
  * sessions, whose heartbeats are then held 0.9 session at the proxy for two heartbeat cycles while
  * 30% of entries fail every attempt but the last (reads and handlers go on at full speed; no dead
  * letter is written, whose write would wait behind a held heartbeat and hold its shard up). Each heartbeat
@@ -93,7 +93,7 @@ export function whatItDid(member: MemberProcess): string {
 }
 
 /**
- * Issue 11 #3. One member's handlers turn long (1.5 sessions) while 30% of entries fail every
+ * zombie-dead-letter (SPEC 9.2: dead letters fenced like acks; da4f26b). One member's handlers turn long (1.5 sessions) while 30% of entries fail every
  * attempt; as soon as it starts the last attempt of such an entry it is paused (SIGSTOP) until the
  * others own its shards (the new owner runs that entry, fails it too and dead-letters and
  * acknowledges it), then one session more, then resumed: its handler ends, fails, and the member
@@ -152,7 +152,7 @@ export async function zombieDeadLetter(h: ChaosHarness, fault: Fault): Promise<v
 }
 
 /**
- * Issue 11 #6. A side consumer group of scripted protocol members (no reader; removed afterwards):
+ * revoke-twice (each revocation has its own deadline, SPEC 3; e52e2f2). A side consumer group of scripted protocol members (no reader; removed afterwards):
  * "slow-acker" (rebalanceTimeoutMs 2 s) owns every shard; a first joiner makes it revoke some
  * (asked at t0), more joiners 1 s later make it revoke more; it acknowledges the first revocation at
  * t0 + 1.5 s and the second 1.5 s after it was asked (t0 + 2.5 s). Each revocation was acknowledged
@@ -217,7 +217,7 @@ export async function revokeTwice(h: ChaosHarness, fault: Fault): Promise<void> 
 }
 
 /**
- * Issue 11 #8. Epochs are raised well above where a recreated group starts (scripted visitors join
+ * group-keys-lost (SPEC 9.3; e52e2f2). Epochs are raised well above where a recreated group starts (scripted visitors join
  * and leave; one of them, weighted, takes shards for a moment so they are granted again at the high
  * epoch), then the first group's coordinator keys are deleted (not the shards, not their fencing
  * tokens): the members find themselves unknown, rejoin, and the group is recreated. Its grants must

@@ -16,7 +16,7 @@ const BOTH: readonly TargetKind[] = ['single', 'cluster'];
 
 export interface FaultSpec {
   what: string;
-  /** The issue-11 fix this fault kind checks: the code before it failed the run. */
+  /** The fix this fault kind checks (a commit and what it changed): the code before it failed the run. */
   needs?: string;
   /**
    * Where it can be made (default: the single redis-server only). A cluster has no proxies (its
@@ -70,7 +70,8 @@ async function lostReply(h: ChaosHarness, fault: Fault, match: (request: string)
 /** Dead-letter keys of both layouts: one stream per group, or one per shard and group. */
 function deadLetterKeys(h: ChaosHarness): string[] {
   const keys: string[] = [];
-  // Read by shape: the per-group layout is gone once issue 11 #3 is fixed, the per-shard one new then.
+  // Read by shape: the per-group layout is gone since dead letters moved into each shard's slot
+  // (da4f26b, SPEC 9.2), the per-shard one new then.
   const layout = h.admin.keys as unknown as { deadLetterStream?: (prefix: string, group: string) => string };
   for (const group of h.groups) {
     if (layout.deadLetterStream) keys.push(layout.deadLetterStream(h.streamPrefix, group));
@@ -175,7 +176,8 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
     what:
       "one member's replies delayed by 0.28-0.32 session for four sessions: its heartbeats land in time (no expiry) but their answers are late, " +
       'so its lease looks unsafe at times, while 30% of entries fail every attempt and back off',
-    // Meant for issue 11 #1 (a retry dropped while the lease looks unsafe), but it did not strand an
+    // Meant for a retry dropped while the lease looks unsafe (fixed in da4f26b; unsafe-lease catches
+    // it), but it did not strand an
     // entry on the code before the fix in three runs: it runs in the default tier as a latency case.
     async inject(h, f) {
       failingSpell(h);
@@ -198,7 +200,7 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
   },
   'lost-read': {
     what: 'an `XREADGROUP` reaches Redis, its reply (the entries) is dropped; then no writes for 7 s (quiet shards)',
-    needs: 'fix/poller (issue 11 #9: the owner recovers its own pending entries)',
+    needs: 'da4f26b: the owner recovers its own pending entries',
     inject: (h, f) => lostReply(h, f, TcpProxy.command('XREADGROUP'), 7000),
   },
   'lost-ack': {
@@ -211,7 +213,7 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
   },
   'dead-letter-wrongtype': {
     what: 'every dead-letter stream replaced by a string (WRONGTYPE) for 2 s while handlers fail part of the time',
-    needs: 'fix/poller (issue 11 #2: a failed dead-letter write strands the entry)',
+    needs: 'da4f26b: a failed dead-letter write no longer strands the entry',
     async inject(h) {
       const keys = deadLetterKeys(h);
       // A shard whose dead letter cannot be written waits (in order) until it can: no one's fault.
@@ -229,7 +231,7 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
   },
   'dead-letter-oom': {
     what: '`maxmemory` below the memory in use (noeviction) for 0.6 session while 30% of entries fail every attempt: every write, dead letters included, gets OOM',
-    needs: 'fix/poller (issue 11 #2)',
+    needs: 'da4f26b: a failed dead-letter write no longer strands the entry',
     async inject(h) {
       h.excuse(undefined, h.sessionTimeoutMs * 4);
       // Failing entries first, so that many are in their retries (due to be dead-lettered) when
@@ -249,7 +251,7 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
   },
   'partial-batch': {
     what: '`maxmemory` just above the memory in use for two seconds: a producer batch fails part-way (OOM) and is retried as documented',
-    needs: 'fix/producer (issue 11 #12: per-entry sendBatch results)',
+    needs: 'd998fcf: per-entry sendBatch results (SPEC 9.5)',
     async inject(h) {
       h.excuse(undefined, h.sessionTimeoutMs * 4);
       await limitMemory(h, 16 * 1024);
@@ -264,7 +266,7 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
   'long-graceful': {
     runsOn: BOTH,
     what: 'handlers of one member start taking 1.5 sessions, then it is stopped gracefully (it must keep its lease while it drains)',
-    needs: 'fix/coord (issue 11 #5: heartbeats during stop)',
+    needs: 'e52e2f2: heartbeats during stop',
     async inject(h, fault) {
       const victim = h.pick();
       fault.target = victim.memberId;
@@ -290,7 +292,7 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
   'new-group': {
     runsOn: BOTH,
     what: 'two ordered growths, then a consumer group created (two member processes): it must read the whole history in per-key order',
-    needs: 'fix/producer (issue 11 #4: only the latest resize kept as the template for new groups)',
+    needs: '2c8e506: a new group crosses every recorded resize, not only the latest',
     async inject(h, fault) {
       const current = (await h.admin.describeStream(h.streamPrefix))!.shardCount;
       if (current > 8) {
@@ -321,7 +323,7 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
   },
   'delete-drained': {
     what: "an ordered shrink with a producer's writes held in flight (as stale-producer), then `deleteDrainedShards` as soon as it is allowed, then the writes land",
-    needs: 'fix/producer (issue 11 #10: writes refused once their shard stopped taking writes; deleteDrainedShards re-checks)',
+    needs: 'd998fcf, dcd863d: writes refused once their shard stopped taking writes; deleteDrainedShards re-checks (SPEC 9.5)',
     async inject(h, fault) {
       return staleWrites(h, fault, async () => {
         let deleted: number[] = [];
@@ -346,12 +348,12 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
   },
   'stale-producer': {
     what: "a producer's writes held in flight (its connection frozen) across an ordered shrink and twice its `graceMs` after it",
-    needs: 'fix/producer (issue 11 #10)',
+    needs: 'd998fcf, dcd863d: writes refused once their shard stopped taking writes (SPEC 9.5)',
     inject: (h, fault) => staleWrites(h, fault, () => sleep(2000)),
   },
   'redis-flush-restart': {
     what: '`SIGKILL` of redis-server and a restart with its files deleted: every key lost; the members must recreate the group (no operator)',
-    needs: 'fix/coord (issue 11 #7, #8: recovery after FLUSHALL, tokens that do not regress)',
+    needs: 'e52e2f2: recovery after FLUSHALL, tokens that do not regress (SPEC 9.3)',
     async inject(h, fault) {
       h.excuse(undefined, 10_000);
       await h.server.kill('SIGKILL');
@@ -375,7 +377,7 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
     what:
       'a member replaced by one with a 3-session timeout and heartbeats every 1.5 sessions, whose heartbeats (only) are then held 0.9 session at its proxy for two heartbeat cycles ' +
       'while 30% of entries fail every attempt but the last: they land in time, but their answers come so late that the lease looks unsafe 0.9 s in every 2.4 s, while retries fall due',
-    needs: 'fix/poller (issue 11 #1: a retry due while the lease looks unsafe waits for it)',
+    needs: 'da4f26b: a retry due while the lease looks unsafe waits for it',
     inject: unsafeLease,
   },
   'zombie-dead-letter': {
@@ -383,7 +385,7 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
     what:
       "a member's handlers turn long (1.5 sessions) while 30% of entries fail every attempt; it is paused during the last attempt of one until the others own its shards " +
       '(the new owner dead-letters and acknowledges that entry), then resumed: its own dead letter of it must be refused',
-    needs: 'fix/poller (issue 11 #3: dead letters fenced like acknowledgements)',
+    needs: 'da4f26b: dead letters fenced like acknowledgements (SPEC 9.2)',
     inject: zombieDeadLetter,
   },
   'revoke-twice': {
@@ -391,7 +393,7 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
     what:
       'a side group of scripted members: one (rebalanceTimeoutMs 2 s) is asked for a revocation, then 1 s later for another; it acknowledges the first at 1.5 s and the second 1.5 s ' +
       'after it was asked: it must stay a member',
-    needs: 'fix/coord (issue 11 #6: each revocation has its own deadline)',
+    needs: 'e52e2f2: each revocation has its own deadline',
     inject: revokeTwice,
   },
   'group-keys-lost': {
@@ -399,13 +401,13 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
     what:
       "epochs raised (visitors join and leave), then the group's coordinator keys deleted, shards and fencing tokens kept: the members rejoin, the group is recreated " +
       'at low epochs, and every shard must be read again within 10 s',
-    needs: 'fix/coord (issue 11 #8: fencing tokens carry the group incarnation)',
+    needs: 'e52e2f2: fencing tokens carry the group incarnation (SPEC 9.3)',
     inject: groupKeysLost,
   },
   'duplicate-id': {
     runsOn: BOTH,
     what: "a second process started with a live member's id: it must be refused for good (FENCED_INSTANCE_ID) within 10 s",
-    needs: 'fix/coord (issue 11 #11)',
+    needs: 'e52e2f2: one live process per member id (SPEC 9.4)',
     async inject(h, fault) {
       const original = h.pick();
       fault.target = original.memberId;

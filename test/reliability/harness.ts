@@ -20,7 +20,7 @@ const MEMBER_PROCESS = path.resolve(__dirname, '../../packages/core/dist/testing
 export interface HarnessOptions {
   seed: number;
   /**
-   * One redis-server (default), or a Redis Cluster of 3 masters and 3 replicas (issue 15): no proxies
+   * One redis-server (default), or a Redis Cluster of 3 masters and 3 replicas (docs/reliability-cluster.md): no proxies
    * there, so only the fault kinds that need none run (`FaultSpec.runsOn`); sends and acks wait for a
    * replica unless `waitForReplicas` is false.
    */
@@ -70,11 +70,11 @@ const wallNow = () => performance.timeOrigin + performance.now();
 const PRODUCER_STALL_MS = 20_000;
 
 /**
- * The reliability harness (issues 5 and 12): a private redis-server with AOF (`appendfsync always`),
+ * The reliability harness (docs/reliability.md): a private redis-server with AOF (`appendfsync always`),
  * member processes each behind a loopback TCP proxy, producers of keyed entries in this process (one
  * of them behind a proxy too, to be made stale), a sampler of what sits pending, and faults injected
- * on a seeded schedule (faults.ts). With `target: 'cluster'` (issue 15) the same runs on a Redis
- * Cluster of 3 masters and 3 replicas, without proxies (target.ts). `finish()` stops the load, waits until everything written has
+ * on a seeded schedule (faults.ts). With `target: 'cluster'` the same runs on a Redis
+ * Cluster of 3 masters and 3 replicas, without proxies (target.ts; docs/reliability-cluster.md). `finish()` stops the load, waits until everything written has
  * been handled, and runs the checker.
  */
 export class ChaosHarness {

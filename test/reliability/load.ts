@@ -27,7 +27,7 @@ interface Outcome {
   id: string;
 }
 
-/** The shape of a `PartialBatchError` (issue 11 #12), read by shape so this compiles before and after it exists. */
+/** The shape of a `PartialBatchError` (SPEC 9.5, d998fcf), read by shape so this compiles before and after it exists. */
 interface PartialBatch {
   written: (Outcome & { index: number })[];
   failed: { index: number; maybeWritten: boolean }[];
@@ -141,7 +141,7 @@ export class LoadProducer {
             // sending it again may write some twice, which at-least-once allows.
             for (const m of batch) this.mayBeTwice.add(`${m.key}#${m.payload.seq}`);
           }
-          // An OOM rejection of the whole batch hides which entries were written (issue 11 #12):
+          // An OOM rejection of the whole batch hides which entries were written (before d998fcf):
           // sent again whole, as the old docs said; the checker reports what got written twice.
         }
         this.sendingSince = undefined;

@@ -1,5 +1,6 @@
 /**
- * The checker's promises added by issue 12, each a pure function of what the harness recorded:
+ * The checker's promises beyond lost, order and overlaps (3e7695b; docs/reliability.md, What
+ * the counts mean), each a pure function of what the harness recorded:
  * nothing stuck at a live owner, dead letters fenced like acks, one accepted run per entry per grant.
  */
 import type { DeadLetter, Fault, FaultKind, PendingSample, RecordLine, Run } from './records';
@@ -9,7 +10,7 @@ const MAX_SAMPLE_GAP_MS = 1500;
 
 /**
  * Entries pending at the shard's owner while that owner was live and under no fault, with no handler
- * of the entry running (issue 11: 1, 2, 9), reported once per entry with how long they sat:
+ * of the entry running (a retry dropped, a dead-letter write given up, a lost read reply: da4f26b), reported once per entry with how long they sat:
  * - skipped: for longer than `afterMs` (the sweep interval plus a margin) while the owner started
  *   later entries of the same shard (a retry dropped, a dead-letter write given up);
  * - forgotten: for longer than `quietAfterMs` while the owner started nothing on the shard (an entry

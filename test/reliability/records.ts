@@ -62,7 +62,7 @@ export type FaultKind =
   | 'zombie-dead-letter'
   | 'revoke-twice'
   | 'group-keys-lost'
-  // On a Redis Cluster (issue 15):
+  // On a Redis Cluster only (docs/reliability-cluster.md):
   | 'failover'
   | 'slot-move';
 

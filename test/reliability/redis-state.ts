@@ -12,7 +12,7 @@ const wallNow = () => performance.timeOrigin + performance.now();
 /**
  * Shards the group reads now, which a running member must own: readable, or draining after a shrink
  * (shards held back by an ordered cutover, or drained, have no owner). Descriptions from before
- * issue 11 #13 have no readability and list readable shards only.
+ * b3adce9 (SPEC 9.6) have no readability and list readable shards only.
  */
 export function mustBeOwned(shard: object): boolean {
   const readability = (shard as { readability?: string }).readability;

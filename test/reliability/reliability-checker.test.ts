@@ -214,7 +214,7 @@ describe('reliability checker', () => {
     expect(report.lost).toEqual(['0/2-0 (a#2)']);
   });
 
-  it('a failover explains redeliveries on the shards its master served, whoever ran them, and no others (issue 15)', () => {
+  it('a failover explains redeliveries on the shards its master served, whoever ran them, and no others', () => {
     const twice = (s: number) => [...run('p0', s, '1-0', 'a', 1, 10, 11), ...run('p1', s, '1-0', 'a', 1, 3000, 3001)];
     const failover: Fault = { kind: 'failover', at: 100, until: 2500, shards: [0, 2] };
     const onShard = (s: number) => check([{ id: '1-0', shard: s, key: 'a', seq: 1 }], twice(s), [failover], new Set());
@@ -230,7 +230,7 @@ describe('reliability checker', () => {
     expect(moved.unexplainedDuplicates).toHaveLength(1);
   });
 
-  it('counts writes a failover lost apart only when they were confirmed without a replica, just before it, on its shards (issue 15)', () => {
+  it('counts writes a failover lost apart only when they were confirmed without a replica, just before it, on its shards', () => {
     const timed: Produced[] = [
       { id: '1-0', shard: 0, key: 'a', seq: 1, at: 9_500 },
       { id: '2-0', shard: 0, key: 'a', seq: 2, at: 5_000 },
@@ -343,7 +343,7 @@ describe('reliability checker', () => {
     expect(check(produced.slice(0, 2), lines, [], new Set(), { deadLetters: [owners] }).unfencedDeadLetters).toEqual([]);
   });
 
-  it("a paused member's ack, recorded once it runs again, counts from when the pause began (issue 15: the cluster's pauses outlast LATE_RECORD_MS)", () => {
+  it("a paused member's ack, recorded once it runs again, counts from when the pause began (the cluster soak's pauses outlast LATE_RECORD_MS; 0086aee)", () => {
     const assigned = (m: string, t: number): RecordLine => ({ e: 'assigned', t, m, shards: [0], ep: m === 'paused' ? 1 : 2 });
     // paused owns shard 0, is stopped at 1000 and resumed at 8000; heir gets the shard at 4000 and
     // dead-letters 2-0 at 9000. paused's ack of 1-0 ran before the pause, its reply was read at 8000.
@@ -485,7 +485,7 @@ describe('record tail (what the harness polls while a fault waits)', () => {
   });
 });
 
-describe('fault kinds per target (issue 15)', () => {
+describe('fault kinds per target (single node, Redis Cluster)', () => {
   it('runs failover and slot-move on a cluster only, and the kinds that need a proxy or the single server on the single node only', () => {
     const onCluster = faultKindsOn('cluster');
     expect(onCluster).toEqual(

@@ -1,5 +1,5 @@
 /**
- * Where the reliability harness's Redis is (issue 15): one redis-server with AOF, every member
+ * Where the reliability harness's Redis is (docs/reliability-cluster.md for the cluster): one redis-server with AOF, every member
  * process and the stale producer behind a TCP proxy of their own; or a private Redis Cluster (3
  * masters, 3 replicas), which members and producers reach by its startup nodes. A cluster announces
  * its own ports (MOVED, ASK, CLUSTER SLOTS), so no proxy can sit in front of it: the fault kinds that

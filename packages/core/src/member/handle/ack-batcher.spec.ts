@@ -35,7 +35,7 @@ async function pollSent(sent: () => number, count: number, withinMs = 1000): Pro
 
 describe('AckBatcher', () => {
   it('flush() waits for acks already being sent, not only for the batches it sends itself (a stopping member must not leave before they land)', async () => {
-    // Issue 15's cluster soak: a graceful stop's final flush found no batch (the burst's own flush
+    // Found by the cluster soak (ca15816, docs/reliability-cluster.md): a graceful stop's final flush found no batch (the burst's own flush
     // had just taken it) and returned while that ack (with its WAIT for a replica) was on the wire;
     // the member left, the next owner got the shard, and the entry was run again.
     const { client, answerAll, sent } = aSlowClient();

@@ -185,7 +185,7 @@ describe('startTrimming', () => {
     const schedule = admin().startTrimming(streamPrefix, { intervalMs: 100, maxLen: 2 });
     const { runs, errors } = track(schedule);
     await pollUntil('two failed runs', async () => schedule.stats().consecutiveFailures >= 2);
-    expect(errors[0].message).toMatch(/stream ".*" does not exist \(no metadata\): nothing to trim/);
+    expect(errors[0].message).toMatch(/nothing to trim: stream ".*" does not exist \(it has no metadata\)/);
     expect(schedule.stats().lastError).toBe(errors.at(-1));
 
     // No group: maxLen applies.

@@ -138,7 +138,7 @@ describe('rsc streams, groups, describe', () => {
     const missing = await rsc('describe', 'no-such-stream', 'group');
     expect(missing).toMatchObject({
       code: 1,
-      stderr: expect.stringMatching(/rsc: error: group "group" of stream "no-such-stream" does not exist/),
+      stderr: expect.stringMatching(/rsc: error: no group "group": stream "no-such-stream" does not exist .*`rsc streams` lists/),
     });
     const badName = await rsc('describe', 'bad{name}', 'group');
     expect(badName).toMatchObject({ code: 2, stderr: expect.stringMatching(/streamPrefix "bad\{name\}" is invalid/) });

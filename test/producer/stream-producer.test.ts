@@ -148,7 +148,7 @@ describe('StreamProducer', () => {
       ),
     );
     expect(refused).toBeInstanceOf(GroupNotFoundError);
-    expect(refused.message).toMatch(new RegExp(`stream "${streamPrefix}" has no metadata.*shardCount`));
+    expect(refused.message).toMatch(new RegExp(`stream "${streamPrefix}" does not exist \\(it has no metadata\\).*shardCount`));
     await expect(plain.send({ key: 'a', payload: 3 })).rejects.toBeInstanceOf(GroupNotFoundError);
     const admin = new CoordinatorAdmin(client);
     await pollUntil('the metadata recreated', async () => {

@@ -1,5 +1,5 @@
 import { ErrorCode, errorCodeFromWire } from '../protocol/error-codes';
-import { toCoordinatorError } from '../protocol/errors';
+import { GroupNotFoundError, StreamNotFoundError, toCoordinatorError } from '../protocol/errors';
 import { assertIntegerInRange } from '../protocol/names';
 import type { GroupDescription, StreamMetadata } from '../protocol/records';
 import { CoordinatorClient } from '../redis/coordinator-client';
@@ -293,6 +293,9 @@ export class CoordinatorAdmin {
       )) as unknown[];
       if (reply[0] === 'RETRY') continue;
       const code = errorCodeFromWire(reply[0]);
+      // The scripts answer GROUP_NOT_FOUND only when the stream has no metadata.
+      if (code === ErrorCode.GROUP_NOT_FOUND)
+        throw new StreamNotFoundError(streamPrefix, script === 'resizeShards' ? 'cannot resize' : 'no drained shards to delete');
       if (code !== ErrorCode.NONE) throw toCoordinatorError(code, `stream "${streamPrefix}": ${String(reply[1])}`);
       return reply;
     }
@@ -390,7 +393,7 @@ export class CoordinatorAdmin {
    * position every consumer group of the stream has both been delivered and acknowledged; never past
    * a pending entry, never an entry a group has not read. A shard a registered group has not read
    * yet is left alone, and so is a stream no group reads unless `maxLen` is given. Throws
-   * `GroupNotFoundError` for a stream without metadata, `TrimError` when some shards failed.
+   * `StreamNotFoundError` for a stream without metadata, `TrimError` when some shards failed.
    *
    * @example
    * const { trimmed, shards } = await admin.trim('summary', { dryRun: true });
@@ -400,8 +403,7 @@ export class CoordinatorAdmin {
     if (typeof dryRun !== 'boolean') throw new TypeError(`dryRun must be a boolean, got ${String(dryRun)}`);
     const maxLen = options.maxLen === undefined ? 0 : assertIntegerInRange('maxLen', options.maxLen, 1, Number.MAX_SAFE_INTEGER);
     const stream = await this.describeStream(streamPrefix);
-    if (!stream)
-      throw toCoordinatorError(ErrorCode.GROUP_NOT_FOUND, `stream "${streamPrefix}" does not exist (no metadata): nothing to trim`);
+    if (!stream) throw new StreamNotFoundError(streamPrefix, 'nothing to trim');
     const groups = (await this.redis.smembers(this.keys.streamGroups(streamPrefix))).sort();
     return trimShards(this.redis, this.keys, streamPrefix, stream.shardSpan, groups, { dryRun, maxLen });
   }
@@ -449,7 +451,7 @@ export class CoordinatorAdmin {
   /** The group's position on every shard of the stream: last-delivered id, pending, oldest pending and its age. */
   async shardPositions(streamPrefix: string, consumerGroup: string): Promise<ShardPosition[]> {
     const stream = await this.describeStream(streamPrefix);
-    if (!stream) throw toCoordinatorError(ErrorCode.GROUP_NOT_FOUND, `stream "${streamPrefix}" does not exist (no metadata)`);
+    if (!stream) throw new StreamNotFoundError(streamPrefix, `no positions of group "${consumerGroup}"`);
     return readShardPositions(this.redis, this.keys, streamPrefix, consumerGroup, stream.shardSpan);
   }
 
@@ -466,7 +468,7 @@ export class CoordinatorAdmin {
     const to = assertOffsetTarget(options?.to);
     const dryRun = options.dryRun ?? false;
     const stream = await this.describeStream(streamPrefix);
-    if (!stream) throw toCoordinatorError(ErrorCode.GROUP_NOT_FOUND, `stream "${streamPrefix}" does not exist (no metadata)`);
+    if (!stream) throw new StreamNotFoundError(streamPrefix, `no offsets of group "${consumerGroup}" to reset`);
     if (options.shardIndex !== undefined) assertIntegerInRange('shardIndex', options.shardIndex, 0, stream.shardSpan - 1);
     if (!options.force)
       await assertNoLiveMembers(this.redis, streamPrefix, consumerGroup, () => this.describeGroup(streamPrefix, consumerGroup));
@@ -498,12 +500,15 @@ export class CoordinatorAdmin {
   /**
    * A consistent snapshot of one group in the JSON shapes of SPEC section 2, with per-shard owner,
    * readability, lag and pending counts for every shard that may hold entries: readable ones, and
-   * those not yet readable during an ordered cutover or still draining after a shrink (SPEC 9.6). Throws `GroupNotFoundError` when the group has never had a member.
+   * those not yet readable during an ordered cutover or still draining after a shrink (SPEC 9.6). Throws `StreamNotFoundError` when the stream has no metadata,
+   * `GroupNotFoundError` when the group has never had a member.
    */
   async describeGroup(streamPrefix: string, consumerGroup: string): Promise<GroupDescription> {
     const reply = (await runScript(this.redis, 'describeGroup', this.keys.groupKeys(streamPrefix, consumerGroup), [])) as unknown[];
     if (reply[6] === '') {
-      throw toCoordinatorError(ErrorCode.GROUP_NOT_FOUND, `group "${consumerGroup}" of stream "${streamPrefix}" does not exist`);
+      // Read in the same script call as the group: a stream without metadata has no group either.
+      if (pairs(reply[0]).length === 0) throw new StreamNotFoundError(streamPrefix, `no group "${consumerGroup}"`);
+      throw new GroupNotFoundError(`group "${consumerGroup}" of stream "${streamPrefix}" does not exist (no member has joined it)`);
     }
     const stream = new Map(pairs(reply[0]));
     const group = new Map(pairs(reply[1]));

@@ -1,7 +1,7 @@
 import { v7 as uuidv7 } from 'uuid';
 import { assertCodec } from '../protocol/codecs';
 import { encodeEntry, jsonCodec, type OutgoingMessage, type PayloadCodec } from '../protocol/entry-format';
-import { GroupNotFoundError, ShardCountConflictError } from '../protocol/errors';
+import { ShardCountConflictError, StreamNotFoundError } from '../protocol/errors';
 import { assertIntegerInRange, assertStreamPrefix } from '../protocol/names';
 import { appendToShards, type ShardAppend } from './entry-writer';
 import { assertReplicaWait, type ReplicaWait } from '../redis/connection/replica-wait';
@@ -47,7 +47,7 @@ export interface StreamProducerOptions {
    * Recreate the stream's metadata with this many shards when it finds none (a stream never
    * created, or Redis lost its keys: a restart without persistence, `FLUSHALL`), as
    * `CoordinatorAdmin.createStream` would. Existing metadata always wins. Without it, a send to a
-   * stream without metadata fails with `GroupNotFoundError` naming the prefix.
+   * stream without metadata fails with `StreamNotFoundError` naming the prefix.
    */
   shardCount?: number;
   /**
@@ -291,7 +291,7 @@ export class StreamProducer {
           try {
             shardCount = await this.ensureRouting();
           } catch (error) {
-            // No metadata (GroupNotFoundError), or Redis failed: these entries were not written.
+            // No metadata (StreamNotFoundError), or Redis failed: these entries were not written.
             for (const index of pending) {
               failed.push({
                 index,
@@ -397,7 +397,7 @@ export class StreamProducer {
 
   /**
    * Reads the metadata again (recreating it when it is gone and `shardCount` is set, otherwise
-   * throwing `GroupNotFoundError`), ensures every shard's routing marker from it, and returns the
+   * throwing `StreamNotFoundError`), ensures every shard's routing marker from it, and returns the
    * count to route with.
    */
   private async ensureRouting(): Promise<number> {
@@ -416,9 +416,7 @@ export class StreamProducer {
         let [meta, redisNow] = await this.readMetadata();
         if (meta[0] === null) {
           if (this.shardCount === undefined) {
-            throw new GroupNotFoundError(
-              `stream "${this.options.streamPrefix}" has no metadata: create it with CoordinatorAdmin.createStream, or give the producer shardCount to create it`,
-            );
+            throw new StreamNotFoundError(this.options.streamPrefix, 'producer, nothing written');
           }
           // Lost (or never created): recreate it as configured. Another creator may win the race
           // with another count; theirs stands, like any existing metadata.
@@ -427,7 +425,10 @@ export class StreamProducer {
           });
           [meta, redisNow] = await this.readMetadata();
           if (meta[0] === null)
-            throw new GroupNotFoundError(`stream "${this.options.streamPrefix}": its metadata vanished right after it was created`);
+            throw new StreamNotFoundError(
+              this.options.streamPrefix,
+              'producer, nothing written: its metadata vanished right after it was created',
+            );
         }
         const [shardCount, previousShardCount, switchAt] = meta;
         const localNow = Date.now();

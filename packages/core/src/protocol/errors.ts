@@ -32,10 +32,40 @@ export class InvalidRequestError extends CoordinatorError {
   }
 }
 
-/** The stream prefix has no metadata: create it with `CoordinatorAdmin.createStream` first. */
+/**
+ * GROUP_NOT_FOUND: the group (or, as its subclass `StreamNotFoundError`, the whole stream) does not
+ * exist. `describeGroup` throws it for a group nobody has joined yet.
+ */
 export class GroupNotFoundError extends CoordinatorError {
   constructor(message: string) {
     super(ErrorCode.GROUP_NOT_FOUND, message);
+  }
+}
+
+/** What to do about a missing stream, in every StreamNotFoundError's message. */
+const CREATE_THE_STREAM =
+  'create it with CoordinatorAdmin.createStream, or give a member or producer shardCount to create it (`rsc streams` lists the streams that exist)';
+
+/**
+ * The stream prefix has no metadata: it was never created, or Redis lost its keys (a restart without
+ * persistence, FLUSHALL). Every group of a stream lives in its metadata, so a missing stream is a
+ * missing group too: this is a subclass of `GroupNotFoundError` with the same code
+ * (GROUP_NOT_FOUND), and code that catches that class, or checks that code, catches this as well.
+ * The message names the stream, then what to do; `context` (the caller or the operation) comes first.
+ *
+ * @example
+ * try {
+ *   await admin.trim('orders');
+ * } catch (error) {
+ *   if (error instanceof StreamNotFoundError) logger.warn(`no stream ${error.streamPrefix} yet`);
+ * }
+ */
+export class StreamNotFoundError extends GroupNotFoundError {
+  constructor(
+    readonly streamPrefix: string,
+    context?: string,
+  ) {
+    super(`${context ? `${context}: ` : ''}stream "${streamPrefix}" does not exist (it has no metadata): ${CREATE_THE_STREAM}`);
   }
 }
 

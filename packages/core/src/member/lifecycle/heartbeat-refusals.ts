@@ -1,6 +1,6 @@
 import type { EventEmitter } from 'node:events';
 import { ErrorCode } from '../../protocol/error-codes';
-import { type CoordinatorError, toCoordinatorError } from '../../protocol/errors';
+import { type CoordinatorError, StreamNotFoundError, toCoordinatorError } from '../../protocol/errors';
 import { JOIN_EPOCH } from '../../protocol/heartbeat';
 import type { MemberEvents } from '../member-events';
 import type { MemberLease } from './member-lease';
@@ -188,7 +188,7 @@ export class HeartbeatRefusals {
     }
     const problem = `stream "${streamPrefix}" has no metadata (${message}); retrying with backoff`;
     if (!this.problems.has('group'))
-      this.events.emit('error', toCoordinatorError(ErrorCode.GROUP_NOT_FOUND, `member ${memberId}: ${problem}`));
+      this.events.emit('error', new StreamNotFoundError(streamPrefix, `member ${memberId}, retrying with backoff`));
     this.problems.set('group', problem);
     this.actions.schedule(backoffMs);
   }

@@ -1,0 +1,101 @@
+import { describe, expect, it } from 'vitest';
+import {
+  CoordinatedMember,
+  CoordinatorAdmin,
+  ErrorCode,
+  GroupNotFoundError,
+  StreamNotFoundError,
+  StreamProducer,
+} from '@redis-stream-coordinator/core';
+import { pollUntil } from '../support/poll';
+import { uniqueName, useRedisServer } from '../support/vitest-redis';
+
+// A stream prefix without metadata is a missing stream, not a missing group: every call that finds
+// it so throws (or emits) StreamNotFoundError, whose message names the stream and how to create it.
+// It is a GroupNotFoundError (code GROUP_NOT_FOUND), so code written against that class still
+// catches it (docs/protocol.md, Errors; docs/operations.md, Errors).
+const redis = useRedisServer();
+const admin = () => new CoordinatorAdmin(redis.client());
+
+/** The rejection of `call`, which must reject. */
+async function refusal(call: () => Promise<unknown>): Promise<Error> {
+  try {
+    await call();
+  } catch (error) {
+    return error as Error;
+  }
+  throw new Error('expected a rejection');
+}
+
+/** A StreamNotFoundError that still is a GroupNotFoundError, naming the stream and how to create it. */
+function expectStreamNotFound(error: Error, streamPrefix: string): void {
+  expect(error.name).toBe('StreamNotFoundError');
+  expect(error).toBeInstanceOf(StreamNotFoundError);
+  expect(error).toBeInstanceOf(GroupNotFoundError);
+  expect((error as StreamNotFoundError).code).toBe(ErrorCode.GROUP_NOT_FOUND);
+  expect((error as StreamNotFoundError).streamPrefix).toBe(streamPrefix);
+  expect(error.message).toContain(`stream "${streamPrefix}" does not exist`);
+  expect(error.message).toContain('CoordinatorAdmin.createStream');
+}
+
+describe('a stream without metadata is reported as a missing stream (StreamNotFoundError)', () => {
+  it('every admin call on it throws StreamNotFoundError naming the stream and how to create it', async () => {
+    const streamPrefix = uniqueName('missing');
+    const calls: [string, () => Promise<unknown>][] = [
+      ['trim', () => admin().trim(streamPrefix)],
+      ['resizeShards', () => admin().resizeShards(streamPrefix, 4)],
+      ['deleteDrainedShards', () => admin().deleteDrainedShards(streamPrefix)],
+      ['shardPositions', () => admin().shardPositions(streamPrefix, 'group')],
+      ['resetOffsets', () => admin().resetOffsets(streamPrefix, 'group', { to: 'earliest' })],
+      ['describeGroup', () => admin().describeGroup(streamPrefix, 'group')],
+    ];
+    for (const [name, call] of calls) {
+      const error = await refusal(call);
+      expect(error.name, name).toBe('StreamNotFoundError');
+      expectStreamNotFound(error, streamPrefix);
+    }
+  });
+
+  it('describeGroup tells a group nobody joined (GroupNotFoundError) from a stream that does not exist', async () => {
+    const streamPrefix = uniqueName('exists');
+    await admin().createStream({ streamPrefix, shardCount: 2 });
+    const error = await refusal(() => admin().describeGroup(streamPrefix, 'nobody'));
+    expect(error).toBeInstanceOf(GroupNotFoundError);
+    expect(error).not.toBeInstanceOf(StreamNotFoundError);
+    expect(error.message).toContain(`group "nobody" of stream "${streamPrefix}" does not exist`);
+  });
+
+  it('a producer without shardCount refuses a send with StreamNotFoundError, nothing written', async () => {
+    const streamPrefix = uniqueName('unsent');
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    const error = await refusal(() => producer.send({ key: 'a', payload: 1 }));
+    expectStreamNotFound(error, streamPrefix);
+    expect(error.message).toContain('shardCount');
+    expect(await admin().listStreams()).not.toContain(streamPrefix);
+  });
+
+  it('a member without shardCount emits one StreamNotFoundError and joins once the stream is created', async () => {
+    const streamPrefix = uniqueName('late');
+    const member = new CoordinatedMember(redis.client(), {
+      streamPrefix,
+      consumerGroup: 'group',
+      memberId: 'a',
+      coordinator: { heartbeatIntervalMs: 200 },
+      handler: () => undefined,
+    });
+    const errors: Error[] = [];
+    member.on('error', (error) => errors.push(error));
+    const started = member.start();
+    try {
+      await pollUntil('the missing stream reported', async () => errors.length > 0);
+      expectStreamNotFound(errors[0], streamPrefix);
+      expect(errors[0].message).toContain('member a');
+      await admin().createStream({ streamPrefix, shardCount: 2 });
+      await started;
+      await pollUntil('a to own both shards', async () => member.ownedShards().length === 2);
+      expect(errors).toHaveLength(1);
+    } finally {
+      await member.stop();
+    }
+  });
+});

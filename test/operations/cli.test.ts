@@ -140,6 +140,13 @@ describe('rsc streams, groups, describe', () => {
       code: 1,
       stderr: expect.stringMatching(/rsc: error: no group "group": stream "no-such-stream" does not exist .*`rsc streams` lists/),
     });
+    const noGroups = await rsc('groups', 'no-such-stream');
+    expect(noGroups).toMatchObject({
+      code: 1,
+      stderr: expect.stringMatching(
+        /rsc: error: no groups to list: stream "no-such-stream" does not exist .*CoordinatorAdmin\.createStream/,
+      ),
+    });
     const badName = await rsc('describe', 'bad{name}', 'group');
     expect(badName).toMatchObject({ code: 2, stderr: expect.stringMatching(/streamPrefix "bad\{name\}" is invalid/) });
     const badCount = await rsc('resize', 'x', 'zero');

@@ -1,3 +1,4 @@
+import { StreamNotFoundError } from '@redis-stream-coordinator/core';
 import type { Command } from 'commander';
 import { withAdmin } from '../context';
 import { print, printJson, table } from '../output';
@@ -32,7 +33,7 @@ export function registerInventory(program: Command): void {
     .action((prefix: string, _options, command: Command) =>
       withAdmin(command, async ({ admin, json }) => {
         const meta = await admin.describeStream(prefix);
-        if (!meta) throw new Error(`stream "${prefix}" does not exist (rsc streams lists them)`);
+        if (!meta) throw new StreamNotFoundError(prefix, 'no groups to list');
         const groups = [];
         for (const name of await admin.listGroups(prefix)) {
           try {

@@ -74,7 +74,7 @@ describe('a stream without metadata is reported as a missing stream (StreamNotFo
     expect(await admin().listStreams()).not.toContain(streamPrefix);
   });
 
-  it('a member without shardCount emits one StreamNotFoundError and joins once the stream is created', async () => {
+  it('a member without shardCount emits one StreamNotFoundError, says the same in stats().problems, and joins once the stream is created', async () => {
     const streamPrefix = uniqueName('late');
     const member = new CoordinatedMember(redis.client(), {
       streamPrefix,
@@ -90,6 +90,12 @@ describe('a stream without metadata is reported as a missing stream (StreamNotFo
       await pollUntil('the missing stream reported', async () => errors.length > 0);
       expectStreamNotFound(errors[0], streamPrefix);
       expect(errors[0].message).toContain('member a');
+      // The problems line health reports says the same, once.
+      const problems = member.stats().problems;
+      expect(problems).toHaveLength(1);
+      expect(problems[0]).toContain(
+        `stream "${streamPrefix}" does not exist (it has no metadata): create it with CoordinatorAdmin.createStream`,
+      );
       await admin().createStream({ streamPrefix, shardCount: 2 });
       await started;
       await pollUntil('a to own both shards', async () => member.ownedShards().length === 2);

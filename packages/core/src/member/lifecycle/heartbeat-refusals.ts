@@ -186,7 +186,7 @@ export class HeartbeatRefusals {
         return;
       }
     }
-    const problem = `stream "${streamPrefix}" has no metadata (${message}); retrying with backoff`;
+    const problem = `${new StreamNotFoundError(streamPrefix).message}; retrying with backoff`;
     if (!this.problems.has('group'))
       this.events.emit('error', new StreamNotFoundError(streamPrefix, `member ${memberId}, retrying with backoff`));
     this.problems.set('group', problem);

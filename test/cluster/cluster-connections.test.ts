@@ -9,7 +9,7 @@ import { pollUntil } from '../support/poll';
 import { uniqueName } from '../support/vitest-redis';
 import { useRedisCluster } from '../support/vitest-cluster';
 
-// docs/cluster.md, What the library does differently on a cluster: on a Redis Cluster a process reads through O(nodes) connections whatever its member
+// On a Redis Cluster (docs/cluster.md) a process reads through O(nodes) connections whatever its member
 // count, and acknowledges the shards of one node in one round trip (one pipeline per node).
 const redis = useRedisCluster();
 const keys = new KeyBuilder();

@@ -61,7 +61,10 @@ export interface CheckReport {
   duplicates: number;
   /** Duplicates with no fault that could have caused them. */
   unexplainedDuplicates: string[];
-  /** Entries left pending at a live owner with nothing running them (a retry dropped while the lease looked unsafe, a dead-letter write given up, a lost read reply: fixed in da4f26b). */
+  /**
+   * Entries left pending at a live owner with nothing running them (a retry dropped while the lease
+   * looked unsafe, a dead-letter write given up, a lost read reply: fixed in da4f26b).
+   */
   stuck: string[];
   deadLetters: number;
   /** Dead letters written by a member that was not the shard's owner then, or also acknowledged by another member. */

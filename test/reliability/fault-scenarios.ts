@@ -30,7 +30,8 @@ function flakySpell(h: ChaosHarness): void {
 const MAX_ATTEMPTS = 3;
 
 /**
- * unsafe-lease (a retry due while the lease looks unsafe was dropped; da4f26b). One member is replaced by one with a 3-session timeout and heartbeats every 1.5
+ * unsafe-lease (a retry due while the lease looks unsafe was dropped; da4f26b).
+ * One member is replaced by one with a 3-session timeout and heartbeats every 1.5
  * sessions, whose heartbeats are then held 0.9 session at the proxy for two heartbeat cycles while
  * 30% of entries fail every attempt but the last (reads and handlers go on at full speed; no dead
  * letter is written, whose write would wait behind a held heartbeat and hold its shard up). Each heartbeat
@@ -93,7 +94,8 @@ export function whatItDid(member: MemberProcess): string {
 }
 
 /**
- * zombie-dead-letter (SPEC 9.2: dead letters fenced like acks; da4f26b). One member's handlers turn long (1.5 sessions) while 30% of entries fail every
+ * zombie-dead-letter (SPEC 9.2: dead letters fenced like acks; da4f26b).
+ * One member's handlers turn long (1.5 sessions) while 30% of entries fail every
  * attempt; as soon as it starts the last attempt of such an entry it is paused (SIGSTOP) until the
  * others own its shards (the new owner runs that entry, fails it too and dead-letters and
  * acknowledges it), then one session more, then resumed: its handler ends, fails, and the member
@@ -152,7 +154,8 @@ export async function zombieDeadLetter(h: ChaosHarness, fault: Fault): Promise<v
 }
 
 /**
- * revoke-twice (each revocation has its own deadline, SPEC 3; e52e2f2). A side consumer group of scripted protocol members (no reader; removed afterwards):
+ * revoke-twice (each revocation has its own deadline, SPEC 3; e52e2f2).
+ * A side consumer group of scripted protocol members (no reader; removed afterwards):
  * "slow-acker" (rebalanceTimeoutMs 2 s) owns every shard; a first joiner makes it revoke some
  * (asked at t0), more joiners 1 s later make it revoke more; it acknowledges the first revocation at
  * t0 + 1.5 s and the second 1.5 s after it was asked (t0 + 2.5 s). Each revocation was acknowledged

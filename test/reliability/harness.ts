@@ -74,7 +74,8 @@ const PRODUCER_STALL_MS = 20_000;
  * member processes each behind a loopback TCP proxy, producers of keyed entries in this process (one
  * of them behind a proxy too, to be made stale), a sampler of what sits pending, and faults injected
  * on a seeded schedule (faults.ts). With `target: 'cluster'` the same runs on a Redis
- * Cluster of 3 masters and 3 replicas, without proxies (target.ts; docs/reliability-cluster.md). `finish()` stops the load, waits until everything written has
+ * Cluster of 3 masters and 3 replicas, without proxies (target.ts; docs/reliability-cluster.md).
+ * `finish()` stops the load, waits until everything written has
  * been handled, and runs the checker.
  */
 export class ChaosHarness {

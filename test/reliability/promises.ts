@@ -10,7 +10,8 @@ const MAX_SAMPLE_GAP_MS = 1500;
 
 /**
  * Entries pending at the shard's owner while that owner was live and under no fault, with no handler
- * of the entry running (a retry dropped, a dead-letter write given up, a lost read reply: da4f26b), reported once per entry with how long they sat:
+ * of the entry running (a retry dropped, a dead-letter write given up, a lost read reply:
+ * da4f26b), reported once per entry with how long they sat:
  * - skipped: for longer than `afterMs` (the sweep interval plus a margin) while the owner started
  *   later entries of the same shard (a retry dropped, a dead-letter write given up);
  * - forgotten: for longer than `quietAfterMs` while the owner started nothing on the shard (an entry

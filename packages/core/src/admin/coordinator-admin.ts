@@ -500,7 +500,8 @@ export class CoordinatorAdmin {
   /**
    * A consistent snapshot of one group in the JSON shapes of SPEC section 2, with per-shard owner,
    * readability, lag and pending counts for every shard that may hold entries: readable ones, and
-   * those not yet readable during an ordered cutover or still draining after a shrink (SPEC 9.6). Throws `StreamNotFoundError` when the stream has no metadata,
+   * those not yet readable during an ordered cutover or still draining after a shrink (SPEC 9.6).
+   * Throws `StreamNotFoundError` when the stream has no metadata,
    * `GroupNotFoundError` when the group has never had a member.
    */
   async describeGroup(streamPrefix: string, consumerGroup: string): Promise<GroupDescription> {

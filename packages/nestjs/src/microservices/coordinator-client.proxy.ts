@@ -6,6 +6,7 @@ import { v7 as uuidv7 } from 'uuid';
 import { CoordinatorConnection } from '../coordinator-connection';
 import type { CoordinatorModuleOptions } from '../coordinator-module-options';
 import { ThrottledLogger } from '../throttled-logger';
+import { type AwaitedRequest, checkReply } from './reply-check';
 import { type InboxReply, ReplyInbox } from './reply-inbox';
 import { CORRELATION_ID_HEADER, inboxKey, REPLY_DEADLINE_HEADER, REPLY_TO_HEADER, requestRef } from './reply-protocol';
 import { StreamRecord } from './stream-record';
@@ -15,12 +16,6 @@ const DEFAULT_INBOX_TTL_MS = 30_000;
 /** How long one XREAD of the inbox blocks: also how late close() notices at worst. */
 const INBOX_BLOCK_MS = 1000;
 const INBOX_RETRY_DELAY_MS = 500;
-/**
- * Replies kept for a request whose XADD has not answered yet (the server can read and answer an
- * entry before its writer hears back). Only a forger makes more than one: past this many, later ones
- * are dropped, so a flood costs the request at worst its answer (a timeout), never a false one.
- */
-const EARLY_REPLIES_PER_REQUEST = 4;
 
 /** Options of `new CoordinatorClientProxy(options)`. */
 export interface CoordinatorClientProxyOptions {
@@ -57,13 +52,9 @@ export class RequestTimeoutError extends Error {
   }
 }
 
-interface PendingRequest {
+interface PendingRequest extends AwaitedRequest {
   callback: (packet: WritePacket) => void;
   timer: NodeJS.Timeout;
-  /** The requestRef of the entry this client's XADD wrote, once it answered. */
-  sent?: string;
-  /** Replies that came before `sent` was known, to be checked then. */
-  early: InboxReply[];
 }
 
 /**
@@ -317,13 +308,13 @@ export class CoordinatorClientProxy extends ClientProxy {
       this.counters.lateReplies += 1; // its request timed out or was unsubscribed
       return;
     }
-    if (request.sent === undefined) {
-      if (request.early.length < EARLY_REPLIES_PER_REQUEST) request.early.push(reply);
-      else this.refused(reply, 'more early replies than one request can have');
+    const verdict = checkReply(request, reply);
+    if ('hold' in verdict) {
+      request.early.push(reply);
       return;
     }
-    if (reply.request !== request.sent) {
-      this.refused(reply, `it answers ${reply.request || 'an unnamed entry'}, not ${request.sent}`);
+    if ('refuse' in verdict) {
+      this.refused(reply, verdict.refuse);
       return;
     }
     this.pending.delete(reply.correlationId);

@@ -1,8 +1,16 @@
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import net, { type AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CoordinatorAdmin, KeyBuilder } from '@redis-stream-coordinator/core';
-import { createDashboard, CSRF_HEADER, type Dashboard, type DashboardListener } from '@redis-stream-coordinator/dashboard';
+import { CoordinatorAdmin, CoordinatorClient, KeyBuilder } from '@redis-stream-coordinator/core';
+import {
+  createDashboard,
+  CSRF_HEADER,
+  type Dashboard,
+  type DashboardListener,
+  MAX_LIVE_BACKLOG_BYTES,
+  MAX_LIVE_CONNECTIONS,
+  MAX_WATCHED_GROUPS,
+} from '@redis-stream-coordinator/dashboard';
 import { memberFactory } from '../support/member-factory';
 import { pollUntil } from '../support/poll';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
@@ -14,17 +22,24 @@ const aMember = memberFactory(redis, { handler: async () => undefined });
 interface Served {
   dashboard: Dashboard;
   url: string;
+  /** The responses of the live streams, as the server holds them. */
+  liveResponses: http.ServerResponse[];
   close: () => Promise<void>;
 }
 
 async function serve(options: Omit<Parameters<typeof createDashboard>[0], 'redis'>): Promise<Served> {
   const dashboard = createDashboard({ redis: redis.client(), ...options });
-  const server = http.createServer((request, response) => void dashboard.handle(request, response));
+  const liveResponses: http.ServerResponse[] = [];
+  const server = http.createServer((request, response) => {
+    if (request.url?.endsWith('/live')) liveResponses.push(response);
+    void dashboard.handle(request, response);
+  });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   return {
     dashboard,
     url,
+    liveResponses,
     close: async () => {
       await dashboard.close();
       server.closeAllConnections();
@@ -39,6 +54,18 @@ async function session(url: string): Promise<{ cookie: string; token: string }> 
   const cookie = page.headers.get('set-cookie')!.split(';')[0];
   const token = /name="rsc-csrf" content="([^"]+)"/.exec(await page.text())![1];
   return { cookie, token };
+}
+
+/** A stream whose group list names these groups (what the dashboard checks before it watches one). */
+async function aListedGroup(...groups: string[]): Promise<string> {
+  const stream = uniqueName('listed');
+  await redis.client().sadd(new KeyBuilder().streamGroups(stream), ...groups);
+  return stream;
+}
+
+/** Opens a live stream and returns its status, leaving it open until `controller` aborts. */
+async function openLive(url: string, stream: string, group: string, controller: AbortController): Promise<number> {
+  return (await fetch(`${url}/rsc/api/groups/${stream}/${group}/live`, { signal: controller.signal })).status;
 }
 
 function listeners() {
@@ -159,11 +186,16 @@ describe('dashboard reads', () => {
     }
   });
 
-  it('a group that cannot be read is one problem on the live stream, in stats() and one error event; it clears when the group appears', async () => {
+  it('a group that cannot be read is one problem on the live stream, in stats() and one error event; it clears when the group is back', async () => {
     const served = await serve({ refreshMs: 500 });
     const errors: Error[] = [];
     served.dashboard.on('error', (error) => errors.push(error));
     const stream = uniqueName('live');
+    const first = aMember({ streamPrefix: stream, consumerGroup: 'g', shardCount: 2, handler: async () => undefined });
+    await first.start();
+    await first.stop();
+    // The group's record is lost (Redis lost keys, an operator deleted it): the group is listed but cannot be read.
+    await redis.client().del(new KeyBuilder().groupKeys(stream, 'g')[2]);
     const controller = new AbortController();
     try {
       const response = await fetch(`${served.url}/rsc/api/groups/${stream}/g/live`, { signal: controller.signal });
@@ -201,9 +233,10 @@ describe('dashboard reads', () => {
 
   it('browsers watching one group share one reader', async () => {
     const served = await serve({});
+    const stream = await aListedGroup('g');
     const controllers = [new AbortController(), new AbortController(), new AbortController()];
     try {
-      await Promise.all(controllers.map((c) => fetch(`${served.url}/rsc/api/groups/s/g/live`, { signal: c.signal })));
+      await Promise.all(controllers.map((c) => fetch(`${served.url}/rsc/api/groups/${stream}/g/live`, { signal: c.signal })));
       await pollUntil('three live streams', async () => served.dashboard.stats().liveConnections === 3);
       expect(served.dashboard.stats().watchedGroups).toBe(1);
     } finally {
@@ -211,4 +244,133 @@ describe('dashboard reads', () => {
       await served.close();
     }
   });
+});
+
+describe('live streams are bounded (SPEC 10.3)', () => {
+  it('live requests for groups that do not exist are refused (404) and leave no watch polling Redis', async () => {
+    const served = await serve({ refreshMs: 500 });
+    try {
+      const stream = await aListedGroup('real');
+      const statuses: number[] = [];
+      for (let batch = 0; batch < 20; batch++) {
+        await Promise.all(
+          Array.from({ length: 20 }, async (_, i) => {
+            const controller = new AbortController();
+            statuses.push(await openLive(served.url, stream, `made-up-${batch}-${i}`, controller));
+            controller.abort(); // closed at once
+          }),
+        );
+      }
+      expect(statuses.filter((status) => status === 404)).toHaveLength(400);
+      expect(served.dashboard.stats()).toMatchObject({ watchedGroups: 0, liveConnections: 0, refusedLiveStreams: 400 });
+    } finally {
+      await served.close();
+    }
+  });
+
+  it('at MAX_WATCHED_GROUPS another group takes the place of an idle watch, and is refused (503) while every watch has a browser', async () => {
+    const served = await serve({ refreshMs: 60_000 });
+    const names = Array.from({ length: MAX_WATCHED_GROUPS + 1 }, (_, i) => `g${i}`);
+    const stream = await aListedGroup(...names);
+    const controllers = names.map(() => new AbortController());
+    try {
+      const opened = await Promise.all(
+        names.slice(0, MAX_WATCHED_GROUPS).map((name, i) => openLive(served.url, stream, name, controllers[i])),
+      );
+      expect(opened.every((status) => status === 200)).toBe(true);
+      expect(served.dashboard.stats().watchedGroups).toBe(MAX_WATCHED_GROUPS);
+      const last = names[MAX_WATCHED_GROUPS];
+      expect(await openLive(served.url, stream, last, controllers[MAX_WATCHED_GROUPS])).toBe(503);
+      controllers[0].abort(); // g0's only browser leaves: its watch lingers, idle
+      await pollUntil('g0 without browsers', async () => served.dashboard.stats().liveConnections === MAX_WATCHED_GROUPS - 1);
+      expect(await openLive(served.url, stream, last, controllers[MAX_WATCHED_GROUPS])).toBe(200);
+      expect(served.dashboard.stats().watchedGroups).toBe(MAX_WATCHED_GROUPS);
+    } finally {
+      for (const controller of controllers) controller.abort();
+      await served.close();
+    }
+  });
+
+  it('at MAX_LIVE_CONNECTIONS another live stream is refused (503)', async () => {
+    const served = await serve({ refreshMs: 60_000 });
+    const stream = await aListedGroup('g');
+    const controllers = Array.from({ length: MAX_LIVE_CONNECTIONS + 1 }, () => new AbortController());
+    try {
+      const opened = await Promise.all(controllers.slice(0, MAX_LIVE_CONNECTIONS).map((c) => openLive(served.url, stream, 'g', c)));
+      expect(opened.every((status) => status === 200)).toBe(true);
+      expect(await openLive(served.url, stream, 'g', controllers[MAX_LIVE_CONNECTIONS])).toBe(503);
+      expect(served.dashboard.stats()).toMatchObject({ liveConnections: MAX_LIVE_CONNECTIONS, watchedGroups: 1 });
+    } finally {
+      for (const controller of controllers) controller.abort();
+      await served.close();
+    }
+  });
+
+  it('clients that never read hold at most a snapshot, one skipped snapshot and MAX_LIVE_BACKLOG_BYTES each', async () => {
+    // A group with 2,000 shards to describe every refresh (a snapshot of about 220 KB): one join made it.
+    const stream = uniqueName('wide');
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix: stream, shardCount: 2000 });
+    await new CoordinatorClient(redis.client()).heartbeat({
+      streamPrefix: stream,
+      consumerGroup: 'g',
+      memberId: 'joined-once',
+      memberEpoch: 0,
+    });
+    const served = await serve({ refreshMs: 500 });
+    const sockets: net.Socket[] = [];
+    const reader = new AbortController();
+    try {
+      // A client that reads: the size of one snapshot, and proof that snapshots keep coming.
+      const response = await fetch(`${served.url}/rsc/api/groups/${stream}/g/live`, { signal: reader.signal });
+      const body = response.body!.getReader();
+      let text = '';
+      await pollUntil(
+        'two snapshots read',
+        async () => {
+          const { value } = await body.read();
+          text += new TextDecoder().decode(value);
+          return text.split('event: snapshot').length > 2;
+        },
+        { timeoutMs: 20_000, intervalMs: 0 },
+      );
+      const snapshotBytes = Math.max(...text.split('event: ').map((part) => Buffer.byteLength(part)));
+      reader.abort(); // it read what it came for
+      // Three clients that never read.
+      const { port } = new URL(served.url);
+      for (let i = 0; i < 3; i++) {
+        const socket = net.connect(Number(port), '127.0.0.1');
+        socket.on('error', () => undefined);
+        socket.write(`GET /rsc/api/groups/${stream}/g/live HTTP/1.1\r\nhost: dashboard\r\n\r\n`);
+        socket.pause();
+        sockets.push(socket);
+      }
+      const stuck = () => served.liveResponses.slice(1);
+      await pollUntil(
+        'the three silent clients back-pressured',
+        async () => stuck().length === 3 && stuck().every((r) => r.writableLength > 0),
+        {
+          timeoutMs: 20_000,
+        },
+      );
+      // What one connection may hold: the message it was stuck on, an unsent snapshot, MAX_LIVE_BACKLOG_BYTES.
+      // This group is idle (no events), so what piles up is snapshots: at most the hello and one snapshot in the buffer.
+      const bound = 2 * snapshotBytes + 64 * 1024;
+      expect(bound).toBeLessThan(MAX_LIVE_BACKLOG_BYTES + 2 * snapshotBytes);
+      let most = 0;
+      const until = Date.now() + 16 * 500; // sixteen more refreshes: without back-pressure, 16 more snapshots each
+      while (Date.now() < until) {
+        most = Math.max(most, ...stuck().map((r) => r.writableLength));
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      expect(most).toBeLessThanOrEqual(bound);
+      const stats = served.dashboard.stats();
+      expect(stats.liveConnectionsBehind).toBe(3);
+      expect(stats.skippedSnapshots).toBeGreaterThan(0);
+      expect(stats.liveBufferedBytes).toBeLessThanOrEqual(3 * bound);
+    } finally {
+      reader.abort();
+      for (const socket of sockets) socket.destroy();
+      await served.close();
+    }
+  }, 60_000);
 });

@@ -19,9 +19,10 @@ import {
 import { Ctx, EventPattern, MessagePattern, Payload, RpcException } from '@nestjs/microservices';
 import { Test } from '@nestjs/testing';
 import { lastValueFrom, of, tap, toArray } from 'rxjs';
+import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
-import { CoordinatorAdmin } from '@redis-stream-coordinator/core';
+import { CoordinatorAdmin, KeyBuilder } from '@redis-stream-coordinator/core';
 import {
   CORRELATION_ID_HEADER,
   CoordinatorClientProxy,
@@ -363,9 +364,11 @@ describe('reply inboxes are cleaned up', () => {
     await pollUntil('abandoned inbox expired', async () => (await probe.exists(dying.inboxKey)) === 0, { timeoutMs: 5000 });
 
     // A request naming an inbox that is gone (written the way the client writes it): the reply is dropped, the key stays gone.
-    const gone = inboxKey(keyPrefix, 'gone-client');
+    const gone = inboxKey(keyPrefix, randomUUID());
     const client = aClient(keyPrefix);
-    await lastValueFrom(client.emit(echo, new StreamRecord(3, { headers: { [REPLY_TO_HEADER]: gone, [CORRELATION_ID_HEADER]: 'c-1' } })));
+    await lastValueFrom(
+      client.emit(echo, new StreamRecord(3, { headers: { [REPLY_TO_HEADER]: gone, [CORRELATION_ID_HEADER]: randomUUID() } })),
+    );
     await pollUntil('reply dropped', async () => server.stats().droppedReplies === 1);
     expect(await probe.exists(gone)).toBe(0);
     const admin = new CoordinatorAdmin(probe, { keyPrefix });
@@ -392,17 +395,121 @@ describe('a reply Redis does not take', () => {
     server.on('error', (error: Error) => errors.push(error));
     const deadLetters = deadLettersOf(server);
     // The "inbox" is a string: XADD fails with WRONGTYPE, as any refused write would.
-    const inbox = inboxKey(keyPrefix, 'wrong-type');
+    const inbox = inboxKey(keyPrefix, randomUUID());
+    const correlationId = randomUUID();
     await redis.client().set(inbox, 'not a stream');
     const client = aClient(keyPrefix);
     await lastValueFrom(
-      client.emit(echo, new StreamRecord('x', { headers: { [REPLY_TO_HEADER]: inbox, [CORRELATION_ID_HEADER]: 'c-2' } })),
+      client.emit(echo, new StreamRecord('x', { headers: { [REPLY_TO_HEADER]: inbox, [CORRELATION_ID_HEADER]: correlationId } })),
     );
     await pollUntil('request dead-lettered', async () => deadLetters.length === 1);
     expect(calls).toBe(2); // maxAttempts 2: the handler ran again with the retry
     expect(server.stats().failedReplies).toBe(2);
-    expect(deadLetters[0].reason).toContain(`the reply to request c-2 on ${echo} was not written to ${inbox}: WRONGTYPE`);
+    expect(deadLetters[0].reason).toContain(`the reply to request ${correlationId} on ${echo} was not written to ${inbox}: WRONGTYPE`);
     expect(errors.map((e) => e.message)).toEqual([expect.stringContaining('WRONGTYPE'), expect.stringContaining('WRONGTYPE')]);
+  });
+});
+
+describe('a reply goes only to an inbox of this transport, and only from the request the client wrote (SPEC 10.4)', () => {
+  it("a request whose rsc-reply-to names another stream's shard is refused: nothing appended or trimmed there, the handler not run, one error event, refusedRequests, the entry acknowledged", async () => {
+    const prices = uniqueName('prices');
+    let calls = 0;
+    @Controller()
+    class PricesController {
+      @MessagePattern(prices)
+      price() {
+        calls += 1;
+        return 42;
+      }
+    }
+    const { server, keyPrefix } = await aMicroservice([PricesController], { shardCount: 1 });
+    const errors: Error[] = [];
+    server.on('error', (error: Error) => errors.push(error));
+    // Another stream's shard with more unread entries than an inbox keeps (MAXLEN ~ 10000).
+    const orders = new KeyBuilder(keyPrefix).shardStream(uniqueName('orders'), 0);
+    const probe = redis.client();
+    const fill = probe.pipeline();
+    for (let i = 0; i < 12_000; i++) fill.xadd(orders, '*', 'n', String(i));
+    await fill.exec();
+    const client = aClient(keyPrefix);
+    const forged = [orders, `${keyPrefix}:inbox:{not-a-uuid}`, inboxKey(`${keyPrefix}-other`, randomUUID())];
+    for (const replyTo of forged) {
+      await lastValueFrom(
+        client.emit(prices, new StreamRecord('q', { headers: { [REPLY_TO_HEADER]: replyTo, [CORRELATION_ID_HEADER]: randomUUID() } })),
+      );
+    }
+    const admin = new CoordinatorAdmin(probe, { keyPrefix });
+    await pollUntil('the requests acknowledged', async () =>
+      (await admin.describeGroup(prices, 'service')).shards.every((shard) => shard.pending === 0 && shard.lag === 0),
+    );
+    expect(await probe.xlen(orders)).toBe(12_000);
+    expect(calls).toBe(0);
+    expect(server.stats()).toMatchObject({ refusedRequests: 3, droppedReplies: 0, failedReplies: 0 });
+    expect(errors).toHaveLength(3);
+    expect(errors[0].message).toContain(`is not a reply inbox of this transport (${keyPrefix}:inbox:{<client uuid>})`);
+  });
+
+  it('a reply to a waiting request from another entry than the one the client wrote is refused: send() still gets the real answer', async () => {
+    const prices = uniqueName('prices');
+    const echo = uniqueName('echo');
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    @Controller()
+    class Controllers {
+      @MessagePattern(prices)
+      async price() {
+        await released;
+        return 'real';
+      }
+
+      @MessagePattern(echo)
+      echo(@Payload() value: unknown) {
+        return value;
+      }
+    }
+    const { keyPrefix } = await aMicroservice([Controllers], { shardCount: 1 });
+    const victim = aClient(keyPrefix, { timeoutMs: 10_000 });
+    const answer = lastValueFrom(victim.send(prices, {}));
+    // Whoever can read the stream sees the request's inbox and correlation id, and writes a request of its own with them.
+    const shard = new KeyBuilder(keyPrefix).shardStream(prices, 0);
+    const probe = redis.client();
+    await pollUntil('the request written', async () => (await probe.xlen(shard)) === 1);
+    const [[, fields]] = await probe.xrange(shard, '-', '+');
+    const headers = JSON.parse(fields[fields.indexOf('h') + 1]) as Record<string, string>;
+    const forger = aClient(keyPrefix);
+    const stolen = { [REPLY_TO_HEADER]: headers[REPLY_TO_HEADER], [CORRELATION_ID_HEADER]: headers[CORRELATION_ID_HEADER] };
+    await lastValueFrom(forger.emit(echo, new StreamRecord('forged', { headers: stolen })));
+    await pollUntil('the forged reply refused', async () => victim.stats().refusedReplies === 1);
+    release();
+    await expect(answer).resolves.toBe('real');
+    expect(victim.stats()).toMatchObject({ pendingRequests: 0, refusedReplies: 1 });
+  });
+});
+
+describe('@EventPattern, request: handled as an event', () => {
+  it('a send() to an @EventPattern handler that waited behind a slow entry past timeoutMs still runs it: an event is never skipped', async () => {
+    const events = uniqueName('events');
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    const handled: string[] = [];
+    @Controller()
+    class EventsController {
+      @EventPattern<string>(events)
+      async onEvent(@Payload() name: string) {
+        handled.push(name);
+        if (name === 'slow') await released;
+      }
+    }
+    const { server, keyPrefix } = await aMicroservice([EventsController], { shardCount: 1 });
+    const client = aClient(keyPrefix, { timeoutMs: 300 });
+    await lastValueFrom(client.emit(events, 'slow'));
+    await pollUntil('the slow event running', async () => handled.includes('slow'));
+    await expect(lastValueFrom(client.send(events, 'queued'))).rejects.toBeInstanceOf(RequestTimeoutError);
+    release();
+    await pollUntil('the queued event handled', async () => handled.includes('queued')).catch((error: Error) => {
+      throw new Error(`${error.message}: handled ${JSON.stringify(handled)}, server ${JSON.stringify(server.stats())}`);
+    });
+    expect(server.stats().expiredRequests).toBe(0);
   });
 });
 

@@ -34,6 +34,15 @@ function rsc(...args: string[]): Promise<Run> {
   });
 }
 
+/** Runs `rsc ...args` as given (no --url added), with these environment variables on top of the test's. */
+function rscAs(args: string[], env: Record<string, string> = {}): Promise<Run> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [BIN, ...args], { timeout: 20_000, env: { ...process.env, ...env } }, (error, stdout, stderr) => {
+      resolve({ code: error ? Number((error as { code?: number }).code ?? 1) : 0, stdout, stderr });
+    });
+  });
+}
+
 /** Starts `rsc` for a command that runs until stopped (--watch, --follow), collecting its output. */
 function rscRunning(...args: string[]) {
   const child: ChildProcess = spawn(process.execPath, [BIN, '--url', redis.server.url, ...args]);
@@ -138,14 +147,12 @@ describe('rsc streams, groups, describe', () => {
     const missing = await rsc('describe', 'no-such-stream', 'group');
     expect(missing).toMatchObject({
       code: 1,
-      stderr: expect.stringMatching(/rsc: error: no group "group": stream "no-such-stream" does not exist .*`rsc streams` lists/),
+      stderr: expect.stringMatching(/rsc: error: stream "no-such-stream" does not exist \(it has no metadata\): .*`rsc streams` lists/),
     });
     const noGroups = await rsc('groups', 'no-such-stream');
     expect(noGroups).toMatchObject({
       code: 1,
-      stderr: expect.stringMatching(
-        /rsc: error: no groups to list: stream "no-such-stream" does not exist .*CoordinatorAdmin\.createStream/,
-      ),
+      stderr: expect.stringMatching(/rsc: error: stream "no-such-stream" does not exist .*CoordinatorAdmin\.createStream/),
     });
     const badName = await rsc('describe', 'bad{name}', 'group');
     expect(badName).toMatchObject({ code: 2, stderr: expect.stringMatching(/streamPrefix "bad\{name\}" is invalid/) });
@@ -181,6 +188,71 @@ describe('rsc streams, groups, describe', () => {
     expect(wrong.code).toBe(1);
     expect(wrong.stderr).toMatch(/rsc-ops:\*\*\*@.*WRONGPASS/);
     expect(wrong.stderr).not.toContain('wrong@');
+  });
+});
+
+describe('passwords are never printed', () => {
+  it('a connection error hides the password of --url and of every --cluster URL, whatever it holds (@, :, /)', async () => {
+    const single = await rscAs(['--url', 'redis://:S3cr@tPassw0rd@127.0.0.1:1', 'streams']);
+    expect(single.code).toBe(1);
+    expect(single.stderr).toContain('cannot connect to Redis at redis://:***@127.0.0.1:1');
+    const cluster = await rscAs(['--cluster', 'redis://:F1rst@pw@127.0.0.1:1,redis://ops:Sec/ond:pw@127.0.0.1:2', 'streams']);
+    expect(cluster.code).toBe(1);
+    expect(cluster.stderr).toContain('redis://:***@127.0.0.1:1,redis://ops:***@127.0.0.1:2');
+    const usage = await rscAs(['--url', ':S3cr@tPassw0rd@127.0.0.1:1', 'streams']);
+    expect(usage.code).toBe(2);
+    const badNode = await rscAs(['--cluster', 'ops:S3cr@tPassw0rd@127.0.0.1', 'streams']);
+    expect(badNode.code).toBe(2);
+    for (const run of [single, cluster, usage, badNode]) {
+      expect(run.stderr).not.toMatch(/S3cr|tPassw0rd|F1rst|Sec\/ond|ond:pw/);
+    }
+  });
+});
+
+describe('empty environment variables count as not set', () => {
+  it('an exported but empty REDIS_CLUSTER_NODES, REDIS_PASSWORD or REDIS_USERNAME does not change what --url does', async () => {
+    const run = await rscAs(['--url', redis.server.url, 'streams'], { REDIS_CLUSTER_NODES: '', REDIS_PASSWORD: '', REDIS_USERNAME: ' ' });
+    expect(run).toMatchObject({ code: 0, stderr: '' });
+  });
+});
+
+describe('every command refuses a stream or group that does not exist the same way', () => {
+  it('exit 1 naming the stream, or the group, for every command that takes one; a dead-letter destination with letters is found', async () => {
+    const { streamPrefix } = await aGroup(1);
+    const noGroup = new RegExp(`rsc: error: group "nope" of stream "${streamPrefix}" does not exist`);
+    const groupCommands = [
+      ['describe', streamPrefix, 'nope'],
+      ['events', streamPrefix, 'nope'],
+      ['reset-offsets', streamPrefix, 'nope', '--to-earliest', '--dry-run'],
+      ['dead-letters', streamPrefix, 'nope', 'list'],
+      ['dead-letters', streamPrefix, 'nope', 'show', '--id', '0/1-0'],
+      ['dead-letters', streamPrefix, 'nope', 'replay', '--all'],
+      ['dead-letters', streamPrefix, 'nope', 'purge', '--all'],
+    ];
+    for (const args of groupCommands) {
+      const run = await rsc(...args);
+      expect({ args, code: run.code, stderr: run.stderr }).toMatchObject({ code: 1, stderr: expect.stringMatching(noGroup) });
+    }
+    const noStream = /rsc: error: stream "no-such-stream" does not exist/;
+    const streamCommands = [
+      ['groups', 'no-such-stream'],
+      ['trim', 'no-such-stream', '--dry-run'],
+      ['resize', 'no-such-stream', '2', '--no-wait'],
+      ['events', 'no-such-stream', 'group'],
+      ['dead-letters', 'no-such-stream', 'group', 'list'],
+      ['reset-offsets', 'no-such-stream', 'group', '--to-earliest', '--dry-run'],
+    ];
+    for (const args of streamCommands) {
+      const run = await rsc(...args);
+      expect({ args, code: run.code, stderr: run.stderr }).toMatchObject({ code: 1, stderr: expect.stringMatching(noStream) });
+    }
+    expect(await admin().describeStream('no-such-stream')).toBeNull(); // nothing was created on the way
+    // A destination its members name (deadLetter.stream) is not a group, but its letters are there to list.
+    await redis
+      .client()
+      .xadd(keys.shardDeadLetterStream(streamPrefix, 0, 'audit'), '*', 'entryId', '1-0', 'error', 'boom', 'attempts', '3');
+    const audit = await rsc('dead-letters', streamPrefix, 'audit', 'list');
+    expect(audit).toMatchObject({ code: 0, stdout: expect.stringContaining('boom') });
   });
 });
 

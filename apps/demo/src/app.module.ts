@@ -10,15 +10,16 @@ import { Stats } from './stats';
 import { SummariesController } from './summaries.controller';
 import { AUDIT_GROUP, SUMMARY_STREAM, type Summary } from './summary';
 import { SummaryHandlers } from './summary.handlers';
+import { env } from './environment';
 
 @Module({
   imports: [
-    CoordinatorModule.forRoot({ redis: { url: process.env.REDIS_URL } }),
+    CoordinatorModule.forRoot({ redis: { url: env('REDIS_URL') } }),
     // The live dashboard at /rsc/. Actions (pause/resume, replay/purge, resize) stay off unless
     // DEMO_DASHBOARD_ACTIONS=1; either way only this machine may open it.
     CoordinatorDashboardModule.forRoot({
       path: '/rsc',
-      readOnly: process.env.DEMO_DASHBOARD_ACTIONS !== '1',
+      readOnly: env('DEMO_DASHBOARD_ACTIONS') !== '1',
       guard: (request) => isLoopback(request),
     }),
   ],

@@ -1,6 +1,7 @@
 import { Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import { StreamPublisher } from '@redis-stream-coordinator/nestjs';
 import { SUMMARY_STREAM, type Summary } from './summary';
+import { env } from './environment';
 
 /** With DEMO_RATE=<events per second>, publishes summaries of 50 users on its own. */
 @Injectable()
@@ -12,7 +13,7 @@ export class GeneratorService implements OnApplicationBootstrap, OnApplicationSh
   constructor(private readonly publisher: StreamPublisher) {}
 
   onApplicationBootstrap(): void {
-    const rate = Number(process.env.DEMO_RATE ?? 0);
+    const rate = Number(env('DEMO_RATE') ?? 0);
     if (!Number.isFinite(rate) || rate <= 0) return;
     const perTick = Math.max(1, Math.round(rate / 10));
     this.logger.log(`publishing about ${perTick * 10} summaries/s (DEMO_RATE=${rate})`);

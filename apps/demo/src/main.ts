@@ -18,12 +18,13 @@ import 'reflect-metadata';
 import { Logger } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { RedisServer } from '@redis-stream-coordinator/core/testing';
+import { env } from './environment';
 import { DemoLifecycle } from './lifecycle';
 import { registerMetrics } from './metrics';
 
 /** DEMO_SHUTDOWN_TIMEOUT_MS: how long a shutdown may take before the demo exits anyway (default 15000). */
 function shutdownTimeoutMs(): number {
-  const raw = process.env.DEMO_SHUTDOWN_TIMEOUT_MS ?? '15000';
+  const raw = env('DEMO_SHUTDOWN_TIMEOUT_MS') ?? '15000';
   const value = Number(raw);
   if (!Number.isInteger(value) || value < 1)
     throw new RangeError(`DEMO_SHUTDOWN_TIMEOUT_MS must be a positive integer of milliseconds, got ${JSON.stringify(raw)}`);
@@ -34,7 +35,7 @@ async function main(): Promise<void> {
   const logger = new Logger('Demo');
   const timeoutMs = shutdownTimeoutMs();
   let privateServer: RedisServer | undefined;
-  if (!process.env.REDIS_URL) {
+  if (env('REDIS_URL') === undefined) {
     privateServer = await RedisServer.start();
     process.env.REDIS_URL = privateServer.url;
     logger.log(
@@ -47,7 +48,7 @@ async function main(): Promise<void> {
   const { AppModule } = await import('./app.module');
   const app = await NestFactory.create(AppModule);
   new DemoLifecycle(app, privateServer, logger, timeoutMs).watch();
-  await app.listen(Number(process.env.PORT ?? 3000));
+  await app.listen(Number(env('PORT') ?? 3000));
   const { port } = app.getHttpServer().address() as { port: number };
   logger.log(
     `listening on http://localhost:${port}: POST /summaries, GET /group, GET /metrics, GET /health/ready, GET /health/live, the dashboard at /rsc/`,

@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import type { CoordinatorAdmin } from '@redis-stream-coordinator/core';
 import type { Cluster, Redis } from 'ioredis';
 import { connect, type ConnectionOptions } from './connection';
+import { assertTargetsExist } from './targets';
 
 export interface GlobalOptions extends ConnectionOptions {
   json?: boolean;
@@ -23,6 +24,12 @@ export interface CommandContext {
 export async function withAdmin(command: Command, body: (context: CommandContext) => Promise<void>): Promise<void> {
   const options = command.optsWithGlobals<GlobalOptions>();
   const { redis, admin } = await connect(options);
+  try {
+    await assertTargetsExist(command, admin, redis, options.keyPrefix);
+  } catch (error) {
+    redis.disconnect();
+    throw error;
+  }
   let stop: () => void = () => {};
   let stoppedFlag = false;
   const stopped = new Promise<void>((resolve) => (stop = resolve));

@@ -2,6 +2,7 @@
 import { Command, CommanderError, Option } from 'commander';
 import { InvalidRequestError } from '@redis-stream-coordinator/core';
 import { DEFAULT_URL, UsageError } from './connection';
+import { redactUrl } from './redact';
 import { registerDeadLetters } from './commands/dead-letters';
 import { registerDescribe } from './commands/describe';
 import { registerEvents } from './commands/events';
@@ -34,6 +35,8 @@ export function buildProgram(): Command {
     .option('--key-prefix <prefix>', 'key prefix of the coordinator keys', 'rsc')
     .option('--json', 'print JSON for machines instead of tables')
     .showHelpAfterError('(rsc --help lists the commands and options)')
+    // Commander's own messages quote what was typed: a URL in them is printed redacted too.
+    .configureOutput({ outputError: (text, write) => write(redactUrl(text)) })
     .exitOverride();
   registerInventory(program);
   registerDescribe(program);
@@ -57,7 +60,8 @@ async function main(): Promise<void> {
       return;
     }
     const usage = error instanceof UsageError || error instanceof InvalidRequestError || error instanceof RangeError;
-    process.stderr.write(`rsc: error: ${(error as Error).message}\n`);
+    // Every message goes through the redaction: one that quotes a URL (ioredis', Commander's) hides its password too.
+    process.stderr.write(`rsc: error: ${redactUrl((error as Error).message)}\n`);
     process.exitCode = usage ? EXIT.usage : EXIT.failed;
   }
 }

@@ -223,7 +223,11 @@
     source.addEventListener('events', (e) => addEvents(JSON.parse(e.data), true));
     source.addEventListener('problem', (e) => status(JSON.parse(e.data).message));
     source.addEventListener('recovered', () => status(''));
-    source.onerror = () => status('live stream interrupted: reconnecting…');
+    // A refused stream (the group does not exist, or the dashboard is at its limit) is closed for good.
+    source.onerror = () =>
+      status(source.readyState === EventSource.CLOSED
+        ? 'live stream refused (the group does not exist, or the dashboard is at its limit): reload to try again'
+        : 'live stream interrupted: reconnecting…');
     source.onopen = () => status('');
 
     function applySnapshot(snapshot) {

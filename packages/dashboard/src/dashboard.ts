@@ -8,6 +8,7 @@ import { csrfCookie, csrfRefusal, csrfSetCookie, newCsrfToken } from './csrf';
 import { type DashboardAccess, type DashboardOptions, type ResolvedDashboardOptions, resolveDashboardOptions } from './dashboard-options';
 import { GroupWatch } from './group-watch';
 import { HandlerRates } from './handler-rates';
+import { LiveConnection, type LiveConnectionStats } from './live-connection';
 import { DashboardHttpError, readJsonBody, SECURITY_HEADERS, sendError, sendJson } from './http-replies';
 import { type Overview, readOverview } from './overview';
 
@@ -23,14 +24,36 @@ export interface DashboardStats {
   watchedGroups: number;
   /** Open live streams (server-sent events), across groups. */
   liveConnections: number;
+  /** Live streams whose client has not read what was sent yet (their snapshots are skipped until it does). */
+  liveConnectionsBehind: number;
+  /** Bytes held for live clients that have not read them yet, across connections. */
+  liveBufferedBytes: number;
+  /** Snapshots not sent to a client that was behind (it got the latest once it read). */
+  skippedSnapshots: number;
+  /** Live streams dropped because their client did not read (over its backlog bound, or stalled). */
+  droppedSlowClients: number;
+  /** Live streams refused: the group does not exist, or MAX_LIVE_CONNECTIONS / MAX_WATCHED_GROUPS were reached. */
+  refusedLiveStreams: number;
   /** The problems of the watched groups right now (empty when every read succeeds). */
   problems: string[];
 }
 
 /** Largest dead-letter page the view asks for. */
 const DEAD_LETTER_PAGE = 100;
-/** Server-sent comment lines keep proxies from closing an idle live stream. */
-const KEEPALIVE_MS = 15_000;
+/**
+ * Most groups watched at once (SPEC 10.3). Each watch reads its group from Redis every refresh
+ * (the event log, then every shard's lag and pending), so the number of watches is the load the
+ * dashboard puts on Redis; requests name the groups, so without a cap they could make it any load.
+ * A few dozen is more groups than people look at together; idle watches (lingering after their last
+ * browser left) make room first.
+ */
+export const MAX_WATCHED_GROUPS = 50;
+/**
+ * Most live streams open at once (SPEC 10.3): each holds a socket, a subscription and up to a
+ * snapshot plus MAX_LIVE_BACKLOG_BYTES of output, so this bounds the memory browsers can make the
+ * dashboard hold. More than a team's worth of open tabs.
+ */
+export const MAX_LIVE_CONNECTIONS = 200;
 
 type NextFunction = (error?: unknown) => void;
 type DashboardRequest = IncomingMessage & { originalUrl?: string; body?: unknown };
@@ -53,7 +76,9 @@ export class Dashboard extends EventEmitter<DashboardEvents> {
   private readonly rates = new HandlerRates();
   private readonly watches = new Map<string, GroupWatch>();
   private readonly problems = new Map<string, string>();
-  private readonly live = new Set<ServerResponse>();
+  private readonly live = new Map<ServerResponse, LiveConnection>();
+  private readonly liveCounters: LiveConnectionStats = { skippedSnapshots: 0, droppedSlowClients: 0 };
+  private refusedLiveStreams = 0;
   private readonly page: string;
   private readonly assets = new Map<string, Buffer>();
   private overview: { at: number; value: Promise<Overview> } | undefined;
@@ -77,14 +102,26 @@ export class Dashboard extends EventEmitter<DashboardEvents> {
   }
 
   stats(): DashboardStats {
-    return { watchedGroups: this.watches.size, liveConnections: this.live.size, problems: [...this.problems.values()] };
+    const connections = [...this.live.values()];
+    return {
+      watchedGroups: this.watches.size,
+      liveConnections: this.live.size,
+      liveConnectionsBehind: connections.filter((connection) => connection.isBehind).length,
+      liveBufferedBytes: connections.reduce((sum, connection) => sum + connection.bufferedBytes, 0),
+      ...this.liveCounters,
+      refusedLiveStreams: this.refusedLiveStreams,
+      problems: [...this.problems.values()],
+    };
   }
 
   /** Ends every live stream and stops the background reads. */
   async close(): Promise<void> {
     this.closed = true;
     clearInterval(this.sweeper);
-    for (const response of this.live) response.end();
+    for (const [response, connection] of this.live) {
+      connection.close();
+      response.end();
+    }
     this.live.clear();
     await Promise.all([...this.watches.values()].map((watch) => watch.stop()));
     this.watches.clear();
@@ -189,8 +226,16 @@ export class Dashboard extends EventEmitter<DashboardEvents> {
     sendJson(response, 200, result);
   }
 
-  /** The live view of a group over server-sent events, from the group's shared watch. */
-  private stream(request: IncomingMessage, response: ServerResponse, streamPrefix: string, consumerGroup: string): void {
+  /**
+   * The live view of a group over server-sent events, from the group's shared watch. Only for a
+   * group that exists, and within MAX_LIVE_CONNECTIONS and MAX_WATCHED_GROUPS (SPEC 10.3): a name
+   * in a URL must not make the dashboard poll Redis, or hold a connection, for nothing.
+   */
+  private async stream(request: IncomingMessage, response: ServerResponse, streamPrefix: string, consumerGroup: string): Promise<void> {
+    await this.admitLive(streamPrefix, consumerGroup);
+    // The browser may have gone while the group was looked up: nothing to watch for it then.
+    if (request.socket.destroyed) return;
+    const watch = this.watchFor(streamPrefix, consumerGroup);
     response.writeHead(200, {
       ...SECURITY_HEADERS,
       'content-type': 'text/event-stream; charset=utf-8',
@@ -198,13 +243,11 @@ export class Dashboard extends EventEmitter<DashboardEvents> {
       'x-accel-buffering': 'no',
     });
     response.write(`retry: ${this.options.refreshMs}\n\n`);
-    this.live.add(response);
-    const unsubscribe = this.watch(streamPrefix, consumerGroup).subscribe((event, data) => {
-      response.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
-    });
-    const keepalive = setInterval(() => response.write(': keepalive\n\n'), KEEPALIVE_MS);
+    const connection = new LiveConnection(response, this.liveCounters);
+    this.live.set(response, connection);
+    const unsubscribe = watch.subscribe((event, data) => connection.send(event, data));
     const end = () => {
-      clearInterval(keepalive);
+      connection.close();
       unsubscribe();
       this.live.delete(response);
     };
@@ -212,8 +255,47 @@ export class Dashboard extends EventEmitter<DashboardEvents> {
     response.once('close', end);
   }
 
+  /** Refuses a live stream past MAX_LIVE_CONNECTIONS (503) or for a group that does not exist (404). */
+  private async admitLive(streamPrefix: string, consumerGroup: string): Promise<void> {
+    if (this.live.size >= MAX_LIVE_CONNECTIONS) {
+      this.refuseLive(503, `the dashboard has ${MAX_LIVE_CONNECTIONS} live streams open already (MAX_LIVE_CONNECTIONS): try again later`);
+    }
+    if (this.watches.has(watchId(streamPrefix, consumerGroup))) return;
+    if (!(await this.admin.listGroups(streamPrefix)).includes(consumerGroup)) {
+      this.refuseLive(404, `group "${consumerGroup}" of stream "${streamPrefix}" does not exist`);
+    }
+  }
+
+  /** The group's watch, made (an idle one making room at MAX_WATCHED_GROUPS) when there is none; 503 when every watch is in use. */
+  private watchFor(streamPrefix: string, consumerGroup: string): GroupWatch {
+    if (!this.watches.has(watchId(streamPrefix, consumerGroup)) && this.watches.size >= MAX_WATCHED_GROUPS && !this.evictIdleWatch()) {
+      this.refuseLive(
+        503,
+        `the dashboard watches ${MAX_WATCHED_GROUPS} groups already (MAX_WATCHED_GROUPS): close another group's view first`,
+      );
+    }
+    return this.watch(streamPrefix, consumerGroup);
+  }
+
+  private refuseLive(status: number, message: string): never {
+    this.refusedLiveStreams += 1;
+    throw new DashboardHttpError(status, message);
+  }
+
+  /** Stops the watch that has been without browsers the longest; false when every watch has some. */
+  private evictIdleWatch(): boolean {
+    let oldest: [string, GroupWatch] | undefined;
+    for (const entry of this.watches) {
+      const since = entry[1].idleSinceMs();
+      if (since !== undefined && (oldest === undefined || since < (oldest[1].idleSinceMs() ?? Infinity))) oldest = entry;
+    }
+    if (!oldest) return false;
+    this.forget(oldest[0], oldest[1]);
+    return true;
+  }
+
   private watch(streamPrefix: string, consumerGroup: string): GroupWatch {
-    const id = `${streamPrefix}\u0000${consumerGroup}`;
+    const id = watchId(streamPrefix, consumerGroup);
     let watch = this.watches.get(id);
     if (!watch) {
       watch = new GroupWatch(
@@ -241,7 +323,7 @@ export class Dashboard extends EventEmitter<DashboardEvents> {
   private readOverview(): Promise<Overview> {
     const maxAgeMs = Math.max(5000, this.options.refreshMs * 2);
     if (this.overview && Date.now() - this.overview.at < maxAgeMs) return this.overview.value;
-    const value = readOverview(this.admin, (s, g) => this.watches.get(`${s}\u0000${g}`)?.latest(maxAgeMs));
+    const value = readOverview(this.admin, (s, g) => this.watches.get(watchId(s, g))?.latest(maxAgeMs));
     this.overview = { at: Date.now(), value };
     // A failed read is not kept: the next request tries again.
     value.catch(() => {
@@ -252,12 +334,14 @@ export class Dashboard extends EventEmitter<DashboardEvents> {
 
   private sweep(): void {
     for (const [id, watch] of this.watches) {
-      if (watch.isIdle()) {
-        this.watches.delete(id);
-        this.problems.delete(id);
-        void watch.stop();
-      }
+      if (watch.isIdle()) this.forget(id, watch);
     }
+  }
+
+  private forget(id: string, watch: GroupWatch): void {
+    this.watches.delete(id);
+    this.problems.delete(id);
+    void watch.stop();
   }
 
   /** Whether `emit('error')` has a listener: without one Node would throw; the dashboard only reports. */
@@ -270,6 +354,10 @@ export class Dashboard extends EventEmitter<DashboardEvents> {
 /** Creates the dashboard handler; see Dashboard. */
 export function createDashboard(options: DashboardOptions): Dashboard {
   return new Dashboard(options);
+}
+
+function watchId(streamPrefix: string, consumerGroup: string): string {
+  return `${streamPrefix}\u0000${consumerGroup}`;
 }
 
 function decode(segment: string): string {

@@ -61,7 +61,8 @@ export class GroupWatch {
   private problem: string | undefined;
   private loop: Promise<void> | undefined;
   private wake: (() => void) | undefined;
-  private idleSince: number | undefined;
+  /** Idle from its creation: a watch nobody subscribed to is swept like one everybody left. */
+  private idleSince: number | undefined = Date.now();
   private stopped = false;
 
   constructor(
@@ -86,6 +87,11 @@ export class GroupWatch {
   /** The problem of the last round, if it failed. */
   currentProblem(): string | undefined {
     return this.problem;
+  }
+
+  /** Since when nobody watches (Date.now() ms); undefined while someone does. */
+  idleSinceMs(): number | undefined {
+    return this.subscribers.size === 0 ? this.idleSince : undefined;
   }
 
   /** True once nobody has watched for LINGER_MS: the owner then stops and forgets it. */

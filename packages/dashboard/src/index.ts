@@ -1,4 +1,12 @@
-export { createDashboard, Dashboard, type DashboardEvents, type DashboardStats } from './dashboard';
+export {
+  createDashboard,
+  Dashboard,
+  type DashboardEvents,
+  type DashboardStats,
+  MAX_LIVE_CONNECTIONS,
+  MAX_WATCHED_GROUPS,
+} from './dashboard';
+export { LIVE_STALL_MS, MAX_LIVE_BACKLOG_BYTES } from './live-connection';
 export type {
   DashboardAccess,
   DashboardGuard,

@@ -6,8 +6,9 @@ import { v7 as uuidv7 } from 'uuid';
 import { CoordinatorConnection } from '../coordinator-connection';
 import type { CoordinatorModuleOptions } from '../coordinator-module-options';
 import { ThrottledLogger } from '../throttled-logger';
-import { ReplyInbox } from './reply-inbox';
-import { CORRELATION_ID_HEADER, inboxKey, REPLY_DEADLINE_HEADER, REPLY_TO_HEADER, type ReplyBody } from './reply-protocol';
+import { type AwaitedRequest, checkReply } from './reply-check';
+import { type InboxReply, ReplyInbox } from './reply-inbox';
+import { CORRELATION_ID_HEADER, inboxKey, REPLY_DEADLINE_HEADER, REPLY_TO_HEADER, requestRef } from './reply-protocol';
 import { StreamRecord } from './stream-record';
 
 const DEFAULT_TIMEOUT_MS = 5000;
@@ -51,7 +52,7 @@ export class RequestTimeoutError extends Error {
   }
 }
 
-interface PendingRequest {
+interface PendingRequest extends AwaitedRequest {
   callback: (packet: WritePacket) => void;
   timer: NodeJS.Timeout;
 }
@@ -86,7 +87,7 @@ export class CoordinatorClientProxy extends ClientProxy {
   private reader: Redis | Cluster | undefined;
   private refreshTimer: NodeJS.Timeout | undefined;
   private closed = false;
-  private readonly counters = { lateReplies: 0, timedOut: 0, inboxRecreated: 0 };
+  private readonly counters = { lateReplies: 0, timedOut: 0, inboxRecreated: 0, refusedReplies: 0 };
 
   constructor(private readonly options: CoordinatorClientProxyOptions) {
     super();
@@ -159,8 +160,11 @@ export class CoordinatorClientProxy extends ClientProxy {
     return inboxKey(this.keyPrefix, this.clientId);
   }
 
-  /** Requests waiting for a reply, and what the client counted. */
-  stats(): { pendingRequests: number; lateReplies: number; timedOut: number; inboxRecreated: number } {
+  /**
+   * Requests waiting for a reply, and what the client counted: `refusedReplies` are replies naming a
+   * waiting request but answering another entry than the one this client wrote (a forgery).
+   */
+  stats(): { pendingRequests: number; lateReplies: number; timedOut: number; inboxRecreated: number; refusedReplies: number } {
     return { pendingRequests: this.pending.size, ...this.counters };
   }
 
@@ -183,7 +187,7 @@ export class CoordinatorClientProxy extends ClientProxy {
       this.counters.timedOut += 1;
       callback({ err: new RequestTimeoutError(pattern, this.timeoutMs), isDisposed: true });
     }, this.timeoutMs);
-    this.pending.set(id, { callback, timer });
+    this.pending.set(id, { callback, timer, early: [] });
     void (async () => {
       const inbox = await this.ensureInbox();
       const message = this.outgoing(pattern, partialPacket.data);
@@ -193,7 +197,8 @@ export class CoordinatorClientProxy extends ClientProxy {
         [CORRELATION_ID_HEADER]: id,
         [REPLY_DEADLINE_HEADER]: String(Date.now() + this.timeoutMs),
       };
-      await this.producer(pattern).send(message);
+      const written = await this.producer(pattern).send(message);
+      this.sent(id, requestRef(pattern, written.shardIndex, written.id));
     })().catch((error: Error) => {
       // Not sent (no Redis, no stream): the request fails now rather than at its timeout.
       const request = this.pending.get(id);
@@ -278,7 +283,7 @@ export class CoordinatorClientProxy extends ClientProxy {
     while (!this.closed) {
       try {
         const replies = await inbox.read(INBOX_BLOCK_MS);
-        for (const reply of replies) this.deliver(reply.correlationId, reply.body);
+        for (const reply of replies) this.deliver(reply);
         if (replies.length > 0) await inbox.trimRead();
       } catch (error) {
         if (this.closed) return;
@@ -288,14 +293,33 @@ export class CoordinatorClientProxy extends ClientProxy {
     }
   }
 
-  private deliver(correlationId: string, body: ReplyBody | undefined): void {
-    const request = this.pending.get(correlationId);
+  /** The request's entry is written: replies that came before it are checked now. */
+  private sent(id: string, ref: string): void {
+    const request = this.pending.get(id);
+    if (!request) return;
+    request.sent = ref;
+    for (const reply of request.early.splice(0)) this.deliver(reply);
+  }
+
+  /** A reply is accepted only for a request this client sent and is waiting for, from the entry it wrote (SPEC 10.4). */
+  private deliver(reply: InboxReply): void {
+    const request = this.pending.get(reply.correlationId);
     if (!request) {
       this.counters.lateReplies += 1; // its request timed out or was unsubscribed
       return;
     }
-    this.pending.delete(correlationId);
+    const verdict = checkReply(request, reply);
+    if ('hold' in verdict) {
+      request.early.push(reply);
+      return;
+    }
+    if ('refuse' in verdict) {
+      this.refused(reply, verdict.refuse);
+      return;
+    }
+    this.pending.delete(reply.correlationId);
     clearTimeout(request.timer);
+    const { body } = reply;
     if (!body || typeof body !== 'object') {
       request.callback({ err: new Error('CoordinatorClientProxy: unreadable reply'), isDisposed: true });
     } else if ('err' in body) {
@@ -305,6 +329,15 @@ export class CoordinatorClientProxy extends ClientProxy {
       for (const response of responses) request.callback({ response, isDisposed: false });
       request.callback({ isDisposed: true });
     }
+  }
+
+  /** A reply to a waiting request that did not come from its entry: dropped, counted, logged; the request still waits. */
+  private refused(reply: InboxReply, why: string): void {
+    this.counters.refusedReplies += 1;
+    this.throttled.warn(
+      'refused',
+      `a reply to request ${reply.correlationId} was refused (${why}): not from the request this client wrote`,
+    );
   }
 }
 

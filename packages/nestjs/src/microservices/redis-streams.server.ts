@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import { Logger } from '@nestjs/common';
 import { type CustomTransportStrategy, type MessageHandler, Server } from '@nestjs/microservices';
-import { CoordinatedMember, type StreamMessage } from '@redis-stream-coordinator/core';
+import { CoordinatedMember, DEFAULT_KEY_PREFIX, type StreamMessage } from '@redis-stream-coordinator/core';
 import type { Redis } from 'ioredis';
 import { isObservable, lastValueFrom, toArray } from 'rxjs';
 import { CoordinatorConnection } from '../coordinator-connection';
@@ -9,7 +9,8 @@ import { StreamContext } from '../stream-context';
 import { ThrottledLogger } from '../throttled-logger';
 import { type RedisStreamsServerOptions, resolvePatternOptions } from './redis-streams-server.options';
 import { RedisStreamsContext } from './redis-streams.context';
-import { CORRELATION_ID_HEADER, REPLY_DEADLINE_HEADER, REPLY_TO_HEADER, type ReplyBody } from './reply-protocol';
+import { replyAddressRefusal } from './reply-address';
+import { CORRELATION_ID_HEADER, REPLY_DEADLINE_HEADER, REPLY_TO_HEADER, type ReplyBody, requestRef } from './reply-protocol';
 import { writeReply } from './reply-writer';
 
 /** The transport id of RedisStreamsServer: `@EventPattern('orders', REDIS_STREAMS_TRANSPORT)` binds a handler to it alone. */
@@ -39,6 +40,11 @@ export interface RedisStreamsServerStats {
   expiredRequests: number;
   /** Reply writes Redis refused or did not answer: the request was retried (and dead-lettered after `maxAttempts`). */
   failedReplies: number;
+  /**
+   * Requests whose `rsc-reply-to` is not an inbox of this transport under its key prefix (or whose
+   * correlation id is not one a client makes): answered nowhere, acknowledged, an `error` event each.
+   */
+  refusedRequests: number;
 }
 
 /**
@@ -57,6 +63,11 @@ export interface RedisStreamsServerStats {
  *   request is acknowledged: an error is an answer, not a retry. A reply Redis does not take is
  *   retried with the request (the handler runs again: at least once). A request whose requester
  *   stopped waiting before a handler was free is acknowledged without running the handler.
+ * - `@EventPattern` with a request: handled as an event (never skipped, whatever the deadline),
+ *   then an empty reply.
+ * - A request whose `rsc-reply-to` is not an inbox of this transport under this key prefix: one
+ *   `error` event and `refusedRequests` + 1, answered nowhere, acknowledged (SPEC 10.4); an
+ *   `@EventPattern` handler still handles it as an event.
  *
  * @example
  * const app = await NestFactory.create(AppModule);
@@ -82,7 +93,9 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
   private connection: CoordinatorConnection | undefined;
   private groups: PatternGroup[] = [];
   private closing = false;
-  private readonly counters = { droppedReplies: 0, expiredRequests: 0, failedReplies: 0 };
+  /** The key prefix of the coordinator keys, and of the inboxes the server may answer to. */
+  private readonly keyPrefix: string;
+  private readonly counters = { droppedReplies: 0, expiredRequests: 0, failedReplies: 0, refusedRequests: 0 };
 
   constructor(private readonly options: RedisStreamsServerOptions) {
     super();
@@ -98,6 +111,7 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
       throw new Error('RedisStreamsServer: the "redis" option is required: give redis.url, redis.options, redis.cluster or redis.client');
     }
     this.events.on('error', () => undefined); // reported by the logger; listeners of on('error') get it too
+    this.keyPrefix = options.coordinator?.keyPrefix ?? DEFAULT_KEY_PREFIX;
   }
 
   /**
@@ -248,24 +262,34 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
     ]);
     const replyTo = message.headers[REPLY_TO_HEADER];
     const correlationId = message.headers[CORRELATION_ID_HEADER];
-    if (replyTo === undefined || correlationId === undefined) {
-      // An event, or an entry without a requester: nothing to answer, so its outcome is the entry's.
+    if (replyTo === undefined && correlationId === undefined) {
+      // An event: nothing to answer, so its outcome is the entry's.
       await settle(pattern, await handler(message.payload, context));
       return;
     }
-    const deadline = Number(message.headers[REPLY_DEADLINE_HEADER]);
-    if (Number.isFinite(deadline) && Date.now() > deadline) {
-      this.counters.expiredRequests += 1;
-      this.log.debug?.(`request ${correlationId} on ${pattern} (${message.id}) expired before a handler was free: skipped`);
+    const refusal = replyAddressRefusal(this.keyPrefix, replyTo, correlationId);
+    if (refusal !== undefined) {
+      this.refuse(pattern, message, refusal, handler.isEventHandler === true);
+      // An event handler needs no answer: the entry is still its event. A request handler does not
+      // run for a request whose answer could go nowhere; either way the entry is settled, not retried.
+      if (handler.isEventHandler) await settle(pattern, await handler(message.payload, context));
       return;
     }
+    const address = { inbox: replyTo!, correlationId: correlationId!, request: requestRef(pattern, message.shardIndex, message.id) };
     let body: ReplyBody;
     if (handler.isEventHandler) {
-      // An @EventPattern handler has no answer: it handles the entry as an event (a failure is retried),
-      // and the requester learns that it was handled (send() completes without a value).
+      // An @EventPattern handler has no answer: it handles the entry as an event whatever the
+      // requester's deadline (an event is never skipped), a failure is retried, and the requester
+      // learns that it was handled (send() completes without a value) if it still waits.
       await settle(pattern, await handler(message.payload, context));
       body = { responses: [] };
     } else {
+      const deadline = Number(message.headers[REPLY_DEADLINE_HEADER]);
+      if (Number.isFinite(deadline) && Date.now() > deadline) {
+        this.counters.expiredRequests += 1;
+        this.log.debug?.(`request ${correlationId} on ${pattern} (${message.id}) expired before a handler was free: skipped`);
+        return;
+      }
       try {
         const result = await handler(message.payload, context);
         body = { responses: await lastValueFrom(this.transformToObservable(result).pipe(toArray())) };
@@ -273,10 +297,21 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
         body = { err: serializeError(error) };
       }
     }
-    await this.reply(pattern, replyTo, correlationId, body);
+    await this.reply(pattern, address, body);
   }
 
-  private async reply(pattern: string, inbox: string, correlationId: string, body: ReplyBody): Promise<void> {
+  /** A request whose reply address is refused: one visible error (a log line, an `error` event, `refusedRequests`). */
+  private refuse(pattern: string, message: StreamMessage, refusal: string, isEvent: boolean): void {
+    this.counters.refusedRequests += 1;
+    const error = new Error(
+      `RedisStreamsServer: request ${message.id} on ${pattern} (shard ${message.shardIndex}) refused: ${refusal}; ${isEvent ? 'handled as an event, ' : ''}answered nowhere and acknowledged`,
+    );
+    this.throttled.warn(`refused:${pattern}`, error.message);
+    this.events.emit('error', error);
+  }
+
+  private async reply(pattern: string, address: { inbox: string; correlationId: string; request: string }, body: ReplyBody): Promise<void> {
+    const { inbox, correlationId } = address;
     let json: string;
     try {
       json = JSON.stringify(body);
@@ -291,7 +326,7 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
     }
     let written: boolean;
     try {
-      written = await writeReply(this.connection!.client, inbox, correlationId, json);
+      written = await writeReply(this.connection!.client, inbox, correlationId, address.request, json);
     } catch (error) {
       this.counters.failedReplies += 1;
       const failure = new Error(

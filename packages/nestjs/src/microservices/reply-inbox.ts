@@ -4,6 +4,8 @@ import { REPLY_FIELD, type ReplyBody } from './reply-protocol';
 
 export interface InboxReply {
   correlationId: string;
+  /** The requestRef of the entry answered ('' from a server that did not say). */
+  request: string;
   body: ReplyBody | undefined;
 }
 
@@ -67,9 +69,11 @@ export class ReplyInbox {
 
 function parseReply(fields: string[]): InboxReply | undefined {
   let correlationId = '';
+  let request = '';
   let raw: string | undefined;
   for (let i = 0; i + 1 < fields.length; i += 2) {
     if (fields[i] === REPLY_FIELD.correlationId) correlationId = fields[i + 1];
+    else if (fields[i] === REPLY_FIELD.request) request = fields[i + 1];
     else if (fields[i] === REPLY_FIELD.body) raw = fields[i + 1];
   }
   if (correlationId === '') return undefined; // the creation marker
@@ -79,5 +83,5 @@ function parseReply(fields: string[]): InboxReply | undefined {
   } catch {
     body = undefined;
   }
-  return { correlationId, body };
+  return { correlationId, request, body };
 }

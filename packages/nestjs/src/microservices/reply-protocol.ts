@@ -12,8 +12,11 @@ export const CORRELATION_ID_HEADER = 'rsc-correlation-id';
 /** Header with the time (epoch ms) after which the requester no longer waits: the server then skips the request. */
 export const REPLY_DEADLINE_HEADER = 'rsc-reply-deadline';
 
-/** Fields of a reply entry in an inbox. */
-export const REPLY_FIELD = { correlationId: 'c', body: 'r' } as const;
+/**
+ * Fields of a reply entry in an inbox: the correlation id, the body, and the request it answers
+ * (`requestRef`), which the client compares with the entry its XADD wrote.
+ */
+export const REPLY_FIELD = { correlationId: 'c', body: 'r', request: 'q' } as const;
 
 /** A reply's body (JSON in the `r` field): every value the handler's observable emitted, or the error it ended with. */
 export type ReplyBody = { responses: unknown[] } | { err: unknown };
@@ -27,4 +30,13 @@ export const INBOX_MAX_LENGTH = 10_000;
  */
 export function inboxKey(keyPrefix: string, clientId: string): string {
   return `${keyPrefix}:inbox:{${clientId}}`;
+}
+
+/**
+ * The request a reply answers: its stream, shard and entry id. Only the entry that the client's own
+ * XADD wrote has it, so a request written by anyone else (even one copying the correlation id and
+ * the inbox from a request it read) gets a reply the client refuses (SPEC 10.4).
+ */
+export function requestRef(streamPrefix: string, shardIndex: number, entryId: string): string {
+  return JSON.stringify([streamPrefix, shardIndex, entryId]);
 }

@@ -6,9 +6,16 @@ import { INBOX_MAX_LENGTH, REPLY_FIELD } from './reply-protocol';
  * closed, or stopped refreshing it and it expired) is not created again by a late reply, so an
  * abandoned inbox never comes back as an orphan key. Resolves false when the inbox was gone.
  * Rejects when Redis does not take the write (the caller retries the request). `body` is a
- * ReplyBody as JSON.
+ * ReplyBody as JSON; `request` the requestRef of the entry answered. The caller has checked `inbox`
+ * (replyAddressRefusal): this command trims the key it names.
  */
-export async function writeReply(redis: Redis | Cluster, inbox: string, correlationId: string, body: string): Promise<boolean> {
+export async function writeReply(
+  redis: Redis | Cluster,
+  inbox: string,
+  correlationId: string,
+  request: string,
+  body: string,
+): Promise<boolean> {
   const id = await redis.xadd(
     inbox,
     'NOMKSTREAM',
@@ -18,6 +25,8 @@ export async function writeReply(redis: Redis | Cluster, inbox: string, correlat
     '*',
     REPLY_FIELD.correlationId,
     correlationId,
+    REPLY_FIELD.request,
+    request,
     REPLY_FIELD.body,
     body,
   );

@@ -1,0 +1,43 @@
+import { describe, expect, it } from 'vitest';
+import { splitCredentials } from './connection';
+import { redactUrl, redactUrlList } from './redact';
+
+describe('redactUrl: no password is ever printed', () => {
+  const cases: [string, string][] = [
+    ['redis://:secret@host:6379', 'redis://:***@host:6379'],
+    ['redis://user:secret@host:6379/0', 'redis://user:***@host:6379/0'],
+    ['redis://:S3cr@tPassw0rd@host', 'redis://:***@host'],
+    ['rediss://u:pa:ss@host:6380', 'rediss://u:***@host:6380'],
+    ['redis://u:pa/ss@host:6379', 'redis://u:***@host:6379'],
+    ['redis://u:p@ss/w:rd@host:6379/2', 'redis://u:***@host:6379/2'],
+    // "/x@y" cannot be told from a password holding "/": more is hidden, never less.
+    ['redis://u:pw@host:6379/x@y', 'redis://u:***@y'],
+    ['redis://onlypassword@host', 'redis://***@host'],
+    ['redis://host:6379', 'redis://host:6379'],
+    [':secret@host:6379', '***@host:6379'],
+    ['cannot connect to Redis at redis://:p@ss/w@h:1: ECONNREFUSED', 'cannot connect to Redis at redis://:***@h:1: ECONNREFUSED'],
+    ['got "redis://u:s3cr@t@host"', 'got "redis://u:***@host"'],
+    ['at redis://:a@b@h1:1,redis://u:c/d@h2:2: down', 'at redis://:***@h1:1,redis://u:***@h2:2: down'],
+  ];
+  for (const [raw, shown] of cases) {
+    it(`${raw} is shown as ${shown}`, () => {
+      expect(redactUrl(raw)).toBe(shown);
+    });
+  }
+
+  it('a --cluster list: every item redacted alone', () => {
+    expect(redactUrlList('redis://:a@b@h1:1,h2:2,redis://u:c/d@h3:3')).toBe('redis://:***@h1:1,h2:2,redis://u:***@h3:3');
+  });
+});
+
+describe('splitCredentials: a password may hold @, : and /', () => {
+  it('takes user and password out of the URL, up to its last @, decoding them', () => {
+    expect(splitCredentials('redis://ops:Sec/ond:p@ss@h:2/1')).toEqual({
+      bare: 'redis://h:2/1',
+      username: 'ops',
+      password: 'Sec/ond:p@ss',
+    });
+    expect(splitCredentials('redis://:p%40w@h:2')).toEqual({ bare: 'redis://h:2', password: 'p@w' });
+    expect(splitCredentials('redis://h:2')).toEqual({ bare: 'redis://h:2' });
+  });
+});

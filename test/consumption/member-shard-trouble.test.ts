@@ -10,6 +10,7 @@ import {
 import { HandlerRecorder, type KeyedPayload } from '../support/handler-recorder';
 import { memberFactory } from '../support/member-factory';
 import { pollUntil } from '../support/poll';
+import { proxyFactory } from '../support/proxy-fixture';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
 
 // SPEC 10.8: one shard's trouble stays in that shard. One member, one worker
@@ -17,6 +18,7 @@ import { uniqueName, useRedisServer } from '../support/vitest-redis';
 // own later entries wait (SPEC 5 order).
 const redis = useRedisServer();
 const aMember = memberFactory(redis, { shardCount: 2, runtimeMaxConcurrency: 1 });
+const aProxy = proxyFactory(redis);
 
 function send(streamPrefix: string, shardIndex: number, seqs: number[]) {
   return new StreamProducer(redis.client(), { streamPrefix }).sendBatch(seqs.map((seq) => ({ shardIndex, payload: { seq } })));
@@ -237,5 +239,58 @@ describe('handlerStallMs at its extremes (SPEC 10.7)', () => {
     }
     expect(stalls).toBeGreaterThan(0);
     expect(member.stats().problems).toEqual([]);
+  });
+});
+
+describe('two shards: one that cannot be claimed or taken over', () => {
+  it('a claim failing on shard 0 (its stream key is not a stream) does not stop shard 1; a problems line names shard 0 until the claim succeeds', async () => {
+    const streamPrefix = uniqueName('claim-fails');
+    const shard0 = new KeyBuilder().shardStream(streamPrefix, 0);
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 2 });
+    await redis.client().set(shard0, 'not a stream');
+    const runs: string[] = [];
+    const member = aMember({ streamPrefix, handler: (message: StreamMessage<KeyedPayload>) => void runs.push(label(message)) });
+    const failures: string[] = [];
+    member.on('error', (error) => /shard 0: claiming it failed/.test(error.message) && failures.push(error.message));
+    await member.start();
+    await send(streamPrefix, 1, [1, 2]);
+    await pollUntil("shard 1's entries handled", async () => runs.includes('1:2:1'), { timeoutMs: 5000 });
+    expect(member.stats().problems).toEqual([expect.stringMatching(/^shard 0: claiming it failed .*WRONGTYPE/)]);
+    expect(failures[0]).toMatch(/WRONGTYPE/);
+
+    await redis.client().del(shard0);
+    await pollUntil('shard 0 claimed', async () => member.stats().problems.length === 0, { timeoutMs: 10_000 });
+    await send(streamPrefix, 0, [1]);
+    await pollUntil("shard 0's entry handled", async () => runs.includes('0:1:1'));
+    await settledShards(streamPrefix);
+  });
+
+  it('a takeover failing on shard 0 (its consumer group destroyed meanwhile) does not stop shard 1; a problems line names shard 0 until it succeeds', async () => {
+    const streamPrefix = uniqueName('takeover-fails');
+    const shard0 = new KeyBuilder().shardStream(streamPrefix, 0);
+    const proxy = await aProxy();
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 2 });
+    // Shard 0's first takeover page waits at the proxy while its consumer group is destroyed: that
+    // page, and every try after it, fails (NOGROUP) until the group is there again.
+    const takeover = proxy.holdNextRequest((request) => request.includes(`${shard0}\r\n`) && request.includes('\r\nall\r\n'));
+    const runs: string[] = [];
+    const member = aMember(
+      { streamPrefix, handler: (message: StreamMessage<KeyedPayload>) => void runs.push(label(message)) },
+      redis.clientAt(proxy.url),
+    );
+    await member.start();
+    await takeover.arrived;
+    await redis.client().xgroup('DESTROY', shard0, 'group');
+    takeover.release();
+    await send(streamPrefix, 1, [1, 2]);
+    await pollUntil("shard 1's entries handled", async () => runs.includes('1:2:1'), { timeoutMs: 5000 });
+    expect(member.stats().problems).toEqual([expect.stringMatching(/^shard 0: taking over its pending entries failed .*NOGROUP/)]);
+
+    await redis.client().xgroup('CREATE', shard0, 'group', '0', 'MKSTREAM');
+    await pollUntil('shard 0 taken over', async () => member.stats().problems.length === 0, { timeoutMs: 10_000 });
+    await send(streamPrefix, 0, [1]);
+    await pollUntil("shard 0's entry handled", async () => runs.includes('0:1:1'));
+    await settledShards(streamPrefix);
+    await member.stop(); // through the proxy, before it stops
   });
 });

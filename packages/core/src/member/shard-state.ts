@@ -48,10 +48,10 @@ export interface ShardState {
    * what the other part queued (SPEC 5 order).
    */
   sweeping: boolean;
-  /** Refused claims in a row, and when the next try is due (ms since the epoch). */
+  /** Failed or refused tries in a row of the shard's claim (then of its takeover), and when the next is due (ms since the epoch). */
   claimAttempts: number;
   nextClaimAt: number;
-  /** What stops work on this shard now, by kind ('claim', 'dead-letter'); shown in `stats().problems`. */
+  /** What stops work on this shard now, by kind ('claim', 'takeover', 'dead-letter …', 'stalled …'); shown in `stats().problems`. */
   problems: Map<string, string>;
   /** Batch handlers: since when the queue has waited for a full batch (ms since the epoch). */
   batchWaitFrom: number | undefined;

@@ -75,11 +75,11 @@ function aDispatcher(given: HarnessOptions = {}) {
   );
   const shards = new ShardSet();
   for (let i = 0; i < (given.shards ?? 2); i++) shards.add(i, 1).phase = 'reading';
-  let deadLettersFail = false;
+  let failing = new Set<string>(); // letters whose dead letter cannot be written ('*': every one)
   const deadLetters: string[] = [];
   const client = {
     deadLetter: async (shardIndex: number, _epoch: number, entry: { id: string }) => {
-      if (deadLettersFail) throw new Error('WRONGTYPE');
+      if (failing.has('*') || failing.has(names.get(entry.id) ?? '')) throw new Error('WRONGTYPE');
       deadLetters.push(`${shardIndex}:${names.get(entry.id)}`);
       return `${deadLetters.length}-0`;
     },
@@ -135,8 +135,9 @@ function aDispatcher(given: HarnessOptions = {}) {
     },
     /** Lets `ms` pass on the fake clock (backoffs, stall bounds). */
     advance: (ms: number) => vi.advanceTimersByTimeAsync(ms),
-    failDeadLetters(fail: boolean) {
-      deadLettersFail = fail;
+    /** The dead letters of these entries fail from now on (`'*'`: every one); none, when called without any. */
+    failDeadLetters(...letters: string[]) {
+      failing = new Set(letters);
     },
     setMayStart(may: boolean) {
       mayStart = may;
@@ -184,7 +185,7 @@ describe('ShardDispatcher: a worker waiting is free for other shards (SPEC 10.8)
 
   it('a failing dead-letter write on shard 0 holds its shard, not the worker', async () => {
     const h = aDispatcher({ runtimeMaxConcurrency: 1, maxAttempts: 1 });
-    h.failDeadLetters(true);
+    h.failDeadLetters('a');
     await h.enqueue(0, 'a', 'c');
     await h.settle('0:a#1', boom());
     await h.enqueue(1, 'b');
@@ -192,7 +193,7 @@ describe('ShardDispatcher: a worker waiting is free for other shards (SPEC 10.8)
     expect(h.problems()).toEqual([expect.stringMatching(/^shard 0: writing the dead letter of .* failed/)]);
     await h.settle('1:b#1');
     expect(h.running()).toEqual([]); // c waits behind a's dead letter
-    h.failDeadLetters(false);
+    h.failDeadLetters();
     await h.advance(5000);
     expect(h.deadLetters).toEqual(['0:a']);
     expect(h.problems()).toEqual([]);
@@ -201,7 +202,7 @@ describe('ShardDispatcher: a worker waiting is free for other shards (SPEC 10.8)
 
   it('an undecodable entry on shard 0 waits for its dead letter without the worker', async () => {
     const h = aDispatcher({ runtimeMaxConcurrency: 1 });
-    h.failDeadLetters(true);
+    h.failDeadLetters('*');
     const state = h.shards.get(0)!;
     h.shards.enqueue(state, [{ entry: { id: '100-0', fields: ['x', 'y'] }, deliveries: 1 }]);
     await h.enqueue(1, 'b');
@@ -245,6 +246,20 @@ describe('ShardDispatcher: order holds (SPEC 5)', () => {
     expect(h.running()).toEqual(['0:d#1', '0:a#2']);
     await h.settle('0:a#2');
     expect(h.running()).toEqual(['0:d#1', '0:b#1']);
+  });
+
+  it("with lanes, each key's failing dead letter is its own problems line, cleared when that one is written", async () => {
+    const h = aDispatcher({ lanes: 2, runtimeMaxConcurrency: 2, maxAttempts: 1 });
+    h.failDeadLetters('a', 'b');
+    await h.enqueue(0, 'a@k1', 'b@k2', 'c@k1');
+    await h.settle('0:a#1', boom());
+    await h.settle('0:b#1', boom());
+    expect(h.problems()).toHaveLength(2);
+    h.failDeadLetters('a');
+    await h.advance(5000);
+    expect(h.deadLetters).toEqual(['0:b']);
+    expect(h.problems()).toEqual([expect.stringMatching(/writing the dead letter of 1-0 failed/)]);
+    expect(h.running()).toEqual([]); // c (key k1) waits for a's dead letter
   });
 
   it('no two handlers at once on a shard without lanes, whatever the workers', async () => {

@@ -273,7 +273,8 @@ export class ShardDispatcher implements Workers {
   /** The work's call is over (it ended, or the work waits now): true if that freed a worker. */
   private callEnded(state: ShardState, work: Work): boolean {
     if (work.stalled) this.stalled -= 1;
-    this.stalls.ended(state, work);
+    // Work never followed (a synchronous handler, the common case) costs the watch nothing.
+    if (work.since !== 0) this.stalls.ended(state, work);
     if (!work.worker) return false;
     work.worker = false;
     this.running -= 1;

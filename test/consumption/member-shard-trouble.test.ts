@@ -62,7 +62,8 @@ describe('one worker, two shards: a retry backoff', () => {
     const member = aMember({
       streamPrefix,
       maxAttempts: 2,
-      retryBackoffMs: 2000,
+      // Long enough for shard 1's entries to be read and run under load, short enough for the test.
+      retryBackoffMs: 3000,
       handler: (message: StreamMessage<KeyedPayload>) => {
         runs.push(label(message));
         if (message.shardIndex === 0 && message.payload.seq === 1 && message.deliveryCount === 1) throw new Error('fails once');
@@ -88,7 +89,8 @@ describe('one worker, two shards: a retry backoff', () => {
       runtimeMaxConcurrency: 1,
       coordinator: { heartbeatIntervalMs: 200 },
       maxAttempts: 2,
-      retryBackoffMs: 2000,
+      // Long enough for shard 1's entries to be read and run under load, short enough for the test.
+      retryBackoffMs: 3000,
       batch: { maxSize: 10 },
       handler: (messages: StreamMessage<KeyedPayload>[]) => {
         runs.push(messages.map(label).join(','));
@@ -193,10 +195,11 @@ describe('one worker, two shards: a failing dead-letter write', () => {
     member.on('error', (error) => /writing the dead letter/.test(error.message) && failures.push(error.message));
     await member.start();
     const [poison] = await send(streamPrefix, 0, [1, 2]);
-    // Four failed writes: the write's backoff (100 ms doubling) has reached 800 ms.
+    // Four failed writes: the write's backoff (100 ms doubling) has reached 800 ms; the key stays
+    // a string, so before the fix shard 1 never ran however long the test waited.
     await pollUntil('four failed writes', async () => failures.length >= 4);
     await send(streamPrefix, 1, [1, 2]);
-    await pollUntil("shard 1's entries handled while the dead letter waits", async () => runs.includes('1:2:1'), { timeoutMs: 1500 });
+    await pollUntil("shard 1's entries handled while the dead letter waits", async () => runs.includes('1:2:1'), { timeoutMs: 4000 });
     expect(member.stats().problems).toEqual([
       expect.stringMatching(new RegExp(`^shard 0: writing the dead letter of ${poison.id} failed`)),
     ]);

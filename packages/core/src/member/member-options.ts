@@ -85,6 +85,18 @@ export interface CoordinatedMemberSettings<T = unknown> {
    * (default), which lets a hung handler hold its shard until the revocation timeout.
    */
   handlerTimeoutMs?: number;
+  /**
+   * A handler call (or, with ackMode 'manual', an entry not yet acked or nacked) running longer
+   * than this is stalled: one 'error' and a `stats().problems` line name the shard and the entry
+   * until the call ends, and it gives its worker back, so the member's other shards go on
+   * (SPEC 10.8); its shard's later entries (its key's, with lanes) keep waiting for it. Nothing is
+   * aborted (that is `handlerTimeoutMs`). Default `sessionTimeoutMs`: the time the group gives a
+   * silent member before it counts it as gone; a call silent that long is taken as hung rather
+   * than let it hold the other shards longer than the group would wait for the member itself.
+   * Raise it for handlers that take longer by design: a stalled call no longer counts against
+   * `runtimeMaxConcurrency`.
+   */
+  handlerStallMs?: number;
   /** First retry delay; doubles per attempt up to `retryBackoffMaxMs`. Default 100 ms. */
   retryBackoffMs?: number;
   retryBackoffMaxMs?: number;
@@ -193,6 +205,7 @@ export type ResolvedMemberOptions<T = unknown> = Required<
   };
 
 const DAY_MS = 86_400_000;
+const DEFAULT_SESSION_TIMEOUT_MS = 15_000;
 /** The largest `runtimeMaxConcurrency`, at construction and in `setRuntimeMaxConcurrency`. */
 export const MAX_RUNTIME_CONCURRENCY = 10_000;
 
@@ -224,13 +237,14 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T> | B
     runtimeMaxConcurrency: options.runtimeMaxConcurrency ?? consumption.lanes,
     weight: options.weight ?? 1,
     shardCount: options.shardCount,
-    sessionTimeoutMs: options.sessionTimeoutMs ?? 15_000,
+    sessionTimeoutMs: options.sessionTimeoutMs ?? DEFAULT_SESSION_TIMEOUT_MS,
     rebalanceTimeoutMs,
     revocationTimeoutMs: options.revocationTimeoutMs ?? Math.floor(rebalanceTimeoutMs / 2),
     shutdownTimeoutMs: options.shutdownTimeoutMs ?? 30_000,
     maxAttempts: options.maxAttempts ?? 3,
     deadLetter: resolveDeadLetterOptions(options.deadLetter, options.consumerGroup),
     handlerTimeoutMs: options.handlerTimeoutMs ?? 0,
+    handlerStallMs: options.handlerStallMs ?? options.sessionTimeoutMs ?? DEFAULT_SESSION_TIMEOUT_MS,
     retryBackoffMs: options.retryBackoffMs ?? 100,
     retryBackoffMaxMs: options.retryBackoffMaxMs ?? 10_000,
     // A batch must be able to fill from one read of the shard.
@@ -266,6 +280,7 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T> | B
   assertIntegerInRange('shutdownTimeoutMs', resolved.shutdownTimeoutMs, 0, DAY_MS);
   assertIntegerInRange('maxAttempts', resolved.maxAttempts, 1, 1000);
   assertIntegerInRange('handlerTimeoutMs', resolved.handlerTimeoutMs, 0, DAY_MS);
+  assertIntegerInRange('handlerStallMs', resolved.handlerStallMs, 1, DAY_MS);
   assertIntegerInRange('retryBackoffMs', resolved.retryBackoffMs, 0, DAY_MS);
   assertIntegerInRange('retryBackoffMaxMs', resolved.retryBackoffMaxMs, resolved.retryBackoffMs, DAY_MS);
   assertIntegerInRange('batchSize', resolved.batchSize, 1, 10_000);

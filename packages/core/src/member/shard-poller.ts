@@ -64,7 +64,7 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     );
   }
 
-  /** Handlers running now. */
+  /** Handler calls running now (stalled ones included; work waiting out a backoff is not counted). */
   get activeHandlers(): number {
     return this.dispatcher.activeHandlers;
   }
@@ -153,8 +153,9 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
 
   /**
    * Shard-level conditions that stop work and need someone's attention (see CoordinatedMember.stats):
-   * a claim refused by a newer token, a dead letter that cannot be written. One line each, until
-   * the condition clears or the shard is released.
+   * a claim refused by a newer token or failing, a takeover failing, a dead letter that cannot be
+   * written, a handler call past `handlerStallMs`. One line each, until the condition clears or the
+   * shard is released.
    */
   problems(): string[] {
     const lines = this.shards.all().flatMap((state) => [...state.problems.values()]);

@@ -33,6 +33,11 @@ export interface ShardState {
    * key, `lanes` at most in all (one, of every key, without lanes).
    */
   work: Map<string, Work>;
+  /**
+   * Work of this shard whose wait is over (a retry's backoff, a pause, an unsafe lease) and that
+   * asks for a worker for its next handler call, in the order it asked: served before the queue.
+   */
+  resuming: Work[];
   takeoverCursor: string;
   /** The last id of this shard this member has accounted for (read, or the group's position when it took the shard). */
   readCursor: string;
@@ -43,10 +48,10 @@ export interface ShardState {
    * what the other part queued (SPEC 5 order).
    */
   sweeping: boolean;
-  /** Refused claims in a row, and when the next try is due (ms since the epoch). */
+  /** Failed or refused tries in a row of the shard's claim (then of its takeover), and when the next is due (ms since the epoch). */
   claimAttempts: number;
   nextClaimAt: number;
-  /** What stops work on this shard now, by kind ('claim', 'dead-letter'); shown in `stats().problems`. */
+  /** What stops work on this shard now, by kind ('claim', 'takeover', 'dead-letter …', 'stalled …'); shown in `stats().problems`. */
   problems: Map<string, string>;
   /** Batch handlers: since when the queue has waited for a full batch (ms since the epoch). */
   batchWaitFrom: number | undefined;
@@ -62,6 +67,18 @@ export interface Work {
   done: Promise<void>;
   /** The handler call running now (not a retry's backoff): `message.signal` is its signal. */
   call: CallSignal | undefined;
+  /**
+   * Whether it holds one of the member's `runtimeMaxConcurrency` workers now: while a handler call
+   * runs (or an entry's check, or a manual attempt waits for its ack), not while it waits out a
+   * backoff or writes a dead letter, nor once it stalled (past `handlerStallMs`).
+   */
+  worker: boolean;
+  /** Its call has run past `handlerStallMs`: reported, its worker given back, until the call ends. */
+  stalled: boolean;
+  /** When it took its worker (ms since the epoch), while the stall watch follows it. */
+  since: number;
+  /** Set while it waits in its shard's `resuming`: called when it gets a worker (true) or the shard is released (false). */
+  resume: ((granted: boolean) => void) | undefined;
 }
 
 /** Settles when every piece of the shard's work in flight now is over; null when there is none. */
@@ -163,6 +180,7 @@ export class ShardSet {
       queue: [],
       held: [],
       work: new Map(),
+      resuming: [],
       takeoverCursor: '0-0',
       readCursor: '0-0',
       lastSweepAt: Date.now(),

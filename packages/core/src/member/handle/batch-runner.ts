@@ -8,6 +8,7 @@ import { checkEntry } from './entry-check';
 import { HandlerMessage } from './handler-message';
 import type { ResolvedMemberOptions } from '../member-options';
 import type { QueuedEntry, ShardState, Work } from '../shard-state';
+import type { Workers } from './workers';
 
 /** Races a handler call against `handlerTimeoutMs` (the dispatcher's: it fires the signal and reports). */
 export type HandlerTimeout = (
@@ -36,7 +37,9 @@ interface BatchEntry {
  * it are retried; when the failed entry's attempts are used up (or its error is not retryable) it
  * alone is dead-lettered and the rest go on, in order. An entry that cannot be decoded or that the
  * `schema` refuses is dead-lettered in place (cause `undecodable` / `invalid`), never handed to the
- * handler: the entries before it are handled first, those after it form the next call.
+ * handler: the entries before it are handled first, those after it form the next call. The batch
+ * holds a worker only while its call runs: a backoff or a dead-letter write gives it back, and the
+ * next call asks again (SPEC 10.8); the shard's later entries wait throughout (SPEC 5 order).
  */
 export class BatchRunner {
   constructor(
@@ -45,11 +48,12 @@ export class BatchRunner {
     private readonly policy: AttemptPolicy,
     private readonly deadLetters: DeadLetterWriter,
     private readonly withTimeout: HandlerTimeout,
+    private readonly workers: Workers,
   ) {}
 
   async run(state: ShardState, work: Work, taken: QueuedEntry[]): Promise<void> {
     let pending: BatchEntry[] = [];
-    for (const queued of taken) {
+    for (const [i, queued] of taken.entries()) {
       // Each entry is decoded with the codec it names and checked against the schema on its own.
       const maybe = checkEntry(queued.entry, this.options);
       const checked = maybe instanceof Promise ? await maybe : maybe;
@@ -63,6 +67,7 @@ export class BatchRunner {
       // handled yet: they go first, so the shard's order holds for what is handled.
       if (pending.length > 0 && !(await this.handle(state, work, pending))) return;
       pending = [];
+      this.workers.release(state, work);
       if (
         !(await this.deadLetters.write(state, queued.entry, {
           cause: checked.cause,
@@ -73,6 +78,8 @@ export class BatchRunner {
         }))
       )
         return;
+      // The rest are checked (the schema is the application's code) with a worker again.
+      if (i < taken.length - 1 && !(await this.workers.acquire(state, work))) return;
     }
     if (pending.length > 0) await this.handle(state, work, pending);
   }
@@ -83,8 +90,9 @@ export class BatchRunner {
     let firstCall = true;
     while (pending.length > 0) {
       // Every call asks, not only the first (which the dispatcher let start): a batch split by a dead
-      // letter is several calls, and the member may have been paused or lost its lease meanwhile.
-      if (!(await this.policy.untilHandlersMayStart(state))) return false;
+      // letter, or retried after a backoff, gave its worker back, and the member may have been
+      // paused or lost its lease meanwhile.
+      if (!(await this.workers.acquire(state, work))) return false;
       const call = new CallSignal();
       const messages = pending.map(
         (p): StreamMessage =>
@@ -130,6 +138,8 @@ export class BatchRunner {
         return true;
       }
       const { error } = failure;
+      // The call is over: what follows (a backoff, dead-letter writes) waits without a worker.
+      this.workers.release(state, work);
       if (index === undefined) {
         // The whole batch failed: no entry is known to be done.
         for (const p of pending) p.failures += 1;
@@ -148,7 +158,7 @@ export class BatchRunner {
           }
           return true;
         }
-        if (!(await this.policy.waitToRetry(state, attempts, error))) return false;
+        if (!(await this.policy.backoff(state, attempts, error))) return false;
         continue;
       }
       // Entries before the failed one are done: acknowledged now, the rest retried from the failed one.
@@ -174,7 +184,7 @@ export class BatchRunner {
         pending = pending.slice(1);
         continue;
       }
-      if (!(await this.policy.waitToRetry(state, head.failures, cause))) return false;
+      if (!(await this.policy.backoff(state, head.failures, cause))) return false;
     }
     return true;
   }

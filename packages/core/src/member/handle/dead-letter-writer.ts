@@ -44,7 +44,7 @@ export class DeadLetterWriter {
    * Writes the dead letter and acks the entry in one fenced script. A failed write (WRONGTYPE, OOM,
    * Redis unreachable) is retried with backoff while the shard is owned, each failure an 'error'
    * and the condition listed in `problems` until it clears; the shard's later entries (of the key,
-   * with lanes) wait. When the shard is released the next owner handles the entry (and
+   * with lanes) wait. The caller holds no worker meanwhile: other shards go on (SPEC 10.8). When the shard is released the next owner handles the entry (and
    * dead-letters it) again. Refused as fenced: nothing was written or acked, and the shard is given
    * up locally like any fenced call. Written: the 'dead-letter' event, then `onDeadLetter`.
    * Resolves true when written.
@@ -52,6 +52,9 @@ export class DeadLetterWriter {
   async write(state: ShardState, entry: RawEntry, letter: DeadLetterFailure): Promise<boolean> {
     const { stream: destination, maxLen } = this.options.deadLetter;
     const { cause, reason, attempts } = letter;
+    // One line per entry: with lanes, several keys' letters may fail at once, and one written must
+    // not clear another's line.
+    const problem = `dead-letter ${entry.id}`;
     for (let attempt = 1; !state.released.signal.aborted; attempt++) {
       let written: string | null;
       try {
@@ -64,12 +67,12 @@ export class DeadLetterWriter {
         });
       } catch (error) {
         const message = `shard ${state.index}: writing the dead letter of ${entry.id} failed (try ${attempt}): ${(error as Error).message}; later entries of the shard wait`;
-        state.problems.set('dead-letter', message);
+        state.problems.set(problem, message);
         this.events.emit('error', new ShardError(`${message}, retrying`, state.index, error));
         await sleep(retryDelayMs(attempt, DEAD_LETTER_RETRY_MS, DEAD_LETTER_RETRY_MAX_MS), state.released.signal);
         continue;
       }
-      state.problems.delete('dead-letter');
+      state.problems.delete(problem);
       this.events.emit('acknowledged', {
         shardIndex: state.index,
         grantEpoch: state.grantEpoch,

@@ -1,18 +1,12 @@
 import type { EventEmitter } from 'node:events';
-import { routingKeyOf, type StreamMessage } from '../../protocol/entry-format';
+import { routingKeyOf } from '../../protocol/entry-format';
 import type { ShardClient } from '../../redis/shard-client';
-import type { AckBatcher } from './ack-batcher';
-import { AttemptPolicy } from './attempt-policy';
-import { BatchRunner } from './batch-runner';
-import { AckRefusedError, type AckRefusalReason, AckTimeoutError } from '../consumption-errors';
-import { DeadLetterWriter, failureReason, isThenable } from './dead-letter-writer';
-import { CallSignal } from './call-signal';
-import { checkEntry, type DecodedPayload, type EntryCheck } from './entry-check';
-import { HandlerMessage } from './handler-message';
-import { ManualSettlement } from './manual-ack';
 import type { ResolvedMemberOptions } from '../member-options';
-import { HandlerAbortedError, HandlerTimeoutError, ShardError } from '../consumption-errors';
 import type { PollerEvents, QueuedEntry, ShardSet, ShardState, Work } from '../shard-state';
+import type { AckBatcher } from './ack-batcher';
+import { AttemptSequence } from './attempt-sequence';
+import { HandlerStallWatch } from './handler-stall-watch';
+import type { Workers } from './workers';
 
 /** A settled promise, the `done` of work that has not got its own yet. */
 const RESOLVED: Promise<void> = Promise.resolve();
@@ -20,62 +14,130 @@ const RESOLVED: Promise<void> = Promise.resolve();
 /** The lane of entries without a routing key (they keep their order among themselves); keys get a prefix so none equals it. */
 const NO_KEY_LANE = '';
 
-/** The next work to start: `count` queued entries of `state` from `start`, on lane `lane`. */
-interface Pick {
-  state: ShardState;
-  start: number;
-  count: number;
-  lane: string;
-}
+/**
+ * How often work waiting for a worker looks again whether handlers may start, while they may not
+ * (an unsafe lease, a cutover read behind): not every way back to "may start" tells the dispatcher.
+ */
+const MAY_START_RECHECK_MS = 50;
+
+/** The next thing a free worker does: start `count` queued entries of `state` from `start` on lane `lane`, or resume `work`. */
+type Pick = { state: ShardState; start: number; count: number; lane: string; work?: undefined } | { state: ShardState; work: Work };
 
 /**
- * Runs handlers: per shard one entry at a time (or, with `lanes`, one at a time per routing key on
- * up to `lanes` lanes; or, with `batch`, one batch at a time), at most `runtimeMaxConcurrency` in
- * all, shards served round-robin so that none starves; retries in place with backoff, then
- * dead-letters (fenced, with the ack); hands finished entries to the ack batcher. An entry's lane is
- * held until it is acknowledged, dead-lettered, or its shard is released: no later entry of the
- * shard (of the key, with lanes) starts before (SPEC 5: per-shard order, per-key order), whatever
- * fails meanwhile.
+ * Decides which work gets one of the member's `runtimeMaxConcurrency` workers, and in what order;
+ * what to do with it is the AttemptSequence's. It promises:
+ * - per shard one entry at a time (with `lanes`, one per routing key on up to `lanes` lanes; with
+ *   `batch`, one batch): an entry's lane is held until it is acknowledged, dead-lettered or its
+ *   shard released, whatever fails meanwhile, so no later entry of the shard (of the key) starts
+ *   before it (SPEC 5 per-shard and per-key order);
+ * - at most `runtimeMaxConcurrency` handler calls hold a worker; work waiting out a backoff, a
+ *   dead-letter write, a pause or an unsafe lease holds none, and a call past `handlerStallMs` gives
+ *   its worker back, reported (SPEC 10.8: one shard's trouble stays in that shard);
+ * - shards are served round-robin from the one after the last served, a shard's resumed work
+ *   before its queue, so that no shard starves (SPEC 5 "up to its worker capacity across shards");
+ * - nothing starts while handlers may not (lease unsafe, paused), on a shard being swept, or on a
+ *   shard whose earlier grant's handler still runs (SPEC 5: never two at once in one process).
  */
-export class ShardDispatcher {
+export class ShardDispatcher implements Workers {
   private cursor = -1;
-  private busy = 0;
-  private readonly policy: AttemptPolicy;
-  private readonly deadLetters: DeadLetterWriter;
-  private readonly batches: BatchRunner | undefined;
+  /** Workers held now: handler calls running within their stall bound. */
+  private running = 0;
+  /** Calls past `handlerStallMs` that still run: they hold no worker. */
+  private stalled = 0;
+  /** Work started and not over (running, waiting out a backoff or a dead-letter write, stalled). */
+  private inFlight = 0;
+  /** True while dispatch() runs: a release from inside it (a synchronous failure) lets its loop go on instead of nesting. */
+  private dispatching = false;
+  private readonly attempts: AttemptSequence;
+  private readonly stalls: HandlerStallWatch;
   /** A dispatch due when a short batch has waited `batch.maxWaitMs`. */
   private batchTimer: { at: number; timer: NodeJS.Timeout } | undefined;
-  /** ackMode 'manual': acks and nacks refused (`stats().refusedAcks`). */
-  refusedAcks = 0;
+  /** A dispatch due to look again whether handlers may start, for work waiting to resume. */
+  private recheckTimer: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly shards: ShardSet,
     client: ShardClient,
-    private readonly acks: AckBatcher,
-    private readonly events: EventEmitter<PollerEvents>,
+    acks: AckBatcher,
+    events: EventEmitter<PollerEvents>,
     private readonly options: ResolvedMemberOptions,
     /** False while the member's lease may be lost, or while it is paused: no handler may start then. */
     private readonly mayStartHandlers: () => boolean,
     /** A shard ran out of work (the reader may need to read it sooner). */
     private readonly onDrained: (state: ShardState) => void,
   ) {
-    this.policy = new AttemptPolicy(events, options, mayStartHandlers);
-    this.deadLetters = new DeadLetterWriter(shards, client, events, options);
-    if (options.batch)
-      this.batches = new BatchRunner(acks, options, this.policy, this.deadLetters, (call, state, id, controller, limit, kind) =>
-        this.withTimeout(call, state, id, controller, limit, kind),
-      );
+    this.attempts = new AttemptSequence(shards, client, acks, events, options, this);
+    this.stalls = new HandlerStallWatch(options, events, (_state, work) => {
+      work.worker = false;
+      this.running -= 1;
+      this.stalled += 1;
+      this.dispatch();
+    });
   }
 
-  /** Handlers running now (including retries waiting for their backoff). */
+  /** Handler calls running now, stalled ones included; work waiting out a backoff is not counted. */
   get activeHandlers(): number {
-    return this.busy;
+    return this.running + this.stalled;
   }
 
   /** `onDeadLetter` calls that threw or rejected (`stats().deadLetterHookFailures`). */
   get hookFailures(): number {
-    return this.deadLetters.hookFailures;
+    return this.attempts.hookFailures;
   }
+
+  /** ackMode 'manual': acks and nacks refused (`stats().refusedAcks`). */
+  get refusedAcks(): number {
+    return this.attempts.refusedAcks;
+  }
+
+  dispatch(): void {
+    if (this.dispatching) return;
+    this.dispatching = true;
+    try {
+      while (this.running < this.options.runtimeMaxConcurrency && this.mayStartHandlers()) {
+        const pick = this.nextWork();
+        if (!pick) return;
+        if (pick.work) this.resumeWith(pick.state, pick.work);
+        else this.start(pick.state, pick.start, pick.count, pick.lane);
+      }
+      if (!this.mayStartHandlers()) this.recheckWhileResuming();
+    } finally {
+      this.dispatching = false;
+    }
+  }
+
+  // ---- Workers: what the attempt sequence gives back and asks for -------------------------------
+
+  release(state: ShardState, work: Work): void {
+    if (this.callEnded(state, work)) this.dispatch();
+  }
+
+  acquire(state: ShardState, work: Work): Promise<boolean> {
+    if (state.released.signal.aborted) return Promise.resolve(false);
+    if (work.worker && this.mayStartHandlers()) return Promise.resolve(true);
+    this.release(state, work);
+    const signal = state.released.signal;
+    const granted = new Promise<boolean>((resolve) => {
+      const onReleased = () => {
+        const at = state.resuming.indexOf(work);
+        if (at >= 0) state.resuming.splice(at, 1);
+        work.resume = undefined;
+        resolve(false);
+      };
+      signal.addEventListener('abort', onReleased, { once: true });
+      work.resume = (ok) => {
+        signal.removeEventListener('abort', onReleased);
+        work.resume = undefined;
+        resolve(ok);
+      };
+      state.resuming.push(work);
+    });
+    this.dispatch();
+    // Granted in dispatch(), run a microtask later: the shard may have been released in between.
+    return granted.then((ok) => ok && !signal.aborted);
+  }
+
+  // ---- scheduling --------------------------------------------------------------------------------
 
   /** Round-robin from the shard after the last one served: every owned shard keeps making progress. */
   private nextWork(): Pick | undefined {
@@ -85,14 +147,14 @@ export class ShardDispatcher {
     for (let step = 1; step <= n; step++) {
       const position = (this.cursor + step) % n;
       const state = this.shards.get(order[position]);
-      if (
-        !state ||
-        state.queue.length === 0 ||
-        state.work.size >= this.options.lanes ||
-        state.phase === 'released' ||
-        state.sweeping ||
-        this.shards.lingering.has(state.index)
-      )
+      if (!state || state.phase === 'released') continue;
+      // Work already started on the shard goes first: it is older than anything queued, and its lane is its own.
+      const resumed = state.resuming.shift();
+      if (resumed) {
+        this.cursor = position;
+        return { state, work: resumed };
+      }
+      if (state.queue.length === 0 || state.work.size >= this.options.lanes || state.sweeping || this.shards.lingering.has(state.index))
         continue;
       const pick = this.pickIn(state, now);
       if (pick) {
@@ -130,12 +192,12 @@ export class ShardDispatcher {
 
   /**
    * Whether a short batch of `count` entries can still fill by waiting: the buffer has room to read
-   * the rest, or a handler in flight will make some when it settles. Otherwise every place of
+   * the rest, or work in flight will make some when it settles. Otherwise every place of
    * `maxBufferedEntries` is taken by batches waiting to fill (4 shards with batches of 10 sharing
    * 20 places: 5 each), nothing can be read, and waiting would only hold them all for maxWaitMs.
    */
   private mayFill(count: number): boolean {
-    return this.busy > 0 || this.options.maxBufferedEntries - this.shards.buffered >= this.options.batch!.maxSize - count;
+    return this.inFlight > 0 || this.options.maxBufferedEntries - this.shards.buffered >= this.options.batch!.maxSize - count;
   }
 
   /** Dispatches again at `at` (a short batch's wait ends), unless a dispatch is due sooner anyway. */
@@ -153,228 +215,84 @@ export class ShardDispatcher {
     this.batchTimer = { at, timer };
   }
 
-  dispatch(): void {
-    while (this.busy < this.options.runtimeMaxConcurrency && this.mayStartHandlers()) {
-      const pick = this.nextWork();
-      if (!pick) return;
-      const { state, start, count, lane } = pick;
-      let pending: Promise<void> | undefined;
-      let work: Work;
-      // Counted before the handler runs: a synchronous handler that calls resume() or
-      // setRuntimeMaxConcurrency() dispatches again from inside this call, and must find its own slot taken.
-      this.busy += 1;
-      this.shards.buffered -= count;
-      if (this.batches) {
-        const taken = state.queue.splice(start, count);
-        work = { ids: taken.map((q) => q.entry.id), done: RESOLVED, call: undefined };
-        state.work.set(lane, work);
-        pending = this.batches.run(state, work, taken);
-      } else {
-        // One entry (the common case, once per entry): no arrays beyond the work's own id list.
-        const queued = start === 0 ? state.queue.shift()! : state.queue.splice(start, 1)[0];
-        work = { ids: [queued.entry.id], done: RESOLVED, call: undefined };
-        state.work.set(lane, work);
-        pending = this.process(state, work, queued);
-      }
-      if (pending === undefined) {
-        // A synchronous handler finished: no promise, no microtask, on to the next entry.
-        this.busy -= 1;
-        state.work.delete(lane);
-        if (state.queue.length === 0) this.onDrained(state);
-        continue;
-      }
-      work.done = pending.finally(() => {
-        this.busy -= 1;
-        state.work.delete(lane);
-        this.shards.settled(state);
-        if (state.queue.length === 0) this.onDrained(state);
-        this.dispatch();
-      });
+  /** Handlers may not start now: if work waits to resume, look again soon (one timer for the member). */
+  private recheckWhileResuming(): void {
+    if (this.recheckTimer || !this.shards.all().some((s) => s.resuming.length > 0)) return;
+    this.recheckTimer = setTimeout(() => {
+      this.recheckTimer = undefined;
+      this.dispatch();
+    }, MAY_START_RECHECK_MS);
+    this.recheckTimer.unref();
+  }
+
+  // ---- a worker's life -----------------------------------------------------------------------------
+
+  /** Gives a free worker to work whose wait is over; it runs its next call a microtask later. */
+  private resumeWith(state: ShardState, work: Work): void {
+    work.worker = true;
+    this.running += 1;
+    this.stalls.follow(state, work);
+    work.resume?.(true);
+  }
+
+  /** Starts new work on a free worker: its entries leave the queue and take their lane. */
+  private start(state: ShardState, start: number, count: number, lane: string): void {
+    // Counted before the handler runs: the loop's bound must see it whatever the handler does (a
+    // synchronous handler may call resume() or setRuntimeMaxConcurrency(); that dispatch, from
+    // inside this one, returns at once and this loop goes on).
+    this.running += 1;
+    this.inFlight += 1;
+    this.shards.buffered -= count;
+    let pending: Promise<void> | undefined;
+    let work: Work;
+    if (this.options.batch) {
+      const taken = state.queue.splice(start, count);
+      work = newWork(taken.map((q) => q.entry.id));
+      state.work.set(lane, work);
+      pending = this.attempts.runBatch(state, work, taken);
+    } else {
+      // One entry (the common case, once per entry): no arrays beyond the work's own id list.
+      const queued = start === 0 ? state.queue.shift()! : state.queue.splice(start, 1)[0];
+      work = newWork([queued.entry.id]);
+      state.work.set(lane, work);
+      pending = this.attempts.runEntry(state, work, queued);
     }
-  }
-
-  /** Handles one entry; returns undefined when it completed synchronously, else a promise. */
-  private process(state: ShardState, work: Work, queued: QueuedEntry): Promise<void> | undefined {
-    const checked = checkEntry(queued.entry, this.options);
-    if (!(checked instanceof Promise)) return this.checked(state, work, queued, checked);
-    return checked.then(async (result) => {
-      // Paused or the lease unsafe while an asynchronous schema ran: the handler waits, as a retry does.
-      if (result.ok && !(await this.policy.untilHandlersMayStart(state))) return undefined;
-      // An asynchronous schema answered after the shard was released: the entry stays pending for its next owner.
-      if (state.released.signal.aborted) return undefined;
-      return this.checked(state, work, queued, result);
-    });
-  }
-
-  /**
-   * A decoded, valid entry runs; an undecodable or invalid one is dead-lettered at once (a retry
-   * would not change it), holding only its lane (its key, with lanes) until the letter is written.
-   */
-  private checked(state: ShardState, work: Work, queued: QueuedEntry, checked: EntryCheck): Promise<void> | undefined {
-    if (checked.ok) return this.attempt(state, work, queued, checked.decoded, 1);
-    return this.deadLetters
-      .write(state, queued.entry, { cause: checked.cause, reason: checked.reason, attempts: 0, error: undefined, message: undefined })
-      .then(() => undefined);
-  }
-
-  private attempt(state: ShardState, work: Work, queued: QueuedEntry, decoded: DecodedPayload, attempt: number): Promise<void> | undefined {
-    const { entry } = queued;
-    const call = new CallSignal();
-    const message: StreamMessage = new HandlerMessage(
-      entry.id,
-      this.options.streamPrefix,
-      state.index,
-      decoded.key,
-      decoded.payload,
-      decoded.headers,
-      queued.deliveries + attempt - 1,
-      call,
-    );
-    work.call = call;
-    if (this.options.ackMode === 'manual') return this.manualAttempt(state, work, queued, decoded, attempt, message, call);
-    let result: unknown;
-    // Undefined (nothing allocated) unless metrics or tracing is on.
-    const probe = this.options.telemetry?.startHandler(message, attempt);
-    try {
-      result = probe
-        ? probe.run(this.options.handler as (m: StreamMessage) => unknown, message)
-        : (this.options.handler as (m: StreamMessage) => unknown)(message);
-    } catch (error) {
-      work.call = undefined;
-      probe?.end(true, error);
-      return this.failed(state, work, queued, decoded, attempt, error, message);
-    }
-    if (isThenable(result)) {
-      // One reaction for both outcomes (no .finally): this runs once per entry.
-      return this.withTimeout(Promise.resolve(result), state, entry.id, call, this.options.handlerTimeoutMs, 'handler').then(
-        () => {
-          // A new grant of the shard has its own state: only this call's own slot is cleared.
-          if (work.call === call) work.call = undefined;
-          probe?.end(false);
-          this.acks.queue(state, entry.id);
-        },
-        (error: unknown) => {
-          if (work.call === call) work.call = undefined;
-          probe?.end(true, error);
-          return this.failed(state, work, queued, decoded, attempt, error, message);
-        },
-      );
-    }
-    work.call = undefined;
-    probe?.end(false);
-    this.acks.queue(state, entry.id);
-    return undefined;
-  }
-
-  /**
-   * ackMode 'manual': the attempt lasts until `message.ack()` or `nack()` (or the handler's own
-   * failure first), at most `ackTimeoutMs`; the handler returning settles nothing.
-   */
-  private manualAttempt(
-    state: ShardState,
-    work: Work,
-    queued: QueuedEntry,
-    decoded: DecodedPayload,
-    attempt: number,
-    message: StreamMessage,
-    call: CallSignal,
-  ): Promise<void> {
-    const settlement = new ManualSettlement(message.id, state.index, call.signal, (reason, id, text) =>
-      this.refuseAck(state, reason, id, text),
-    );
-    message.ack = settlement.ack;
-    message.nack = settlement.nack;
-    const probe = this.options.telemetry?.startHandler(message, attempt);
-    try {
-      const result = probe
-        ? probe.run(this.options.handler as (m: StreamMessage) => unknown, message)
-        : (this.options.handler as (m: StreamMessage) => unknown)(message);
-      if (isThenable(result)) Promise.resolve(result).catch((error: unknown) => settlement.handlerFailed(error));
-    } catch (error) {
-      settlement.handlerFailed(error);
-    }
-    return this.withTimeout(settlement.outcome, state, message.id, call, this.options.ackTimeoutMs, 'ack')
-      .finally(() => {
-        if (work.call === call) work.call = undefined;
-      })
-      .then(
-        () => {
-          probe?.end(false);
-          this.acks.queue(state, message.id, (outcome) => settlement.acknowledged(outcome));
-        },
-        (error: unknown) => {
-          probe?.end(true, error);
-          return this.failed(state, work, queued, decoded, attempt, error, message);
-        },
-      );
-  }
-
-  /** An ack or nack that cannot count: one 'ack-refused' event, a count in stats, and the error its caller gets. */
-  private refuseAck(state: ShardState, reason: AckRefusalReason, entryId: string, text: string): AckRefusedError {
-    this.refusedAcks += 1;
-    this.events.emit('ack-refused', { shardIndex: state.index, entryId, reason, message: text });
-    return new AckRefusedError(reason, entryId, text);
-  }
-
-  /**
-   * A handler call (ackMode 'auto', `handlerTimeoutMs`) or an unsettled entry (ackMode 'manual',
-   * `ackTimeoutMs`) past its limit fails the attempt and its signal fires; the shard moves on.
-   */
-  private withTimeout(
-    call: Promise<unknown>,
-    state: ShardState,
-    id: string,
-    controller: CallSignal,
-    limit: number,
-    kind: 'handler' | 'ack',
-  ): Promise<unknown> {
-    if (limit === 0) return call;
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => {
-        const what =
-          kind === 'handler'
-            ? `the handler of ${id} did not settle within handlerTimeoutMs (${limit} ms)`
-            : `${id} was neither acked nor nacked within ackTimeoutMs (${limit} ms)`;
-        this.events.emit('error', new ShardError(`shard ${state.index}: ${what}`, state.index));
-        controller.abort(new HandlerAbortedError(kind === 'handler' ? 'handler-timeout' : 'ack-timeout', what));
-        reject(
-          kind === 'handler'
-            ? new HandlerTimeoutError(`handler did not settle within ${limit} ms`)
-            : new AckTimeoutError(`neither acked nor nacked within ${limit} ms`),
-        );
-      }, limit);
-    });
-    return Promise.race([call, timeout]).finally(() => clearTimeout(timer));
-  }
-
-  /**
-   * Retry in place (order is kept) with backoff, then dead-letter; an error that
-   * `deadLetter.nonRetryable`/`nonRetryableErrors` names is dead-lettered at once. A retry whose
-   * backoff ends while the lease may be lost, or while the member is paused, waits, keeping the
-   * entry's lane, until handlers may start again or the shard is released (then the entry stays
-   * pending for whoever owns the shard next).
-   */
-  private async failed(
-    state: ShardState,
-    work: Work,
-    queued: QueuedEntry,
-    decoded: DecodedPayload,
-    attempt: number,
-    error: unknown,
-    message: StreamMessage,
-  ): Promise<void> {
-    const reason = failureReason(error);
-    if (this.policy.isNonRetryable(state, error, message)) {
-      await this.deadLetters.write(state, queued.entry, { cause: 'non-retryable', reason, attempts: attempt, error, message });
+    if (pending === undefined) {
+      // A synchronous handler finished: no promise, no microtask, on to the next entry.
+      this.finish(state, lane, work);
       return;
     }
-    if (attempt < this.options.maxAttempts) {
-      if (!(await this.policy.waitToRetry(state, attempt, error))) return;
-      return this.attempt(state, work, queued, decoded, attempt + 1);
-    }
-    await this.deadLetters.write(state, queued.entry, { cause: 'attempts-exhausted', reason, attempts: attempt, error, message });
+    if (work.worker) this.stalls.follow(state, work);
+    work.done = pending.finally(() => {
+      this.finish(state, lane, work);
+      this.shards.settled(state);
+      this.dispatch();
+    });
   }
+
+  /** The work's call is over (it ended, or the work waits now): true if that freed a worker. */
+  private callEnded(state: ShardState, work: Work): boolean {
+    if (work.stalled) this.stalled -= 1;
+    // Work never followed (a synchronous handler, the common case) costs the watch nothing.
+    if (work.since !== 0) this.stalls.ended(state, work);
+    if (!work.worker) return false;
+    work.worker = false;
+    this.running -= 1;
+    return true;
+  }
+
+  /** The work is over: its worker (if it still holds one) and its lane are free. */
+  private finish(state: ShardState, lane: string, work: Work): void {
+    this.callEnded(state, work);
+    this.inFlight -= 1;
+    state.work.delete(lane);
+    if (state.queue.length === 0) this.onDrained(state);
+  }
+}
+
+/** Work that holds a worker from its start. */
+function newWork(ids: string[]): Work {
+  return { ids, done: RESOLVED, call: undefined, worker: true, stalled: false, since: 0, resume: undefined };
 }
 
 /** The lane key of a queued entry: its routing key (entries without one share a lane). */

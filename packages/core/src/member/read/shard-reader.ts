@@ -6,14 +6,11 @@ import type { ReadResult, ShardClient } from '../../redis/shard-client';
 import { settlesWithin, Wakeup } from '../abortable-sleep';
 import type { AckBatcher } from '../handle/ack-batcher';
 import { ClusterPolling, type PolledTransport } from './cluster-polling';
-import { type ResolvedMemberOptions, retryDelayMs } from '../member-options';
+import type { ResolvedMemberOptions } from '../member-options';
 import { fewestQueued } from './read-turns';
-import { ShardRecovery } from './shard-recovery';
+import { backOffShard, ShardRecovery } from './shard-recovery';
 import { type PollerEvents, type ShardSet, type ShardState } from '../shard-state';
 
-/** Backoff of a refused shard claim: from this, doubling, up to the max. */
-const CLAIM_RETRY_MS = 100;
-const CLAIM_RETRY_MAX_MS = 5000;
 /**
  * The shortest block of a read that leaves shards out for want of buffer room (they are read in the
  * next turns): with many more shards than room, reads of idle shards go round at this pace.
@@ -335,6 +332,8 @@ export class ShardReader implements HubReader {
     let wait = this.options.blockMs;
     for (const state of this.shards.all()) {
       if (state.phase === 'claiming') wait = Math.min(wait, state.nextClaimAt - now);
+      // A takeover that failed is tried again when its backoff ends (a due one runs before this wait).
+      if (state.phase === 'takeover' && state.nextClaimAt > now) wait = Math.min(wait, state.nextClaimAt - now);
       // Paused, no sweep runs: it would fetch entries.
       if (state.phase === 'reading' && !this.isPaused()) wait = Math.min(wait, state.lastSweepAt + this.options.sweepIntervalMs - now);
     }
@@ -436,12 +435,25 @@ export class ShardReader implements HubReader {
    * Installs the token of each newly granted shard. A refusal (a newer token is there: the grant
    * may be stale, or the group's keys were lost while the tokens survived) keeps the shard known
    * and unread, says so each time ('error', `problems`, 'claim-refused' so the member heartbeats at
-   * once), and is tried again with backoff until it succeeds or the shard is released.
+   * once), and is tried again with backoff until it succeeds or the shard is released. A claim that
+   * fails (the shard's stream key holds another type, its node is down on a Cluster) is the same
+   * for that shard alone: an 'error' and a `problems` line each time, tried again with backoff,
+   * while the other shards are claimed and read (SPEC 10.8).
    */
   private async claimNewShards(): Promise<void> {
     for (const state of this.shards.all()) {
       if (state.phase !== 'claiming' || state.nextClaimAt > Date.now()) continue;
-      const claim = await this.client.claimShard(state.index, state.grantEpoch);
+      let claim: Awaited<ReturnType<ShardClient['claimShard']>>;
+      try {
+        claim = await this.client.claimShard(state.index, state.grantEpoch);
+      } catch (error) {
+        if (state.phase !== 'claiming') continue;
+        const delay = backOffShard(state);
+        const message = `shard ${state.index}: claiming it failed (${(error as Error).message}); not reading it (failed ${state.claimAttempts} time(s))`;
+        state.problems.set('claim', message);
+        this.events.emit('error', new ShardError(`${message}, trying again in ${delay} ms`, state.index, error));
+        continue;
+      }
       if (state.phase !== 'claiming') continue;
       if (claim.claimed) {
         state.readCursor = claim.cursor;
@@ -450,9 +462,7 @@ export class ShardReader implements HubReader {
         state.problems.delete('claim');
         continue;
       }
-      state.claimAttempts += 1;
-      const delay = retryDelayMs(state.claimAttempts, CLAIM_RETRY_MS, CLAIM_RETRY_MAX_MS);
-      state.nextClaimAt = Date.now() + delay;
+      const delay = backOffShard(state);
       const message = `shard ${state.index}: granted at epoch ${state.grantEpoch} but a newer fencing token "${claim.holder}" holds it; not reading it (refused ${state.claimAttempts} time(s))`;
       state.problems.set('claim', message);
       this.events.emit('error', new ShardError(`${message}, trying again in ${delay} ms`, state.index));

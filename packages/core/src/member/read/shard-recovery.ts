@@ -3,10 +3,26 @@ import type { EventEmitter } from 'node:events';
 import { compareStreamIds, nextStreamId } from '../../protocol/stream-ids';
 import type { ClaimResult, RawEntry, ShardClient } from '../../redis/shard-client';
 import type { AckBatcher } from '../handle/ack-batcher';
-import type { ResolvedMemberOptions } from '../member-options';
+import { type ResolvedMemberOptions, retryDelayMs } from '../member-options';
 import { inFlightIds, isInFlight, type PollerEvents, type QueuedEntry, type ShardSet, type ShardState } from '../shard-state';
 
 type ClaimedPage = Extract<ClaimResult, { fenced: false }>;
+
+/** Backoff of a shard's claim or takeover that failed or was refused: from this, doubling, up to the max. */
+const SHARD_RETRY_MS = 100;
+const SHARD_RETRY_MAX_MS = 5000;
+
+/**
+ * One more failed (or refused) try of the shard's claim or takeover: counts it and sets when the
+ * next is due; returns the delay. Per shard, so that one shard's trouble holds only that shard
+ * while the others are claimed and read (SPEC 10.8).
+ */
+export function backOffShard(state: ShardState): number {
+  state.claimAttempts += 1;
+  const delay = retryDelayMs(state.claimAttempts, SHARD_RETRY_MS, SHARD_RETRY_MAX_MS);
+  state.nextClaimAt = Date.now() + delay;
+  return delay;
+}
 
 /**
  * What the reader does besides reading new entries: it takes pending entries into a shard's queue
@@ -25,18 +41,33 @@ export class ShardRecovery {
     private readonly options: ResolvedMemberOptions,
   ) {}
 
-  /** Pending entries of a newly gained shard come first, in ID order, page by page as room allows. */
+  /**
+   * Pending entries of a newly gained shard come first, in ID order, page by page as room allows. A
+   * page that fails is one 'error' and a `problems` line naming the shard, tried again with backoff
+   * (the shard stays unread meanwhile); the other shards are taken over and read as usual.
+   */
   async takeOverPending(): Promise<void> {
     for (const state of this.shards.all()) {
-      while (state.phase === 'takeover' && state.queue.length < this.options.batchSize) {
-        const page = await this.accept(
-          state,
-          await this.client.claimPending(state.index, state.grantEpoch, 'all', state.takeoverCursor, this.options.batchSize),
-          'while taking over its pending entries',
-        );
-        if (!page) break;
-        state.takeoverCursor = page.cursor;
-        if (page.cursor === '0-0') state.phase = 'reading';
+      if (state.phase !== 'takeover' || state.nextClaimAt > Date.now()) continue;
+      try {
+        while (state.phase === 'takeover' && state.queue.length < this.options.batchSize) {
+          const page = await this.accept(
+            state,
+            await this.client.claimPending(state.index, state.grantEpoch, 'all', state.takeoverCursor, this.options.batchSize),
+            'while taking over its pending entries',
+          );
+          if (!page) break;
+          state.takeoverCursor = page.cursor;
+          state.claimAttempts = 0;
+          state.problems.delete('takeover');
+          if (page.cursor === '0-0') state.phase = 'reading';
+        }
+      } catch (error) {
+        if (!this.shards.isCurrent(state)) continue;
+        const delay = backOffShard(state);
+        const message = `shard ${state.index}: taking over its pending entries failed (${(error as Error).message}); not reading it (failed ${state.claimAttempts} time(s))`;
+        state.problems.set('takeover', message);
+        this.events.emit('error', new ShardError(`${message}, trying again in ${delay} ms`, state.index, error));
       }
     }
   }
@@ -84,6 +115,8 @@ export class ShardRecovery {
       if (state.phase !== 'reading' || now - state.lastSweepAt < this.options.sweepIntervalMs) continue;
       state.lastSweepAt = now;
       state.sweeping = true;
+      // A sweep that fails is one 'error' naming the shard, tried again at the next interval; the
+      // other shards' sweeps and every shard's reads go on (SPEC 10.8).
       try {
         const page = await this.accept(
           state,
@@ -93,6 +126,15 @@ export class ShardRecovery {
         // Other consumers' entries after the page's cursor are left for the next sweep: own lost
         // entries after them must wait too, or they would run first.
         if (page) await this.recoverUntracked(state, page.cursor === '0-0' ? undefined : page.cursor);
+      } catch (error) {
+        this.events.emit(
+          'error',
+          new ShardError(
+            `shard ${state.index}: sweeping it failed (${(error as Error).message}); tried again in ${this.options.sweepIntervalMs} ms`,
+            state.index,
+            error,
+          ),
+        );
       } finally {
         state.sweeping = false;
       }

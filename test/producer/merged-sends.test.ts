@@ -201,6 +201,22 @@ describe('merged sends', () => {
     for (const [key, seqs] of seqsByKey(stored)) expect({ key, seqs }).toEqual({ key, seqs: upTo(seqs.length) });
   });
 
+  it('the write log keeps the last 256 calls (up to 32 more between prunes) and expires: bounded however long the producer writes', async () => {
+    const streamPrefix = await aStream(1);
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    const log = keys.shardProducerWrites(streamPrefix, 0, producer.producerId);
+    const sizes: number[] = [];
+    for (let call = 1; call <= 256 + 2 * 32 + 5; call++) {
+      await producer.send({ key: 'k', payload: { seq: call } }); // one call each: nothing else is in flight
+      sizes.push(await redis.client().hlen(log));
+    }
+    expect(Math.max(...sizes)).toBe(256 + 32 - 1);
+    expect(sizes.at(-1)).toBeLessThanOrEqual(256 + 32);
+    expect(await redis.client().hexists(log, '1')).toBe(0); // the oldest calls pruned
+    expect(await redis.client().hexists(log, String(sizes.length))).toBe(1);
+    expect(await redis.client().pttl(log)).toBeGreaterThan(500_000); // WRITE_LOG_TTL_MS, renewed by each call
+  });
+
   it('a merged call whose reply is lost is sent again and answered from the write log: each send resolves once, nothing is written twice', async () => {
     const streamPrefix = await aStream(1);
     const proxy = await aProxy();

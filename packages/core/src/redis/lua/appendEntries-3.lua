@@ -31,8 +31,8 @@
   A call whose reply was lost is sent again by ioredis after it reconnects
   (autoResendUnfulfilledCommands, its default): the write log answers such a resend with the first
   run's reply and writes nothing, so the entries land once and the producer learns their ids. The
-  log keeps the last WRITE_LOG_WINDOW sequence numbers and expires WRITE_LOG_TTL_MS after the
-  producer's last write.
+  log keeps the last WRITE_LOG_WINDOW sequence numbers (up to WRITE_LOG_PRUNE_EVERY more) and
+  expires WRITE_LOG_TTL_MS after the producer's last write.
 
   The check runs in the shard's own hash slot, atomically with the writes: once a shrink has
   switched, no producer (however late its request) can land an entry on a removed shard, and
@@ -46,6 +46,9 @@
 
 local WRITE_LOG_WINDOW = 256
 local WRITE_LOG_TTL_MS = 600000
+-- Records that fell out of the window are deleted together every WRITE_LOG_PRUNE_EVERY calls (one
+-- HDEL of that many fields, unpacked: a fixed bound far below Lua's), not one per call.
+local WRITE_LOG_PRUNE_EVERY = 32
 
 local shardIndex, routedCount, writeSeq = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[4])
 local earlier = redis.call('HGET', KEYS[3], ARGV[4])
@@ -55,12 +58,18 @@ if earlier then return earlier end
 -- one string, kept and returned as it is (no encoding on the way in or out).
 local function logged(reply)
   redis.call('HSET', KEYS[3], ARGV[4], reply)
-  redis.call('HDEL', KEYS[3], tostring(writeSeq - WRITE_LOG_WINDOW))
+  if writeSeq % WRITE_LOG_PRUNE_EVERY == 0 and writeSeq > WRITE_LOG_WINDOW then
+    local old = {}
+    for seq = math.max(1, writeSeq - WRITE_LOG_WINDOW - WRITE_LOG_PRUNE_EVERY + 1), writeSeq - WRITE_LOG_WINDOW do
+      old[#old + 1] = seq
+    end
+    redis.call('HDEL', KEYS[3], unpack(old))
+  end
   redis.call('PEXPIRE', KEYS[3], WRITE_LOG_TTL_MS)
   return reply
 end
 
-local inEffect = routingInEffect(KEYS[2], nowMs())
+local inEffect = routingInEffect(KEYS[2], nowMs)
 if inEffect == 0 then return logged('UNROUTED\n0') end
 if inEffect ~= routedCount or shardIndex >= inEffect then return logged('REROUTE\n' .. inEffect) end
 

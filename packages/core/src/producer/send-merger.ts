@@ -1,5 +1,6 @@
 import { assertIntegerInRange } from '../protocol/names';
 import type { ReplicaWait } from '../redis/connection/replica-wait';
+import { isCluster } from '../redis/connection/slot-pipelines';
 import type { RedisClient } from '../redis/scripts';
 import { appendToShards, MAX_ENTRIES_PER_CALL, type ShardAppend, type ShardAppendOutcome } from './entry-writer';
 import { shardForKey } from './key-hash';
@@ -146,22 +147,25 @@ export class SendMerger {
       this.returned = [];
     }
     if (this.waiting.length === 0) return this.flushIdle();
-    let count: number;
-    try {
-      count = await this.countToRoute();
-    } catch (error) {
-      // No routing (the read failed, the stream has no metadata): what waits is not written. A
-      // send none of whose entries was routed yet rejects with that error itself.
-      for (const entry of this.takeWaiting()) {
-        if (!entry.unit.routed) entry.unit.refuse(error);
-        else if (!entry.unit.done) this.failEntry(entry, entry.routedTo, error as Error, false);
+    // The cached count when it is recent (no await on the hot path), else read.
+    let count = this.markersMissing ? undefined : (this.refusedWith ?? this.routing.cached());
+    if (count === undefined) {
+      try {
+        count = await this.countToRoute();
+      } catch (error) {
+        // No routing (the read failed, the stream has no metadata): what waits is not written. A
+        // send none of whose entries was routed yet rejects with that error itself.
+        for (const entry of this.takeWaiting()) {
+          if (!entry.unit.routed) entry.unit.refuse(error);
+          else if (!entry.unit.done) this.failEntry(entry, entry.routedTo, error as Error, false);
+        }
+        return this.flushIdle();
       }
-      return this.flushIdle();
     }
     if (count !== this.laneCount) {
       // What was routed with the old count and not sent goes back, to be routed with the new one
       // after every call routed with the old count settled, so that no key's later entry overtakes.
-      for (const shard of this.ready) this.returned.push(...this.lanes.get(shard)!.queue.splice(0));
+      for (const shard of this.ready) this.returned = this.returned.concat(this.lanes.get(shard)!.queue.splice(0));
       this.ready.clear();
       if (this.inFlight > 0 || this.returned.length > 0) {
         this.drainAgain = this.inFlight === 0;
@@ -268,6 +272,14 @@ export class SendMerger {
     }
     if (calls.length === 0) return;
     this.inFlight += calls.length;
+    // On a single Redis the calls share one connection and their replies come in order: one
+    // pipeline, settled together. On a Cluster each shard's call settles on its own, so that a slow
+    // master holds only its own shards' next calls (SPEC 10.8).
+    if (isCluster(this.redis)) for (const call of calls) this.send([call]);
+    else this.send(calls);
+  }
+
+  private send(calls: { append: ShardAppend; entries: PendingEntry[] }[]): void {
     const routedCount = this.laneCount;
     void appendToShards(
       this.redis,
@@ -326,14 +338,16 @@ export class SendMerger {
         for (const entry of entries) this.failEntry(entry, shard, outcome.error, !outcome.replied);
         return;
       case 'reroute':
-        this.refusedWith = outcome.shardCountInEffect;
         // Route with the count the shard named until the metadata, read again now, says the same.
-        void this.routing.reread().then(
-          () => {
-            this.refusedWith = undefined;
-          },
-          () => undefined,
-        );
+        if (this.refusedWith !== outcome.shardCountInEffect) {
+          this.refusedWith = outcome.shardCountInEffect;
+          void this.routing.reread().then(
+            () => {
+              this.refusedWith = undefined;
+            },
+            () => undefined,
+          );
+        }
         this.refused(
           entries,
           shard,
@@ -375,15 +389,17 @@ export class SendMerger {
     if (key === undefined) return;
     const follows = (other: PendingEntry) => other.key === key;
     const lane = shard === undefined ? undefined : this.lanes.get(shard);
-    for (const queue of [lane?.queue, this.returned, this.waiting]) {
-      if (!queue?.some(follows)) continue;
-      const kept = queue.filter((other) => {
-        if (!follows(other)) return true;
-        other.unit.fail(other.index, other.routedTo, notAttempted(other.routedTo), false);
-        return false;
-      });
-      queue.splice(0, queue.length, ...kept);
-    }
+    const without = (queue: PendingEntry[]) =>
+      queue.some(follows)
+        ? queue.filter((other) => {
+            if (!follows(other)) return true;
+            other.unit.fail(other.index, other.routedTo, notAttempted(other.routedTo), false);
+            return false;
+          })
+        : queue;
+    if (lane) lane.queue = without(lane.queue);
+    this.returned = without(this.returned);
+    this.waiting = without(this.waiting);
   }
 }
 

@@ -8,7 +8,8 @@ import { type FailedEntry, PartialBatchError, type SendResult, type WrittenEntry
  * calls with other callers' (merged sends); what it reports is its own entries' fate only.
  */
 export class SendUnit<T = unknown> {
-  readonly promise: Promise<SendResult[]>;
+  /** The caller's: a `send()`'s resolves to its entry's result, a `sendBatch()`'s to all of them. */
+  readonly promise: Promise<SendResult[] | SendResult>;
   /** Whether an explicit `shardIndex` beyond the producer's known count was checked against a fresh read. */
   rangeChecked: boolean;
   /** Whether any of its entries was routed to a shard: until then it can be refused as a whole. */
@@ -18,7 +19,7 @@ export class SendUnit<T = unknown> {
   private readonly written: (WrittenEntry | undefined)[];
   private readonly failed: FailedEntry<T>[] = [];
   private remaining: number;
-  private resolve!: (results: SendResult[]) => void;
+  private resolve!: (results: SendResult[] | SendResult) => void;
   private reject!: (error: unknown) => void;
 
   constructor(
@@ -74,7 +75,7 @@ export class SendUnit<T = unknown> {
     if (this.failed.length === 0) {
       const results = this.written.map((entry) => ({ shardIndex: entry!.shardIndex, id: entry!.id }));
       this.probe?.end(results, 0);
-      this.resolve(results);
+      this.resolve(this.single ? results[0] : results);
       return;
     }
     const written = this.written.filter((entry): entry is WrittenEntry => entry !== undefined);

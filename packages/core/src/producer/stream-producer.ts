@@ -126,7 +126,7 @@ export class StreamProducer {
    * others are under way share their shard's next script call (merged sends, docs/runtime.md).
    */
   send<T>(message: OutgoingMessage<T>): Promise<SendResult> {
-    return this.submit([message], true).then((results) => results[0]);
+    return this.submit([message], true) as Promise<SendResult>;
   }
 
   /**
@@ -138,7 +138,7 @@ export class StreamProducer {
    */
   sendBatch<T>(messages: OutgoingMessage<T>[]): Promise<SendResult[]> {
     if (messages.length === 0) return Promise.resolve([]);
-    return this.submit(messages, false);
+    return this.submit(messages, false) as Promise<SendResult[]>;
   }
 
   /**
@@ -146,7 +146,7 @@ export class StreamProducer {
    * then queues them. With telemetry, the entries carry the publish span's context; errors and
    * results keep the caller's messages.
    */
-  private submit<T>(messages: OutgoingMessage<T>[], single: boolean): Promise<SendResult[]> {
+  private submit<T>(messages: OutgoingMessage<T>[], single: boolean): Promise<SendResult[] | SendResult> {
     const probe = this.telemetry?.start(messages.length);
     let unit: SendUnit<T>;
     let fields: (string | Buffer)[][];

@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { CoordinatorAdmin, KeyBuilder, type SendResult, StreamProducer, shardForKey } from '@redis-stream-coordinator/core';
-import { MAX_ENTRIES_PER_CALL } from '../../packages/core/src/producer/entry-writer';
+import { appendToShards, MAX_ENTRIES_PER_CALL } from '../../packages/core/src/producer/entry-writer';
 import { TcpProxy } from '../support/tcp-proxy';
 import { proxyFactory } from '../support/proxy-fixture';
 import { pollUntil } from '../support/poll';
@@ -143,6 +143,36 @@ describe('merged sends', () => {
     expect(await b1).toMatchObject({ shardIndex: 0 });
     const stored = await storedEntries(streamPrefix, 1);
     expect(stored.map((s) => s.seq)).toEqual(['b-1']);
+  });
+
+  it("within one call, an entry whose write fails stops only its key's later entries; the other keys' entries are written", async () => {
+    const streamPrefix = await aStream(1);
+    const entry = (key: string, seq: number) => ['p', `{"seq":${seq}}`, 'k', key];
+    // b's first entry is one XADD refuses (an odd number of field values): the script's own check,
+    // whatever makes a write fail.
+    const [outcome] = await appendToShards(redis.client(), 1, undefined, [
+      {
+        shardIndex: 0,
+        stream: keys.shardStream(streamPrefix, 0),
+        routing: keys.shardRouting(streamPrefix, 0),
+        writes: keys.shardProducerWrites(streamPrefix, 0, 'test-producer'),
+        writeSeq: 1,
+        entries: [entry('a', 1), ['p', '{"seq":1}', 'k'], entry('a', 2), entry('b', 2), entry('c', 1)],
+        groups: [1, 2, 1, 2, 3],
+      },
+    ]);
+    expect(outcome.status).toBe('applied');
+    const results = outcome.status === 'applied' ? outcome.results : [];
+    expect(results.map((r) => (typeof r === 'string' ? 'id' : r === undefined ? 'not attempted' : r.message))).toEqual([
+      'id',
+      expect.stringMatching(/wrong number of arguments/i),
+      'id',
+      'not attempted',
+      'id',
+    ]);
+    const stored = await storedEntries(streamPrefix, 1);
+    expect(stored.map((s) => `${s.key}:${s.seq}`)).toEqual(['a:1', 'a:2', 'c:1']);
+    expect(stored.map((s) => s.id)).toEqual([results[0], results[2], results[4]]);
   });
 
   it('a send the codec refuses is refused alone before it joins a call; the sends around it land', async () => {

@@ -119,8 +119,14 @@ export async function measureProducerSend(
         auto: of(inFlight, (r) => r.auto.nodeUsPerEntry),
         ours: of(inFlight, (r) => r.ours.nodeUsPerEntry),
       },
-      redisRatio: of(inFlight, (r) => r.ours.redisUsPerEntry / r.plain.redisUsPerEntry),
-      nodeRatio: of(inFlight, (r) => r.ours.nodeUsPerEntry / r.plain.nodeUsPerEntry),
+      redisRatio: {
+        plain: of(inFlight, (r) => r.ours.redisUsPerEntry / r.plain.redisUsPerEntry),
+        auto: of(inFlight, (r) => r.ours.redisUsPerEntry / r.auto.redisUsPerEntry),
+      },
+      nodeRatio: {
+        plain: of(inFlight, (r) => r.ours.nodeUsPerEntry / r.plain.nodeUsPerEntry),
+        auto: of(inFlight, (r) => r.ours.nodeUsPerEntry / r.auto.nodeUsPerEntry),
+      },
     })),
   };
 }

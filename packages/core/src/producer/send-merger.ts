@@ -134,6 +134,12 @@ export class SendMerger {
         this.drainAgain = false;
         await this.step();
       } while (this.drainAgain);
+    } catch (error) {
+      // A defect here must not leave callers waiting for ever: what was not sent fails with it.
+      const stranded = this.returned.concat(this.waiting);
+      this.returned = [];
+      this.waiting = [];
+      for (const entry of stranded) entry.unit.fail(entry.index, entry.routedTo, error as Error, false);
     } finally {
       this.draining = false;
     }

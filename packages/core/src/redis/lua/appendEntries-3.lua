@@ -69,7 +69,7 @@ local function logged(reply)
   return reply
 end
 
-local inEffect = routingInEffect(KEYS[2], nowMs)
+local inEffect, beforeSwitch = routingInEffect(KEYS[2], nowMs)
 if inEffect == 0 then return logged('UNROUTED\n0') end
 if inEffect ~= routedCount or shardIndex >= inEffect then return logged('REROUTE\n' .. inEffect) end
 
@@ -78,6 +78,24 @@ local args = { KEYS[1] }
 if ARGV[3] ~= '' then args[2], args[3], args[4] = 'MAXLEN', '~', ARGV[3] end
 args[#args + 1] = '*'
 local fixed = #args
+-- Before a switch, the entries get ids in the millisecond of the check (`<ms>-<seq>` after the
+-- stream's last id), not '*': an entry routed with the count before a switch must have an id below
+-- it (docs/resharding.md: the cutover tells the two apart by it), and a call of many entries runs
+-- for a good part of a millisecond, past the switch. A stream whose last id is later already keeps '*'.
+local pinnedMs, pinnedSeq
+if beforeSwitch then
+  local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)[1]
+  local lastMs, lastSeq = -1, -1
+  if last then
+    local dash = string.find(last[1], '-', 1, true)
+    lastMs, lastSeq = tonumber(string.sub(last[1], 1, dash - 1)), tonumber(string.sub(last[1], dash + 1))
+  end
+  if lastMs < beforeSwitch then
+    pinnedMs, pinnedSeq = beforeSwitch, 0
+  elseif lastMs == beforeSwitch then
+    pinnedMs, pinnedSeq = beforeSwitch, lastSeq + 1
+  end
+end
 local outcomes, errors, failedGroups, written = {}, {}, {}, 0
 local argc, i = #ARGV, 6
 while i <= argc do
@@ -86,6 +104,7 @@ while i <= argc do
     outcomes[#outcomes + 1] = 'S'
   else
     for f = 1, n do args[fixed + f] = ARGV[i + 1 + f] end
+    if pinnedMs then args[fixed] = string.format('%.0f-%.0f', pinnedMs, pinnedSeq) end
     -- pcall: a failed write (OOM on the first write, WRONGTYPE) must still tell which entries landed.
     -- unpack of at most fixed + 8 values: an entry has at most 4 fields (entry-format.ts).
     local id = redis.pcall('XADD', unpack(args, 1, fixed + n))
@@ -96,6 +115,7 @@ while i <= argc do
     else
       outcomes[#outcomes + 1] = id
       written = written + 1
+      if pinnedMs then pinnedSeq = pinnedSeq + 1 end
     end
   end
   i = i + n + 2

@@ -3,10 +3,12 @@
 -- own hash slot: count, previous, switchAt, version, written by CoordinatorAdmin.resizeShards with
 -- ensureRouting-1.lua, from createStream on), or 0 when the shard has no marker: Redis lost its keys,
 -- or the stream predates markers; either way no write can be checked until the marker is ensured.
+-- Second result: the Redis time of the check while a resize is due and has not switched yet.
 local function routingInEffect(markerKey, now)
   local m = redis.call('HMGET', markerKey, 'count', 'previous', 'switchAt')
   if not m[1] then return 0 end
   if m[2] == m[1] then return tonumber(m[1]) end
-  if now() < tonumber(m[3]) then return tonumber(m[2]) end
+  local t = now()
+  if t < tonumber(m[3]) then return tonumber(m[2]), t end
   return tonumber(m[1])
 end

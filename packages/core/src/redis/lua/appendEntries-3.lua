@@ -83,12 +83,14 @@ local fixed = #args
 -- it (docs/resharding.md: the cutover tells the two apart by it), and a call of many entries runs
 -- for a good part of a millisecond, past the switch. A stream whose last id is later already keeps '*'.
 local pinnedMs, pinnedSeq
-if beforeSwitch then
-  local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)[1]
+-- pcall: a key that is not a stream keeps '*', and each write fails with Redis' error.
+local range = beforeSwitch and redis.pcall('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+if range and not range.err then
   local lastMs, lastSeq = -1, -1
-  if last then
-    local dash = string.find(last[1], '-', 1, true)
-    lastMs, lastSeq = tonumber(string.sub(last[1], 1, dash - 1)), tonumber(string.sub(last[1], dash + 1))
+  if range[1] then
+    local id = range[1][1]
+    local dash = string.find(id, '-', 1, true)
+    lastMs, lastSeq = tonumber(string.sub(id, 1, dash - 1)), tonumber(string.sub(id, dash + 1))
   end
   if lastMs < beforeSwitch then
     pinnedMs, pinnedSeq = beforeSwitch, 0
@@ -108,6 +110,11 @@ while i <= argc do
     -- pcall: a failed write (OOM on the first write, WRONGTYPE) must still tell which entries landed.
     -- unpack of at most fixed + 8 values: an entry has at most 4 fields (entry-format.ts).
     local id = redis.pcall('XADD', unpack(args, 1, fixed + n))
+    if pinnedMs and type(id) == 'table' and string.find(tostring(id.err), 'equal or smaller', 1, true) then
+      -- The stream's last id is past its last entry (its newest entries were deleted): '*' from here on.
+      pinnedMs, args[fixed] = nil, '*'
+      id = redis.pcall('XADD', unpack(args, 1, fixed + n))
+    end
     if type(id) == 'table' then
       outcomes[#outcomes + 1] = 'E'
       errors[#errors + 1] = (string.gsub(tostring(id.err), '\n', ' '))

@@ -17,6 +17,7 @@ import { ioBullmq, ioCase } from './io-bench';
 import { crashRecovery, latency, rebalance } from './member-bench';
 import { memory } from './memory-bench';
 import { RESIZE_CASES, resizeUnderLoad } from './resize-bench';
+import { measureProducerSend } from './producer-send-bench';
 import { rollingRestart } from './restart-bench';
 import { redisVersion } from './redis-stats';
 import { type BenchResults, type IoFigures, report } from './report';
@@ -134,6 +135,9 @@ async function main(): Promise<void> {
     progress('scenario 10: rolling restart, plain and static membership');
     const restart = [await rollingRestart(server.url, 'plain'), await rollingRestart(server.url, 'static')];
 
+    progress('scenario 11: producer send() one entry at a time, against plain and auto-pipelined XADD');
+    const producerSend = await measureProducerSend(server.url, quick, repetitions, progress);
+
     const results: BenchResults = {
       environment,
       coordinator,
@@ -146,6 +150,7 @@ async function main(): Promise<void> {
       memory: mem,
       consumption,
       restart,
+      producerSend,
     };
     const docs = path.resolve(__dirname, '../../docs');
     fs.writeFileSync(path.join(docs, 'benchmarks.md'), report(results));

@@ -47,6 +47,29 @@ export interface ConsumptionFigures {
 }
 
 export const SECTION_9 = '## 9. Key-ordered lanes and batch handlers';
+export const SECTION_11 = '## 11. Producer: send() one entry at a time';
+
+/** Scenario 11: who wrote the entries. */
+export type SendCase = 'plain' | 'auto' | 'ours';
+
+/** Scenario 11: `send()` against `XADD` (plain client, auto-pipelining client) per sends in flight. */
+export interface ProducerSendFigures {
+  /** 1-minute load average when the measurement ended. */
+  load: number;
+  levels: {
+    inFlight: number;
+    plain: Spread;
+    auto: Spread;
+    ours: Spread;
+    vsPlain: Spread;
+    vsAuto: Spread;
+    redisUs: Record<SendCase, Spread>;
+    nodeUs: Record<SendCase, Spread>;
+    /** ours / plain XADD, ours / auto-pipelined XADD */
+    redisRatio: Record<'plain' | 'auto', Spread>;
+    nodeRatio: Record<'plain' | 'auto', Spread>;
+  }[];
+}
 
 export interface BenchResults {
   environment: Environment;
@@ -60,6 +83,7 @@ export interface BenchResults {
   memory: MemoryFigures;
   consumption: ConsumptionFigures;
   restart: RestartFigures[];
+  producerSend: ProducerSendFigures;
 }
 
 const us = (n: number) => `${n.toFixed(1)} µs`;
@@ -407,6 +431,58 @@ export function consumptionSection(c: ConsumptionFigures, machine?: string): str
   ];
 }
 
+/** Scenario 11; `machine` is set when `npm run bench:producer` measured it apart from the full run. */
+export function producerSendSection(f: ProducerSendFigures, machine?: string): string[] {
+  const x = (n: number) => `${n.toFixed(2)} ×`;
+  return [
+    SECTION_11,
+    '',
+    ...(machine ? [`Measured by \`npm run bench:producer\` on ${machine}.`, ''] : []),
+    'Entries of 1,000 keys over 8 shards, one at a time: `StreamProducer.send()` on a plain ioredis client',
+    'against `XADD` of the same fields to 8 streams, on a plain client and on one with',
+    '`enableAutoPipelining`, with 1, 64 and 1,024 calls in flight (a new one as each resolves). Each',
+    'repetition runs the three in turn on one Redis, and the ratios are taken within it. CPU per entry:',
+    "Redis' `used_cpu_user + used_cpu_sys` (`INFO cpu`) and this process' `process.cpuUsage()` over",
+    'the timed phase, divided by the entries. Goals: at 64 in flight ≥ 0.9 × auto-pipelined and',
+    '≥ 1.5 × plain `XADD`, Redis CPU ≤ 2 × and Node CPU ≤ 1.5 × raw `XADD` (auto-pipelined: the cheaper raw',
+    'figure); at 1 in flight ≥ 0.8 × plain. The machine load matters: the figures of a busy machine spread.',
+    '',
+    ...header('in flight', 'plain XADD /s', 'auto-pipelined XADD /s', 'send() /s', 'ours / plain', 'ours / auto'),
+    ...f.levels.map((l) =>
+      row([
+        int(l.inFlight),
+        withRange(l.plain, int),
+        withRange(l.auto, int),
+        withRange(l.ours, int),
+        withRange(l.vsPlain, x),
+        withRange(l.vsAuto, x),
+      ]),
+    ),
+    '',
+    ...header(
+      'in flight',
+      'Redis µs/entry: plain / auto / ours',
+      'ours / plain',
+      'ours / auto',
+      'Node µs/entry: plain / auto / ours',
+      'ours / plain',
+      'ours / auto',
+    ),
+    ...f.levels.map((l) =>
+      row([
+        int(l.inFlight),
+        `${us(l.redisUs.plain.median)} / ${us(l.redisUs.auto.median)} / ${us(l.redisUs.ours.median)}`,
+        withRange(l.redisRatio.plain, x),
+        withRange(l.redisRatio.auto, x),
+        `${us(l.nodeUs.plain.median)} / ${us(l.nodeUs.auto.median)} / ${us(l.nodeUs.ours.median)}`,
+        withRange(l.nodeRatio.plain, x),
+        withRange(l.nodeRatio.auto, x),
+      ]),
+    ),
+    '',
+  ];
+}
+
 /** docs/benchmarks.md */
 export function report(r: BenchResults): string {
   const e = r.environment;
@@ -429,5 +505,6 @@ export function report(r: BenchResults): string {
     ...resizeSection(r),
     ...consumptionSection(r.consumption),
     ...restartSection(r.restart),
+    ...producerSendSection(r.producerSend),
   ].join('\n');
 }

@@ -299,12 +299,13 @@ describe('on a Redis Cluster', () => {
         writes: keys.shardProducerWrites(streamPrefix, 0, 'test-producer'),
         writeSeq: 1,
         entries: [['p', '{"seq":1}']],
+        groups: [0],
         wake: foreign,
       },
     ]);
-    expect(outcome.status).toBe('written');
+    expect(outcome.status).toBe('applied');
     const written = await redis.client().xrange(keys.shardStream(streamPrefix, 0), '-', '+');
-    expect(outcome.status === 'written' && outcome.ids).toEqual(written.map(([id]) => id));
+    expect(outcome.status === 'applied' && outcome.results).toEqual(written.map(([id]) => id));
   });
 
   it("a producer keeps sending after its stream's coordinator slot moves to another master (its metadata read follows MOVED)", async () => {

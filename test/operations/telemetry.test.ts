@@ -10,7 +10,14 @@ import {
 } from '@opentelemetry/sdk-metrics';
 import { BasicTracerProvider, InMemorySpanExporter, type ReadableSpan, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { BatchError, CoordinatedMember, CoordinatorAdmin, type StreamMessage, StreamProducer } from '@redis-stream-coordinator/core';
+import {
+  BatchError,
+  CoordinatedMember,
+  CoordinatorAdmin,
+  KeyBuilder,
+  type StreamMessage,
+  StreamProducer,
+} from '@redis-stream-coordinator/core';
 import { pollUntil } from '../support/poll';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
 
@@ -121,6 +128,32 @@ describe('traces', () => {
     // The handler runs inside its span: what it traces is the process span's child.
     expect(seen[0].activeSpanId).toBe(processSpan.spanContext().spanId);
     expect(processSpan.status.code).toBe(SpanStatusCode.UNSET);
+  });
+
+  it('concurrent sends merged into one script call keep a publish span each, under their own parent, with their own id in their own traceparent', async () => {
+    const streamPrefix = uniqueName('otel-merged');
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 1 });
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.send({ key: 'warm-up', payload: 0 });
+    spans.reset();
+    const tracer = trace.getTracer('test');
+    const sent = await Promise.all(
+      ['a', 'b', 'c'].map((key) =>
+        tracer.startActiveSpan(`caller ${key}`, (caller) => producer.send({ key, payload: key }).finally(() => caller.end())),
+      ),
+    );
+    const publishes = spansOf(streamPrefix, 'publish');
+    expect(publishes).toHaveLength(3);
+    const callers = spans.getFinishedSpans().filter((s) => s.name.startsWith('caller '));
+    const entries = await redis.client().xrange(new KeyBuilder().shardStream(streamPrefix, 0), '-', '+');
+    sent.forEach((result, i) => {
+      const publish = publishes.find((p) => p.attributes['messaging.message.id'] === result.id)!;
+      expect(publish.parentSpanContext?.spanId).toBe(callers.find((c) => c.name === `caller ${'abc'[i]}`)!.spanContext().spanId);
+      const [, fields] = entries.find(([id]) => id === result.id)!;
+      expect(JSON.parse(fields[fields.indexOf('h') + 1]).traceparent).toBe(
+        `00-${publish.spanContext().traceId}-${publish.spanContext().spanId}-01`,
+      );
+    });
   });
 
   it('each failed call records its error on its own span; retries and the dead letter are counted', async () => {

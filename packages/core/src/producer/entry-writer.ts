@@ -1,8 +1,17 @@
-import { ensureScripts, pipelineScript, type RedisClient } from '../redis/scripts';
+import { ensureScripts, pipelineScript, type RedisClient, runScript } from '../redis/scripts';
 import { NotReplicatedError, type ReplicaWait, waitCommand, waitShortfall } from '../redis/connection/replica-wait';
 import { execBySlot } from '../redis/connection/slot-pipelines';
 
-/** One shard's part of a producer batch: its keys and the entries' flat field lists, in order. */
+/**
+ * Entries per appendEntries call. A call is one script run: Redis does nothing else meanwhile, and
+ * its reply and write-log record grow with it. 256 entries of at most 4 fields are at most
+ * 5 + 256 × 10 = 2,565 arguments, far below Lua's unpack limit (about 8,000) should a script ever
+ * unpack them, and a run of about a quarter of a millisecond; the per-call costs (routing check,
+ * write log, Lua call) are spread over enough entries to stop mattering (docs/benchmarks.md).
+ */
+export const MAX_ENTRIES_PER_CALL = 256;
+
+/** One call's part of a shard's writes: its keys and the entries' flat field lists, in order. */
 export interface ShardAppend {
   shardIndex: number;
   stream: string;
@@ -12,19 +21,28 @@ export interface ShardAppend {
   writeSeq: number;
   /** Field names and values; a binary codec's payload is bytes, stored as they are. */
   entries: (string | Buffer)[][];
+  /**
+   * Each entry's order group in this call (appendEntries-3.lua): one number per key, 0 for an entry
+   * without a key. After an entry fails, the later entries of its group are not attempted.
+   */
+  groups: number[];
   /** The shard channel published on once entries are written (on a Cluster, where members poll), or undefined. */
   wake?: string;
 }
 
-/** What became of one shard's part (appendEntries-3.lua). */
+/**
+ * What became of one entry of a call whose routing check passed: its id, Redis' error for its write,
+ * or undefined when it was not attempted (an earlier entry of its order group failed).
+ */
+export type EntryResult = string | Error | undefined;
+
+/** What became of one call (appendEntries-3.lua). */
 export type ShardAppendOutcome =
-  /** Every entry written; `ids` in order. */
-  | { status: 'written'; ids: string[] }
   /**
-   * Every entry written on the master (`ids`), but WAIT counted only `replicas` replicas that have
-   * them when the caller asked for more: a failover now may lose them.
+   * The shard takes writes with the routed count: `results` per entry, in order. `notReplicated`:
+   * the written ones are on the master but WAIT counted fewer replicas than asked (a failover now may lose them).
    */
-  | { status: 'unreplicated'; ids: string[]; replicas: number; error: Error }
+  | { status: 'applied'; results: EntryResult[]; notReplicated?: NotReplicatedError }
   /** Nothing written: the shard count in effect is not the routed one (or the shard takes no writes). */
   | { status: 'reroute'; shardCountInEffect: number }
   /**
@@ -33,11 +51,6 @@ export type ShardAppendOutcome =
    */
   | { status: 'unrouted' }
   /**
-   * `ids` of the entries written before the first failed write (`error`, Redis' reply); nothing
-   * after it was attempted.
-   */
-  | { status: 'stopped'; ids: string[]; error: Error }
-  /**
    * The call failed as a whole. `replied`: Redis answered with an error, so nothing was written;
    * otherwise the reply never came (connection lost, timeout) and the entries may or may not be in
    * the stream.
@@ -45,10 +58,12 @@ export type ShardAppendOutcome =
   | { status: 'failed'; error: Error; replied: boolean };
 
 /**
- * Writes each shard's entries with one `appendEntries` script call: all in one pipeline on a single
- * Redis (one round trip however many shards), one pipeline per shard on a Cluster (each shard has its
- * own slot), sent side by side. The outcome of each shard is independent of the others'. With
- * `replicaWait`, a `WAIT` follows on the same connection (once per pipeline).
+ * Runs one `appendEntries` call per append. One call alone, without a replica wait, is sent as it
+ * is: a pipeline would buy nothing and cost its construction (ioredis copies every defined script
+ * onto each one). Several go in one pipeline on a single Redis (one write, one round trip), one
+ * pipeline per call on a Cluster (each shard has its own slot), sent side by side. With
+ * `replicaWait`, a `WAIT` follows on the same connection (once per pipeline). Each call's outcome
+ * is independent of the others'; this never throws.
  */
 export async function appendToShards(
   client: RedisClient,
@@ -57,42 +72,83 @@ export async function appendToShards(
   appends: readonly ShardAppend[],
   replicaWait?: ReplicaWait,
 ): Promise<ShardAppendOutcome[]> {
-  ensureScripts(client);
   const cap = maxLenApprox === undefined ? '' : String(maxLenApprox);
+  if (appends.length === 1 && !replicaWait) {
+    const [append] = appends;
+    try {
+      const reply = await runScript(client, 'appendEntries', scriptKeys(append), scriptArgs(append, routedCount, cap));
+      return [outcomeOf(reply, append.entries.length)];
+    } catch (error) {
+      return [{ status: 'failed', error: error as Error, replied: isReplyError(error as Error) }];
+    }
+  }
+  ensureScripts(client);
   const results = await execBySlot(
     client,
     appends.map((append) => ({
       build(pipeline) {
-        const args: (string | number | Buffer)[] = [append.shardIndex, routedCount, cap, append.writeSeq, append.wake ?? ''];
-        for (const fields of append.entries) args.push(fields.length, ...fields);
-        pipelineScript(pipeline, 'appendEntries', [append.stream, append.routing, append.writes], args);
+        pipelineScript(pipeline, 'appendEntries', scriptKeys(append), scriptArgs(append, routedCount, cap));
       },
     })),
     replicaWait ? { tail: (pipeline) => waitCommand(pipeline, replicaWait) } : {},
   );
-  return results.map((result): ShardAppendOutcome => {
+  return results.map((result, i): ShardAppendOutcome => {
     // The pipeline as a whole failed (e.g. the connection closed before it was sent): no replies.
     if ('error' in result) return { status: 'failed', error: result.error, replied: false };
     const [error, reply] = result.replies[0] ?? [new Error('no reply to the write'), undefined];
     if (error) return { status: 'failed', error, replied: isReplyError(error) };
-    const [status, inEffect, message, ...ids] = reply as [string, number, string, ...string[]];
-    if (status === 'OK')
-      return replicaWait ? replicated(ids.map(String), result.tail[0], replicaWait) : { status: 'written', ids: ids.map(String) };
-    if (status === 'REROUTE') return { status: 'reroute', shardCountInEffect: Number(inEffect) };
-    if (status === 'UNROUTED') return { status: 'unrouted' };
-    return { status: 'stopped', ids: ids.map(String), error: new Error(String(message)) };
+    const outcome = outcomeOf(reply, appends[i].entries.length);
+    return replicaWait && outcome.status === 'applied' ? replicated(outcome, result.tail[0], replicaWait) : outcome;
   });
 }
 
-/** A write's outcome once WAIT answered: written, or written but not (yet) on enough replicas. */
-function replicated(ids: string[], waitReply: [Error | null, unknown], wait: ReplicaWait): ShardAppendOutcome {
+function scriptKeys(append: ShardAppend): string[] {
+  return [append.stream, append.routing, append.writes];
+}
+
+function scriptArgs(append: ShardAppend, routedCount: number, cap: string): (string | number | Buffer)[] {
+  const args: (string | number | Buffer)[] = [append.shardIndex, routedCount, cap, append.writeSeq, append.wake ?? ''];
+  const { entries, groups } = append;
+  for (let e = 0; e < entries.length; e++) {
+    const fields = entries[e];
+    args.push(groups[e], fields.length);
+    for (let f = 0; f < fields.length; f++) args.push(fields[f]);
+  }
+  return args;
+}
+
+/** Reads the script's reply (one string: status, count in effect, outcomes, error lines). */
+function outcomeOf(reply: unknown, entryCount: number): ShardAppendOutcome {
+  const lines = String(reply).split('\n');
+  const [status, inEffect, outcomes] = lines;
+  if (status === 'REROUTE') return { status: 'reroute', shardCountInEffect: Number(inEffect) };
+  if (status === 'UNROUTED') return { status: 'unrouted' };
+  const tokens = outcomes === undefined || outcomes === '' ? [] : outcomes.split(' ');
+  if (status !== 'OK' || tokens.length !== entryCount) {
+    return { status: 'failed', error: new Error(`unexpected reply to appendEntries: ${String(reply).slice(0, 200)}`), replied: true };
+  }
+  let nextError = 3;
+  const results: EntryResult[] = new Array(entryCount);
+  for (let i = 0; i < entryCount; i++) {
+    const token = tokens[i];
+    if (token === 'S') results[i] = undefined;
+    else if (token === 'E') results[i] = new Error(lines[nextError++] ?? 'the write failed');
+    else results[i] = token;
+  }
+  return { status: 'applied', results };
+}
+
+/** A call's outcome once WAIT answered: as it was, or with the shortfall when WAIT counted too few replicas. */
+function replicated(
+  outcome: Extract<ShardAppendOutcome, { status: 'applied' }>,
+  waitReply: [Error | null, unknown],
+  wait: ReplicaWait,
+): ShardAppendOutcome {
   const shortfall = waitShortfall(waitReply, wait);
-  if (!shortfall) return { status: 'written', ids };
+  if (!shortfall) return outcome;
   return {
-    status: 'unreplicated',
-    ids,
-    replicas: shortfall.replicas,
-    error: new NotReplicatedError(
+    ...outcome,
+    notReplicated: new NotReplicatedError(
       `written on the master but not confirmed on its replicas: ${shortfall.why}; a failover now may lose it`,
       shortfall.replicas,
       wait.replicas,

@@ -24,7 +24,7 @@ export interface FailedEntry<T = unknown> {
    * True when the write's reply never came (connection lost, timeout): the entry may be in the
    * stream, and a retry may write it twice (at-least-once); and when it is on the master but not
    * confirmed on replicas (`id` set, `NotReplicatedError`). False: Redis said no, or the write was
-   * not attempted because an earlier entry of the same shard failed.
+   * not attempted because an earlier entry of the same key failed.
    */
   maybeWritten: boolean;
   /**
@@ -38,9 +38,9 @@ export interface FailedEntry<T = unknown> {
  * `sendBatch` wrote some entries of the batch but not all. Nothing is hidden: `written` has the id
  * of every entry that landed, `failed` every other entry with its error, both by batch position.
  *
- * Per-key order survives a retry of `retryBatch()`: entries are written per shard in batch order
- * and a shard's writes stop at its first failure, so no entry of a key is written after one of its
- * earlier entries failed; retrying the failed entries in their order appends them after everything
+ * Per-key order survives a retry of `retryBatch()`: entries are written in batch order and a key's
+ * writes stop at its first failure, so no entry of a key is written after one of its earlier
+ * entries failed; retrying the failed entries in their order appends them after everything
  * of theirs that landed.
  *
  * @example

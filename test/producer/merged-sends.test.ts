@@ -1,0 +1,307 @@
+import type { Redis } from 'ioredis';
+import { describe, expect, it } from 'vitest';
+import { CoordinatorAdmin, KeyBuilder, type SendResult, StreamProducer, shardForKey } from '@redis-stream-coordinator/core';
+import { appendToShards, MAX_ENTRIES_PER_CALL } from '../../packages/core/src/producer/entry-writer';
+import { TcpProxy } from '../support/tcp-proxy';
+import { proxyFactory } from '../support/proxy-fixture';
+import { pollUntil } from '../support/poll';
+import { uniqueName, useRedisServer } from '../support/vitest-redis';
+
+// Merged sends (docs/runtime.md "Producer"): concurrent send() calls join a per-shard micro-batch,
+// one appendEntries call per shard per flush, and every promise of a single send still holds.
+const redis = useRedisServer();
+const keys = new KeyBuilder();
+const aProxy = proxyFactory(redis);
+
+async function aStream(shardCount: number, label = 'merged') {
+  const streamPrefix = uniqueName(label);
+  await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount });
+  return streamPrefix;
+}
+
+/** appendEntries calls Redis ran since the last CONFIG RESETSTAT (EVALSHA, and EVAL after a NOSCRIPT). */
+async function scriptCalls(client: Redis): Promise<number> {
+  const info = await client.info('commandstats');
+  let calls = 0;
+  for (const match of info.matchAll(/cmdstat_eval(?:sha)?:calls=(\d+)/g)) calls += Number(match[1]);
+  return calls;
+}
+
+interface Stored {
+  key: string;
+  seq: number;
+  shard: number;
+  id: string;
+}
+
+/** Every entry of the stream's shards, with the key and `seq` of its payload. */
+async function storedEntries(streamPrefix: string, shardCount: number): Promise<Stored[]> {
+  const out: Stored[] = [];
+  for (let shard = 0; shard < shardCount; shard++) {
+    for (const [id, fields] of await redis.client().xrange(keys.shardStream(streamPrefix, shard), '-', '+')) {
+      const payload = JSON.parse(fields[fields.indexOf('p') + 1]) as { seq: number };
+      out.push({ key: fields[fields.indexOf('k') + 1], seq: payload.seq, shard, id });
+    }
+  }
+  return out;
+}
+
+const idOrder = (a: string, b: string) => {
+  const [am, as] = a.split('-').map(BigInt);
+  const [bm, bs] = b.split('-').map(BigInt);
+  return am === bm ? Number(as - bs) : Number(am - bm);
+};
+
+/** Per key, its `seq`s in the order Redis wrote them (by entry id, across shards: one server, one clock). */
+function seqsByKey(entries: Stored[]): Map<string, number[]> {
+  const byKey = new Map<string, number[]>();
+  for (const entry of [...entries].sort((a, b) => idOrder(a.id, b.id))) byKey.set(entry.key, [...(byKey.get(entry.key) ?? []), entry.seq]);
+  return byKey;
+}
+
+const upTo = (n: number) => Array.from({ length: n }, (_, i) => i + 1);
+
+describe('merged sends', () => {
+  it('1,024 concurrent sends over 8 shards are merged: one appendEntries call per shard per flush, not one per send', async () => {
+    const streamPrefix = await aStream(8);
+    const client = redis.client();
+    const producer = new StreamProducer(client, { streamPrefix });
+    await producer.send({ key: 'warm-up', payload: { seq: 0 } }); // routing read and scripts loaded
+    await client.config('RESETSTAT');
+    const sent = await Promise.all(Array.from({ length: 1024 }, (_, i) => producer.send({ key: `k${i % 64}`, payload: { seq: i } })));
+    expect(sent).toHaveLength(1024);
+    // 8 shards × 128 entries: one call each when the sends join before the first flush; a few more
+    // when some arrive while a shard's call is in flight. Never one call per send.
+    expect(await scriptCalls(client)).toBeLessThanOrEqual(32);
+  });
+
+  it('per-key order holds under 1,024 concurrent sends across keys, with each send answered with its own id and shard', async () => {
+    const streamPrefix = await aStream(8);
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    const keysUsed = 64;
+    const perKey = 16;
+    const sends: Promise<SendResult>[] = [];
+    for (let seq = 1; seq <= perKey; seq++) {
+      for (let k = 0; k < keysUsed; k++) sends.push(producer.send({ key: `key-${k}`, payload: { seq } }));
+    }
+    const results = await Promise.all(sends);
+    const stored = await storedEntries(streamPrefix, 8);
+    expect(stored).toHaveLength(keysUsed * perKey);
+    // Each send's own answer: its shard is its key's, its id the entry that holds its payload.
+    const byId = new Map(stored.map((s) => [`${s.shard}/${s.id}`, s]));
+    results.forEach((result, i) => {
+      const entry = byId.get(`${result.shardIndex}/${result.id}`);
+      expect(entry).toMatchObject({ key: `key-${i % keysUsed}`, seq: Math.floor(i / keysUsed) + 1 });
+      expect(result.shardIndex).toBe(shardForKey(`key-${i % keysUsed}`, 8));
+    });
+    for (const seqs of seqsByKey(stored).values()) expect(seqs).toEqual(upTo(perKey));
+  });
+
+  it(`a sendBatch longer than MAX_ENTRIES_PER_CALL goes in calls of at most ${MAX_ENTRIES_PER_CALL} entries, in order`, async () => {
+    const streamPrefix = await aStream(1);
+    const client = redis.client();
+    const producer = new StreamProducer(client, { streamPrefix });
+    await producer.send({ key: 'warm-up', payload: { seq: 0 } });
+    await client.config('RESETSTAT');
+    const batch = Array.from({ length: 3 * MAX_ENTRIES_PER_CALL + 1 }, (_, i) => ({ key: 'one-key', payload: { seq: i + 1 } }));
+    const results = await producer.sendBatch(batch);
+    expect(results).toHaveLength(batch.length);
+    expect(await scriptCalls(client)).toBe(4);
+    const stored = (await storedEntries(streamPrefix, 1)).filter((s) => s.key === 'one-key');
+    expect(stored.map((s) => s.seq)).toEqual(upTo(batch.length));
+    expect(stored.map((s) => s.id)).toEqual(results.map((r) => r.id));
+  });
+
+  it("a failed entry fails its own send and its key's later sends that must not overtake it, never another key's send", async () => {
+    const streamPrefix = await aStream(1);
+    const proxy = await aProxy();
+    const producer = new StreamProducer(redis.clientAt(proxy.url), { streamPrefix });
+    await producer.send({ key: 'warm-up', payload: { seq: 0 } });
+    const stream = keys.shardStream(streamPrefix, 0);
+    await redis.client().del(stream);
+    await redis.client().set(stream, 'not a stream'); // every write to the shard fails WRONGTYPE until it is deleted
+
+    // The first call (a:1) waits at the proxy while a:2 and b:1 are sent: they queue behind it.
+    const first = proxy.holdNextRequest(TcpProxy.command('EVALSHA', '"seq":"a-1"'));
+    const a1 = producer.send({ key: 'a', payload: { seq: 'a-1' } }).catch((error: Error) => error);
+    await first.arrived;
+    // The next call to leave (a:2 with b:1, or b:1 alone once a:2 is failed) waits too, so that the
+    // shard can be repaired between the two calls.
+    const next = proxy.holdNextRequest((request) => request.includes('"seq":"a-2"') || request.includes('"seq":"b-1"'));
+    const a2 = producer.send({ key: 'a', payload: { seq: 'a-2' } }).catch((error: Error) => error);
+    const b1 = producer.send({ key: 'b', payload: { seq: 'b-1' } }).catch((error: Error) => error);
+    first.release(); // a:1 runs and fails
+    await next.arrived;
+    await redis.client().del(stream); // the shard takes writes again
+    next.release();
+
+    expect(await a1).toBeInstanceOf(Error);
+    expect(((await a1) as Error).message).toMatch(/WRONGTYPE/);
+    // a:2 must not land while a:1 did not: a retry of a:1 would come after it.
+    expect(await a2).toBeInstanceOf(Error);
+    expect(((await a2) as Error).message).toMatch(/earlier entry of its key failed/);
+    expect(await b1).toMatchObject({ shardIndex: 0 });
+    const stored = await storedEntries(streamPrefix, 1);
+    expect(stored.map((s) => s.seq)).toEqual(['b-1']);
+  });
+
+  it("within one call, an entry whose write fails stops only its key's later entries; the other keys' entries are written", async () => {
+    const streamPrefix = await aStream(1);
+    const entry = (key: string, seq: number) => ['p', `{"seq":${seq}}`, 'k', key];
+    // b's first entry is one XADD refuses (an odd number of field values): the script's own check,
+    // whatever makes a write fail.
+    const [outcome] = await appendToShards(redis.client(), 1, undefined, [
+      {
+        shardIndex: 0,
+        stream: keys.shardStream(streamPrefix, 0),
+        routing: keys.shardRouting(streamPrefix, 0),
+        writes: keys.shardProducerWrites(streamPrefix, 0, 'test-producer'),
+        writeSeq: 1,
+        entries: [entry('a', 1), ['p', '{"seq":1}', 'k'], entry('a', 2), entry('b', 2), entry('c', 1)],
+        groups: [1, 2, 1, 2, 3],
+      },
+    ]);
+    expect(outcome.status).toBe('applied');
+    const results = outcome.status === 'applied' ? outcome.results : [];
+    expect(results.map((r) => (typeof r === 'string' ? 'id' : r === undefined ? 'not attempted' : r.message))).toEqual([
+      'id',
+      expect.stringMatching(/wrong number of arguments/i),
+      'id',
+      'not attempted',
+      'id',
+    ]);
+    const stored = await storedEntries(streamPrefix, 1);
+    expect(stored.map((s) => `${s.key}:${s.seq}`)).toEqual(['a:1', 'a:2', 'c:1']);
+    expect(stored.map((s) => s.id)).toEqual([results[0], results[2], results[4]]);
+  });
+
+  it('a call accepted just before a switch writes every entry with an id below the switch, however long the call runs', async () => {
+    // docs/resharding.md: an entry routed with the count before a switch has an id below it. A merged
+    // call of MAX_ENTRIES_PER_CALL entries runs for a good part of a millisecond: its check may pass
+    // just before switchAt and its last writes land after it.
+    const client = redis.client();
+    const late: string[] = [];
+    let applied = 0;
+    for (let attempt = 0; attempt < 90; attempt++) {
+      const streamPrefix = await aStream(1, 'merged-straddle');
+      const routing = keys.shardRouting(streamPrefix, 0);
+      const [seconds, micros] = await client.time();
+      const switchAt = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000) + 1 + (attempt % 3);
+      // A growth 1 -> 2 switching in 1 to 3 ms: until then shard 0 takes writes routed with 1.
+      await client.hset(routing, 'count', 2, 'previous', 1, 'switchAt', switchAt);
+      const [outcome] = await appendToShards(client, 1, undefined, [
+        {
+          shardIndex: 0,
+          stream: keys.shardStream(streamPrefix, 0),
+          routing,
+          writes: keys.shardProducerWrites(streamPrefix, 0, 'test-producer'),
+          writeSeq: 1,
+          entries: Array.from({ length: MAX_ENTRIES_PER_CALL }, (_, i) => ['p', `{"seq":${i}}`, 'k', `k${i}`]),
+          groups: Array.from({ length: MAX_ENTRIES_PER_CALL }, (_, i) => i + 1),
+        },
+      ]);
+      if (outcome.status !== 'applied') continue; // checked after the switch: refused, nothing written
+      applied += 1;
+      for (const result of outcome.results) if (typeof result === 'string' && Number(result.split('-')[0]) >= switchAt) late.push(result);
+    }
+    expect(applied).toBeGreaterThan(0);
+    expect(late).toEqual([]);
+  });
+
+  it('a send the codec refuses is refused alone before it joins a call; the sends around it land', async () => {
+    const streamPrefix = await aStream(2);
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    const outcomes = await Promise.allSettled([
+      producer.send({ key: 'a', payload: { seq: 1 } }),
+      producer.send({ key: 'a', payload: undefined }),
+      producer.send({ key: 'a', payload: { seq: 2 } }),
+      producer.send({ key: 'b', payload: { seq: 1 } }),
+    ]);
+    expect(outcomes.map((o) => o.status)).toEqual(['fulfilled', 'rejected', 'fulfilled', 'fulfilled']);
+    expect((outcomes[1] as PromiseRejectedResult).reason.message).toMatch(/cannot be encoded as JSON/);
+    expect(seqsByKey(await storedEntries(streamPrefix, 2))).toEqual(
+      new Map([
+        ['a', [1, 2]],
+        ['b', [1]],
+      ]),
+    );
+  });
+
+  it('a shrink mid-burst: sends refused by the removed shards are re-routed, and every key stays in order', async () => {
+    const streamPrefix = await aStream(4, 'merged-shrink');
+    const admin = new CoordinatorAdmin(redis.client());
+    // A producer that never looks at the metadata again: it learns of the shrink from the refusals.
+    const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 3_600_000 });
+    await producer.send({ key: 'warm-up', payload: { seq: 0 } });
+    const keysUsed = 32;
+    const results: Promise<SendResult>[] = [];
+    let seq = 0;
+    let resized: Promise<unknown> | undefined;
+    /** Redis time (ms) from which the shrink is in effect, once the resize returned. */
+    let switchAt: number | undefined;
+    const idMs = (id: string) => Number(id.split('-')[0]);
+    const deadline = Date.now() + 20_000;
+    // 64 sends in flight, a new one as each resolves, until 400 sends landed after the switch.
+    let afterSwitch = 0;
+    await Promise.all(
+      Array.from({ length: 64 }, async () => {
+        while (Date.now() < deadline && afterSwitch < 400) {
+          const mine = ++seq;
+          const round = Math.ceil(mine / keysUsed);
+          const sent = producer.send({ key: `key-${mine % keysUsed}`, payload: { seq: round } });
+          results.push(sent);
+          const { id } = await sent;
+          if (mine === 200) {
+            resized = admin.resizeShards(streamPrefix, 2, { graceMs: 50, switchDelayMs: 20 }).then(async () => {
+              switchAt = Number(await redis.client().hget(keys.streamMeta(streamPrefix), 'switchAt'));
+            });
+          }
+          if (switchAt !== undefined && idMs(id) >= switchAt) afterSwitch += 1;
+        }
+      }),
+    );
+    await resized;
+    expect(afterSwitch).toBeGreaterThanOrEqual(400);
+    const sent = await Promise.all(results);
+    const stored = (await storedEntries(streamPrefix, 4)).filter((s) => s.key !== 'warm-up');
+    expect(stored).toHaveLength(sent.length);
+    // No write landed on a removed shard once the shrink was in effect: the stale producer learned
+    // of it from the refusals, and sent those entries again to shards 0 and 1.
+    expect(stored.filter((s) => idMs(s.id) >= switchAt! && s.shard >= 2)).toEqual([]);
+    expect(stored.filter((s) => idMs(s.id) < switchAt! && s.shard >= 2).length).toBeGreaterThan(0);
+    for (const [key, seqs] of seqsByKey(stored)) expect({ key, seqs }).toEqual({ key, seqs: upTo(seqs.length) });
+  });
+
+  it('the write log keeps the last 256 calls (up to 32 more between prunes) and expires: bounded however long the producer writes', async () => {
+    const streamPrefix = await aStream(1);
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    const log = keys.shardProducerWrites(streamPrefix, 0, producer.producerId);
+    const sizes: number[] = [];
+    for (let call = 1; call <= 256 + 2 * 32 + 5; call++) {
+      await producer.send({ key: 'k', payload: { seq: call } }); // one call each: nothing else is in flight
+      sizes.push(await redis.client().hlen(log));
+    }
+    expect(Math.max(...sizes)).toBe(256 + 32 - 1);
+    expect(sizes.at(-1)).toBeLessThanOrEqual(256 + 32);
+    expect(await redis.client().hexists(log, '1')).toBe(0); // the oldest calls pruned
+    expect(await redis.client().hexists(log, String(sizes.length))).toBe(1);
+    expect(await redis.client().pttl(log)).toBeGreaterThan(500_000); // WRITE_LOG_TTL_MS, renewed by each call
+  });
+
+  it('a merged call whose reply is lost is sent again and answered from the write log: each send resolves once, nothing is written twice', async () => {
+    const streamPrefix = await aStream(1);
+    const proxy = await aProxy();
+    // A client as an application makes it: ioredis defaults (it resends unanswered commands after reconnecting).
+    const producer = new StreamProducer(redis.clientAt(proxy.url, { maxRetriesPerRequest: 20 }), { streamPrefix });
+    await producer.send({ key: 'warm-up', payload: { seq: 0 } });
+    const dropped = proxy.dropNextReply(TcpProxy.command('EVALSHA'));
+    const sends = ['a', 'b', 'c'].flatMap((key) => [1, 2, 3].map((seq) => producer.send({ key, payload: { seq } })));
+    const results = await Promise.all(sends);
+    await dropped;
+    const stored = (await storedEntries(streamPrefix, 1)).filter((s) => s.key !== 'warm-up');
+    expect(stored).toHaveLength(9);
+    expect(new Set(results.map((r) => r.id))).toEqual(new Set(stored.map((s) => s.id)));
+    for (const seqs of seqsByKey(stored).values()) expect(seqs).toEqual([1, 2, 3]);
+    await pollUntil('the proxy saw a reconnect', async () => proxy.accepted >= 2);
+  });
+});

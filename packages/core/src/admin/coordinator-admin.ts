@@ -137,8 +137,8 @@ export class CoordinatorAdmin {
     const reply = await this.withGroups(streamPrefix, (groups) => ({
       script: 'resizeShards',
       keys: groups.flatMap((group) => {
-        const groupKeys = this.keys.groupKeys(streamPrefix, group);
-        return [groupKeys[2], this.keys.groupEvents(streamPrefix, group), groupKeys[4]];
+        const { groupMeta, events, leases } = this.keys.groupKey(streamPrefix, group);
+        return [groupMeta, events, leases];
       }),
       args: [
         count,
@@ -222,7 +222,10 @@ export class CoordinatorAdmin {
       groups = current;
       return {
         script: 'retireShards',
-        keys: current.flatMap((group) => [this.keys.groupKeys(streamPrefix, group)[2], this.keys.groupKeys(streamPrefix, group)[6]]),
+        keys: current.flatMap((group) => {
+          const { groupMeta, owners } = this.keys.groupKey(streamPrefix, group);
+          return [groupMeta, owners];
+        }),
         args: [current.length, ...current],
       };
     });

@@ -3,6 +3,43 @@ import { assertConsumerGroup, assertKeyPrefix, assertMemberId, assertStreamPrefi
 export const DEFAULT_KEY_PREFIX = 'rsc';
 
 /**
+ * A consumer group's coordinator keys, named as `includes/groupKeys.lua` names them (its `K` table);
+ * what each holds is described there.
+ */
+export interface GroupKeys {
+  streamMeta: string;
+  groups: string;
+  groupMeta: string;
+  members: string;
+  leases: string;
+  target: string;
+  owners: string;
+  unconverged: string;
+  deadlines: string;
+  retained: string;
+  events: string;
+  weights: string;
+  steady: string;
+}
+
+/** The order in which group scripts take the keys (`KEYS[1..13]` of includes/groupKeys.lua). */
+const GROUP_KEY_ORDER: readonly (keyof GroupKeys)[] = [
+  'streamMeta',
+  'groups',
+  'groupMeta',
+  'members',
+  'leases',
+  'target',
+  'owners',
+  'unconverged',
+  'deadlines',
+  'retained',
+  'events',
+  'weights',
+  'steady',
+];
+
+/**
  * The one key builder (SPEC section 7). Every coordinator key of a stream prefix carries the hash tag
  * `{<streamPrefix>}`, so one script can touch all of them atomically on Redis Cluster; shard streams
  * carry a tag of their own per shard, so a cluster spreads their data and load over its slots, and a
@@ -27,28 +64,37 @@ export class KeyBuilder {
     return `${this.coordinatorTag(streamPrefix)}:groups`;
   }
 
+  /**
+   * One consumer group's coordinator keys by name, the names `includes/groupKeys.lua` gives them
+   * (`K.groupMeta`, `K.owners`, ...), so that TypeScript never indexes the list by position.
+   */
+  groupKey(streamPrefix: string, consumerGroup: string): GroupKeys {
+    const group = `${this.coordinatorTag(streamPrefix)}:g:${assertConsumerGroup(consumerGroup)}`;
+    return {
+      streamMeta: this.streamMeta(streamPrefix),
+      groups: this.streamGroups(streamPrefix),
+      groupMeta: `${group}:meta`,
+      members: `${group}:members`,
+      leases: `${group}:leases`,
+      target: `${group}:target`,
+      owners: `${group}:owners`,
+      unconverged: `${group}:unconverged`,
+      deadlines: `${group}:deadlines`,
+      retained: `${group}:retained`,
+      events: `${group}:events`,
+      weights: `${group}:weights`,
+      steady: `${group}:steady`,
+    };
+  }
+
   /** The thirteen keys every group script takes, in the order `includes/groupKeys.lua` names them. */
   groupKeys(streamPrefix: string, consumerGroup: string): string[] {
-    const group = `${this.coordinatorTag(streamPrefix)}:g:${assertConsumerGroup(consumerGroup)}`;
-    return [
-      this.streamMeta(streamPrefix),
-      this.streamGroups(streamPrefix),
-      `${group}:meta`,
-      `${group}:members`,
-      `${group}:leases`,
-      `${group}:target`,
-      `${group}:owners`,
-      `${group}:unconverged`,
-      `${group}:deadlines`,
-      `${group}:retained`,
-      `${group}:events`,
-      `${group}:weights`,
-      `${group}:steady`,
-    ];
+    const named = this.groupKey(streamPrefix, consumerGroup);
+    return GROUP_KEY_ORDER.map((name) => named[name]);
   }
 
   groupEvents(streamPrefix: string, consumerGroup: string): string {
-    return this.groupKeys(streamPrefix, consumerGroup)[10];
+    return this.groupKey(streamPrefix, consumerGroup).events;
   }
 
   /** The group's pub/sub channel on which the coordinator tells members to heartbeat now. */

@@ -42,6 +42,7 @@ import { trimShards, type TrimOptions, type TrimResult } from './retention';
 import { type PeriodicTrimOptions, resolvePeriodicTrimOptions, TrimSchedule } from './periodic-trim';
 import { groupReadableShards, toGroupDescription } from './group-description';
 import { shardStats } from './shard-stats';
+import { deleteRetiredShards, pendingRetirement } from './shard-retirement';
 
 export const MAX_SHARD_COUNT = 65_536;
 
@@ -134,6 +135,10 @@ export class CoordinatorAdmin {
     const graceMs = assertIntegerInRange('graceMs', options.graceMs ?? 2000, 0, 3_600_000);
     const switchDelayMs = assertIntegerInRange('switchDelayMs', options.switchDelayMs ?? 1000, 0, 3_600_000);
     await this.completeCutovers(streamPrefix);
+    // A deleteDrainedShards that did not finish: its shards are deleted before any resize, so that
+    // a resize back never grows into a shard whose delete is still to come (SPEC 10.5).
+    const retirement = pendingRetirement(await this.redis.hgetall(this.keys.streamMeta(streamPrefix)));
+    if (retirement) await deleteRetiredShards(this.redis, this.keys, streamPrefix, retirement);
     const reply = await this.withGroups(streamPrefix, (groups) => ({
       script: 'resizeShards',
       keys: groups.flatMap((group) => {
@@ -211,31 +216,30 @@ export class CoordinatorAdmin {
   /**
    * Deletes the shard streams (and their fencing tokens) that a shrink removed, once every group has
    * drained them and no member holds them. Never automatic; refused with `ResizeInProgressError`
-   * while a group still needs one. Returns the deleted shard indices.
+   * while a group still needs one. Returns the retired shards whose keys this call found deleted.
+   *
+   * Several steps (SPEC 10.5, docs/resharding.md#deleting-drained-shards): the shards are retired in
+   * the coordinator's slot, then each one's keys are deleted in its own slot by a script that checks
+   * again that it is still retired and drained. A call that failed at any step, called again,
+   * finishes; a resize in between finishes the deletion before it resizes.
    */
   async deleteDrainedShards(streamPrefix: string): Promise<number[]> {
     const statuses = await this.completeCutovers(streamPrefix);
     // A group still cutting over is refused by name by retireShards; otherwise look at the streams.
     if (statuses.every((status) => !status.cutover || status.completed)) await this.assertRemovedShardsProcessed(streamPrefix);
-    let groups: string[] = [];
-    const reply = await this.withGroups(streamPrefix, (current) => {
-      groups = current;
-      return {
-        script: 'retireShards',
-        keys: current.flatMap((group) => {
-          const { groupMeta, owners } = this.keys.groupKey(streamPrefix, group);
-          return [groupMeta, owners];
-        }),
-        args: [current.length, ...current],
-      };
+    const reply = await this.withGroups(streamPrefix, (current) => ({
+      script: 'retireShards',
+      keys: current.flatMap((group) => {
+        const { groupMeta, owners } = this.keys.groupKey(streamPrefix, group);
+        return [groupMeta, owners];
+      }),
+      args: [current.length, ...current],
+    }));
+    return deleteRetiredShards(this.redis, this.keys, streamPrefix, {
+      from: Number(reply[2]),
+      end: Number(reply[3]),
+      version: String(reply[4]),
     });
-    const shards: number[] = [];
-    for (let shard = Number(reply[2]); shard < Number(reply[3]); shard++) shards.push(shard);
-    for (const shard of shards) {
-      await this.redis.del(this.keys.shardStream(streamPrefix, shard));
-      for (const group of groups) await this.redis.del(this.keys.shardFence(streamPrefix, shard, group));
-    }
-    return shards;
   }
 
   /**

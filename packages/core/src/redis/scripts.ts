@@ -23,6 +23,8 @@ const SCRIPT_FILES = {
   resizeShards: 'resizeShards-n.lua',
   completeCutover: 'completeCutover-13.lua',
   retireShards: 'retireShards-n.lua',
+  deleteRetiredShard: 'deleteRetiredShard-n.lua',
+  endShardRetirement: 'endShardRetirement-1.lua',
   firstAfter: 'firstAfter-n.lua',
   appendEntries: 'appendEntries-3.lua',
   ensureRouting: 'ensureRouting-1.lua',

@@ -10,14 +10,7 @@ import { pairs, parseShardCsv } from '../redis/responses';
 import { type RedisClient, runScript } from '../redis/scripts';
 import { type Cutover, type CutoverProgress, cutoverProgress, readGroupCutover } from './cutover';
 import { type DeadLetterPurge, purgeMany } from './dead-letter-purge';
-import {
-  type DeadLetterReplay,
-  replayMany,
-  replayOne,
-  type ReplayContext,
-  replayProducer,
-  type ReplayDeadLettersOptions,
-} from './dead-letter-replay';
+import { type DeadLetterReplay, replayMany, replayOne, type ReplayContext, type ReplayDeadLettersOptions } from './dead-letter-replay';
 import {
   DEFAULT_DEAD_LETTER_COUNT,
   type DeadLetter,
@@ -335,9 +328,10 @@ export class CoordinatorAdmin {
   }
 
   /**
-   * Writes a dead letter's entry again, to its key through `StreamProducer` (it lands on the key's
+   * Writes a dead letter's entry again, to its key as a producer would (it lands on the key's
    * current shard, after the key's newer entries; every group of the stream gets it, with the
-   * `rsc-replay-*` headers), then deletes the dead letter. Safe to run twice (docs/operations.md).
+   * `rsc-replay-*` headers), then deletes the dead letter. Safe to run again after any failure, any
+   * number of times: it never writes the entry twice (docs/operations.md#replay, SPEC 10.6).
    *
    * @example
    * const { status, to } = await admin.replayDeadLetter('summary', 'summary-group', '3/1764505000000-0');
@@ -389,7 +383,6 @@ export class CoordinatorAdmin {
       keys: this.keys,
       streamPrefix,
       consumerGroup,
-      producer: replayProducer(this.redis, this.keys, streamPrefix),
       takeOverAfterMs: assertIntegerInRange('takeOverAfterMs', options.takeOverAfterMs ?? 15_000, 0, 86_400_000),
       stream: () => this.describeStream(streamPrefix),
     };

@@ -101,6 +101,6 @@ function replicated(ids: string[], waitReply: [Error | null, unknown], wait: Rep
 }
 
 /** An error Redis answered with (as opposed to a connection or timeout error, where no reply came). */
-function isReplyError(error: Error): boolean {
+export function isReplyError(error: Error): boolean {
   return error.name === 'ReplyError';
 }

@@ -147,10 +147,22 @@ export class KeyBuilder {
   }
 
   /**
-   * Replay markers of one destination's dead letters of one shard (dead-letter id -> when a replay
-   * began), beside the dead-letter stream: a marker left behind says a replay may have written the entry.
+   * Replay marks of one destination's dead letters of one shard (dead-letter id -> JSON: when the
+   * first replay began, when the current one did, and where its write landed once known; see
+   * claimDeadLetterReplay-2.lua), beside the dead-letter stream, so that a replay checks and writes
+   * them atomically with the letter: a mark left behind says a replay may have written the entry.
    */
   shardDeadLetterReplays(streamPrefix: string, shardIndex: number, destination: string): string {
     return `${this.shardDeadLetterStream(streamPrefix, shardIndex, destination)}:replays`;
+  }
+
+  /**
+   * Replays of `destination`'s dead letters written to this shard (dead-letter ref -> entry id), in
+   * the shard stream's slot, written atomically with each replay's write (replayEntry-3.lua): what a
+   * replay run again looks up to tell whether an earlier one wrote, whatever retention has deleted
+   * from the stream since (SPEC 10.6). Kept when a drained shard is deleted.
+   */
+  shardReplayRecords(streamPrefix: string, shardIndex: number, destination: string): string {
+    return `${this.shardStream(streamPrefix, shardIndex)}:replayed:${assertConsumerGroup(destination)}`;
   }
 }

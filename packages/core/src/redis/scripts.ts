@@ -30,6 +30,8 @@ const SCRIPT_FILES = {
   ensureRouting: 'ensureRouting-1.lua',
   claimDeadLetterReplay: 'claimDeadLetterReplay-2.lua',
   dropDeadLetter: 'dropDeadLetter-2.lua',
+  updateDeadLetterReplay: 'updateDeadLetterReplay-2.lua',
+  replayEntry: 'replayEntry-3.lua',
   trimShard: 'trimShard-1.lua',
 } as const;
 

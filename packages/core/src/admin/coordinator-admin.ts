@@ -25,6 +25,7 @@ import {
   applyOffsets,
   assertNoLiveMembers,
   assertOffsetTarget,
+  readFenceTokens,
   type ResetOffsetsOptions,
   type ResetOffsetsResult,
   targetId,
@@ -470,18 +471,26 @@ export class CoordinatorAdmin {
     const stream = await this.describeStream(streamPrefix);
     if (!stream) throw new StreamNotFoundError(streamPrefix, `no offsets of group "${consumerGroup}" to reset`);
     if (options.shardIndex !== undefined) assertIntegerInRange('shardIndex', options.shardIndex, 0, stream.shardSpan - 1);
-    if (!options.force)
+    const chosen = Array.from({ length: stream.shardSpan }, (_, i) => i).filter(
+      (i) => options.shardIndex === undefined || i === options.shardIndex,
+    );
+    // The tokens first, then the check: a member granted a shard after the check changes its token,
+    // and the shard's move (in its slot) sees that (SPEC 10.5).
+    let fences: Map<number, string> | null = null;
+    if (!options.force) {
+      fences = await readFenceTokens(this.redis, this.keys, streamPrefix, consumerGroup, chosen);
       await assertNoLiveMembers(this.redis, streamPrefix, consumerGroup, () => this.describeGroup(streamPrefix, consumerGroup));
+    }
     const positions = await readShardPositions(this.redis, this.keys, streamPrefix, consumerGroup, stream.shardSpan);
     const shards = positions
-      .filter((position) => options.shardIndex === undefined || position.shardIndex === options.shardIndex)
+      .filter((position) => chosen.includes(position.shardIndex))
       .map((position) => ({
         shardIndex: position.shardIndex,
         from: position.lastDeliveredId,
         to: targetId(to, position),
         pending: position.pending,
       }));
-    if (!dryRun) await applyOffsets(this.redis, this.keys, streamPrefix, consumerGroup, shards);
+    if (!dryRun) await applyOffsets(this.redis, this.keys, streamPrefix, consumerGroup, shards, fences);
     return { streamPrefix, consumerGroup, dryRun, shards };
   }
 

@@ -33,6 +33,7 @@ const SCRIPT_FILES = {
   updateDeadLetterReplay: 'updateDeadLetterReplay-2.lua',
   replayEntry: 'replayEntry-3.lua',
   trimShard: 'trimShard-1.lua',
+  resetShardOffset: 'resetShardOffset-2.lua',
 } as const;
 
 export type ScriptName = keyof typeof SCRIPT_FILES;

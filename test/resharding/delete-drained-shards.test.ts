@@ -97,9 +97,11 @@ describe('deleteDrainedShards (SPEC 10.5)', () => {
     expect(await redis.client().exists(...removedKeys(streamPrefix))).toBe(0);
     // The record still stands (resizeShards-n.lua refuses to resize while it does).
     expect(await redis.client().hget(meta, 'retiringSpan')).toBe('4');
+    expect(await admin.describeStream(streamPrefix)).toMatchObject({ shardSpan: 2, retiringShards: [2, 3] });
 
     expect(await admin.deleteDrainedShards(streamPrefix)).toEqual([2, 3]);
     expect(await redis.client().hmget(meta, 'retiringSpan', 'retiredVersion', 'shardSpan')).toEqual([null, null, '2']);
+    expect((await admin.describeStream(streamPrefix))?.retiringShards).toBeUndefined();
   }, 30_000);
 
   it('a resize after a call that failed half way finishes the deletion first, then resizes', async () => {

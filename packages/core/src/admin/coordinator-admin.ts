@@ -554,7 +554,13 @@ function toStreamMetadata(streamPrefix: string, entries: [string, string][]): St
     ...(meta.has('switchAt') ? { switchAt: new Date(Number(meta.get('switchAt'))).toISOString() } : {}),
     shardSpan: Math.max(Number(meta.get('shardCount')), Number(meta.get('shardSpan') ?? 0)),
     deadLetterSpan: Math.max(Number(meta.get('shardCount')), Number(meta.get('shardSpan') ?? 0), Number(meta.get('deadLetterSpan') ?? 0)),
+    ...(meta.has('retiringSpan') ? { retiringShards: shardRange(Number(meta.get('shardCount')), Number(meta.get('retiringSpan'))) } : {}),
     createdAt: new Date(Number(meta.get('createdAt'))).toISOString(),
     updatedAt: new Date(Number(meta.get('updatedAt'))).toISOString(),
   };
+}
+
+/** The shard indices `from..end-1`. */
+function shardRange(from: number, end: number): number[] {
+  return Array.from({ length: Math.max(0, end - from) }, (_, i) => from + i);
 }

@@ -141,4 +141,27 @@ describe('deleteDrainedShards (SPEC 10.5)', () => {
     expect((await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group')).shards[2]).toMatchObject({ backlog: 1 });
     expect(await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 3, { ordered: false })).toMatchObject({ shardCount: 3 });
   }, 30_000);
+
+  it('does not delete a retired shard whose routing marker lets writes in; it goes back into the span', async () => {
+    const { streamPrefix } = await shrunkAndDrained();
+    const deleting = redis.client();
+    const isDelete = deletes(streamPrefix, 3);
+    const marker = keys.shardRouting(streamPrefix, 3);
+    let opened = false;
+    hookCommands(deleting, async (name, args): Promise<CommandVerdict> => {
+      if (opened || !isDelete(name, args)) return 'send';
+      opened = true;
+      // Something rewrote the marker (same resize version) so that it lets writes in.
+      await redis.client().hset(marker, 'count', 4, 'previous', 4);
+      return 'send';
+    });
+    await expect(new CoordinatorAdmin(deleting).deleteDrainedShards(streamPrefix)).rejects.toThrow(
+      /removed shard 3's routing marker lets writes in \(count 4\); it is not deleted/,
+    );
+    expect(await redis.client().exists(keys.shardStream(streamPrefix, 3))).toBe(1);
+    expect(await redis.client().exists(keys.shardStream(streamPrefix, 2))).toBe(0);
+    const stream = await new CoordinatorAdmin(redis.client()).describeStream(streamPrefix);
+    expect(stream).toMatchObject({ shardSpan: 4 });
+    expect(stream?.retiringShards).toBeUndefined();
+  }, 30_000);
 });

@@ -28,9 +28,9 @@ export function pendingRetirement(meta: Record<string, string>): ShardRetirement
  * (endShardRetirement-1.lua), so a call that fails at any step leaves the record, and calling it
  * again (or resizing, which finishes it first) does the rest. Returns the shards deleted now.
  *
- * A shard found with entries a group has not processed is not deleted: the retired shards go back
- * into the stream's span (so they are described and trimmed again) and this throws
- * `ResizeInProgressError` naming shard, group and counts.
+ * A shard found with entries a group has not processed, or whose routing marker lets writes in, is
+ * not deleted: the retired shards go back into the stream's span (so they are described and
+ * trimmed again, and resizes are not held up) and this throws `ResizeInProgressError` naming why.
  */
 export async function deleteRetiredShards(
   redis: RedisClient,
@@ -38,7 +38,12 @@ export async function deleteRetiredShards(
   streamPrefix: string,
   retirement: ShardRetirement,
 ): Promise<number[]> {
-  if (retirement.end <= retirement.from) return [];
+  if (retirement.end <= retirement.from) {
+    // Nothing retired lies beyond the count (a resize by another version grew back over it): a
+    // record left standing would refuse every resize for good.
+    await endRetirement(redis, keys, streamPrefix, retirement, 'deleted');
+    return [];
+  }
   const groups = (await redis.smembers(keys.streamGroups(streamPrefix))).sort();
   const deleted: number[] = [];
   for (let shard = retirement.from; shard < retirement.end; shard++) {
@@ -72,10 +77,12 @@ export async function deleteRetiredShards(
         );
       }
       default:
+        // Not deleted; back in the span, so that nothing stays out of sight or blocks a resize.
+        await endRetirement(redis, keys, streamPrefix, retirement, 'kept');
         throw toCoordinatorError(
           ErrorCode.RESIZE_IN_PROGRESS,
-          `stream "${streamPrefix}": removed shard ${shard}'s routing marker lets writes in (count ${reply[1]}); it is not deleted: ` +
-            `call resizeShards with the current count to repair the markers, then deleteDrainedShards again`,
+          `stream "${streamPrefix}": removed shard ${shard}'s routing marker lets writes in (count ${reply[1]}); it is not deleted and ` +
+            'is back in the stream span: deleteDrainedShards again ensures the markers before it looks',
         );
     }
   }

@@ -1,6 +1,5 @@
 import { ENTRY_CODEC_OF, encodeEntry, type OutgoingMessage, type PassThroughCodec } from '../protocol/entry-format';
-import { ErrorCode } from '../protocol/error-codes';
-import { toCoordinatorError } from '../protocol/errors';
+import { StreamNotFoundError } from '../protocol/errors';
 import { shardForKey } from '../producer/key-hash';
 import { isReplyError } from '../producer/entry-writer';
 import type { SendResult } from '../producer/send-results';
@@ -95,6 +94,6 @@ export async function writeReplay(
 
 async function shardCountNow(redis: RedisClient, keys: KeyBuilder, streamPrefix: string): Promise<number> {
   const count = Number(await redis.hget(keys.streamMeta(streamPrefix), 'shardCount'));
-  if (!count) throw toCoordinatorError(ErrorCode.GROUP_NOT_FOUND, `stream "${streamPrefix}" does not exist (no metadata)`);
+  if (!count) throw new StreamNotFoundError(streamPrefix, 'the dead letter cannot be replayed');
   return count;
 }

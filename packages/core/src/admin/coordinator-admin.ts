@@ -460,7 +460,8 @@ export class CoordinatorAdmin {
    * Moves the group's position on every shard (or one) to the earliest entry, past the latest, to a
    * time or to an id, like Kafka's `--reset-offsets`. Refused while the group has members with a live
    * lease unless `force`: they would go on from where they are and mix old and new positions.
-   * Pending entries stay pending (their owner, or the next, handles them).
+   * Pending entries stay pending (their owner, or the next, handles them). Each shard moves in its
+   * own slot only if no member was granted it since the check for live members (SPEC 10.5).
    *
    * @example
    * await admin.resetOffsets('summary', 'summary-group', { to: { datetime: new Date('2026-11-30T10:00:00Z') }, dryRun: true });
@@ -483,7 +484,7 @@ export class CoordinatorAdmin {
     }
     const positions = await readShardPositions(this.redis, this.keys, streamPrefix, consumerGroup, stream.shardSpan);
     const shards = positions
-      .filter((position) => chosen.includes(position.shardIndex))
+      .filter((position) => options.shardIndex === undefined || position.shardIndex === options.shardIndex)
       .map((position) => ({
         shardIndex: position.shardIndex,
         from: position.lastDeliveredId,

@@ -289,6 +289,26 @@ describe('a replay run again after failures (SPEC 10.6)', () => {
     expect(await redis.client().exists(keys.shardDeadLetterReplays(streamPrefix, letter.shardIndex, 'group'))).toBe(0);
   });
 
+  it('a purge after a replay whose delete failed removes the replay record with the dead letter', async () => {
+    const { streamPrefix } = await withDeadLetters(2, [{ key: 'purged', payload: { seq: 1, poison: 'no' } }]);
+    const [letter] = await admin().readDeadLetters(streamPrefix, 'group');
+    const target = shardForKey('purged', 2);
+    const client = redis.client();
+    const deadLetters = keys.shardDeadLetterStream(streamPrefix, letter.shardIndex, 'group');
+    // The drop is the dead letter's only 5-argument script call (sha, 2 keys, id).
+    hookCommands(
+      client,
+      failing((name, args) => isScriptOn(name, args, deadLetters) && args.length === 5),
+    );
+    await expect(new CoordinatorAdmin(client).replayDeadLetter(streamPrefix, 'group', letter.ref)).rejects.toThrow(
+      /deleting the dead letter failed/,
+    );
+    expect(await redis.client().hget(keys.shardReplayRecords(streamPrefix, target, 'group'), letter.ref)).not.toBeNull();
+
+    expect(await admin().purgeDeadLetter(streamPrefix, 'group', letter.ref)).toEqual({ ref: letter.ref, purged: true });
+    expect(await redis.client().exists(keys.shardReplayRecords(streamPrefix, target, 'group'))).toBe(0);
+  });
+
   it('finds the write of a replay whose reply was lost, after the group handled it and trim deleted it', async () => {
     const { streamPrefix } = await withDeadLetters(2, [{ key: 'lost', payload: { seq: 1, poison: 'no' } }]);
     const [letter] = await admin().readDeadLetters(streamPrefix, 'group');

@@ -14,6 +14,7 @@ import {
   PartialBatchError,
   ShardError,
   StreamProducer,
+  shardForKey,
   type StreamMessage,
   msgpackCodec,
 } from '@redis-stream-coordinator/core';
@@ -140,7 +141,7 @@ describe('on a Redis Cluster', () => {
     await pollUntil('the new entries handled after a restart', async () => recorder.distinctEntries() === messages.length + 30);
   });
 
-  it('grows while a member runs, dead-letters across shards, trims what the group processed, shrinks and deletes the drained shards', async () => {
+  it('grows while a member runs, dead-letters across shards, trims what the group processed, replays, shrinks and deletes the drained shards', async () => {
     const streamPrefix = uniqueName('cluster-admin');
     const recorder = new HandlerRecorder();
     const admin = new CoordinatorAdmin(redis.client());
@@ -173,6 +174,26 @@ describe('on a Redis Cluster', () => {
     );
     const trimmed = await admin.trim(streamPrefix);
     expect(trimmed.shards.reduce((n, s) => n + s.trimmed, 0)).toBe(2 * 8 * 10);
+
+    // Replays: each write and its replay record in the shard's slot (replayEntry-3.lua); a mark
+    // left by an earlier replay makes the next look the records up on every shard first (none
+    // here, so it writes), the mark in the dead letter's slot.
+    const [first, second] = await admin.readDeadLetters(streamPrefix, 'group', { count: 2 });
+    await redis
+      .client()
+      .hset(
+        keys.shardDeadLetterReplays(streamPrefix, second.shardIndex, 'group'),
+        second.deadLetterId,
+        JSON.stringify({ first: 1, at: 0 }),
+      );
+    for (const letter of [first, second]) {
+      const replayed = await admin.replayDeadLetter(streamPrefix, 'group', letter.ref);
+      expect(replayed).toMatchObject({ status: 'replayed', to: { shardIndex: shardForKey(letter.key!, 8) } });
+      expect(await redis.client().exists(keys.shardReplayRecords(streamPrefix, replayed.to!.shardIndex, 'group'))).toBe(0);
+    }
+    expect(await admin.showDeadLetter(streamPrefix, 'group', second.ref)).toBeNull();
+    // Handled (dead-lettered again: they are poison) by the member, woken on the shard's channel.
+    await pollUntil('the replays dead-lettered again', async () => (await admin.readDeadLetters(streamPrefix, 'group')).length === 2 * 8);
 
     // Shrink back, let the member drain the removed shards, and delete them.
     await producer.sendBatch(keyedMessages(8, 1, 'shrink'));

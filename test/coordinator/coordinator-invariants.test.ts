@@ -117,7 +117,7 @@ async function run(
     }
     case 'expireLease': {
       // time passing, without waiting for it: the lease ends now, the next call notices
-      const [, , , , leases] = group.coordinator.keys.groupKeys(group.streamPrefix, group.consumerGroup);
+      const { leases } = group.coordinator.keys.groupKey(group.streamPrefix, group.consumerGroup);
       await redis.client().zadd(leases, 'XX', 1, m!.memberId);
       return { errorCode: ErrorCode.NONE, mustNotChange: false };
     }

@@ -10,6 +10,7 @@ import {
 } from '@redis-stream-coordinator/core';
 import type { KeyedPayload } from '../support/handler-recorder';
 import { memberFactory } from '../support/member-factory';
+import { type CommandVerdict, failing, hookCommands, isScriptOn } from '../support/command-hooks';
 import { pollUntil } from '../support/poll';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
 
@@ -225,6 +226,145 @@ describe('replaying dead letters', () => {
     // Nothing was written for the one that failed: its mark is freed, a retry goes ahead at once.
     expect((await admin().replayDeadLetters(streamPrefix, 'group')).map((r) => r.status)).toEqual(['replayed', 'replayed']);
     expect((await shardEntries(streamPrefix, 0)).slice(2).map(([, f]) => JSON.parse(f[1]).seq)).toEqual([1, 2]);
+  });
+});
+
+/** The group "group" reads every entry of the shard and acknowledges them (a member handling them). */
+async function handleAll(streamPrefix: string, shardIndex: number): Promise<string[]> {
+  const stream = keys.shardStream(streamPrefix, shardIndex);
+  const reply = (await redis.client().xreadgroup('GROUP', 'group', 'by-hand', 'COUNT', 1000, 'STREAMS', stream, '>')) as
+    | [string, [string, string[]][]][]
+    | null;
+  const ids = (reply?.[0][1] ?? []).map(([id]) => id);
+  if (ids.length > 0) await redis.client().xack(stream, 'group', ...ids);
+  return ids;
+}
+
+/** Copies of a dead letter's entry written by replays, in the shard stream now. */
+async function replayCopies(streamPrefix: string, shardIndex: number, ref: string) {
+  return (await shardEntries(streamPrefix, shardIndex)).filter(([, f]) => f[f.indexOf('h') + 1]?.includes(ref));
+}
+
+/** Makes a client's commands that `matches` picks land in Redis while their replies are lost. */
+function loseReplies(client: ReturnType<typeof redis.client>, matches: (name: string, args: string[]) => boolean) {
+  const other = redis.client();
+  let lost = 0;
+  hookCommands(client, async (name, args): Promise<CommandVerdict> => {
+    if (lost > 0 || !matches(name, args)) return 'send';
+    lost++;
+    await other.call(name, ...args);
+    return new Error('connection lost');
+  });
+}
+
+describe('a replay run again after failures (SPEC 10.6)', () => {
+  it('finds the write of a replay whose delete failed, even after the group handled it and trim deleted it', async () => {
+    const { streamPrefix } = await withDeadLetters(2, [{ key: 'kept', payload: { seq: 1, poison: 'no' } }]);
+    const [letter] = await admin().readDeadLetters(streamPrefix, 'group');
+    const target = shardForKey('kept', 2);
+    const client = redis.client();
+    hookCommands(
+      client,
+      failing(
+        (name, args) => isScriptOn(name, args, keys.shardDeadLetterStream(streamPrefix, letter.shardIndex, 'group')) && args.length === 5,
+        1,
+      ),
+    );
+    await expect(new CoordinatorAdmin(client).replayDeadLetter(streamPrefix, 'group', letter.ref)).rejects.toThrow(
+      /deleting the dead letter failed/,
+    );
+    expect(await replayCopies(streamPrefix, target, letter.ref)).toHaveLength(1);
+
+    // The group handles the replayed entry, and retention deletes what every group has handled.
+    expect(await handleAll(streamPrefix, target)).toHaveLength(1);
+    await admin().trim(streamPrefix);
+    expect(await replayCopies(streamPrefix, target, letter.ref)).toHaveLength(0);
+
+    const again = await admin().replayDeadLetter(streamPrefix, 'group', letter.ref, { takeOverAfterMs: 0 });
+    expect(again).toMatchObject({ status: 'found-earlier-replay', to: { shardIndex: target } });
+    expect(await handleAll(streamPrefix, target)).toEqual([]); // not written twice
+    expect(await admin().readDeadLetters(streamPrefix, 'group')).toEqual([]);
+    // The records go with the dead letter: nothing is left behind.
+    expect(await redis.client().exists(keys.shardReplayRecords(streamPrefix, target, 'group'))).toBe(0);
+    expect(await redis.client().exists(keys.shardDeadLetterReplays(streamPrefix, letter.shardIndex, 'group'))).toBe(0);
+  });
+
+  it('a purge after a replay whose delete failed removes the replay record with the dead letter', async () => {
+    const { streamPrefix } = await withDeadLetters(2, [{ key: 'purged', payload: { seq: 1, poison: 'no' } }]);
+    const [letter] = await admin().readDeadLetters(streamPrefix, 'group');
+    const target = shardForKey('purged', 2);
+    const client = redis.client();
+    const deadLetters = keys.shardDeadLetterStream(streamPrefix, letter.shardIndex, 'group');
+    // The drop is the dead letter's only 5-argument script call (sha, 2 keys, id).
+    hookCommands(
+      client,
+      failing((name, args) => isScriptOn(name, args, deadLetters) && args.length === 5),
+    );
+    await expect(new CoordinatorAdmin(client).replayDeadLetter(streamPrefix, 'group', letter.ref)).rejects.toThrow(
+      /deleting the dead letter failed/,
+    );
+    expect(await redis.client().hget(keys.shardReplayRecords(streamPrefix, target, 'group'), letter.ref)).not.toBeNull();
+
+    expect(await admin().purgeDeadLetter(streamPrefix, 'group', letter.ref)).toEqual({ ref: letter.ref, purged: true });
+    expect(await redis.client().exists(keys.shardReplayRecords(streamPrefix, target, 'group'))).toBe(0);
+  });
+
+  it('finds the write of a replay whose reply was lost, after the group handled it and trim deleted it', async () => {
+    const { streamPrefix } = await withDeadLetters(2, [{ key: 'lost', payload: { seq: 1, poison: 'no' } }]);
+    const [letter] = await admin().readDeadLetters(streamPrefix, 'group');
+    const target = shardForKey('lost', 2);
+    const client = redis.client();
+    loseReplies(client, (name, args) => isScriptOn(name, args, keys.shardStream(streamPrefix, target)));
+    await expect(new CoordinatorAdmin(client).replayDeadLetter(streamPrefix, 'group', letter.ref)).rejects.toThrow(/got no reply/);
+    expect(await replayCopies(streamPrefix, target, letter.ref)).toHaveLength(1);
+    expect(await handleAll(streamPrefix, target)).toHaveLength(1);
+    await admin().trim(streamPrefix);
+
+    const again = await admin().replayDeadLetter(streamPrefix, 'group', letter.ref, { takeOverAfterMs: 0 });
+    expect(again).toMatchObject({ status: 'found-earlier-replay', to: { shardIndex: target } });
+    expect(await handleAll(streamPrefix, target)).toEqual([]);
+    expect(await redis.client().exists(keys.shardReplayRecords(streamPrefix, target, 'group'))).toBe(0);
+  });
+
+  it('a replay that took over a mark and failed while searching leaves the search of the next one as wide as the first mark', async () => {
+    // A key that a growth 4 -> 8 moves to a new shard, empty but for the first replay's write.
+    const key = Array.from({ length: 64 }, (_, i) => `moved-${i}`).find((k) => shardForKey(k, 8) >= 4)!;
+    const { streamPrefix } = await withDeadLetters(4, [{ key, payload: { seq: 1, poison: 'no' } }]);
+    const [letter] = await admin().readDeadLetters(streamPrefix, 'group');
+    await admin().resizeShards(streamPrefix, 8, { ordered: false });
+    const target = shardForKey(key, 8);
+    // Replay 1, two minutes ago (as a replay that stopped after its write leaves it): its mark, and
+    // its write, with the headers a replay writes.
+    const [seconds] = await redis.client().time();
+    const twoMinutesAgo = Number(seconds) * 1000 - 120_000;
+    const fields = new Map<string, string>();
+    for (let i = 0; i + 1 < letter.fields.length; i += 2) fields.set(letter.fields[i], letter.fields[i + 1]);
+    const headers = {
+      ...JSON.parse(fields.get('h') ?? '{}'),
+      [REPLAY_HEADER.of]: letter.ref,
+      [REPLAY_HEADER.group]: 'group',
+      [REPLAY_HEADER.originalId]: letter.entryId,
+    };
+    await redis
+      .client()
+      .xadd(keys.shardStream(streamPrefix, target), `${twoMinutesAgo}-0`, 'p', fields.get('p')!, 'k', key, 'h', JSON.stringify(headers));
+    await redis
+      .client()
+      .hset(keys.shardDeadLetterReplays(streamPrefix, letter.shardIndex, 'group'), letter.deadLetterId, twoMinutesAgo - 1000);
+
+    // Replay 2 takes the mark over and fails while it looks for replay 1's write.
+    const client = redis.client();
+    hookCommands(
+      client,
+      failing((name, args) => args.includes(keys.shardStream(streamPrefix, target)) && name !== 'evalsha', Number.POSITIVE_INFINITY),
+    );
+    await expect(new CoordinatorAdmin(client).replayDeadLetter(streamPrefix, 'group', letter.ref, { takeOverAfterMs: 0 })).rejects.toThrow(
+      /connection lost/,
+    );
+    // Replay 3 still finds it.
+    const third = await admin().replayDeadLetter(streamPrefix, 'group', letter.ref, { takeOverAfterMs: 0 });
+    expect(third).toMatchObject({ status: 'found-earlier-replay', to: { shardIndex: target, id: `${twoMinutesAgo}-0` } });
+    expect(await replayCopies(streamPrefix, target, letter.ref)).toHaveLength(1);
   });
 });
 

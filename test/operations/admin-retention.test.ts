@@ -89,6 +89,32 @@ describe('trim', () => {
     expect(await remaining(streamPrefix, 0)).toEqual(ids[0]);
   });
 
+  it("keeps what a reset asked to re-read: the lower of every group's last-delivered id and oldest pending entry (SPEC 10.6)", async () => {
+    const { streamPrefix, ids } = await aStream(1, ['group'], 105);
+    // A member had acknowledged 100 entries and crashed with the last 5 pending; the group is then
+    // reset to the earliest entry (forced: the crashed member's lease may still be live).
+    await consume(streamPrefix, 0, 'group', 105, 100);
+    await admin().resetOffsets(streamPrefix, 'group', { to: 'earliest', force: true });
+
+    const dry = await admin().trim(streamPrefix, { dryRun: true });
+    expect(dry.shards).toEqual([{ shardIndex: 0, trimmed: 0, minId: ids[0][0], limitedBy: 'group' }]);
+    expect((await admin().trim(streamPrefix)).trimmed).toBe(0);
+    // The next member reads all 105 again, as the reset asked.
+    const reread = (await redis
+      .client()
+      .xreadgroup('GROUP', 'group', 'next', 'COUNT', 1000, 'STREAMS', keys.shardStream(streamPrefix, 0), '>')) as [
+      string,
+      [string, string[]][],
+    ][];
+    expect(reread[0][1].map(([id]) => id)).toEqual(ids[0]);
+
+    // A reset to an id between the acknowledged and the pending entries keeps from that id on.
+    await admin().resetOffsets(streamPrefix, 'group', { to: { id: ids[0][49] }, force: true });
+    await redis.client().xack(keys.shardStream(streamPrefix, 0), 'group', ...ids[0]);
+    const afterAck = await admin().trim(streamPrefix);
+    expect(afterAck.shards[0]).toEqual({ shardIndex: 0, trimmed: 50, minId: ids[0][50], limitedBy: 'group' });
+  });
+
   it('counts a Redis consumer group on a shard that the coordinator does not know (another reader)', async () => {
     const { streamPrefix, ids } = await aStream(1, ['registered'], 4);
     await consume(streamPrefix, 0, 'registered', 4, 4);

@@ -215,7 +215,7 @@ export async function revokeTwice(h: ChaosHarness, fault: Fault): Promise<void> 
     // No reader ever reads for it: gone, so that it holds up no cutover of a later resize.
     const keys = h.admin.keys.groupKeys(h.streamPrefix, group);
     await h.redis.del(...keys.slice(2));
-    await h.redis.srem(keys[1], group);
+    await h.redis.srem(h.admin.keys.streamGroups(h.streamPrefix), group);
   }
 }
 

@@ -172,7 +172,7 @@ describe('a consumer group created after resizes reads every key in order', () =
       );
     await new ProtocolMember(new CoordinatorClient(redis.client()), streamPrefix, 'late', 'a').join();
 
-    const groupMeta = new KeyBuilder().groupKeys(streamPrefix, 'late')[2];
+    const groupMeta = new KeyBuilder().groupKey(streamPrefix, 'late').groupMeta;
     const [first, chain] = await redis.client().hmget(groupMeta, 'cutover', 'cutoverChain');
     const steps = [parseCutover(first)!, ...(JSON.parse(chain!) as unknown[]).map((step) => parseCutover(JSON.stringify(step))!)];
     expect(steps.map(({ from, to, switchAt, until, held, late, wait }) => ({ from, to, switchAt, until, held, late, wait }))).toEqual([
@@ -200,14 +200,14 @@ describe('a consumer group created after resizes reads every key in order', () =
 
     // The group's keys are lost; a member checking once a minute recreates it. Its five replayed
     // steps are all met already (everything was processed): one check interval each would be five minutes.
-    const groupKeys = new KeyBuilder().groupKeys(streamPrefix, 'group');
-    await redis.client().del(...groupKeys.slice(2));
+    const groupKeys = new KeyBuilder().groupKey(streamPrefix, 'group');
+    await redis.client().del(...new KeyBuilder().groupKeys(streamPrefix, 'group').slice(2));
     const after = new HandlerRecorder();
     const member = aMember({ streamPrefix, memberId: 'late', cutoverCheckIntervalMs: 60_000, handler: after.handler('late') });
     await member.start();
     await pollUntil(
       'every replayed step completed',
-      async () => (await redis.client().hmget(groupKeys[2], 'cutover', 'cutoverChain')).every((v) => v === null),
+      async () => (await redis.client().hmget(groupKeys.groupMeta, 'cutover', 'cutoverChain')).every((v) => v === null),
       { timeoutMs: 10_000 },
     );
     await writeRound(producer, 20, 6);
@@ -264,7 +264,7 @@ describe('a consumer group created after resizes reads every key in order', () =
     await writeRound(producer, 10, 1);
     await new ProtocolMember(coordinator, streamPrefix, 'g', 'old').join();
     await admin.resizeShards(streamPrefix, 3, { graceMs: 0 });
-    const groupMeta = new KeyBuilder().groupKeys(streamPrefix, 'g')[2];
+    const groupMeta = new KeyBuilder().groupKey(streamPrefix, 'g').groupMeta;
     const former = parseCutover(await redis.client().hget(groupMeta, 'cutover'))!;
     expect(former.replay).toBe(false);
 

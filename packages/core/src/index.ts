@@ -6,7 +6,7 @@ export * from './protocol/names';
 export type { ShardAssignor } from './assignor/assignor';
 export { StickyAssignor } from './assignor/sticky-assignor';
 export { findPlanViolation } from './assignor/validate-plan';
-export { KeyBuilder, DEFAULT_KEY_PREFIX } from './redis/keys';
+export { KeyBuilder, DEFAULT_KEY_PREFIX, type GroupKeys } from './redis/keys';
 export type { RedisClient } from './redis/scripts';
 export type { CoordinatorOptions } from './redis/coordinator-options';
 export type { CommitResult } from './redis/responses';

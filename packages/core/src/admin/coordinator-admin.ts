@@ -10,14 +10,7 @@ import { pairs, parseShardCsv } from '../redis/responses';
 import { type RedisClient, runScript } from '../redis/scripts';
 import { type Cutover, type CutoverProgress, cutoverProgress, readGroupCutover } from './cutover';
 import { type DeadLetterPurge, purgeMany } from './dead-letter-purge';
-import {
-  type DeadLetterReplay,
-  replayMany,
-  replayOne,
-  type ReplayContext,
-  replayProducer,
-  type ReplayDeadLettersOptions,
-} from './dead-letter-replay';
+import { type DeadLetterReplay, replayMany, replayOne, type ReplayContext, type ReplayDeadLettersOptions } from './dead-letter-replay';
 import {
   DEFAULT_DEAD_LETTER_COUNT,
   type DeadLetter,
@@ -32,6 +25,7 @@ import {
   applyOffsets,
   assertNoLiveMembers,
   assertOffsetTarget,
+  readFenceTokens,
   type ResetOffsetsOptions,
   type ResetOffsetsResult,
   targetId,
@@ -42,6 +36,7 @@ import { trimShards, type TrimOptions, type TrimResult } from './retention';
 import { type PeriodicTrimOptions, resolvePeriodicTrimOptions, TrimSchedule } from './periodic-trim';
 import { groupReadableShards, toGroupDescription } from './group-description';
 import { shardStats } from './shard-stats';
+import { deleteRetiredShards, pendingRetirement } from './shard-retirement';
 
 export const MAX_SHARD_COUNT = 65_536;
 
@@ -134,11 +129,15 @@ export class CoordinatorAdmin {
     const graceMs = assertIntegerInRange('graceMs', options.graceMs ?? 2000, 0, 3_600_000);
     const switchDelayMs = assertIntegerInRange('switchDelayMs', options.switchDelayMs ?? 1000, 0, 3_600_000);
     await this.completeCutovers(streamPrefix);
+    // A deleteDrainedShards that did not finish: its shards are deleted before any resize, so that
+    // a resize back never grows into a shard whose delete is still to come (SPEC 10.5).
+    const retirement = pendingRetirement(await this.redis.hgetall(this.keys.streamMeta(streamPrefix)));
+    if (retirement) await deleteRetiredShards(this.redis, this.keys, streamPrefix, retirement);
     const reply = await this.withGroups(streamPrefix, (groups) => ({
       script: 'resizeShards',
       keys: groups.flatMap((group) => {
-        const groupKeys = this.keys.groupKeys(streamPrefix, group);
-        return [groupKeys[2], this.keys.groupEvents(streamPrefix, group), groupKeys[4]];
+        const { groupMeta, events, leases } = this.keys.groupKey(streamPrefix, group);
+        return [groupMeta, events, leases];
       }),
       args: [
         count,
@@ -211,28 +210,30 @@ export class CoordinatorAdmin {
   /**
    * Deletes the shard streams (and their fencing tokens) that a shrink removed, once every group has
    * drained them and no member holds them. Never automatic; refused with `ResizeInProgressError`
-   * while a group still needs one. Returns the deleted shard indices.
+   * while a group still needs one. Returns the retired shards whose keys this call found deleted.
+   *
+   * Several steps (SPEC 10.5, docs/resharding.md#deleting-drained-shards): the shards are retired in
+   * the coordinator's slot, then each one's keys are deleted in its own slot by a script that checks
+   * again that it is still retired and drained. A call that failed at any step, called again,
+   * finishes; a resize in between finishes the deletion before it resizes.
    */
   async deleteDrainedShards(streamPrefix: string): Promise<number[]> {
     const statuses = await this.completeCutovers(streamPrefix);
     // A group still cutting over is refused by name by retireShards; otherwise look at the streams.
     if (statuses.every((status) => !status.cutover || status.completed)) await this.assertRemovedShardsProcessed(streamPrefix);
-    let groups: string[] = [];
-    const reply = await this.withGroups(streamPrefix, (current) => {
-      groups = current;
-      return {
-        script: 'retireShards',
-        keys: current.flatMap((group) => [this.keys.groupKeys(streamPrefix, group)[2], this.keys.groupKeys(streamPrefix, group)[6]]),
-        args: [current.length, ...current],
-      };
+    const reply = await this.withGroups(streamPrefix, (current) => ({
+      script: 'retireShards',
+      keys: current.flatMap((group) => {
+        const { groupMeta, owners } = this.keys.groupKey(streamPrefix, group);
+        return [groupMeta, owners];
+      }),
+      args: [current.length, ...current],
+    }));
+    return deleteRetiredShards(this.redis, this.keys, streamPrefix, {
+      from: Number(reply[2]),
+      end: Number(reply[3]),
+      version: String(reply[4]),
     });
-    const shards: number[] = [];
-    for (let shard = Number(reply[2]); shard < Number(reply[3]); shard++) shards.push(shard);
-    for (const shard of shards) {
-      await this.redis.del(this.keys.shardStream(streamPrefix, shard));
-      for (const group of groups) await this.redis.del(this.keys.shardFence(streamPrefix, shard, group));
-    }
-    return shards;
   }
 
   /**
@@ -328,9 +329,10 @@ export class CoordinatorAdmin {
   }
 
   /**
-   * Writes a dead letter's entry again, to its key through `StreamProducer` (it lands on the key's
+   * Writes a dead letter's entry again, to its key as a producer would (it lands on the key's
    * current shard, after the key's newer entries; every group of the stream gets it, with the
-   * `rsc-replay-*` headers), then deletes the dead letter. Safe to run twice (docs/operations.md).
+   * `rsc-replay-*` headers), then deletes the dead letter. Safe to run again after any failure, any
+   * number of times: it never writes the entry twice (docs/operations.md#replay, SPEC 10.6).
    *
    * @example
    * const { status, to } = await admin.replayDeadLetter('summary', 'summary-group', '3/1764505000000-0');
@@ -382,7 +384,6 @@ export class CoordinatorAdmin {
       keys: this.keys,
       streamPrefix,
       consumerGroup,
-      producer: replayProducer(this.redis, this.keys, streamPrefix),
       takeOverAfterMs: assertIntegerInRange('takeOverAfterMs', options.takeOverAfterMs ?? 15_000, 0, 86_400_000),
       stream: () => this.describeStream(streamPrefix),
     };
@@ -459,7 +460,8 @@ export class CoordinatorAdmin {
    * Moves the group's position on every shard (or one) to the earliest entry, past the latest, to a
    * time or to an id, like Kafka's `--reset-offsets`. Refused while the group has members with a live
    * lease unless `force`: they would go on from where they are and mix old and new positions.
-   * Pending entries stay pending (their owner, or the next, handles them).
+   * Pending entries stay pending (their owner, or the next, handles them). Each shard moves in its
+   * own slot only if no member was granted it since the check for live members (SPEC 10.5).
    *
    * @example
    * await admin.resetOffsets('summary', 'summary-group', { to: { datetime: new Date('2026-11-30T10:00:00Z') }, dryRun: true });
@@ -470,8 +472,16 @@ export class CoordinatorAdmin {
     const stream = await this.describeStream(streamPrefix);
     if (!stream) throw new StreamNotFoundError(streamPrefix, `no offsets of group "${consumerGroup}" to reset`);
     if (options.shardIndex !== undefined) assertIntegerInRange('shardIndex', options.shardIndex, 0, stream.shardSpan - 1);
-    if (!options.force)
+    const chosen = Array.from({ length: stream.shardSpan }, (_, i) => i).filter(
+      (i) => options.shardIndex === undefined || i === options.shardIndex,
+    );
+    // The tokens first, then the check: a member granted a shard after the check changes its token,
+    // and the shard's move (in its slot) sees that (SPEC 10.5).
+    let fences: Map<number, string> | null = null;
+    if (!options.force) {
+      fences = await readFenceTokens(this.redis, this.keys, streamPrefix, consumerGroup, chosen);
       await assertNoLiveMembers(this.redis, streamPrefix, consumerGroup, () => this.describeGroup(streamPrefix, consumerGroup));
+    }
     const positions = await readShardPositions(this.redis, this.keys, streamPrefix, consumerGroup, stream.shardSpan);
     const shards = positions
       .filter((position) => options.shardIndex === undefined || position.shardIndex === options.shardIndex)
@@ -481,7 +491,7 @@ export class CoordinatorAdmin {
         to: targetId(to, position),
         pending: position.pending,
       }));
-    if (!dryRun) await applyOffsets(this.redis, this.keys, streamPrefix, consumerGroup, shards);
+    if (!dryRun) await applyOffsets(this.redis, this.keys, streamPrefix, consumerGroup, shards, fences);
     return { streamPrefix, consumerGroup, dryRun, shards };
   }
 
@@ -545,7 +555,13 @@ function toStreamMetadata(streamPrefix: string, entries: [string, string][]): St
     ...(meta.has('switchAt') ? { switchAt: new Date(Number(meta.get('switchAt'))).toISOString() } : {}),
     shardSpan: Math.max(Number(meta.get('shardCount')), Number(meta.get('shardSpan') ?? 0)),
     deadLetterSpan: Math.max(Number(meta.get('shardCount')), Number(meta.get('shardSpan') ?? 0), Number(meta.get('deadLetterSpan') ?? 0)),
+    ...(meta.has('retiringSpan') ? { retiringShards: shardRange(Number(meta.get('shardCount')), Number(meta.get('retiringSpan'))) } : {}),
     createdAt: new Date(Number(meta.get('createdAt'))).toISOString(),
     updatedAt: new Date(Number(meta.get('updatedAt'))).toISOString(),
   };
+}
+
+/** The shard indices `from..end-1`. */
+function shardRange(from: number, end: number): number[] {
+  return Array.from({ length: Math.max(0, end - from) }, (_, i) => from + i);
 }

@@ -98,7 +98,7 @@ export async function readGroupCutover(
   consumerGroup: string,
 ): Promise<{ cutover: Cutover | null; incarnation: string | null }> {
   const [raw, incarnation, groupEpoch] = await redis.hmget(
-    keys.groupKeys(streamPrefix, consumerGroup)[2],
+    keys.groupKey(streamPrefix, consumerGroup).groupMeta,
     'cutover',
     'incarnation',
     'groupEpoch',

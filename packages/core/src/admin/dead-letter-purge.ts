@@ -8,9 +8,10 @@ export interface DeadLetterPurge {
 }
 
 /**
- * Deletes dead letters, with their replay marks (dropDeadLetter-2.lua), one command each: deleting
- * one that is gone changes nothing, so a purge is safe to run twice. A failure stops the purge with
- * the error; what was deleted before stays deleted, the rest stays.
+ * Deletes dead letters, with their replay marks (dropDeadLetter-2.lua) and the replay record a mark
+ * points to, one dead letter at a time: deleting one that is gone changes nothing, so a purge is
+ * safe to run twice. A failure stops the purge with the error; what was deleted before stays
+ * deleted, the rest stays.
  */
 export async function purgeMany(
   redis: RedisClient,
@@ -30,7 +31,14 @@ export async function purgeMany(
       ],
       [deadLetterId],
     );
-    results.push({ ref: `${shardIndex}/${deadLetterId}`, purged: Number(reply) === 1 });
+    const [deleted, writtenShard] = reply as [number, string, string];
+    const ref = `${shardIndex}/${deadLetterId}`;
+    // A replay that wrote the entry and stopped before its delete left a record on the shard it
+    // wrote to: nothing reads it once the letter is gone, so a failure here leaves a few bytes only.
+    if (writtenShard !== '') {
+      await redis.hdel(keys.shardReplayRecords(streamPrefix, Number(writtenShard), consumerGroup), ref).catch(() => undefined);
+    }
+    results.push({ ref, purged: Number(deleted) === 1 });
   }
   return results;
 }

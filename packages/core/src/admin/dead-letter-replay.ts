@@ -1,10 +1,11 @@
-import { ENTRY_CODEC_OF, ENTRY_FIELD, type OutgoingMessage, type PassThroughCodec } from '../protocol/entry-format';
+import { ENTRY_FIELD, type OutgoingMessage } from '../protocol/entry-format';
 import type { StreamMetadata } from '../protocol/records';
 import { shardForKey } from '../producer/key-hash';
-import { PartialBatchError, type SendResult } from '../producer/send-results';
-import { StreamProducer } from '../producer/stream-producer';
+import type { SendResult } from '../producer/send-results';
+import { execByNode } from '../redis/connection/slot-pipelines';
 import type { KeyBuilder } from '../redis/keys';
 import { type RedisClient, runScript } from '../redis/scripts';
+import { ReplayWriteError, type StoredPayload, writeReplay } from './dead-letter-replay-write';
 import { type DeadLetter, readDeadLetter } from './dead-letters';
 
 /** Headers a replayed entry carries besides its own, so a handler (of any group) can tell. */
@@ -56,23 +57,11 @@ export class DeadLetterReplayError extends Error {
   }
 }
 
-/** Hands the stored payload through as it is: a replay writes the bytes the producer wrote. */
-/** A stored payload: its text or bytes, and the codec that wrote it (kept in the replayed entry). */
-interface StoredPayload {
-  raw: string | Buffer;
-  codec: string | undefined;
-}
-
-/** Writes stored payloads back unchanged, bytes as bytes, each with its original codec's name. */
-const rawCodec: PassThroughCodec = {
-  name: 'raw',
-  encode: (payload: unknown) => (payload as StoredPayload).raw as string,
-  decode: (raw: string) => raw,
-  [ENTRY_CODEC_OF]: (payload: unknown) => (payload as StoredPayload).codec,
-};
-
 const SEARCH_PAGE = 1000;
-/** How far before a replay marker the search for its write starts: clock steps, Redis Cluster nodes. */
+/**
+ * How far before the first replay mark the search of the shard streams starts (only for a write
+ * without a replay record: one an older version made): clock steps between Redis Cluster nodes.
+ */
 const SEARCH_MARGIN_MS = 60_000;
 
 export interface ReplayContext {
@@ -81,31 +70,26 @@ export interface ReplayContext {
   streamPrefix: string;
   /** The dead letters' destination: a consumer group's name, or its members' `deadLetter.stream`. */
   consumerGroup: string;
-  producer: StreamProducer;
   takeOverAfterMs: number;
-  /** Fresh metadata, for routing the search for an earlier replay. */
+  /** Fresh metadata, for finding an earlier replay's write. */
   stream: () => Promise<StreamMetadata | null>;
 }
 
-/** A producer that writes the stored payload unchanged. */
-export function replayProducer(redis: RedisClient, keys: KeyBuilder, streamPrefix: string): StreamProducer {
-  return new StreamProducer(redis, { streamPrefix, keyPrefix: keys.keyPrefix, codec: rawCodec, metadataRefreshMs: 1 });
-}
-
 /**
- * Replays one dead letter: marks it (claimDeadLetterReplay-2.lua), writes its entry to its key through
- * StreamProducer (so it lands on the key's current shard, after the key's newer entries), then deletes
- * the dead letter and the mark together (dropDeadLetter-2.lua). Never loses the entry: the write comes
- * first. Safe to run twice: a deleted dead letter is `gone`; a mark left by a replay that stopped
- * between its write and the delete makes the next one look for that write before it writes.
+ * Replays one dead letter: marks it (claimDeadLetterReplay-2.lua), writes its entry to its key's
+ * current shard with a record of the write in that shard's slot (replayEntry-3.lua), notes where
+ * it landed in the mark (updateDeadLetterReplay-2.lua), then deletes the dead letter and the mark
+ * together (dropDeadLetter-2.lua). Never loses the entry: the write comes first. Never writes it
+ * twice, however many replays of it fail (SPEC 10.6): a replay that finds a mark looks for the
+ * earlier write by the mark, then by the shards' replay records (which retention does not touch),
+ * then (for a write without a record) in the streams from the first mark on.
  */
 export async function replayOne(ctx: ReplayContext, shardIndex: number, deadLetterId: string): Promise<DeadLetterReplay> {
   const { redis, keys, streamPrefix, consumerGroup } = ctx;
   const letter = await readDeadLetter(redis, keys, streamPrefix, consumerGroup, shardIndex, deadLetterId);
   const ref = `${shardIndex}/${deadLetterId}`;
   if (!letter) return { ref, status: 'gone' };
-  const stream = await ctx.stream();
-  const message = replayMessage(letter, consumerGroup, stream?.shardCount ?? 0);
+  const message = replayMessage(letter, consumerGroup);
   if (typeof message === 'string') return { ref, status: 'not-replayable', reason: message };
 
   const dlq = [
@@ -120,36 +104,54 @@ export async function replayOne(ctx: ReplayContext, shardIndex: number, deadLett
         `${ctx.takeOverAfterMs} ms after the mark (a replay that crashed), try again then`,
     );
   }
-  if (claim[1] !== '') {
-    const earlier = await findEarlierReplay(ctx, letter, Number(claim[1]));
+  const [, firstMark, claimedAt, writtenShard, writtenId] = claim.map(String);
+  if (firstMark !== '') {
+    const earlier =
+      writtenId !== '' ? { shardIndex: Number(writtenShard), id: writtenId } : await findEarlierReplay(ctx, letter, Number(firstMark));
     if (earlier) {
-      await drop(ctx, shardIndex, deadLetterId, `found its earlier replay at shard ${earlier.shardIndex} id ${earlier.id}`);
+      await drop(ctx, shardIndex, deadLetterId, earlier, `found its earlier replay at shard ${earlier.shardIndex} id ${earlier.id}`);
       return { ref, status: 'found-earlier-replay', to: earlier };
     }
   }
 
-  let to: SendResult;
+  let written: SendResult & { earlier: boolean };
   try {
-    [to] = await ctx.producer.sendBatch([message]);
+    written = await writeReplay(redis, keys, streamPrefix, consumerGroup, ref, message);
   } catch (error) {
-    const failed = error instanceof PartialBatchError ? error.failed[0] : undefined;
-    const cause = failed ? failed.error : (error as Error);
-    if (failed?.maybeWritten) {
-      // The write may have landed: the mark stays, so the next replay looks for it first.
+    const cause = error as Error;
+    if (error instanceof ReplayWriteError && error.maybeWritten) {
+      // The write may have landed (with its record): the mark stays, so the next replay looks first.
       throw new Error(
         `dead letter ${ref}: the replay's write got no reply (${cause.message}); the dead letter and its replay mark are kept: replay it again after ${ctx.takeOverAfterMs} ms, it looks for this write and does not write it twice`,
         { cause },
       );
     }
-    // Nothing was written: free the mark so that a retry does not wait for it.
-    await redis.hdel(dlq[1], deadLetterId).catch(() => undefined);
+    // Nothing was written: release the mark so that a retry does not wait for it (what an earlier
+    // replay left in it stays). If that fails too, a retry waits takeOverAfterMs, no more.
+    await runScript(redis, 'updateDeadLetterReplay', dlq, [deadLetterId, 'released', claimedAt]).catch(() => undefined);
     throw new Error(`dead letter ${ref}: the replay was not written (${cause.message}); the dead letter is kept`, { cause });
   }
-  await drop(ctx, shardIndex, deadLetterId, `replayed to shard ${to.shardIndex} id ${to.id}`);
-  return { ref, status: 'replayed', to };
+  const to = { shardIndex: written.shardIndex, id: written.id };
+  const where = `${written.earlier ? 'found its earlier replay at' : 'replayed to'} shard ${to.shardIndex} id ${to.id}`;
+  try {
+    await runScript(redis, 'updateDeadLetterReplay', dlq, [deadLetterId, 'written', claimedAt, to.shardIndex, to.id]);
+  } catch (error) {
+    throw new Error(
+      `dead letter ${ref}: ${where}, but noting it beside the dead letter failed (${(error as Error).message}); the dead letter and ` +
+        'its replay mark are kept: replaying it again finds the write by its record on the shard and only deletes it',
+      { cause: error },
+    );
+  }
+  await drop(ctx, shardIndex, deadLetterId, to, where);
+  return { ref, status: written.earlier ? 'found-earlier-replay' : 'replayed', to };
 }
 
-async function drop(ctx: ReplayContext, shardIndex: number, deadLetterId: string, done: string): Promise<void> {
+/**
+ * Deletes the dead letter and its mark (one script), then the replay record on the shard written
+ * to. Only a replay of this dead letter reads that record, and once the letter is gone none runs
+ * again: a record whose removal fails is a few bytes never read, not a wrong answer.
+ */
+async function drop(ctx: ReplayContext, shardIndex: number, deadLetterId: string, to: SendResult, done: string): Promise<void> {
   const { keys, streamPrefix, consumerGroup } = ctx;
   try {
     await runScript(
@@ -168,10 +170,13 @@ async function drop(ctx: ReplayContext, shardIndex: number, deadLetterId: string
       { cause: error },
     );
   }
+  await ctx.redis
+    .hdel(keys.shardReplayRecords(streamPrefix, to.shardIndex, consumerGroup), `${shardIndex}/${deadLetterId}`)
+    .catch(() => undefined);
 }
 
 /** The entry to write again, or why it cannot be. */
-function replayMessage(letter: DeadLetter, consumerGroup: string, shardCount: number): OutgoingMessage<StoredPayload> | string {
+function replayMessage(letter: DeadLetter, consumerGroup: string): OutgoingMessage<StoredPayload> | string {
   const fields = new Map<string, string>();
   for (let i = 0; i + 1 < letter.fields.length; i += 2) fields.set(letter.fields[i], letter.fields[i + 1]);
   const payload = fields.get(ENTRY_FIELD.payload);
@@ -189,21 +194,25 @@ function replayMessage(letter: DeadLetter, consumerGroup: string, shardCount: nu
   const group = letter.consumerGroup ?? consumerGroup;
   return {
     key: letter.key,
-    // An entry without a key goes back to its shard while that takes writes (else round-robin).
-    ...(letter.key === undefined && letter.shardIndex < shardCount ? { shardIndex: letter.shardIndex } : {}),
+    // An entry without a key goes back to its shard (modulo the shard count in effect).
+    ...(letter.key === undefined ? { shardIndex: letter.shardIndex } : {}),
     payload: { raw: letter.payloadBase64 === undefined ? payload : Buffer.from(letter.payloadBase64, 'base64'), codec: letter.codec },
     headers: { ...headers, [REPLAY_HEADER.of]: letter.ref, [REPLAY_HEADER.group]: group, [REPLAY_HEADER.originalId]: letter.entryId },
   };
 }
 
 /**
- * Looks for the write of a replay that marked `letter` at `markedAtMs` and did not finish: in the
- * shards its key routes to with the current and the previous shard count (every shard for an entry
- * without a key), from shortly before the mark on.
+ * Looks for the write of an earlier replay of `letter` whose mark does not say where it landed: in
+ * the replay records of every shard that may hold it (replayEntry-3.lua writes one with the write;
+ * retention does not remove them), then, for a write an older version made without a record, in
+ * the shards its key routes to with the current and the previous shard count (every shard for an
+ * entry without a key), from shortly before the first replay's mark on.
  */
-async function findEarlierReplay(ctx: ReplayContext, letter: DeadLetter, markedAtMs: number): Promise<SendResult | null> {
+async function findEarlierReplay(ctx: ReplayContext, letter: DeadLetter, firstMarkMs: number): Promise<SendResult | null> {
   const stream = await ctx.stream();
   if (!stream) return null;
+  const recorded = await findReplayRecord(ctx, letter, Math.max(stream.shardCount, stream.shardSpan, stream.deadLetterSpan));
+  if (recorded) return recorded;
   const counts = [stream.shardCount, stream.previousShardCount ?? stream.shardCount];
   const shards =
     letter.key === undefined
@@ -211,13 +220,31 @@ async function findEarlierReplay(ctx: ReplayContext, letter: DeadLetter, markedA
       : [...new Set(counts.map((count) => shardForKey(letter.key!, count)))];
   for (const shardIndex of shards) {
     const shard = ctx.keys.shardStream(ctx.streamPrefix, shardIndex);
-    let from = String(Math.max(0, markedAtMs - SEARCH_MARGIN_MS));
+    let from = String(Math.max(0, firstMarkMs - SEARCH_MARGIN_MS));
     for (;;) {
       const page = await ctx.redis.xrange(shard, from, '+', 'COUNT', SEARCH_PAGE);
       for (const [id, fields] of page) if (isReplayOf(fields, letter, ctx.consumerGroup)) return { shardIndex, id };
       if (page.length < SEARCH_PAGE) break;
       from = `(${page[page.length - 1][0]}`;
     }
+  }
+  return null;
+}
+
+/** The replay record of `letter` on any shard `0..span-1`: one HGET each, one pipeline per node. */
+async function findReplayRecord(ctx: ReplayContext, letter: DeadLetter, span: number): Promise<SendResult | null> {
+  const results = await execByNode(
+    ctx.redis,
+    Array.from({ length: span }, (_, shardIndex) => {
+      const key = ctx.keys.shardReplayRecords(ctx.streamPrefix, shardIndex, ctx.consumerGroup);
+      return { key, build: (pipeline) => pipeline.hget(key, letter.ref) };
+    }),
+  );
+  for (const [shardIndex, result] of results.entries()) {
+    if ('error' in result) throw result.error;
+    const [error, id] = result.replies[0];
+    if (error) throw error;
+    if (id) return { shardIndex, id: String(id) };
   }
   return null;
 }

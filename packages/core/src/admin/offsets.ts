@@ -1,7 +1,8 @@
 import { ErrorCode } from '../protocol/error-codes';
 import type { GroupDescription, MemberMetadata } from '../protocol/records';
+import { execByNode } from '../redis/connection/slot-pipelines';
 import type { KeyBuilder } from '../redis/keys';
-import type { RedisClient } from '../redis/scripts';
+import { type RedisClient, runScript } from '../redis/scripts';
 import type { ShardPosition } from './shard-positions';
 
 /** Where `resetOffsets` moves the group: the id it has been delivered up to from then on. */
@@ -66,9 +67,39 @@ export function targetId(to: OffsetTarget, position: ShardPosition): string {
 }
 
 /**
- * Moves the group's position on the given shards (XGROUP SETID; XGROUP CREATE where the group has
- * not read the shard yet, so that its first reader starts there and not from 0). Pending entries
- * stay pending.
+ * The group's fencing token on each shard (`''` where none): read before the check for live
+ * members, so that each move can tell whether a member was granted the shard since (`applyOffsets`).
+ */
+export async function readFenceTokens(
+  redis: RedisClient,
+  keys: KeyBuilder,
+  streamPrefix: string,
+  consumerGroup: string,
+  shards: number[],
+): Promise<Map<number, string>> {
+  const results = await execByNode(
+    redis,
+    shards.map((shard) => {
+      const key = keys.shardFence(streamPrefix, shard, consumerGroup);
+      return { key, build: (pipeline) => pipeline.get(key) };
+    }),
+  );
+  return new Map(
+    results.map((result, i) => {
+      if ('error' in result) throw result.error;
+      const [error, token] = result.replies[0];
+      if (error) throw error;
+      return [shards[i], token === null ? '' : String(token)];
+    }),
+  );
+}
+
+/**
+ * Moves the group's position on the given shards, one script each in the shard's slot
+ * (resetShardOffset-2.lua): XGROUP SETID, or XGROUP CREATE where the group has not read the shard
+ * yet. Pending entries stay pending. With `fences` (not forced), a shard whose token changed since
+ * they were read is not moved: a member was granted it after the check for live members; this
+ * throws there, naming it (shards before it were moved: the reset is absolute, run it again).
  */
 export async function applyOffsets(
   redis: RedisClient,
@@ -76,19 +107,24 @@ export async function applyOffsets(
   streamPrefix: string,
   consumerGroup: string,
   resets: ShardOffsetReset[],
+  fences: Map<number, string> | null,
 ): Promise<void> {
-  for (const reset of resets) {
-    const stream = keys.shardStream(streamPrefix, reset.shardIndex);
-    if (reset.from === null) {
-      try {
-        await redis.xgroup('CREATE', stream, consumerGroup, reset.to, 'MKSTREAM');
-        continue;
-      } catch (error) {
-        // A member created it since the look: move it like any other.
-        if (!/BUSYGROUP/.test(String(error))) throw error;
-      }
+  for (const [i, reset] of resets.entries()) {
+    const reply = (await runScript(
+      redis,
+      'resetShardOffset',
+      [keys.shardStream(streamPrefix, reset.shardIndex), keys.shardFence(streamPrefix, reset.shardIndex, consumerGroup)],
+      [consumerGroup, reset.to, fences ? (fences.get(reset.shardIndex) ?? '') : '*'],
+    )) as string[];
+    if (reply[0] === 'claimed') {
+      const done = resets.slice(0, i).map((r) => r.shardIndex);
+      const member = reply[1].split(':').slice(2).join(':') || reply[1];
+      throw new Error(
+        `group "${consumerGroup}" of stream "${streamPrefix}", shard ${reset.shardIndex}: a member (${member}) claimed it since the check for ` +
+          `live members, so it is not moved under it; ${done.length > 0 ? `shard${done.length > 1 ? 's' : ''} ${done.join(', ')} ${done.length > 1 ? 'were' : 'was'} reset, ` : ''}` +
+          `shard ${reset.shardIndex} and later ones were not: stop the members, or force the reset`,
+      );
     }
-    await redis.xgroup('SETID', stream, consumerGroup, reset.to);
   }
 }
 

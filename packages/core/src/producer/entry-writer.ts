@@ -157,6 +157,6 @@ function replicated(
 }
 
 /** An error Redis answered with (as opposed to a connection or timeout error, where no reply came). */
-function isReplyError(error: Error): boolean {
+export function isReplyError(error: Error): boolean {
   return error.name === 'ReplyError';
 }

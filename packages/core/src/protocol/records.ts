@@ -120,6 +120,11 @@ export interface StreamMetadata {
    * `deleteDrainedShards` retired shards (their dead letters are kept, and read and purged as any).
    */
   deadLetterSpan: number;
+  /**
+   * Shards `deleteDrainedShards` retired (out of `shardSpan`) and has not finished deleting: call
+   * it again, or resize (which finishes it first). Absent when none (docs/resharding.md).
+   */
+  retiringShards?: number[];
   createdAt: string;
   updatedAt: string;
 }

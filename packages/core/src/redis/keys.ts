@@ -3,6 +3,43 @@ import { assertConsumerGroup, assertKeyPrefix, assertMemberId, assertStreamPrefi
 export const DEFAULT_KEY_PREFIX = 'rsc';
 
 /**
+ * A consumer group's coordinator keys, named as `includes/groupKeys.lua` names them (its `K` table);
+ * what each holds is described there.
+ */
+export interface GroupKeys {
+  streamMeta: string;
+  groups: string;
+  groupMeta: string;
+  members: string;
+  leases: string;
+  target: string;
+  owners: string;
+  unconverged: string;
+  deadlines: string;
+  retained: string;
+  events: string;
+  weights: string;
+  steady: string;
+}
+
+/** The order in which group scripts take the keys (`KEYS[1..13]` of includes/groupKeys.lua). */
+const GROUP_KEY_ORDER: readonly (keyof GroupKeys)[] = [
+  'streamMeta',
+  'groups',
+  'groupMeta',
+  'members',
+  'leases',
+  'target',
+  'owners',
+  'unconverged',
+  'deadlines',
+  'retained',
+  'events',
+  'weights',
+  'steady',
+];
+
+/**
  * The one key builder (SPEC section 7). Every coordinator key of a stream prefix carries the hash tag
  * `{<streamPrefix>}`, so one script can touch all of them atomically on Redis Cluster; shard streams
  * carry a tag of their own per shard, so a cluster spreads their data and load over its slots, and a
@@ -27,28 +64,37 @@ export class KeyBuilder {
     return `${this.coordinatorTag(streamPrefix)}:groups`;
   }
 
+  /**
+   * One consumer group's coordinator keys by name, the names `includes/groupKeys.lua` gives them
+   * (`K.groupMeta`, `K.owners`, ...), so that TypeScript never indexes the list by position.
+   */
+  groupKey(streamPrefix: string, consumerGroup: string): GroupKeys {
+    const group = `${this.coordinatorTag(streamPrefix)}:g:${assertConsumerGroup(consumerGroup)}`;
+    return {
+      streamMeta: this.streamMeta(streamPrefix),
+      groups: this.streamGroups(streamPrefix),
+      groupMeta: `${group}:meta`,
+      members: `${group}:members`,
+      leases: `${group}:leases`,
+      target: `${group}:target`,
+      owners: `${group}:owners`,
+      unconverged: `${group}:unconverged`,
+      deadlines: `${group}:deadlines`,
+      retained: `${group}:retained`,
+      events: `${group}:events`,
+      weights: `${group}:weights`,
+      steady: `${group}:steady`,
+    };
+  }
+
   /** The thirteen keys every group script takes, in the order `includes/groupKeys.lua` names them. */
   groupKeys(streamPrefix: string, consumerGroup: string): string[] {
-    const group = `${this.coordinatorTag(streamPrefix)}:g:${assertConsumerGroup(consumerGroup)}`;
-    return [
-      this.streamMeta(streamPrefix),
-      this.streamGroups(streamPrefix),
-      `${group}:meta`,
-      `${group}:members`,
-      `${group}:leases`,
-      `${group}:target`,
-      `${group}:owners`,
-      `${group}:unconverged`,
-      `${group}:deadlines`,
-      `${group}:retained`,
-      `${group}:events`,
-      `${group}:weights`,
-      `${group}:steady`,
-    ];
+    const named = this.groupKey(streamPrefix, consumerGroup);
+    return GROUP_KEY_ORDER.map((name) => named[name]);
   }
 
   groupEvents(streamPrefix: string, consumerGroup: string): string {
-    return this.groupKeys(streamPrefix, consumerGroup)[10];
+    return this.groupKey(streamPrefix, consumerGroup).events;
   }
 
   /** The group's pub/sub channel on which the coordinator tells members to heartbeat now. */
@@ -101,10 +147,22 @@ export class KeyBuilder {
   }
 
   /**
-   * Replay markers of one destination's dead letters of one shard (dead-letter id -> when a replay
-   * began), beside the dead-letter stream: a marker left behind says a replay may have written the entry.
+   * Replay marks of one destination's dead letters of one shard (dead-letter id -> JSON: when the
+   * first replay began, when the current one did, and where its write landed once known; see
+   * claimDeadLetterReplay-2.lua), beside the dead-letter stream, so that a replay checks and writes
+   * them atomically with the letter: a mark left behind says a replay may have written the entry.
    */
   shardDeadLetterReplays(streamPrefix: string, shardIndex: number, destination: string): string {
     return `${this.shardDeadLetterStream(streamPrefix, shardIndex, destination)}:replays`;
+  }
+
+  /**
+   * Replays of `destination`'s dead letters written to this shard (dead-letter ref -> entry id), in
+   * the shard stream's slot, written atomically with each replay's write (replayEntry-3.lua): what a
+   * replay run again looks up to tell whether an earlier one wrote, whatever retention has deleted
+   * from the stream since (SPEC 10.6). Kept when a drained shard is deleted.
+   */
+  shardReplayRecords(streamPrefix: string, shardIndex: number, destination: string): string {
+    return `${this.shardStream(streamPrefix, shardIndex)}:replayed:${assertConsumerGroup(destination)}`;
   }
 }

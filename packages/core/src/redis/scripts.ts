@@ -23,12 +23,17 @@ const SCRIPT_FILES = {
   resizeShards: 'resizeShards-n.lua',
   completeCutover: 'completeCutover-13.lua',
   retireShards: 'retireShards-n.lua',
+  deleteRetiredShard: 'deleteRetiredShard-n.lua',
+  endShardRetirement: 'endShardRetirement-1.lua',
   firstAfter: 'firstAfter-n.lua',
   appendEntries: 'appendEntries-3.lua',
   ensureRouting: 'ensureRouting-1.lua',
   claimDeadLetterReplay: 'claimDeadLetterReplay-2.lua',
   dropDeadLetter: 'dropDeadLetter-2.lua',
+  updateDeadLetterReplay: 'updateDeadLetterReplay-2.lua',
+  replayEntry: 'replayEntry-3.lua',
   trimShard: 'trimShard-1.lua',
+  resetShardOffset: 'resetShardOffset-2.lua',
 } as const;
 
 export type ScriptName = keyof typeof SCRIPT_FILES;

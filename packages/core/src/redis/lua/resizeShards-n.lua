@@ -41,6 +41,14 @@ end
 
 if newCount == oldCount then return { ERR_NONE, '', 0, redis.call('HGETALL', KEYS[1]) } end
 
+-- Shards that deleteDrainedShards retired and has not finished deleting: a resize now could grow
+-- back into one whose delete is still to come (CoordinatorAdmin.resizeShards finishes it first).
+local retiringSpan = redis.call('HGET', KEYS[1], 'retiringSpan')
+if retiringSpan then
+  return { ERR_RESIZE_IN_PROGRESS, 'removed shards ' .. oldCount .. '..' .. (tonumber(retiringSpan) - 1)
+    .. ' are still being deleted: call CoordinatorAdmin.deleteDrainedShards again to finish', 0, {} }
+end
+
 -- One resize at a time: a group still cutting over (or draining) from the previous one must finish.
 local busy = {}
 for i = 1, groupCount do

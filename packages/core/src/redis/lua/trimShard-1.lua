@@ -1,9 +1,10 @@
 --[[
   trimShard-1: retention of one shard stream (CoordinatorAdmin.trim). In one atomic step, so that no
   group can read, claim or be created between the look and the trim: finds, for every consumer group
-  on the stream, the lowest id it still needs (its oldest pending entry, else the first entry after
-  its last-delivered id), and deletes with XTRIM MINID everything below the lowest of those. Never
-  past a pending entry, never an entry a group has not been delivered.
+  on the stream, the lowest id it still needs (the lower of its oldest pending entry and the first
+  entry after its last-delivered id, which a reset may have moved back below it), and deletes with
+  XTRIM MINID everything below the lowest of those. Never past a pending entry, never an entry a
+  group has not been delivered or was reset to read again (SPEC 10.6).
 
   KEYS[1]  the shard stream
   ARGV[1]  1 for a dry run (nothing deleted)   ARGV[2]  maxLen for a stream no group reads (0: none)
@@ -46,12 +47,13 @@ local minId, limiting = nil, ''
 table.sort(names)
 for _, group in ipairs(names) do
   local fields = onStream[group]
-  local needs
+  -- Both, and the lower of them (SPEC 10.6): a reset (XGROUP SETID) can move the last-delivered id
+  -- below the oldest pending entry, and everything from it on is to be read again.
+  local after = redis.call('XRANGE', stream, '(' .. fields['last-delivered-id'], '+', 'COUNT', 1)[1]
+  local needs = after and after[1] or nil
   if tonumber(fields['pending']) > 0 then
-    needs = redis.call('XPENDING', stream, group)[2]
-  else
-    local after = redis.call('XRANGE', stream, '(' .. fields['last-delivered-id'], '+', 'COUNT', 1)[1]
-    needs = after and after[1] or nil
+    local oldestPending = redis.call('XPENDING', stream, group)[2]
+    if not needs or compareStreamIds(oldestPending, needs) < 0 then needs = oldestPending end
   end
   if needs and (not minId or compareStreamIds(needs, minId) < 0) then
     minId, limiting = needs, group

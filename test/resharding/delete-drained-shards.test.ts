@@ -1,0 +1,167 @@
+import { describe, expect, it } from 'vitest';
+import { CoordinatorAdmin, KeyBuilder, type SendResult, StreamProducer } from '@redis-stream-coordinator/core';
+import { type CommandVerdict, failing, hookCommands, isScriptOn } from '../support/command-hooks';
+import { HandlerRecorder } from '../support/handler-recorder';
+import { memberFactory } from '../support/member-factory';
+import { pollUntil } from '../support/poll';
+import { uniqueName, useRedisServer } from '../support/vitest-redis';
+
+// SPEC 10.5: deleteDrainedShards is several steps (retire the shards in the coordinator's slot, then
+// delete each shard's keys in its own slot); each step re-checks what it acts on, a failed call
+// called again finishes, and a resize back in between loses nothing.
+const redis = useRedisServer();
+const aMember = memberFactory(redis, { coordinator: { heartbeatIntervalMs: 200 }, sessionTimeoutMs: 1000, cutoverCheckIntervalMs: 50 });
+const keys = new KeyBuilder();
+
+/** A stream of 4 shards read by a running member of "group", shrunk to 2 and drained. */
+async function shrunkAndDrained() {
+  const streamPrefix = uniqueName('delete-drained');
+  const admin = new CoordinatorAdmin(redis.client());
+  const recorder = new HandlerRecorder();
+  const member = aMember({ streamPrefix, memberId: 'a', shardCount: 4, handler: recorder.handler('a') });
+  await member.start();
+  await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(
+    Array.from({ length: 8 }, (_, seq) => ({ shardIndex: seq % 4, payload: { key: 'k', seq } })),
+  );
+  await pollUntil('the first entries handled', async () => recorder.distinctEntries() === 8);
+  await admin.resizeShards(streamPrefix, 2, { graceMs: 50, switchDelayMs: 50 });
+  await pollUntil('the shrink drained', async () => (await admin.cutoverStatus(streamPrefix)).every((s) => s.cutover === null), {
+    timeoutMs: 20_000,
+  });
+  return { streamPrefix, admin, recorder };
+}
+
+/** True for the first command that deletes shard `shard`'s keys (a DEL, or the script that does it). */
+const deletes = (streamPrefix: string, shard: number) => (name: string, args: string[]) =>
+  args.includes(keys.shardStream(streamPrefix, shard)) && (name === 'del' || isScriptOn(name, args, keys.shardStream(streamPrefix, shard)));
+
+const removedKeys = (streamPrefix: string) => [
+  keys.shardStream(streamPrefix, 2),
+  keys.shardStream(streamPrefix, 3),
+  keys.shardFence(streamPrefix, 2, 'group'),
+  keys.shardFence(streamPrefix, 3, 'group'),
+];
+
+describe('deleteDrainedShards (SPEC 10.5)', () => {
+  it('a resize back that lands between the retirement and the deletes loses nothing: shards the stream grew back into are not deleted', async () => {
+    const { streamPrefix, recorder } = await shrunkAndDrained();
+    const deleting = redis.client();
+    const isDelete = deletes(streamPrefix, 2);
+    let written: SendResult[] = [];
+    let raced = false;
+    hookCommands(deleting, async (name, args): Promise<CommandVerdict> => {
+      if (raced || !isDelete(name, args)) return 'send';
+      raced = true;
+      // Another operator grows the stream back, and producers write to the regrown shards, all
+      // acknowledged, before this call's delete of shard 2 reaches Redis.
+      await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 4, { ordered: false });
+      written = await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(
+        Array.from({ length: 40 }, (_, seq) => ({ shardIndex: 2 + (seq % 2), payload: { key: 'regrown', seq } })),
+      );
+      return 'send';
+    });
+    await new CoordinatorAdmin(deleting).deleteDrainedShards(streamPrefix);
+    expect(raced).toBe(true);
+    const kept = new Set<string>();
+    for (const shard of [2, 3]) {
+      for (const [id] of await redis.client().xrange(keys.shardStream(streamPrefix, shard), '-', '+')) kept.add(`${shard}/${id}`);
+    }
+    expect(written.filter((w) => !kept.has(`${w.shardIndex}/${w.id}`))).toEqual([]);
+    await pollUntil('the 40 writes to the regrown shards handled', async () =>
+      written.every((w) => recorder.runs.some((r) => r.shardIndex === w.shardIndex && r.id === w.id)),
+    );
+  }, 30_000);
+
+  it('a call that failed at its first delete is finished by calling it again: no removed stream or fencing token is left', async () => {
+    const { streamPrefix, admin } = await shrunkAndDrained();
+    const client = redis.client();
+    const firstDelete = failing(deletes(streamPrefix, 2));
+    hookCommands(client, firstDelete);
+    await expect(new CoordinatorAdmin(client).deleteDrainedShards(streamPrefix)).rejects.toThrow(/connection lost/);
+    expect(firstDelete.failed()).toBe(1);
+
+    expect(await admin.deleteDrainedShards(streamPrefix)).toEqual([2, 3]);
+    expect(await redis.client().exists(...removedKeys(streamPrefix))).toBe(0);
+    expect((await admin.describeStream(streamPrefix))?.shardSpan).toBe(2);
+    expect(await admin.deleteDrainedShards(streamPrefix)).toEqual([]);
+  }, 30_000);
+
+  it('a call that failed at its last step (ending the retirement) is finished by calling it again, and resizes wait for it', async () => {
+    const { streamPrefix, admin } = await shrunkAndDrained();
+    const client = redis.client();
+    const meta = keys.streamMeta(streamPrefix);
+    const lastStep = failing((name, args) => isScriptOn(name, args, meta) && args.includes('deleted'));
+    hookCommands(client, lastStep);
+    await expect(new CoordinatorAdmin(client).deleteDrainedShards(streamPrefix)).rejects.toThrow(/connection lost/);
+    expect(lastStep.failed()).toBe(1);
+    expect(await redis.client().exists(...removedKeys(streamPrefix))).toBe(0);
+    // The record still stands (resizeShards-n.lua refuses to resize while it does).
+    expect(await redis.client().hget(meta, 'retiringSpan')).toBe('4');
+    expect(await admin.describeStream(streamPrefix)).toMatchObject({ shardSpan: 2, retiringShards: [2, 3] });
+
+    expect(await admin.deleteDrainedShards(streamPrefix)).toEqual([2, 3]);
+    expect(await redis.client().hmget(meta, 'retiringSpan', 'retiredVersion', 'shardSpan')).toEqual([null, null, '2']);
+    expect((await admin.describeStream(streamPrefix))?.retiringShards).toBeUndefined();
+  }, 30_000);
+
+  it('a resize after a call that failed half way finishes the deletion first, then resizes', async () => {
+    const { streamPrefix, admin, recorder } = await shrunkAndDrained();
+    const client = redis.client();
+    hookCommands(client, failing(deletes(streamPrefix, 3), Number.POSITIVE_INFINITY));
+    await expect(new CoordinatorAdmin(client).deleteDrainedShards(streamPrefix)).rejects.toThrow(/connection lost/);
+
+    const grown = await admin.resizeShards(streamPrefix, 4, { ordered: false });
+    expect(grown).toMatchObject({ shardCount: 4, changed: true });
+    const written = await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(
+      Array.from({ length: 10 }, (_, seq) => ({ shardIndex: 2 + (seq % 2), payload: { key: 'after', seq } })),
+    );
+    await pollUntil('the writes to the regrown shards handled', async () =>
+      written.every((w) => recorder.runs.some((r) => r.shardIndex === w.shardIndex && r.id === w.id)),
+    );
+    // Only the new entries are there: the old streams were deleted before the stream grew back.
+    expect(await redis.client().xlen(keys.shardStream(streamPrefix, 3))).toBe(5);
+  }, 30_000);
+
+  it('re-checks each shard in its own slot right before deleting it: an entry that arrived since the look is not deleted', async () => {
+    const { streamPrefix } = await shrunkAndDrained();
+    const deleting = redis.client();
+    const isDelete = deletes(streamPrefix, 2);
+    let late = '';
+    hookCommands(deleting, async (name, args): Promise<CommandVerdict> => {
+      if (late !== '' || !isDelete(name, args)) return 'send';
+      // A writer that bypasses the routing markers adds an entry after the drain was checked.
+      late = String(await redis.client().xadd(keys.shardStream(streamPrefix, 2), '*', 'p', '{"seq":99}'));
+      return 'send';
+    });
+    await expect(new CoordinatorAdmin(deleting).deleteDrainedShards(streamPrefix)).rejects.toThrow(
+      /shard 2 still holds 1 entry group group has not processed/,
+    );
+    expect((await redis.client().xrange(keys.shardStream(streamPrefix, 2), '-', '+')).map(([id]) => id)).toContain(late);
+    // Back in the span, where describeGroup shows its backlog, and the stream can still be resized.
+    expect((await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group')).shards[2]).toMatchObject({ backlog: 1 });
+    expect(await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 3, { ordered: false })).toMatchObject({ shardCount: 3 });
+  }, 30_000);
+
+  it('does not delete a retired shard whose routing marker lets writes in; it goes back into the span', async () => {
+    const { streamPrefix } = await shrunkAndDrained();
+    const deleting = redis.client();
+    const isDelete = deletes(streamPrefix, 3);
+    const marker = keys.shardRouting(streamPrefix, 3);
+    let opened = false;
+    hookCommands(deleting, async (name, args): Promise<CommandVerdict> => {
+      if (opened || !isDelete(name, args)) return 'send';
+      opened = true;
+      // Something rewrote the marker (same resize version) so that it lets writes in.
+      await redis.client().hset(marker, 'count', 4, 'previous', 4);
+      return 'send';
+    });
+    await expect(new CoordinatorAdmin(deleting).deleteDrainedShards(streamPrefix)).rejects.toThrow(
+      /removed shard 3's routing marker lets writes in \(count 4\); it is not deleted/,
+    );
+    expect(await redis.client().exists(keys.shardStream(streamPrefix, 3))).toBe(1);
+    expect(await redis.client().exists(keys.shardStream(streamPrefix, 2))).toBe(0);
+    const stream = await new CoordinatorAdmin(redis.client()).describeStream(streamPrefix);
+    expect(stream).toMatchObject({ shardSpan: 4 });
+    expect(stream?.retiringShards).toBeUndefined();
+  }, 30_000);
+});

@@ -29,7 +29,7 @@ local shardIndex, retiredVersion, groupCount = tonumber(ARGV[1]), tonumber(ARGV[
 
 local version = tonumber(redis.call('HGET', marker, 'version') or '0')
 if version > retiredVersion then return { 'regrown', version } end
-local inEffect = routingInEffect(marker, nowMs())
+local inEffect = routingInEffect(marker, nowMs)
 local from = tonumber(redis.call('HGET', marker, 'count') or '0')
 if inEffect > shardIndex or from > shardIndex then return { 'writable', math.max(inEffect, from) } end
 

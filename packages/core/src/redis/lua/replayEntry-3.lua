@@ -25,7 +25,7 @@ local shardIndex, routedCount, ref = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[
 
 local earlier = redis.call('HGET', KEYS[3], ref)
 if earlier then return { 'EARLIER', routedCount, earlier } end
-local inEffect = routingInEffect(KEYS[2], nowMs())
+local inEffect = routingInEffect(KEYS[2], nowMs)
 if inEffect == 0 then return { 'UNROUTED', 0 } end
 if inEffect ~= routedCount or shardIndex >= inEffect then return { 'REROUTE', inEffect } end
 

@@ -148,3 +148,106 @@ describe('a command connection that stops answering without closing (half-open)'
     );
   });
 });
+
+describe('an acknowledgement connection that stops answering without closing (ackWaitForReplicas)', () => {
+  it('is reset after two acknowledgement calls got no answer, says so while it lasts, and every finished entry is acknowledged', async () => {
+    const streamPrefix = uniqueName('half-open-acks');
+    const recorder = new HandlerRecorder();
+    const proxy = await aProxy();
+    const errors: string[] = [];
+    const problems = new Set<string>();
+    const member = aMember(
+      {
+        streamPrefix,
+        shardCount: 1,
+        sessionTimeoutMs: 3000,
+        blockMs: 200,
+        // This Redis has no replica: each WAIT returns after 1 ms, counting none (an `error` each time).
+        ackWaitForReplicas: { replicas: 1, timeoutMs: 1 },
+        handler: recorder.handler('m'),
+      },
+      redis.clientAt(proxy.url),
+    );
+    member.on('error', (e: Error) => errors.push(e.message));
+    await member.start();
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.sendBatch(keyedMessages(1, 2, 'before'));
+    await pollUntil(
+      'the first entries acknowledged',
+      async () => (await admin().describeGroup(streamPrefix, 'group')).shards[0].pending === 0,
+    );
+
+    // Only the acknowledgements' own connection sends WAIT: its next call, and all after it on that
+    // connection, stop at the proxy for good (never released): a half-open connection.
+    proxy.holdNextRequest(TcpProxy.command('WAIT'));
+    await producer.sendBatch(keyedMessages(1, 10, 'during'));
+    const watching = setInterval(() => {
+      for (const line of member.stats().problems) problems.add(line);
+    }, 20);
+    try {
+      await pollUntil(
+        'the acknowledgement connection reset',
+        async () =>
+          errors.some((e) =>
+            /acknowledgement calls in a row got no answer within 1001 ms; the acknowledgement connection was reset/.test(e),
+          ),
+        { timeoutMs: 8000 },
+      );
+      await pollUntil('every entry acknowledged', async () => {
+        const shard = (await admin().describeGroup(streamPrefix, 'group')).shards[0];
+        return shard.pending === 0 && shard.lag === 0;
+      });
+    } finally {
+      clearInterval(watching);
+    }
+    expect([...problems].some((line) => /acknowledgements got no answer within 1001 ms/.test(line))).toBe(true);
+    await pollUntil('the problems line gone with the next answered acknowledgement', async () => member.stats().problems.length === 0);
+    expect(recorder.duplicates()).toEqual([]);
+    await member.stop();
+  });
+});
+
+describe('stop() while an acknowledgement waits for an answer (the network frozen)', () => {
+  it('returns within its bounds, and so does start() after abort()', async () => {
+    const streamPrefix = uniqueName('stop-frozen-ack');
+    const proxy = await aProxy();
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let running = false;
+    const settings = { streamPrefix, shardCount: 1, sessionTimeoutMs: 3000, blockMs: 200 };
+    const member = aMember(
+      {
+        ...settings,
+        handler: async () => {
+          running = true;
+          await gate;
+        },
+      },
+      redis.clientAt(proxy.url),
+    );
+    await member.start();
+    await new StreamProducer(redis.client(), { streamPrefix }).send({ key: 'k', payload: { seq: 1 } });
+    await pollUntil('the handler running', async () => running);
+    try {
+      // The handler finishes into a frozen network: its acknowledgement never gets an answer.
+      proxy.freeze();
+      release();
+      // Bounds (docs/runtime.md): the read loop blockMs + max(2 s, session / 3), the leave and the last
+      // acknowledgement flush a third of the session each.
+      let startedAt = performance.now();
+      await member.stop();
+      expect(performance.now() - startedAt).toBeLessThan(5000);
+
+      const again = aMember({ ...settings, handler: () => undefined }, redis.clientAt(proxy.url));
+      await again.start().catch(() => undefined); // frozen: fails after a third of the session
+      await new StreamProducer(redis.client(), { streamPrefix }).send({ key: 'k', payload: { seq: 2 } });
+      again.abort();
+      startedAt = performance.now();
+      // Aborted while frozen; start() waits for the abort's poller, then fails to reach Redis.
+      await expect(again.start()).rejects.toThrow();
+      expect(performance.now() - startedAt).toBeLessThan(4000);
+    } finally {
+      proxy.thaw();
+    }
+  });
+});

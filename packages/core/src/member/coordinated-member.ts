@@ -19,6 +19,7 @@ import { MemberLease, staticTakeoverAfterMs } from './lifecycle/member-lease';
 import {
   type BatchMemberOptions,
   type CoordinatedMemberOptions,
+  ackCallTimeoutMs,
   coordinatorCallTimeoutMs,
   MAX_RUNTIME_CONCURRENCY,
   type ResolvedMemberOptions,
@@ -131,7 +132,11 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
         textCodecs,
       },
     );
-    this.poller = new ShardPoller(shardClient, transport, resolved, () => this.mayStartHandlers());
+    const ackConnection = this.ackConnection;
+    this.poller = new ShardPoller(shardClient, transport, resolved, () => this.mayStartHandlers(), {
+      callTimeoutMs: ackCallTimeoutMs(this.options),
+      reset: ackConnection && (() => resetConnection(ackConnection, 'acknowledgement')),
+    });
     // A static member can be taken over by a new instance long before its session times out.
     const takeoverAfterMs =
       this.options.memberInstanceId === undefined

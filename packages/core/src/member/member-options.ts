@@ -323,3 +323,15 @@ export function retryDelayMs(attempt: number, base: number, max: number): number
 export function coordinatorCallTimeoutMs(options: { readonly sessionTimeoutMs: number }): number {
   return Math.max(100, Math.floor(options.sessionTimeoutMs / 3));
 }
+
+/**
+ * How long one acknowledgement call may take before it counts as unanswered and is retried (SPEC
+ * 10.1): a third of the session timeout, as a heartbeat, plus the `WAIT` that follows it with
+ * `ackWaitForReplicas` (it may take its whole `timeoutMs` when replicas are missing).
+ */
+export function ackCallTimeoutMs(options: {
+  readonly sessionTimeoutMs: number;
+  readonly ackWaitForReplicas?: { timeoutMs: number };
+}): number {
+  return coordinatorCallTimeoutMs(options) + (options.ackWaitForReplicas?.timeoutMs ?? 0);
+}

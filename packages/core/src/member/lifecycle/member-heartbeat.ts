@@ -52,7 +52,10 @@ export interface HeartbeatParts {
  * Every heartbeat carries a deadline in Redis time (SPEC 9.1: a lease is renewed only by a heartbeat
  * whose answer the member acts on): the moment the member stops waiting for the answer, or gives its
  * lease up if that comes first. A heartbeat that reaches Redis later (it sat in ioredis' offline
- * queue through a reconnect, or on a slow link) changes nothing there. With `resetStuckConnection`,
+ * queue through a reconnect, or on a slow link) changes nothing there. Every heartbeat also says when
+ * the latest answer received in time ran (`answeredAt`), so Redis stops renewing a member whose
+ * answers come back late (SPEC 10.2); a late answer still bounds the clock and, accepted, counts as
+ * the renewal it was (never for ownership). With `resetStuckConnection`,
  * heartbeats that got no answer at all twice in a row reset the command connection (half-open).
  */
 export class MemberHeartbeat {

@@ -302,3 +302,34 @@ describe('a dead-letter write on a connection that stops answering', () => {
     await member.stop();
   });
 });
+
+describe('a sweep on a command connection that stops answering', () => {
+  it("fails the read loop's turn visibly within its bound instead of holding every shard's reads silently", async () => {
+    const streamPrefix = uniqueName('stuck-sweep');
+    const recorder = new HandlerRecorder();
+    const proxy = await aProxy();
+    const errors: string[] = [];
+    const member = aMember(
+      { streamPrefix, shardCount: 2, sessionTimeoutMs: 3000, blockMs: 200, sweepIntervalMs: 300, handler: recorder.handler('m') },
+      redis.clientAt(proxy.url),
+    );
+    member.on('error', (e: Error) => errors.push(e.message));
+    await member.start();
+    await pollUntil('both shards read', async () => member.ownedShards().length === 2);
+    // The own-pending sweep's XPENDING (only the sweeps send it), and all after it on the command
+    // connection, stop at the proxy until released.
+    const held = proxy.holdNextRequest(TcpProxy.command('XPENDING'));
+    try {
+      await pollUntil(
+        'the sweep reported as unanswered',
+        async () => errors.some((e) => /reading shards failed: no answer within 2000 ms/.test(e)),
+        { timeoutMs: 6000 },
+      );
+    } finally {
+      held.release();
+    }
+    // The connection answers again: the member reads on (it may have rejoined meanwhile).
+    await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(keyedMessages(4, 2, 'after'));
+    await pollUntil('the entries sent afterwards handled', async () => recorder.distinctEntries() === 8, { timeoutMs: 10_000 });
+  });
+});

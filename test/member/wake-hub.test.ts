@@ -26,6 +26,40 @@ describe('WakeHub', () => {
   });
 });
 
+describe('a wake-up subscriber that stops answering without closing', () => {
+  it('is found by its keep-alive PING, reset, reported while it lasts, and subscribes again', async () => {
+    const proxy = await TcpProxy.start(redis.server.port);
+    try {
+      const base = redis.clientAt(proxy.url);
+      const hub = WakeHub.for(base);
+      const channel = uniqueName('wake-stuck');
+      const heard: string[] = [];
+      const stuck: string[] = [];
+      const stop = await hub.listen(
+        channel,
+        (publisher) => heard.push(publisher),
+        (message) => stuck.push(message),
+      );
+      const publisher = redis.client();
+      await pollUntil('subscribed', async () => (await publisher.publish(channel, 'first')) === 1);
+
+      proxy.blackholeOpenConnections();
+      // The next keep-alive PING (every 5 s) gets no answer within 2 s.
+      await pollUntil('the stuck subscriber reported', async () => stuck.length > 0 && hub.problem() !== undefined, { timeoutMs: 10_000 });
+      expect(stuck[0]).toMatch(
+        /the wake-up subscriber's PING did not come back within 2000 ms; the wake-up subscriber connection was reset/,
+      );
+      await pollUntil('the reconnect told the listener', async () => heard.includes(''));
+      await pollUntil('subscribed again', async () => (await publisher.publish(channel, 'second')) === 1);
+      await pollUntil('a wake-up after the reset heard', async () => heard.includes('second'));
+      await pollUntil('the problem gone with the next answered PING', async () => hub.problem() === undefined, { timeoutMs: 10_000 });
+      await stop();
+    } finally {
+      await proxy.stop();
+    }
+  });
+});
+
 describe('stopping while Redis does not answer', () => {
   it('stop() returns while Redis does not answer: neither an UNSUBSCRIBE nor a call its read loop waits on holds it up', async () => {
     const proxy = await TcpProxy.start(redis.server.port);

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { Injectable, Module } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { describe, expect, it } from 'vitest';
-import { CoordinatorAdmin, type StreamMessage, StreamProducer } from '@redis-stream-coordinator/core';
+import { CoordinatorAdmin, GroupNotFoundError, type StreamMessage, StreamProducer } from '@redis-stream-coordinator/core';
 import {
   CoordinatorConsumerProperties,
   CoordinatorHealthIndicator,
@@ -68,8 +68,14 @@ async function group(streamPrefix: string, consumerGroup: string) {
   return new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, consumerGroup);
 }
 
+/** The group's ACTIVE members; none while the group does not exist yet (its first join is under way). */
 async function activeMembers(streamPrefix: string, consumerGroup: string) {
-  return (await group(streamPrefix, consumerGroup)).members.filter((m) => m.state === 'ACTIVE');
+  try {
+    return (await group(streamPrefix, consumerGroup)).members.filter((m) => m.state === 'ACTIVE');
+  } catch (error) {
+    if (error instanceof GroupNotFoundError) return [];
+    throw error;
+  }
 }
 
 function send(streamPrefix: string, from: number, count: number) {

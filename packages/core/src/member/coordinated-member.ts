@@ -19,6 +19,7 @@ import { MemberLease, staticTakeoverAfterMs } from './lifecycle/member-lease';
 import {
   type BatchMemberOptions,
   type CoordinatedMemberOptions,
+  ackCallTimeoutMs,
   coordinatorCallTimeoutMs,
   MAX_RUNTIME_CONCURRENCY,
   type ResolvedMemberOptions,
@@ -131,7 +132,11 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
         textCodecs,
       },
     );
-    this.poller = new ShardPoller(shardClient, transport, resolved, () => this.mayStartHandlers());
+    const ackConnection = this.ackConnection;
+    this.poller = new ShardPoller(shardClient, transport, resolved, () => this.mayStartHandlers(), {
+      callTimeoutMs: ackCallTimeoutMs(this.options),
+      reset: ackConnection && (() => resetConnection(ackConnection, 'acknowledgement')),
+    });
     // A static member can be taken over by a new instance long before its session times out.
     const takeoverAfterMs =
       this.options.memberInstanceId === undefined
@@ -251,7 +256,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
       bufferedEntries: this.poller.bufferedEntries,
       heldEntries: this.poller.heldEntries,
       metadataVersion: this.metadata.version,
-      problems: [...this.memberProblems.values(), ...this.poller.problems()],
+      problems: [...this.memberProblems.values(), ...this.wakeProblems(), ...this.poller.problems()],
       deadLetterHookFailures: this.poller.deadLetterHookFailures,
       refusedAcks: this.poller.refusedAcks,
     };
@@ -299,6 +304,8 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
         (publisher) => {
           if (publisher !== this.memberId) this.heartbeats.now();
         },
+        (message) =>
+          this.emit('error', new Error(`member ${this.memberId}: ${message}; rebalances wait for heartbeat intervals meanwhile`)),
       );
     } catch (error) {
       // Without wake-ups the member still works; rebalances just wait for heartbeat intervals.
@@ -432,6 +439,12 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     void this.stopListening?.();
     this.stopListening = undefined;
     this.emit('error', error);
+  }
+
+  /** The wake-up subscriber's trouble while this member listens on it (a stuck connection, SPEC 10.1). */
+  private wakeProblems(): string[] {
+    const problem = this.stopListening ? WakeHub.for(this.redis).problem() : undefined;
+    return problem === undefined ? [] : [problem];
   }
 
   /** Whether a handler may start now: the lease is safe and the member's view of the cutover is current. */

@@ -338,3 +338,29 @@ export function retryDelayMs(attempt: number, base: number, max: number): number
 export function coordinatorCallTimeoutMs(options: { readonly sessionTimeoutMs: number }): number {
   return Math.max(100, Math.floor(options.sessionTimeoutMs / 3));
 }
+
+/**
+ * The least time a call the member makes beside its heartbeats (a claim, a sweep, a dead letter, an
+ * acknowledgement) is given before it counts as unanswered (SPEC 10.1). Such a call is retried and
+ * renews nothing, so it need not be as tight as a heartbeat: on a slow link (answers close to a third
+ * of a short session) a tighter bound would fail it over and over and hold the read loop in retries.
+ * The same floor as a read's grace (ShardReader.readGraceMs).
+ */
+export const MIN_COMMAND_CALL_TIMEOUT_MS = 2000;
+
+/** The bound of one call beside the heartbeats: a third of the session timeout, at least MIN_COMMAND_CALL_TIMEOUT_MS. */
+export function commandCallTimeoutMs(options: { readonly sessionTimeoutMs: number }): number {
+  return Math.max(MIN_COMMAND_CALL_TIMEOUT_MS, coordinatorCallTimeoutMs(options));
+}
+
+/**
+ * How long one acknowledgement call may take before it counts as unanswered and is retried (SPEC
+ * 10.1): as any call beside the heartbeats, plus the `WAIT` that follows it with
+ * `ackWaitForReplicas` (it may take its whole `timeoutMs` when replicas are missing).
+ */
+export function ackCallTimeoutMs(options: {
+  readonly sessionTimeoutMs: number;
+  readonly ackWaitForReplicas?: { timeoutMs: number };
+}): number {
+  return commandCallTimeoutMs(options) + (options.ackWaitForReplicas?.timeoutMs ?? 0);
+}

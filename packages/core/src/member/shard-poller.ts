@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import type { ShardClient } from '../redis/shard-client';
 import { settlesWithin } from './abortable-sleep';
-import { AckBatcher } from './handle/ack-batcher';
+import { ACK_LINGER_MS, AckBatcher, type AckConnectionWatch } from './handle/ack-batcher';
 import type { ResolvedMemberOptions } from './member-options';
 import { ShardDispatcher } from './handle/shard-dispatcher';
 import { type ReadTransport, ShardReader } from './read/shard-reader';
@@ -35,6 +35,8 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     private readonly options: ResolvedMemberOptions,
     /** False while the member's lease may be lost: no handler may start then. */
     mayStartHandlers: () => boolean,
+    /** The bound of each ack call, and how to reset the acknowledgements' own connection. */
+    ackConnection?: AckConnectionWatch,
   ) {
     super();
     // A refused ack ends the grant at once, as any fenced call does: reads are not fenced, and the
@@ -48,6 +50,8 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
         this.shards.lose(state, `shard ${state.index} has a newer owner (its fencing token refused an acknowledgement)`);
         this.reader.interruptRead();
       },
+      ACK_LINGER_MS,
+      ackConnection,
     );
     const mayStart = () => !this.paused && mayStartHandlers();
     this.dispatcher = new ShardDispatcher(this.shards, client, this.acks, this, options, mayStart, (state) => this.reader.onDrained(state));
@@ -159,6 +163,8 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
    */
   problems(): string[] {
     const lines = this.shards.all().flatMap((state) => [...state.problems.values()]);
+    const acks = this.acks.problem();
+    if (acks !== undefined) lines.push(acks);
     // A new grant that waits for an earlier grant's handler (it cannot be stopped) says so: with
     // handlerTimeoutMs 0 a handler that never settles would leave the shard owned and idle.
     for (const [shardIndex, old] of this.shards.lingering) {

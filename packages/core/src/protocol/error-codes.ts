@@ -20,6 +20,13 @@ export const ErrorCode = {
    * its member already gave up).
    */
   DEADLINE_EXCEEDED: 'DEADLINE_EXCEEDED',
+  /**
+   * The member got no answer in time since its lease was last renewed (or, without a live lease,
+   * within the last third of its session): its answers come back late, so the coordinator changed
+   * nothing and lets its lease run out (SPEC 10.2). The answer carries Redis time: received in time,
+   * it is the proof the member's next request sends (`answeredAt`).
+   */
+  NO_TIMELY_ANSWER: 'NO_TIMELY_ANSWER',
 } as const;
 
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
@@ -37,6 +44,7 @@ export const ERROR_CODE_BY_NUMBER: readonly ErrorCode[] = [
   ErrorCode.RESIZE_IN_PROGRESS,
   ErrorCode.FENCED_INSTANCE_ID,
   ErrorCode.DEADLINE_EXCEEDED,
+  ErrorCode.NO_TIMELY_ANSWER,
 ];
 
 export function errorCodeFromWire(value: unknown): ErrorCode {

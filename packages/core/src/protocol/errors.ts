@@ -118,6 +118,16 @@ export class DeadlineExceededError extends CoordinatorError {
   }
 }
 
+/**
+ * The member's answers come back late (SPEC 10.2): it got none in time since its lease was last
+ * renewed, so the coordinator changed nothing. A member answered so in time sends again at once.
+ */
+export class NoTimelyAnswerError extends CoordinatorError {
+  constructor(message: string) {
+    super(ErrorCode.NO_TIMELY_ANSWER, message);
+  }
+}
+
 const ERROR_CLASSES: Record<Exclude<ErrorCode, 'NONE'>, new (message: string) => CoordinatorError> = {
   UNKNOWN_MEMBER_ID: UnknownMemberIdError,
   FENCED_MEMBER_EPOCH: FencedMemberEpochError,
@@ -129,6 +139,7 @@ const ERROR_CLASSES: Record<Exclude<ErrorCode, 'NONE'>, new (message: string) =>
   RESIZE_IN_PROGRESS: ResizeInProgressError,
   FENCED_INSTANCE_ID: FencedInstanceIdError,
   DEADLINE_EXCEEDED: DeadlineExceededError,
+  NO_TIMELY_ANSWER: NoTimelyAnswerError,
 };
 
 /** The one place that turns a protocol code into its typed error. */

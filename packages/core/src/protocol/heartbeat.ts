@@ -43,6 +43,15 @@ export interface HeartbeatRequest {
    * Absent: no deadline. A member derives it from `serverTimeMs` of earlier answers.
    */
   deadline?: number;
+  /**
+   * Redis time (`serverTimeMs`) of the latest answer the caller received in time (within the time
+   * it waits for one), 0 before any (SPEC 10.2). A request of a member that got no answer in time
+   * since its lease was last renewed, or (holding no lease) within the last third of its session,
+   * is refused with NO_TIMELY_ANSWER and changes nothing, so Redis stops renewing a member whose
+   * answers all come back late. Absent: the caller does not track its answers (a protocol-level
+   * caller); no such check.
+   */
+  answeredAt?: number;
 }
 
 export interface HeartbeatResponse {
@@ -80,8 +89,8 @@ export interface HeartbeatResponse {
    */
   incarnation: string;
   /**
-   * Redis time (ms) when the script ran; present on every answer from this version on, including
-   * DEADLINE_EXCEEDED. A member bounds Redis's clock against its own with it, to set `deadline`.
+   * Redis time (ms) when the script ran; present on every answer from this version on, refusals
+   * included. A member bounds Redis's clock against its own with it, to set `deadline`.
    */
   serverTimeMs?: number;
 }

@@ -105,6 +105,7 @@ export class CoordinatorClient {
       request.instanceId ?? '',
       request.staticMember === true ? '1' : '',
       request.deadline === undefined ? '' : String(Math.floor(request.deadline)),
+      request.answeredAt === undefined ? '' : String(Math.floor(request.answeredAt)),
     ]);
     return parseHeartbeatReply(reply);
   }

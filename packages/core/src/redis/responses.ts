@@ -95,7 +95,8 @@ export function parseHeartbeatReply(reply: unknown): HeartbeatResponse {
       shardCount: 0,
       computeAssignment: false,
       incarnation: '0',
-      // Only DEADLINE_EXCEEDED carries it (third element): the member re-bounds Redis's clock with it.
+      // Every refusal carries it (third element): the member bounds Redis's clock with it, and one
+      // received in time is the proof its next request sends (HeartbeatRequest.answeredAt).
       serverTimeMs: serverTime(r[2]),
     };
   }

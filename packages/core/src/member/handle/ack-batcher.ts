@@ -1,7 +1,7 @@
 import { ShardError } from '../consumption-errors';
 import type { EventEmitter } from 'node:events';
 import type { AckBatch, ShardClient } from '../../redis/shard-client';
-import { sleep } from '../abortable-sleep';
+import { NoAnswerError, sleep, withTimeout } from '../abortable-sleep';
 import { retryDelayMs } from '../member-options';
 import { type PollerEvents, type ShardState } from '../shard-state';
 
@@ -17,6 +17,28 @@ const ACK_ATTEMPTS = 8;
  */
 export const ACK_LINGER_MS = 2;
 const ACK_SEND_NOW = 512;
+/**
+ * Ack calls in a row that got no answer within their bound before the connection they go on is
+ * reset (when it is the member's own: `ackWaitForReplicas`). Two, as for heartbeats: one slow
+ * answer is not a stuck connection.
+ */
+export const ACK_NO_ANSWERS_BEFORE_RESET = 2;
+/** The bound of one ack call when the member gives none (unit tests): a third of the default session. */
+const DEFAULT_ACK_CALL_TIMEOUT_MS = 5000;
+
+/**
+ * How the acknowledgements' connection is watched (SPEC 10.1: every call has a deadline; a
+ * connection that stops answering without closing is reset, and says so while it lasts).
+ */
+export interface AckConnectionWatch {
+  /** How long one ack call may take (its `WAIT` included) before it counts as unanswered and is retried. */
+  callTimeoutMs: number;
+  /**
+   * Resets the connection acknowledgements go on and says what it did; absent when that is the
+   * command connection (the heartbeat loop watches it, and resets it with `resetStuckConnection`).
+   */
+  reset?: () => string;
+}
 
 /** What became of an acknowledgement: it landed, a newer owner's token refused it, or it could not be sent. */
 export type AckOutcome = 'accepted' | 'refused' | 'unsent';
@@ -51,6 +73,10 @@ export class AckBatcher {
   private readonly unsettled = new Map<number, Set<string[]>>();
   /** shardIndex -> sends under way (with their retries). */
   private readonly sending = new Map<number, Set<Promise<void>>>();
+  /** Ack calls in a row that got no answer within `callTimeoutMs`. */
+  private noAnswersInARow = 0;
+  /** The problems line while ack calls go unanswered (cleared by the next answer). */
+  private unanswered: string | undefined;
 
   constructor(
     private readonly client: ShardClient,
@@ -60,7 +86,13 @@ export class AckBatcher {
     /** A newer owner's fencing token refused acks of this grant of a shard: that grant is over. */
     private readonly refused: (state: ShardState) => void = () => undefined,
     private readonly lingerMs = ACK_LINGER_MS,
+    private readonly connection: AckConnectionWatch = { callTimeoutMs: DEFAULT_ACK_CALL_TIMEOUT_MS },
   ) {}
+
+  /** A problems line while acknowledgements get no answer (a stuck connection), else undefined. */
+  problem(): string | undefined {
+    return this.unanswered;
+  }
 
   /** Queues the ack of `id` (or of several ids, one batch's); `onSettled` learns what became of it. */
   queue(state: ShardState, id: string | string[], onSettled?: AckWaiter): void {
@@ -176,8 +208,13 @@ export class AckBatcher {
     for (let attempt = 1; ; attempt++) {
       let result: Awaited<ReturnType<ShardClient['ackMany']>>;
       try {
-        result = await this.client.ackMany(batches);
+        // Bounded (SPEC 10.1): on a connection that stopped answering the call would never settle,
+        // the entries would stay unacknowledged with no error, and stop() would wait for them.
+        result = await withTimeout(this.client.ackMany(batches), this.connection.callTimeoutMs);
+        this.answered();
       } catch (error) {
+        if (error instanceof NoAnswerError) this.noAnswer();
+        else this.answered();
         const retry = this.running() && attempt < ACK_ATTEMPTS;
         for (const { shardIndex, ids } of batches) {
           this.events.emit(
@@ -221,6 +258,30 @@ export class AckBatcher {
         return accepted ? 'accepted' : 'refused';
       });
     }
+  }
+
+  private answered(): void {
+    this.noAnswersInARow = 0;
+    this.unanswered = undefined;
+  }
+
+  /**
+   * An ack call got no answer in time: listed in `problem()` until one is answered; twice in a row
+   * on the member's own ack connection, that connection is reset (its socket destroyed: ioredis
+   * reconnects and sends the unanswered calls again, each decided by its fencing token).
+   */
+  private noAnswer(): void {
+    this.noAnswersInARow += 1;
+    this.unanswered = `acknowledgements got no answer within ${this.connection.callTimeoutMs} ms (${this.noAnswersInARow} call(s) in a row): finished entries stay pending until one is answered`;
+    if (this.connection.reset === undefined || this.noAnswersInARow < ACK_NO_ANSWERS_BEFORE_RESET) return;
+    this.noAnswersInARow = 0;
+    const what = this.connection.reset();
+    this.events.emit(
+      'error',
+      new ShardError(
+        `${ACK_NO_ANSWERS_BEFORE_RESET} acknowledgement calls in a row got no answer within ${this.connection.callTimeoutMs} ms; ${what}`,
+      ),
+    );
   }
 
   private track(shardIndex: number, ids: string[]): void {

@@ -2,9 +2,9 @@ import { ShardError } from '../consumption-errors';
 import type { EventEmitter } from 'node:events';
 import type { StreamMessage } from '../../protocol/entry-format';
 import type { RawEntry, ShardClient } from '../../redis/shard-client';
-import { sleep } from '../abortable-sleep';
+import { sleep, withTimeout } from '../abortable-sleep';
 import type { DeadLetterCause, DeadLetterNotice } from './dead-letter-options';
-import { type ResolvedMemberOptions, retryDelayMs } from '../member-options';
+import { commandCallTimeoutMs, type ResolvedMemberOptions, retryDelayMs } from '../member-options';
 import { type PollerEvents, type ShardSet, type ShardState } from '../shard-state';
 
 /** Backoff of a dead-letter write that failed: from this, doubling, up to the max. */
@@ -42,7 +42,7 @@ export class DeadLetterWriter {
 
   /**
    * Writes the dead letter and acks the entry in one fenced script. A failed write (WRONGTYPE, OOM,
-   * Redis unreachable) is retried with backoff while the shard is owned, each failure an 'error'
+   * Redis unreachable, or no answer within commandCallTimeoutMs: SPEC 10.1) is retried with backoff while the shard is owned, each failure an 'error'
    * and the condition listed in `problems` until it clears; the shard's later entries (of the key,
    * with lanes) wait. The caller holds no worker meanwhile: other shards go on (SPEC 10.8). When the shard is released the next owner handles the entry (and
    * dead-letters it) again. Refused as fenced: nothing was written or acked, and the shard is given
@@ -58,13 +58,12 @@ export class DeadLetterWriter {
     for (let attempt = 1; !state.released.signal.aborted; attempt++) {
       let written: string | null;
       try {
-        written = await this.client.deadLetter(state.index, state.grantEpoch, entry, {
-          destination,
-          maxLen,
-          error: reason,
-          attempts,
-          cause,
-        });
+        // Bounded: on a connection that stopped answering the shard would wait for good, silently. A
+        // late first run is harmless: the entry is then no longer pending, and the retry writes nothing.
+        written = await withTimeout(
+          this.client.deadLetter(state.index, state.grantEpoch, entry, { destination, maxLen, error: reason, attempts, cause }),
+          commandCallTimeoutMs(this.options),
+        );
       } catch (error) {
         const message = `shard ${state.index}: writing the dead letter of ${entry.id} failed (try ${attempt}): ${(error as Error).message}; later entries of the shard wait`;
         state.problems.set(problem, message);

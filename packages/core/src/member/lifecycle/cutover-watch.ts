@@ -82,10 +82,15 @@ export class CutoverWatch {
 
   private async check(cutover: Cutover): Promise<void> {
     try {
-      const { streamPrefix, consumerGroup } = this.settings;
-      const progress = await cutoverProgress(this.redis, this.coordinator.keys, streamPrefix, consumerGroup, cutover);
+      const { streamPrefix, consumerGroup, readTimeoutMs } = this.settings;
+      // Each call bounded (SPEC 10.1): a check stuck on a silent connection would end the checks for
+      // good. A completion that lands late is harmless: completing a completed cutover changes nothing.
+      const progress = await withTimeout(
+        cutoverProgress(this.redis, this.coordinator.keys, streamPrefix, consumerGroup, cutover),
+        readTimeoutMs,
+      );
       if (progress.ready && this.cutover === cutover && !this.stopped) {
-        await this.coordinator.completeCutover(streamPrefix, consumerGroup, cutover.version);
+        await withTimeout(this.coordinator.completeCutover(streamPrefix, consumerGroup, cutover.version), readTimeoutMs);
         this.settings.onCompleted();
         return;
       }

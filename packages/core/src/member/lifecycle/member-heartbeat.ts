@@ -52,7 +52,10 @@ export interface HeartbeatParts {
  * Every heartbeat carries a deadline in Redis time (SPEC 9.1: a lease is renewed only by a heartbeat
  * whose answer the member acts on): the moment the member stops waiting for the answer, or gives its
  * lease up if that comes first. A heartbeat that reaches Redis later (it sat in ioredis' offline
- * queue through a reconnect, or on a slow link) changes nothing there. With `resetStuckConnection`,
+ * queue through a reconnect, or on a slow link) changes nothing there. Every heartbeat also says when
+ * the latest answer received in time ran (`answeredAt`), so Redis stops renewing a member whose
+ * answers come back late (SPEC 10.2); a late answer still bounds the clock and, accepted, counts as
+ * the renewal it was (never for ownership). With `resetStuckConnection`,
  * heartbeats that got no answer at all twice in a row reset the command connection (half-open).
  */
 export class MemberHeartbeat {
@@ -71,6 +74,14 @@ export class MemberHeartbeat {
   private readonly redisClock = new RedisClockBound();
   /** Heartbeats in a row that got no answer within the call timeout. */
   private noAnswersInARow = 0;
+  /**
+   * Redis time of the latest answer received within the call timeout, 0 before any: sent with every
+   * heartbeat (`answeredAt`), so that Redis stops renewing the lease of a member whose answers all
+   * come back late (SPEC 10.2, redis/lua/includes/answers.lua). Kept across restarts: it is about the link.
+   */
+  private answeredAt = 0;
+  /** NO_TIMELY_ANSWER answers received in time, in a row: the first is sent again at once. */
+  private untimelyInARow = 0;
 
   constructor(
     private readonly options: ResolvedMemberOptions,
@@ -165,8 +176,12 @@ export class MemberHeartbeat {
     const sentAt = performance.now();
     // A leave that got here after stop() gave up on it must not end a membership begun since (start()).
     request.deadline = this.redisClock.redisTimeAt(sentAt + this.callTimeoutMs);
-    const response = await withTimeout(this.parts.coordinator.heartbeat(request), this.callTimeoutMs);
-    this.observeClock(response);
+    const call = this.parts.coordinator.heartbeat(request);
+    call.then(
+      (late) => this.observeClock(late),
+      () => undefined,
+    );
+    const response = await withTimeout(call, this.callTimeoutMs);
     if (response.errorCode === ErrorCode.DEADLINE_EXCEEDED) throw toCoordinatorError(response.errorCode, response.errorMessage);
   }
 
@@ -183,8 +198,45 @@ export class MemberHeartbeat {
     return this.redisClock.redisTimeAt(until);
   }
 
+  /** Every answer, late ones included, bounds Redis's clock (SPEC 10.2: what a late answer proves is kept). */
   private observeClock(response: HeartbeatResponse): void {
     if (response.serverTimeMs !== undefined) this.redisClock.observe(response.serverTimeMs, performance.now());
+  }
+
+  /**
+   * The heartbeat sent at `sentAt` got no answer in time; when its answer comes anyway, what it proves
+   * is kept (SPEC 10.2), its ownership is not (the member stopped waiting and may have moved on):
+   * the Redis clock it carries, and, if Redis accepted it, the renewal of the lease, which began no
+   * earlier than `sentAt`. Redis renews at most once after the member's answers began to come late
+   * (redis/lua/includes/answers.lua), so counting that renewal keeps the two in step: the member
+   * gives its lease up just before Redis expires it.
+   */
+  private keepWhatALateAnswerProves(call: Promise<HeartbeatResponse>, memberEpoch: number, sentAt: number): void {
+    call.then(
+      (response) => {
+        this.observeClock(response);
+        if (response.errorCode === ErrorCode.NONE && memberEpoch > 0 && this.host.heartbeating()) {
+          this.parts.reconciler.leaseRenewed(sentAt);
+        }
+      },
+      () => undefined,
+    );
+  }
+
+  /**
+   * Redis refused the heartbeat because none of this member's answers since its last renewal came
+   * in time (NO_TIMELY_ANSWER); this answer did, so the next request proves it (`answeredAt`) and
+   * goes at once. A member's first join is answered so (it has no answer yet). Twice in a row is a
+   * failed heartbeat (its answers come in time only now and then).
+   */
+  private untimely(error: Error): void {
+    this.untimelyInARow += 1;
+    if (this.untimelyInARow > 1) {
+      this.failed(error);
+      return;
+    }
+    this.parts.reconciler.checkLease();
+    this.now();
   }
 
   /**
@@ -200,6 +252,14 @@ export class MemberHeartbeat {
     this.parts.reconciler.checkLease();
     this.connectionOnReplica(error);
     this.noAnswersInARow = error instanceof NoAnswerError ? this.noAnswersInARow + 1 : 0;
+    if (this.noAnswersInARow >= NO_ANSWERS_BEFORE_RESET) {
+      // Cleared by the next accepted heartbeat. Redis stops renewing the lease of a member whose
+      // answers do not come back in time, so a member in this state is soon no member at all.
+      this.parts.problems.set(
+        'connection',
+        `${this.noAnswersInARow} heartbeats in a row got no answer within ${this.callTimeoutMs} ms: the member keeps its shards only until its lease runs out, and joins again once answers come in time`,
+      );
+    }
     if (this.options.resetStuckConnection && this.noAnswersInARow >= NO_ANSWERS_BEFORE_RESET) {
       this.noAnswersInARow = 0;
       const what = this.parts.resetConnection();
@@ -257,6 +317,7 @@ export class MemberHeartbeat {
       sessionTimeoutMs: this.options.sessionTimeoutMs,
       rebalanceTimeoutMs: this.options.rebalanceTimeoutMs,
       metadataVersion: metadata.version,
+      answeredAt: this.answeredAt,
       ...reconciler.report(),
     };
   }
@@ -268,15 +329,23 @@ export class MemberHeartbeat {
     request.deadline = this.deadline(sentAt);
     this.sentSinceGroupGone = true;
     let response: HeartbeatResponse;
+    const call = this.parts.coordinator.heartbeat(request);
     try {
-      response = await withTimeout(this.parts.coordinator.heartbeat(request), this.callTimeoutMs);
+      response = await withTimeout(call, this.callTimeoutMs);
     } catch (error) {
+      if (error instanceof NoAnswerError) this.keepWhatALateAnswerProves(call, request.memberEpoch, sentAt);
       this.failed(error as Error);
       return;
     }
     this.observeClock(response);
+    if (response.serverTimeMs !== undefined) this.answeredAt = response.serverTimeMs;
     this.noAnswersInARow = 0;
     if (!this.host.heartbeating()) return;
+    if (response.errorCode === ErrorCode.NO_TIMELY_ANSWER) {
+      this.untimely(toCoordinatorError(response.errorCode, response.errorMessage));
+      return;
+    }
+    this.untimelyInARow = 0;
     if (response.errorCode === ErrorCode.DEADLINE_EXCEEDED) {
       this.failed(toCoordinatorError(response.errorCode, response.errorMessage));
       return;

@@ -19,9 +19,12 @@ export class MemberLease {
     private readonly takeoverAfterMs?: number,
   ) {}
 
-  /** A heartbeat sent at `sentAt` (performance.now()) was answered (accepted or refused by the coordinator). */
+  /**
+   * A heartbeat sent at `sentAt` (performance.now()) renewed the lease. An answer that came back late
+   * may report an older renewal than one already counted: the newest counts.
+   */
   renewed(sentAt: number): void {
-    this.lastGoodSentAt = sentAt;
+    this.lastGoodSentAt = Math.max(this.lastGoodSentAt, sentAt);
   }
 
   /** A member started again: no answer yet, as before the first one. */

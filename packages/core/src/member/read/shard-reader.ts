@@ -3,10 +3,10 @@ import type { EventEmitter } from 'node:events';
 import { compareStreamIds } from '../../protocol/stream-ids';
 import type { HubReader, ReadHub } from '../../redis/read-hubs/read-hub';
 import type { ReadResult, ShardClient } from '../../redis/shard-client';
-import { settlesWithin, Wakeup } from '../abortable-sleep';
+import { settlesWithin, Wakeup, withTimeout } from '../abortable-sleep';
 import type { AckBatcher } from '../handle/ack-batcher';
 import { ClusterPolling, type PolledTransport } from './cluster-polling';
-import type { ResolvedMemberOptions } from '../member-options';
+import { commandCallTimeoutMs, MIN_COMMAND_CALL_TIMEOUT_MS, type ResolvedMemberOptions } from '../member-options';
 import { fewestQueued } from './read-turns';
 import { backOffShard, ShardRecovery } from './shard-recovery';
 import { type PollerEvents, type ShardSet, type ShardState } from '../shard-state';
@@ -323,7 +323,7 @@ export class ShardReader implements HubReader {
    */
   private readGraceMs(): number {
     // At least blockMs too: after a reset, ioredis resends the lost read, and the next one queues behind it.
-    return Math.max(2000, Math.floor(this.options.sessionTimeoutMs / 3), this.options.blockMs);
+    return Math.max(MIN_COMMAND_CALL_TIMEOUT_MS, Math.floor(this.options.sessionTimeoutMs / 3), this.options.blockMs);
   }
 
   /** Idle (or blocked in a read) until something changes, but no longer than the next due claim retry or sweep. */
@@ -445,7 +445,9 @@ export class ShardReader implements HubReader {
       if (state.phase !== 'claiming' || state.nextClaimAt > Date.now()) continue;
       let claim: Awaited<ReturnType<ShardClient['claimShard']>>;
       try {
-        claim = await this.client.claimShard(state.index, state.grantEpoch);
+        // Bounded (SPEC 10.1), as the recovery's calls: a claim past it fails like any failed claim
+        // (`error`, a problems line, tried again with backoff); installing one's own token twice is harmless.
+        claim = await withTimeout(this.client.claimShard(state.index, state.grantEpoch), commandCallTimeoutMs(this.options));
       } catch (error) {
         if (state.phase !== 'claiming') continue;
         const delay = backOffShard(state);

@@ -3,7 +3,8 @@ import type { EventEmitter } from 'node:events';
 import { compareStreamIds, nextStreamId } from '../../protocol/stream-ids';
 import type { ClaimResult, RawEntry, ShardClient } from '../../redis/shard-client';
 import type { AckBatcher } from '../handle/ack-batcher';
-import { type ResolvedMemberOptions, retryDelayMs } from '../member-options';
+import { withTimeout } from '../abortable-sleep';
+import { commandCallTimeoutMs, type ResolvedMemberOptions, retryDelayMs } from '../member-options';
 import { inFlightIds, isInFlight, type PollerEvents, type QueuedEntry, type ShardSet, type ShardState } from '../shard-state';
 
 type ClaimedPage = Extract<ClaimResult, { fenced: false }>;
@@ -42,6 +43,16 @@ export class ShardRecovery {
   ) {}
 
   /**
+   * A call on the command connection, bounded (commandCallTimeoutMs, SPEC 10.1): one
+   * stuck on a silent connection would hold the read loop, every shard's reads with it, with no
+   * error. Past the bound it fails like any failed call (`error`, tried again on the next loop); if
+   * it ran after all, what it claimed is pending here untracked, and the own-pending sweep takes it.
+   */
+  private bounded<R>(call: Promise<R>): Promise<R> {
+    return withTimeout(call, commandCallTimeoutMs(this.options));
+  }
+
+  /**
    * Pending entries of a newly gained shard come first, in ID order, page by page as room allows. A
    * page that fails is one 'error' and a `problems` line naming the shard, tried again with backoff
    * (the shard stays unread meanwhile); the other shards are taken over and read as usual.
@@ -53,7 +64,9 @@ export class ShardRecovery {
         while (state.phase === 'takeover' && state.queue.length < this.options.batchSize) {
           const page = await this.accept(
             state,
-            await this.client.claimPending(state.index, state.grantEpoch, 'all', state.takeoverCursor, this.options.batchSize),
+            await this.bounded(
+              this.client.claimPending(state.index, state.grantEpoch, 'all', state.takeoverCursor, this.options.batchSize),
+            ),
             'while taking over its pending entries',
           );
           if (!page) break;
@@ -86,7 +99,7 @@ export class ShardRecovery {
     for (;;) {
       const page = await this.accept(
         state,
-        await this.client.claimPendingRange(state.index, state.grantEpoch, start, before, this.options.batchSize),
+        await this.bounded(this.client.claimPendingRange(state.index, state.grantEpoch, start, before, this.options.batchSize)),
         '(fencing token changed)',
       );
       if (!page) return;
@@ -120,7 +133,7 @@ export class ShardRecovery {
       try {
         const page = await this.accept(
           state,
-          await this.client.claimPending(state.index, state.grantEpoch, 'others', '0-0', this.options.batchSize),
+          await this.bounded(this.client.claimPending(state.index, state.grantEpoch, 'others', '0-0', this.options.batchSize)),
           '(fencing token changed)',
         );
         // Other consumers' entries after the page's cursor are left for the next sweep: own lost
@@ -150,7 +163,9 @@ export class ShardRecovery {
   private async recoverUntracked(state: ShardState, upTo?: string): Promise<void> {
     const tracked = new Set([...this.shards.buffers(state), ...inFlightIds(state)]);
     // Enough to see past everything tracked: untracked entries, if any, are among the first ones.
-    const ids = await this.client.ownPending(state.index, tracked.size + this.acks.unsettledCount(state.index) + this.options.batchSize);
+    const ids = await this.bounded(
+      this.client.ownPending(state.index, tracked.size + this.acks.unsettledCount(state.index) + this.options.batchSize),
+    );
     if (!this.shards.isCurrent(state)) return;
     const acking = this.acks.unsettledIds(state.index);
     const untracked = ids.filter(
@@ -162,7 +177,11 @@ export class ShardRecovery {
         (upTo === undefined || compareStreamIds(id, upTo) <= 0),
     );
     if (untracked.length === 0) return;
-    const page = await this.accept(state, await this.client.claimIds(state.index, state.grantEpoch, untracked), '(fencing token changed)');
+    const page = await this.accept(
+      state,
+      await this.bounded(this.client.claimIds(state.index, state.grantEpoch, untracked)),
+      '(fencing token changed)',
+    );
     if (page && page.entries.length > 0) {
       this.events.emit(
         'error',
@@ -219,7 +238,9 @@ export class ShardRecovery {
 
   private async withDeliveryCounts(shardIndex: number, entries: RawEntry[]): Promise<QueuedEntry[]> {
     if (entries.length === 0) return [];
-    const counts = await this.client.deliveryCounts(shardIndex, entries[0].id, entries[entries.length - 1].id, entries.length);
+    const counts = await this.bounded(
+      this.client.deliveryCounts(shardIndex, entries[0].id, entries[entries.length - 1].id, entries.length),
+    );
     return entries.map((entry) => ({ entry, deliveries: counts.get(entry.id) ?? 1 }));
   }
 }

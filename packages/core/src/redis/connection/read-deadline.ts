@@ -22,11 +22,12 @@ export async function withReadDeadline<R>(
   read: Promise<R>,
   deadlineMs: number,
   what = 'the blocking read',
+  connectionName = 'reader',
 ): Promise<R> {
   let timer: NodeJS.Timeout | undefined;
   const deadline = new Promise<never>((_, reject) => {
     timer = setTimeout(
-      () => reject(new ReadDeadlineError(`${what} did not come back within ${deadlineMs} ms; ${resetConnection(reader, 'reader')}`)),
+      () => reject(new ReadDeadlineError(`${what} did not come back within ${deadlineMs} ms; ${resetConnection(reader, connectionName)}`)),
       deadlineMs,
     );
   });

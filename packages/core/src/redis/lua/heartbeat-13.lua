@@ -12,12 +12,17 @@
   ARGV[21] ackedRevocations (CSV)     ARGV[22] instanceId (one per member process; '' = none)
   ARGV[23] static ('1': the memberId is a stable memberInstanceId, see includes/static.lua; '' = not)
   ARGV[24] deadline: Redis time (ms) after which the request changes nothing ('' = none)
+  ARGV[25] answeredAt: Redis time (ms) of the latest answer the member received in time, 0 before
+           any ('' = the caller does not track its answers; see includes/answers.lua)
 
   Output: the heartbeat response (includes/respond.lua), or { errorCode, message } when the request
   was refused; a refused request changed nothing. A request that runs after its deadline is refused
   first of all with { DEADLINE_EXCEEDED, message, Redis time (ms) }: its member stopped waiting for
   the answer by then (the request sat in an offline queue or on a slow link), and a heartbeat whose
-  answer the member ignores must not renew a lease it may have given up (SPEC 9.1). A member is checked (ACTIVE, lease, epoch,
+  answer the member ignores must not renew a lease it may have given up (SPEC 9.1). A request of a
+  member whose answers come back late (none received in time since its lease was last renewed) is
+  refused with NO_TIMELY_ANSWER and changes nothing, so its lease runs out (SPEC 10.2,
+  includes/answers.lua); a leave is always taken. Every refusal carries Redis time. A member is checked (ACTIVE, lease, epoch,
   instance) before its shard lists are: a stale member is told it is stale even when its report no
   longer fits the stream (shards deleted after a shrink while it was paused). A join for an ACTIVE
   member with a live lease from another instance is refused with FENCED_INSTANCE_ID (SPEC 9.4),
@@ -54,9 +59,13 @@ do
     local stream = redis.call('HMGET', K.streamMeta, 'shardCount', 'metadataVersion')
     local now = callNow
     local minLease = redis.call('ZRANGE', K.leases, 0, 0, 'WITHSCORES')
+    -- The answer to the last renewal (or a later one) came back in time (includes/answers.lua);
+    -- else the full path refuses the request.
+    local answeredInTime = (ARGV[25] or '') == ''
+      or (tonumber(ARGV[25]) or -1) >= (tonumber(redis.call('ZSCORE', K.leases, ARGV[10])) or math.huge) - tonumber(ARGV[16])
     local nextDeadlineAt = tonumber(g[3]) or 0
     local retainedNextAt = tonumber(g[4]) or 0
-    if g[1] == ARGV[11] and g[2] == ARGV[11] and stream[2] == ARGV[18]
+    if answeredInTime and g[1] == ARGV[11] and g[2] == ARGV[11] and stream[2] == ARGV[18]
         and minLease[2] and tonumber(minLease[2]) > now
         and (nextDeadlineAt == 0 or nextDeadlineAt > now) and (retainedNextAt == 0 or retainedNextAt > now)
         and redis.call('SCARD', K.unconverged) == 0 then
@@ -83,6 +92,7 @@ end
 --- @include "includes/memberCheck"
 --- @include "includes/instance"
 --- @include "includes/static"
+--- @include "includes/answers"
 --- @include "includes/incarnation"
 --- @include "includes/callContext"
 --- @include "includes/respond"
@@ -110,11 +120,25 @@ local req, err = parseIntegers({
 })
 if not req then return errorResponse(ERR_INVALID_REQUEST, err) end
 if not isValidInstanceId(instanceId) then return errorResponse(ERR_INVALID_REQUEST, INSTANCE_ID_RULE) end
+local answeredAt = nil
+if ARGV[25] ~= nil and ARGV[25] ~= '' then
+  answeredAt = tonumber(ARGV[25])
+  if not answeredAt or answeredAt < 0 or answeredAt % 1 ~= 0 then
+    return errorResponse(ERR_INVALID_REQUEST, 'answeredAt must be a Redis time in ms (0 before any answer)')
+  end
+end
 
 local ctx = loadCallContext(K, memberId)
 if not ctx then return errorResponse(ERR_GROUP_NOT_FOUND, NO_STREAM_MESSAGE) end
 local stream, now, g, rec, minLease = ctx.stream, ctx.now, ctx.g, ctx.rec, ctx.minLease
 local memberEpoch = req.memberEpoch
+
+-- 1b. A member whose answers come back late changes nothing (SPEC 10.2, includes/answers.lua): its
+-- lease runs out instead of being renewed for good. A leave is always taken: it frees shards.
+if answeredAt and memberEpoch ~= -1 then
+  local why = untimelyAnswers(K, rec, instanceId, answeredAt, now, req.sessionTimeoutMs)
+  if why then return errorResponse(ERR_NO_TIMELY_ANSWER, why) end
+end
 
 -- 2. Who is asking comes before what it reports: a member that is no longer ACTIVE, or whose epoch
 -- is stale, or whose id another instance took over, is told so whatever its lists say (they may

@@ -28,8 +28,10 @@ local function assignmentInput(K, g, stream)
   })
 end
 
+-- A refusal says when it ran too: the member bounds Redis's clock with it, and one received in time
+-- proves the member's answers come in time (includes/answers.lua).
 local function errorResponse(code, message)
-  return { code, message }
+  return { code, message, nowMs() }
 end
 
 local function memberResponse(K, cfg, g, rec, stream, reportedMv, now, dirty)

@@ -1,0 +1,114 @@
+import { describe, expect, it } from 'vitest';
+import { CoordinatorAdmin, StreamProducer } from '@redis-stream-coordinator/core';
+import { HandlerRecorder, keyedMessages } from '../support/handler-recorder';
+import { memberFactory } from '../support/member-factory';
+import { pollUntil } from '../support/poll';
+import { proxyFactory } from '../support/proxy-fixture';
+import { uniqueName, useRedisServer } from '../support/vitest-redis';
+
+// SPEC 10.2: a late answer is not trusted for ownership, but Redis and the member agree on whether
+// the member is alive: a member whose answers come back late is expired by Redis (and does not
+// rejoin until its answers come in time), and no shard is left owned but unread.
+const redis = useRedisServer();
+const aMember = memberFactory(redis);
+const aProxy = proxyFactory(redis);
+
+function admin() {
+  return new CoordinatorAdmin(redis.client());
+}
+
+async function groupEpoch(streamPrefix: string): Promise<number> {
+  return (await admin().describeGroup(streamPrefix, 'group')).group.groupEpoch;
+}
+
+async function rejoins(streamPrefix: string): Promise<number> {
+  const events = await admin().readGroupEvents(streamPrefix, 'group', { count: 1000 });
+  return events.filter((e) => e.type === 'MEMBER_REJOINED').length;
+}
+
+describe('a member whose heartbeat answers come back late (requests in time)', () => {
+  it('is expired by Redis, rejoins only once answers come in time, and its shards are read by the others meanwhile', async () => {
+    const streamPrefix = uniqueName('late-answers');
+    const recorder = new HandlerRecorder();
+    const proxy = await aProxy();
+    const slow = aMember(
+      { streamPrefix, shardCount: 4, sessionTimeoutMs: 3000, handler: recorder.handler('slow') },
+      redis.clientAt(proxy.url),
+    );
+    const healthy = aMember({ streamPrefix, shardCount: 4, sessionTimeoutMs: 3000, handler: recorder.handler('healthy') });
+    await slow.start();
+    await healthy.start();
+    await pollUntil('two shards each', async () => slow.ownedShards().length === 2 && healthy.ownedShards().length === 2);
+    const rejoinsBefore = await rejoins(streamPrefix);
+
+    // Requests reach Redis at once; every answer comes back 1.5 s later, past the 1 s the member waits.
+    proxy.delay('reply', 1500);
+    await pollUntil(
+      'the healthy member owning every shard, the slow one expired',
+      async () => {
+        const d = await admin().describeGroup(streamPrefix, 'group');
+        const slowState = d.members.find((m) => m.memberId === slow.memberId)?.state;
+        return healthy.ownedShards().length === 4 && slowState !== 'ACTIVE' && d.group.state === 'STABLE';
+      },
+      { timeoutMs: 10_000 },
+    );
+    // Settled for good while the fault lasts: no rejoin churns the group epoch.
+    const epochSettled = await groupEpoch(streamPrefix);
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.sendBatch(keyedMessages(16, 6, 'during'));
+    await pollUntil('every entry sent during the fault handled', async () => recorder.distinctEntries() === 96, { timeoutMs: 10_000 });
+    await new Promise((resolve) => setTimeout(resolve, 3000)); // a session more: the group stays as it is
+    expect(await groupEpoch(streamPrefix)).toBe(epochSettled);
+    expect(await rejoins(streamPrefix)).toBeLessThanOrEqual(rejoinsBefore);
+    expect(slow.stats().joined).toBe(false);
+
+    // Answers in time again: the member rejoins and gets its share back.
+    proxy.clearFaults();
+    await pollUntil('the slow member back with shards', async () => slow.ownedShards().length === 2 && healthy.ownedShards().length === 2, {
+      timeoutMs: 10_000,
+    });
+    await slow.stop();
+  });
+});
+
+describe('a member joining over a link whose answers come back late', () => {
+  it('is not made a member: nothing is revoked from the others to it, and every entry is handled', async () => {
+    const streamPrefix = uniqueName('late-join');
+    const recorder = new HandlerRecorder();
+    const proxy = await aProxy();
+    const healthy = aMember({ streamPrefix, shardCount: 4, sessionTimeoutMs: 3000, handler: recorder.handler('healthy') });
+    await healthy.start();
+    await pollUntil('the healthy member owning every shard', async () => healthy.ownedShards().length === 4);
+    const revoked: number[] = [];
+    healthy.on('revoked', ({ shards }) => revoked.push(...shards));
+
+    proxy.delay('reply', 1500);
+    // No shardCount: the stream exists, and start() goes straight to joining.
+    const slow = aMember({ streamPrefix, sessionTimeoutMs: 3000, handler: recorder.handler('slow') }, redis.clientAt(proxy.url));
+    const started = slow.start().then(
+      () => 'joined',
+      (error: Error) => error.message,
+    );
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    for (let round = 0; round < 6; round++) {
+      await producer.sendBatch(keyedMessages(4, 4, `round-${round}`));
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+    }
+    await pollUntil('every entry handled', async () => recorder.distinctEntries() === 96, { timeoutMs: 10_000 }).catch(
+      async (error: Error) => {
+        const d = await admin().describeGroup(streamPrefix, 'group');
+        throw new Error(
+          `${error.message}: ${recorder.distinctEntries()} handled; ${JSON.stringify(d.members.map((m) => [m.memberId, m.state]))}`,
+        );
+      },
+    );
+    expect(revoked).toEqual([]);
+    const d = await admin().describeGroup(streamPrefix, 'group');
+    expect(d.members.find((m) => m.memberId === slow.memberId)?.state).not.toBe('ACTIVE');
+
+    proxy.clearFaults();
+    expect(await started).toBe('joined');
+    await pollUntil('the slow member with its share', async () => slow.ownedShards().length === 2, { timeoutMs: 10_000 });
+    await slow.stop();
+  });
+});

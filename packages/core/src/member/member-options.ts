@@ -1,7 +1,7 @@
 import { v7 as uuidv7 } from 'uuid';
 import { assertCodec, codecRegistry } from '../protocol/codecs';
 import { type PayloadCodec, type StreamMessage, jsonCodec } from '../protocol/entry-format';
-import { type BatchOptions, type ResolvedConsumptionOptions, resolveConsumptionOptions } from './consumption-options';
+import { type BatchOptions, MAX_BATCH_SIZE, type ResolvedConsumptionOptions, resolveConsumptionOptions } from './consumption-options';
 import { assertStandardSchema, type StandardSchemaV1 } from '../protocol/standard-schema';
 import { assertConsumerGroup, assertIntegerInRange, assertMemberId, assertStreamPrefix } from '../protocol/names';
 import type { CoordinatorOptions, HeartbeatObservation } from '../redis/coordinator-options';
@@ -283,7 +283,7 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T> | B
   assertIntegerInRange('handlerStallMs', resolved.handlerStallMs, 1, DAY_MS);
   assertIntegerInRange('retryBackoffMs', resolved.retryBackoffMs, 0, DAY_MS);
   assertIntegerInRange('retryBackoffMaxMs', resolved.retryBackoffMaxMs, resolved.retryBackoffMs, DAY_MS);
-  assertIntegerInRange('batchSize', resolved.batchSize, 1, 10_000);
+  assertIntegerInRange('batchSize', resolved.batchSize, 1, MAX_BATCH_SIZE);
   assertIntegerInRange('maxBufferedEntries', resolved.maxBufferedEntries, 1, 1_000_000);
   assertIntegerInRange('blockMs', resolved.blockMs, 1, 60_000);
   assertIntegerInRange('sweepIntervalMs', resolved.sweepIntervalMs, 1, DAY_MS);

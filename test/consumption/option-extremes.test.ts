@@ -8,7 +8,8 @@ import {
   type StreamMessage,
   StreamProducer,
 } from '@redis-stream-coordinator/core';
-import { MAX_BATCH_SIZE } from '../../packages/core/src/member/consumption-options';
+import { MAX_BATCH_SIZE, MAX_LANES } from '../../packages/core/src/member/consumption-options';
+import { MAX_RUNTIME_CONCURRENCY } from '../../packages/core/src/member/member-options';
 import type { KeyedPayload } from '../support/handler-recorder';
 import { pollUntil } from '../support/poll';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
@@ -113,5 +114,45 @@ describe('batch.maxSize at its maximum', () => {
     if (where !== 'before') await pendingAt(streamPrefix, where === 'own' ? memberId : 'zombie');
     await nothingPendingOrUnread(streamPrefix, errors);
     expect(calls).toEqual([MAX_BATCH_SIZE]);
+  });
+});
+
+describe('lanes, runtimeMaxConcurrency and batchSize at their maximum', () => {
+  it(`MAX_LANES (${MAX_LANES}) keys of one shard run at once under MAX_RUNTIME_CONCURRENCY (${MAX_RUNTIME_CONCURRENCY}), read MAX_BATCH_SIZE at a time, and are all acknowledged`, async () => {
+    const streamPrefix = uniqueName('max-lanes');
+    const count = Math.min(MAX_LANES, MAX_RUNTIME_CONCURRENCY);
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 1 });
+    // One key per entry: each may take its own lane.
+    await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(
+      Array.from({ length: count }, (_, i) => ({ key: `key-${i}`, payload: { seq: i + 1 }, shardIndex: 0 })),
+    );
+    let openGate: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => (openGate = resolve));
+    let running = 0;
+    let most = 0;
+    let handled = 0;
+    const { member, errors } = await aMember({
+      streamPrefix,
+      lanes: MAX_LANES,
+      runtimeMaxConcurrency: MAX_RUNTIME_CONCURRENCY,
+      batchSize: MAX_BATCH_SIZE,
+      maxBufferedEntries: MAX_BATCH_SIZE,
+      handler: async () => {
+        running += 1;
+        most = Math.max(most, running);
+        await gate;
+        running -= 1;
+        handled += 1;
+      },
+    });
+    await pollUntil(`${count} handlers running at once`, async () => running === count, { timeoutMs: 20_000 }).catch((error: Error) => {
+      throw new Error(
+        `${error.message} (at most ${most}, ${member.stats().bufferedEntries} buffered); the member reported: ${[...errors].join('; ')}`,
+      );
+    });
+    openGate();
+    await pollUntil('every entry handled', async () => handled === count, { timeoutMs: 20_000 });
+    await nothingPendingOrUnread(streamPrefix, errors);
+    expect(most).toBe(count);
   });
 });

@@ -5,6 +5,7 @@ import {
   type CoordinatedMemberOptions,
   CoordinatorAdmin,
   KeyBuilder,
+  MAX_SHARD_COUNT,
   type StreamMessage,
   StreamProducer,
 } from '@redis-stream-coordinator/core';
@@ -154,5 +155,37 @@ describe('lanes, runtimeMaxConcurrency and batchSize at their maximum', () => {
     await pollUntil('every entry handled', async () => handled === count, { timeoutMs: 20_000 });
     await nothingPendingOrUnread(streamPrefix, errors);
     expect(most).toBe(count);
+  });
+});
+
+describe('one past each maximum', () => {
+  const handler = () => undefined;
+  const streamPrefix = 'past-max';
+  it.each([
+    ['lanes', { lanes: MAX_LANES + 1, runtimeMaxConcurrency: 1 }, MAX_LANES + 1],
+    ['runtimeMaxConcurrency', { runtimeMaxConcurrency: MAX_RUNTIME_CONCURRENCY + 1 }, MAX_RUNTIME_CONCURRENCY + 1],
+    ['batchSize', { batchSize: MAX_BATCH_SIZE + 1 }, MAX_BATCH_SIZE + 1],
+    ['batch.maxSize', { batch: { maxSize: MAX_BATCH_SIZE + 1 } }, MAX_BATCH_SIZE + 1],
+    ['shardCount', { shardCount: MAX_SHARD_COUNT + 1 }, MAX_SHARD_COUNT + 1],
+  ])('%s is a RangeError naming the option and the value', (option, options, value) => {
+    expect(
+      () =>
+        new CoordinatedMember(redis.client(), {
+          streamPrefix,
+          consumerGroup: 'group',
+          handler,
+          ...options,
+        } as BatchMemberOptions<KeyedPayload>),
+    ).toThrow(new RangeError(`${option} must be an integer from 1 to ${value - 1}, got ${value}`));
+  });
+
+  it('createStream and resizeShards refuse MAX_SHARD_COUNT + 1 the same way', async () => {
+    const admin = new CoordinatorAdmin(redis.client());
+    await expect(admin.createStream({ streamPrefix, shardCount: MAX_SHARD_COUNT + 1 })).rejects.toThrow(
+      new RangeError(`shardCount must be an integer from 1 to ${MAX_SHARD_COUNT}, got ${MAX_SHARD_COUNT + 1}`),
+    );
+    await expect(admin.resizeShards(streamPrefix, MAX_SHARD_COUNT + 1)).rejects.toThrow(
+      new RangeError(`newCount must be an integer from 1 to ${MAX_SHARD_COUNT}, got ${MAX_SHARD_COUNT + 1}`),
+    );
   });
 });

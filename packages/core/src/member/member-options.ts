@@ -1,3 +1,4 @@
+import { MAX_SHARD_COUNT } from '../protocol/shard-count';
 import { v7 as uuidv7 } from 'uuid';
 import { assertCodec, codecRegistry } from '../protocol/codecs';
 import { type PayloadCodec, type StreamMessage, jsonCodec } from '../protocol/entry-format';
@@ -273,7 +274,7 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T> | B
   }
   assertIntegerInRange('runtimeMaxConcurrency', resolved.runtimeMaxConcurrency, 1, MAX_RUNTIME_CONCURRENCY);
   assertIntegerInRange('weight', resolved.weight, 1, 1_000_000);
-  if (resolved.shardCount !== undefined) assertIntegerInRange('shardCount', resolved.shardCount, 1, 65_536);
+  if (resolved.shardCount !== undefined) assertIntegerInRange('shardCount', resolved.shardCount, 1, MAX_SHARD_COUNT);
   assertIntegerInRange('sessionTimeoutMs', resolved.sessionTimeoutMs, 100, DAY_MS);
   assertIntegerInRange('rebalanceTimeoutMs', resolved.rebalanceTimeoutMs, 100, DAY_MS);
   assertIntegerInRange('revocationTimeoutMs', resolved.revocationTimeoutMs, 0, resolved.rebalanceTimeoutMs);

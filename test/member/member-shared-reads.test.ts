@@ -1,7 +1,11 @@
 import type { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { CoordinatorAdmin, KeyBuilder, StreamProducer } from '@redis-stream-coordinator/core';
-import { ShardClient } from '../../packages/core/src/redis/shard-client';
+import { EventEmitter } from 'node:events';
+import type { ShardError } from '@redis-stream-coordinator/core';
+import { AckBatcher, type AckOutcome } from '../../packages/core/src/member/handle/ack-batcher';
+import type { PollerEvents, ShardState } from '../../packages/core/src/member/shard-state';
+import { type ShardAck, ShardClient } from '../../packages/core/src/redis/shard-client';
 import { HandlerRecorder } from '../support/handler-recorder';
 import { memberFactory } from '../support/member-factory';
 import { pollUntil } from '../support/poll';
@@ -246,6 +250,9 @@ describe('members of one process reading together', () => {
   });
 });
 
+/** Per shard of an ackMany: the count acknowledged (-1 refused), or the message of its failure. */
+const ackCounts = (replies: ShardAck[]) => replies.map((reply) => ('acked' in reply ? reply.acked : reply.failed.message));
+
 describe('acknowledgements of several shards in one call', () => {
   it('each shard under its own token: a refused shard does not refuse the others', async () => {
     const streamPrefix = uniqueName('ack-many');
@@ -266,7 +273,7 @@ describe('acknowledgements of several shards in one call', () => {
       { shardIndex: 1, grantEpoch: 1, ids: ids[1] },
       { shardIndex: 2, grantEpoch: 1, ids: ids[2].slice(0, 2) },
     ]);
-    expect(replies.acked).toEqual([3, -1, 2]);
+    expect(ackCounts(replies)).toEqual([3, -1, 2]);
     const pending = async (shard: number) => ((await client.xpending(keys.shardStream(streamPrefix, shard), 'group')) as [number])[0];
     expect([await pending(0), await pending(1), await pending(2)]).toEqual([0, 3, 1]);
   });
@@ -283,13 +290,65 @@ describe('acknowledgements of several shards in one call', () => {
       await client.set(keys.shardFence(streamPrefix, shard, 'group'), shard === 0 ? '0:1:m' : '0:2:other');
     }
     const shardClient = new ShardClient(client, keys, streamPrefix, 'group', 'm', { ackWait: { replicas: 1, timeoutMs: 20 } });
-    const { acked, notReplicated } = await shardClient.ackMany([
+    const replies = await shardClient.ackMany([
       { shardIndex: 0, grantEpoch: 1, ids: ids[0] },
       { shardIndex: 1, grantEpoch: 1, ids: ids[1] },
     ]);
-    expect(acked).toEqual([2, -1]);
+    expect(ackCounts(replies)).toEqual([2, -1]);
+    const notReplicated = replies.map((reply) => ('acked' in reply ? reply.notReplicated : undefined));
     expect(notReplicated[0]?.message).toMatch(/WAIT counted 0 of 1 replica/);
     expect(notReplicated[1]).toBeUndefined();
+  });
+});
+
+describe('acknowledgements of several shards that fail part-way', () => {
+  /** Three shards with three entries each, pending under member m, which holds their tokens. */
+  async function threePendingShards(streamPrefix: string, client: Redis) {
+    const ids: string[][] = [[], [], []];
+    for (const shard of [0, 1, 2]) {
+      const stream = keys.shardStream(streamPrefix, shard);
+      await client.xgroup('CREATE', stream, 'group', '0', 'MKSTREAM');
+      for (let i = 0; i < 3; i++) ids[shard].push(String(await client.xadd(stream, '*', 'p', '1')));
+      await client.xreadgroup('GROUP', 'group', 'm', 'COUNT', 10, 'STREAMS', stream, '>');
+      await client.set(keys.shardFence(streamPrefix, shard, 'group'), '0:1:m');
+    }
+    // Shard 1's XACK fails (its key is no longer a stream) after shard 0's landed.
+    await client.del(keys.shardStream(streamPrefix, 1));
+    await client.set(keys.shardStream(streamPrefix, 1), 'not a stream');
+    const pending = async (shard: number) => ((await client.xpending(keys.shardStream(streamPrefix, shard), 'group')) as [number])[0];
+    return { ids, pending };
+  }
+
+  it('say exactly which shards were acknowledged: a shard whose XACK failed is its own result', async () => {
+    const streamPrefix = uniqueName('ack-many-partial');
+    const client = redis.client();
+    const { ids, pending } = await threePendingShards(streamPrefix, client);
+    const replies = await new ShardClient(client, keys, streamPrefix, 'group', 'm').ackMany(
+      ids.map((list, shardIndex) => ({ shardIndex, grantEpoch: 1, ids: list })),
+    );
+    expect(ackCounts(replies)).toEqual([3, expect.stringMatching(/WRONGTYPE/), 3]);
+    expect([await pending(0), await pending(2)]).toEqual([0, 0]);
+  });
+
+  it('the batcher reports the shards acknowledged beside a failed one as accepted, and only the failed one as unsent', async () => {
+    const streamPrefix = uniqueName('ack-batcher-partial');
+    const client = redis.client();
+    const { ids } = await threePendingShards(streamPrefix, client);
+    const events = new EventEmitter<PollerEvents>();
+    const errors: ShardError[] = [];
+    const acknowledged: number[] = [];
+    events.on('error', (error) => errors.push(error));
+    events.on('acknowledged', ({ shardIndex }) => acknowledged.push(shardIndex));
+    // Not running: a failed send is not tried again, so the outcome of the one call is what is reported.
+    const batcher = new AckBatcher(new ShardClient(client, keys, streamPrefix, 'group', 'm'), events, () => false);
+    const outcomes = await Promise.all(
+      ids.map((list, index) => new Promise<AckOutcome>((resolve) => batcher.queue({ index, grantEpoch: 1 } as ShardState, list, resolve))),
+    );
+    expect(outcomes).toEqual(['accepted', 'unsent', 'accepted']);
+    expect(acknowledged.sort()).toEqual([0, 2]);
+    expect(errors.map((error) => [error.shardIndex, error.message, String((error.cause as Error).message)])).toEqual([
+      [1, 'shard 1: acknowledging 3 entries failed; they stay pending', expect.stringMatching(/WRONGTYPE/)],
+    ]);
   });
 });
 

@@ -1,3 +1,4 @@
+import { MAX_SHARD_COUNT } from '../protocol/shard-count';
 import { ErrorCode, errorCodeFromWire } from '../protocol/error-codes';
 import { GroupNotFoundError, StreamNotFoundError, toCoordinatorError } from '../protocol/errors';
 import { assertIntegerInRange } from '../protocol/names';
@@ -38,7 +39,7 @@ import { groupReadableShards, toGroupDescription } from './group-description';
 import { shardStats } from './shard-stats';
 import { deleteRetiredShards, pendingRetirement } from './shard-retirement';
 
-export const MAX_SHARD_COUNT = 65_536;
+export { MAX_SHARD_COUNT };
 
 export interface CreateStreamOptions {
   streamPrefix: string;

@@ -3,6 +3,11 @@ import { assertIntegerInRange } from '../protocol/names';
 const DAY_MS = 86_400_000;
 /** The most lanes one shard may run (each a handler call in flight). */
 export const MAX_LANES = 10_000;
+/**
+ * The most entries one read takes from a shard (`batchSize`) and one batch call gets (`batch.maxSize`,
+ * never more than `batchSize`).
+ */
+export const MAX_BATCH_SIZE = 10_000;
 
 /** Batch handlers (`batch` member option): how many entries one call gets, and how long a short batch waits to fill. */
 export interface BatchOptions {
@@ -52,7 +57,7 @@ export function resolveConsumptionOptions(options: ConsumptionInput): ResolvedCo
     if (given === null || typeof given !== 'object' || Array.isArray(given))
       throw new TypeError(`batch must be an object { maxSize, maxWaitMs }, got ${JSON.stringify(given)}`);
     batch = { maxSize: given.maxSize as number, maxWaitMs: given.maxWaitMs ?? 0 };
-    assertIntegerInRange('batch.maxSize', batch.maxSize, 1, 10_000);
+    assertIntegerInRange('batch.maxSize', batch.maxSize, 1, MAX_BATCH_SIZE);
     assertIntegerInRange('batch.maxWaitMs', batch.maxWaitMs, 0, DAY_MS);
     if (lanes !== 1)
       throw new TypeError(

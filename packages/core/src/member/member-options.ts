@@ -1,7 +1,8 @@
+import { MAX_SHARD_COUNT } from '../protocol/shard-count';
 import { v7 as uuidv7 } from 'uuid';
 import { assertCodec, codecRegistry } from '../protocol/codecs';
 import { type PayloadCodec, type StreamMessage, jsonCodec } from '../protocol/entry-format';
-import { type BatchOptions, type ResolvedConsumptionOptions, resolveConsumptionOptions } from './consumption-options';
+import { type BatchOptions, MAX_BATCH_SIZE, type ResolvedConsumptionOptions, resolveConsumptionOptions } from './consumption-options';
 import { assertStandardSchema, type StandardSchemaV1 } from '../protocol/standard-schema';
 import { assertConsumerGroup, assertIntegerInRange, assertMemberId, assertStreamPrefix } from '../protocol/names';
 import type { CoordinatorOptions, HeartbeatObservation } from '../redis/coordinator-options';
@@ -273,7 +274,7 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T> | B
   }
   assertIntegerInRange('runtimeMaxConcurrency', resolved.runtimeMaxConcurrency, 1, MAX_RUNTIME_CONCURRENCY);
   assertIntegerInRange('weight', resolved.weight, 1, 1_000_000);
-  if (resolved.shardCount !== undefined) assertIntegerInRange('shardCount', resolved.shardCount, 1, 65_536);
+  if (resolved.shardCount !== undefined) assertIntegerInRange('shardCount', resolved.shardCount, 1, MAX_SHARD_COUNT);
   assertIntegerInRange('sessionTimeoutMs', resolved.sessionTimeoutMs, 100, DAY_MS);
   assertIntegerInRange('rebalanceTimeoutMs', resolved.rebalanceTimeoutMs, 100, DAY_MS);
   assertIntegerInRange('revocationTimeoutMs', resolved.revocationTimeoutMs, 0, resolved.rebalanceTimeoutMs);
@@ -283,7 +284,7 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T> | B
   assertIntegerInRange('handlerStallMs', resolved.handlerStallMs, 1, DAY_MS);
   assertIntegerInRange('retryBackoffMs', resolved.retryBackoffMs, 0, DAY_MS);
   assertIntegerInRange('retryBackoffMaxMs', resolved.retryBackoffMaxMs, resolved.retryBackoffMs, DAY_MS);
-  assertIntegerInRange('batchSize', resolved.batchSize, 1, 10_000);
+  assertIntegerInRange('batchSize', resolved.batchSize, 1, MAX_BATCH_SIZE);
   assertIntegerInRange('maxBufferedEntries', resolved.maxBufferedEntries, 1, 1_000_000);
   assertIntegerInRange('blockMs', resolved.blockMs, 1, 60_000);
   assertIntegerInRange('sweepIntervalMs', resolved.sweepIntervalMs, 1, DAY_MS);

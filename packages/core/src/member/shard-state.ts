@@ -149,7 +149,15 @@ export class ShardSet {
   /** `onLost`: a shard was given up because a fenced call was refused (see `lose`). */
   constructor(private readonly onLost: (state: ShardState) => void = () => undefined) {}
 
-  order: number[] = [];
+  /**
+   * The shards in index order, sorted again only when read after a change: a grant or a release of
+   * every shard of a stream at once (up to MAX_SHARD_COUNT) must not sort the set once per shard.
+   */
+  get order(): number[] {
+    this.sorted ??= [...this.states.keys()].sort((a, b) => a - b);
+    return this.sorted;
+  }
+  private sorted: number[] | undefined = [];
   /** Entries queued (not held) over all shards: what counts against `maxBufferedEntries`. */
   buffered = 0;
   /** shardIndex -> stream id from which entries wait (ordered shrink, docs/resharding.md). */
@@ -192,7 +200,7 @@ export class ShardSet {
       released: releaseSignal(),
     };
     this.states.set(shardIndex, state);
-    this.order = [...this.states.keys()].sort((a, b) => a - b);
+    this.sorted = undefined;
     return state;
   }
 
@@ -213,7 +221,7 @@ export class ShardSet {
     if (state.work.size > 0) this.lingering.set(state.index, state);
     if (this.states.get(state.index) === state) {
       this.states.delete(state.index);
-      this.order = this.order.filter((s) => s !== state.index);
+      this.sorted = undefined;
     }
   }
 

@@ -1,3 +1,4 @@
+import { MAX_SHARD_COUNT } from '../protocol/shard-count';
 import { v7 as uuidv7 } from 'uuid';
 import { assertCodec } from '../protocol/codecs';
 import { encodeEntry, jsonCodec, type OutgoingMessage, type PayloadCodec } from '../protocol/entry-format';
@@ -11,8 +12,6 @@ import { ProducerRouting } from './producer-routing';
 import { SendMerger, type ShardKeys } from './send-merger';
 import type { SendResult } from './send-results';
 import { SendUnit } from './send-unit';
-
-const MAX_SHARD_COUNT = 65_536;
 
 export interface StreamProducerOptions {
   streamPrefix: string;

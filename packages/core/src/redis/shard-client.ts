@@ -55,6 +55,22 @@ export interface AckBatch {
   ids: string[];
 }
 
+/**
+ * What became of one shard's batch in `ackMany`: how many entries it acknowledged (-1: a newer
+ * owner's token refused it), with the replicas' shortfall when `ackWait` counted too few; or the
+ * error its own XACK raised (some of its ids may have landed: sending them again is harmless).
+ */
+export type ShardAck = { acked: number; notReplicated?: NotReplicatedError } | { failed: Error };
+
+/** A reply of ackFencedMany-n.lua for one shard: a count, or the message of the error its XACK raised. */
+function toShardAck(reply: unknown): ShardAck {
+  return typeof reply === 'string' ? { failed: new Error(reply) } : { acked: Number(reply) };
+}
+
+function notReplicatedError(why: string, replicas: number, wanted: number): NotReplicatedError {
+  return new NotReplicatedError(`acknowledged on the master but not confirmed on its replicas: ${why}`, replicas, wanted);
+}
+
 function toEntries(raw: unknown): RawEntry[] {
   const out: RawEntry[] = [];
   for (const item of (raw as [string, string[] | null][]) ?? []) {
@@ -213,27 +229,19 @@ export class ShardClient {
     const acked = Number(reply);
     const shortfall = acked > 0 ? waitShortfall(result.tail[0], wait) : undefined;
     if (!shortfall) return { acked };
-    return {
-      acked,
-      notReplicated: new NotReplicatedError(
-        `acknowledged on the master but not confirmed on its replicas: ${shortfall.why}`,
-        shortfall.replicas,
-        wait.replicas,
-      ),
-    };
+    return { acked, notReplicated: notReplicatedError(shortfall.why, shortfall.replicas, wait.replicas) };
   }
 
   /**
    * Acknowledges the entries of several shards in one fenced call (ackFencedMany-n.lua), each shard
-   * under its own token: per batch, the number acknowledged or -1 when that shard was lost (the
-   * others are acknowledged all the same). With `ackWait`, WAIT follows on the same connection. On
-   * a Cluster see `ackByNode`; a single batch anywhere is one `ack`.
+   * under its own token: per batch, what became of it (`ShardAck`). A shard that was lost, or whose
+   * XACK failed, is that shard's result alone: the others are acknowledged all the same, and said to
+   * be. With `ackWait`, WAIT follows on the same connection. On a Cluster see `ackByNode`; a single
+   * batch anywhere is one `ack`. Rejects only when the call as a whole failed (no reply: nothing is
+   * known of any shard).
    */
-  async ackMany(batches: readonly AckBatch[]): Promise<{ acked: number[]; notReplicated: (NotReplicatedError | undefined)[] }> {
-    if (batches.length === 1) {
-      const { acked, notReplicated } = await this.ack(batches[0].shardIndex, batches[0].grantEpoch, batches[0].ids);
-      return { acked: [acked], notReplicated: [notReplicated] };
-    }
+  async ackMany(batches: readonly AckBatch[]): Promise<ShardAck[]> {
+    if (batches.length === 1) return [await this.ack(batches[0].shardIndex, batches[0].grantEpoch, batches[0].ids)];
     if (isCluster(this.redis)) return this.ackByNode(batches);
     const keys: string[] = [];
     const args: (string | number)[] = [this.consumerGroup];
@@ -244,7 +252,7 @@ export class ShardClient {
     const wait = this.ackWait;
     if (!wait) {
       const reply = (await runScript(this.redis, 'ackFencedMany', keys, args)) as unknown[];
-      return { acked: batches.map((_, i) => Number(reply[i])), notReplicated: [] };
+      return batches.map((_, i) => toShardAck(reply[i]));
     }
     // WAIT blocks its connection: on the acknowledgements' own, not the one heartbeats use.
     ensureScripts(this.ackClient);
@@ -253,15 +261,12 @@ export class ShardClient {
     waitCommand(pipeline, wait);
     const [[error, reply], waitReply] = (await pipeline.exec()) as [Error | null, unknown][];
     if (error) throw error;
-    const acked = batches.map((_, i) => Number((reply as unknown[])[i]));
-    const shortfall = acked.some((n) => n > 0) ? waitShortfall(waitReply, wait) : undefined;
-    if (!shortfall) return { acked, notReplicated: [] };
-    const notReplicated = new NotReplicatedError(
-      `acknowledged on the master but not confirmed on its replicas: ${shortfall.why}`,
-      shortfall.replicas,
-      wait.replicas,
-    );
-    return { acked, notReplicated: acked.map((n) => (n > 0 ? notReplicated : undefined)) };
+    const results = batches.map((_, i) => toShardAck((reply as unknown[])[i]));
+    const landed = (result: ShardAck) => 'acked' in result && result.acked > 0;
+    const shortfall = results.some(landed) ? waitShortfall(waitReply, wait) : undefined;
+    if (!shortfall) return results;
+    const notReplicated = notReplicatedError(shortfall.why, shortfall.replicas, wait.replicas);
+    return results.map((result) => (landed(result) ? { ...result, notReplicated } : result));
   }
 
   /**
@@ -274,11 +279,12 @@ export class ShardClient {
    * with the `allow-cross-slot-keys` flag: it would reach the other shards' keys undeclared, which
    * the cluster cannot route or check, and a slot migrating under it fails the whole call.)
    *
-   * A shard whose call failed (no reply, a connection lost) fails the whole call, as before: the
-   * AckBatcher sends every batch again (a fenced XACK of an id already acknowledged counts 0 and
+   * A shard whose call failed (its node gave no reply, a connection lost, an error) is that shard's
+   * result alone: the shards other nodes acknowledged are reported acknowledged, and the AckBatcher
+   * sends only the failed ones again (a fenced XACK of an id already acknowledged counts 0 and
    * changes nothing), then leaves them pending for the own-pending sweep.
    */
-  private async ackByNode(batches: readonly AckBatch[]): Promise<{ acked: number[]; notReplicated: (NotReplicatedError | undefined)[] }> {
+  private async ackByNode(batches: readonly AckBatch[]): Promise<ShardAck[]> {
     const wait = this.ackWait;
     const client = wait ? this.ackClient : this.redis;
     ensureScripts(client);
@@ -293,24 +299,14 @@ export class ShardClient {
       }),
       wait ? { tail: (pipeline) => waitCommand(pipeline, wait) } : {},
     );
-    const acked: number[] = [];
-    const notReplicated: (NotReplicatedError | undefined)[] = [];
-    for (const result of results) {
-      if ('error' in result) throw result.error;
+    return results.map((result): ShardAck => {
+      if ('error' in result) return { failed: result.error };
       const [error, reply] = result.replies[0];
-      if (error) throw error;
-      acked.push(Number(reply));
-      const shortfall = wait && Number(reply) > 0 ? waitShortfall(result.tail[0], wait) : undefined;
-      notReplicated.push(
-        shortfall &&
-          new NotReplicatedError(
-            `acknowledged on the master but not confirmed on its replicas: ${shortfall.why}`,
-            shortfall.replicas,
-            wait!.replicas,
-          ),
-      );
-    }
-    return { acked, notReplicated };
+      if (error) return { failed: error };
+      const acked = Number(reply);
+      const shortfall = wait && acked > 0 ? waitShortfall(result.tail[0], wait) : undefined;
+      return shortfall ? { acked, notReplicated: notReplicatedError(shortfall.why, shortfall.replicas, wait!.replicas) } : { acked };
+    });
   }
 
   /**

@@ -8,9 +8,8 @@ import type { PollerEvents, ShardState } from '../shard-state';
 function aSlowClient() {
   const pending: (() => void)[] = [];
   const client = {
-    ack: () => new Promise((resolve) => pending.push(() => resolve({ acked: 1, notReplicated: undefined }))),
-    ackMany: (batches: unknown[]) =>
-      new Promise((resolve) => pending.push(() => resolve({ acked: batches.map(() => 1), notReplicated: [] }))),
+    ack: () => new Promise((resolve) => pending.push(() => resolve({ acked: 1 }))),
+    ackMany: (batches: unknown[]) => new Promise((resolve) => pending.push(() => resolve(batches.map(() => ({ acked: 1 }))))),
   } as unknown as ShardClient;
   return {
     client,

@@ -1,6 +1,6 @@
 import { ShardError } from '../consumption-errors';
 import type { EventEmitter } from 'node:events';
-import type { AckBatch, ShardClient } from '../../redis/shard-client';
+import type { AckBatch, ShardAck, ShardClient } from '../../redis/shard-client';
 import { NoAnswerError, sleep, withTimeout } from '../abortable-sleep';
 import { retryDelayMs } from '../member-options';
 import { type PollerEvents, type ShardState } from '../shard-state';
@@ -199,64 +199,51 @@ export class AckBatcher {
 
   /**
    * One fenced acknowledgement call for the batches of several shards, each shard's token checked
-   * on its own (a refused shard does not refuse the others). A failure to reach Redis is retried
-   * with backoff while the poller runs (a restart or a reset must not leave finished entries pending
-   * here for good); after the last attempt they stay pending, and the owner's sweep of its own
-   * untracked entries (or the shard's next owner) processes them again.
+   * on its own (a refused shard does not refuse the others), and each shard's outcome its own: a
+   * shard whose XACK failed is sent again, not the ones that landed beside it. A failure to reach
+   * Redis is retried with backoff while the poller runs (a restart or a reset must not leave
+   * finished entries pending here for good); after the last attempt they stay pending, and the
+   * owner's sweep of its own untracked entries (or the shard's next owner) processes them again.
    */
   private async sendWithRetries(batches: SentBatch[]): Promise<AckOutcome[]> {
+    const outcomes: AckOutcome[] = batches.map(() => 'unsent');
+    let open = batches.map((_, i) => i);
     for (let attempt = 1; ; attempt++) {
-      let result: Awaited<ReturnType<ShardClient['ackMany']>>;
+      let results: ShardAck[];
       try {
         // Bounded (SPEC 10.1): on a connection that stopped answering the call would never settle,
         // the entries would stay unacknowledged with no error, and stop() would wait for them.
-        result = await withTimeout(this.client.ackMany(batches), this.connection.callTimeoutMs);
+        results = await withTimeout(this.client.ackMany(open.map((i) => batches[i])), this.connection.callTimeoutMs);
         this.answered();
       } catch (error) {
         if (error instanceof NoAnswerError) this.noAnswer();
         else this.answered();
-        const retry = this.running() && attempt < ACK_ATTEMPTS;
-        for (const { shardIndex, ids } of batches) {
+        results = open.map(() => ({ failed: error as Error }));
+      }
+      // Asked after the call: a stop() that began while it was out must not wait for another one
+      // (its bound counts one call, docs/runtime.md).
+      const retry = this.running() && attempt < ACK_ATTEMPTS;
+      const failed: number[] = [];
+      results.forEach((result, n) => {
+        const i = open[n];
+        if ('failed' in result) {
+          failed.push(i);
+          const { shardIndex, ids } = batches[i];
           this.events.emit(
             'error',
             new ShardError(
               `shard ${shardIndex}: acknowledging ${ids.length} entries failed${retry ? ', retrying' : '; they stay pending'}`,
               shardIndex,
-              error,
+              result.failed,
             ),
           );
+        } else {
+          outcomes[i] = this.landed(batches[i], result);
         }
-        if (!retry) return batches.map(() => 'unsent');
-        await sleep(retryDelayMs(attempt, 50, 2000));
-        continue;
-      }
-      const { acked, notReplicated } = result;
-      return batches.map(({ shardIndex, grantEpoch, ids, state }, i) => {
-        const accepted = acked[i] !== -1;
-        this.events.emit('acknowledged', { shardIndex, grantEpoch, ids, accepted });
-        if (notReplicated[i]) {
-          // Not retried: the ack is on the master; only a failover before it replicates undoes it (a redelivery).
-          this.events.emit(
-            'error',
-            new ShardError(
-              `shard ${shardIndex}: ${ids.length} acknowledgement(s) ${notReplicated[i]!.message}; a failover now would deliver them again`,
-              shardIndex,
-              notReplicated[i],
-            ),
-          );
-        }
-        if (!accepted) {
-          this.events.emit(
-            'error',
-            new ShardError(
-              `shard ${shardIndex}: ${ids.length} acknowledgement(s) refused, the shard has a new owner; it will process them again`,
-              shardIndex,
-            ),
-          );
-          this.refused(state);
-        }
-        return accepted ? 'accepted' : 'refused';
       });
+      if (failed.length === 0 || !retry) return outcomes;
+      open = failed;
+      await sleep(retryDelayMs(attempt, 50, 2000));
     }
   }
 
@@ -282,6 +269,37 @@ export class AckBatcher {
         `${ACK_NO_ANSWERS_BEFORE_RESET} acknowledgement calls in a row got no answer within ${this.connection.callTimeoutMs} ms; ${what}`,
       ),
     );
+  }
+
+  /** A shard's acks came back: accepted, or refused by a newer owner's token (that grant is over). */
+  private landed(
+    { shardIndex, grantEpoch, ids, state }: SentBatch,
+    { acked, notReplicated }: { acked: number; notReplicated?: Error },
+  ): AckOutcome {
+    const accepted = acked !== -1;
+    this.events.emit('acknowledged', { shardIndex, grantEpoch, ids, accepted });
+    if (notReplicated) {
+      // Not retried: the ack is on the master; only a failover before it replicates undoes it (a redelivery).
+      this.events.emit(
+        'error',
+        new ShardError(
+          `shard ${shardIndex}: ${ids.length} acknowledgement(s) ${notReplicated.message}; a failover now would deliver them again`,
+          shardIndex,
+          notReplicated,
+        ),
+      );
+    }
+    if (!accepted) {
+      this.events.emit(
+        'error',
+        new ShardError(
+          `shard ${shardIndex}: ${ids.length} acknowledgement(s) refused, the shard has a new owner; it will process them again`,
+          shardIndex,
+        ),
+      );
+      this.refused(state);
+    }
+    return accepted ? 'accepted' : 'refused';
   }
 
   private track(shardIndex: number, ids: string[]): void {

@@ -9,6 +9,7 @@ import { ClusterPolling, type PolledTransport } from './cluster-polling';
 import { commandCallTimeoutMs, MIN_COMMAND_CALL_TIMEOUT_MS, type ResolvedMemberOptions } from '../member-options';
 import { fewestQueued } from './read-turns';
 import { backOffShard, ShardRecovery } from './shard-recovery';
+import { forShardsSideBySide } from './shards-side-by-side';
 import { type PollerEvents, type ShardSet, type ShardState } from '../shard-state';
 
 /**
@@ -441,34 +442,37 @@ export class ShardReader implements HubReader {
    * while the other shards are claimed and read (SPEC 10.8).
    */
   private async claimNewShards(): Promise<void> {
-    for (const state of this.shards.all()) {
-      if (state.phase !== 'claiming' || state.nextClaimAt > Date.now()) continue;
-      let claim: Awaited<ReturnType<ShardClient['claimShard']>>;
-      try {
-        // Bounded (SPEC 10.1), as the recovery's calls: a claim past it fails like any failed claim
-        // (`error`, a problems line, tried again with backoff); installing one's own token twice is harmless.
-        claim = await withTimeout(this.client.claimShard(state.index, state.grantEpoch), commandCallTimeoutMs(this.options));
-      } catch (error) {
-        if (state.phase !== 'claiming') continue;
-        const delay = backOffShard(state);
-        const message = `shard ${state.index}: claiming it failed (${(error as Error).message}); not reading it (failed ${state.claimAttempts} time(s))`;
-        state.problems.set('claim', message);
-        this.events.emit('error', new ShardError(`${message}, trying again in ${delay} ms`, state.index, error));
-        continue;
-      }
-      if (state.phase !== 'claiming') continue;
-      if (claim.claimed) {
-        state.readCursor = claim.cursor;
-        state.phase = 'takeover';
-        state.claimAttempts = 0;
-        state.problems.delete('claim');
-        continue;
-      }
+    const now = Date.now();
+    const due = this.shards.all().filter((state) => state.phase === 'claiming' && state.nextClaimAt <= now);
+    await forShardsSideBySide(due, (state) => this.claim(state));
+  }
+
+  private async claim(state: ShardState): Promise<void> {
+    let claim: Awaited<ReturnType<ShardClient['claimShard']>>;
+    try {
+      // Bounded (SPEC 10.1), as the recovery's calls: a claim past it fails like any failed claim
+      // (`error`, a problems line, tried again with backoff); installing one's own token twice is harmless.
+      claim = await withTimeout(this.client.claimShard(state.index, state.grantEpoch), commandCallTimeoutMs(this.options));
+    } catch (error) {
+      if (state.phase !== 'claiming') return;
       const delay = backOffShard(state);
-      const message = `shard ${state.index}: granted at epoch ${state.grantEpoch} but a newer fencing token "${claim.holder}" holds it; not reading it (refused ${state.claimAttempts} time(s))`;
+      const message = `shard ${state.index}: claiming it failed (${(error as Error).message}); not reading it (failed ${state.claimAttempts} time(s))`;
       state.problems.set('claim', message);
-      this.events.emit('error', new ShardError(`${message}, trying again in ${delay} ms`, state.index));
-      this.events.emit('claim-refused', { shardIndex: state.index, grantEpoch: state.grantEpoch, holder: claim.holder });
+      this.events.emit('error', new ShardError(`${message}, trying again in ${delay} ms`, state.index, error));
+      return;
     }
+    if (state.phase !== 'claiming') return;
+    if (claim.claimed) {
+      state.readCursor = claim.cursor;
+      state.phase = 'takeover';
+      state.claimAttempts = 0;
+      state.problems.delete('claim');
+      return;
+    }
+    const delay = backOffShard(state);
+    const message = `shard ${state.index}: granted at epoch ${state.grantEpoch} but a newer fencing token "${claim.holder}" holds it; not reading it (refused ${state.claimAttempts} time(s))`;
+    state.problems.set('claim', message);
+    this.events.emit('error', new ShardError(`${message}, trying again in ${delay} ms`, state.index));
+    this.events.emit('claim-refused', { shardIndex: state.index, grantEpoch: state.grantEpoch, holder: claim.holder });
   }
 }

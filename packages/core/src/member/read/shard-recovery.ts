@@ -5,6 +5,7 @@ import type { ClaimResult, RawEntry, ShardClient } from '../../redis/shard-clien
 import type { AckBatcher } from '../handle/ack-batcher';
 import { withTimeout } from '../abortable-sleep';
 import { commandCallTimeoutMs, type ResolvedMemberOptions, retryDelayMs } from '../member-options';
+import { forShardsSideBySide } from './shards-side-by-side';
 import { inFlightIds, isInFlight, type PollerEvents, type QueuedEntry, type ShardSet, type ShardState } from '../shard-state';
 
 type ClaimedPage = Extract<ClaimResult, { fenced: false }>;
@@ -24,6 +25,13 @@ export function backOffShard(state: ShardState): number {
   state.nextClaimAt = Date.now() + delay;
   return delay;
 }
+
+/**
+ * The most shards one turn of the read loop sweeps (the longest overdue first); the rest go in the
+ * next turns, after a read. A member holding every shard of a large stream (up to MAX_SHARD_COUNT)
+ * would otherwise spend whole turns sweeping, two calls per shard, and read nothing meanwhile.
+ */
+export const SWEPT_SHARDS_PER_TURN = 1024;
 
 /**
  * What the reader does besides reading new entries: it takes pending entries into a shard's queue
@@ -58,8 +66,9 @@ export class ShardRecovery {
    * (the shard stays unread meanwhile); the other shards are taken over and read as usual.
    */
   async takeOverPending(): Promise<void> {
-    for (const state of this.shards.all()) {
-      if (state.phase !== 'takeover' || state.nextClaimAt > Date.now()) continue;
+    const now = Date.now();
+    const taking = this.shards.all().filter((state) => state.phase === 'takeover' && state.nextClaimAt <= now);
+    await forShardsSideBySide(taking, async (state) => {
       try {
         while (state.phase === 'takeover' && state.queue.length < this.options.batchSize) {
           const page = await this.accept(
@@ -76,13 +85,13 @@ export class ShardRecovery {
           if (page.cursor === '0-0') state.phase = 'reading';
         }
       } catch (error) {
-        if (!this.shards.isCurrent(state)) continue;
+        if (!this.shards.isCurrent(state)) return;
         const delay = backOffShard(state);
         const message = `shard ${state.index}: taking over its pending entries failed (${(error as Error).message}); not reading it (failed ${state.claimAttempts} time(s))`;
         state.problems.set('takeover', message);
         this.events.emit('error', new ShardError(`${message}, trying again in ${delay} ms`, state.index, error));
       }
-    }
+    });
   }
 
   /**
@@ -124,8 +133,12 @@ export class ShardRecovery {
    */
   async sweep(): Promise<void> {
     const now = Date.now();
-    for (const state of this.shards.all()) {
-      if (state.phase !== 'reading' || now - state.lastSweepAt < this.options.sweepIntervalMs) continue;
+    const due = this.shards
+      .all()
+      .filter((state) => state.phase === 'reading' && now - state.lastSweepAt >= this.options.sweepIntervalMs)
+      .sort((a, b) => a.lastSweepAt - b.lastSweepAt)
+      .slice(0, SWEPT_SHARDS_PER_TURN);
+    await forShardsSideBySide(due, async (state) => {
       state.lastSweepAt = now;
       state.sweeping = true;
       // A sweep that fails is one 'error' naming the shard, tried again at the next interval; the
@@ -151,7 +164,7 @@ export class ShardRecovery {
       } finally {
         state.sweeping = false;
       }
-    }
+    });
   }
 
   /**

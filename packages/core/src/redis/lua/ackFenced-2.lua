@@ -6,6 +6,8 @@
   Output: the number of entries acknowledged, or -1 when the caller no longer holds the shard.
 ]]
 --- @include "includes/fence"
+--- @include "includes/callInChunks"
 
 if not holdsFence(KEYS[2], ARGV[2]) then return -1 end
-return redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 3))
+-- A batch handler's ids, or every entry finished in one turn: as many as a user lets run at once.
+return callInChunks({ 'XACK', KEYS[1], ARGV[1] }, ARGV, 3)

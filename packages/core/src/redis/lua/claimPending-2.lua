@@ -23,6 +23,7 @@
   stream (Redis drops them from the pending list as it claims) } or { -1 } when the caller lost the shard.
 ]]
 --- @include "includes/fence"
+--- @include "includes/callInChunks"
 
 -- Consumers of other members with nothing pending here are history once this member holds the
 -- shard (SPEC 2.4: cleaned up after their pending entries were taken over). Deleting one with
@@ -40,9 +41,10 @@ end
 
 -- XCLAIM of ids that were deleted from the stream drops them from the pending list and returns
 -- nothing for them: they are reported, so the caller can say so instead of losing them silently.
+-- The ids are a page of up to `count` (the member's batchSize) or the caller's untracked ones.
 local function claimIds(stream, group, me, ids, entries, deleted)
   if #ids == 0 then return end
-  local claimed = redis.call('XCLAIM', stream, group, me, 0, unpack(ids))
+  local claimed = callInChunks({ 'XCLAIM', stream, group, me, 0 }, ids)
   local found = {}
   for i = 1, #claimed do
     if claimed[i] then

@@ -141,11 +141,10 @@ local function persistTarget(plan, groupEpoch, activeIds)
       end
     end
   end
-  for i = 1, #gone, 500 do redis.call('HDEL', K.target, unpack(gone, i, math.min(i + 499, #gone))) end
-  for i = 1, #writes, 1000 do redis.call('HSET', K.target, unpack(writes, i, math.min(i + 999, #writes))) end
-  for i = 1, #changed, 500 do
-    redis.call('SADD', K.unconverged, unpack(changed, i, math.min(i + 499, #changed)))
-  end
+  -- As many members as the group has: in chunks.
+  if #gone > 0 then callInChunks({ 'HDEL', K.target }, gone) end
+  if #writes > 0 then callInChunks({ 'HSET', K.target }, writes) end
+  if #changed > 0 then callInChunks({ 'SADD', K.unconverged }, changed) end
   g.assignmentEpoch = groupEpoch
   redis.call('HSET', K.groupMeta, 'assignmentEpoch', groupEpoch, 'updatedAt', now)
   setAssignmentLease(K, g, '', 0)

@@ -4,6 +4,7 @@
 -- (joined, told epoch 0, not yet told a real epoch), mv, rmc, acw, weight, st, rt, owned, revoking,
 -- pending (CSV), lastHb, leaseExp, endedAt (ms), inst (the instance id that joined last, see
 -- includes/instance.lua), rvAt (shard -> when its revocation was asked, ms, see includes/reconcile.lua).
+--- @include "includes/callInChunks"
 local function loadMember(K, memberId)
   local raw = redis.call('HGET', K.members, memberId)
   if not raw then return nil end
@@ -47,10 +48,11 @@ local function setMemberEpoch(rec, epoch)
   rec.epoch = epoch
 end
 
--- Frees the given shards in the owner index where this member still holds them.
+-- Frees the given shards in the owner index where this member still holds them (up to every shard
+-- of the stream).
 local function releaseShards(K, memberId, list)
   if #list == 0 then return end
-  local holders = redis.call('HMGET', K.owners, unpack(list))
+  local holders = callInChunks({ 'HMGET', K.owners }, list)
   for i = 1, #list do
     if holders[i] == memberId then redis.call('HDEL', K.owners, list[i]) end
   end

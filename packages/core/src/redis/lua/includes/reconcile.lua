@@ -1,3 +1,4 @@
+--- @include "includes/callInChunks"
 -- Member reconciliation (SPEC section 3), the CurrentAssignmentBuilder of this protocol.
 -- With target T and owned O: O \ T must be revoked; while any revocation is unacknowledged the
 -- member keeps its epoch and holds only O ∩ T. Once none is outstanding it moves to the
@@ -52,7 +53,8 @@ local function reconcileMember(K, cfg, g, rec, now)
     redis.call('ZREM', K.deadlines, rec.id)
     if A >= rec.joinEpoch and rec.epoch < A then setMemberEpoch(rec, A) end
     if #wanted > 0 then
-      local holders = redis.call('HMGET', K.owners, unpack(wanted))
+      -- Up to every shard of the stream (a member alone in its group): in chunks.
+      local holders = callInChunks({ 'HMGET', K.owners }, wanted)
       local granted = {}
       for i = 1, #wanted do
         if holders[i] then
@@ -64,7 +66,7 @@ local function reconcileMember(K, cfg, g, rec, now)
         end
       end
       if #granted > 0 then
-        redis.call('HSET', K.owners, unpack(granted))
+        callInChunks({ 'HSET', K.owners }, granted)
         local shards = {}
         for i = 1, #granted, 2 do shards[#shards + 1] = granted[i] end
         appendEvent(K, cfg, g, 'SHARDS_ASSIGNED', rec.id, listToCsv(shards))

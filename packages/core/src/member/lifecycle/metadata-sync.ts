@@ -7,7 +7,7 @@ import { withTimeout } from '../abortable-sleep';
 import { CutoverWatch } from './cutover-watch';
 import type { MemberEvents } from '../member-events';
 import type { MemberProblems } from '../member-problems';
-import type { ResolvedMemberOptions } from '../member-options';
+import { MIN_COMMAND_CALL_TIMEOUT_MS, type ResolvedMemberOptions } from '../member-options';
 import type { ShardPoller } from '../shard-poller';
 
 /**
@@ -101,7 +101,10 @@ export class MetadataSync {
         return false;
       },
     );
-    return withTimeout(created, this.callTimeoutMs);
+    // Creating the stream renews and decides nothing: bounded like the calls beside the heartbeats
+    // (at least MIN_COMMAND_CALL_TIMEOUT_MS), not as tight as a third of a short session, which a
+    // loaded machine's first round trips can pass (start() then failed with the stream created).
+    return withTimeout(created, Math.max(MIN_COMMAND_CALL_TIMEOUT_MS, this.callTimeoutMs));
   }
 
   /** The stream is gone: versions restart with the recreated stream, so sync whatever the next answer says. */

@@ -108,6 +108,15 @@ const REDELIVERING = new Set<FaultKind>([
   'zombie-dead-letter',
   'unsafe-lease',
   'group-keys-lost',
+  // A member expired while it works (late answers), a connection reset with calls unanswered on it,
+  // a stop() that gives up on an ack it sent (the next owner runs the entry again).
+  'late-answers',
+  'late-join',
+  'half-open-commands',
+  'half-open-reads',
+  'half-open-acks',
+  'half-open-wake',
+  'freeze-on-stop',
   // Deliveries and acks the old master had not replicated are undone (on the fault's shards only).
   // A slot move is not here: MIGRATE moves a stream whole, its group and pending entries with it.
   'failover',

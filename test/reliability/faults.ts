@@ -9,6 +9,7 @@ import type { ChaosHarness } from './harness';
 import { type MemberProcess, proxyOf, sleep, waitFor } from './harness-tools';
 import { RecordTail } from './record-tail';
 import { evalsha, scriptShas } from './script-match';
+import { freezeOnStop, halfOpen, lateAnswers, lateJoin } from './seam-faults';
 import type { TargetKind } from './target';
 
 /** The process-level and resizing kinds, which need no proxy: on both targets. */
@@ -422,6 +423,45 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
         await h.removeMember(twin.handle, 'SIGKILL');
       }
     },
+  },
+  'late-answers': {
+    what:
+      "one member's answers (every connection) come half a session late, its requests on time, for 1.6 owned-but-unread bounds: its heartbeats land but it never waits long enough " +
+      'for their answers; every shard must be read within the bound meanwhile (Redis expires it, the others read its shards)',
+    needs: '411d408 (seams-a): late heartbeat answers, Redis and the member agree on whether it is alive (SPEC 10.2)',
+    inject: lateAnswers,
+  },
+  'late-join': {
+    what: 'a new member joins over a link whose answers come half a session late from its first byte: no shard may be revoked to it and left unread; it joins once the link is fast',
+    needs: '411d408 (seams-a): a member joining over a late link is not made a member (SPEC 10.2)',
+    inject: lateJoin,
+  },
+  'half-open-commands': {
+    what: 'a member (resetStuckConnection) whose command connection goes half-open (no answer, no close) at a heartbeat: it must reset it, every shard read within the bound, and say so in stats().problems',
+    needs: 'resetStuckConnection: the command connection reset after two unanswered heartbeats (SPEC 10.1)',
+    inject: (h, f) => halfOpen(h, f, 'commands'),
+  },
+  'half-open-reads': {
+    what: 'a member reading alone whose blocking-read connection goes half-open: the read counts as lost, the connection is reset, every shard read within the bound, and a problems line',
+    needs: 'the reader connection reset after a read that never comes back (SPEC 10.1)',
+    inject: (h, f) => halfOpen(h, f, 'reads'),
+  },
+  'half-open-acks': {
+    what:
+      'a member with ackWaitForReplicas (acks on a connection of their own) whose ack connection goes half-open at a WAIT: acks are bounded, the connection is reset, ' +
+      'every finished entry acknowledged, every shard read within the bound, and a problems line while it lasts',
+    needs: '233280b (seams-a): acknowledgements bounded and their own connection watched (SPEC 10.1)',
+    inject: (h, f) => halfOpen(h, f, 'acks'),
+  },
+  'half-open-wake': {
+    what: 'a member with a companion (shared reads) whose wake-up subscriber connection is half-open from its SUBSCRIBE: it is watched and listed in problems, every shard still read within the bound',
+    needs: '5a20215 (seams-a): the wake-up subscriber is watched (SPEC 10.1)',
+    inject: (h, f) => halfOpen(h, f, 'wake'),
+  },
+  'freeze-on-stop': {
+    what: "a member's acknowledgement held at its proxy, the network then frozen both ways and the member sent SIGTERM: stop() must return within its documented bound",
+    needs: '233280b (seams-a): stop() no longer waits on a stuck ack (SPEC 10.1)',
+    inject: freezeOnStop,
   },
   failover: {
     runsOn: ['cluster'],

@@ -11,6 +11,7 @@ import { LoadProducer } from './load';
 import { mustBeOwned, pendingSamples, readDeadLetters, unacknowledged } from './redis-state';
 import { type MemberProcess, proxyOf, readRecords, seededRandom, sleep, waitFor } from './harness-tools';
 import { ChaosTarget, type TargetKind } from './target';
+import type { TcpProxy } from '../support/tcp-proxy';
 
 export { mustBeOwned, proxyOf, readRecords, seededRandom, sleep, waitFor, type MemberProcess };
 
@@ -62,6 +63,12 @@ export interface SpawnOptions {
   /** This member's session timeout (default: the harness's) and heartbeat interval (default: a fifth of it). */
   sessionTimeoutMs?: number;
   heartbeatIntervalMs?: number;
+  /** Member options a fault kind needs on its victim: acks on their own connection, stuck connections reset, a companion (shared reads). */
+  ackWaitForReplicas?: { replicas: number; timeoutMs: number };
+  resetStuckConnection?: boolean;
+  companion?: boolean;
+  /** Called with the member's new proxy before the process starts (a link that is faulty from the first byte). */
+  onProxy?: (proxy: TcpProxy) => void;
 }
 
 const wallNow = () => performance.timeOrigin + performance.now();
@@ -227,7 +234,8 @@ export class ChaosHarness {
       heartbeatIntervalMs: options.heartbeatIntervalMs ?? Math.floor(session / 5),
       runtimeMaxConcurrency: 4 * this.settings.lanes,
       lanes: this.settings.lanes,
-      companion: this.settings.sharedReads,
+      companion: options.companion ?? this.settings.sharedReads,
+      resetStuckConnection: options.resetStuckConnection,
       handlerDelayMs: this.settings.handlerDelayMs,
       // After Redis loses every key the members recreate the stream (no operator).
       shardCount: this.settings.shards,
@@ -243,6 +251,8 @@ export class ChaosHarness {
       deadPermille: this.settings.deadPermille,
       clockOffsetMs: options.clockOffsetMs,
     };
+    if (options.ackWaitForReplicas) settings.ackWaitForReplicas = options.ackWaitForReplicas;
+    if (proxy) options.onProxy?.(proxy);
     const child = spawn(process.execPath, [MEMBER_PROCESS], {
       env: { ...process.env, RSC_MEMBER_PROCESS: JSON.stringify(settings) },
       stdio: ['ignore', 'pipe', 'inherit'],

@@ -27,6 +27,8 @@ export interface RecordLine {
   ge?: number;
   shards?: number[];
   msg?: string;
+  /** stats().problems (e: 'problems'). */
+  lines?: string[];
 }
 
 export type FaultKind =
@@ -62,6 +64,14 @@ export type FaultKind =
   | 'zombie-dead-letter'
   | 'revoke-twice'
   | 'group-keys-lost'
+  // The seams (seam-faults.ts): one-way, on one connection, during stop().
+  | 'late-answers'
+  | 'late-join'
+  | 'half-open-commands'
+  | 'half-open-reads'
+  | 'half-open-acks'
+  | 'half-open-wake'
+  | 'freeze-on-stop'
   // On a Redis Cluster only (docs/reliability-cluster.md):
   | 'failover'
   | 'slot-move';

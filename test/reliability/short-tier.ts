@@ -44,6 +44,14 @@ const COST_S: Record<FaultKind, number> = {
   'zombie-dead-letter': 6,
   'revoke-twice': 2.6,
   'group-keys-lost': 2.8,
+  // Each watches every shard read for 1.6 owned-but-unread bounds (9.6 s); half-open replaces a member first.
+  'late-answers': 10,
+  'late-join': 10.5,
+  'half-open-commands': 11,
+  'half-open-reads': 11,
+  'half-open-acks': 11,
+  'half-open-wake': 11,
+  'freeze-on-stop': 5,
   // On the cluster only (not in this tier's lanes).
   failover: 8,
   'slot-move': 2,

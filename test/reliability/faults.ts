@@ -454,7 +454,7 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
     inject: (h, f) => halfOpen(h, f, 'acks'),
   },
   'half-open-wake': {
-    what: 'a member with a companion (shared reads) whose wake-up subscriber connection is half-open from its SUBSCRIBE: it is watched and listed in problems, every shard still read within the bound',
+    what: 'a member joins with its wake-up subscriber connection half-open from its first SUBSCRIBE: start() must not hang on it, the subscriber is watched and listed in problems, every shard read within the bound',
     needs: '5a20215 (seams-a): the wake-up subscriber is watched (SPEC 10.1)',
     inject: (h, f) => halfOpen(h, f, 'wake'),
   },

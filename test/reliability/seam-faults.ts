@@ -86,31 +86,41 @@ export async function halfOpen(h: ChaosHarness, fault: Fault, connection: HalfOp
   await h.removeMember(replaced.handle, 'SIGTERM');
   const options: SpawnOptions = { resetStuckConnection: true };
   if (connection === 'acks') options.ackWaitForReplicas = { replicas: 1, timeoutMs: 1 };
-  if (connection === 'wake') options.companion = true;
   // Reading alone: a blocking XREADGROUP on the reader's own connection.
   if (connection === 'reads') options.companion = false;
-  // The wake-up subscriber subscribes once, at its first read: armed before the process starts.
+  // Every member's client has one wake-up subscriber, which subscribes as the member joins: armed
+  // before the process starts (a joining member whose subscriber is half-open from its first call).
   let silenced: Promise<void> | undefined;
   if (connection === 'wake') options.onProxy = (proxy) => (silenced = proxy.blackholeConnectionOf(TcpProxy.command('SUBSCRIBE')));
-  const victim = await h.spawnMember(options);
-  fault.target = victim.memberId;
-  fault.detail = `(its ${connection} connection; replacing ${replaced.memberId})`;
-  await h.waitUntilRecovered(30_000);
-  const holdMs = Math.round(ownedUnreadBoundMs(h) * HOLD_BOUNDS);
-  h.excuse(victim, holdMs + h.sessionTimeoutMs * 3);
-  silenced ??= proxyOf(victim).blackholeConnectionOf(HALF_OPEN_MATCH[connection]());
-  const timeout = sleep(10_000).then(() => 'timeout' as const);
-  if ((await Promise.race([silenced, timeout])) === 'timeout') {
-    proxyOf(victim).clearFaults();
-    throw new Error(`no ${connection} request from ${victim.memberId} in 10 s to silence its connection`);
+  const before = new Set(h.members.keys());
+  try {
+    const victim = await h.spawnMember(options);
+    fault.target = victim.memberId;
+    fault.detail = `(its ${connection} connection; replacing ${replaced.memberId})`;
+    await h.waitUntilRecovered(30_000);
+    const holdMs = Math.round(ownedUnreadBoundMs(h) * HOLD_BOUNDS);
+    h.excuse(victim, holdMs + h.sessionTimeoutMs * 3);
+    silenced ??= proxyOf(victim).blackholeConnectionOf(HALF_OPEN_MATCH[connection]());
+    const timeout = sleep(10_000).then(() => 'timeout' as const);
+    if ((await Promise.race([silenced, timeout])) === 'timeout')
+      throw new Error(`no ${connection} request from ${victim.memberId} in 10 s to silence its connection`);
+    const from = performance.timeOrigin + performance.now();
+    await expectRead(h, fault, holdMs);
+    const said = visibleSince(victim, from, connection);
+    if (said.length === 0)
+      throw new Error(
+        `${victim.memberId} said nothing (${connection === 'reads' ? 'no error, ' : ''}no stats().problems line) while its ${connection} connection was half-open`,
+      );
+    fault.detail += ` said: ${said[0]}`;
+    return { liftedAt: performance.now() };
+  } catch (error) {
+    // Whatever it left behind (a start that never returned, a connection never reset) must not
+    // hold up the faults after this one: the victim goes, a plain member takes its place.
+    for (const handle of [...h.members.keys()]) if (!before.has(handle)) await h.removeMember(handle, 'SIGKILL');
+    fault.until = performance.timeOrigin + performance.now();
+    await h.spawnMember();
+    throw error;
   }
-  const from = performance.timeOrigin + performance.now();
-  await expectRead(h, fault, holdMs);
-  const said = problemsSince(victim, from);
-  if (said.length === 0)
-    throw new Error(`${victim.memberId} listed nothing in stats().problems while its ${connection} connection was half-open`);
-  fault.detail += ` problems: ${said[0]}`;
-  return { liftedAt: performance.now() };
 }
 
 /** The request that only the connection carries (one match each, made when needed: the shas are read from the scripts). */
@@ -173,11 +183,15 @@ async function expectRead(h: ChaosHarness, fault: Fault, holdMs: number): Promis
   fault.detail = `${fault.detail ?? ''} (every shard read within ${ownedUnreadBoundMs(h)} ms for ${holdMs} ms)`.trim();
 }
 
-/** The problems lines the member recorded since `from` (wall-clock ms). */
-function problemsSince(member: MemberProcess, from: number): string[] {
-  return readRecords(member.recordFile)
-    .filter((l) => l.e === 'problems' && l.t >= from)
-    .flatMap((l) => l.lines ?? []);
+/**
+ * What the member said about its trouble since `from` (wall-clock ms): its stats().problems lines
+ * (what health reports); for a lost read, whose reset is immediate, its 'error' events too.
+ */
+function visibleSince(member: MemberProcess, from: number, connection: HalfOpenConnection): string[] {
+  const lines = readRecords(member.recordFile).filter((l) => l.t >= from);
+  const problems = lines.filter((l) => l.e === 'problems').flatMap((l) => l.lines ?? []);
+  const errors = connection === 'reads' ? lines.filter((l) => l.e === 'error').map((l) => `error: ${l.msg}`) : [];
+  return [...problems, ...errors];
 }
 
 /** The oldest members of the first group leave gracefully until at most `most` are left (as join does). */

@@ -35,6 +35,8 @@ export interface CheckExtras {
   producerStalls?: string[];
   /** The stream's `resizeHistory` at the end (JSON), for the evidence of an order violation. */
   resizeHistory?: string;
+  /** "shard/id" gone from its shard stream at the end: trimmed (retention, or before a group was created). */
+  trimmedAway?: Set<string>;
 }
 
 export interface CheckReport {
@@ -50,6 +52,11 @@ export interface CheckReport {
    * without waiting for a replica (`Fault.unreplicated`).
    */
   redisLost: string[];
+  /**
+   * Lost entries (in `lost` too) that retention trimmed away before a group handled them: a trim
+   * that did not keep what a group still needed. Apart from `redisLost`; must be none.
+   */
+  trimmedUnhandled: string[];
   /** Keys whose first handling of a sequence number came after a later one of the same key. */
   orderViolations: string[];
   /** For the first few order violations: the key's entries, their first runs and the resizes around them (order-evidence.ts). */
@@ -238,6 +245,8 @@ export function check(
 
   const lost: string[] = [];
   const redisLost: string[] = [];
+  const trimmedUnhandled: string[] = [];
+  const trimmedAway = extras.trimmedAway ?? new Set<string>();
   let handled = 0;
   let acknowledged = 0;
   for (const g of groups) {
@@ -258,6 +267,8 @@ export function check(
         continue;
       }
       lost.push(`${label(g)}${entry} (${p.key}#${p.seq})${isOpen ? ' not acknowledged' : ''}`);
+      if (!done.has(entry) && trimmedAway.has(entry))
+        trimmedUnhandled.push(`${label(g)}${entry} (${p.key}#${p.seq}) trimmed, never handled`);
     }
   }
 
@@ -376,6 +387,7 @@ export function check(
     acknowledged,
     lost,
     redisLost,
+    trimmedUnhandled,
     orderViolations,
     orderEvidence: violations.slice(0, 3).flatMap((v) => orderEvidence(v, produced, runs, faults, extras.resizeHistory)),
     overlaps,

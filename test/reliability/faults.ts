@@ -315,11 +315,18 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
       const group = `late-${h.groups.length}`;
       // Retention first, keeping from 5 s before the first growth was made: the group reads that (and
       // crosses every resize of the history), not the soak's whole backlog.
-      const trimmed = await trimHistory(h, Date.now() - first.at + 5000);
-      fault.target = group;
-      fault.detail = `(${trimmed.size} older entries trimmed first)`;
-      h.addGroup(group, trimmed);
-      await Promise.all([h.spawnMember({ group }), h.spawnMember({ group })]);
+      // Retention paused until the group exists: what it was told it can read stays.
+      await h.pauseRetention();
+      try {
+        const trimmed = await trimHistory(h, Date.now() - first.at + 5000);
+        for (const entry of await h.trimmedAway()) trimmed.add(entry);
+        fault.target = group;
+        fault.detail = `(${trimmed.size} older entries trimmed first)`;
+        h.addGroup(group, trimmed);
+        await Promise.all([h.spawnMember({ group }), h.spawnMember({ group })]);
+      } finally {
+        h.resumeRetention();
+      }
     },
   },
   'delete-drained': {

@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { CoordinatorAdmin, type RedisClient } from '@redis-stream-coordinator/core';
+import { compareStreamIds, CoordinatorAdmin, type RedisClient, type TrimSchedule } from '@redis-stream-coordinator/core';
 import type { RedisCluster, RedisServer } from '@redis-stream-coordinator/core/testing';
 import type { MemberProcessSettings } from '../../packages/core/src/testing/member-process';
 import { check, type CheckReport, type Fault, type FaultKind, type PendingSample, type RecordLine } from './checker';
@@ -48,6 +48,12 @@ export interface HarnessOptions {
   /** Handler failures (member-process.ts): first attempts failing, and entries failing every attempt. */
   failPercent?: number;
   deadPermille?: number;
+  /**
+   * Retention as an operator runs it: `admin.startTrimming` on this interval for the whole run (0:
+   * none). Default RSC_CHAOS_RETENTION_MS or 500 ms. The checker counts what was trimmed before every
+   * group handled it (`trimmedUnhandled`: must be none).
+   */
+  retentionMs?: number;
   /** Progress lines (one per fault); default: none. */
   progress?: (line: string) => void;
 }
@@ -119,6 +125,9 @@ export class ChaosHarness {
   private stopped = false;
   /** Keep the record files after `stop()` (a lane whose check failed), as RSC_CHAOS_KEEP=1 does for every run. */
   keepRecords = false;
+  /** The retention schedule (`retentionMs`), while it runs; failed runs so far (Redis restarting, out of memory). */
+  private retention: TrimSchedule | undefined;
+  trimFailures = 0;
   /** The stream's `resizeHistory` when the run drained (JSON), kept with the records. */
   private resizeHistory: string | undefined;
 
@@ -140,6 +149,7 @@ export class ChaosHarness {
       // RSC_CHAOS_MEMBER_LANES=n runs every member with key-ordered lanes.
       lanes: Math.max(1, Number(process.env.RSC_CHAOS_MEMBER_LANES ?? 1) || 1),
       sharedReads: false,
+      retentionMs: Math.max(0, Number(process.env.RSC_CHAOS_RETENTION_MS ?? 500) || 0),
       ...options,
     };
     this.maxShards = this.settings.shards;
@@ -155,6 +165,7 @@ export class ChaosHarness {
     harness.redis = target.connect();
     harness.admin = new CoordinatorAdmin(harness.redis);
     await harness.admin.createStream({ streamPrefix: harness.streamPrefix, shardCount: harness.settings.shards });
+    harness.resumeRetention();
     await Promise.all(Array.from({ length: harness.settings.members }, () => harness.spawnMember()));
     await harness.waitUntilRecovered(30_000);
     harness.load = await LoadProducer.start(harness, {
@@ -205,6 +216,41 @@ export class ChaosHarness {
   addGroup(group: string, trimmed: Set<string> = new Set()): void {
     this.groups.push(group);
     this.unreadable.set(group, new Set([...this.deleted, ...trimmed]));
+  }
+
+  /**
+   * Starts retention (the operator's periodic trim) unless it is off or running. A fault that creates
+   * a group pauses it meanwhile: a trim between the harness's look at what is left and the group's
+   * creation would take entries the new group is told it can read.
+   */
+  resumeRetention(): void {
+    if (this.settings.retentionMs <= 0 || this.retention || this.stopped) return;
+    this.retention = this.admin.startTrimming(this.streamPrefix, { intervalMs: this.settings.retentionMs });
+    this.retention.on('error', () => (this.trimFailures += 1));
+  }
+
+  async pauseRetention(): Promise<void> {
+    const retention = this.retention;
+    this.retention = undefined;
+    await retention?.stop();
+  }
+
+  /**
+   * "shard/id" of the entries written so far that are gone from their shard stream now (below its
+   * oldest entry: trimming removes from the oldest on), apart from shards `deleteDrainedShards` deleted.
+   */
+  async trimmedAway(): Promise<Set<string>> {
+    const oldest = new Map<number, string | undefined>();
+    for (let shard = 0; shard < this.maxShards; shard++) {
+      const [first] = await this.redis.xrange(this.admin.keys.shardStream(this.streamPrefix, shard), '-', '+', 'COUNT', 1).catch(() => []);
+      oldest.set(shard, first?.[0]);
+    }
+    const gone = new Set<string>();
+    for (const p of [...this.load.produced, ...this.staleLoad.produced]) {
+      const first = oldest.get(p.shard);
+      if (first !== undefined && compareStreamIds(p.id, first) < 0) gone.add(`${p.shard}/${p.id}`);
+    }
+    return gone;
   }
 
   /** Keeps pending work at `member` (or everywhere) excused for `ms` more: it is under a fault. */
@@ -465,6 +511,9 @@ export class ChaosHarness {
     }
     this.stopped = true;
     await this.sampling;
+    await this.pauseRetention();
+    const trimmedAway = await this.trimmedAway();
+    if (this.settings.retentionMs > 0) this.progress(`retention: ${trimmedAway.size} entries trimmed, ${this.trimFailures} runs failed`);
     await Promise.all([...this.members.keys()].map((handle) => this.removeMember(handle, 'SIGTERM')));
     const open = await unacknowledged(this);
     const deadLetters = await readDeadLetters(this);
@@ -487,11 +536,13 @@ export class ChaosHarness {
         mayBeTwice: new Set([...this.load.mayBeTwice, ...this.staleLoad.mayBeTwice]),
         producerStalls: this.producerStalls,
         resizeHistory,
+        trimmedAway,
       });
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
+    await this.pauseRetention();
     await Promise.all([this.load?.stop(), this.staleLoad?.stop(), this.sampling]);
     for (const member of this.members.values()) {
       member.child.kill('SIGCONT');

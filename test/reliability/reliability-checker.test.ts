@@ -202,6 +202,25 @@ describe('reliability checker', () => {
     expect(check(sameShard, swapped, [flush], new Set()).orderViolations).toEqual(['a: 1 after 2 (shard 0, p0)']);
   });
 
+  it('counts entries retention trimmed before they were handled apart from entries Redis lost', () => {
+    const produced: Produced[] = [
+      { id: '1-0', shard: 0, key: 'a', seq: 1, at: 5 },
+      { id: '2-0', shard: 0, key: 'a', seq: 2, at: 50 },
+      { id: '3-0', shard: 0, key: 'a', seq: 3, at: 60 },
+    ];
+    const handledLast = run('p0', 0, '3-0', 'a', 3, 70, 71);
+    const report = check(produced, handledLast, [], new Set(), { trimmedAway: new Set(['0/1-0', '0/3-0']) });
+    // 1-0 was trimmed and never handled; 3-0 was trimmed after it was handled (retention's job); 2-0 is still there, unhandled.
+    expect(report.trimmedUnhandled).toEqual(['0/1-0 (a#1) trimmed, never handled']);
+    expect(report.lost).toEqual(['0/1-0 (a#1)', '0/2-0 (a#2)']);
+    // Gone because Redis lost every key: Redis's loss, not a trim's.
+    const flushed = check(produced, handledLast, [{ kind: 'redis-flush-restart', at: 20, dataLoss: true }], new Set(), {
+      trimmedAway: new Set(['0/1-0']),
+    });
+    expect(flushed.trimmedUnhandled).toEqual([]);
+    expect(flushed.redisLost).toEqual(['0/1-0 (a#1)']);
+  });
+
   it('counts entries Redis lost in a restart without persistence apart from entries the library lost', () => {
     const timed: Produced[] = [
       { id: '1-0', shard: 0, key: 'a', seq: 1, at: 5 },

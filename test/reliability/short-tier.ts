@@ -101,6 +101,7 @@ function broken(report: CheckReport): boolean {
     report.unrecovered,
     report.producerStalls,
     report.lost,
+    report.trimmedUnhandled,
     report.stuck,
     report.orderViolations,
     report.overlaps,
@@ -173,6 +174,7 @@ export function shortTier(): void {
         expect(report.unrecovered, summary).toEqual([]);
         expect(report.producerStalls, summary).toEqual([]);
         expect(report.lost, summary).toEqual([]);
+        expect(report.trimmedUnhandled, summary).toEqual([]);
         expect(report.stuck, summary).toEqual([]);
         expect(report.orderViolations, summary).toEqual([]);
         expect(report.overlaps, summary).toEqual([]);

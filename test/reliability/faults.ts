@@ -10,6 +10,7 @@ import { type MemberProcess, proxyOf, sleep, waitFor } from './harness-tools';
 import { RecordTail } from './record-tail';
 import { evalsha, scriptShas } from './script-match';
 import { freezeOnStop, halfOpen, lateAnswers, lateJoin } from './seam-faults';
+import { resetOffsets } from './operation-faults';
 import type { TargetKind } from './target';
 
 /** The process-level and resizing kinds, which need no proxy: on both targets. */
@@ -19,6 +20,11 @@ export interface FaultSpec {
   what: string;
   /** The fix this fault kind checks (a commit and what it changed): the code before it failed the run. */
   needs?: string;
+  /**
+   * A defect this kind provokes that is not fixed yet (what the checker reports): the kind runs only
+   * when named (RSC_CHAOS_FAULTS, --faults), not in `all` nor in the short tier, until the fix lands.
+   */
+  openDefect?: string;
   /**
    * Where it can be made (default: the single redis-server only). A cluster has no proxies (its
    * nodes announce their own ports) and no one server to restart or reconfigure, so the kinds that
@@ -469,6 +475,16 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
     what: "a member's acknowledgement held at its proxy, the network then frozen both ways and the member sent SIGTERM: stop() must return within its documented bound",
     needs: '233280b (seams-a): stop() no longer waits on a stuck ack (SPEC 10.1)',
     inject: freezeOnStop,
+  },
+  'reset-offsets': {
+    what:
+      "the first group's offsets reset with `force` while its members run, to the earliest retained entry (one time in three) or to 2 s ago, retention trimming on: " +
+      'everything after the reset point must be handled again (those runs are no duplicates)',
+    needs: 'c48b97d (seams-d): trim keeps what a reset asked to re-read; bf4913b: each shard re-checked in its slot (SPEC 10.5)',
+    openDefect:
+      'a forced reset while members read is not fully re-read: the owners re-run part of what lay after the reset point (0 entries on some shards), ' +
+      'where docs/operations.md says members read from the new positions on their next read (notReplayed)',
+    inject: resetOffsets,
   },
   failover: {
     runsOn: ['cluster'],

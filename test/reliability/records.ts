@@ -72,6 +72,8 @@ export type FaultKind =
   | 'half-open-acks'
   | 'half-open-wake'
   | 'freeze-on-stop'
+  // Operations as actors (operation-faults.ts).
+  | 'reset-offsets'
   // On a Redis Cluster only (docs/reliability-cluster.md):
   | 'failover'
   | 'slot-move';
@@ -94,6 +96,13 @@ export interface Fault {
   until?: number;
   /** Redis lost every key at `at` (a restart without persistence). */
   dataLoss?: boolean;
+  /**
+   * reset-offsets: per shard moved back, from and to which last-delivered id, and the oldest entry
+   * the shard stream kept then (`resetAt`: when it was made, wall-clock ms). What lies after `to` up
+   * to `from` (and not below `oldest`) must be handled again after `resetAt`; its runs then are no
+   * redelivery to explain.
+   */
+  resets?: OffsetReset[];
   /**
    * The shards whose master failed over at `at` (every shard when it also served the coordinator's
    * keys): a redelivery on one of them is explained whoever ran it, since what the old master had
@@ -154,4 +163,15 @@ export interface Run {
   grantAt?: number;
   /** Whether an acknowledgement of this entry by this member (under this grant) was accepted. */
   acked: boolean;
+}
+
+/** One shard a reset-offsets fault moved back (`Fault.resets`). */
+export interface OffsetReset {
+  group: string;
+  shard: number;
+  from: string | null;
+  to: string;
+  /** The shard stream's oldest entry when the reset was made (none: empty). */
+  oldest: string | undefined;
+  resetAt: number;
 }

@@ -52,6 +52,7 @@ const COST_S: Record<FaultKind, number> = {
   'half-open-acks': 11,
   'half-open-wake': 11,
   'freeze-on-stop': 5,
+  'reset-offsets': 2,
   // On the cluster only (not in this tier's lanes).
   failover: 8,
   'slot-move': 2,
@@ -99,6 +100,7 @@ interface LaneResult {
 function broken(report: CheckReport): boolean {
   const lists = [
     report.unrecovered,
+    report.notReplayed,
     report.producerStalls,
     report.lost,
     report.trimmedUnhandled,
@@ -172,6 +174,7 @@ export function shortTier(): void {
           expect(report.faults.filter((f) => f.kind === kind).length, `${kind}\n${summary}`).toBeGreaterThanOrEqual(1);
         expect(report.produced, summary).toBeGreaterThan(200);
         expect(report.unrecovered, summary).toEqual([]);
+        expect(report.notReplayed, summary).toEqual([]);
         expect(report.producerStalls, summary).toEqual([]);
         expect(report.lost, summary).toEqual([]);
         expect(report.trimmedUnhandled, summary).toEqual([]);

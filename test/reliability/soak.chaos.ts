@@ -73,6 +73,8 @@ it(`soak: random faults for ${Math.round(durationMs / 1000)} s on a ${target ===
   expect(report.unrecovered, replay).toEqual([]);
   expect(report.producerStalls, replay).toEqual([]);
   expect(report.lost, replay).toEqual([]);
+  expect(report.trimmedUnhandled, replay).toEqual([]);
+  expect(report.notReplayed, replay).toEqual([]);
   expect(report.stuck, replay).toEqual([]);
   expect(report.orderViolations, replay).toEqual([]);
   expect(report.overlaps, replay).toEqual([]);

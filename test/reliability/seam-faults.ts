@@ -93,6 +93,7 @@ export async function halfOpen(h: ChaosHarness, fault: Fault, connection: HalfOp
   let silenced: Promise<void> | undefined;
   if (connection === 'wake') options.onProxy = (proxy) => (silenced = proxy.blackholeConnectionOf(TcpProxy.command('SUBSCRIBE')));
   const before = new Set(h.members.keys());
+  const spawnedAt = performance.timeOrigin + performance.now();
   try {
     const victim = await h.spawnMember(options);
     fault.target = victim.memberId;
@@ -104,7 +105,8 @@ export async function halfOpen(h: ChaosHarness, fault: Fault, connection: HalfOp
     const timeout = sleep(10_000).then(() => 'timeout' as const);
     if ((await Promise.race([silenced, timeout])) === 'timeout')
       throw new Error(`no ${connection} request from ${victim.memberId} in 10 s to silence its connection`);
-    const from = performance.timeOrigin + performance.now();
+    // The wake-up subscriber was silenced as the member joined: what it said since then counts.
+    const from = connection === 'wake' ? spawnedAt : performance.timeOrigin + performance.now();
     await expectRead(h, fault, holdMs);
     const said = visibleSince(victim, from, connection);
     if (said.length === 0)
@@ -184,13 +186,21 @@ async function expectRead(h: ChaosHarness, fault: Fault, holdMs: number): Promis
 }
 
 /**
+ * Where an 'error' event is what the member must say: a lost read is reset at once (no lasting
+ * problem to list), and a SUBSCRIBE without an answer at join is given up after its deadline (the
+ * member works without wake-ups: the keep-alive PING, which lists a stuck subscriber in problems,
+ * starts only with a subscribed connection).
+ */
+const ERROR_SUFFICES = new Set<HalfOpenConnection>(['reads', 'wake']);
+
+/**
  * What the member said about its trouble since `from` (wall-clock ms): its stats().problems lines
  * (what health reports); for a lost read, whose reset is immediate, its 'error' events too.
  */
 function visibleSince(member: MemberProcess, from: number, connection: HalfOpenConnection): string[] {
   const lines = readRecords(member.recordFile).filter((l) => l.t >= from);
   const problems = lines.filter((l) => l.e === 'problems').flatMap((l) => l.lines ?? []);
-  const errors = connection === 'reads' ? lines.filter((l) => l.e === 'error').map((l) => `error: ${l.msg}`) : [];
+  const errors = ERROR_SUFFICES.has(connection) ? lines.filter((l) => l.e === 'error').map((l) => `error: ${l.msg}`) : [];
   return [...problems, ...errors];
 }
 

@@ -3,15 +3,8 @@ import type { FaultKind } from './checker';
 import { FAULTS } from './faults';
 import type { TargetKind } from './target';
 
-/** The fault kinds that can be made on `target` (those with an open defect only when named). */
+/** The fault kinds that can be made on `target`. */
 export function faultKindsOn(target: TargetKind): FaultKind[] {
-  return (Object.keys(FAULTS) as FaultKind[]).filter(
-    (kind) => (FAULTS[kind].runsOn ?? ['single']).includes(target) && !FAULTS[kind].openDefect,
-  );
-}
-
-/** Kinds that run on `target` when named, open defects included. */
-function namedKindsOn(target: TargetKind): FaultKind[] {
   return (Object.keys(FAULTS) as FaultKind[]).filter((kind) => (FAULTS[kind].runsOn ?? ['single']).includes(target));
 }
 
@@ -23,9 +16,9 @@ export const ALL_FAULT_KINDS = faultKindsOn('single');
  * that runs there, or a comma-separated list of kinds.
  */
 export function selectedFaultKinds(env = process.env.RSC_CHAOS_FAULTS, fallback?: FaultKind[], target: TargetKind = 'single'): FaultKind[] {
-  const available = namedKindsOn(target);
-  if (env === undefined || env.trim() === '') return fallback ?? faultKindsOn(target);
-  if (env.trim() === 'all') return faultKindsOn(target);
+  const available = faultKindsOn(target);
+  if (env === undefined || env.trim() === '') return fallback ?? available;
+  if (env.trim() === 'all') return available;
   const kinds = env
     .split(',')
     .map((k) => k.trim())

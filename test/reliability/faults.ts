@@ -10,7 +10,7 @@ import { type MemberProcess, proxyOf, sleep, waitFor } from './harness-tools';
 import { RecordTail } from './record-tail';
 import { evalsha, scriptShas } from './script-match';
 import { freezeOnStop, halfOpen, lateAnswers, lateJoin } from './seam-faults';
-import { resetOffsets } from './operation-faults';
+import { deleteRacingResizeBack, resetOffsets } from './operation-faults';
 import type { TargetKind } from './target';
 
 /** The process-level and resizing kinds, which need no proxy: on both targets. */
@@ -20,11 +20,7 @@ export interface FaultSpec {
   what: string;
   /** The fix this fault kind checks (a commit and what it changed): the code before it failed the run. */
   needs?: string;
-  /**
-   * A defect this kind provokes that is not fixed yet (what the checker reports): the kind runs only
-   * when named (RSC_CHAOS_FAULTS, --faults), not in `all` nor in the short tier, until the fix lands.
-   */
-  openDefect?: string;
+
   /**
    * Where it can be made (default: the single redis-server only). A cluster has no proxies (its
    * nodes announce their own ports) and no one server to restart or reconfigure, so the kinds that
@@ -481,10 +477,12 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
       "the first group's offsets reset with `force` while its members run, to the earliest retained entry (one time in three) or to 2 s ago, retention trimming on: " +
       'everything after the reset point must be handled again (those runs are no duplicates)',
     needs: 'c48b97d (seams-d): trim keeps what a reset asked to re-read; bf4913b: each shard re-checked in its slot (SPEC 10.5)',
-    openDefect:
-      'a forced reset while members read is not fully re-read: the owners re-run part of what lay after the reset point (0 entries on some shards), ' +
-      'where docs/operations.md says members read from the new positions on their next read (notReplayed)',
     inject: resetOffsets,
+  },
+  'delete-resize-back': {
+    what: 'an ordered shrink to its end, then `deleteDrainedShards` and an ordered growth back to the former count at once: the shard brought back must lose nothing written to it',
+    needs: 'ca46873 (seams-d): each shard deleted in its own slot after a re-check; a resize back never loses entries (SPEC 10.5)',
+    inject: deleteRacingResizeBack,
   },
   failover: {
     runsOn: ['cluster'],

@@ -236,21 +236,39 @@ export class ChaosHarness {
   }
 
   /**
-   * "shard/id" of the entries written so far that are gone from their shard stream now (below its
-   * oldest entry: trimming removes from the oldest on), apart from shards `deleteDrainedShards` deleted.
+   * "shard/id" of the entries written so far that are gone from their shard stream now: below its
+   * oldest entry (trimming removes from the oldest on), or, in a stream a trim emptied (every group
+   * had acknowledged everything), up to its last generated id. Shards `deleteDrainedShards` deleted
+   * (no stream at all) are not counted here.
    */
   async trimmedAway(): Promise<Set<string>> {
-    const oldest = new Map<number, string | undefined>();
+    const below = new Map<number, { id: string; inclusive: boolean }>();
     for (let shard = 0; shard < this.maxShards; shard++) {
-      const [first] = await this.redis.xrange(this.admin.keys.shardStream(this.streamPrefix, shard), '-', '+', 'COUNT', 1).catch(() => []);
-      oldest.set(shard, first?.[0]);
+      const cut = await this.retainedFrom(shard);
+      if (cut) below.set(shard, cut);
     }
     const gone = new Set<string>();
     for (const p of [...this.load.produced, ...this.staleLoad.produced]) {
-      const first = oldest.get(p.shard);
-      if (first !== undefined && compareStreamIds(p.id, first) < 0) gone.add(`${p.shard}/${p.id}`);
+      const cut = below.get(p.shard);
+      if (!cut) continue;
+      const order = compareStreamIds(p.id, cut.id);
+      if (order < 0 || (cut.inclusive && order === 0)) gone.add(`${p.shard}/${p.id}`);
     }
     return gone;
+  }
+
+  /**
+   * Where a shard stream's retained entries begin: its oldest entry (`inclusive` false: that one is
+   * kept), or, in a stream a trim emptied, its last generated id (`inclusive` true: that one is gone
+   * too). Undefined when there is no stream (deleted, or never written).
+   */
+  async retainedFrom(shard: number): Promise<{ id: string; inclusive: boolean } | undefined> {
+    const key = this.admin.keys.shardStream(this.streamPrefix, shard);
+    const [first] = await this.redis.xrange(key, '-', '+', 'COUNT', 1).catch(() => []);
+    if (first) return { id: first[0], inclusive: false };
+    const info = (await this.redis.xinfo('STREAM', key).catch(() => null)) as unknown[] | null;
+    const at = info?.indexOf('last-generated-id') ?? -1;
+    return info && at >= 0 ? { id: String(info[at + 1]), inclusive: true } : undefined;
   }
 
   /** Keeps pending work at `member` (or everywhere) excused for `ms` more: it is under a fault. */

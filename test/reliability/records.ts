@@ -74,6 +74,7 @@ export type FaultKind =
   | 'freeze-on-stop'
   // Operations as actors (operation-faults.ts).
   | 'reset-offsets'
+  | 'delete-resize-back'
   // On a Redis Cluster only (docs/reliability-cluster.md):
   | 'failover'
   | 'slot-move';

@@ -2,6 +2,8 @@
  * Operations as the soak's own actors: what an operator runs against a live group (SPEC 10.5), with
  * the checker's expectation following what the operation asked for.
  */
+import { CoordinatorAdmin } from '@redis-stream-coordinator/core';
+import { TcpProxy } from '../support/tcp-proxy';
 import type { Fault, OffsetReset } from './records';
 import type { ChaosHarness } from './harness';
 import { sleep } from './harness-tools';
@@ -55,37 +57,78 @@ export async function resetOffsets(h: ChaosHarness, fault: Fault): Promise<{ lif
 
 /**
  * deleteDrainedShards racing a resize back (SPEC 10.5): an ordered shrink (recorded as its own
- * fault) runs to its end, then `deleteDrainedShards` and a growth back to the former count start
- * together. Whichever goes first, the shard the growth brings back must not lose what is written to
- * it afterwards (the checker's `lost`), and a deletion that lost the race is called again until it
- * finishes or has nothing left to delete.
+ * fault) runs to its end, then `deleteDrainedShards` starts through a proxy of its own, which holds
+ * its first deletion (a client DEL, or the per-shard `deleteRetiredShard` script) once the shards
+ * are retired; meanwhile the stream grows back to its former count and the load writes to the
+ * shard brought back; then the deletion goes on. It must not delete what was written since (the
+ * checker's `lost`). A deletion refused while a group still needs a shard is asked again.
  */
 export async function deleteRacingResizeBack(h: ChaosHarness, fault: Fault): Promise<{ liftedAt: number }> {
   const shrink: Fault = { kind: 'shrink-ordered', at: fault.at };
   const { liftedAt } = await resize(h, shrink, false, true, 1000);
   shrink.recoveryMs = performance.now() - liftedAt;
   h.faults.push(shrink);
-  const grow: Fault = { kind: 'grow-ordered', at: performance.timeOrigin + performance.now() };
-  const deletion = (async () => {
-    for (let attempt = 0; attempt < DELETE_ATTEMPTS; attempt++) {
-      try {
-        return await h.admin.deleteDrainedShards(h.streamPrefix);
-      } catch (error) {
-        // Refused while a group still needs a shard (the growth's cutover): asked again shortly.
-        if ((error as Error).name !== 'ResizeInProgressError') throw error;
-        await sleep(100);
+  const proxy = (await h.target.proxy())!;
+  const client = h.target.connect(proxy);
+  const admin = new CoordinatorAdmin(client);
+  // The first shard past the new count is the first one retired: its deletion (a DEL before
+  // ca46873, the deleteRetiredShard script after, sent by EVAL on a new client) names its stream
+  // as a whole RESP argument.
+  const retired = `\r\n${h.admin.keys.shardStream(h.streamPrefix, (await h.admin.describeStream(h.streamPrefix))!.shardCount)}\r\n`;
+  const commands = ['DEL', 'EVAL', 'EVALSHA'].map((name) => TcpProxy.command(name));
+  const held = proxy.holdNextRequest((request) => commands.some((is) => is(request)) && request.includes(retired));
+  try {
+    const deletion = (async () => {
+      for (let attempt = 0; attempt < DELETE_ATTEMPTS; attempt++) {
+        try {
+          return await admin.deleteDrainedShards(h.streamPrefix);
+        } catch (error) {
+          // Refused while a group still needs a shard: asked again shortly.
+          if ((error as Error).name !== 'ResizeInProgressError') throw error;
+          await sleep(100);
+        }
       }
+      return [] as number[];
+    })();
+    const arrived = await Promise.race([
+      held.arrived.then(() => true),
+      deletion.then(() => false),
+      sleep(DELETE_HOLD_MS).then(() => false),
+    ]);
+    let grow: Fault | undefined;
+    if (arrived) {
+      // The shards are retired and the deletion is on its way: the resize back goes first, and
+      // writes land on the shard it brings back, before the deletion is let go (at the latest after
+      // DELETE_HOLD_MS: a resize that waits for the deletion must not wait for ever).
+      grow = { kind: 'grow-ordered', at: performance.timeOrigin + performance.now() };
+      const growth = resize(h, grow, true, true, 1000).then(() => sleep(WRITES_AFTER_GROWTH_MS));
+      await Promise.race([growth.catch(() => undefined), sleep(DELETE_HOLD_MS)]);
+      held.release();
+      await growth;
+      h.faults.push(grow);
     }
-    return [] as number[];
-  })();
-  const [deleted, grown] = await Promise.allSettled([deletion, resize(h, grow, true, true, 1000)]);
-  h.faults.push(grow);
-  if (deleted.status === 'rejected') throw new Error(`deleteDrainedShards failed: ${(deleted.reason as Error).message}`);
-  if (grown.status === 'rejected') throw new Error(`the resize back failed: ${(grown.reason as Error).message}`);
-  h.shardsDeleted(deleted.value);
-  fault.target = `${shrink.target}, then ${grow.target} with deleteDrainedShards deleting [${deleted.value.join(',')}]`;
+    held.release();
+    const deleted = await deletion;
+    h.shardsDeleted(deleted);
+    fault.target = `${shrink.target}, then ${grow ? `${grow.target} while` : 'no resize back:'} deleteDrainedShards deleted [${deleted.join(',')}]`;
+    if (!grow) {
+      const back: Fault = { kind: 'grow-ordered', at: performance.timeOrigin + performance.now() };
+      await resize(h, back, true, true, 1000);
+      h.faults.push(back);
+    }
+  } finally {
+    held.release();
+    client.disconnect();
+    await proxy.stop();
+  }
   return { liftedAt: performance.now() };
 }
+
+/** How long the racing deletion is held at most (a resize that waits for it then goes on). */
+const DELETE_HOLD_MS = 8000;
+
+/** Writes the load makes to the shard brought back before the held deletion goes on: several per shard at 200 entries/s. */
+const WRITES_AFTER_GROWTH_MS = 1000;
 
 /** How often a racing deleteDrainedShards asks again (every 100 ms: 10 s) before it leaves the shards for a later call. */
 const DELETE_ATTEMPTS = 100;

@@ -110,6 +110,14 @@ export async function deleteRacingResizeBack(h: ChaosHarness, fault: Fault): Pro
     held.release();
     const deleted = await deletion;
     h.shardsDeleted(deleted);
+    // A shard the resize brought back is read again: deleting it (its stream, its group positions,
+    // its fencing tokens) is what the deletion's re-check in the shard's slot must refuse.
+    const count = (await h.admin.describeStream(h.streamPrefix))!.shardCount;
+    const live = deleted.filter((shard) => shard < count);
+    if (live.length > 0)
+      throw new Error(
+        `deleteDrainedShards deleted shard(s) [${live.join(',')}] after the resize back made them readable again (${count} shards)`,
+      );
     fault.target = `${shrink.target}, then ${grow ? `${grow.target} while` : 'no resize back:'} deleteDrainedShards deleted [${deleted.join(',')}]`;
     if (!grow) {
       const back: Fault = { kind: 'grow-ordered', at: performance.timeOrigin + performance.now() };

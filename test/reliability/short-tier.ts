@@ -53,7 +53,7 @@ const COST_S: Record<FaultKind, number> = {
   'half-open-wake': 11,
   'freeze-on-stop': 5,
   'reset-offsets': 2,
-  'delete-resize-back': 6,
+  'delete-resize-back': 5.5,
   // On the cluster only (not in this tier's lanes).
   failover: 8,
   'slot-move': 2,

@@ -6,7 +6,8 @@
  */
 import { orderEvidence, type OrderViolation } from './order-evidence';
 import { deadLetterFencing, grantDuplicates, stuckEntries, writtenTwice } from './promises';
-import type { DeadLetter, Fault, FaultKind, PendingSample, Produced, RecordLine, Run } from './records';
+import type { DeadLetter, Fault, FaultKind, OffsetReset, PendingSample, Produced, RecordLine, Run } from './records';
+import { compareStreamIds } from '../../packages/core/src/protocol/stream-ids';
 
 export type { DeadLetter, Fault, FaultKind, PendingSample, Produced, RecordLine, Run } from './records';
 
@@ -35,6 +36,8 @@ export interface CheckExtras {
   producerStalls?: string[];
   /** The stream's `resizeHistory` at the end (JSON), for the evidence of an order violation. */
   resizeHistory?: string;
+  /** "shard/id" gone from its shard stream at the end: trimmed (retention, or before a group was created). */
+  trimmedAway?: Set<string>;
 }
 
 export interface CheckReport {
@@ -50,6 +53,11 @@ export interface CheckReport {
    * without waiting for a replica (`Fault.unreplicated`).
    */
   redisLost: string[];
+  /**
+   * Lost entries (in `lost` too) that retention trimmed away before a group handled them: a trim
+   * that did not keep what a group still needed. Apart from `redisLost`; must be none.
+   */
+  trimmedUnhandled: string[];
   /** Keys whose first handling of a sequence number came after a later one of the same key. */
   orderViolations: string[];
   /** For the first few order violations: the key's entries, their first runs and the resizes around them (order-evidence.ts). */
@@ -78,6 +86,11 @@ export interface CheckReport {
   writtenTwice: string[];
   /** Faults the group never recovered from within the harness's deadline. */
   unrecovered: string[];
+  /**
+   * Entries a reset-offsets asked the group to read again (after its point, up to where the group
+   * was) that no run handled after the reset: a trim took them, or the reset did not take (must be none).
+   */
+  notReplayed: string[];
   /** The main producer wrote nothing for 20 s or more (a send that never answered, or refused for good): must be none. */
   producerStalls: string[];
   faults: Fault[];
@@ -108,6 +121,15 @@ const REDELIVERING = new Set<FaultKind>([
   'zombie-dead-letter',
   'unsafe-lease',
   'group-keys-lost',
+  // A member expired while it works (late answers), a connection reset with calls unanswered on it,
+  // a stop() that gives up on an ack it sent (the next owner runs the entry again).
+  'late-answers',
+  'late-join',
+  'half-open-commands',
+  'half-open-reads',
+  'half-open-acks',
+  'half-open-wake',
+  'freeze-on-stop',
   // Deliveries and acks the old master had not replicated are undone (on the fault's shards only).
   // A slot move is not here: MIGRATE moves a stream whole, its group and pending entries with it.
   'failover',
@@ -229,6 +251,8 @@ export function check(
 
   const lost: string[] = [];
   const redisLost: string[] = [];
+  const trimmedUnhandled: string[] = [];
+  const trimmedAway = extras.trimmedAway ?? new Set<string>();
   let handled = 0;
   let acknowledged = 0;
   for (const g of groups) {
@@ -249,6 +273,8 @@ export function check(
         continue;
       }
       lost.push(`${label(g)}${entry} (${p.key}#${p.seq})${isOpen ? ' not acknowledged' : ''}`);
+      if (!done.has(entry) && trimmedAway.has(entry))
+        trimmedUnhandled.push(`${label(g)}${entry} (${p.key}#${p.seq}) trimmed, never handled`);
     }
   }
 
@@ -335,6 +361,34 @@ export function check(
     }
   }
 
+  // reset-offsets: what a reset moved the group back over is read again; a run of it after the reset
+  // is what the operator asked for, not a redelivery.
+  const resets = faults.flatMap((f) => f.resets ?? []);
+  // After the reset point (and not below what the stream kept then): a run of it after the reset is
+  // the re-read the operator asked for. `from` is read before the move, so an entry delivered in
+  // between is re-read too: only the expectation below is bounded by it.
+  const rewound = (r: OffsetReset, shard: number, id: string) =>
+    r.shard === shard && compareStreamIds(id, r.to) > 0 && (r.oldest === undefined || compareStreamIds(id, r.oldest) >= 0);
+  const replayed = (run: Run) =>
+    resets.some((r) => (r.group || DEFAULT_GROUP) === run.group && r.resetAt <= run.start && rewound(r, run.shard, run.id));
+  const notReplayed: string[] = [];
+  for (const r of resets) {
+    if (r.from === null) continue;
+    // A run still going at the reset counts: it finishes after it.
+    const again = new Set(
+      runs
+        .filter(
+          (run) => run.group === (r.group || DEFAULT_GROUP) && run.shard === r.shard && (run.end ?? Number.POSITIVE_INFINITY) >= r.resetAt,
+        )
+        .map((run) => run.id),
+    );
+    for (const p of produced)
+      if (rewound(r, p.shard, p.id) && compareStreamIds(p.id, r.from) <= 0 && !again.has(p.id))
+        notReplayed.push(
+          `${label(r.group || DEFAULT_GROUP)}${p.shard}/${p.id} (${p.key}#${p.seq}) not handled again after the reset to ${r.to}`,
+        );
+  }
+
   // Duplicates: every run of an entry after its first that did not fail on purpose (a failed
   // attempt is retried, which is no redelivery), each explained by a fault at that moment.
   const firstRun = new Map<string, Run>();
@@ -348,6 +402,7 @@ export function check(
       continue;
     }
     duplicates += 1;
+    if (replayed(run)) continue;
     const explained = faults.some(
       (f) =>
         REDELIVERING.has(f.kind) &&
@@ -367,6 +422,7 @@ export function check(
     acknowledged,
     lost,
     redisLost,
+    trimmedUnhandled,
     orderViolations,
     orderEvidence: violations.slice(0, 3).flatMap((v) => orderEvidence(v, produced, runs, faults, extras.resizeHistory)),
     overlaps,
@@ -376,7 +432,8 @@ export function check(
     stuck: stuckEntries(runs, extras.pendingSamples ?? [], extras.stuckAfterMs ?? 3000, extras.quietStuckAfterMs, extras.lanes ?? false),
     deadLetters: deadLetters.length,
     unfencedDeadLetters: deadLetterFencing(lines, deadLetters, faults),
-    grantDuplicates: grantDuplicates(runs),
+    grantDuplicates: grantDuplicates(runs.filter((run) => !replayed(run))),
+    notReplayed,
     writtenTwice: writtenTwice(runs, extras.mayBeTwice ?? new Set()),
     producerStalls: extras.producerStalls ?? [],
     unrecovered: faults

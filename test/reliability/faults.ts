@@ -9,6 +9,8 @@ import type { ChaosHarness } from './harness';
 import { type MemberProcess, proxyOf, sleep, waitFor } from './harness-tools';
 import { RecordTail } from './record-tail';
 import { evalsha, scriptShas } from './script-match';
+import { freezeOnStop, halfOpen, lateAnswers, lateJoin } from './seam-faults';
+import { deleteRacingResizeBack, resetOffsets } from './operation-faults';
 import type { TargetKind } from './target';
 
 /** The process-level and resizing kinds, which need no proxy: on both targets. */
@@ -18,6 +20,7 @@ export interface FaultSpec {
   what: string;
   /** The fix this fault kind checks (a commit and what it changed): the code before it failed the run. */
   needs?: string;
+
   /**
    * Where it can be made (default: the single redis-server only). A cluster has no proxies (its
    * nodes announce their own ports) and no one server to restart or reconfigure, so the kinds that
@@ -314,11 +317,18 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
       const group = `late-${h.groups.length}`;
       // Retention first, keeping from 5 s before the first growth was made: the group reads that (and
       // crosses every resize of the history), not the soak's whole backlog.
-      const trimmed = await trimHistory(h, Date.now() - first.at + 5000);
-      fault.target = group;
-      fault.detail = `(${trimmed.size} older entries trimmed first)`;
-      h.addGroup(group, trimmed);
-      await Promise.all([h.spawnMember({ group }), h.spawnMember({ group })]);
+      // Retention paused until the group exists: what it was told it can read stays.
+      await h.pauseRetention();
+      try {
+        const trimmed = await trimHistory(h, Date.now() - first.at + 5000);
+        for (const entry of await h.trimmedAway()) trimmed.add(entry);
+        fault.target = group;
+        fault.detail = `(${trimmed.size} older entries trimmed first)`;
+        h.addGroup(group, trimmed);
+        await Promise.all([h.spawnMember({ group }), h.spawnMember({ group })]);
+      } finally {
+        h.resumeRetention();
+      }
     },
   },
   'delete-drained': {
@@ -422,6 +432,57 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
         await h.removeMember(twin.handle, 'SIGKILL');
       }
     },
+  },
+  'late-answers': {
+    what:
+      "one member's answers (every connection) come half a session late, its requests on time, for 1.6 owned-but-unread bounds: its heartbeats land but it never waits long enough " +
+      'for their answers; every shard must be read within the bound meanwhile (Redis expires it, the others read its shards)',
+    needs: '411d408 (seams-a): late heartbeat answers, Redis and the member agree on whether it is alive (SPEC 10.2)',
+    inject: lateAnswers,
+  },
+  'late-join': {
+    what: 'a new member joins over a link whose answers come half a session late from its first byte: no shard may be revoked to it and left unread; it joins once the link is fast',
+    needs: '411d408 (seams-a): a member joining over a late link is not made a member (SPEC 10.2)',
+    inject: lateJoin,
+  },
+  'half-open-commands': {
+    what: 'a member (resetStuckConnection) whose command connection goes half-open (no answer, no close) at a heartbeat: it must reset it, every shard read within the bound, and say so in stats().problems',
+    needs: 'resetStuckConnection: the command connection reset after two unanswered heartbeats (SPEC 10.1)',
+    inject: (h, f) => halfOpen(h, f, 'commands'),
+  },
+  'half-open-reads': {
+    what: 'a member reading alone whose blocking-read connection goes half-open: the read counts as lost, the connection is reset, every shard read within the bound, and a problems line',
+    needs: 'the reader connection reset after a read that never comes back (SPEC 10.1)',
+    inject: (h, f) => halfOpen(h, f, 'reads'),
+  },
+  'half-open-acks': {
+    what:
+      'a member with ackWaitForReplicas (acks on a connection of their own) whose ack connection goes half-open at a WAIT: acks are bounded, the connection is reset, ' +
+      'every finished entry acknowledged, every shard read within the bound, and a problems line while it lasts',
+    needs: '233280b (seams-a): acknowledgements bounded and their own connection watched (SPEC 10.1)',
+    inject: (h, f) => halfOpen(h, f, 'acks'),
+  },
+  'half-open-wake': {
+    what: 'a member joins with its wake-up subscriber connection half-open from its first SUBSCRIBE: start() must not hang on it, the subscriber is watched and listed in problems, every shard read within the bound',
+    needs: '5a20215 (seams-a): the wake-up subscriber is watched (SPEC 10.1)',
+    inject: (h, f) => halfOpen(h, f, 'wake'),
+  },
+  'freeze-on-stop': {
+    what: "a member's acknowledgement held at its proxy, the network then frozen both ways and the member sent SIGTERM: stop() must return within its documented bound",
+    needs: '233280b (seams-a): stop() no longer waits on a stuck ack (SPEC 10.1)',
+    inject: freezeOnStop,
+  },
+  'reset-offsets': {
+    what:
+      "the first group's offsets reset with `force` while its members run, to the earliest retained entry (one time in three) or to 2 s ago, retention trimming on: " +
+      'everything after the reset point must be handled again (those runs are no duplicates)',
+    needs: 'c48b97d (seams-d): trim keeps what a reset asked to re-read; bf4913b: each shard re-checked in its slot (SPEC 10.5)',
+    inject: resetOffsets,
+  },
+  'delete-resize-back': {
+    what: 'an ordered shrink to its end, then `deleteDrainedShards` and an ordered growth back to the former count at once: the shard brought back must lose nothing written to it',
+    needs: 'ca46873 (seams-d): each shard deleted in its own slot after a re-check; a resize back never loses entries (SPEC 10.5)',
+    inject: deleteRacingResizeBack,
   },
   failover: {
     runsOn: ['cluster'],

@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { CoordinatorAdmin, type RedisClient } from '@redis-stream-coordinator/core';
+import { compareStreamIds, CoordinatorAdmin, type RedisClient, type TrimSchedule } from '@redis-stream-coordinator/core';
 import type { RedisCluster, RedisServer } from '@redis-stream-coordinator/core/testing';
 import type { MemberProcessSettings } from '../../packages/core/src/testing/member-process';
 import { check, type CheckReport, type Fault, type FaultKind, type PendingSample, type RecordLine } from './checker';
@@ -11,6 +11,7 @@ import { LoadProducer } from './load';
 import { mustBeOwned, pendingSamples, readDeadLetters, unacknowledged } from './redis-state';
 import { type MemberProcess, proxyOf, readRecords, seededRandom, sleep, waitFor } from './harness-tools';
 import { ChaosTarget, type TargetKind } from './target';
+import type { TcpProxy } from '../support/tcp-proxy';
 
 export { mustBeOwned, proxyOf, readRecords, seededRandom, sleep, waitFor, type MemberProcess };
 
@@ -47,6 +48,12 @@ export interface HarnessOptions {
   /** Handler failures (member-process.ts): first attempts failing, and entries failing every attempt. */
   failPercent?: number;
   deadPermille?: number;
+  /**
+   * Retention as an operator runs it: `admin.startTrimming` on this interval for the whole run (0:
+   * none). Default RSC_CHAOS_RETENTION_MS or 500 ms. The checker counts what was trimmed before every
+   * group handled it (`trimmedUnhandled`: must be none).
+   */
+  retentionMs?: number;
   /** Progress lines (one per fault); default: none. */
   progress?: (line: string) => void;
 }
@@ -62,6 +69,12 @@ export interface SpawnOptions {
   /** This member's session timeout (default: the harness's) and heartbeat interval (default: a fifth of it). */
   sessionTimeoutMs?: number;
   heartbeatIntervalMs?: number;
+  /** Member options a fault kind needs on its victim: acks on their own connection, stuck connections reset, a companion (shared reads). */
+  ackWaitForReplicas?: { replicas: number; timeoutMs: number };
+  resetStuckConnection?: boolean;
+  companion?: boolean;
+  /** Called with the member's new proxy before the process starts (a link that is faulty from the first byte). */
+  onProxy?: (proxy: TcpProxy) => void;
 }
 
 const wallNow = () => performance.timeOrigin + performance.now();
@@ -112,6 +125,9 @@ export class ChaosHarness {
   private stopped = false;
   /** Keep the record files after `stop()` (a lane whose check failed), as RSC_CHAOS_KEEP=1 does for every run. */
   keepRecords = false;
+  /** The retention schedule (`retentionMs`), while it runs; failed runs so far (Redis restarting, out of memory). */
+  private retention: TrimSchedule | undefined;
+  trimFailures = 0;
   /** The stream's `resizeHistory` when the run drained (JSON), kept with the records. */
   private resizeHistory: string | undefined;
 
@@ -133,6 +149,7 @@ export class ChaosHarness {
       // RSC_CHAOS_MEMBER_LANES=n runs every member with key-ordered lanes.
       lanes: Math.max(1, Number(process.env.RSC_CHAOS_MEMBER_LANES ?? 1) || 1),
       sharedReads: false,
+      retentionMs: Math.max(0, Number(process.env.RSC_CHAOS_RETENTION_MS ?? 500) || 0),
       ...options,
     };
     this.maxShards = this.settings.shards;
@@ -148,6 +165,7 @@ export class ChaosHarness {
     harness.redis = target.connect();
     harness.admin = new CoordinatorAdmin(harness.redis);
     await harness.admin.createStream({ streamPrefix: harness.streamPrefix, shardCount: harness.settings.shards });
+    harness.resumeRetention();
     await Promise.all(Array.from({ length: harness.settings.members }, () => harness.spawnMember()));
     await harness.waitUntilRecovered(30_000);
     harness.load = await LoadProducer.start(harness, {
@@ -200,6 +218,59 @@ export class ChaosHarness {
     this.unreadable.set(group, new Set([...this.deleted, ...trimmed]));
   }
 
+  /**
+   * Starts retention (the operator's periodic trim) unless it is off or running. A fault that creates
+   * a group pauses it meanwhile: a trim between the harness's look at what is left and the group's
+   * creation would take entries the new group is told it can read.
+   */
+  resumeRetention(): void {
+    if (this.settings.retentionMs <= 0 || this.retention || this.stopped) return;
+    this.retention = this.admin.startTrimming(this.streamPrefix, { intervalMs: this.settings.retentionMs });
+    this.retention.on('error', () => (this.trimFailures += 1));
+  }
+
+  async pauseRetention(): Promise<void> {
+    const retention = this.retention;
+    this.retention = undefined;
+    await retention?.stop();
+  }
+
+  /**
+   * "shard/id" of the entries written so far that are gone from their shard stream now: below its
+   * oldest entry (trimming removes from the oldest on), or, in a stream a trim emptied (every group
+   * had acknowledged everything), up to its last generated id. Shards `deleteDrainedShards` deleted
+   * (no stream at all) are not counted here.
+   */
+  async trimmedAway(): Promise<Set<string>> {
+    const below = new Map<number, { id: string; inclusive: boolean }>();
+    for (let shard = 0; shard < this.maxShards; shard++) {
+      const cut = await this.retainedFrom(shard);
+      if (cut) below.set(shard, cut);
+    }
+    const gone = new Set<string>();
+    for (const p of [...this.load.produced, ...this.staleLoad.produced]) {
+      const cut = below.get(p.shard);
+      if (!cut) continue;
+      const order = compareStreamIds(p.id, cut.id);
+      if (order < 0 || (cut.inclusive && order === 0)) gone.add(`${p.shard}/${p.id}`);
+    }
+    return gone;
+  }
+
+  /**
+   * Where a shard stream's retained entries begin: its oldest entry (`inclusive` false: that one is
+   * kept), or, in a stream a trim emptied, its last generated id (`inclusive` true: that one is gone
+   * too). Undefined when there is no stream (deleted, or never written).
+   */
+  async retainedFrom(shard: number): Promise<{ id: string; inclusive: boolean } | undefined> {
+    const key = this.admin.keys.shardStream(this.streamPrefix, shard);
+    const [first] = await this.redis.xrange(key, '-', '+', 'COUNT', 1).catch(() => []);
+    if (first) return { id: first[0], inclusive: false };
+    const info = (await this.redis.xinfo('STREAM', key).catch(() => null)) as unknown[] | null;
+    const at = info?.indexOf('last-generated-id') ?? -1;
+    return info && at >= 0 ? { id: String(info[at + 1]), inclusive: true } : undefined;
+  }
+
   /** Keeps pending work at `member` (or everywhere) excused for `ms` more: it is under a fault. */
   excuse(member: MemberProcess | undefined, ms: number): void {
     const until = performance.now() + ms;
@@ -227,7 +298,8 @@ export class ChaosHarness {
       heartbeatIntervalMs: options.heartbeatIntervalMs ?? Math.floor(session / 5),
       runtimeMaxConcurrency: 4 * this.settings.lanes,
       lanes: this.settings.lanes,
-      companion: this.settings.sharedReads,
+      companion: options.companion ?? this.settings.sharedReads,
+      resetStuckConnection: options.resetStuckConnection,
       handlerDelayMs: this.settings.handlerDelayMs,
       // After Redis loses every key the members recreate the stream (no operator).
       shardCount: this.settings.shards,
@@ -243,6 +315,8 @@ export class ChaosHarness {
       deadPermille: this.settings.deadPermille,
       clockOffsetMs: options.clockOffsetMs,
     };
+    if (options.ackWaitForReplicas) settings.ackWaitForReplicas = options.ackWaitForReplicas;
+    if (proxy) options.onProxy?.(proxy);
     const child = spawn(process.execPath, [MEMBER_PROCESS], {
       env: { ...process.env, RSC_MEMBER_PROCESS: JSON.stringify(settings) },
       stdio: ['ignore', 'pipe', 'inherit'],
@@ -455,6 +529,9 @@ export class ChaosHarness {
     }
     this.stopped = true;
     await this.sampling;
+    await this.pauseRetention();
+    const trimmedAway = await this.trimmedAway();
+    if (this.settings.retentionMs > 0) this.progress(`retention: ${trimmedAway.size} entries trimmed, ${this.trimFailures} runs failed`);
     await Promise.all([...this.members.keys()].map((handle) => this.removeMember(handle, 'SIGTERM')));
     const open = await unacknowledged(this);
     const deadLetters = await readDeadLetters(this);
@@ -477,11 +554,13 @@ export class ChaosHarness {
         mayBeTwice: new Set([...this.load.mayBeTwice, ...this.staleLoad.mayBeTwice]),
         producerStalls: this.producerStalls,
         resizeHistory,
+        trimmedAway,
       });
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
+    await this.pauseRetention();
     await Promise.all([this.load?.stop(), this.staleLoad?.stop(), this.sampling]);
     for (const member of this.members.values()) {
       member.child.kill('SIGCONT');

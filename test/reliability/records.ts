@@ -27,6 +27,8 @@ export interface RecordLine {
   ge?: number;
   shards?: number[];
   msg?: string;
+  /** stats().problems (e: 'problems'). */
+  lines?: string[];
 }
 
 export type FaultKind =
@@ -62,6 +64,17 @@ export type FaultKind =
   | 'zombie-dead-letter'
   | 'revoke-twice'
   | 'group-keys-lost'
+  // The seams (seam-faults.ts): one-way, on one connection, during stop().
+  | 'late-answers'
+  | 'late-join'
+  | 'half-open-commands'
+  | 'half-open-reads'
+  | 'half-open-acks'
+  | 'half-open-wake'
+  | 'freeze-on-stop'
+  // Operations as actors (operation-faults.ts).
+  | 'reset-offsets'
+  | 'delete-resize-back'
   // On a Redis Cluster only (docs/reliability-cluster.md):
   | 'failover'
   | 'slot-move';
@@ -84,6 +97,13 @@ export interface Fault {
   until?: number;
   /** Redis lost every key at `at` (a restart without persistence). */
   dataLoss?: boolean;
+  /**
+   * reset-offsets: per shard moved back, from and to which last-delivered id, and the oldest entry
+   * the shard stream kept then (`resetAt`: when it was made, wall-clock ms). What lies after `to` up
+   * to `from` (and not below `oldest`) must be handled again after `resetAt`; its runs then are no
+   * redelivery to explain.
+   */
+  resets?: OffsetReset[];
   /**
    * The shards whose master failed over at `at` (every shard when it also served the coordinator's
    * keys): a redelivery on one of them is explained whoever ran it, since what the old master had
@@ -144,4 +164,15 @@ export interface Run {
   grantAt?: number;
   /** Whether an acknowledgement of this entry by this member (under this grant) was accepted. */
   acked: boolean;
+}
+
+/** One shard a reset-offsets fault moved back (`Fault.resets`). */
+export interface OffsetReset {
+  group: string;
+  shard: number;
+  from: string | null;
+  to: string;
+  /** The shard stream's oldest entry when the reset was made (none: empty). */
+  oldest: string | undefined;
+  resetAt: number;
 }

@@ -202,6 +202,54 @@ describe('reliability checker', () => {
     expect(check(sameShard, swapped, [flush], new Set()).orderViolations).toEqual(['a: 1 after 2 (shard 0, p0)']);
   });
 
+  it('counts entries retention trimmed before they were handled apart from entries Redis lost', () => {
+    const produced: Produced[] = [
+      { id: '1-0', shard: 0, key: 'a', seq: 1, at: 5 },
+      { id: '2-0', shard: 0, key: 'a', seq: 2, at: 50 },
+      { id: '3-0', shard: 0, key: 'a', seq: 3, at: 60 },
+    ];
+    const handledLast = run('p0', 0, '3-0', 'a', 3, 70, 71);
+    const report = check(produced, handledLast, [], new Set(), { trimmedAway: new Set(['0/1-0', '0/3-0']) });
+    // 1-0 was trimmed and never handled; 3-0 was trimmed after it was handled (retention's job); 2-0 is still there, unhandled.
+    expect(report.trimmedUnhandled).toEqual(['0/1-0 (a#1) trimmed, never handled']);
+    expect(report.lost).toEqual(['0/1-0 (a#1)', '0/2-0 (a#2)']);
+    // Gone because Redis lost every key: Redis's loss, not a trim's.
+    const flushed = check(produced, handledLast, [{ kind: 'redis-flush-restart', at: 20, dataLoss: true }], new Set(), {
+      trimmedAway: new Set(['0/1-0']),
+    });
+    expect(flushed.trimmedUnhandled).toEqual([]);
+    expect(flushed.redisLost).toEqual(['0/1-0 (a#1)']);
+  });
+
+  it('follows a reset of offsets: what lies after the reset point is handled again (no duplicate to explain), what is not is reported', () => {
+    const produced: Produced[] = [
+      { id: '1-0', shard: 0, key: 'a', seq: 1, at: 5 },
+      { id: '2-0', shard: 0, key: 'a', seq: 2, at: 6 },
+      { id: '3-0', shard: 0, key: 'a', seq: 3, at: 7 },
+    ];
+    const reset: Fault = {
+      kind: 'reset-offsets',
+      at: 50,
+      resets: [{ group: '', shard: 0, from: '3-0', to: '1-0', oldest: '1-0', resetAt: 50 }],
+    };
+    const firstRuns = [
+      ...run('p0', 0, '1-0', 'a', 1, 10, 11),
+      ...run('p0', 0, '2-0', 'a', 2, 12, 13),
+      ...run('p0', 0, '3-0', 'a', 3, 14, 15),
+    ];
+    const again = [...run('p0', 0, '2-0', 'a', 2, 60, 61), ...run('p0', 0, '3-0', 'a', 3, 62, 63)];
+    const report = check(produced, [...firstRuns, ...again], [reset], new Set());
+    expect(report.notReplayed).toEqual([]);
+    expect(report.duplicates).toBe(2);
+    expect(report.unexplainedDuplicates).toEqual([]);
+    expect(report.grantDuplicates).toEqual([]);
+    // 3-0 never handled again (trimmed before the group re-read it): reported.
+    const short = check(produced, [...firstRuns, ...again.slice(0, 2)], [reset], new Set());
+    expect(short.notReplayed).toEqual(['0/3-0 (a#3) not handled again after the reset to 1-0']);
+    // Without the reset the same runs are unexplained duplicates.
+    expect(check(produced, [...firstRuns, ...again], [], new Set()).unexplainedDuplicates).toHaveLength(2);
+  });
+
   it('counts entries Redis lost in a restart without persistence apart from entries the library lost', () => {
     const timed: Produced[] = [
       { id: '1-0', shard: 0, key: 'a', seq: 1, at: 5 },

@@ -73,6 +73,8 @@ it(`soak: random faults for ${Math.round(durationMs / 1000)} s on a ${target ===
   expect(report.unrecovered, replay).toEqual([]);
   expect(report.producerStalls, replay).toEqual([]);
   expect(report.lost, replay).toEqual([]);
+  expect(report.trimmedUnhandled, replay).toEqual([]);
+  expect(report.notReplayed, replay).toEqual([]);
   expect(report.stuck, replay).toEqual([]);
   expect(report.orderViolations, replay).toEqual([]);
   expect(report.overlaps, replay).toEqual([]);
@@ -124,6 +126,7 @@ function reliabilityDoc(report: CheckReport, tookMs: number): string {
       'acknowledged',
       'lost',
       'lost by Redis',
+      'trimmed unhandled',
       'order violations',
       'overlaps',
       'stuck',
@@ -134,13 +137,14 @@ function reliabilityDoc(report: CheckReport, tookMs: number): string {
       'duplicates',
       'unexplained',
     ]),
-    row(Array(14).fill('---')),
+    row(Array(15).fill('---')),
     row([
       report.produced,
       report.handled,
       report.acknowledged,
       report.lost.length,
       report.redisLost.length,
+      report.trimmedUnhandled.length,
       report.orderViolations.length,
       report.overlaps.length,
       report.stuck.length,

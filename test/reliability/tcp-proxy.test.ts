@@ -43,6 +43,33 @@ describe('the fault proxy', () => {
     expect(await redis.client().lrange(key, 0, -1)).toEqual(['a', 'b', 'c']);
   });
 
+  it('silences the one connection that carries a matching request (half-open): no answer, no close; the other connections go on', async () => {
+    const proxy = await aProxy();
+    const silenced = redis.clientAt(proxy.url);
+    const other = redis.clientAt(proxy.url);
+    await Promise.all([silenced.ping(), other.ping()]);
+    const key = uniqueName('half-open');
+    const done = proxy.blackholeConnectionOf(TcpProxy.command('SET', key));
+    let answered = false;
+    void silenced.set(key, 'v').then(
+      () => (answered = true),
+      () => (answered = true),
+    );
+    await done;
+    // The other connection answers; the silenced one neither answers nor closes, and its request never ran.
+    expect(await other.ping()).toBe('PONG');
+    void silenced.ping().then(
+      () => (answered = true),
+      () => (answered = true),
+    );
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(answered).toBe(false);
+    expect(silenced.status).toBe('ready');
+    expect(proxy.connections).toBe(2);
+    expect(await redis.client().exists(key)).toBe(0);
+    silenced.disconnect();
+  });
+
   it('delays matching requests only (and what follows them on their connection); other connections go at once', async () => {
     const proxy = await aProxy();
     const slow = redis.clientAt(proxy.url);

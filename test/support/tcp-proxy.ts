@@ -59,6 +59,8 @@ export interface HeldRequest {
  *   lost, it is delivered on `thaw()`);
  * - `cut()` closes every connection (a crash or a reset);
  * - `blackholeOpenConnections()` silences the open connections for good without closing them (half-open);
+ * - `blackholeConnectionOf(match)` does that to the one connection that next carries a matching
+ *   request (one of a member's several connections: its acks' own, its reads', its subscriber's);
  * - `delay(direction, ms, jitterMs)` makes requests or replies late (a slow network, a busy Redis whose
  *   answer arrives late although the command ran at once), settable and clearable while connections
  *   are open; chunks keep their order, and those already under way keep their schedule;
@@ -81,6 +83,7 @@ export class TcpProxy {
   private dropRules: DropRule[] = [];
   private holdRules: HoldRule[] = [];
   private matchDelays: { matches: RequestMatcher; ms: number }[] = [];
+  private blackholeRules: { matches: RequestMatcher; silenced: () => void }[] = [];
   port = 0;
   /** Connections accepted so far (also while frozen, when they wait with nothing forwarded). */
   accepted = 0;
@@ -153,6 +156,15 @@ export class TcpProxy {
     }
   }
 
+  /**
+   * The next request (any connection, from now on) that `match` accepts is dropped, and its
+   * connection goes silent for good as `blackholeOpenConnections` makes them: half-open, one
+   * connection only, the others of the same client untouched. Resolves when it happened.
+   */
+  blackholeConnectionOf(match: RequestMatcher): Promise<void> {
+    return new Promise<void>((silenced) => this.blackholeRules.push({ matches: match, silenced }));
+  }
+
   cut(): void {
     for (const link of [...this.links]) this.close(link);
   }
@@ -190,6 +202,7 @@ export class TcpProxy {
     this.delay('request', 0);
     this.delay('reply', 0);
     this.dropRules = [];
+    this.blackholeRules = [];
   }
 
   /**
@@ -254,6 +267,18 @@ export class TcpProxy {
 
   private fromClient(link: Link, data: Buffer): void {
     if (link.blackholed) return;
+    const silence = this.blackholeRules.length > 0 ? this.blackholeRules.find((r) => r.matches(data.toString('latin1'))) : undefined;
+    if (silence) {
+      this.blackholeRules = this.blackholeRules.filter((r) => r !== silence);
+      link.blackholed = true;
+      for (const lane of [link.request, link.reply]) {
+        clearTimeout(lane.timer);
+        lane.timer = undefined;
+        lane.queue = [];
+      }
+      silence.silenced();
+      return;
+    }
     let onSent: (() => void) | undefined;
     const rule = this.dropRules.length > 0 ? this.dropRules.find((r) => r.matches(data.toString('latin1'))) : undefined;
     if (rule) {

@@ -18,6 +18,7 @@
  * { e: 'dead-letter', s, id, n }                    the member says it dead-lettered the entry
  * { e: 'assigned' | 'revoked' | 'fenced' | 'lease-lost', shards, ep }
  * { e: 'error', msg }, { e: 'stopped' }
+ * { e: 'problems', lines }                           stats().problems changed (sampled every PROBLEMS_SAMPLE_MS; [] once clear)
  * `t` is wall-clock milliseconds with microsecond precision (comparable across processes on a host;
  * taken from `performance`, so `clockOffsetMs` does not move it).
  */
@@ -34,6 +35,8 @@ export interface MemberProcessSettings {
   clusterNodes?: { host: string; port: number }[];
   /** Passed to the member: `WAIT` for replicas after each ack batch (on a cluster, so that a failover does not undo acks). */
   ackWaitForReplicas?: { replicas: number; timeoutMs: number };
+  /** Passed to the member: a connection that stops answering is reset (the process made it, as the NestJS module does). */
+  resetStuckConnection?: boolean;
   streamPrefix: string;
   consumerGroup: string;
   memberId: string;
@@ -76,6 +79,12 @@ export interface MemberProcessSettings {
 }
 
 export const MEMBER_PROCESS_ENV = 'RSC_MEMBER_PROCESS';
+
+/**
+ * How often the process samples `stats().problems` for its record: well under the shortest trouble
+ * a fault kind must see listed (an unanswered call lasts a third of the session at least).
+ */
+const PROBLEMS_SAMPLE_MS = 100;
 
 /** FNV-1a of the entry id, 0..999: the same verdict in every process. */
 export function entryHash(id: string): number {
@@ -153,6 +162,7 @@ function main(): void {
     memberId: settings.memberId,
     shardCount: settings.shardCount,
     ackWaitForReplicas: settings.ackWaitForReplicas,
+    resetStuckConnection: settings.resetStuckConnection,
     sessionTimeoutMs: settings.sessionTimeoutMs,
     runtimeMaxConcurrency: settings.runtimeMaxConcurrency,
     lanes: settings.lanes,
@@ -187,6 +197,14 @@ function main(): void {
   member.on('fenced', (a) => record({ e: 'fenced', shards: a.shards, ep: a.memberEpoch, msg: a.message }));
   member.on('lease-lost', (a) => record({ e: 'lease-lost', shards: a.shards, ep: a.memberEpoch }));
   member.on('error', (error) => record({ e: 'error', msg: `${(error as { code?: unknown }).code ?? ''} ${error.message}`.trim() }));
+  // What health would report, when it changes: a fault kind checks the member said so while it lasted.
+  let problems = '[]';
+  setInterval(() => {
+    const now = JSON.stringify(member.stats().problems);
+    if (now === problems) return;
+    problems = now;
+    record({ e: 'problems', lines: member.stats().problems });
+  }, PROBLEMS_SAMPLE_MS).unref();
 
   const companion = settings.companion
     ? new CoordinatedMember(redis, {

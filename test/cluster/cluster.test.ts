@@ -175,7 +175,7 @@ describe('on a Redis Cluster', () => {
     const trimmed = await admin.trim(streamPrefix);
     expect(trimmed.shards.reduce((n, s) => n + s.trimmed, 0)).toBe(2 * 8 * 10);
 
-    // Replays: each write and its replay record in the shard's slot (replayEntry-3.lua); a mark
+    // Replays: each write and its replay record in the shard's slot (replayEntry-4.lua); a mark
     // left by an earlier replay makes the next look the records up on every shard first (none
     // here, so it writes), the mark in the dead letter's slot.
     const [first, second] = await admin.readDeadLetters(streamPrefix, 'group', { count: 2 });

@@ -309,6 +309,72 @@ describe('a replay run again after failures (SPEC 10.6)', () => {
     expect(await redis.client().exists(keys.shardReplayRecords(streamPrefix, target, 'group'))).toBe(0);
   });
 
+  it('a replay whose write lands after a take-over finished does not write it again: the record outlives the dead letter', async () => {
+    const { streamPrefix } = await withDeadLetters(2, [{ key: 'slow', payload: { seq: 1, poison: 'no' } }]);
+    const [letter] = await admin().readDeadLetters(streamPrefix, 'group');
+    const target = shardForKey('slow', 2);
+    const shard = keys.shardStream(streamPrefix, target);
+    const before = await redis.client().xlen(shard);
+    // Replay A's write (replayEntry on the target shard) sits on a slow link until B is done.
+    let releaseA!: () => void;
+    const aHeld = new Promise<void>((resolve) => (releaseA = resolve));
+    let aArrived!: () => void;
+    const aAtWrite = new Promise<void>((resolve) => (aArrived = resolve));
+    const clientA = redis.client();
+    hookCommands(clientA, async (name, args): Promise<CommandVerdict> => {
+      if (isScriptOn(name, args, shard)) {
+        aArrived();
+        await aHeld;
+      }
+      return 'send';
+    });
+    const a = new CoordinatorAdmin(clientA).replayDeadLetter(streamPrefix, 'group', letter.ref, { takeOverAfterMs: 200 });
+    await aAtWrite;
+    await new Promise((resolve) => setTimeout(resolve, 250)); // past takeOverAfterMs: B takes A's mark over
+    const b = await admin().replayDeadLetter(streamPrefix, 'group', letter.ref, { takeOverAfterMs: 200 });
+    expect(b.status).toBe('replayed');
+    releaseA();
+    expect((await a).status).toBe('found-earlier-replay');
+    expect(await redis.client().xlen(shard)).toBe(before + 1);
+  });
+
+  it('a purge does not reopen it: a replay write in flight while a purge removes the record is not written twice', async () => {
+    const { streamPrefix } = await withDeadLetters(2, [{ key: 'purged-slow', payload: { seq: 1, poison: 'no' } }]);
+    const [letter] = await admin().readDeadLetters(streamPrefix, 'group');
+    const target = shardForKey('purged-slow', 2);
+    const shard = keys.shardStream(streamPrefix, target);
+    const before = await redis.client().xlen(shard);
+    let releaseA!: () => void;
+    const aHeld = new Promise<void>((resolve) => (releaseA = resolve));
+    let aArrived!: () => void;
+    const aAtWrite = new Promise<void>((resolve) => (aArrived = resolve));
+    const clientA = redis.client();
+    hookCommands(clientA, async (name, args): Promise<CommandVerdict> => {
+      if (isScriptOn(name, args, shard)) {
+        aArrived();
+        await aHeld;
+      }
+      return 'send';
+    });
+    const a = new CoordinatorAdmin(clientA).replayDeadLetter(streamPrefix, 'group', letter.ref, { takeOverAfterMs: 200 });
+    await aAtWrite;
+    await new Promise((resolve) => setTimeout(resolve, 250));
+    // Replay B takes over and writes, but its delete fails: the dead letter stays, then is purged.
+    const clientB = redis.client();
+    const deadLetters = keys.shardDeadLetterStream(streamPrefix, letter.shardIndex, 'group');
+    hookCommands(
+      clientB,
+      failing((name, args) => isScriptOn(name, args, deadLetters) && args.length === 5),
+    );
+    await expect(
+      new CoordinatorAdmin(clientB).replayDeadLetter(streamPrefix, 'group', letter.ref, { takeOverAfterMs: 200 }),
+    ).rejects.toThrow(/deleting the dead letter failed/);
+    expect(await admin().purgeDeadLetter(streamPrefix, 'group', letter.ref)).toEqual({ ref: letter.ref, purged: true });
+    releaseA();
+    await a.catch(() => undefined);
+    expect(await redis.client().xlen(shard)).toBe(before + 1);
+  });
+
   it('finds the write of a replay whose reply was lost, after the group handled it and trim deleted it', async () => {
     const { streamPrefix } = await withDeadLetters(2, [{ key: 'lost', payload: { seq: 1, poison: 'no' } }]);
     const [letter] = await admin().readDeadLetters(streamPrefix, 'group');

@@ -1,5 +1,15 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { CoordinatorAdmin, KeyBuilder, StreamProducer, type TrimRun, type TrimSchedule } from '@redis-stream-coordinator/core';
+import {
+  CoordinatorAdmin,
+  KeyBuilder,
+  StreamProducer,
+  type StreamMessage,
+  type TrimRun,
+  type TrimSchedule,
+} from '@redis-stream-coordinator/core';
+import { type CommandVerdict, hookCommands, isScriptOn } from '../support/command-hooks';
+import type { KeyedPayload } from '../support/handler-recorder';
+import { memberFactory } from '../support/member-factory';
 import { pollUntil } from '../support/poll';
 import { proxyFactory } from '../support/proxy-fixture';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
@@ -9,6 +19,7 @@ import { uniqueName, useRedisServer } from '../support/vitest-redis';
 const redis = useRedisServer();
 const keys = new KeyBuilder();
 const admin = () => new CoordinatorAdmin(redis.client());
+const aMember = memberFactory(redis);
 
 async function aStream(shardCount: number, groups: string[], entriesPerShard: number) {
   const streamPrefix = uniqueName('retention');
@@ -263,5 +274,45 @@ describe('startTrimming', () => {
     );
     expect(() => admin().startTrimming('a:b', { intervalMs: 1000 })).toThrow('streamPrefix "a:b" is invalid');
     expect(() => admin().startTrimming('s', undefined as never)).toThrow('startTrimming options must be an object with intervalMs');
+  });
+});
+
+describe('a group that registers while trim runs (SPEC 10.5, 10.6)', () => {
+  it('keeps every entry written before the group registered: its consumer group is on every shard stream before it is registered', async () => {
+    const streamPrefix = uniqueName('trimrace');
+    await admin().createStream({ streamPrefix, shardCount: 1 });
+    await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(
+      Array.from({ length: 10 }, (_, seq) => ({ shardIndex: 0, payload: { seq } })),
+    );
+    const adminClient = redis.client();
+    let endTrim!: () => void;
+    const trimDone = new Promise<void>((resolve) => (endTrim = resolve));
+    const handled: number[] = [];
+    let member: ReturnType<typeof aMember> | undefined;
+    // Between trim's read of the registered groups and shard 0's script, group "late" joins (and is
+    // registered); its claim of shard 0 (claimShard-2.lua, which would create its consumer group)
+    // waits until trim is done.
+    hookCommands(adminClient, async (name, args): Promise<CommandVerdict> => {
+      if (isScriptOn(name, args, keys.shardStream(streamPrefix, 0)) && !member) {
+        const memberClient = redis.client();
+        hookCommands(memberClient, async (n, a): Promise<CommandVerdict> => {
+          if (isScriptOn(n, a, keys.shardFence(streamPrefix, 0, 'late'))) await trimDone;
+          return 'send';
+        });
+        member = aMember(
+          { streamPrefix, consumerGroup: 'late', handler: async (m: StreamMessage<KeyedPayload>) => void handled.push(m.payload.seq) },
+          memberClient,
+        );
+        void member.start();
+        await pollUntil('"late" registered', async () => (await redis.client().smembers(keys.streamGroups(streamPrefix))).includes('late'));
+      }
+      return 'send';
+    });
+    const result = await new CoordinatorAdmin(adminClient).trim(streamPrefix, { maxLen: 2 });
+    endTrim();
+    expect(result.trimmed).toBe(0);
+    await pollUntil('"late" handled all 10', async () => handled.length >= 10);
+    expect(handled.sort((a, b) => a - b)).toEqual(Array.from({ length: 10 }, (_, seq) => seq));
+    await member?.stop();
   });
 });

@@ -1,3 +1,4 @@
+import { retireReplayRecord } from './replay-records';
 import type { KeyBuilder } from '../redis/keys';
 import { type RedisClient, runScript } from '../redis/scripts';
 
@@ -8,8 +9,8 @@ export interface DeadLetterPurge {
 }
 
 /**
- * Deletes dead letters, with their replay marks (dropDeadLetter-2.lua) and the replay record a mark
- * points to, one dead letter at a time: deleting one that is gone changes nothing, so a purge is
+ * Deletes dead letters, with their replay marks (dropDeadLetter-2.lua), and retires the replay record a
+ * mark points to into a tombstone (admin/replay-records.ts), one dead letter at a time: deleting one that is gone changes nothing, so a purge is
  * safe to run twice. A failure stops the purge with the error; what was deleted before stays
  * deleted, the rest stays.
  */
@@ -31,12 +32,15 @@ export async function purgeMany(
       ],
       [deadLetterId],
     );
-    const [deleted, writtenShard] = reply as [number, string, string];
+    const [deleted, writtenShard, writtenId] = reply as [number, string, string];
     const ref = `${shardIndex}/${deadLetterId}`;
     // A replay that wrote the entry and stopped before its delete left a record on the shard it
-    // wrote to: nothing reads it once the letter is gone, so a failure here leaves a few bytes only.
+    // wrote to. It is retired into a tombstone, not deleted: another replay of the letter may still
+    // have its write in flight, and must find it (SPEC 10.6).
     if (writtenShard !== '') {
-      await redis.hdel(keys.shardReplayRecords(streamPrefix, Number(writtenShard), consumerGroup), ref).catch(() => undefined);
+      const records = keys.shardReplayRecords(streamPrefix, Number(writtenShard), consumerGroup);
+      const entryId = writtenId !== '' ? writtenId : await redis.hget(records, ref).catch(() => null);
+      if (entryId) await retireReplayRecord(redis, keys, streamPrefix, Number(writtenShard), consumerGroup, ref, entryId);
     }
     results.push({ ref, purged: Number(deleted) === 1 });
   }

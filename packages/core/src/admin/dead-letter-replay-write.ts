@@ -46,7 +46,7 @@ export class ReplayWriteError extends Error {
 }
 
 /**
- * Writes a dead letter's entry again (replayEntry-3.lua) to its key's shard under the count in
+ * Writes a dead letter's entry again (replayEntry-4.lua) to its key's shard under the count in
  * effect (an entry without a key: `message.shardIndex`, modulo the count), following refusals as a
  * producer does, and records the id in the shard's slot with the write, so that it is never written
  * twice whatever fails afterwards (SPEC 10.6).
@@ -72,6 +72,7 @@ export async function writeReplay(
           keys.shardStream(streamPrefix, shardIndex),
           keys.shardRouting(streamPrefix, shardIndex),
           keys.shardReplayRecords(streamPrefix, shardIndex, destination),
+          keys.shardReplayTombstone(streamPrefix, shardIndex, destination, ref),
         ],
         [shardIndex, count, ref, isCluster(redis) ? keys.shardWakeChannel(streamPrefix, shardIndex) : '', ...fields],
       )) as (string | number)[];

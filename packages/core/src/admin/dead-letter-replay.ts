@@ -7,6 +7,7 @@ import type { KeyBuilder } from '../redis/keys';
 import { type RedisClient, runScript } from '../redis/scripts';
 import { ReplayWriteError, type StoredPayload, writeReplay } from './dead-letter-replay-write';
 import { type DeadLetter, readDeadLetter } from './dead-letters';
+import { retireReplayRecord } from './replay-records';
 
 /** Headers a replayed entry carries besides its own, so a handler (of any group) can tell. */
 export const REPLAY_HEADER = {
@@ -77,7 +78,7 @@ export interface ReplayContext {
 
 /**
  * Replays one dead letter: marks it (claimDeadLetterReplay-2.lua), writes its entry to its key's
- * current shard with a record of the write in that shard's slot (replayEntry-3.lua), notes where
+ * current shard with a record of the write in that shard's slot (replayEntry-4.lua), notes where
  * it landed in the mark (updateDeadLetterReplay-2.lua), then deletes the dead letter and the mark
  * together (dropDeadLetter-2.lua). Never loses the entry: the write comes first. Never writes it
  * twice, however many replays of it fail (SPEC 10.6): a replay that finds a mark looks for the
@@ -147,9 +148,9 @@ export async function replayOne(ctx: ReplayContext, shardIndex: number, deadLett
 }
 
 /**
- * Deletes the dead letter and its mark (one script), then the replay record on the shard written
- * to. Only a replay of this dead letter reads that record, and once the letter is gone none runs
- * again: a record whose removal fails is a few bytes never read, not a wrong answer.
+ * Deletes the dead letter and its mark (one script), then retires the replay record on the shard
+ * written to into a tombstone with a TTL, not deleted: a replay whose mark this one took over may
+ * still have its write in flight, and finds the tombstone instead of writing again (SPEC 10.6).
  */
 async function drop(ctx: ReplayContext, shardIndex: number, deadLetterId: string, to: SendResult, done: string): Promise<void> {
   const { keys, streamPrefix, consumerGroup } = ctx;
@@ -170,9 +171,7 @@ async function drop(ctx: ReplayContext, shardIndex: number, deadLetterId: string
       { cause: error },
     );
   }
-  await ctx.redis
-    .hdel(keys.shardReplayRecords(streamPrefix, to.shardIndex, consumerGroup), `${shardIndex}/${deadLetterId}`)
-    .catch(() => undefined);
+  await retireReplayRecord(ctx.redis, keys, streamPrefix, to.shardIndex, consumerGroup, `${shardIndex}/${deadLetterId}`, to.id);
 }
 
 /** The entry to write again, or why it cannot be. */
@@ -203,7 +202,7 @@ function replayMessage(letter: DeadLetter, consumerGroup: string): OutgoingMessa
 
 /**
  * Looks for the write of an earlier replay of `letter` whose mark does not say where it landed: in
- * the replay records of every shard that may hold it (replayEntry-3.lua writes one with the write;
+ * the replay records of every shard that may hold it (replayEntry-4.lua writes one with the write;
  * retention does not remove them), then, for a write an older version made without a record, in
  * the shards its key routes to with the current and the previous shard count (every shard for an
  * entry without a key), from shortly before the first replay's mark on.

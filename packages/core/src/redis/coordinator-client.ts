@@ -1,7 +1,7 @@
 import { findPlanViolation } from '../assignor/validate-plan';
 import { ErrorCode, errorCodeFromWire } from '../protocol/error-codes';
 import { InvalidAssignmentError, toCoordinatorError } from '../protocol/errors';
-import type { AssignmentPlan, HeartbeatRequest, HeartbeatResponse } from '../protocol/heartbeat';
+import { type AssignmentPlan, type HeartbeatRequest, type HeartbeatResponse, JOIN_EPOCH } from '../protocol/heartbeat';
 import {
   type CoordinatorOptions,
   configArgs,
@@ -9,6 +9,7 @@ import {
   type ResolvedCoordinatorOptions,
   resolveCoordinatorOptions,
 } from './coordinator-options';
+import { ensureGroupOnShardStreams } from './group-shard-streams';
 import { KeyBuilder } from './keys';
 import { type CommitResult, parseCommitReply, parseHeartbeatReply, toShardCsv } from './responses';
 import { type RedisClient, runScript } from './scripts';
@@ -71,6 +72,9 @@ export class CoordinatorClient {
    * compute the target itself and call `commitAssignment`. For callers with their own assignment flow.
    */
   async heartbeatOnce(request: HeartbeatRequest): Promise<HeartbeatResponse> {
+    // A join may create the group: its Redis group goes on every shard stream first (SPEC 10.6).
+    if (request.memberEpoch === JOIN_EPOCH)
+      await ensureGroupOnShardStreams(this.redis, this.keys, request.streamPrefix, request.consumerGroup);
     const observe = this.options.onHeartbeat;
     if (!observe) return this.runHeartbeat(request);
     const sentAt = performance.now();

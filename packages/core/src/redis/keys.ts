@@ -158,11 +158,20 @@ export class KeyBuilder {
 
   /**
    * Replays of `destination`'s dead letters written to this shard (dead-letter ref -> entry id), in
-   * the shard stream's slot, written atomically with each replay's write (replayEntry-3.lua): what a
+   * the shard stream's slot, written atomically with each replay's write (replayEntry-4.lua): what a
    * replay run again looks up to tell whether an earlier one wrote, whatever retention has deleted
    * from the stream since (SPEC 10.6). Kept when a drained shard is deleted.
    */
   shardReplayRecords(streamPrefix: string, shardIndex: number, destination: string): string {
     return `${this.shardStream(streamPrefix, shardIndex)}:replayed:${assertConsumerGroup(destination)}`;
+  }
+
+  /**
+   * What is left of one replay record once its dead letter is gone (the entry id, with a TTL: see
+   * admin/replay-records.ts), in the shard stream's slot: a replay's write still in flight finds it
+   * there (replayEntry-4.lua) and does not write the entry a second time (SPEC 10.6).
+   */
+  shardReplayTombstone(streamPrefix: string, shardIndex: number, destination: string, ref: string): string {
+    return `${this.shardReplayRecords(streamPrefix, shardIndex, destination)}:done:${ref}`;
   }
 }

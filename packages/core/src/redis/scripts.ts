@@ -31,7 +31,7 @@ const SCRIPT_FILES = {
   claimDeadLetterReplay: 'claimDeadLetterReplay-2.lua',
   dropDeadLetter: 'dropDeadLetter-2.lua',
   updateDeadLetterReplay: 'updateDeadLetterReplay-2.lua',
-  replayEntry: 'replayEntry-3.lua',
+  replayEntry: 'replayEntry-4.lua',
   trimShard: 'trimShard-1.lua',
   resetShardOffset: 'resetShardOffset-2.lua',
 } as const;

@@ -7,7 +7,7 @@
   ARGV[1]  the dead letter's id
   Output: { 1 when the dead letter was deleted now, 0 when it was already gone; the shard and id of
   a replay's write the mark noted, or '' '' }: the caller removes that write's replay record
-  (replayEntry-3.lua), which only a replay of this dead letter would read.
+  (replayEntry-4.lua), which only a replay of this dead letter would read.
 ]]
 local deadLetters, marks = KEYS[1], KEYS[2]
 local deadLetterId = ARGV[1]

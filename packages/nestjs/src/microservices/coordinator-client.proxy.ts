@@ -1,6 +1,12 @@
 import { Logger } from '@nestjs/common';
 import { ClientProxy, type ReadPacket, type WritePacket } from '@nestjs/microservices';
-import { DEFAULT_KEY_PREFIX, type OutgoingMessage, StreamProducer, type StreamProducerOptions } from '@redis-stream-coordinator/core';
+import {
+  DEFAULT_KEY_PREFIX,
+  type OutgoingMessage,
+  ReadDeadlineError,
+  StreamProducer,
+  type StreamProducerOptions,
+} from '@redis-stream-coordinator/core';
 import type { Cluster, Redis } from 'ioredis';
 import { v7 as uuidv7 } from 'uuid';
 import { CoordinatorConnection } from '../coordinator-connection';
@@ -15,6 +21,13 @@ const DEFAULT_TIMEOUT_MS = 5000;
 const DEFAULT_INBOX_TTL_MS = 30_000;
 /** How long one XREAD of the inbox blocks: also how late close() notices at worst. */
 const INBOX_BLOCK_MS = 1000;
+/**
+ * How much later than its block time an inbox read may come back before its connection counts as
+ * stuck and is reset (SPEC 10.1): a half-open connection never answers, and the client would wait
+ * for good while every request times out. The member's rule for its reads (`max(2 s, blockMs)`,
+ * without a session to scale by): a busy Redis or a GC pause does not reset a healthy connection.
+ */
+const INBOX_READ_GRACE_MS = Math.max(2000, INBOX_BLOCK_MS);
 const INBOX_RETRY_DELAY_MS = 500;
 
 /** Options of `new CoordinatorClientProxy(options)`. */
@@ -87,7 +100,9 @@ export class CoordinatorClientProxy extends ClientProxy {
   private reader: Redis | Cluster | undefined;
   private refreshTimer: NodeJS.Timeout | undefined;
   private closed = false;
-  private readonly counters = { lateReplies: 0, timedOut: 0, inboxRecreated: 0, refusedReplies: 0 };
+  private readonly counters = { lateReplies: 0, timedOut: 0, inboxRecreated: 0, refusedReplies: 0, inboxReadTimeouts: 0 };
+  /** Inbox reads lost in a row (their connection reset): a warning while it lasts, a line when it ends. */
+  private lostReadsInARow = 0;
 
   constructor(private readonly options: CoordinatorClientProxyOptions) {
     super();
@@ -162,9 +177,17 @@ export class CoordinatorClientProxy extends ClientProxy {
 
   /**
    * Requests waiting for a reply, and what the client counted: `refusedReplies` are replies naming a
-   * waiting request but answering another entry than the one this client wrote (a forgery).
+   * waiting request but answering another entry than the one this client wrote (a forgery);
+   * `inboxReadTimeouts` are inbox reads that did not come back in time, whose connection was reset.
    */
-  stats(): { pendingRequests: number; lateReplies: number; timedOut: number; inboxRecreated: number; refusedReplies: number } {
+  stats(): {
+    pendingRequests: number;
+    lateReplies: number;
+    timedOut: number;
+    inboxRecreated: number;
+    refusedReplies: number;
+    inboxReadTimeouts: number;
+  } {
     return { pendingRequests: this.pending.size, ...this.counters };
   }
 
@@ -282,11 +305,19 @@ export class CoordinatorClientProxy extends ClientProxy {
   private async readReplies(inbox: ReplyInbox): Promise<void> {
     while (!this.closed) {
       try {
-        const replies = await inbox.read(INBOX_BLOCK_MS);
+        const replies = await inbox.read(INBOX_BLOCK_MS, INBOX_BLOCK_MS + INBOX_READ_GRACE_MS);
+        if (this.lostReadsInARow > 0) {
+          this.log.log(`reply inbox ${inbox.key} is read again, after ${this.lostReadsInARow} read(s) lost`);
+          this.lostReadsInARow = 0;
+        }
         for (const reply of replies) this.deliver(reply);
         if (replies.length > 0) await inbox.trimRead();
       } catch (error) {
         if (this.closed) return;
+        if (error instanceof ReadDeadlineError) {
+          this.counters.inboxReadTimeouts += 1;
+          this.lostReadsInARow += 1;
+        }
         this.throttled.warn('read', `reply inbox ${inbox.key} could not be read: ${(error as Error).message}; retrying`);
         await new Promise((resolve) => setTimeout(resolve, INBOX_RETRY_DELAY_MS));
       }

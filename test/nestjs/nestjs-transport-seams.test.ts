@@ -1,0 +1,71 @@
+import 'reflect-metadata';
+import { Controller, type INestMicroservice } from '@nestjs/common';
+import { MessagePattern, Payload } from '@nestjs/microservices';
+import { Test } from '@nestjs/testing';
+import { lastValueFrom } from 'rxjs';
+import { afterEach, describe, expect, it } from 'vitest';
+import { CoordinatorClientProxy, RedisStreamsServer } from '@redis-stream-coordinator/nestjs/microservices';
+import { quietLogger } from '../support/nest-apps';
+import { pollUntil } from '../support/poll';
+import { proxyFactory } from '../support/proxy-fixture';
+import { TcpProxy } from '../support/tcp-proxy';
+import { uniqueName, useRedisServer } from '../support/vitest-redis';
+
+const redis = useRedisServer();
+const aProxy = proxyFactory(redis);
+const cleanups: (() => Promise<unknown>)[] = [];
+
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => undefined);
+});
+
+/** A Nest microservice with RedisStreamsServer over the private Redis (direct), its members joined. */
+async function aMicroservice(controllers: unknown[], keyPrefix: string) {
+  const server = new RedisStreamsServer({
+    redis: { url: redis.server.url },
+    coordinator: { keyPrefix, heartbeatIntervalMs: 200 },
+    consumerGroup: 'service',
+    maxAttempts: 2,
+    retryBackoffMs: 10,
+    shardCount: 1,
+  });
+  const module = await Test.createTestingModule({ controllers: controllers as never[] })
+    .setLogger(quietLogger)
+    .compile();
+  const app: INestMicroservice = module.createNestMicroservice({ strategy: server, logger: quietLogger });
+  cleanups.push(() => app.close());
+  await app.listen();
+  await pollUntil('members joined', async () => server.stats().patterns.every((p) => p.members.every((m) => m.stats.joined)));
+  return server;
+}
+
+describe('SPEC 10.1: the client reads its reply inbox with a deadline', () => {
+  it('an inbox read that never comes back (a half-open reader connection) is abandoned, its connection reset, and replies arrive again', async () => {
+    const echo = uniqueName('echo');
+
+    @Controller()
+    class EchoController {
+      @MessagePattern(echo)
+      echo(@Payload() value: string) {
+        return value;
+      }
+    }
+
+    const keyPrefix = uniqueName('seams');
+    await aMicroservice([EchoController], keyPrefix);
+    const proxy = await aProxy();
+    const client = new CoordinatorClientProxy({ redis: { url: proxy.url }, keyPrefix, timeoutMs: 10_000 });
+    cleanups.push(() => client.close());
+    await expect(lastValueFrom(client.send(echo, 'first'))).resolves.toBe('first');
+    // The reader's next XREAD stops at the proxy and is never answered, its connection left open:
+    // what a half-open connection does. The command connection goes on working.
+    const held = proxy.holdNextRequest(TcpProxy.command('XREAD'));
+    cleanups.push(async () => held.release());
+    await held.arrived;
+    const started = Date.now();
+    await expect(lastValueFrom(client.send(echo, 'second'))).resolves.toBe('second');
+    // Within the read's block time, its grace and the retry delay; nowhere near timeoutMs.
+    expect(Date.now() - started).toBeLessThan(6000);
+    expect(client.stats()).toMatchObject({ inboxReadTimeouts: 1, timedOut: 0, pendingRequests: 0 });
+  }, 20_000);
+});

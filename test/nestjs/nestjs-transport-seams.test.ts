@@ -4,7 +4,8 @@ import { MessagePattern, Payload } from '@nestjs/microservices';
 import { Test } from '@nestjs/testing';
 import { lastValueFrom } from 'rxjs';
 import { afterEach, describe, expect, it } from 'vitest';
-import { CoordinatorClientProxy, RedisStreamsServer } from '@redis-stream-coordinator/nestjs/microservices';
+import { CoordinatedMember, CoordinatorAdmin, KeyBuilder } from '@redis-stream-coordinator/core';
+import { CoordinatorClientProxy, RedisStreamsServer, RequestTimeoutError } from '@redis-stream-coordinator/nestjs/microservices';
 import { quietLogger } from '../support/nest-apps';
 import { pollUntil } from '../support/poll';
 import { proxyFactory } from '../support/proxy-fixture';
@@ -68,4 +69,57 @@ describe('SPEC 10.1: the client reads its reply inbox with a deadline', () => {
     expect(Date.now() - started).toBeLessThan(6000);
     expect(client.stats()).toMatchObject({ inboxReadTimeouts: 1, timedOut: 0, pendingRequests: 0 });
   }, 20_000);
+});
+
+describe('a replayed request is handled as an event (SPEC 10.4: a header copied by a replay names no requester)', () => {
+  it('a dead-lettered request replayed after its requester gave up runs its @MessagePattern handler, and no reply is written', async () => {
+    const prices = uniqueName('prices');
+    const keyPrefix = uniqueName('seams');
+    // A member of the group that fails every entry dead-letters the request first.
+    const failing = new CoordinatedMember(redis.client(), {
+      streamPrefix: prices,
+      consumerGroup: 'service',
+      shardCount: 1,
+      maxAttempts: 1,
+      coordinator: { keyPrefix, heartbeatIntervalMs: 200 },
+      handler: () => {
+        throw new Error('down');
+      },
+    });
+    failing.on('error', () => undefined);
+    cleanups.push(() => failing.stop());
+    await failing.start();
+    const client = new CoordinatorClientProxy({ redis: { url: redis.server.url }, keyPrefix, timeoutMs: 300 });
+    cleanups.push(() => client.close());
+    await expect(lastValueFrom(client.send(prices, { sku: 'A-1' }))).rejects.toBeInstanceOf(RequestTimeoutError);
+    const admin = new CoordinatorAdmin(redis.client(), { keyPrefix });
+    await pollUntil('dead-lettered', async () => (await admin.readDeadLetters(prices, 'service')).length === 1);
+    await failing.stop();
+
+    const handled: unknown[] = [];
+
+    @Controller()
+    class PricesController {
+      @MessagePattern(prices)
+      price(@Payload() query: { sku: string }) {
+        handled.push(query);
+        return 42;
+      }
+    }
+
+    const server = await aMicroservice([PricesController], keyPrefix);
+    const [letter] = await admin.readDeadLetters(prices, 'service');
+    expect(await admin.replayDeadLetter(prices, 'service', letter.ref)).toMatchObject({ status: 'replayed' });
+    await pollUntil('the replayed request handled', async () => handled.length === 1).catch((error: Error) => {
+      throw new Error(`${error.message}: server ${JSON.stringify(server.stats())}`);
+    });
+    expect(handled).toEqual([{ sku: 'A-1' }]);
+    expect(server.stats()).toMatchObject({ expiredRequests: 0, refusedRequests: 0, droppedReplies: 0 });
+    // Nobody waits for a replayed request's answer: once the entry is acknowledged (a reply would
+    // have been written before), the requester's inbox holds no reply.
+    const shard = new KeyBuilder(keyPrefix).shardStream(prices, 0);
+    await pollUntil('the replayed entry acknowledged', async () => Number((await redis.client().xpending(shard, 'service'))[0]) === 0);
+    const inbox = await redis.client().xrange(client.inboxKey, '-', '+');
+    expect(inbox.filter(([, fields]) => fields[1] !== '')).toEqual([]);
+  }, 30_000);
 });

@@ -71,6 +71,38 @@ describe('SPEC 10.1: the client reads its reply inbox with a deadline', () => {
   }, 20_000);
 });
 
+describe('SPEC 10.1: close() is bounded', () => {
+  it('close() returns within its bound when every connection of the client stops answering without closing', async () => {
+    const echo = uniqueName('echo');
+
+    @Controller()
+    class EchoController {
+      @MessagePattern(echo)
+      echo(@Payload() value: string) {
+        return value;
+      }
+    }
+
+    const keyPrefix = uniqueName('seams');
+    await aMicroservice([EchoController], keyPrefix);
+    const proxy = await aProxy();
+    const client = new CoordinatorClientProxy({ redis: { url: proxy.url }, keyPrefix });
+    cleanups.push(() => client.close());
+    await expect(lastValueFrom(client.send(echo, 'first'))).resolves.toBe('first');
+    proxy.blackholeOpenConnections();
+    const started = Date.now();
+    const outcome = await Promise.race([
+      client.close().then(() => 'closed'),
+      new Promise<string>((resolve) => setTimeout(() => resolve('still closing'), 8000)),
+    ]);
+    expect(outcome).toBe('closed');
+    // The inbox's DEL (2 s) and the connection's QUIT (2 s), each bounded.
+    expect(Date.now() - started).toBeLessThan(6000);
+    // Not deleted: its TTL removes it.
+    expect(await redis.client().pttl(client.inboxKey)).toBeGreaterThan(0);
+  }, 20_000);
+});
+
 describe('a replayed request is handled as an event (SPEC 10.4: a header copied by a replay names no requester)', () => {
   it('a dead-lettered request replayed after its requester gave up runs its @MessagePattern handler, and no reply is written', async () => {
     const prices = uniqueName('prices');

@@ -29,6 +29,11 @@ const INBOX_BLOCK_MS = 1000;
  */
 const INBOX_READ_GRACE_MS = Math.max(2000, INBOX_BLOCK_MS);
 const INBOX_RETRY_DELAY_MS = 500;
+/**
+ * How long close() waits for its inbox's DEL (SPEC 10.1: close() returns whatever Redis does). A
+ * connection that stops answering would hold it for good; an inbox not deleted expires by its TTL.
+ */
+const INBOX_DELETE_TIMEOUT_MS = 2000;
 
 /** Options of `new CoordinatorClientProxy(options)`. */
 export interface CoordinatorClientProxyOptions {
@@ -152,7 +157,7 @@ export class CoordinatorClientProxy extends ClientProxy {
     }
     const inbox = await this.inbox?.catch(() => undefined);
     this.inbox = undefined;
-    if (inbox && this.connection?.client.status === 'ready') await inbox.delete().catch(() => undefined);
+    if (inbox && this.connection?.client.status === 'ready') await deleteWithin(inbox, INBOX_DELETE_TIMEOUT_MS, this.log);
     this.reader?.disconnect();
     this.reader = undefined;
     await this.connection?.close();
@@ -368,6 +373,25 @@ export class CoordinatorClientProxy extends ClientProxy {
     this.throttled.warn(
       'refused',
       `a reply to request ${reply.correlationId} was refused (${why}): not from the request this client wrote`,
+    );
+  }
+}
+
+/** Deletes the inbox, or gives up after `timeoutMs` saying so: its TTL removes it then. */
+async function deleteWithin(inbox: ReplyInbox, timeoutMs: number, log: Logger): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const gaveUp = new Promise<'late'>((resolve) => {
+    timer = setTimeout(() => resolve('late'), timeoutMs);
+  });
+  const deleted = inbox.delete().then(
+    () => 'deleted' as const,
+    () => 'failed' as const,
+  );
+  const outcome = await Promise.race([deleted, gaveUp]);
+  clearTimeout(timer);
+  if (outcome !== 'deleted') {
+    log.warn(
+      `reply inbox ${inbox.key} was not deleted at close (${outcome === 'late' ? `no answer within ${timeoutMs} ms` : 'DEL failed'}): it expires by its TTL`,
     );
   }
 }

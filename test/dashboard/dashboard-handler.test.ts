@@ -306,6 +306,23 @@ describe('live streams are bounded (SPEC 10.3)', () => {
     }
   });
 
+  it('MAX_LIVE_CONNECTIONS holds while Redis is slow: requests waiting for the group lookup count against it', async () => {
+    const served = await serve({ refreshMs: 60_000 });
+    const stream = await aListedGroup('g');
+    const controllers = Array.from({ length: MAX_LIVE_CONNECTIONS + 50 }, () => new AbortController());
+    // Redis slow for a moment: every request is in the group lookup at once, none is open yet.
+    await redis.client().call('CLIENT', 'PAUSE', '1000', 'ALL');
+    try {
+      const statuses = await Promise.all(controllers.map((c) => openLive(served.url, stream, 'g', c)));
+      expect(statuses.filter((status) => status === 200)).toHaveLength(MAX_LIVE_CONNECTIONS);
+      expect(statuses.filter((status) => status === 503)).toHaveLength(50);
+      expect(served.dashboard.stats()).toMatchObject({ liveConnections: MAX_LIVE_CONNECTIONS, refusedLiveStreams: 50 });
+    } finally {
+      for (const controller of controllers) controller.abort();
+      await served.close();
+    }
+  });
+
   it('clients that never read hold at most a snapshot, one skipped snapshot and MAX_LIVE_BACKLOG_BYTES each', async () => {
     // A group with 2,000 shards to describe every refresh (a snapshot of about 220 KB): one join made it.
     const stream = uniqueName('wide');

@@ -203,7 +203,11 @@ describe('passwords are never printed', () => {
     expect(usage.code).toBe(2);
     const badNode = await rscAs(['--cluster', 'ops:S3cr@tPassw0rd@127.0.0.1', 'streams']);
     expect(badNode.code).toBe(2);
-    for (const run of [single, cluster, usage, badNode]) {
+    // Commander quotes a mistyped option whole, in the middle of its message.
+    const typo = await rscAs(['--urll=:S3cr@tPassw0rd@127.0.0.1:1', 'streams']);
+    expect(typo.code).toBe(2);
+    expect(typo.stderr).toContain('***@127.0.0.1:1');
+    for (const run of [single, cluster, usage, badNode, typo]) {
       expect(run.stderr).not.toMatch(/S3cr|tPassw0rd|F1rst|Sec\/ond|ond:pw/);
     }
   });

@@ -25,6 +25,22 @@ describe('redactUrl: no password is ever printed', () => {
     });
   }
 
+  it('a token with an @ and no scheme is hidden up to its last @ wherever it stands in the text', () => {
+    const cases: [string, string][] = [
+      ['cannot connect to :S3cret@host:6379 (ECONNREFUSED)', 'cannot connect to ***@host:6379 (ECONNREFUSED)'],
+      [
+        "error: option '--url <url>' argument ':S3cret@host:6379' is invalid",
+        "error: option '--url <url>' argument '***@host:6379' is invalid",
+      ],
+      ['at redis://h1:1 and :S3cret@h2:2', 'at redis://h1:1 and ***@h2:2'],
+      ['got ":p@ss@h:1", then "u:x@h:2"', 'got "***@h:1", then "***@h:2"'],
+      ["unknown option '--urll=:S3cr@t@h:1'", "unknown option '***@h:1'"],
+      ['tab\t:pw@h:1\nnext line', 'tab\t***@h:1\nnext line'],
+    ];
+    for (const [raw, shown] of cases) expect(redactUrl(raw)).toBe(shown);
+    for (const [raw] of cases) expect(redactUrl(raw)).not.toMatch(/S3cr|:pw|p@ss|u:x/);
+  });
+
   it('a --cluster list: every item redacted alone', () => {
     expect(redactUrlList('redis://:a@b@h1:1,h2:2,redis://u:c/d@h3:3')).toBe('redis://:***@h1:1,h2:2,redis://u:***@h3:3');
   });

@@ -48,6 +48,7 @@ export { StreamProducer, type StreamProducerOptions } from './producer/stream-pr
 export { PartialBatchError, type FailedEntry, type SendResult, type WrittenEntry } from './producer/send-results';
 export { NotReplicatedError, type ReplicaWait } from './redis/connection/replica-wait';
 export { LOADING_RETRY_MS } from './redis/connection/connection-defaults';
+export { ReadDeadlineError, withReadDeadline } from './redis/connection/read-deadline';
 export { isReadonlyError, reconnectOnReadonly } from './redis/connection/readonly-reconnect';
 export { CoordinatedMember, type MemberEvents, type ShardsEvent, type StopOptions } from './member/coordinated-member';
 export type {

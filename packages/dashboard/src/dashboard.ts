@@ -79,6 +79,8 @@ export class Dashboard extends EventEmitter<DashboardEvents> {
   private readonly live = new Map<ServerResponse, LiveConnection>();
   private readonly liveCounters: LiveConnectionStats = { skippedSnapshots: 0, droppedSlowClients: 0 };
   private refusedLiveStreams = 0;
+  /** Live streams past the MAX_LIVE_CONNECTIONS check and not yet open (their group being looked up). */
+  private admittingLive = 0;
   private readonly page: string;
   private readonly assets = new Map<string, Buffer>();
   private overview: { at: number; value: Promise<Overview> } | undefined;
@@ -232,10 +234,21 @@ export class Dashboard extends EventEmitter<DashboardEvents> {
    * in a URL must not make the dashboard poll Redis, or hold a connection, for nothing.
    */
   private async stream(request: IncomingMessage, response: ServerResponse, streamPrefix: string, consumerGroup: string): Promise<void> {
-    await this.admitLive(streamPrefix, consumerGroup);
-    // The browser may have gone while the group was looked up: nothing to watch for it then.
-    if (request.socket.destroyed) return;
-    const watch = this.watchFor(streamPrefix, consumerGroup);
+    // The slot is taken before the group lookup awaits Redis: requests arriving meanwhile see it
+    // taken, so a slow Redis does not let any number of them past the cap. It is given back on
+    // every way out: a refusal, a browser gone, or the connection open (then `live` counts it).
+    this.reserveLive();
+    try {
+      await this.admitLive(streamPrefix, consumerGroup);
+      // The browser may have gone while the group was looked up: nothing to watch for it then.
+      if (request.socket.destroyed) return;
+      this.open(request, response, this.watchFor(streamPrefix, consumerGroup));
+    } finally {
+      this.admittingLive -= 1;
+    }
+  }
+
+  private open(request: IncomingMessage, response: ServerResponse, watch: GroupWatch): void {
     response.writeHead(200, {
       ...SECURITY_HEADERS,
       'content-type': 'text/event-stream; charset=utf-8',
@@ -255,11 +268,16 @@ export class Dashboard extends EventEmitter<DashboardEvents> {
     response.once('close', end);
   }
 
-  /** Refuses a live stream past MAX_LIVE_CONNECTIONS (503) or for a group that does not exist (404). */
-  private async admitLive(streamPrefix: string, consumerGroup: string): Promise<void> {
-    if (this.live.size >= MAX_LIVE_CONNECTIONS) {
+  /** Takes a slot of MAX_LIVE_CONNECTIONS, counting live streams open and those being admitted; 503 when none is left. */
+  private reserveLive(): void {
+    if (this.live.size + this.admittingLive >= MAX_LIVE_CONNECTIONS) {
       this.refuseLive(503, `the dashboard has ${MAX_LIVE_CONNECTIONS} live streams open already (MAX_LIVE_CONNECTIONS): try again later`);
     }
+    this.admittingLive += 1;
+  }
+
+  /** Refuses a live stream for a group that does not exist (404). */
+  private async admitLive(streamPrefix: string, consumerGroup: string): Promise<void> {
     if (this.watches.has(watchId(streamPrefix, consumerGroup))) return;
     if (!(await this.admin.listGroups(streamPrefix)).includes(consumerGroup)) {
       this.refuseLive(404, `group "${consumerGroup}" of stream "${streamPrefix}" does not exist`);

@@ -1,6 +1,12 @@
 import { Logger } from '@nestjs/common';
 import { ClientProxy, type ReadPacket, type WritePacket } from '@nestjs/microservices';
-import { DEFAULT_KEY_PREFIX, type OutgoingMessage, StreamProducer, type StreamProducerOptions } from '@redis-stream-coordinator/core';
+import {
+  DEFAULT_KEY_PREFIX,
+  type OutgoingMessage,
+  ReadDeadlineError,
+  StreamProducer,
+  type StreamProducerOptions,
+} from '@redis-stream-coordinator/core';
 import type { Cluster, Redis } from 'ioredis';
 import { v7 as uuidv7 } from 'uuid';
 import { CoordinatorConnection } from '../coordinator-connection';
@@ -15,7 +21,19 @@ const DEFAULT_TIMEOUT_MS = 5000;
 const DEFAULT_INBOX_TTL_MS = 30_000;
 /** How long one XREAD of the inbox blocks: also how late close() notices at worst. */
 const INBOX_BLOCK_MS = 1000;
+/**
+ * How much later than its block time an inbox read may come back before its connection counts as
+ * stuck and is reset (SPEC 10.1): a half-open connection never answers, and the client would wait
+ * for good while every request times out. The member's rule for its reads (`max(2 s, blockMs)`,
+ * without a session to scale by): a busy Redis or a GC pause does not reset a healthy connection.
+ */
+const INBOX_READ_GRACE_MS = Math.max(2000, INBOX_BLOCK_MS);
 const INBOX_RETRY_DELAY_MS = 500;
+/**
+ * How long close() waits for its inbox's DEL (SPEC 10.1: close() returns whatever Redis does). A
+ * connection that stops answering would hold it for good; an inbox not deleted expires by its TTL.
+ */
+const INBOX_DELETE_TIMEOUT_MS = 2000;
 
 /** Options of `new CoordinatorClientProxy(options)`. */
 export interface CoordinatorClientProxyOptions {
@@ -87,7 +105,9 @@ export class CoordinatorClientProxy extends ClientProxy {
   private reader: Redis | Cluster | undefined;
   private refreshTimer: NodeJS.Timeout | undefined;
   private closed = false;
-  private readonly counters = { lateReplies: 0, timedOut: 0, inboxRecreated: 0, refusedReplies: 0 };
+  private readonly counters = { lateReplies: 0, timedOut: 0, inboxRecreated: 0, refusedReplies: 0, inboxReadTimeouts: 0 };
+  /** Inbox reads lost in a row (their connection reset): a warning while it lasts, a line when it ends. */
+  private lostReadsInARow = 0;
 
   constructor(private readonly options: CoordinatorClientProxyOptions) {
     super();
@@ -137,7 +157,7 @@ export class CoordinatorClientProxy extends ClientProxy {
     }
     const inbox = await this.inbox?.catch(() => undefined);
     this.inbox = undefined;
-    if (inbox && this.connection?.client.status === 'ready') await inbox.delete().catch(() => undefined);
+    if (inbox && this.connection?.client.status === 'ready') await deleteWithin(inbox, INBOX_DELETE_TIMEOUT_MS, this.log);
     this.reader?.disconnect();
     this.reader = undefined;
     await this.connection?.close();
@@ -162,9 +182,17 @@ export class CoordinatorClientProxy extends ClientProxy {
 
   /**
    * Requests waiting for a reply, and what the client counted: `refusedReplies` are replies naming a
-   * waiting request but answering another entry than the one this client wrote (a forgery).
+   * waiting request but answering another entry than the one this client wrote (a forgery);
+   * `inboxReadTimeouts` are inbox reads that did not come back in time, whose connection was reset.
    */
-  stats(): { pendingRequests: number; lateReplies: number; timedOut: number; inboxRecreated: number; refusedReplies: number } {
+  stats(): {
+    pendingRequests: number;
+    lateReplies: number;
+    timedOut: number;
+    inboxRecreated: number;
+    refusedReplies: number;
+    inboxReadTimeouts: number;
+  } {
     return { pendingRequests: this.pending.size, ...this.counters };
   }
 
@@ -282,11 +310,19 @@ export class CoordinatorClientProxy extends ClientProxy {
   private async readReplies(inbox: ReplyInbox): Promise<void> {
     while (!this.closed) {
       try {
-        const replies = await inbox.read(INBOX_BLOCK_MS);
+        const replies = await inbox.read(INBOX_BLOCK_MS, INBOX_BLOCK_MS + INBOX_READ_GRACE_MS);
+        if (this.lostReadsInARow > 0) {
+          this.log.log(`reply inbox ${inbox.key} is read again, after ${this.lostReadsInARow} read(s) lost`);
+          this.lostReadsInARow = 0;
+        }
         for (const reply of replies) this.deliver(reply);
         if (replies.length > 0) await inbox.trimRead();
       } catch (error) {
         if (this.closed) return;
+        if (error instanceof ReadDeadlineError) {
+          this.counters.inboxReadTimeouts += 1;
+          this.lostReadsInARow += 1;
+        }
         this.throttled.warn('read', `reply inbox ${inbox.key} could not be read: ${(error as Error).message}; retrying`);
         await new Promise((resolve) => setTimeout(resolve, INBOX_RETRY_DELAY_MS));
       }
@@ -337,6 +373,25 @@ export class CoordinatorClientProxy extends ClientProxy {
     this.throttled.warn(
       'refused',
       `a reply to request ${reply.correlationId} was refused (${why}): not from the request this client wrote`,
+    );
+  }
+}
+
+/** Deletes the inbox, or gives up after `timeoutMs` saying so: its TTL removes it then. */
+async function deleteWithin(inbox: ReplyInbox, timeoutMs: number, log: Logger): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const gaveUp = new Promise<'late'>((resolve) => {
+    timer = setTimeout(() => resolve('late'), timeoutMs);
+  });
+  const deleted = inbox.delete().then(
+    () => 'deleted' as const,
+    () => 'failed' as const,
+  );
+  const outcome = await Promise.race([deleted, gaveUp]);
+  clearTimeout(timer);
+  if (outcome !== 'deleted') {
+    log.warn(
+      `reply inbox ${inbox.key} was not deleted at close (${outcome === 'late' ? `no answer within ${timeoutMs} ms` : 'DEL failed'}): it expires by its TTL`,
     );
   }
 }

@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import { Logger } from '@nestjs/common';
 import { type CustomTransportStrategy, type MessageHandler, Server } from '@nestjs/microservices';
-import { CoordinatedMember, DEFAULT_KEY_PREFIX, type StreamMessage } from '@redis-stream-coordinator/core';
+import { CoordinatedMember, DEFAULT_KEY_PREFIX, REPLAY_HEADER, type StreamMessage } from '@redis-stream-coordinator/core';
 import type { Redis } from 'ioredis';
 import { isObservable, lastValueFrom, toArray } from 'rxjs';
 import { CoordinatorConnection } from '../coordinator-connection';
@@ -68,6 +68,10 @@ export interface RedisStreamsServerStats {
  * - A request whose `rsc-reply-to` is not an inbox of this transport under this key prefix: one
  *   `error` event and `refusedRequests` + 1, answered nowhere, acknowledged (SPEC 10.4); an
  *   `@EventPattern` handler still handles it as an event.
+ * - A replayed dead letter (an entry carrying `rsc-replay-of`) is an event, whatever request headers
+ *   it copied: its requester gave up long ago, and a reply from the replayed entry is not one the
+ *   client accepts (it answers another entry than the one the client wrote). The handler runs;
+ *   a failure is retried; nothing is written to the inbox.
  *
  * @example
  * const app = await NestFactory.create(AppModule);
@@ -262,7 +266,10 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
     ]);
     const replyTo = message.headers[REPLY_TO_HEADER];
     const correlationId = message.headers[CORRELATION_ID_HEADER];
-    if (replyTo === undefined && correlationId === undefined) {
+    // A replay copies the request's headers, its past rsc-reply-deadline too: as a request it would
+    // be skipped as expired and acknowledged, never handled. Nobody waits for its answer: an event.
+    const replayed = message.headers[REPLAY_HEADER.of] !== undefined;
+    if (replayed || (replyTo === undefined && correlationId === undefined)) {
       // An event: nothing to answer, so its outcome is the entry's.
       await settle(pattern, await handler(message.payload, context));
       return;

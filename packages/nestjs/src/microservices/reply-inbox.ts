@@ -1,5 +1,5 @@
 import type { Cluster, Redis } from 'ioredis';
-import { compareStreamIds, nextStreamId } from '@redis-stream-coordinator/core';
+import { compareStreamIds, nextStreamId, withReadDeadline } from '@redis-stream-coordinator/core';
 import { REPLY_FIELD, type ReplyBody } from './reply-protocol';
 
 export interface InboxReply {
@@ -43,9 +43,20 @@ export class ReplyInbox {
     return (await this.redis.pexpire(this.key, this.ttlMs)) === 1;
   }
 
-  /** Waits up to `blockMs` for replies after the last one read. */
-  async read(blockMs: number): Promise<InboxReply[]> {
-    const result = await this.reader.xread('COUNT', 100, 'BLOCK', blockMs, 'STREAMS', this.key, this.lastId);
+  /**
+   * Waits up to `blockMs` for replies after the last one read. A read not back within `deadlineMs`
+   * fails with ReadDeadlineError and its connection is reset (SPEC 10.1: a half-open connection
+   * never answers). Whatever that abandoned read returns later is dropped without moving the last
+   * id read, so the next read gets those replies again: none is skipped.
+   */
+  async read(blockMs: number, deadlineMs: number): Promise<InboxReply[]> {
+    const result = await withReadDeadline(
+      this.reader,
+      this.reader.xread('COUNT', 100, 'BLOCK', blockMs, 'STREAMS', this.key, this.lastId),
+      deadlineMs,
+      `the read of reply inbox ${this.key}`,
+      'inbox reader',
+    );
     const entries = result?.[0]?.[1] ?? [];
     const replies: InboxReply[] = [];
     for (const [id, fields] of entries) {

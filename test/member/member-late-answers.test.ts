@@ -1,3 +1,4 @@
+import type { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { CoordinatorAdmin, StreamProducer } from '@redis-stream-coordinator/core';
 import { HandlerRecorder, keyedMessages } from '../support/handler-recorder';
@@ -19,6 +20,31 @@ function admin() {
 
 async function groupEpoch(streamPrefix: string): Promise<number> {
   return (await admin().describeGroup(streamPrefix, 'group')).group.groupEpoch;
+}
+
+async function expiries(streamPrefix: string, memberId: string): Promise<number> {
+  const events = await admin().readGroupEvents(streamPrefix, 'group', { count: 1000 });
+  return events.filter((e) => e.type === 'MEMBER_EXPIRED' && e.memberId === memberId).length;
+}
+
+/**
+ * Heartbeat answers that Redis accepted reach the member `lateMs` late while `late()` says so;
+ * refusals come at once (a link on which large answers, such as assignments, are slow).
+ */
+function delayAcceptedHeartbeatAnswers(client: Redis, lateMs: number, late: () => boolean): void {
+  type Command = Parameters<Redis['sendCommand']>[0] & { name: string; args: unknown[] };
+  const send = client.sendCommand.bind(client);
+  client.sendCommand = ((command: Command, stream?: unknown) => {
+    const sent = send(command, stream as never) as Promise<unknown>;
+    // heartbeat-13: a script on 13 keys with at least 25 arguments (commitAssignment has fewer).
+    const isHeartbeat =
+      (command.name === 'evalsha' || command.name === 'eval') && String(command.args[1]) === '13' && command.args.length >= 40;
+    if (!isHeartbeat) return sent;
+    return sent.then(async (reply) => {
+      if (late() && Array.isArray(reply) && Number(reply[0]) === 0) await new Promise((resolve) => setTimeout(resolve, lateMs));
+      return reply;
+    });
+  }) as Redis['sendCommand'];
 }
 
 async function rejoins(streamPrefix: string): Promise<number> {
@@ -109,6 +135,36 @@ describe('a member joining over a link whose answers come back late', () => {
     proxy.clearFaults();
     expect(await started).toBe('joined');
     await pollUntil('the slow member with its share', async () => slow.ownedShards().length === 2, { timeoutMs: 10_000 });
+    await slow.stop();
+  });
+});
+
+describe('a member whose accepted heartbeat answers come back late while its refusals come in time', () => {
+  it('is expired by Redis a session after its answers began to come late: a refusal received in time proves no renewal', async () => {
+    const streamPrefix = uniqueName('late-accepted');
+    const recorder = new HandlerRecorder();
+    let late = false;
+    const connection = redis.client();
+    delayAcceptedHeartbeatAnswers(connection, 1500, () => late);
+    const slow = aMember({ streamPrefix, shardCount: 4, sessionTimeoutMs: 3000, handler: recorder.handler('slow') }, connection);
+    const healthy = aMember({ streamPrefix, shardCount: 4, sessionTimeoutMs: 3000, handler: recorder.handler('healthy') });
+    await slow.start();
+    await healthy.start();
+    await pollUntil('two shards each', async () => slow.ownedShards().length === 2 && healthy.ownedShards().length === 2);
+
+    // Accepted answers now come 1.5 s late, past the 1 s the member waits; refusals still in time.
+    late = true;
+    // Redis renews at most once more, then expires the member a session (3 s) later: well within 8 s.
+    await pollUntil('Redis expiring the slow member', async () => (await expiries(streamPrefix, slow.memberId)) > 0, { timeoutMs: 8000 });
+    await pollUntil('the healthy member owning every shard', async () => healthy.ownedShards().length === 4, { timeoutMs: 5000 });
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.sendBatch(keyedMessages(4, 4, 'during'));
+    await pollUntil('every entry sent during the fault handled', async () => recorder.distinctEntries() === 16, { timeoutMs: 10_000 });
+
+    late = false;
+    await pollUntil('the slow member back with shards', async () => slow.ownedShards().length === 2 && healthy.ownedShards().length === 2, {
+      timeoutMs: 10_000,
+    });
     await slow.stop();
   });
 });

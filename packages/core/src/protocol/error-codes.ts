@@ -21,10 +21,11 @@ export const ErrorCode = {
    */
   DEADLINE_EXCEEDED: 'DEADLINE_EXCEEDED',
   /**
-   * The member got no answer in time since its lease was last renewed (or, without a live lease,
-   * within the last third of its session): its answers come back late, so the coordinator changed
-   * nothing and lets its lease run out (SPEC 10.2). The answer carries Redis time: received in time,
-   * it is the proof the member's next request sends (`answeredAt`).
+   * The member got no accepted answer in time since its lease was last renewed (or, without a live
+   * lease, no answer within the last third of its session): its answers come back late, so the
+   * coordinator changed nothing and lets its lease run out (SPEC 10.2). The answer carries Redis
+   * time: received in time, it proves the link to the member's next join (`answeredAt`), never a
+   * renewal (`acceptedAt`).
    */
   NO_TIMELY_ANSWER: 'NO_TIMELY_ANSWER',
 } as const;

@@ -45,13 +45,21 @@ export interface HeartbeatRequest {
   deadline?: number;
   /**
    * Redis time (`serverTimeMs`) of the latest answer the caller received in time (within the time
-   * it waits for one), 0 before any (SPEC 10.2). A request of a member that got no answer in time
-   * since its lease was last renewed, or (holding no lease) within the last third of its session,
-   * is refused with NO_TIMELY_ANSWER and changes nothing, so Redis stops renewing a member whose
-   * answers all come back late. Absent: the caller does not track its answers (a protocol-level
-   * caller); no such check.
+   * it waits for one), accepted or refused, 0 before any (SPEC 10.2). A request of a member that
+   * holds no live lease is refused with NO_TIMELY_ANSWER, changing nothing, unless this is within
+   * the last third of its session: a member whose answers all come back late is not made a member.
+   * Absent: the caller does not track its answers (a protocol-level caller); no such check.
    */
   answeredAt?: number;
+  /**
+   * Redis time (`serverTimeMs`) of the latest accepted answer (errorCode NONE) the caller received
+   * in time, 0 before any; sent with `answeredAt` (0 when absent). A request of a member with a
+   * live lease is refused with NO_TIMELY_ANSWER, changing nothing, unless this is at or after its
+   * last renewal: only an accepted answer proves that renewal reached the member (a refusal may come
+   * back in time while every answer that renews comes late), so Redis stops renewing a member whose
+   * accepted answers come back late.
+   */
+  acceptedAt?: number;
 }
 
 export interface HeartbeatResponse {

@@ -110,6 +110,7 @@ export class CoordinatorClient {
       request.staticMember === true ? '1' : '',
       request.deadline === undefined ? '' : String(Math.floor(request.deadline)),
       request.answeredAt === undefined ? '' : String(Math.floor(request.answeredAt)),
+      request.answeredAt === undefined ? '' : String(Math.floor(request.acceptedAt ?? 0)),
     ]);
     return parseHeartbeatReply(reply);
   }

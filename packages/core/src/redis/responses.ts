@@ -96,7 +96,7 @@ export function parseHeartbeatReply(reply: unknown): HeartbeatResponse {
       computeAssignment: false,
       incarnation: '0',
       // Every refusal carries it (third element): the member bounds Redis's clock with it, and one
-      // received in time is the proof its next request sends (HeartbeatRequest.answeredAt).
+      // received in time proves the link to its next join (HeartbeatRequest.answeredAt).
       serverTimeMs: serverTime(r[2]),
     };
   }

@@ -53,8 +53,9 @@ export interface HeartbeatParts {
  * whose answer the member acts on): the moment the member stops waiting for the answer, or gives its
  * lease up if that comes first. A heartbeat that reaches Redis later (it sat in ioredis' offline
  * queue through a reconnect, or on a slow link) changes nothing there. Every heartbeat also says when
- * the latest answer received in time ran (`answeredAt`), so Redis stops renewing a member whose
- * answers come back late (SPEC 10.2); a late answer still bounds the clock and, accepted, counts as
+ * the latest answer received in time ran (`answeredAt`), and when the latest accepted one did
+ * (`acceptedAt`, the renewal it can prove), so Redis stops renewing a member whose accepted answers
+ * come back late, however its refusals come (SPEC 10.2); a late answer still bounds the clock and, accepted, counts as
  * the renewal it was (never for ownership). With `resetStuckConnection`,
  * heartbeats that got no answer at all twice in a row reset the command connection (half-open).
  */
@@ -80,6 +81,13 @@ export class MemberHeartbeat {
    * come back late (SPEC 10.2, redis/lua/includes/answers.lua). Kept across restarts: it is about the link.
    */
   private answeredAt = 0;
+  /**
+   * Redis time of the latest accepted answer received within the call timeout, 0 before any: sent
+   * with every heartbeat (`acceptedAt`). Only this proves to Redis that a renewal reached the member:
+   * a refusal can come back in time while every answer that renews comes late, and must not let the
+   * next heartbeat renew again (SPEC 10.2). Kept across restarts like `answeredAt`.
+   */
+  private acceptedAt = 0;
   /** NO_TIMELY_ANSWER answers received in time, in a row: the first is sent again at once. */
   private untimelyInARow = 0;
 
@@ -224,10 +232,12 @@ export class MemberHeartbeat {
   }
 
   /**
-   * Redis refused the heartbeat because none of this member's answers since its last renewal came
-   * in time (NO_TIMELY_ANSWER); this answer did, so the next request proves it (`answeredAt`) and
-   * goes at once. A member's first join is answered so (it has no answer yet). Twice in a row is a
-   * failed heartbeat (its answers come in time only now and then).
+   * Redis refused the heartbeat (NO_TIMELY_ANSWER): no accepted answer since its last renewal came in
+   * time, or, holding no lease there, no answer lately. This answer came in time: it proves the
+   * link to a join (`answeredAt`; a member's first join is answered so, it has no answer yet), not
+   * a renewal, so the next request goes at once and a member whose renewals come back late is
+   * refused again. Twice in a row is a failed heartbeat (its lease runs out, or its answers come in
+   * time only now and then).
    */
   private untimely(error: Error): void {
     this.untimelyInARow += 1;
@@ -318,6 +328,7 @@ export class MemberHeartbeat {
       rebalanceTimeoutMs: this.options.rebalanceTimeoutMs,
       metadataVersion: metadata.version,
       answeredAt: this.answeredAt,
+      acceptedAt: this.acceptedAt,
       ...reconciler.report(),
     };
   }
@@ -338,7 +349,10 @@ export class MemberHeartbeat {
       return;
     }
     this.observeClock(response);
-    if (response.serverTimeMs !== undefined) this.answeredAt = response.serverTimeMs;
+    if (response.serverTimeMs !== undefined) {
+      this.answeredAt = response.serverTimeMs;
+      if (response.errorCode === ErrorCode.NONE) this.acceptedAt = response.serverTimeMs;
+    }
     this.noAnswersInARow = 0;
     if (!this.host.heartbeating()) return;
     if (response.errorCode === ErrorCode.NO_TIMELY_ANSWER) {

@@ -14,13 +14,16 @@
   ARGV[24] deadline: Redis time (ms) after which the request changes nothing ('' = none)
   ARGV[25] answeredAt: Redis time (ms) of the latest answer the member received in time, 0 before
            any ('' = the caller does not track its answers; see includes/answers.lua)
+  ARGV[26] acceptedAt: the same for the latest accepted answer (a renewal the member can prove);
+           given exactly when answeredAt is
 
   Output: the heartbeat response (includes/respond.lua), or { errorCode, message } when the request
   was refused; a refused request changed nothing. A request that runs after its deadline is refused
   first of all with { DEADLINE_EXCEEDED, message, Redis time (ms) }: its member stopped waiting for
   the answer by then (the request sat in an offline queue or on a slow link), and a heartbeat whose
   answer the member ignores must not renew a lease it may have given up (SPEC 9.1). A request of a
-  member whose answers come back late (none received in time since its lease was last renewed) is
+  member whose answers come back late (no accepted one received in time since its lease was last
+  renewed) is
   refused with NO_TIMELY_ANSWER and changes nothing, so its lease runs out (SPEC 10.2,
   includes/answers.lua); a leave is always taken. Every refusal carries Redis time. A member is checked (ACTIVE, lease, epoch,
   instance) before its shard lists are: a stale member is told it is stale even when its report no
@@ -59,10 +62,10 @@ do
     local stream = redis.call('HMGET', K.streamMeta, 'shardCount', 'metadataVersion')
     local now = callNow
     local minLease = redis.call('ZRANGE', K.leases, 0, 0, 'WITHSCORES')
-    -- The answer to the last renewal (or a later one) came back in time (includes/answers.lua);
-    -- else the full path refuses the request.
+    -- The answer to the last renewal (or a later accepted one) came back in time
+    -- (includes/answers.lua: a refusal proves no renewal); else the full path refuses the request.
     local answeredInTime = (ARGV[25] or '') == ''
-      or (tonumber(ARGV[25]) or -1) >= (tonumber(redis.call('ZSCORE', K.leases, ARGV[10])) or math.huge) - tonumber(ARGV[16])
+      or (tonumber(ARGV[26]) or -1) >= (tonumber(redis.call('ZSCORE', K.leases, ARGV[10])) or math.huge) - tonumber(ARGV[16])
     local nextDeadlineAt = tonumber(g[3]) or 0
     local retainedNextAt = tonumber(g[4]) or 0
     if answeredInTime and g[1] == ARGV[11] and g[2] == ARGV[11] and stream[2] == ARGV[18]
@@ -120,11 +123,14 @@ local req, err = parseIntegers({
 })
 if not req then return errorResponse(ERR_INVALID_REQUEST, err) end
 if not isValidInstanceId(instanceId) then return errorResponse(ERR_INVALID_REQUEST, INSTANCE_ID_RULE) end
-local answeredAt = nil
+local answeredAt, acceptedAt = nil, nil
 if ARGV[25] ~= nil and ARGV[25] ~= '' then
-  answeredAt = tonumber(ARGV[25])
+  answeredAt, acceptedAt = tonumber(ARGV[25]), tonumber(ARGV[26] or '')
   if not answeredAt or answeredAt < 0 or answeredAt % 1 ~= 0 then
     return errorResponse(ERR_INVALID_REQUEST, 'answeredAt must be a Redis time in ms (0 before any answer)')
+  end
+  if not acceptedAt or acceptedAt < 0 or acceptedAt % 1 ~= 0 then
+    return errorResponse(ERR_INVALID_REQUEST, 'acceptedAt must be a Redis time in ms (0 before any accepted answer), sent with answeredAt')
   end
 end
 
@@ -136,7 +142,7 @@ local memberEpoch = req.memberEpoch
 -- 1b. A member whose answers come back late changes nothing (SPEC 10.2, includes/answers.lua): its
 -- lease runs out instead of being renewed for good. A leave is always taken: it frees shards.
 if answeredAt and memberEpoch ~= -1 then
-  local why = untimelyAnswers(K, rec, instanceId, answeredAt, now, req.sessionTimeoutMs)
+  local why = untimelyAnswers(K, rec, instanceId, answeredAt, acceptedAt, now, req.sessionTimeoutMs)
   if why then return errorResponse(ERR_NO_TIMELY_ANSWER, why) end
 end
 

@@ -29,7 +29,7 @@ local function assignmentInput(K, g, stream)
 end
 
 -- A refusal says when it ran too: the member bounds Redis's clock with it, and one received in time
--- proves the member's answers come in time (includes/answers.lua).
+-- proves the member's link to a join, never a renewal (includes/answers.lua).
 local function errorResponse(code, message)
   return { code, message, nowMs() }
 end

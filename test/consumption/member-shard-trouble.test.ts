@@ -339,3 +339,59 @@ describe('two shards: one that cannot be claimed or taken over', () => {
     await member.stop(); // through the proxy, before it stops
   });
 });
+
+describe('one shard whose keys are lost (SPEC 10.8)', () => {
+  it('a shard whose stream and consumer group are gone (an eviction, a failover, a DEL) stops only itself: the other shards are read on; an error names it and it is claimed again, its group recreated', async () => {
+    const streamPrefix = uniqueName('lost-shard');
+    const handled: string[] = [];
+    const errors: string[] = [];
+    const member = aMember({
+      streamPrefix,
+      shardCount: 4,
+      runtimeMaxConcurrency: 4,
+      handler: async (message: StreamMessage<KeyedPayload>) => void handled.push(label(message)),
+    });
+    member.on('error', (error) => errors.push(error.message));
+    await member.start();
+    for (const shard of [0, 1, 2, 3]) await send(streamPrefix, shard, [1]);
+    await pollUntil('the first round handled', async () => handled.length === 4);
+    await redis.client().del(new KeyBuilder().shardStream(streamPrefix, 2));
+    for (const shard of [0, 1, 3]) await send(streamPrefix, shard, [2]);
+    await pollUntil('the other shards read on', async () => ['0:2:1', '1:2:1', '3:2:1'].every((l) => handled.includes(l)), {
+      timeoutMs: 5000,
+    });
+    expect(errors).toContainEqual(expect.stringMatching(/^shard 2: its stream or consumer group is gone .*NOGROUP/));
+    // Claimed again: the group is back, and shard 2's new entries are read.
+    await send(streamPrefix, 2, [2]);
+    await pollUntil("shard 2's new entry handled", async () => handled.includes('2:2:1'), { timeoutMs: 5000 });
+    expect(member.stats().problems).toEqual([]);
+    await settledShards(streamPrefix);
+  });
+
+  it("sharing one read connection (the process's read hub), one member's lost shard stops neither its other shards nor the other member's", async () => {
+    const lostPrefix = uniqueName('lost-shared');
+    const otherPrefix = uniqueName('other-shared');
+    const handled: string[] = [];
+    const record = (name: string) => async (message: StreamMessage<KeyedPayload>) => void handled.push(`${name}/${label(message)}`);
+    const errors: string[] = [];
+    const member = aMember({ streamPrefix: lostPrefix, shardCount: 4, runtimeMaxConcurrency: 4, handler: record('a') });
+    const other = aMember({ streamPrefix: otherPrefix, shardCount: 4, runtimeMaxConcurrency: 4, handler: record('b') });
+    member.on('error', (error) => errors.push(error.message));
+    await Promise.all([member.start(), other.start()]);
+    for (const shard of [0, 1, 2, 3]) {
+      await send(lostPrefix, shard, [1]);
+      await send(otherPrefix, shard, [1]);
+    }
+    await pollUntil('the first round handled', async () => handled.length === 8);
+    await redis.client().del(new KeyBuilder().shardStream(lostPrefix, 2));
+    for (const shard of [0, 1, 3]) await send(lostPrefix, shard, [2]);
+    for (const shard of [0, 1, 2, 3]) await send(otherPrefix, shard, [2]);
+    const expected = ['a/0:2:1', 'a/1:2:1', 'a/3:2:1', 'b/0:2:1', 'b/1:2:1', 'b/2:2:1', 'b/3:2:1'];
+    await pollUntil('the other shards read on', async () => expected.every((l) => handled.includes(l)), { timeoutMs: 5000 });
+    expect(errors).toContainEqual(expect.stringMatching(/^shard 2: its stream or consumer group is gone .*NOGROUP/));
+    await send(lostPrefix, 2, [2]);
+    await pollUntil("the lost shard's new entry handled", async () => handled.includes('a/2:2:1'), { timeoutMs: 5000 });
+    expect(member.stats().problems).toEqual([]);
+    expect(other.stats().problems).toEqual([]);
+  });
+});

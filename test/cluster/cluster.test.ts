@@ -205,6 +205,31 @@ describe('on a Redis Cluster', () => {
     expect(await redis.client().exists(keys.shardStream(streamPrefix, 5))).toBe(0);
   });
 
+  it('a shard whose stream and consumer group are lost (SPEC 10.8) is claimed again, its group recreated, visibly; the other shards are read on', async () => {
+    const streamPrefix = uniqueName('cluster-lost');
+    const handled: string[] = [];
+    const errors: string[] = [];
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 4 });
+    const member = aMember(redis.client(), {
+      streamPrefix,
+      runtimeMaxConcurrency: 4,
+      handler: async (message) => void handled.push(`${message.shardIndex}:${message.payload.seq}`),
+    });
+    member.on('error', (error) => errors.push(error.message));
+    await member.start();
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.sendBatch([0, 1, 2, 3].map((shardIndex) => ({ shardIndex, payload: { seq: 1 } })));
+    await pollUntil('the first round handled', async () => handled.length === 4);
+    await redis.client().del(keys.shardStream(streamPrefix, 2));
+    await producer.sendBatch([0, 1, 3].map((shardIndex) => ({ shardIndex, payload: { seq: 2 } })));
+    await pollUntil('the other shards read on', async () => ['0:2', '1:2', '3:2'].every((l) => handled.includes(l)));
+    // Before the fix its read failed NOGROUP round after round: the shard was never read again.
+    await pollUntil('shard 2 claimed again', async () => errors.some((e) => /^shard 2: its stream or consumer group is gone/.test(e)));
+    await producer.sendBatch([{ shardIndex: 2, payload: { seq: 2 } }]);
+    await pollUntil("shard 2's new entry handled", async () => handled.includes('2:2'));
+    expect(member.stats().problems).toEqual([]);
+  });
+
   it('loses and stalls nothing while a shard slot moves to another master (ASK, then MOVED)', async () => {
     const streamPrefix = uniqueName('cluster-move');
     const recorder = new HandlerRecorder();

@@ -95,7 +95,9 @@ export interface CoordinatedMemberSettings<T = unknown> {
    * silent member before it counts it as gone; a call silent that long is taken as hung rather
    * than let it hold the other shards longer than the group would wait for the member itself.
    * Raise it for handlers that take longer by design: a stalled call no longer counts against
-   * `runtimeMaxConcurrency`.
+   * `runtimeMaxConcurrency`, but at most `runtimeMaxConcurrency` calls run stalled so (past that a
+   * stalled call keeps its worker), so at most twice `runtimeMaxConcurrency` calls run at once.
+   * 1 s (MIN_HANDLER_STALL_MS; a default from a shorter `sessionTimeoutMs` is raised to it) to a day.
    */
   handlerStallMs?: number;
   /** First retry delay; doubles per attempt up to `retryBackoffMaxMs`. Default 100 ms. */
@@ -209,6 +211,13 @@ const DAY_MS = 86_400_000;
 const DEFAULT_SESSION_TIMEOUT_MS = 15_000;
 /** The largest `runtimeMaxConcurrency`, at construction and in `setRuntimeMaxConcurrency`. */
 export const MAX_RUNTIME_CONCURRENCY = 10_000;
+/**
+ * The shortest `handlerStallMs`. A stalled call is reported as hung (an 'error', a problems line,
+ * health down) and gives its worker back: under a second, ordinary calls would be reported and
+ * the workers (`runtimeMaxConcurrency`) would stop meaning the calls running (SPEC 10.7). A default
+ * derived from a shorter `sessionTimeoutMs` is raised to it.
+ */
+export const MIN_HANDLER_STALL_MS = 1000;
 
 /** Fills defaults and checks every option; a bad one is an error naming the option and the value. */
 export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T> | BatchMemberOptions<T>): ResolvedMemberOptions<T> {
@@ -245,7 +254,7 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T> | B
     maxAttempts: options.maxAttempts ?? 3,
     deadLetter: resolveDeadLetterOptions(options.deadLetter, options.consumerGroup),
     handlerTimeoutMs: options.handlerTimeoutMs ?? 0,
-    handlerStallMs: options.handlerStallMs ?? options.sessionTimeoutMs ?? DEFAULT_SESSION_TIMEOUT_MS,
+    handlerStallMs: options.handlerStallMs ?? Math.max(MIN_HANDLER_STALL_MS, options.sessionTimeoutMs ?? DEFAULT_SESSION_TIMEOUT_MS),
     retryBackoffMs: options.retryBackoffMs ?? 100,
     retryBackoffMaxMs: options.retryBackoffMaxMs ?? 10_000,
     // A batch must be able to fill from one read of the shard.
@@ -281,7 +290,7 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T> | B
   assertIntegerInRange('shutdownTimeoutMs', resolved.shutdownTimeoutMs, 0, DAY_MS);
   assertIntegerInRange('maxAttempts', resolved.maxAttempts, 1, 1000);
   assertIntegerInRange('handlerTimeoutMs', resolved.handlerTimeoutMs, 0, DAY_MS);
-  assertIntegerInRange('handlerStallMs', resolved.handlerStallMs, 1, DAY_MS);
+  assertIntegerInRange('handlerStallMs', resolved.handlerStallMs, MIN_HANDLER_STALL_MS, DAY_MS);
   assertIntegerInRange('retryBackoffMs', resolved.retryBackoffMs, 0, DAY_MS);
   assertIntegerInRange('retryBackoffMaxMs', resolved.retryBackoffMaxMs, resolved.retryBackoffMs, DAY_MS);
   assertIntegerInRange('batchSize', resolved.batchSize, 1, MAX_BATCH_SIZE);

@@ -12,6 +12,10 @@ import type { PollerEvents, ShardState, Work } from '../shard-state';
  *
  * One timer at a time, due when the oldest call followed reaches the bound: work is followed in the
  * order it took its worker, so the oldest is the first in the map.
+ *
+ * The dispatcher lets at most `runtimeMaxConcurrency` calls run stalled without a worker
+ * (`onStalled`): past that a stalled call keeps its worker, so handler calls running at once stay
+ * bounded (twice `runtimeMaxConcurrency`) however many hang (SPEC 10.7).
  */
 export class HandlerStallWatch {
   private readonly followed = new Map<Work, ShardState>();
@@ -20,8 +24,11 @@ export class HandlerStallWatch {
   constructor(
     private readonly options: ResolvedMemberOptions,
     private readonly events: EventEmitter<PollerEvents>,
-    /** `work` stalled: it no longer counts against `runtimeMaxConcurrency`. */
-    private readonly onStalled: (state: ShardState, work: Work) => void,
+    /**
+     * `work` stalled: true if it gave its worker back (it no longer counts against
+     * `runtimeMaxConcurrency`), false if it keeps it (as many calls already run stalled as may).
+     */
+    private readonly onStalled: (state: ShardState, work: Work) => boolean,
   ) {}
 
   /** `work` took its worker just now for a call that did not complete synchronously. */
@@ -60,6 +67,17 @@ export class HandlerStallWatch {
 
   private stall(state: ShardState, work: Work, ranMs: number): void {
     work.stalled = true;
+    const freed = this.onStalled(state, work);
+    const line = this.report(state, work, freed);
+    this.events.emit('error', new ShardError(`${line} [${ranMs} ms so far]`, state.index));
+  }
+
+  /**
+   * Sets the problems line of stalled `work`: whether its worker went to other work (`freed`) or it
+   * keeps it because the stalled calls already number `runtimeMaxConcurrency`. Called again when a
+   * call that kept its worker gives it back later. Returns the line.
+   */
+  report(state: ShardState, work: Work, freed: boolean): string {
     const limit = this.options.handlerStallMs;
     const first = work.ids[0];
     const what =
@@ -69,10 +87,12 @@ export class HandlerStallWatch {
           ? `the batch handler of ${first} (and ${work.ids.length - 1} more) has run for more than handlerStallMs (${limit} ms)`
           : `the handler of ${first} has run for more than handlerStallMs (${limit} ms)`;
     const waits = this.options.lanes > 1 ? "its key's later entries wait" : "the shard's later entries wait";
-    const line = `shard ${state.index}: ${what}; ${waits} for it, the other shards go on (its worker is free for them)`;
+    const others = freed
+      ? 'the other shards go on (its worker is free for them)'
+      : `it keeps its worker: ${this.options.runtimeMaxConcurrency} calls already run stalled (at most runtimeMaxConcurrency may), so new work waits for a worker`;
+    const line = `shard ${state.index}: ${what}; ${waits} for it, ${others}`;
     state.problems.set(stallKey(work), line);
-    this.events.emit('error', new ShardError(`${line} [${ranMs} ms so far]`, state.index));
-    this.onStalled(state, work);
+    return line;
   }
 }
 

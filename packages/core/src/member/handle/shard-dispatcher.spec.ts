@@ -319,15 +319,15 @@ describe('ShardDispatcher: when handlers may not start', () => {
 
 describe('ShardDispatcher: a call past handlerStallMs (SPEC 10.8)', () => {
   it('is one error and a problems line naming shard and entry until it ends, and gives its worker back', async () => {
-    const h = aDispatcher({ runtimeMaxConcurrency: 1, handlerStallMs: 500 });
+    const h = aDispatcher({ runtimeMaxConcurrency: 1, handlerStallMs: 1000 });
     await h.enqueue(0, 'a', 'c');
     await h.enqueue(1, 'b');
-    await h.advance(499);
+    await h.advance(999);
     expect(h.running()).toEqual(['0:a#1']);
     expect(h.problems()).toEqual([]);
     await h.advance(1);
     expect(h.running()).toEqual(['0:a#1', '1:b#1']);
-    expect(h.problems()).toEqual([expect.stringMatching(/^shard 0: the handler of 1-0 has run for more than handlerStallMs \(500 ms\)/)]);
+    expect(h.problems()).toEqual([expect.stringMatching(/^shard 0: the handler of 1-0 has run for more than handlerStallMs \(1000 ms\)/)]);
     expect(h.errors).toHaveLength(1);
     expect(h.dispatcher.activeHandlers).toBe(2); // the stalled call still runs
     await h.settle('1:b#1');
@@ -341,17 +341,46 @@ describe('ShardDispatcher: a call past handlerStallMs (SPEC 10.8)', () => {
   });
 
   it('a retry after a stalled call that failed is followed again from its own start', async () => {
-    const h = aDispatcher({ runtimeMaxConcurrency: 1, handlerStallMs: 500 });
+    const h = aDispatcher({ runtimeMaxConcurrency: 1, handlerStallMs: 1000 });
     await h.enqueue(0, 'a');
-    await h.advance(600);
+    await h.advance(1100);
     expect(h.errors).toHaveLength(1);
     await h.settle('0:a#1', boom());
     expect(h.problems()).toEqual([]);
     await h.advance(1000);
     expect(h.running()).toEqual(['0:a#2']);
-    await h.advance(499);
+    await h.advance(999);
     expect(h.errors).toHaveLength(1);
     await h.advance(1);
     expect(h.errors).toHaveLength(2);
+  });
+});
+
+describe('ShardDispatcher: handler calls running at once stay bounded whatever stalls (SPEC 10.7, 10.8)', () => {
+  it('at most runtimeMaxConcurrency calls run stalled: past that a stalled call keeps its worker and new work waits, so at most twice runtimeMaxConcurrency calls run', async () => {
+    const h = aDispatcher({ shards: 4, runtimeMaxConcurrency: 1, handlerStallMs: 1000 });
+    await h.enqueue(0, 'a');
+    await h.enqueue(1, 'b');
+    await h.enqueue(2, 'c');
+    await h.enqueue(3, 'd');
+    await h.advance(1000);
+    expect(h.running()).toEqual(['0:a#1', '1:b#1']); // a stalled and gave its worker to b
+    await h.advance(5000);
+    // b stalled too, but one call already runs stalled: b keeps its worker, c and d wait for it.
+    expect(h.running()).toEqual(['0:a#1', '1:b#1']);
+    expect(h.dispatcher.activeHandlers).toBe(2);
+    expect(h.problems()).toEqual([
+      expect.stringMatching(/^shard 0: the handler of 1-0 has run for more than handlerStallMs .*its worker is free for them/),
+      expect.stringMatching(/^shard 1: the handler of 2-0 has run for more than handlerStallMs .*keeps its worker/),
+    ]);
+    expect(h.errors).toHaveLength(2);
+    await h.settle('0:a#1');
+    // a's end frees no worker (it held none), but b may give its own back now: c starts.
+    expect(h.running()).toEqual(['1:b#1', '2:c#1']);
+    expect(h.dispatcher.activeHandlers).toBe(2);
+    await h.settle('1:b#1');
+    expect(h.running()).toEqual(['2:c#1']);
+    await h.settle('2:c#1');
+    expect(h.running()).toEqual(['3:d#1']);
   });
 });

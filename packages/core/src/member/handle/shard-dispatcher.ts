@@ -20,6 +20,15 @@ const NO_KEY_LANE = '';
  */
 const MAY_START_RECHECK_MS = 50;
 
+/**
+ * Stalled calls that may run without a worker, per worker (`runtimeMaxConcurrency`). A stalled call
+ * gives its worker back so that one hung handler does not stop the other shards (SPEC 10.8); but
+ * every such call still runs, so without a cap hung calls would pile up without bound. With one per
+ * worker, handler calls running at once never exceed twice `runtimeMaxConcurrency` (SPEC 10.7);
+ * past the cap a stalled call keeps its worker (reported so) until a stalled call ends.
+ */
+const STALLED_CALLS_PER_WORKER = 1;
+
 /** The next thing a free worker does: start `count` queued entries of `state` from `start` on lane `lane`, or resume `work`. */
 type Pick = { state: ShardState; start: number; count: number; lane: string; work?: undefined } | { state: ShardState; work: Work };
 
@@ -32,7 +41,9 @@ type Pick = { state: ShardState; start: number; count: number; lane: string; wor
  *   before it (SPEC 5 per-shard and per-key order);
  * - at most `runtimeMaxConcurrency` handler calls hold a worker; work waiting out a backoff, a
  *   dead-letter write, a pause or an unsafe lease holds none, and a call past `handlerStallMs` gives
- *   its worker back, reported (SPEC 10.8: one shard's trouble stays in that shard);
+ *   its worker back, reported (SPEC 10.8: one shard's trouble stays in that shard), unless
+ *   `runtimeMaxConcurrency` calls already run stalled: then it keeps it, so at most twice
+ *   `runtimeMaxConcurrency` handler calls run at once whatever hangs (SPEC 10.7);
  * - shards are served round-robin from the one after the last served, a shard's resumed work
  *   before its queue, so that no shard starves (SPEC 5 "up to its worker capacity across shards");
  * - nothing starts while handlers may not (lease unsafe, paused), on a shard being swept, or on a
@@ -42,8 +53,10 @@ export class ShardDispatcher implements Workers {
   private cursor = -1;
   /** Workers held now: handler calls running within their stall bound. */
   private running = 0;
-  /** Calls past `handlerStallMs` that still run: they hold no worker. */
+  /** Calls past `handlerStallMs` that still run and hold no worker: at most STALLED_CALLS_PER_WORKER per worker. */
   private stalled = 0;
+  /** Calls past `handlerStallMs` that keep their worker (the stalled ones were at their cap), oldest first. */
+  private readonly stalledHolding = new Map<Work, ShardState>();
   /** Work started and not over (running, waiting out a backoff or a dead-letter write, stalled). */
   private inFlight = 0;
   /** True while dispatch() runs: a release from inside it (a synchronous failure) lets its loop go on instead of nesting. */
@@ -67,11 +80,14 @@ export class ShardDispatcher implements Workers {
     private readonly onDrained: (state: ShardState) => void,
   ) {
     this.attempts = new AttemptSequence(shards, client, acks, events, options, this);
-    this.stalls = new HandlerStallWatch(options, events, (_state, work) => {
-      work.worker = false;
-      this.running -= 1;
-      this.stalled += 1;
+    this.stalls = new HandlerStallWatch(options, events, (state, work) => {
+      if (this.stalled >= this.stalledCap()) {
+        this.stalledHolding.set(work, state);
+        return false;
+      }
+      this.giveBackStalled(work);
       this.dispatch();
+      return true;
     });
   }
 
@@ -272,12 +288,43 @@ export class ShardDispatcher implements Workers {
 
   /** The work's call is over (it ended, or the work waits now): true if that freed a worker. */
   private callEnded(state: ShardState, work: Work): boolean {
-    if (work.stalled) this.stalled -= 1;
+    let freed = false;
+    if (work.stalled) {
+      if (!this.stalledHolding.delete(work) && !work.worker) {
+        this.stalled -= 1;
+        // A place among the calls that run stalled without a worker: the oldest holding one takes it.
+        freed = this.releaseHoldingStall();
+      }
+    }
     // Work never followed (a synchronous handler, the common case) costs the watch nothing.
     if (work.since !== 0) this.stalls.ended(state, work);
-    if (!work.worker) return false;
+    if (!work.worker) return freed;
     work.worker = false;
     this.running -= 1;
+    return true;
+  }
+
+  /** The most calls that may run stalled without a worker now. */
+  private stalledCap(): number {
+    return this.options.runtimeMaxConcurrency * STALLED_CALLS_PER_WORKER;
+  }
+
+  /** Stalled `work` gives its worker to other work. */
+  private giveBackStalled(work: Work): void {
+    work.worker = false;
+    this.running -= 1;
+    this.stalled += 1;
+  }
+
+  /** If a stalled call keeps its worker and there is room, it gives it back (its problems line says so now): true if it did. */
+  private releaseHoldingStall(): boolean {
+    if (this.stalled >= this.stalledCap()) return false;
+    const oldest = this.stalledHolding.entries().next();
+    if (oldest.done) return false;
+    const [work, state] = oldest.value;
+    this.stalledHolding.delete(work);
+    this.giveBackStalled(work);
+    this.stalls.report(state, work, true);
     return true;
   }
 

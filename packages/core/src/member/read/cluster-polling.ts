@@ -74,9 +74,15 @@ export class ClusterPolling {
    * (a lost wake-up, a bare XADD); not subscribed yet, it is read again next round after a read
    * that found entries, else after 2 ms, doubling up to 50 ms. With none due, waits for the first
    * (cut short by any wake-up). Shards whose read failed are reported ('error', one per round) and
-   * paused as after a failed read; the others' entries are delivered.
+   * paused as after a failed read; the others' entries are delivered. `failed` names them (the
+   * reader claims again a shard whose keys are gone).
    */
-  async read(transport: PolledTransport, readable: number[], cursors: string[], count: number): Promise<ReadResult> {
+  async read(
+    transport: PolledTransport,
+    readable: number[],
+    cursors: string[],
+    count: number,
+  ): Promise<ReadResult & { failed?: Map<number, Error> }> {
     this.listenForWrites(transport.command);
     const now = Date.now();
     const due: number[] = [];

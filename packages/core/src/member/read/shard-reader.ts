@@ -18,6 +18,9 @@ import { type PollerEvents, type ShardSet, type ShardState } from '../shard-stat
  */
 const LEFT_OUT_BLOCK_MS = 10;
 
+/** How Redis starts the error of a read of a stream whose key or consumer group is gone (it names the key, quoted). */
+const LOST_KEYS_ERROR = 'NOGROUP';
+
 /**
  * Where the reader reads: through the process's ReadHub (single Redis, Sentinel), or polled through
  * the process's ClusterReadHub on a Cluster (one XREADGROUP cannot span the shards' slots there),
@@ -360,12 +363,18 @@ export class ShardReader implements HubReader {
     for (const state of readFor.values()) this.lastCovered.set(state, { read: this.reads, short: false });
     this.currentRead = { shards: new Set(readable), done, mode };
     this.dispatch();
-    let result: ReadResult;
+    let result: ReadResult & { failed?: Map<number, Error> };
     try {
       result = await done;
+    } catch (error) {
+      // One shard's lost keys fail the whole multi-stream read: that shard alone is claimed again.
+      if (this.lostShard(readFor, error as Error)) return;
+      throw error;
     } finally {
       this.currentRead = undefined;
     }
+    // Polled (Cluster): shards whose own read failed because their keys are gone are claimed again.
+    for (const [shardIndex, error] of result.failed ?? []) this.lostShard(readFor, error, shardIndex);
     let toEnd = false;
     for (const [shardIndex, state] of readFor) {
       // Entries of a shard released meanwhile stay pending: its next owner (or grant) takes them over.
@@ -400,6 +409,33 @@ export class ShardReader implements HubReader {
   }
 
   /**
+   * A read failed naming one shard's stream as gone (NOGROUP: its stream or its consumer group was
+   * lost, by an eviction, a failover that lost the slot, an operator's DEL). One XREADGROUP reads
+   * all the member's shards, so without this one lost shard would fail every read, every shard's,
+   * for good (SPEC 10.8). That shard leaves the read and is claimed again (claimShard recreates the
+   * group, MKSTREAM, from '0'): an 'error' and a problems line name it until the claim succeeds;
+   * the entries it held before the loss are gone with its keys (SPEC 9.1: visible). The others are
+   * read on at the loop's next turn. `only`: the shard the failure is known to be (a polled read).
+   * Returns whether the failure was one shard's.
+   */
+  private lostShard(readFor: Map<number, ShardState>, error: Error, only?: number): boolean {
+    if (!error.message.startsWith(LOST_KEYS_ERROR)) return false;
+    const shardIndex = only ?? [...readFor.keys()].find((shard) => error.message.includes(`'${this.client.streamKey(shard)}'`));
+    const state = shardIndex === undefined ? undefined : readFor.get(shardIndex);
+    if (!state || !this.shards.isCurrent(state) || state.phase !== 'reading') return shardIndex !== undefined;
+    state.phase = 'claiming';
+    state.takeoverCursor = '0-0';
+    this.readToEnd.delete(state);
+    this.lastRung.delete(state);
+    const delay = backOffShard(state);
+    const message = `shard ${state.index}: its stream or consumer group is gone (${error.message}); not reading it until it is claimed again, which recreates them: entries it held before the loss are lost with it`;
+    state.problems.set('claim', message);
+    this.events.emit('error', new ShardError(`${message}; claiming it in ${delay} ms`, state.index, error));
+    this.wakeup.notify();
+    return true;
+  }
+
+  /**
    * Sends the read the transport and the hub's mode call for; undefined when the hub is between
    * modes (no solo read may start and no shared connection is open yet).
    */
@@ -408,7 +444,7 @@ export class ShardReader implements HubReader {
     cursors: string[],
     budget: number,
     turns: number,
-  ): { done: Promise<ReadResult>; mode: ReadMode; count: number } | undefined {
+  ): { done: Promise<ReadResult & { failed?: Map<number, Error> }>; mode: ReadMode; count: number } | undefined {
     const perShard = Math.floor(budget / readable.length);
     // Alone or polled, a read brings each shard up to batchSize; a shared read up to its share (fillTo).
     const ownCount = Math.max(1, Math.min(this.options.batchSize, perShard));

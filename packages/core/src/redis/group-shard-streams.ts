@@ -12,7 +12,9 @@ import type { RedisClient } from './scripts';
  *
  * Only for a group not registered yet (one SISMEMBER per join otherwise). Creating it at '0' is
  * what the group's first claim of a shard (claimShard-2.lua) does anyway; one already there
- * (BUSYGROUP) is left where it is. Nothing to do for a stream without metadata (the join is refused).
+ * (BUSYGROUP) is left where it is, and a shard key that is not a stream (WRONGTYPE) is skipped.
+ * Nothing to do for a stream without metadata (the join is refused). Any other failure fails the
+ * heartbeat (an error, retried): the group is never registered without this step.
  */
 export async function ensureGroupOnShardStreams(
   redis: RedisClient,
@@ -27,7 +29,10 @@ export async function ensureGroupOnShardStreams(
   await Promise.all(
     Array.from({ length: shards }, (_, shardIndex) =>
       redis.xgroup('CREATE', keys.shardStream(streamPrefix, shardIndex), consumerGroup, '0', 'MKSTREAM').catch((error: Error) => {
-        if (!error.message.includes('BUSYGROUP')) throw error;
+        // BUSYGROUP: there already. WRONGTYPE: the shard's key is not a stream, so no trim can delete
+        // from it either; the join goes on and that one shard's claim reports it (SPEC 10.8: one
+        // shard's trouble must not keep the group from registering and reading its other shards).
+        if (!error.message.includes('BUSYGROUP') && !error.message.startsWith('WRONGTYPE')) throw error;
       }),
     ),
   );

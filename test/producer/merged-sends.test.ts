@@ -364,4 +364,22 @@ describe('merged sends', () => {
     // Nothing of the hung call was written, nor the sends of its key that failed.
     expect(stored.map((s) => `${s.key}:${s.seq}`).sort()).toEqual([`${otherKey}:1`, `${hungKey}:4`].sort());
   });
+  it('a routing read that never answers fails the sends waiting for it past appendTimeoutMs, nothing written', async () => {
+    const streamPrefix = await aStream(2, 'merged-read-hung');
+    const proxy = await aProxy();
+    const producer = new StreamProducer(redis.clientAt(proxy.url), { streamPrefix, metadataRefreshMs: 1, appendTimeoutMs: 1_000 });
+    await producer.send({ key: 'warm-up', payload: { seq: 0 } });
+    const read = proxy.holdNextRequest(TcpProxy.command('HMGET', keys.streamMeta(streamPrefix)));
+    await new Promise((resolve) => setTimeout(resolve, 5)); // the cached count is past metadataRefreshMs
+    const sent = producer.send({ key: 'a', payload: { seq: 1 } }).then(
+      () => 'written',
+      (error: Error) => error.message,
+    );
+    await read.arrived;
+    const outcome = await Promise.race([sent, new Promise((r) => setTimeout(() => r('still waiting after 5 s'), 5_000))]);
+    expect(outcome).toMatch(/the routing read of stream ".*" got no answer within 1000 ms: nothing was written/);
+    read.release();
+    expect(await producer.send({ key: 'a', payload: { seq: 2 } })).toMatchObject({ id: expect.any(String) });
+    expect((await storedEntries(streamPrefix, 2)).filter((s) => s.key === 'a').map((s) => s.seq)).toEqual([2]);
+  });
 });

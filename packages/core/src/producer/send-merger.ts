@@ -256,20 +256,33 @@ export class SendMerger {
     return waiting;
   }
 
+  /** The count to route with, read when due: bounded like a write (SPEC 10.1), every send waits for it. */
   private async countToRoute(): Promise<number> {
     if (this.markersMissing) {
       this.markersMissing = false;
       this.refusedWith = undefined;
-      return this.routing.ensureMarkers();
+      return this.bounded(this.routing.ensureMarkers(), 'the routing read and marker writes');
     }
-    return this.refusedWith ?? this.routing.cached() ?? (await this.routing.current());
+    return this.refusedWith ?? this.routing.cached() ?? (await this.bounded(this.routing.current(), 'the routing read'));
+  }
+
+  /** `read`, or past `appendTimeoutMs` an error naming it: the sends waiting for it fail, not written. */
+  private async bounded<R>(read: Promise<R>, what: string): Promise<R> {
+    try {
+      return await withTimeout(read, this.options.appendTimeoutMs);
+    } catch (error) {
+      if (!(error instanceof NoAnswerError)) throw error;
+      throw new Error(
+        `${what} of stream "${this.options.streamPrefix}" got no answer within ${this.options.appendTimeoutMs} ms: nothing was written`,
+      );
+    }
   }
 
   /** A unit with a `shardIndex` beyond the known count: refused as a whole unless the stream has that shard by now. */
   private async checkRange(unit: SendUnit): Promise<void> {
     let error: unknown;
     try {
-      const count = await this.routing.covering(unit.maxShardIndex);
+      const count = await this.bounded(this.routing.covering(unit.maxShardIndex), 'the routing read');
       if (unit.maxShardIndex < count) {
         unit.rangeChecked = true;
         return;

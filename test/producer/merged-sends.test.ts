@@ -1,6 +1,13 @@
 import type { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
-import { CoordinatorAdmin, KeyBuilder, type SendResult, StreamProducer, shardForKey } from '@redis-stream-coordinator/core';
+import {
+  CoordinatorAdmin,
+  KeyBuilder,
+  PartialBatchError,
+  type SendResult,
+  StreamProducer,
+  shardForKey,
+} from '@redis-stream-coordinator/core';
 import { appendToShards, MAX_ENTRIES_PER_CALL } from '../../packages/core/src/producer/entry-writer';
 import { TcpProxy } from '../support/tcp-proxy';
 import { proxyFactory } from '../support/proxy-fixture';
@@ -252,7 +259,9 @@ describe('merged sends', () => {
           results.push(sent);
           const { id } = await sent;
           if (mine === 200) {
-            resized = admin.resizeShards(streamPrefix, 2, { graceMs: 50, switchDelayMs: 20 }).then(async () => {
+            // The markers are written after the resize (docs/resharding.md): a switch 20 ms later came
+            // before them on a loaded machine, and a stale write landed on a removed shard unrefused.
+            resized = admin.resizeShards(streamPrefix, 2, { graceMs: 50, switchDelayMs: 300 }).then(async () => {
               switchAt = Number(await redis.client().hget(keys.streamMeta(streamPrefix), 'switchAt'));
             });
           }
@@ -303,5 +312,74 @@ describe('merged sends', () => {
     expect(new Set(results.map((r) => r.id))).toEqual(new Set(stored.map((s) => s.id)));
     for (const seqs of seqsByKey(stored).values()) expect(seqs).toEqual([1, 2, 3]);
     await pollUntil('the proxy saw a reconnect', async () => proxy.accepted >= 2);
+  });
+  it("a shard's call that never answers holds only its own keys across a resize switch, and fails as maybe written past its deadline", async () => {
+    const streamPrefix = await aStream(4, 'merged-hung');
+    const proxy = await aProxy();
+    const admin = new CoordinatorAdmin(redis.client());
+    // A shrink switching in two seconds: the producer learns it ahead (one metadata read) and routes
+    // with 2 shards from then on, without another round trip behind the hung call.
+    await admin.resizeShards(streamPrefix, 2, { graceMs: 50, switchDelayMs: 2_000 });
+    const producer = new StreamProducer(redis.clientAt(proxy.url), { streamPrefix, metadataRefreshMs: 3_600_000, appendTimeoutMs: 4_000 });
+    await producer.send({ key: 'warm-up', payload: { seq: 0 } });
+    const keyOn = (count: number, shard: number, not?: (key: string) => boolean) =>
+      Array.from({ length: 1_000 }, (_, i) => `key-${i}`).find((key) => shardForKey(key, count) === shard && !not?.(key))!;
+    const hungShard = 3;
+    const hungKey = keyOn(4, hungShard);
+    // Another key, on another shard before the switch and after it.
+    const otherShard = shardForKey(hungKey, 2) === 0 ? 1 : 0;
+    const otherKey = keyOn(2, otherShard, (key) => shardForKey(key, 4) === hungShard);
+    const hung = proxy.holdNextRequest(TcpProxy.command('EVALSHA', keys.shardStream(streamPrefix, hungShard)));
+    const hungSend = producer.sendBatch([{ key: hungKey, payload: { seq: 1 } }]).then(
+      () => undefined,
+      (error: unknown) => error,
+    );
+    await hung.arrived;
+    const switchAt = Number(await redis.client().hget(keys.streamMeta(streamPrefix), 'switchAt'));
+    await pollUntil('the shrink switched', async () => Number((await redis.client().time())[0]) * 1000 >= switchAt + 10);
+    // Routed with 2 shards now, while a call routed with 4 may still be refused.
+    const other = proxy.holdNextRequest(TcpProxy.command('EVALSHA', keys.shardStream(streamPrefix, otherShard)));
+    const hungKeyLater = producer.send({ key: hungKey, payload: { seq: 2 } }).then(
+      () => undefined,
+      (error: unknown) => error as Error,
+    );
+    const otherSend = producer.send({ key: otherKey, payload: { seq: 1 } });
+    const sentToOtherShard = await Promise.race([other.arrived.then(() => true), new Promise((r) => setTimeout(() => r(false), 1_000))]);
+    expect(sentToOtherShard, `a send to shard ${otherShard} was held back by shard ${hungShard}'s hung call`).toBe(true);
+    // Past its deadline the hung call fails, maybe written (it may still run); its key's later send,
+    // held back behind it, fails unwritten rather than overtake it.
+    const failed = await hungSend;
+    expect(failed).toBeInstanceOf(PartialBatchError);
+    expect((failed as PartialBatchError).failed[0]).toMatchObject({ maybeWritten: true, shardIndex: hungShard });
+    expect((failed as PartialBatchError).failed[0].error.message).toMatch(/no answer within 4000 ms/);
+    expect((await hungKeyLater)?.message).toMatch(/an earlier entry of its key failed/);
+    // Until its answer comes the hung call may still land on shard 3: the key's sends to its new shard fail meanwhile.
+    await expect(producer.send({ key: hungKey, payload: { seq: 3 } })).rejects.toThrow(/may still land/);
+    hung.release();
+    other.release();
+    expect(await otherSend).toMatchObject({ shardIndex: otherShard });
+    // Answered (refused: it reached Redis after the switch), the key writes again, on its new shard.
+    expect(await producer.send({ key: hungKey, payload: { seq: 4 } })).toMatchObject({ shardIndex: shardForKey(hungKey, 2) });
+    const stored = (await storedEntries(streamPrefix, 4)).filter((s) => s.key !== 'warm-up');
+    // Nothing of the hung call was written, nor the sends of its key that failed.
+    expect(stored.map((s) => `${s.key}:${s.seq}`).sort()).toEqual([`${otherKey}:1`, `${hungKey}:4`].sort());
+  });
+  it('a routing read that never answers fails the sends waiting for it past appendTimeoutMs, nothing written', async () => {
+    const streamPrefix = await aStream(2, 'merged-read-hung');
+    const proxy = await aProxy();
+    const producer = new StreamProducer(redis.clientAt(proxy.url), { streamPrefix, metadataRefreshMs: 1, appendTimeoutMs: 1_000 });
+    await producer.send({ key: 'warm-up', payload: { seq: 0 } });
+    const read = proxy.holdNextRequest(TcpProxy.command('HMGET', keys.streamMeta(streamPrefix)));
+    await new Promise((resolve) => setTimeout(resolve, 5)); // the cached count is past metadataRefreshMs
+    const sent = producer.send({ key: 'a', payload: { seq: 1 } }).then(
+      () => 'written',
+      (error: Error) => error.message,
+    );
+    await read.arrived;
+    const outcome = await Promise.race([sent, new Promise((r) => setTimeout(() => r('still waiting after 5 s'), 5_000))]);
+    expect(outcome).toMatch(/the routing read of stream ".*" got no answer within 1000 ms: nothing was written/);
+    read.release();
+    expect(await producer.send({ key: 'a', payload: { seq: 2 } })).toMatchObject({ id: expect.any(String) });
+    expect((await storedEntries(streamPrefix, 2)).filter((s) => s.key === 'a').map((s) => s.seq)).toEqual([2]);
   });
 });

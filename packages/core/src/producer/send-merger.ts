@@ -1,3 +1,4 @@
+import { NoAnswerError, withTimeout } from '../member/abortable-sleep';
 import { assertIntegerInRange } from '../protocol/names';
 import type { ReplicaWait } from '../redis/connection/replica-wait';
 import { isCluster } from '../redis/connection/slot-pipelines';
@@ -11,6 +12,28 @@ import type { SendUnit } from './send-unit';
 const MAX_ROUNDS = 4;
 /** Recent keys' shards for the count routed with (keys repeat; hashing them is the hot path). */
 const ROUTE_CACHE_SIZE = 10_000;
+/**
+ * How long a call waits for its reply before its entries fail as maybe written (SPEC 10.1), unless
+ * the producer sets `appendTimeoutMs`. A call runs in about a quarter of a millisecond; this is well
+ * past an ioredis reconnect and resend (its default retry waits at most 2 s; the resent call is
+ * answered from the write log) and a Cluster redirection during a slot migration, yet far below
+ * TCP giving a silent connection up (minutes), which is how long a hung call waited before.
+ */
+export const DEFAULT_APPEND_TIMEOUT_MS = 10_000;
+
+/** What keeps an entry in order with its predecessors: its key, else its explicit shard; keyless round-robin entries have no order. */
+type OrderKey = string | number;
+
+function orderKeyOf(entry: PendingEntry): OrderKey | undefined {
+  return entry.key ?? entry.shardIndex;
+}
+
+/** One call sent and not settled (or past its bound, and not answered yet): its shard, the count it was routed with, its entries. */
+interface CallInFlight {
+  shard: number;
+  routedCount: number;
+  entries: PendingEntry[];
+}
 
 /** One entry from its send until it is written or failed. */
 interface PendingEntry {
@@ -46,6 +69,8 @@ export interface ShardKeys {
 export interface SendMergerOptions {
   maxLenApprox: number | undefined;
   replicaWait: ReplicaWait | undefined;
+  /** A call's bound for its reply (plus the replica wait's timeout): past it, its entries fail as maybe written. */
+  appendTimeoutMs: number;
   streamPrefix: string;
   /** The keys of shard `i`, and this producer's write log on it. */
   shardKeys(shardIndex: number): ShardKeys;
@@ -57,8 +82,11 @@ export interface SendMergerOptions {
  * MAX_ENTRIES_PER_CALL), so the routing check, the write log and the Lua call are paid once per call,
  * not per entry. What each caller is promised stays its own (SPEC 9.5):
  * - per-key order: entries are routed in submission order, a shard's calls go one after another, and
- *   nothing routed with a new shard count is sent while a call routed with the old one may still be
- *   refused (its entries go first, routed again, in their order);
+ *   no key's entry is routed with a new shard count while a call routed with another count holding
+ *   that key may still be refused (its entries go first, routed again, in their order); other keys
+ *   go on, so that one shard's slow call holds only its own keys (SPEC 10.8);
+ * - every call is bounded (`appendTimeoutMs`, SPEC 10.1): past it, its entries fail as maybe written
+ *   (a resend of the call is answered from the write log) and its shard's next call goes;
  * - a failure is the failing entry's and its key's: the script skips the later entries of that key in
  *   the call, and the key's entries still queued here fail with it; other keys' entries go on;
  * - a call resent after a lost reply is answered from the shard's write log (one sequence number per
@@ -74,7 +102,9 @@ export class SendMerger {
   private readonly ready = new Set<number>();
   /** The shard count the lanes' entries were routed with. */
   private laneCount = 0;
-  private inFlight = 0;
+  private readonly inFlight = new Set<CallInFlight>();
+  /** Calls failed past their bound whose reply has not come yet: they may still land. */
+  private readonly unanswered = new Set<CallInFlight>();
   private nextSeq = 0;
   private scheduled = false;
   private draining = false;
@@ -147,8 +177,8 @@ export class SendMerger {
 
   /** Routes what waits (with the count in effect, reading it when due), then sends every idle shard's call. */
   private async step(): Promise<void> {
-    if (this.returned.length > 0 && this.inFlight > 0) return; // routed again once every call routed like them settled
-    if (this.returned.length > 0) {
+    const rerouting = this.returned.length > 0;
+    if (rerouting) {
       this.waiting = this.returned.concat(this.waiting).sort((a, b) => a.seq - b.seq);
       this.returned = [];
     }
@@ -168,34 +198,55 @@ export class SendMerger {
         return this.flushIdle();
       }
     }
-    if (count !== this.laneCount) {
-      // What was routed with the old count and not sent goes back, to be routed with the new one
-      // after every call routed with the old count settled, so that no key's later entry overtakes.
-      for (const shard of this.ready) this.returned = this.returned.concat(this.lanes.get(shard)!.queue.splice(0));
+    if (count !== this.laneCount || rerouting) {
+      // What was routed and not sent is routed again (with the new count, if it changed) in
+      // submission order with the refused entries, which were sent before it.
+      const queued: PendingEntry[] = [];
+      for (const shard of this.ready) queued.push(...this.lanes.get(shard)!.queue.splice(0));
       this.ready.clear();
-      if (this.inFlight > 0 || this.returned.length > 0) {
-        this.drainAgain = this.inFlight === 0;
-        return;
-      }
+      if (queued.length > 0) this.waiting = queued.concat(this.waiting).sort((a, b) => a.seq - b.seq);
+      if (count !== this.laneCount) this.routes.clear();
       this.laneCount = count;
-      this.lanes = new Map();
-      this.routes.clear();
     }
+    // A key with an entry in a call routed with another count waits for it: refused, that entry is
+    // routed again and must go first. Every other key goes on (SPEC 10.8).
+    const stale = orderKeysOf(this.inFlight, (call) => call.routedCount !== count, orderKeyOf);
+    // A call past its bound may still land (a resend, a redirection after a slot migration): until
+    // its answer comes, its keys' later entries, wherever they go, could land before it.
+    const unanswered = orderKeysOf(
+      this.unanswered,
+      () => true,
+      (entry) => entry.key,
+    );
     const waiting = this.takeWaiting();
+    const held: PendingEntry[] = [];
     for (let i = 0; i < waiting.length; i++) {
       const entry = waiting[i];
       const unit = entry.unit;
       if (!unit.rangeChecked && unit.maxShardIndex >= count) {
         // An explicit shard beyond the known count: look again before refusing (this and what follows wait).
-        this.waiting = waiting.slice(i).concat(this.waiting);
+        this.waiting = held.concat(waiting.slice(i), this.waiting);
         await this.checkRange(unit);
         this.drainAgain = true;
         return;
+      }
+      const lateOn = unanswered.size > 0 && entry.key !== undefined ? unanswered.get(entry.key) : undefined;
+      if (lateOn !== undefined) {
+        // Bounded and visible rather than held until that answer: it fails, not written.
+        this.failEntry(entry, undefined, mayStillLand(lateOn), false);
+        continue;
+      }
+      const orderKey = stale.size > 0 ? orderKeyOf(entry) : undefined;
+      if (orderKey !== undefined && stale.has(orderKey)) {
+        held.push(entry); // its key's later entries are held after it (stale has the key)
+        continue;
       }
       unit.rangeChecked = true;
       unit.routed = true;
       this.route(entry, count);
     }
+    // Routed again when a call settles (each settlement schedules a drain).
+    this.waiting = held.concat(this.waiting);
     this.flushIdle();
   }
 
@@ -205,20 +256,33 @@ export class SendMerger {
     return waiting;
   }
 
+  /** The count to route with, read when due: bounded like a write (SPEC 10.1), every send waits for it. */
   private async countToRoute(): Promise<number> {
     if (this.markersMissing) {
       this.markersMissing = false;
       this.refusedWith = undefined;
-      return this.routing.ensureMarkers();
+      return this.bounded(this.routing.ensureMarkers(), 'the routing read and marker writes');
     }
-    return this.refusedWith ?? this.routing.cached() ?? (await this.routing.current());
+    return this.refusedWith ?? this.routing.cached() ?? (await this.bounded(this.routing.current(), 'the routing read'));
+  }
+
+  /** `read`, or past `appendTimeoutMs` an error naming it: the sends waiting for it fail, not written. */
+  private async bounded<R>(read: Promise<R>, what: string): Promise<R> {
+    try {
+      return await withTimeout(read, this.options.appendTimeoutMs);
+    } catch (error) {
+      if (!(error instanceof NoAnswerError)) throw error;
+      throw new Error(
+        `${what} of stream "${this.options.streamPrefix}" got no answer within ${this.options.appendTimeoutMs} ms: nothing was written`,
+      );
+    }
   }
 
   /** A unit with a `shardIndex` beyond the known count: refused as a whole unless the stream has that shard by now. */
   private async checkRange(unit: SendUnit): Promise<void> {
     let error: unknown;
     try {
-      const count = await this.routing.covering(unit.maxShardIndex);
+      const count = await this.bounded(this.routing.covering(unit.maxShardIndex), 'the routing read');
       if (unit.maxShardIndex < count) {
         unit.rangeChecked = true;
         return;
@@ -266,6 +330,11 @@ export class SendMerger {
 
   /** Sends one call for every shard with entries queued and none in flight: together, one pipeline when several. */
   private flushIdle(): void {
+    // Refused while this step awaited: they go before what was queued after them, routed again first.
+    if (this.returned.length > 0) {
+      this.drainAgain = true;
+      return;
+    }
     const calls: { append: ShardAppend; entries: PendingEntry[] }[] = [];
     for (const shard of this.ready) {
       const lane = this.lanes.get(shard)!;
@@ -277,7 +346,6 @@ export class SendMerger {
       calls.push({ append: this.appendOf(shard, entries), entries });
     }
     if (calls.length === 0) return;
-    this.inFlight += calls.length;
     // On a single Redis the calls share one connection and their replies come in order: one
     // pipeline, settled together. On a Cluster each shard's call settles on its own, so that a slow
     // master holds only its own shards' next calls (SPEC 10.8).
@@ -287,17 +355,34 @@ export class SendMerger {
 
   private send(calls: { append: ShardAppend; entries: PendingEntry[] }[]): void {
     const routedCount = this.laneCount;
-    void appendToShards(
+    const inFlight = calls.map((call) => ({ shard: call.append.shardIndex, routedCount, entries: call.entries }));
+    for (const call of inFlight) this.inFlight.add(call);
+    // WAIT runs on the server for up to its own timeout: the bound counts from when it may end.
+    const timeoutMs = this.options.appendTimeoutMs + (this.options.replicaWait?.timeoutMs ?? 0);
+    const appended = appendToShards(
       this.redis,
       routedCount,
       this.options.maxLenApprox,
       calls.map((call) => call.append),
       this.options.replicaWait,
-    )
-      .catch((error: unknown): ShardAppendOutcome[] => calls.map(() => ({ status: 'failed', error: error as Error, replied: false })))
+    );
+    // Past the bound the call counts as a lost reply (maybe written): ioredis may still resend it,
+    // and the write log answers that resend without writing twice; its late reply is ignored here.
+    // Until that reply comes, the call may still land: its keys' entries routed to other shards
+    // meanwhile fail rather than overtake it (mayStillLand).
+    void withTimeout(appended, timeoutMs)
+      .catch((error: unknown): ShardAppendOutcome[] => {
+        if (error instanceof NoAnswerError) {
+          for (const call of inFlight) this.unanswered.add(call);
+          void appended.then(() => {
+            for (const call of inFlight) this.unanswered.delete(call);
+          });
+        }
+        return calls.map(() => ({ status: 'failed', error: noAnswer(error as Error, calls, timeoutMs), replied: false }));
+      })
       .then((outcomes) => {
         calls.forEach((call, i) => {
-          this.inFlight -= 1;
+          this.inFlight.delete(inFlight[i]);
           const lane = this.lanes.get(call.append.shardIndex);
           if (lane) lane.busy = false;
           this.settle(call.append.shardIndex, call.entries, outcomes[i], routedCount);
@@ -407,6 +492,38 @@ export class SendMerger {
     this.returned = without(this.returned);
     this.waiting = without(this.waiting);
   }
+}
+
+/** The error of a call past its bound: which shards, and that its entries may be in the stream. */
+function noAnswer(error: Error, calls: { append: ShardAppend }[], timeoutMs: number): Error {
+  if (!(error instanceof NoAnswerError)) return error;
+  const shards = calls.map((call) => call.append.shardIndex).join(', ');
+  return new Error(
+    `appendEntries on shard${calls.length > 1 ? 's' : ''} ${shards} got no answer within ${timeoutMs} ms: its entries may or may not be in the stream (a resend of the call is answered from the write log, never written twice)`,
+  );
+}
+
+/** The order keys (by `keyOf`) of the entries of the `calls` that `which` picks, each with its call's shard. Empty on the hot path. */
+function orderKeysOf(
+  calls: Set<CallInFlight>,
+  which: (call: CallInFlight) => boolean,
+  keyOf: (entry: PendingEntry) => OrderKey | undefined,
+): Map<OrderKey, number> {
+  const keys = new Map<OrderKey, number>();
+  for (const call of calls) {
+    if (!which(call)) continue;
+    for (const entry of call.entries) {
+      const orderKey = keyOf(entry);
+      if (orderKey !== undefined) keys.set(orderKey, call.shard);
+    }
+  }
+  return keys;
+}
+
+function mayStillLand(shard: number): Error {
+  return new Error(
+    `not written: an earlier entry of its key got no answer from shard ${shard} and may still land there; until that answer comes, its key's writes fail so that none overtakes it`,
+  );
 }
 
 function notAttempted(shard: number | undefined): Error {

@@ -9,7 +9,7 @@ import { KeyBuilder } from '../redis/keys';
 import type { RedisClient } from '../redis/scripts';
 import { ProducerTelemetry } from '../telemetry/producer-telemetry';
 import { ProducerRouting } from './producer-routing';
-import { SendMerger, type ShardKeys } from './send-merger';
+import { DEFAULT_APPEND_TIMEOUT_MS, SendMerger, type ShardKeys } from './send-merger';
 import type { SendResult } from './send-results';
 import { SendUnit } from './send-unit';
 
@@ -62,6 +62,14 @@ export interface StreamProducerOptions {
    * asynchronously: a failover can lose acknowledged sends). Costs the replication round trip.
    */
   waitForReplicas?: ReplicaWait;
+  /**
+   * How long a write call (one shard's merged sends) waits for its reply, plus `waitForReplicas`'
+   * timeout. Past it, its entries fail with `maybeWritten: true` (the call may still run; a resend
+   * by ioredis is answered from the shard's write log, never written twice) and the shard's next
+   * call goes. Default 10,000 ms (`DEFAULT_APPEND_TIMEOUT_MS`): past a reconnect and resend, far
+   * below TCP giving a silent connection up.
+   */
+  appendTimeoutMs?: number;
 }
 
 /**
@@ -115,6 +123,7 @@ export class StreamProducer {
     this.merger = new SendMerger(redis, this.routing, {
       maxLenApprox: options.maxLenApprox,
       replicaWait: assertReplicaWait('waitForReplicas', options.waitForReplicas),
+      appendTimeoutMs: assertIntegerInRange('appendTimeoutMs', options.appendTimeoutMs ?? DEFAULT_APPEND_TIMEOUT_MS, 1, 3_600_000),
       streamPrefix: options.streamPrefix,
       shardKeys: (shardIndex) => this.keysOf(shardIndex),
     });

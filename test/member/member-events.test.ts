@@ -47,14 +47,17 @@ describe('member events', () => {
 
   it('fenced: a member whose epoch the coordinator refuses drops its shards and rejoins', async () => {
     const streamPrefix = uniqueName('fenced');
-    const a = aMember(streamPrefix, 'a');
+    // A short session: the rejoin below renewed a's lease without a seeing that answer, so a's own
+    // rejoin is refused (NO_TIMELY_ANSWER: no accepted answer since that renewal, SPEC 10.2) until
+    // that lease runs out; then it joins.
+    const a = aMember(streamPrefix, 'a', { sessionTimeoutMs: 3000 });
     const fenced: unknown[] = [];
     a.on('fenced', (event) => fenced.push(event));
     await a.start();
     await pollUntil('a to own every shard', async () => a.ownedShards().length === 4);
     // a rejoin of this instance whose answer it never got: the epoch a holds is no longer current
     // (a rejoin from another instance would be refused: FENCED_INSTANCE_ID, test/member-lifecycle)
-    await a.coordinator.heartbeat({ streamPrefix, consumerGroup: 'group', memberId: 'a', memberEpoch: 0, instanceId: a.instanceId });
+    await a.coordinator.heartbeat({ streamPrefix, consumerGroup: 'group', memberId: 'a', memberEpoch: 0, instanceId: a.instanceId, sessionTimeoutMs: 3000 });
     await pollUntil('a to be told', async () => fenced.length > 0);
     expect(fenced[0]).toMatchObject({ errorCode: 'FENCED_MEMBER_EPOCH', memberEpoch: 1 });
     await pollUntil('a to rejoin and own its shards again', async () => a.ownedShards().length === 4 && a.currentMemberEpoch() > 1);

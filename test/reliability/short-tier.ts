@@ -59,18 +59,37 @@ const COST_S: Record<FaultKind, number> = {
   'slot-move': 2,
 };
 
+/**
+ * The seam kinds run in the long tier (and here with RSC_CHAOS_FAULTS naming them), not in npm test's
+ * short tier: each watches the shards for about 10 s, which doubled this tier (55 s to 110 s) and
+ * took npm test past its 5 minutes; and reset-offsets still needs the checker's dead-letter
+ * promise to follow a reset (an entry dead-lettered, then re-read and acknowledged after the reset,
+ * counts as unfenced today).
+ */
+export const LONG_TIER_ONLY: ReadonlySet<FaultKind> = new Set<FaultKind>([
+  'late-answers',
+  'late-join',
+  'half-open-commands',
+  'half-open-reads',
+  'half-open-acks',
+  'half-open-wake',
+  'freeze-on-stop',
+  'reset-offsets',
+  'delete-resize-back',
+]);
+
 /** Harnesses side by side (RSC_CHAOS_HARNESSES; 1 runs every kind in one harness, about 100 s). */
 export const SHORT_TIER_HARNESSES = Math.max(1, Number(process.env.RSC_CHAOS_HARNESSES ?? 2) || 2);
 
 /**
- * The kinds of lane `lane` (1-based): every kind in exactly one lane, the longest first into the
+ * The kinds of lane `lane` (1-based): every kind but LONG_TIER_ONLY in exactly one lane, the longest first into the
  * lane with the least work so far. With RSC_CHAOS_FAULTS set, lane 1 runs just those kinds and the
  * others nothing.
  */
 export function shortTierKinds(lane: number, env = process.env.RSC_CHAOS_FAULTS): FaultKind[] {
   if (env !== undefined && env.trim() !== '') return lane === 1 ? selectedFaultKinds(env) : [];
   const load = Array.from({ length: SHORT_TIER_HARNESSES }, () => ({ seconds: 0, kinds: [] as FaultKind[] }));
-  const byCost = [...ALL_FAULT_KINDS].sort((a, b) => COST_S[b] - COST_S[a] || a.localeCompare(b));
+  const byCost = ALL_FAULT_KINDS.filter((kind) => !LONG_TIER_ONLY.has(kind)).sort((a, b) => COST_S[b] - COST_S[a] || a.localeCompare(b));
   for (const kind of byCost) {
     const lightest = load.reduce((best, lane) => (lane.seconds < best.seconds ? lane : best));
     lightest.seconds += COST_S[kind];

@@ -37,6 +37,8 @@ export class CoordinatorClient {
   readonly options: ResolvedCoordinatorOptions;
   readonly keys: KeyBuilder;
   private readonly config: number[];
+  /** Groups whose Redis group this client already put on every shard stream before a join (heartbeatOnce). */
+  private readonly groupsOnShardStreams = new Set<string>();
 
   constructor(
     private readonly redis: RedisClient,
@@ -73,8 +75,14 @@ export class CoordinatorClient {
    */
   async heartbeatOnce(request: HeartbeatRequest): Promise<HeartbeatResponse> {
     // A join may create the group: its Redis group goes on every shard stream first (SPEC 10.6).
-    if (request.memberEpoch === JOIN_EPOCH)
+    // Once per group and client: a join resent at once (a refusal, a lost answer) must not pay the
+    // extra round trip again, which on a slow link pushed it past the member's call deadline. The
+    // set holds the groups this process's own members named, not names from outside.
+    const group = `${request.streamPrefix}\n${request.consumerGroup}`;
+    if (request.memberEpoch === JOIN_EPOCH && !this.groupsOnShardStreams.has(group)) {
       await ensureGroupOnShardStreams(this.redis, this.keys, request.streamPrefix, request.consumerGroup);
+      this.groupsOnShardStreams.add(group);
+    }
     const observe = this.options.onHeartbeat;
     if (!observe) return this.runHeartbeat(request);
     const sentAt = performance.now();

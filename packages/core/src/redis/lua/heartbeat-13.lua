@@ -139,13 +139,6 @@ if not ctx then return errorResponse(ERR_GROUP_NOT_FOUND, NO_STREAM_MESSAGE) end
 local stream, now, g, rec, minLease = ctx.stream, ctx.now, ctx.g, ctx.rec, ctx.minLease
 local memberEpoch = req.memberEpoch
 
--- 1b. A member whose answers come back late changes nothing (SPEC 10.2, includes/answers.lua): its
--- lease runs out instead of being renewed for good. A leave is always taken: it frees shards.
-if answeredAt and memberEpoch ~= -1 then
-  local why = untimelyAnswers(K, rec, instanceId, answeredAt, acceptedAt, now, req.sessionTimeoutMs)
-  if why then return errorResponse(ERR_NO_TIMELY_ANSWER, why) end
-end
-
 -- 2. Who is asking comes before what it reports: a member that is no longer ACTIVE, or whose epoch
 -- is stale, or whose id another instance took over, is told so whatever its lists say (they may
 -- name shards a shrink has deleted since). Every refusal here changes no state.
@@ -176,6 +169,15 @@ elseif isOtherInstance(rec, instanceId) and rec.state == 'ACTIVE' and (memberEpo
       .. groupName .. '; give every member process its own memberId')
   end
 end
+
+-- 2b. A member whose answers come back late changes nothing (SPEC 10.2, includes/answers.lua): its
+-- lease runs out instead of being renewed for good. A leave is always taken: it frees shards.
+if answeredAt and memberEpoch ~= -1 then
+  local why = untimelyAnswers(K, rec, instanceId, answeredAt, acceptedAt, now, req.sessionTimeoutMs)
+  if why then return errorResponse(ERR_NO_TIMELY_ANSWER, why) end
+end
+-- After step 2: a refusal there is the truth whatever the member's answers (a stale epoch is told
+-- FENCED, not NO_TIMELY_ANSWER, so it drops its shards at once), and changes nothing either.
 
 -- The steady-state report repeats the stored list exactly (canonical CSV): it is valid and true as
 -- it stands, so it needs neither parsing nor the ownership check.

@@ -1,20 +1,12 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { findRoot } from '../support/repo-root';
 
 // The docs say which tests prove what they promise ("Tests that prove it" at the end of each page
 // that describes behaviour) and where things live (docs/map.md). That map is only worth something
 // while it is true: this file fails when a page names a file of the tree that is not there (a test
 // moved or renamed, a folder regrouped), or a test by a name its file no longer has. No Redis.
-
-/** The repository root: the nearest folder up from here with the workspace's package.json. */
-function findRoot(from: string): string {
-  for (let dir = from; ; dir = path.dirname(dir)) {
-    const manifest = path.join(dir, 'package.json');
-    if (fs.existsSync(manifest) && 'workspaces' in JSON.parse(fs.readFileSync(manifest, 'utf8'))) return dir;
-    if (path.dirname(dir) === dir) throw new Error(`no workspace package.json above ${from}`);
-  }
-}
 
 const ROOT = findRoot(__dirname);
 const DOCS = path.join(ROOT, 'docs');

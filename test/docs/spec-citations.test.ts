@@ -1,19 +1,11 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { findRoot } from '../support/repo-root';
 
 // docs/spec.md is the specification the tree cites as "SPEC 5", "SPEC 9.4", "SPEC section 3".
 // A citation is only worth something if a reader can follow it: this file fails when one names a
 // heading docs/spec.md does not have. No Redis; it reads files.
-
-/** The repository root: the nearest folder up from here with the workspace's package.json. */
-function findRoot(from: string): string {
-  for (let dir = from; ; dir = path.dirname(dir)) {
-    const manifest = path.join(dir, 'package.json');
-    if (fs.existsSync(manifest) && 'workspaces' in JSON.parse(fs.readFileSync(manifest, 'utf8'))) return dir;
-    if (path.dirname(dir) === dir) throw new Error(`no workspace package.json above ${from}`);
-  }
-}
 
 const ROOT = findRoot(__dirname);
 const SPEC_FILE = path.join(ROOT, 'docs/spec.md');

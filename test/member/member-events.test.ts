@@ -57,7 +57,14 @@ describe('member events', () => {
     await pollUntil('a to own every shard', async () => a.ownedShards().length === 4);
     // a rejoin of this instance whose answer it never got: the epoch a holds is no longer current
     // (a rejoin from another instance would be refused: FENCED_INSTANCE_ID, test/member-lifecycle)
-    await a.coordinator.heartbeat({ streamPrefix, consumerGroup: 'group', memberId: 'a', memberEpoch: 0, instanceId: a.instanceId, sessionTimeoutMs: 3000 });
+    await a.coordinator.heartbeat({
+      streamPrefix,
+      consumerGroup: 'group',
+      memberId: 'a',
+      memberEpoch: 0,
+      instanceId: a.instanceId,
+      sessionTimeoutMs: 3000,
+    });
     await pollUntil('a to be told', async () => fenced.length > 0);
     expect(fenced[0]).toMatchObject({ errorCode: 'FENCED_MEMBER_EPOCH', memberEpoch: 1 });
     await pollUntil('a to rejoin and own its shards again', async () => a.ownedShards().length === 4 && a.currentMemberEpoch() > 1);

@@ -7,7 +7,7 @@ import { withTimeout } from '../abortable-sleep';
 import { CutoverWatch } from './cutover-watch';
 import type { MemberEvents } from '../member-events';
 import type { MemberProblems } from '../member-problems';
-import { MIN_COMMAND_CALL_TIMEOUT_MS, type ResolvedMemberOptions } from '../member-options';
+import { commandCallTimeoutMs, type ResolvedMemberOptions } from '../member-options';
 import type { ShardPoller } from '../shard-poller';
 
 /**
@@ -35,8 +35,8 @@ export class MetadataSync {
     poller: ShardPoller,
     private readonly events: EventEmitter<MemberEvents>,
     private readonly problems: MemberProblems,
-    /** How long a coordinator call (the cutover read, creating the stream) may take. */
-    private readonly callTimeoutMs: number,
+    /** How long the cutover read may take (it gates ownership: a third of the session). */
+    callTimeoutMs: number,
     /** The member completed a cutover: the group's metadata changed, heartbeat now. */
     onCompleted: () => void,
   ) {
@@ -102,9 +102,9 @@ export class MetadataSync {
       },
     );
     // Creating the stream renews and decides nothing: bounded like the calls beside the heartbeats
-    // (at least MIN_COMMAND_CALL_TIMEOUT_MS), not as tight as a third of a short session, which a
-    // loaded machine's first round trips can pass (start() then failed with the stream created).
-    return withTimeout(created, Math.max(MIN_COMMAND_CALL_TIMEOUT_MS, this.callTimeoutMs));
+    // (commandCallTimeoutMs), not as tight as a third of a short session, which a loaded machine's
+    // first round trips can pass (start() then failed with the stream created).
+    return withTimeout(created, commandCallTimeoutMs(this.options));
   }
 
   /** The stream is gone: versions restart with the recreated stream, so sync whatever the next answer says. */

@@ -6,9 +6,9 @@ import type { ReadResult, ShardClient } from '../../redis/shard-client';
 import { settlesWithin, Wakeup, withTimeout } from '../abortable-sleep';
 import type { AckBatcher } from '../handle/ack-batcher';
 import { ClusterPolling, type PolledTransport } from './cluster-polling';
-import { commandCallTimeoutMs, MIN_COMMAND_CALL_TIMEOUT_MS, type ResolvedMemberOptions } from '../member-options';
+import { commandCallTimeoutMs, type ResolvedMemberOptions } from '../member-options';
 import { fewestQueued } from './read-turns';
-import { backOffShard, ShardRecovery } from './shard-recovery';
+import { backOffShard, ShardRecovery, setBackShard } from './shard-recovery';
 import { forShardsSideBySide } from './shards-side-by-side';
 import { type PollerEvents, type ShardSet, type ShardState } from '../shard-state';
 
@@ -327,7 +327,7 @@ export class ShardReader implements HubReader {
    */
   private readGraceMs(): number {
     // At least blockMs too: after a reset, ioredis resends the lost read, and the next one queues behind it.
-    return Math.max(MIN_COMMAND_CALL_TIMEOUT_MS, Math.floor(this.options.sessionTimeoutMs / 3), this.options.blockMs);
+    return Math.max(commandCallTimeoutMs(this.options), this.options.blockMs);
   }
 
   /** Idle (or blocked in a read) until something changes, but no longer than the next due claim retry or sweep. */
@@ -491,10 +491,13 @@ export class ShardReader implements HubReader {
       claim = await withTimeout(this.client.claimShard(state.index, state.grantEpoch), commandCallTimeoutMs(this.options));
     } catch (error) {
       if (state.phase !== 'claiming') return;
-      const delay = backOffShard(state);
-      const message = `shard ${state.index}: claiming it failed (${(error as Error).message}); not reading it (failed ${state.claimAttempts} time(s))`;
-      state.problems.set('claim', message);
-      this.events.emit('error', new ShardError(`${message}, trying again in ${delay} ms`, state.index, error));
+      setBackShard(
+        state,
+        this.events,
+        'claim',
+        (attempts) => `shard ${state.index}: claiming it failed (${(error as Error).message}); not reading it (failed ${attempts} time(s))`,
+        error,
+      );
       return;
     }
     if (state.phase !== 'claiming') return;
@@ -505,10 +508,13 @@ export class ShardReader implements HubReader {
       state.problems.delete('claim');
       return;
     }
-    const delay = backOffShard(state);
-    const message = `shard ${state.index}: granted at epoch ${state.grantEpoch} but a newer fencing token "${claim.holder}" holds it; not reading it (refused ${state.claimAttempts} time(s))`;
-    state.problems.set('claim', message);
-    this.events.emit('error', new ShardError(`${message}, trying again in ${delay} ms`, state.index));
+    setBackShard(
+      state,
+      this.events,
+      'claim',
+      (attempts) =>
+        `shard ${state.index}: granted at epoch ${state.grantEpoch} but a newer fencing token "${claim.holder}" holds it; not reading it (refused ${attempts} time(s))`,
+    );
     this.events.emit('claim-refused', { shardIndex: state.index, grantEpoch: state.grantEpoch, holder: claim.holder });
   }
 }

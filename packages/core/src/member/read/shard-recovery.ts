@@ -27,6 +27,24 @@ export function backOffShard(state: ShardState): number {
 }
 
 /**
+ * A shard's claim or takeover failed or was refused: backed off, a `problems`
+ * line (`problem`) saying so until it succeeds, and one 'error' per setback naming when it is tried
+ * again. `describe` gets the attempts so far. The other shards go on (SPEC 10.8).
+ */
+export function setBackShard(
+  state: ShardState,
+  events: EventEmitter<PollerEvents>,
+  problem: 'claim' | 'takeover',
+  describe: (attempts: number) => string,
+  cause?: unknown,
+): void {
+  const delay = backOffShard(state);
+  const message = describe(state.claimAttempts);
+  state.problems.set(problem, message);
+  events.emit('error', new ShardError(`${message}, trying again in ${delay} ms`, state.index, cause));
+}
+
+/**
  * The most shards one turn of the read loop sweeps (the longest overdue first); the rest go in the
  * next turns, after a read. A member holding every shard of a large stream (up to MAX_SHARD_COUNT)
  * would otherwise spend whole turns sweeping, two calls per shard, and read nothing meanwhile.
@@ -86,10 +104,14 @@ export class ShardRecovery {
         }
       } catch (error) {
         if (!this.shards.isCurrent(state)) return;
-        const delay = backOffShard(state);
-        const message = `shard ${state.index}: taking over its pending entries failed (${(error as Error).message}); not reading it (failed ${state.claimAttempts} time(s))`;
-        state.problems.set('takeover', message);
-        this.events.emit('error', new ShardError(`${message}, trying again in ${delay} ms`, state.index, error));
+        setBackShard(
+          state,
+          this.events,
+          'takeover',
+          (attempts) =>
+            `shard ${state.index}: taking over its pending entries failed (${(error as Error).message}); not reading it (failed ${attempts} time(s))`,
+          error,
+        );
       }
     });
   }

@@ -1,6 +1,4 @@
 import 'reflect-metadata';
-import { execFile } from 'node:child_process';
-import path from 'node:path';
 import { Injectable, Module } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { type Cluster, Redis } from 'ioredis';
@@ -22,6 +20,7 @@ import { z } from 'zod';
 import { CoordinatorHealthIndicator, CoordinatorModule, StreamListener, StreamPublisher } from '@redis-stream-coordinator/nestjs';
 import { HandlerRecorder, type KeyedPayload, keyedMessages } from '../support/handler-recorder';
 import { pollUntil } from '../support/poll';
+import { rscInProcess } from '../support/rsc';
 import { uniqueName } from '../support/vitest-redis';
 import { useRedisCluster, useRedisSentinel } from '../support/vitest-cluster';
 import { closedAfterEach } from '../support/nest-apps';
@@ -528,13 +527,8 @@ describe('the NestJS module on a Cluster', () => {
 });
 
 describe('the CLI on a Cluster', () => {
-  const BIN = path.resolve(__dirname, '../../packages/cli/dist/main.js');
-  const rsc = (...args: string[]) =>
-    new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
-      execFile(process.execPath, [BIN, ...args], { timeout: 20_000 }, (error, stdout, stderr) => {
-        resolve({ code: error ? Number((error as { code?: number }).code ?? 1) : 0, stdout, stderr });
-      });
-    });
+  // In this process (runRsc, what the binary runs): test/operations/cli.test.ts runs the binary itself.
+  const rsc = (...args: string[]) => rscInProcess(args);
 
   it('--cluster takes host:port or URLs of some nodes: lists and resizes; a bad node is a usage error naming it', async () => {
     const streamPrefix = uniqueName('cluster-cli');

@@ -9,14 +9,13 @@ const running: ChildProcess[] = [];
 // A demo starts, serves and shuts down as a whole process: slower than a unit test on a loaded machine.
 vi.setConfig({ testTimeout: 90_000 });
 
-// The demo runs from its build, as `npm run demo` runs it; `npm test` builds the core first (pretest).
+// The demo runs from its build, as `npm run demo` runs it. `npm test` builds the packages it imports
+// first (pretest: core, nestjs, and the dashboard it mounts; `npm run build` when this file runs
+// alone); the demo itself is built here.
 beforeAll(() => {
   const tsc = path.join(root, 'node_modules/.bin/tsc');
-  execFileSync(tsc, ['-p', 'packages/nestjs/tsconfig.build.json'], { cwd: root, stdio: 'inherit' });
-  // The demo mounts the dashboard (its Nest module), which it imports from the build.
-  execFileSync(tsc, ['-p', 'packages/dashboard/tsconfig.build.json'], { cwd: root, stdio: 'inherit' });
   execFileSync(tsc, ['-p', 'apps/demo/tsconfig.build.json'], { cwd: root, stdio: 'inherit' });
-});
+}, 90_000); // seconds alone, past a hook's 30 s beside two other files on a loaded machine
 
 afterEach(() => {
   for (const child of running.splice(0)) {

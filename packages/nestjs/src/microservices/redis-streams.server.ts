@@ -7,6 +7,7 @@ import { isObservable, lastValueFrom, toArray } from 'rxjs';
 import { CoordinatorConnection } from '../coordinator-connection';
 import { StreamContext } from '../stream-context';
 import { ThrottledLogger } from '../throttled-logger';
+import { installExceptionWatch, type ThrownByCall, watchExceptions } from './handler-exceptions';
 import { type RedisStreamsServerOptions, resolvePatternOptions } from './redis-streams-server.options';
 import { RedisStreamsContext } from './redis-streams.context';
 import { replyAddressRefusal } from './reply-address';
@@ -134,6 +135,11 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
         'microservices',
       );
       this.groups = [...this.messageHandlers].map(([pattern, handler]) => this.createGroup(pattern, handler));
+      if (!installExceptionWatch()) {
+        this.log.warn(
+          "Nest's RpcExceptionsHandler was not found in @nestjs/microservices: a dead letter's reason is the RPC exception filter's answer, not the handler's exception",
+        );
+      }
     } catch (error) {
       await this.close();
       callback(error);
@@ -264,6 +270,7 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
         memberEpoch: member.currentMemberEpoch(),
       }),
     ]);
+    const thrown = watchExceptions(context);
     const replyTo = message.headers[REPLY_TO_HEADER];
     const correlationId = message.headers[CORRELATION_ID_HEADER];
     // A replay copies the request's headers, its past rsc-reply-deadline too: as a request it would
@@ -271,7 +278,7 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
     const replayed = message.headers[REPLAY_HEADER.of] !== undefined;
     if (replayed || (replyTo === undefined && correlationId === undefined)) {
       // An event: nothing to answer, so its outcome is the entry's.
-      await settle(pattern, await handler(message.payload, context));
+      await settle(pattern, await handler(message.payload, context), thrown);
       return;
     }
     const refusal = replyAddressRefusal(this.keyPrefix, replyTo, correlationId);
@@ -279,7 +286,7 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
       this.refuse(pattern, message, refusal, handler.isEventHandler === true);
       // An event handler needs no answer: the entry is still its event. A request handler does not
       // run for a request whose answer could go nowhere; either way the entry is settled, not retried.
-      if (handler.isEventHandler) await settle(pattern, await handler(message.payload, context));
+      if (handler.isEventHandler) await settle(pattern, await handler(message.payload, context), thrown);
       return;
     }
     const address = { inbox: replyTo!, correlationId: correlationId!, request: requestRef(pattern, message.shardIndex, message.id) };
@@ -288,7 +295,7 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
       // An @EventPattern handler has no answer: it handles the entry as an event whatever the
       // requester's deadline (an event is never skipped), a failure is retried, and the requester
       // learns that it was handled (send() completes without a value) if it still waits.
-      await settle(pattern, await handler(message.payload, context));
+      await settle(pattern, await handler(message.payload, context), thrown);
       body = { responses: [] };
     } else {
       const deadline = Number(message.headers[REPLY_DEADLINE_HEADER]);
@@ -354,14 +361,17 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
 
 /**
  * Waits for what a Nest handler answered: an observable (an interceptor's, or an exception filter's
- * error) decides once subscribed. Nest's RPC filters fail with plain objects (`{ status, message }`):
- * they become an Error carrying that object as JSON, so the dead letter's reason says what failed.
+ * error) decides once subscribed. A failure is the exception the handler (or its guard, pipe,
+ * interceptor) threw, as thrown (`thrown`): the dead letter keeps its name, message and stack, and
+ * `deadLetter.nonRetryableErrors` sees its class. Without one (a filter failed with a value of its
+ * own), Nest's RPC answer (`{ status, message }`) becomes an Error carrying it as JSON.
  */
-async function settle(pattern: string, result: unknown): Promise<void> {
+async function settle(pattern: string, result: unknown, thrown: ThrownByCall): Promise<void> {
   if (!isObservable(result)) return;
   try {
     await lastValueFrom(result, { defaultValue: undefined });
   } catch (error) {
+    if (thrown.thrown) throw thrown.error;
     if (error instanceof Error) throw error;
     throw new Error(`${pattern}: the handler failed: ${safeJson(error)}`, { cause: error });
   }

@@ -96,7 +96,9 @@ describe('the stack of the failure', () => {
       await member.start();
       await pollUntil(`${consumerGroup}: three dead letters`, async () => deadLetters.length === 3);
       await member.stop();
-      return Object.fromEntries((await admin().readDeadLetters(streamPrefix, consumerGroup)).map((letter) => [letter.key ?? '', letter] as const));
+      return Object.fromEntries(
+        (await admin().readDeadLetters(streamPrefix, consumerGroup)).map((letter) => [letter.key ?? '', letter] as const),
+      );
     };
     await admin().createStream({ streamPrefix, shardCount: 1 });
     await send(

@@ -124,7 +124,14 @@ describe("ackMode 'manual'", () => {
 
   it('an entry never settled fails each attempt with AckTimeoutError, and is dead-lettered with it after maxAttempts', async () => {
     const streamPrefix = uniqueName('manual-never');
-    const member = aMember({ streamPrefix, shardCount: 1, ackTimeoutMs: 200, retryBackoffMs: 10, maxAttempts: 2, handler: () => undefined });
+    const member = aMember({
+      streamPrefix,
+      shardCount: 1,
+      ackTimeoutMs: 200,
+      retryBackoffMs: 10,
+      maxAttempts: 2,
+      handler: () => undefined,
+    });
     const deadLetters: string[] = [];
     member.on('dead-letter', (event) => deadLetters.push(event.reason));
     await member.start();

@@ -4,11 +4,18 @@ import { type CustomTransportStrategy, type MessageHandler, Server } from '@nest
 import { CoordinatedMember, DEFAULT_KEY_PREFIX, REPLAY_HEADER, type StreamMessage } from '@redis-stream-coordinator/core';
 import type { Redis } from 'ioredis';
 import { isObservable, lastValueFrom, toArray } from 'rxjs';
+import { DEFAULT_CONNECTION_NAME } from '../coordinator.constants';
+import { connectionName } from '../coordinator.tokens';
 import { CoordinatorConnection } from '../coordinator-connection';
+import type { MemberDefaults } from '../coordinator-module-options';
 import { StreamContext } from '../stream-context';
 import { ThrottledLogger } from '../throttled-logger';
 import { installExceptionWatch, type ThrownByCall, watchExceptions } from './handler-exceptions';
-import { type RedisStreamsServerOptions, resolvePatternOptions } from './redis-streams-server.options';
+import {
+  type RedisStreamsServerConnectionOptions,
+  type RedisStreamsServerOptions,
+  resolvePatternOptions,
+} from './redis-streams-server.options';
 import { RedisStreamsContext } from './redis-streams.context';
 import { replyAddressRefusal } from './reply-address';
 import { CORRELATION_ID_HEADER, REPLY_DEADLINE_HEADER, REPLY_TO_HEADER, type ReplyBody, requestRef } from './reply-protocol';
@@ -16,6 +23,17 @@ import { writeReply } from './reply-writer';
 
 /** The transport id of RedisStreamsServer: `@EventPattern('orders', REDIS_STREAMS_TRANSPORT)` binds a handler to it alone. */
 export const REDIS_STREAMS_TRANSPORT: unique symbol = Symbol.for('redis-stream-coordinator/microservices');
+
+/**
+ * The transport id of the server on a CoordinatorModule connection: REDIS_STREAMS_TRANSPORT for the
+ * unnamed one, a symbol of its own for a named one, so that with a server per connection
+ * `@EventPattern('audit', getRedisStreamsTransportId('audit'))` runs on the audit connection's alone
+ * (a pattern that names no transport runs on every server).
+ */
+export function getRedisStreamsTransportId(connection?: string): symbol {
+  const name = connectionName(connection);
+  return name === DEFAULT_CONNECTION_NAME ? REDIS_STREAMS_TRANSPORT : Symbol.for(`redis-stream-coordinator/microservices:${name}`);
+}
 
 const DEFAULT_START_RETRY_DELAY_MS = 2000;
 
@@ -86,7 +104,7 @@ export interface RedisStreamsServerStats {
  * price(@Payload() query: PriceQuery) { return this.prices.quote(query); }
  */
 export class RedisStreamsServer extends Server implements CustomTransportStrategy {
-  override transportId = REDIS_STREAMS_TRANSPORT;
+  override transportId: symbol = REDIS_STREAMS_TRANSPORT;
   /**
    * Nest 12: this transport awaits an event handler's outcome (it decides the entry's fate), so
    * Nest must not also report the failure itself. Older Nest versions ignore the flag.
@@ -96,6 +114,10 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
   private readonly throttled = new ThrottledLogger(this.log);
   private readonly events = new EventEmitter();
   private connection: CoordinatorConnection | undefined;
+  /** A CoordinatorModule connection the server runs on (`fromConnection`): used, never closed, by the server. */
+  private moduleConnection: CoordinatorConnection | undefined;
+  /** That module's member defaults, under the server's own options. */
+  private defaults: MemberDefaults = {};
   private groups: PatternGroup[] = [];
   private closing = false;
   /** The key prefix of the coordinator keys, and of the inboxes the server may answer to. */
@@ -120,6 +142,25 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
   }
 
   /**
+   * A server on a `CoordinatorModule.forRoot` connection (what `RedisStreamsServerModule` provides):
+   * its Redis, `coordinator` settings (key prefix…), `startRetryDelayMs` and member `defaults` are the
+   * module's, under the server's own options; the module closes the connection, after the server.
+   * A named connection's server has its own transport id (`getRedisStreamsTransportId(name)`).
+   */
+  static fromConnection(connection: CoordinatorConnection, options: RedisStreamsServerConnectionOptions): RedisStreamsServer {
+    const server = new RedisStreamsServer({
+      ...options,
+      redis: { client: connection.client },
+      coordinator: connection.options.coordinator,
+      startRetryDelayMs: connection.options.startRetryDelayMs,
+    });
+    server.moduleConnection = connection;
+    server.defaults = connection.options.defaults ?? {};
+    server.transportId = getRedisStreamsTransportId(connection.name);
+    return server;
+  }
+
+  /**
    * Creates the members of every pattern and starts them in the background, as CoordinatorModule
    * does: a member Redis does not let join yet (unreachable, a stream without metadata and no
    * `shardCount`) retries (`startRetryDelayMs`) with a warning, and `stats()` shows it not joined;
@@ -129,11 +170,13 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
   async listen(callback: (error?: unknown) => void): Promise<void> {
     try {
       this.closing = false;
-      this.connection = CoordinatorConnection.fromOptions(
-        { redis: this.options.redis, coordinator: this.options.coordinator, startRetryDelayMs: this.options.startRetryDelayMs },
-        (error) => this.throttled.warn('redis', `Redis: ${error.message}`),
-        'microservices',
-      );
+      this.connection =
+        this.moduleConnection ??
+        CoordinatorConnection.fromOptions(
+          { redis: this.options.redis, coordinator: this.options.coordinator, startRetryDelayMs: this.options.startRetryDelayMs },
+          (error) => this.throttled.warn('redis', `Redis: ${error.message}`),
+          'microservices',
+        );
       this.groups = [...this.messageHandlers].map(([pattern, handler]) => this.createGroup(pattern, handler));
       if (!installExceptionWatch()) {
         this.log.warn(
@@ -162,7 +205,7 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
     );
     for (const member of members) member.removeAllListeners();
     this.groups = [];
-    await this.connection?.close();
+    if (this.connection !== this.moduleConnection) await this.connection?.close();
     this.connection = undefined;
   }
 
@@ -197,7 +240,7 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
 
   private createGroup(pattern: string, handler: MessageHandler): PatternGroup {
     const connection = this.connection!;
-    const { concurrency, memberOptions } = resolvePatternOptions(pattern, handler.extras, this.options);
+    const { concurrency, memberOptions } = resolvePatternOptions(pattern, handler.extras, this.options, this.defaults);
     const { memberId, memberName, memberInstanceId, ...rest } = memberOptions;
     const baseId = memberId ?? undefined;
     const members: CoordinatedMember[] = [];

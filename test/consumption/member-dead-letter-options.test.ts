@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import {
   CoordinatedMember,
   CoordinatorAdmin,
+  DEAD_LETTER_STACK_MAX_CHARS,
   type DeadLetterEvent,
   type DeadLetterNotice,
   KeyBuilder,
@@ -59,8 +60,9 @@ describe('validation', () => {
     );
     expect(make({ onDeadLetter: 'alert' })).toThrow('deadLetter.onDeadLetter must be a function, got string "alert"');
     expect(make({ maxLength: 10 })).toThrow(
-      'deadLetter.maxLength is not an option (known: stream, maxLen, nonRetryable, nonRetryableErrors, onDeadLetter)',
+      'deadLetter.maxLength is not an option (known: stream, maxLen, nonRetryable, nonRetryableErrors, onDeadLetter, includeStack)',
     );
+    expect(make({ includeStack: 'yes' })).toThrow('deadLetter.includeStack must be a boolean, got string "yes"');
     expect(
       make({
         stream: 'billing-dlq',
@@ -70,6 +72,49 @@ describe('validation', () => {
         onDeadLetter: () => undefined,
       }),
     ).not.toThrow();
+  });
+});
+
+describe('the stack of the failure', () => {
+  it('is kept in the dead letter, cut to DEAD_LETTER_STACK_MAX_CHARS; with includeStack: false, or for a thrown value that is no Error, there is none', async () => {
+    const streamPrefix = uniqueName('dlq-stack');
+    const deep = new ValidationError('deep');
+    deep.stack = `ValidationError: deep\n${'    at frame (file.ts:1:1)\n'.repeat(500)}`;
+    const failures: Record<string, unknown> = { plain: new ValidationError('no customer'), deep, thrown: 'a string' };
+    const run = async (consumerGroup: string, includeStack?: boolean) => {
+      const member = aMember({
+        streamPrefix,
+        consumerGroup,
+        shardCount: 1,
+        maxAttempts: 1,
+        deadLetter: includeStack === undefined ? {} : { includeStack },
+        handler: (message) => {
+          throw failures[message.key!];
+        },
+      });
+      const { deadLetters } = collect(member);
+      await member.start();
+      await pollUntil(`${consumerGroup}: three dead letters`, async () => deadLetters.length === 3);
+      await member.stop();
+      return Object.fromEntries(
+        (await admin().readDeadLetters(streamPrefix, consumerGroup)).map((letter) => [letter.key ?? '', letter] as const),
+      );
+    };
+    await admin().createStream({ streamPrefix, shardCount: 1 });
+    await send(
+      streamPrefix,
+      ['plain', 'deep', 'thrown'].map((key, seq) => ({ key, payload: { seq } })),
+    );
+
+    const kept = await run('keeps');
+    expect(kept.plain.error).toBe('ValidationError: no customer');
+    expect(kept.plain.stack).toMatch(/^ValidationError: no customer\n\s+at /);
+    expect(kept.deep.stack).toHaveLength(DEAD_LETTER_STACK_MAX_CHARS);
+    expect(kept.deep.stack!.endsWith('…')).toBe(true);
+    expect(kept.thrown).toMatchObject({ error: 'a string', stack: undefined });
+
+    const left = await run('leaves', false);
+    expect(Object.values(left).map((letter) => letter.stack)).toEqual([undefined, undefined, undefined]);
   });
 });
 

@@ -122,6 +122,24 @@ describe("ackMode 'manual'", () => {
     expect(member.stats().refusedAcks).toBe(1);
   });
 
+  it('an entry never settled fails each attempt with AckTimeoutError, and is dead-lettered with it after maxAttempts', async () => {
+    const streamPrefix = uniqueName('manual-never');
+    const member = aMember({
+      streamPrefix,
+      shardCount: 1,
+      ackTimeoutMs: 200,
+      retryBackoffMs: 10,
+      maxAttempts: 2,
+      handler: () => undefined,
+    });
+    const deadLetters: string[] = [];
+    member.on('dead-letter', (event) => deadLetters.push(event.reason));
+    await member.start();
+    await new StreamProducer(redis.client(), { streamPrefix }).send({ key: 'k', payload: { seq: 1 } });
+    await pollUntil('dead-lettered', async () => deadLetters.length === 1);
+    expect(deadLetters).toEqual(['AckTimeoutError: neither acked nor nacked within 200 ms']);
+  });
+
   it('an ack after the shard was revoked is refused and reported; the next owner runs the entry again', async () => {
     const streamPrefix = uniqueName('manual-revoked');
     const held: StreamMessage<KeyedPayload>[] = [];

@@ -329,7 +329,7 @@ describe('rsc reset-offsets', () => {
 });
 
 describe('rsc dead-letters and trim', () => {
-  it('lists, shows, replays and purges dead letters; refuses an action without a selection', async () => {
+  it('lists, shows (with the stack), replays and purges dead letters; refuses an action without a selection', async () => {
     const { streamPrefix, producer } = await aGroup(2);
     await producer.sendBatch([
       { key: 'alpha', payload: { seq: 1, poison: true } },
@@ -345,6 +345,8 @@ describe('rsc dead-letters and trim', () => {
     expect(letters).toHaveLength(1);
     const show = await rsc('dead-letters', streamPrefix, 'group', 'show', '--id', letters[0].ref);
     expect(show.stdout).toMatch(/^payload\s+\{"seq":1,"poison":true\}$/m);
+    // The failure's stack, after the table: its first line is the error, the next a frame.
+    expect(show.stdout).toMatch(/^stack:\nError: poison 1\n\s+at /m);
 
     const unselected = await rsc('dead-letters', streamPrefix, 'group', 'replay');
     expect(unselected).toMatchObject({ code: 2, stderr: expect.stringMatching(/replay needs --id REF, --all, or a filter/) });

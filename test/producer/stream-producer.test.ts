@@ -77,6 +77,22 @@ describe('StreamProducer', () => {
     await expect(producer.send({ payload: undefined })).rejects.toThrow(/cannot be encoded as JSON/);
   });
 
+  it('refuses a message that is not { payload, key?, headers?, shardIndex? }, naming what is wrong, and writes nothing', async () => {
+    const streamPrefix = await aStream(1);
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    const bare = { data: { name: 'tamim' }, correlationId: 'c-1' } as never;
+    await expect(producer.send(bare)).rejects.toThrow(
+      'a message is { payload, key?, headers?, shardIndex? }: this one has no payload (its fields: data, correlationId); put the data in payload and string headers in headers',
+    );
+    await expect(producer.send({ payload: 1, tenant: 'acme' } as never)).rejects.toThrow(
+      `a message is { payload, key?, headers?, shardIndex? }: "tenant" is not one of its fields; a header goes in headers: { "tenant": '…' }`,
+    );
+    await expect(producer.sendBatch([{ payload: 1 }, 'text' as never])).rejects.toThrow(
+      'a message is { payload, key?, headers?, shardIndex? }, got string',
+    );
+    expect(await redis.client().xlen(keys.shardStream(streamPrefix, 0))).toBe(0);
+  });
+
   it('sendBatch with memory full mid-batch reports per entry what landed, and retrying the rest keeps every key in order', async () => {
     const streamPrefix = await aStream(4);
     const client = redis.client();

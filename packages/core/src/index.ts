@@ -74,4 +74,5 @@ export type {
   DeadLetterOptions,
   ErrorClass,
 } from './member/handle/dead-letter-options';
+export { DEAD_LETTER_STACK_MAX_CHARS } from './member/handle/dead-letter-options';
 export { HandlerAbortedError, type HandlerAbortReason, HandlerTimeoutError, ShardError } from './member/consumption-errors';

@@ -16,6 +16,8 @@ const DEFAULT_HEALTH_CHECK_TIMEOUT_MS = 1000;
 export class CoordinatorConnection {
   /** The PING in flight, shared by concurrent health checks so a hung Redis does not pile them up. */
   private pendingPing: Promise<number> | undefined;
+  /** What runs on this connection and must close before it (a client's inbox is deleted through it). */
+  private readonly dependents = new Set<() => Promise<void>>();
 
   private constructor(
     readonly client: Redis | Cluster,
@@ -37,6 +39,7 @@ export class CoordinatorConnection {
       throw new TypeError(`CoordinatorModule: name must be a non-empty string, got ${JSON.stringify(name)}`);
     }
     assertMemberDefaults(options.defaults, 'CoordinatorModule');
+    assertNoIoredisKeyPrefix(redis);
     for (const option of ['startRetryDelayMs', 'healthCheckTimeoutMs'] as const) {
       const value = options[option];
       if (value !== undefined && (typeof value !== 'number' || !Number.isInteger(value) || value < 1)) {
@@ -113,7 +116,18 @@ export class CoordinatorConnection {
     }
   }
 
+  /**
+   * Has `close` run before this connection closes: a transport client on the module's connection
+   * deletes its reply inbox through it, which it could not do once the connection is gone.
+   */
+  closeFirst(close: () => Promise<void>): void {
+    this.dependents.add(close);
+  }
+
   async close(): Promise<void> {
+    const dependents = [...this.dependents];
+    this.dependents.clear();
+    await Promise.all(dependents.map((close) => close().catch(() => undefined)));
     if (!this.owned) return;
     // QUIT would wait in the offline queue while Redis is unreachable: then just drop the socket.
     if (this.client.status !== 'ready') {
@@ -122,5 +136,27 @@ export class CoordinatorConnection {
     }
     await Promise.race([this.client.quit(), new Promise((resolve) => setTimeout(resolve, 2000))]).catch(() => undefined);
     this.client.disconnect();
+  }
+}
+
+/**
+ * ioredis's own `keyPrefix` prefixes the keys of most commands but not what SCAN returns nor pub/sub
+ * channels, so the library would find some of its keys and miss others (stream inventories, shard
+ * wake-ups). Refused, wherever it is set, for `coordinator.keyPrefix`, which every key the library
+ * writes starts with.
+ */
+function assertNoIoredisKeyPrefix(redis: CoordinatorModuleOptions['redis']): void {
+  const found: [string, unknown][] = [
+    ['redis.options.keyPrefix', redis.options?.keyPrefix],
+    ['redis.cluster.options.keyPrefix', redis.cluster?.options?.keyPrefix],
+    ['redis.cluster.options.redisOptions.keyPrefix', redis.cluster?.options?.redisOptions?.keyPrefix],
+    ['the keyPrefix of redis.client', (redis.client as { options?: { keyPrefix?: unknown } } | undefined)?.options?.keyPrefix],
+  ];
+  for (const [where, keyPrefix] of found) {
+    if (keyPrefix !== undefined && keyPrefix !== '') {
+      throw new TypeError(
+        `CoordinatorModule: ${where} (${JSON.stringify(keyPrefix)}) is not supported: ioredis would prefix some of the library's keys and not others (SCAN results, pub/sub channels); use coordinator.keyPrefix, which every key of the library starts with`,
+      );
+    }
   }
 }

@@ -118,6 +118,8 @@ async function act(
           ],
         ),
       );
+      // A stack has many lines: after the table, not in a cell of it.
+      if (letter.stack !== undefined) print(`\nstack:\n${letter.stack}`);
       return;
     }
     case 'replay': {

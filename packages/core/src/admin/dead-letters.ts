@@ -37,6 +37,11 @@ export interface DeadLetter {
   cause: DeadLetterCause | undefined;
   /** Why: the last handler error (`Name: message`), or why it could not be decoded. */
   error: string;
+  /**
+   * The last handler error's stack trace (cut to 4096 characters), when it had one and the member
+   * kept it (`deadLetter.includeStack`, default true); undefined otherwise.
+   */
+  stack: string | undefined;
   /** Handler attempts made (0 when it could not be decoded). */
   attempts: number;
   /**
@@ -202,6 +207,7 @@ function toDeadLetter(shardIndex: number, deadLetterId: string, flat: string[]):
     consumerGroup: fields.get('consumerGroup'),
     cause: DEAD_LETTER_CAUSES.find((cause) => cause === fields.get('cause')),
     error: fields.get('error') ?? '',
+    stack: fields.get('stack'),
     attempts: Number(fields.get('attempts') ?? 0),
     fields: original,
     codec,

@@ -171,6 +171,7 @@ export class StreamProducer {
   }
 
   private encode(message: OutgoingMessage): (string | Buffer)[] {
+    assertMessageShape(message);
     if (message.key !== undefined && typeof message.key !== 'string')
       throw new TypeError(`key must be a string, got ${typeof message.key}`);
     if (message.shardIndex !== undefined) assertIntegerInRange('shardIndex', message.shardIndex, 0, MAX_SHARD_COUNT - 1);
@@ -187,5 +188,32 @@ export class StreamProducer {
       });
     }
     return this.shardKeys[shardIndex];
+  }
+}
+
+/** The fields of an OutgoingMessage: anything else is a mistake (a header at the top level, `data` for `payload`). */
+const MESSAGE_FIELDS: readonly string[] = ['payload', 'key', 'headers', 'shardIndex'];
+
+/**
+ * Refuses a message that is not `{ payload, key?, headers?, shardIndex? }`, naming what is wrong,
+ * where the codec would only say that `undefined` cannot be encoded: the usual slip is the bare
+ * data (`{ data, correlationId }`, the shape other Redis Streams transports take).
+ */
+function assertMessageShape(message: unknown): void {
+  const shape = 'a message is { payload, key?, headers?, shardIndex? }';
+  if (message === null || typeof message !== 'object' || Array.isArray(message)) {
+    throw new TypeError(`${shape}, got ${message === null ? 'null' : Array.isArray(message) ? 'an array' : typeof message}`);
+  }
+  const fields = Object.keys(message);
+  if (!('payload' in message)) {
+    throw new TypeError(
+      `${shape}: this one has no payload (its fields: ${fields.join(', ') || 'none'}); put the data in payload and string headers in headers`,
+    );
+  }
+  const unknown = fields.find((field) => !MESSAGE_FIELDS.includes(field));
+  if (unknown !== undefined) {
+    throw new TypeError(
+      `${shape}: ${JSON.stringify(unknown)} is not one of its fields; a header goes in headers: { ${JSON.stringify(unknown)}: '…' }`,
+    );
   }
 }

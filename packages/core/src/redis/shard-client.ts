@@ -507,8 +507,8 @@ export class ShardClient {
   }
 
   /**
-   * Moves an entry to its shard's dead-letter stream `destination` (the entry, why it failed, how
-   * often it was tried, the cause and the group) and acknowledges it, atomically under the fencing
+   * Moves an entry to its shard's dead-letter stream `destination` (the entry, why it failed and,
+   * when given, its stack, how often it was tried, the cause and the group) and acknowledges it, atomically under the fencing
    * token; with `maxLen` > 0 the stream keeps about that many (the oldest dropped). Returns the dead
    * letter's id ('' when the entry was no longer pending, e.g. a resent call whose first run
    * landed), or null when the shard has a newer owner (then nothing was written and nothing acknowledged).
@@ -517,7 +517,7 @@ export class ShardClient {
     shardIndex: number,
     grantEpoch: number,
     entry: RawEntry,
-    letter: { destination: string; maxLen: number; error: string; attempts: number; cause: string },
+    letter: { destination: string; maxLen: number; error: string; attempts: number; cause: string; stack?: string },
   ): Promise<string | null> {
     const [stream, fence] = this.shardKeys(shardIndex);
     const deadLetters = this.keys.shardDeadLetterStream(this.streamPrefix, shardIndex, letter.destination);
@@ -547,6 +547,7 @@ export class ShardClient {
         String(letter.attempts),
         'fields',
         JSON.stringify(entry.fields),
+        ...(letter.stack === undefined ? [] : ['stack', letter.stack]),
         // The text in `fields` of a binary payload is not its bytes: they are kept beside it.
         ...(payloadBase64 === undefined ? [] : ['payloadBase64', payloadBase64]),
       ],

@@ -11,6 +11,7 @@ import type { Cluster, Redis } from 'ioredis';
 import { v7 as uuidv7 } from 'uuid';
 import { CoordinatorConnection } from '../coordinator-connection';
 import type { CoordinatorModuleOptions } from '../coordinator-module-options';
+import { resolvePublisherCodec } from '../stream-publisher';
 import { ThrottledLogger } from '../throttled-logger';
 import { type AwaitedRequest, checkReply } from './reply-check';
 import { type InboxReply, ReplyInbox } from './reply-inbox';
@@ -58,6 +59,9 @@ export interface CoordinatorClientProxyOptions {
   /** Producer options of every stream written (`shardCount`, `maxLenApprox`, `codec`…). */
   producer?: Omit<StreamProducerOptions, 'streamPrefix' | 'keyPrefix'>;
 }
+
+/** Options of a client on a CoordinatorModule connection: the connection gives `redis` and `keyPrefix`. */
+export type CoordinatorClientConnectionOptions = Omit<CoordinatorClientProxyOptions, 'redis' | 'keyPrefix'>;
 
 /** What `send()` fails with when no reply came within `timeoutMs`. */
 export class RequestTimeoutError extends Error {
@@ -133,6 +137,27 @@ export class CoordinatorClientProxy extends ClientProxy {
     // Nest 10/11 need these for the base class; the payload is the entry's payload, not a packet.
     this.initializeSerializer({});
     this.initializeDeserializer({});
+  }
+
+  /**
+   * A client on a `CoordinatorModule.forRoot` connection (what `CoordinatorClientsModule` provides):
+   * the module's Redis and `coordinator.keyPrefix`, and for the streams it writes the module's
+   * `defaults.shardCount` and `publisher.codec` unless `producer` names its own. The module closes the
+   * connection after the client (which deletes its inbox first).
+   */
+  static fromConnection(connection: CoordinatorConnection, options: CoordinatorClientConnectionOptions = {}): CoordinatorClientProxy {
+    const client = new CoordinatorClientProxy({
+      ...options,
+      redis: { client: connection.client },
+      keyPrefix: connection.options.coordinator?.keyPrefix,
+      producer: {
+        shardCount: connection.options.defaults?.shardCount,
+        codec: resolvePublisherCodec(connection.options.publisher?.codec, 'CoordinatorModule: publisher.codec'),
+        ...options.producer,
+      },
+    });
+    connection.closeFirst(() => client.close());
+    return client;
   }
 
   /** Connects to Redis (once; emit() and send() call it). */

@@ -1,6 +1,6 @@
 import type { CoordinatorOptions } from '@redis-stream-coordinator/core';
 import type { CoordinatorModuleOptions, MemberDefaults } from '../coordinator-module-options';
-import { workersOf } from '../member-defaults';
+import { mergeDeadLetter, workersOf } from '../member-defaults';
 import { MAX_LISTENER_CONCURRENCY } from '../stream-listener.container';
 
 /**
@@ -36,26 +36,47 @@ export interface RedisStreamsServerOptions extends RedisStreamsPatternOptions {
   startRetryDelayMs?: number;
 }
 
+/**
+ * Options of a server on a CoordinatorModule connection (`RedisStreamsServer.fromConnection`,
+ * `RedisStreamsServerModule`): the connection gives `redis`, `coordinator` and `startRetryDelayMs`.
+ */
+export type RedisStreamsServerConnectionOptions = Omit<RedisStreamsServerOptions, 'redis' | 'coordinator' | 'startRetryDelayMs'>;
+
 /** Keys of RedisStreamsPatternOptions that are not member options. */
 const PATTERN_ONLY = new Set(['concurrency', 'redis', 'coordinator', 'streams', 'startRetryDelayMs']);
 
-/** A stream's options, most specific first: pattern extras, `streams[prefix]`, the server's options. */
+/**
+ * A stream's options, most specific first: pattern extras, `streams[prefix]`, the server's options,
+ * then `defaults` (the CoordinatorModule's, for a server built on its connection; `deadLetter`
+ * merges field by field with them, as for listeners).
+ */
 export function resolvePatternOptions(
   prefix: string,
   extras: Record<string, unknown> | undefined,
   options: RedisStreamsServerOptions,
+  defaults: MemberDefaults = {},
 ): { concurrency: number; memberOptions: RedisStreamsPatternOptions & { consumerGroup: string } } {
   const merged: Record<string, unknown> = {};
-  for (const source of [options, options.streams?.[prefix], extras]) {
+  for (const source of [defaults, options, options.streams?.[prefix], extras]) {
     for (const [name, value] of Object.entries(source ?? {})) {
       if (value !== undefined && !(source === options && PATTERN_ONLY.has(name))) merged[name] = value;
     }
   }
+  const deadLetter = mergeDeadLetter(
+    defaults.deadLetter,
+    [extras, options.streams?.[prefix], options].find((level) => level?.deadLetter !== undefined)?.deadLetter,
+  );
+  if (deadLetter !== undefined) merged.deadLetter = deadLetter;
   const concurrency = merged.concurrency ?? 1;
   delete merged.concurrency;
   const where = `RedisStreamsServer: pattern ${JSON.stringify(prefix)}`;
   // The most specific level that says anything about workers decides (member-defaults.ts), as for listeners.
-  merged.runtimeMaxConcurrency = workersOf([extras as RedisStreamsPatternOptions | undefined, options.streams?.[prefix], options]);
+  merged.runtimeMaxConcurrency = workersOf([
+    extras as RedisStreamsPatternOptions | undefined,
+    options.streams?.[prefix],
+    options,
+    defaults,
+  ]);
   if (merged.batch !== undefined) {
     // A pattern handler gets one payload and its context per call; a batch would hand it an array.
     throw new TypeError(

@@ -28,8 +28,17 @@ export class RedisStreamsContext extends BaseRpcContext<[StreamContext]> {
     return this.args[0].message;
   }
 
-  /** The entry id in its shard stream. */
+  /**
+   * The entry's id, unique across the stream's shards: `<shardIndex>/<entryId>` (e.g. `3/1715763600000-0`).
+   * Entry ids are per shard stream, so two shards can hold entries with the same one; key
+   * idempotency on this (with `getStreamPrefix()` when several streams share a store).
+   */
   getId(): string {
+    return `${this.args[0].shardIndex}/${this.args[0].id}`;
+  }
+
+  /** The entry's id in its shard stream (`getShardIndex()`), as Redis gave it: not unique across shards. */
+  getEntryId(): string {
     return this.args[0].id;
   }
 

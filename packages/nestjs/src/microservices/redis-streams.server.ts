@@ -4,10 +4,18 @@ import { type CustomTransportStrategy, type MessageHandler, Server } from '@nest
 import { CoordinatedMember, DEFAULT_KEY_PREFIX, REPLAY_HEADER, type StreamMessage } from '@redis-stream-coordinator/core';
 import type { Redis } from 'ioredis';
 import { isObservable, lastValueFrom, toArray } from 'rxjs';
+import { DEFAULT_CONNECTION_NAME } from '../coordinator.constants';
+import { connectionName } from '../coordinator.tokens';
 import { CoordinatorConnection } from '../coordinator-connection';
+import type { MemberDefaults } from '../coordinator-module-options';
 import { StreamContext } from '../stream-context';
 import { ThrottledLogger } from '../throttled-logger';
-import { type RedisStreamsServerOptions, resolvePatternOptions } from './redis-streams-server.options';
+import { installExceptionWatch, type ThrownByCall, watchExceptions } from './handler-exceptions';
+import {
+  type RedisStreamsServerConnectionOptions,
+  type RedisStreamsServerOptions,
+  resolvePatternOptions,
+} from './redis-streams-server.options';
 import { RedisStreamsContext } from './redis-streams.context';
 import { replyAddressRefusal } from './reply-address';
 import { CORRELATION_ID_HEADER, REPLY_DEADLINE_HEADER, REPLY_TO_HEADER, type ReplyBody, requestRef } from './reply-protocol';
@@ -15,6 +23,17 @@ import { writeReply } from './reply-writer';
 
 /** The transport id of RedisStreamsServer: `@EventPattern('orders', REDIS_STREAMS_TRANSPORT)` binds a handler to it alone. */
 export const REDIS_STREAMS_TRANSPORT: unique symbol = Symbol.for('redis-stream-coordinator/microservices');
+
+/**
+ * The transport id of the server on a CoordinatorModule connection: REDIS_STREAMS_TRANSPORT for the
+ * unnamed one, a symbol of its own for a named one, so that with a server per connection
+ * `@EventPattern('audit', getRedisStreamsTransportId('audit'))` runs on the audit connection's alone
+ * (a pattern that names no transport runs on every server).
+ */
+export function getRedisStreamsTransportId(connection?: string): symbol {
+  const name = connectionName(connection);
+  return name === DEFAULT_CONNECTION_NAME ? REDIS_STREAMS_TRANSPORT : Symbol.for(`redis-stream-coordinator/microservices:${name}`);
+}
 
 const DEFAULT_START_RETRY_DELAY_MS = 2000;
 
@@ -85,7 +104,7 @@ export interface RedisStreamsServerStats {
  * price(@Payload() query: PriceQuery) { return this.prices.quote(query); }
  */
 export class RedisStreamsServer extends Server implements CustomTransportStrategy {
-  override transportId = REDIS_STREAMS_TRANSPORT;
+  override transportId: symbol = REDIS_STREAMS_TRANSPORT;
   /**
    * Nest 12: this transport awaits an event handler's outcome (it decides the entry's fate), so
    * Nest must not also report the failure itself. Older Nest versions ignore the flag.
@@ -95,6 +114,10 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
   private readonly throttled = new ThrottledLogger(this.log);
   private readonly events = new EventEmitter();
   private connection: CoordinatorConnection | undefined;
+  /** A CoordinatorModule connection the server runs on (`fromConnection`): used, never closed, by the server. */
+  private moduleConnection: CoordinatorConnection | undefined;
+  /** That module's member defaults, under the server's own options. */
+  private defaults: MemberDefaults = {};
   private groups: PatternGroup[] = [];
   private closing = false;
   /** The key prefix of the coordinator keys, and of the inboxes the server may answer to. */
@@ -119,6 +142,25 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
   }
 
   /**
+   * A server on a `CoordinatorModule.forRoot` connection (what `RedisStreamsServerModule` provides):
+   * its Redis, `coordinator` settings (key prefix…), `startRetryDelayMs` and member `defaults` are the
+   * module's, under the server's own options; the module closes the connection, after the server.
+   * A named connection's server has its own transport id (`getRedisStreamsTransportId(name)`).
+   */
+  static fromConnection(connection: CoordinatorConnection, options: RedisStreamsServerConnectionOptions): RedisStreamsServer {
+    const server = new RedisStreamsServer({
+      ...options,
+      redis: { client: connection.client },
+      coordinator: connection.options.coordinator,
+      startRetryDelayMs: connection.options.startRetryDelayMs,
+    });
+    server.moduleConnection = connection;
+    server.defaults = connection.options.defaults ?? {};
+    server.transportId = getRedisStreamsTransportId(connection.name);
+    return server;
+  }
+
+  /**
    * Creates the members of every pattern and starts them in the background, as CoordinatorModule
    * does: a member Redis does not let join yet (unreachable, a stream without metadata and no
    * `shardCount`) retries (`startRetryDelayMs`) with a warning, and `stats()` shows it not joined;
@@ -128,12 +170,19 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
   async listen(callback: (error?: unknown) => void): Promise<void> {
     try {
       this.closing = false;
-      this.connection = CoordinatorConnection.fromOptions(
-        { redis: this.options.redis, coordinator: this.options.coordinator, startRetryDelayMs: this.options.startRetryDelayMs },
-        (error) => this.throttled.warn('redis', `Redis: ${error.message}`),
-        'microservices',
-      );
+      this.connection =
+        this.moduleConnection ??
+        CoordinatorConnection.fromOptions(
+          { redis: this.options.redis, coordinator: this.options.coordinator, startRetryDelayMs: this.options.startRetryDelayMs },
+          (error) => this.throttled.warn('redis', `Redis: ${error.message}`),
+          'microservices',
+        );
       this.groups = [...this.messageHandlers].map(([pattern, handler]) => this.createGroup(pattern, handler));
+      if (!installExceptionWatch()) {
+        this.log.warn(
+          "Nest's RpcExceptionsHandler was not found in @nestjs/microservices: a dead letter's reason is the RPC exception filter's answer, not the handler's exception",
+        );
+      }
     } catch (error) {
       await this.close();
       callback(error);
@@ -156,7 +205,7 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
     );
     for (const member of members) member.removeAllListeners();
     this.groups = [];
-    await this.connection?.close();
+    if (this.connection !== this.moduleConnection) await this.connection?.close();
     this.connection = undefined;
   }
 
@@ -191,7 +240,7 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
 
   private createGroup(pattern: string, handler: MessageHandler): PatternGroup {
     const connection = this.connection!;
-    const { concurrency, memberOptions } = resolvePatternOptions(pattern, handler.extras, this.options);
+    const { concurrency, memberOptions } = resolvePatternOptions(pattern, handler.extras, this.options, this.defaults);
     const { memberId, memberName, memberInstanceId, ...rest } = memberOptions;
     const baseId = memberId ?? undefined;
     const members: CoordinatedMember[] = [];
@@ -264,6 +313,7 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
         memberEpoch: member.currentMemberEpoch(),
       }),
     ]);
+    const thrown = watchExceptions(context);
     const replyTo = message.headers[REPLY_TO_HEADER];
     const correlationId = message.headers[CORRELATION_ID_HEADER];
     // A replay copies the request's headers, its past rsc-reply-deadline too: as a request it would
@@ -271,7 +321,7 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
     const replayed = message.headers[REPLAY_HEADER.of] !== undefined;
     if (replayed || (replyTo === undefined && correlationId === undefined)) {
       // An event: nothing to answer, so its outcome is the entry's.
-      await settle(pattern, await handler(message.payload, context));
+      await settle(pattern, await handler(message.payload, context), thrown);
       return;
     }
     const refusal = replyAddressRefusal(this.keyPrefix, replyTo, correlationId);
@@ -279,7 +329,7 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
       this.refuse(pattern, message, refusal, handler.isEventHandler === true);
       // An event handler needs no answer: the entry is still its event. A request handler does not
       // run for a request whose answer could go nowhere; either way the entry is settled, not retried.
-      if (handler.isEventHandler) await settle(pattern, await handler(message.payload, context));
+      if (handler.isEventHandler) await settle(pattern, await handler(message.payload, context), thrown);
       return;
     }
     const address = { inbox: replyTo!, correlationId: correlationId!, request: requestRef(pattern, message.shardIndex, message.id) };
@@ -288,7 +338,7 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
       // An @EventPattern handler has no answer: it handles the entry as an event whatever the
       // requester's deadline (an event is never skipped), a failure is retried, and the requester
       // learns that it was handled (send() completes without a value) if it still waits.
-      await settle(pattern, await handler(message.payload, context));
+      await settle(pattern, await handler(message.payload, context), thrown);
       body = { responses: [] };
     } else {
       const deadline = Number(message.headers[REPLY_DEADLINE_HEADER]);
@@ -354,14 +404,17 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
 
 /**
  * Waits for what a Nest handler answered: an observable (an interceptor's, or an exception filter's
- * error) decides once subscribed. Nest's RPC filters fail with plain objects (`{ status, message }`):
- * they become an Error carrying that object as JSON, so the dead letter's reason says what failed.
+ * error) decides once subscribed. A failure is the exception the handler (or its guard, pipe,
+ * interceptor) threw, as thrown (`thrown`): the dead letter keeps its name, message and stack, and
+ * `deadLetter.nonRetryableErrors` sees its class. Without one (a filter failed with a value of its
+ * own), Nest's RPC answer (`{ status, message }`) becomes an Error carrying it as JSON.
  */
-async function settle(pattern: string, result: unknown): Promise<void> {
+async function settle(pattern: string, result: unknown, thrown: ThrownByCall): Promise<void> {
   if (!isObservable(result)) return;
   try {
     await lastValueFrom(result, { defaultValue: undefined });
   } catch (error) {
+    if (thrown.thrown) throw thrown.error;
     if (error instanceof Error) throw error;
     throw new Error(`${pattern}: the handler failed: ${safeJson(error)}`, { cause: error });
   }

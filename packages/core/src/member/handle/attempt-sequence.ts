@@ -220,12 +220,14 @@ export class AttemptSequence {
             ? `the handler of ${id} did not settle within handlerTimeoutMs (${limit} ms)`
             : `${id} was neither acked nor nacked within ackTimeoutMs (${limit} ms)`;
         this.events.emit('error', new ShardError(`shard ${state.index}: ${what}`, state.index));
-        controller.abort(new HandlerAbortedError(kind === 'handler' ? 'handler-timeout' : 'ack-timeout', what));
+        // Rejected before the abort: a manual settlement rejects as soon as its signal fires, and
+        // the race must fail the attempt with the timeout, not with the abort it caused.
         reject(
           kind === 'handler'
             ? new HandlerTimeoutError(`handler did not settle within ${limit} ms`)
             : new AckTimeoutError(`neither acked nor nacked within ${limit} ms`),
         );
+        controller.abort(new HandlerAbortedError(kind === 'handler' ? 'handler-timeout' : 'ack-timeout', what));
       }, limit);
     });
     return Promise.race([call, timeout]).finally(() => clearTimeout(timer));

@@ -65,12 +65,25 @@ export interface DeadLetterOptions<T = unknown> {
    * the dead letter stays written.
    */
   onDeadLetter?: (notice: DeadLetterNotice<T>) => unknown;
+  /**
+   * Keep the failure's stack trace in the dead letter (its `stack` field, cut to
+   * DEAD_LETTER_STACK_MAX_CHARS) beside its `Name: message`. Default true; false keeps stacks (file
+   * paths, line numbers) out of Redis.
+   */
+  includeStack?: boolean;
 }
+
+/**
+ * The most of a stack trace a dead letter keeps: enough for the frames that matter (the handler's
+ * own), while a deep or generated stack cannot make every dead letter of a poison stream kilobytes long.
+ */
+export const DEAD_LETTER_STACK_MAX_CHARS = 4096;
 
 export interface ResolvedDeadLetterOptions<T = unknown> {
   stream: string;
   /** 0: no limit. */
   maxLen: number;
+  includeStack: boolean;
   /** Undefined when neither `nonRetryable` nor `nonRetryableErrors` was given. */
   isNonRetryable: ((error: unknown, message: StreamMessage<T>) => boolean) | undefined;
   onDeadLetter: ((notice: DeadLetterNotice<T>) => unknown) | undefined;
@@ -84,19 +97,21 @@ export function resolveDeadLetterOptions<T>(
   options: DeadLetterOptions<T> | undefined,
   consumerGroup: string,
 ): ResolvedDeadLetterOptions<T> {
-  if (options === undefined) return { stream: consumerGroup, maxLen: 0, isNonRetryable: undefined, onDeadLetter: undefined };
+  if (options === undefined)
+    return { stream: consumerGroup, maxLen: 0, includeStack: true, isNonRetryable: undefined, onDeadLetter: undefined };
   if (options === null || typeof options !== 'object' || Array.isArray(options)) {
     throw new TypeError(
       `deadLetter must be an object, got ${options === null ? 'null' : Array.isArray(options) ? 'an array' : typeof options}`,
     );
   }
-  const known = new Set(['stream', 'maxLen', 'nonRetryable', 'nonRetryableErrors', 'onDeadLetter']);
+  const known = new Set(['stream', 'maxLen', 'nonRetryable', 'nonRetryableErrors', 'onDeadLetter', 'includeStack']);
   for (const name of Object.keys(options)) {
     if (!known.has(name)) throw new TypeError(`deadLetter.${name} is not an option (known: ${[...known].join(', ')})`);
   }
   const stream = options.stream === undefined ? consumerGroup : assertConsumerGroup(options.stream, 'deadLetter.stream');
   const maxLen = options.maxLen === undefined ? 0 : assertIntegerInRange('deadLetter.maxLen', options.maxLen, 1, MAX_DEAD_LETTER_MAXLEN);
-  const { nonRetryable, nonRetryableErrors, onDeadLetter } = options;
+  const { nonRetryable, nonRetryableErrors, onDeadLetter, includeStack = true } = options;
+  if (typeof includeStack !== 'boolean') throw new TypeError(`deadLetter.includeStack must be a boolean, got ${typeOf(includeStack)}`);
   if (nonRetryable !== undefined && typeof nonRetryable !== 'function') {
     throw new TypeError(`deadLetter.nonRetryable must be a function (error, message) => boolean, got ${typeOf(nonRetryable)}`);
   }
@@ -118,7 +133,7 @@ export function resolveDeadLetterOptions<T>(
       ? undefined
       : (error: unknown, message: StreamMessage<T>) =>
           classes.some((c) => error instanceof c) || (nonRetryable !== undefined && nonRetryable(error, message) === true);
-  return { stream, maxLen, isNonRetryable, onDeadLetter };
+  return { stream, maxLen, includeStack, isNonRetryable, onDeadLetter };
 }
 
 function typeOf(value: unknown): string {

@@ -3,7 +3,7 @@ import type { EventEmitter } from 'node:events';
 import type { StreamMessage } from '../../protocol/entry-format';
 import type { RawEntry, ShardClient } from '../../redis/shard-client';
 import { sleep, withTimeout } from '../abortable-sleep';
-import type { DeadLetterCause, DeadLetterNotice } from './dead-letter-options';
+import { DEAD_LETTER_STACK_MAX_CHARS, type DeadLetterCause, type DeadLetterNotice } from './dead-letter-options';
 import { commandCallTimeoutMs, type ResolvedMemberOptions, retryDelayMs } from '../member-options';
 import { type PollerEvents, type ShardSet, type ShardState } from '../shard-state';
 
@@ -52,6 +52,7 @@ export class DeadLetterWriter {
   async write(state: ShardState, entry: RawEntry, letter: DeadLetterFailure): Promise<boolean> {
     const { stream: destination, maxLen } = this.options.deadLetter;
     const { cause, reason, attempts } = letter;
+    const stack = this.options.deadLetter.includeStack ? stackOf(letter.error) : undefined;
     // One line per entry: with lanes, several keys' letters may fail at once, and one written must
     // not clear another's line.
     const problem = `dead-letter ${entry.id}`;
@@ -61,7 +62,7 @@ export class DeadLetterWriter {
         // Bounded: on a connection that stopped answering the shard would wait for good, silently. A
         // late first run is harmless: the entry is then no longer pending, and the retry writes nothing.
         written = await withTimeout(
-          this.client.deadLetter(state.index, state.grantEpoch, entry, { destination, maxLen, error: reason, attempts, cause }),
+          this.client.deadLetter(state.index, state.grantEpoch, entry, { destination, maxLen, error: reason, attempts, cause, stack }),
           commandCallTimeoutMs(this.options),
         );
       } catch (error) {
@@ -143,7 +144,21 @@ export class DeadLetterWriter {
   }
 }
 
-/** `Name: message` of an error, or its string form. */
+/** An error's stack trace, cut to DEAD_LETTER_STACK_MAX_CHARS; undefined when it has none (a thrown string, an object). */
+export function stackOf(error: unknown): string | undefined {
+  const stack = error instanceof Error ? error.stack : undefined;
+  if (typeof stack !== 'string' || stack === '') return undefined;
+  return stack.length > DEAD_LETTER_STACK_MAX_CHARS ? `${stack.slice(0, DEAD_LETTER_STACK_MAX_CHARS - 1)}…` : stack;
+}
+
+/**
+ * `Name: message` of an error, or its string form. An error class that does not set `name` (Nest's
+ * RpcException, WsException) still says `Error`: its class's name is given instead, so a dead
+ * letter tells `RpcException: Forbidden resource` from any other error.
+ */
 export function failureReason(error: unknown): string {
-  return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+  if (!(error instanceof Error)) return String(error);
+  const className = error.constructor?.name;
+  const name = error.name === 'Error' && className && className !== 'Error' ? className : error.name;
+  return `${name}: ${error.message}`;
 }

@@ -7,6 +7,7 @@ import { assertStandardSchema, type StandardSchemaV1 } from '../protocol/standar
 import { assertConsumerGroup, assertIntegerInRange, assertMemberId, assertStreamPrefix } from '../protocol/names';
 import type { CoordinatorOptions, HeartbeatObservation } from '../redis/coordinator-options';
 import { assertReplicaWait, type ReplicaWait } from '../redis/connection/replica-wait';
+import type { MemberInstrumentation } from '../telemetry/member-instrumentation';
 import { MemberTelemetry } from '../telemetry/member-telemetry';
 import { type DeadLetterOptions, type ResolvedDeadLetterOptions, resolveDeadLetterOptions } from './handle/dead-letter-options';
 
@@ -203,8 +204,8 @@ export type ResolvedMemberOptions<T = unknown> = Required<
     /** Every codec the member decodes with, by name. */
     codecs: ReadonlyMap<string, PayloadCodec>;
     deadLetter: ResolvedDeadLetterOptions<T>;
-    /** The member's instrumentation; undefined when `telemetry` is false. */
-    telemetry: MemberTelemetry | undefined;
+    /** The member's instrumentation (a MemberTelemetry); undefined when `telemetry` is false. */
+    telemetry: MemberInstrumentation | undefined;
   };
 
 const DAY_MS = 86_400_000;

@@ -49,7 +49,7 @@ function run(command, commandArgs, cwd, extra = {}) {
 const PACKAGES = {
   core: ['dist/index.js', 'dist/index.d.ts'],
   nestjs: ['dist/index.js', 'dist/index.d.ts'],
-  cli: ['dist/main.js'],
+  cli: ['bin/rsc.js', 'dist/main.js'],
   dashboard: ['dist/index.js', 'dist/index.d.ts', 'assets/index.html'],
 };
 

@@ -49,7 +49,8 @@ export function buildProgram(): Command {
   return program;
 }
 
-async function main(): Promise<void> {
+/** Runs the command line of this process (`bin/rsc.js` calls it); the exit code goes into `process.exitCode`. */
+export async function main(): Promise<void> {
   try {
     await buildProgram().parseAsync(process.argv);
     process.exitCode = EXIT.ok;

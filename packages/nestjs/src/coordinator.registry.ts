@@ -8,6 +8,7 @@ import {
 import type { CoordinatedMember, StopOptions } from '@redis-stream-coordinator/core';
 import type { CoordinatorConnection } from './coordinator-connection';
 import { CoordinatorConnections } from './coordinator-connections';
+import { MemberEventLog } from './member-event-log';
 import { ThrottledLogger } from './throttled-logger';
 
 const DEFAULT_START_RETRY_DELAY_MS = 2000;
@@ -48,6 +49,8 @@ export interface RegisteredMember {
 export class CoordinatorRegistry implements OnApplicationBootstrap, BeforeApplicationShutdown, OnApplicationShutdown {
   private readonly logger = new Logger('CoordinatorModule');
   private readonly throttled = new ThrottledLogger(this.logger);
+  /** Rebalances, dead letters, fences and lost leases of every member, one line each, bounded under storms. */
+  private readonly events = new MemberEventLog(this.logger);
   private readonly registered: RegisteredMember[] = [];
   private stopping = false;
   private bootstrapped = false;
@@ -82,10 +85,7 @@ export class CoordinatorRegistry implements OnApplicationBootstrap, BeforeApplic
       if (FATAL_MEMBER_ERRORS.has(error.name)) this.giveUp(entry, error);
       else this.throttled.warn(`${member.memberId}:${error.message}`, `member ${member.memberId} (${source}): ${error.message}`);
     });
-    member.on('lease-lost', () =>
-      this.logger.warn(`member ${member.memberId} (${source}) lost its lease: no heartbeat got through; it rejoins when Redis answers`),
-    );
-    member.on('fenced', (event) => this.logger.warn(`member ${member.memberId} (${source}) was fenced (${event.errorCode}); it rejoins`));
+    if (connection.options.logMemberEvents !== false) this.events.watch(member, source);
     this.registered.push(entry);
     return entry;
   }
@@ -175,6 +175,7 @@ export class CoordinatorRegistry implements OnApplicationBootstrap, BeforeApplic
   }
 
   async onApplicationShutdown(): Promise<void> {
+    this.events.close();
     await Promise.all(this.connections.all().map((connection) => connection.close()));
   }
 }

@@ -402,4 +402,13 @@ describe('bad configuration fails at startup, naming the option', () => {
     };
     await expect(anApp([bean])).rejects.toThrow(/bean bad: runtimeMaxConcurrency must be an integer from 1 to 10000, got 0/);
   });
+
+  it("a bad module default is named as the module's, on the listener it reached; a listener's own value is the listener's", async () => {
+    await expect(anApp([summaryListener(uniqueName('defaults'), 1)], { defaults: { sessionTimeoutMs: 5 } })).rejects.toThrow(
+      '@StreamListener on SummaryHandlers.onSummary: sessionTimeoutMs must be an integer from 100 to 86400000, got 5 (from CoordinatorModule defaults.sessionTimeoutMs)',
+    );
+    await expect(anApp([summaryListener(uniqueName('defaults'), 1, 0)], { defaults: { runtimeMaxConcurrency: 2 } })).rejects.toThrow(
+      /@StreamListener on SummaryHandlers.onSummary: runtimeMaxConcurrency must be an integer from 1 to 10000, got 0$/,
+    );
+  });
 });

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 import { Command, CommanderError, Option } from 'commander';
-import { InvalidRequestError } from '@redis-stream-coordinator/core';
+import { InvalidRequestError, StreamNotFoundError } from '@redis-stream-coordinator/core';
 import { DEFAULT_URL, UsageError } from './connection';
 import { redactUrl } from './redact';
 import { registerDeadLetters } from './commands/dead-letters';
@@ -51,10 +51,20 @@ export function buildProgram(): Command {
 
 /** Runs the command line of this process (`bin/rsc.js` calls it); the exit code goes into `process.exitCode`. */
 export async function main(): Promise<void> {
+  const program = buildProgram();
   try {
-    await buildProgram().parseAsync(process.argv);
+    await program.parseAsync(process.argv);
     process.exitCode = EXIT.ok;
-  } catch (error) {
+  } catch (caught) {
+    // A missing stream, told in what an operator can change here: the name and --key-prefix.
+    const error =
+      caught instanceof StreamNotFoundError
+        ? new StreamNotFoundError(
+            caught.streamPrefix,
+            caught.context,
+            `check the name and --key-prefix (\`rsc streams\` lists the streams under key prefix "${program.opts().keyPrefix}")`,
+          )
+        : caught;
     if (error instanceof CommanderError) {
       // Commander has printed the message; help and --version end well.
       process.exitCode = error.exitCode === 0 ? EXIT.ok : EXIT.usage;

@@ -13,7 +13,7 @@ import type { CoordinatorConnection } from './coordinator-connection';
 import { CoordinatorConnections } from './coordinator-connections';
 import { CoordinatorConsumerProperties, providerMethodOf } from './coordinator-consumer-properties';
 import { type MemberHandler, StreamHandlerFactory } from './stream-handler.factory';
-import { mergeDeadLetter, workersOf } from './member-defaults';
+import { fromDefaults, mergeDeadLetter, workersOf } from './member-defaults';
 import { defaultMemberName } from './member-names';
 import { MAX_LISTENER_CONCURRENCY, StreamListenerContainer } from './stream-listener.container';
 import type { StreamListenerOptions } from './stream-listener.decorator';
@@ -218,10 +218,10 @@ export class StreamListenerRegistry {
         deadLetter: mergeDeadLetter(defaults?.deadLetter, options.deadLetter),
       } as CoordinatedMemberOptions);
     } catch (error) {
-      // Same error class, with where the bad option came from in front of the message.
+      // Same error class, with where the bad option came from: the listener or bean, or the module's defaults.
       const original = error as Error;
       const ErrorClass = original.constructor as new (message: string) => Error;
-      throw new ErrorClass(`${where}: ${original.message}`);
+      throw new ErrorClass(`${where}: ${original.message}${fromDefaults(original.message, options, connection.options.defaults)}`);
     }
     return this.registry.register(member, where, connection, listener);
   }

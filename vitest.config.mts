@@ -21,6 +21,8 @@ export default defineConfig({
     maxWorkers: 2,
     testTimeout: 30_000,
     hookTimeout: 30_000,
+    // After vitest's summary: the tiers this run skipped (no chromium, a long variant not asked for) and why.
+    reporters: ['default', './test/support/skipped-tiers-reporter.ts'],
     projects: [
       {
         extends: true,

@@ -25,6 +25,7 @@ import { uniqueName } from '../support/vitest-redis';
 import { useRedisCluster, useRedisSentinel } from '../support/vitest-cluster';
 import { closedAfterEach } from '../support/nest-apps';
 import { TcpProxy } from '../support/tcp-proxy';
+import { describeTier } from '../support/tier';
 import { ReadHub } from '../../packages/core/src/redis/read-hubs/read-hub';
 import { appendToShards } from '../../packages/core/src/producer/entry-writer';
 
@@ -450,7 +451,11 @@ describe('on a Redis Cluster', () => {
 // The long variant: RSC_CLUSTER_LONG=1 (RSC_CLUSTER_LONG_MS, default 120000) keeps moving slots and
 // failing masters over while members and a producer with waitForReplicas run, then checks that
 // every send that resolved was handled, per key in order.
-describe.runIf(process.env.RSC_CLUSTER_LONG === '1')('on a Redis Cluster, for a long while', () => {
+const LONG_VARIANT =
+  process.env.RSC_CLUSTER_LONG === '1'
+    ? undefined
+    : 'a long variant, run only when asked: RSC_CLUSTER_LONG=1 (for RSC_CLUSTER_LONG_MS, default 120000)';
+describeTier('on a Redis Cluster, for a long while', LONG_VARIANT, () => {
   const durationMs = Number(process.env.RSC_CLUSTER_LONG_MS ?? 120_000);
   it(
     'slot moves and failovers, one after another, lose nothing that was confirmed',

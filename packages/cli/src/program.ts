@@ -1,5 +1,5 @@
 import { Command, CommanderError, Option } from 'commander';
-import { InvalidRequestError } from '@redis-stream-coordinator/core';
+import { InvalidRequestError, StreamNotFoundError } from '@redis-stream-coordinator/core';
 import { DEFAULT_URL, UsageError } from './connection';
 import { PROCESS_IO, type RscIo } from './io';
 import { redactUrl } from './redact';
@@ -55,10 +55,20 @@ export function buildProgram(io: RscIo = PROCESS_IO): Command {
  * exit code (EXIT); every message, Commander's included, goes to `io`.
  */
 export async function runRsc(args: readonly string[], io: RscIo = PROCESS_IO): Promise<number> {
+  const program = buildProgram(io);
   try {
-    await buildProgram(io).parseAsync([...args], { from: 'user' });
+    await program.parseAsync([...args], { from: 'user' });
     return EXIT.ok;
-  } catch (error) {
+  } catch (caught) {
+    // A missing stream, told in what an operator can change here: the name and --key-prefix.
+    const error =
+      caught instanceof StreamNotFoundError
+        ? new StreamNotFoundError(
+            caught.streamPrefix,
+            caught.context,
+            `check the name and --key-prefix (\`rsc streams\` lists the streams under key prefix "${program.opts().keyPrefix}")`,
+          )
+        : caught;
     // Commander has printed the message; help and --version end well.
     if (error instanceof CommanderError) return error.exitCode === 0 ? EXIT.ok : EXIT.usage;
     const usage = error instanceof UsageError || error instanceof InvalidRequestError || error instanceof RangeError;

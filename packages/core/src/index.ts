@@ -58,6 +58,7 @@ export type {
   CoordinatedMemberSettings,
   MessageHandler,
 } from './member/member-options';
+export { MAX_MEMBER_NAME_LENGTH } from './member/member-options';
 export { type BatchOptions, MAX_LANES } from './member/consumption-options';
 export {
   AckRefusedError,

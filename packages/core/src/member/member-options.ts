@@ -7,6 +7,7 @@ import { assertStandardSchema, type StandardSchemaV1 } from '../protocol/standar
 import { assertConsumerGroup, assertIntegerInRange, assertMemberId, assertStreamPrefix } from '../protocol/names';
 import type { CoordinatorOptions, HeartbeatObservation } from '../redis/coordinator-options';
 import { assertReplicaWait, type ReplicaWait } from '../redis/connection/replica-wait';
+import type { MemberInstrumentation } from '../telemetry/member-instrumentation';
 import { MemberTelemetry } from '../telemetry/member-telemetry';
 import { type DeadLetterOptions, type ResolvedDeadLetterOptions, resolveDeadLetterOptions } from './handle/dead-letter-options';
 
@@ -203,14 +204,16 @@ export type ResolvedMemberOptions<T = unknown> = Required<
     /** Every codec the member decodes with, by name. */
     codecs: ReadonlyMap<string, PayloadCodec>;
     deadLetter: ResolvedDeadLetterOptions<T>;
-    /** The member's instrumentation; undefined when `telemetry` is false. */
-    telemetry: MemberTelemetry | undefined;
+    /** The member's instrumentation (a MemberTelemetry); undefined when `telemetry` is false. */
+    telemetry: MemberInstrumentation | undefined;
   };
 
 const DAY_MS = 86_400_000;
 const DEFAULT_SESSION_TIMEOUT_MS = 15_000;
 /** The largest `runtimeMaxConcurrency`, at construction and in `setRuntimeMaxConcurrency`. */
 export const MAX_RUNTIME_CONCURRENCY = 10_000;
+/** The longest `memberName`: a label for people, stored in every heartbeat's member record. */
+export const MAX_MEMBER_NAME_LENGTH = 256;
 /**
  * The shortest `handlerStallMs`. A stalled call is reported as hung (an 'error', a problems line,
  * health down) and gives its worker back: under a second, ordinary calls would be reported and
@@ -275,11 +278,11 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T> | B
   if (
     typeof resolved.memberName !== 'string' ||
     resolved.memberName.length === 0 ||
-    resolved.memberName.length > 256 ||
+    resolved.memberName.length > MAX_MEMBER_NAME_LENGTH ||
     // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what this check refuses
     /[\x00-\x1f\x7f]/.test(resolved.memberName)
   ) {
-    throw new RangeError(`memberName must be 1-256 printable characters, got ${JSON.stringify(resolved.memberName)}`);
+    throw new RangeError(`memberName must be 1-${MAX_MEMBER_NAME_LENGTH} printable characters, got ${JSON.stringify(resolved.memberName)}`);
   }
   assertIntegerInRange('runtimeMaxConcurrency', resolved.runtimeMaxConcurrency, 1, MAX_RUNTIME_CONCURRENCY);
   assertIntegerInRange('weight', resolved.weight, 1, 1_000_000);

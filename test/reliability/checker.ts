@@ -5,8 +5,9 @@
  * (test/reliability/reliability-checker.test.ts) can show that it catches each broken promise.
  */
 import { orderEvidence, type OrderViolation } from './order-evidence';
+import { offsetResets, rewound } from './offset-resets';
 import { deadLetterFencing, grantDuplicates, stuckEntries, writtenTwice } from './promises';
-import type { DeadLetter, Fault, FaultKind, OffsetReset, PendingSample, Produced, RecordLine, Run } from './records';
+import type { DeadLetter, Fault, FaultKind, PendingSample, Produced, RecordLine, Run } from './records';
 import { compareStreamIds } from '../../packages/core/src/protocol/stream-ids';
 
 export type { DeadLetter, Fault, FaultKind, PendingSample, Produced, RecordLine, Run } from './records';
@@ -363,12 +364,10 @@ export function check(
 
   // reset-offsets: what a reset moved the group back over is read again; a run of it after the reset
   // is what the operator asked for, not a redelivery.
-  const resets = faults.flatMap((f) => f.resets ?? []);
   // After the reset point (and not below what the stream kept then): a run of it after the reset is
   // the re-read the operator asked for. `from` is read before the move, so an entry delivered in
   // between is re-read too: only the expectation below is bounded by it.
-  const rewound = (r: OffsetReset, shard: number, id: string) =>
-    r.shard === shard && compareStreamIds(id, r.to) > 0 && (r.oldest === undefined || compareStreamIds(id, r.oldest) >= 0);
+  const resets = offsetResets(faults);
   const replayed = (run: Run) =>
     resets.some((r) => (r.group || DEFAULT_GROUP) === run.group && r.resetAt <= run.start && rewound(r, run.shard, run.id));
   const notReplayed: string[] = [];

@@ -391,6 +391,45 @@ describe('reliability checker', () => {
     expect(check(produced.slice(0, 2), lines, [], new Set(), { deadLetters: [owners] }).unfencedDeadLetters).toEqual([]);
   });
 
+  it('follows a reset of offsets for dead letters: an entry dead-lettered, then re-read and acknowledged by another member after a reset, is no unfenced dead letter; the same without the reset is', () => {
+    const assigned = (m: string, t: number, ep: number): RecordLine => ({ e: 'assigned', t, m, shards: [0], ep });
+    // p0 dead-letters 1-0 at 5000 (its dead-letter write counts as its ack); at 6000 the group's
+    // offsets go back to 0-0 and p1, the shard's owner since 5500, handles 1-0 again and acknowledges it.
+    const lines = [
+      assigned('p0', 1, 1),
+      ...run('p0', 0, '1-0', 'a', 1, 10, 11),
+      ack('p0', 0, ['1-0'], true, 5000),
+      assigned('p1', 5500, 2),
+      ...run('p1', 0, '1-0', 'a', 1, 6100, 6101),
+      ack('p1', 0, ['1-0'], true, 6102),
+    ];
+    const letter: DeadLetter = { group: '', shard: 0, id: '1-0', member: 'p0', t: 5000 };
+    const reset: Fault = {
+      kind: 'reset-offsets',
+      at: 6000,
+      resets: [{ group: '', shard: 0, from: '2-0', to: '0-0', oldest: '1-0', resetAt: 6000 }],
+    };
+    expect(check(produced.slice(0, 1), lines, [reset], new Set(), { deadLetters: [letter] }).unfencedDeadLetters).toEqual([]);
+    expect(check(produced.slice(0, 1), lines, [], new Set(), { deadLetters: [letter] }).unfencedDeadLetters).toEqual([
+      'shard 0 1-0 dead-lettered by p0, also acknowledged by p1',
+    ]);
+    // The other way round: acknowledged by p0 before the reset, dead-lettered by p1 after it (a
+    // failing spell then): two lives of the entry, no unfenced dead letter either.
+    const acknowledgedFirst = [
+      assigned('p0', 1, 1),
+      ack('p0', 0, ['1-0'], true, 20),
+      assigned('p1', 5500, 2),
+      ack('p1', 0, ['1-0'], true, 6200),
+    ];
+    const after: DeadLetter = { group: '', shard: 0, id: '1-0', member: 'p1', t: 6200 };
+    expect(check(produced.slice(0, 1), acknowledgedFirst, [reset], new Set(), { deadLetters: [after] }).unfencedDeadLetters).toEqual([]);
+    // A reset that did not move the group back over the entry (its point is past it) separates nothing.
+    const past: Fault = { ...reset, resets: [{ ...reset.resets![0], to: '1-0' }] };
+    expect(check(produced.slice(0, 1), lines, [past], new Set(), { deadLetters: [letter] }).unfencedDeadLetters).toEqual([
+      'shard 0 1-0 dead-lettered by p0, also acknowledged by p1',
+    ]);
+  });
+
   it("a paused member's ack, recorded once it runs again, counts from when the pause began (the cluster soak's pauses outlast LATE_RECORD_MS; 0086aee)", () => {
     const assigned = (m: string, t: number): RecordLine => ({ e: 'assigned', t, m, shards: [0], ep: m === 'paused' ? 1 : 2 });
     // paused owns shard 0, is stopped at 1000 and resumed at 8000; heir gets the shard at 4000 and

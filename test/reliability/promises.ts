@@ -246,7 +246,8 @@ export function grantDuplicates(runs: Run[]): string[] {
 
 /**
  * Key#seq handled from two different stream entries (of one group): the producer wrote it twice.
- * `allowed`: those sent again after a reply that never came (at-least-once).
+ * `allowed`: those sent again after a reply that never came (at-least-once). A dead letter's replay
+ * is no second write of the producer (whether it was replayed once is `deadLetterOutcomes`).
  */
 export function writtenTwice(runs: Run[], allowed: Set<string>): string[] {
   const entryOf = new Map<string, string>();
@@ -255,7 +256,8 @@ export function writtenTwice(runs: Run[], allowed: Set<string>): string[] {
     const k = `${run.group}/${run.key}#${run.seq}`;
     const entry = `${run.shard}/${run.id}`;
     const seen = entryOf.get(k);
-    if (allowed.has(`${run.key}#${run.seq}`)) continue;
+    // A dead letter's replay carries the original's key and sequence number: written again on purpose.
+    if (allowed.has(`${run.key}#${run.seq}`) || run.replayOf) continue;
     if (seen === undefined) entryOf.set(k, entry);
     else if (seen !== entry) problems.add(`${run.group ? `${run.group}: ` : ''}${run.key}#${run.seq} in ${seen} and ${entry}`);
   }

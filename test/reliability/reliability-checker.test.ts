@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { check, collectRuns, type DeadLetter, type Fault, type PendingSample, type Produced, type RecordLine } from './checker';
+import type { ReplayWrite } from './records';
 import { ALL_FAULT_KINDS, faultKindsOn, selectedFaultKinds } from './fault-selection';
 import type { ChaosHarness } from './harness';
 import { staleWrites } from './resize-faults';
@@ -546,6 +547,84 @@ describe('reliability checker', () => {
     expect(check(produced.slice(0, 1), redelivered, [{ kind: 'kill', target: 'p0', at: 15 }], new Set()).writtenTwice).toEqual([]);
     // Sent again after the reply was lost: at-least-once allows the copy.
     expect(check(produced.slice(0, 2), copies, [], new Set(), { mayBeTwice: new Set(['a#1']) }).writtenTwice).toEqual([]);
+  });
+
+  describe('dead letters replayed and purged by the soak actors', () => {
+    // 1-0 (a#1) fails for good on shard 0 and is dead-lettered by p0 as ref 0/100-0; a replay writes
+    // it again as 0/5-0 (a#1 once more, after a#2), which p0 handles.
+    const letter: DeadLetter = { group: '', ref: '0/100-0', shard: 0, id: '1-0', member: 'p0', t: 100 };
+    const original = [
+      ...run('p0', 0, '1-0', 'a', 1, 10, 11),
+      ...run('p0', 0, '2-0', 'a', 2, 12, 13),
+      ack('p0', 0, ['1-0', '2-0'], true, 14),
+    ];
+    const replayRun = (id: string, start: number): RecordLine[] =>
+      run('p0', 0, id, 'a', 1, start, start + 1).map((l) => (l.e === 'start' ? { ...l, rp: '0/100-0', rg: '' } : l));
+    const operations = (asked: 'replay' | 'purge', answered?: string) => ({
+      seen: [letter],
+      replayAsked: new Set(asked === 'replay' ? [' 0/100-0'] : []),
+      purgeAsked: new Set(asked === 'purge' ? [' 0/100-0'] : []),
+      answered: new Map(answered ? [[' 0/100-0', answered]] : []),
+    });
+    const outcomes = (lines: RecordLine[], extras: Parameters<typeof check>[4], open = new Set<string>()) =>
+      check(produced.slice(0, 2), lines, [], open, extras);
+
+    it('replayed once, handled, its dead letter gone: no problem, and the replay is no second write of a#1 nor an order violation', () => {
+      const lines = [...original, ...replayRun('5-0', 200), ack('p0', 0, ['5-0'], true, 202)];
+      const report = outcomes(lines, { deadLetters: [], deadLetterOperations: operations('replay', '0/5-0') });
+      expect(report.deadLetterOutcomes).toEqual([]);
+      expect(report.writtenTwice).toEqual([]);
+      expect(report.orderViolations).toEqual([]);
+      // The dead letter the actor saw (gone from Redis now) still accounts for 1-0: not lost.
+      expect(report.lost).toEqual([]);
+    });
+
+    it('finds a dead letter replayed twice (a retry that did not find the earlier write), one gone without a replay, and one listed although replayed', () => {
+      const twice = [...original, ...replayRun('5-0', 200), ...replayRun('6-0', 300), ack('p0', 0, ['5-0', '6-0'], true, 302)];
+      expect(outcomes(twice, { deadLetters: [], deadLetterOperations: operations('replay', '0/6-0') }).deadLetterOutcomes).toEqual([
+        ' 0/100-0 replayed 2 times: 0/5-0, 0/6-0',
+      ]);
+      expect(outcomes(original, { deadLetters: [], deadLetterOperations: operations('replay') }).deadLetterOutcomes).toEqual([
+        ' 0/100-0 gone, neither replayed nor purged (a replay was asked for)',
+      ]);
+      const listed = [...original, ...replayRun('5-0', 200), ack('p0', 0, ['5-0'], true, 202)];
+      expect(outcomes(listed, { deadLetters: [letter], deadLetterOperations: operations('replay') }).deadLetterOutcomes).toEqual([
+        ' 0/100-0 still listed, yet replayed to 0/5-0',
+      ]);
+      // Still listed and never replayed (its replay kept failing, or nobody asked): fine.
+      expect(outcomes(original, { deadLetters: [letter], deadLetterOperations: operations('replay') }).deadLetterOutcomes).toEqual([]);
+    });
+
+    it('finds a replay its group never handled or acknowledged, and a replay that answered an entry that is not there', () => {
+      const found: ReplayWrite = { group: '', ref: '0/100-0', shard: 0, id: '5-0' };
+      expect(
+        outcomes(original, { deadLetters: [], deadLetterOperations: operations('replay', '0/5-0'), replayWrites: [found] })
+          .deadLetterOutcomes,
+      ).toEqual([' 0/100-0: its replay 0/5-0 never handled by ']);
+      const unacknowledged = [...original, ...replayRun('5-0', 200)];
+      expect(
+        outcomes(unacknowledged, { deadLetters: [], deadLetterOperations: operations('replay', '0/5-0') }, new Set(['0/5-0']))
+          .deadLetterOutcomes,
+      ).toEqual([' 0/100-0: its replay 0/5-0 handled but not acknowledged by ']);
+      const lines = [...original, ...replayRun('5-0', 200), ack('p0', 0, ['5-0'], true, 202)];
+      expect(outcomes(lines, { deadLetters: [], deadLetterOperations: operations('replay', '0/7-0') }).deadLetterOutcomes).toEqual([
+        ' 0/100-0: its replay answered 0/7-0, where no replay of it is',
+      ]);
+    });
+
+    it('a purged dead letter is gone and replayed at most once (a replay in flight may land once); one Redis lost is excused', () => {
+      expect(outcomes(original, { deadLetters: [], deadLetterOperations: operations('purge') }).deadLetterOutcomes).toEqual([]);
+      const landedOnce = [...original, ...replayRun('5-0', 200), ack('p0', 0, ['5-0'], true, 202)];
+      expect(outcomes(landedOnce, { deadLetters: [], deadLetterOperations: operations('purge') }).deadLetterOutcomes).toEqual([]);
+      expect(outcomes(original, { deadLetters: [letter], deadLetterOperations: operations('purge') }).deadLetterOutcomes).toEqual([
+        ' 0/100-0 still listed, yet purged',
+      ]);
+      const flushed: Fault = { kind: 'redis-flush-restart', at: 150, dataLoss: true };
+      expect(
+        check(produced.slice(0, 2), original, [flushed], new Set(), { deadLetters: [], deadLetterOperations: operations('replay') })
+          .deadLetterOutcomes,
+      ).toEqual([]);
+    });
   });
 });
 

@@ -54,6 +54,9 @@ const COST_S: Record<FaultKind, number> = {
   'freeze-on-stop': 5,
   'reset-offsets': 2,
   'delete-resize-back': 5.5,
+  // Up to three letters each, a take-over time (1 s) or two per letter.
+  'dead-letter-replay': 4,
+  'dead-letter-purge': 2,
   // On the cluster only (not in this tier's lanes).
   failover: 8,
   'slot-move': 2,
@@ -117,6 +120,7 @@ function broken(report: CheckReport): boolean {
   const lists = [
     report.unrecovered,
     report.notReplayed,
+    report.deadLetterOutcomes,
     report.producerStalls,
     report.lost,
     report.trimmedUnhandled,
@@ -191,6 +195,7 @@ export function shortTier(): void {
         expect(report.produced, summary).toBeGreaterThan(200);
         expect(report.unrecovered, summary).toEqual([]);
         expect(report.notReplayed, summary).toEqual([]);
+        expect(report.deadLetterOutcomes, summary).toEqual([]);
         expect(report.producerStalls, summary).toEqual([]);
         expect(report.lost, summary).toEqual([]);
         expect(report.trimmedUnhandled, summary).toEqual([]);

@@ -1,5 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import {
+  checkOption,
   type BatchOptions,
   CoordinatedMember,
   type CoordinatedMemberOptions,
@@ -15,7 +16,7 @@ import { CoordinatorConsumerProperties, providerMethodOf } from './coordinator-c
 import { type MemberHandler, StreamHandlerFactory } from './stream-handler.factory';
 import { fromDefaults, mergeDeadLetter, workersOf } from './member-defaults';
 import { defaultMemberName } from './member-names';
-import { MAX_LISTENER_CONCURRENCY, StreamListenerContainer } from './stream-listener.container';
+import { StreamListenerContainer } from './stream-listener.container';
 import type { StreamListenerOptions } from './stream-listener.decorator';
 
 /** How the explorer names a discovered listener: `@StreamListener on Class.method`. */
@@ -112,11 +113,7 @@ export class StreamListenerRegistry {
   ): Promise<StreamListenerContainer> {
     if (listener === null || typeof listener !== 'object') throw new TypeError(`${where}: options must be an object`);
     const { concurrency = 1, connection: connectionName, id, autoStartup = true, ...options } = listener;
-    if (typeof concurrency !== 'number' || !Number.isInteger(concurrency) || concurrency < 1 || concurrency > MAX_LISTENER_CONCURRENCY) {
-      throw new RangeError(
-        `${where}: concurrency must be an integer from 1 to ${MAX_LISTENER_CONCURRENCY}, got ${JSON.stringify(concurrency)}`,
-      );
-    }
+    checkOption('nestjs.concurrency', concurrency, { label: `${where}: concurrency` });
     const listenerId = this.checkId(id, defaultId, autoStartup, where);
     const connection = this.connections.resolve(connectionName, where);
     const baseId = uuidv7();

@@ -171,11 +171,15 @@ export function registerDeadLetters(program: Command, io: RscIo): void {
     .option('--all', 'replay or purge: every dead letter of the group')
     .option('--key <key>', 'filter: entries with this routing key')
     .option('--error <text>', 'filter: errors containing this text')
-    .option('--shard <i>', 'filter: this shard', integer(0, 65_535))
+    .option('--shard <i>', 'filter: this shard', integer('shardIndex'))
     .option('--since <time>', 'filter: dead-lettered at or after (ISO 8601 or epoch ms)', datetime)
     .option('--until <time>', 'filter: dead-lettered at or before (ISO 8601 or epoch ms)', datetime)
-    .option('-n, --count <n>', 'list: at most this many', integer(1, 1_000_000), 100)
-    .option('--take-over-after-ms <ms>', 'replay: take over a replay mark this old (a replay that crashed)', integer(0, 86_400_000))
+    .option('-n, --count <n>', 'list: at most this many', integer('admin.readDeadLetters.count'), 100)
+    .option(
+      '--take-over-after-ms <ms>',
+      'replay: take over a replay mark this old (a replay that crashed)',
+      integer('admin.replay.takeOverAfterMs'),
+    )
     .action((prefix: string, group: string, action: string, options: DeadLetterOptions, command: Command) => {
       if (action === 'replay' || action === 'purge') selection(action, options);
       return withAdmin(command, io, ({ admin, json, out }) => act(admin, prefix, group, action, options, json, out));

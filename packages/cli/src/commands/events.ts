@@ -18,7 +18,7 @@ export function registerEvents(program: Command, io: RscIo): void {
     .argument('<prefix>', 'stream prefix')
     .argument('<group>', 'consumer group')
     .option('-f, --follow', 'keep printing new events until Ctrl-C')
-    .option('-n, --count <n>', 'how many of the newest events to show first', integer(1, 100_000), 50)
+    .option('-n, --count <n>', 'how many of the newest events to show first', integer('admin.readGroupEvents.count'), 50)
     .action((prefix: string, group: string, options: { follow?: boolean; count: number }, command: Command) =>
       withAdmin(command, io, async (context) => {
         const { admin, json, out } = context;

@@ -43,7 +43,7 @@ export function registerResetOffsets(program: Command, io: RscIo): void {
     .option('--to-latest', 'skip everything written so far')
     .option('--to-datetime <time>', 'read entries written at or after this time (ISO 8601 or epoch ms)', datetime)
     .option('--to-id <id>', 'read entries after this stream id', streamId)
-    .option('--shard <i>', 'only this shard', integer(0, 65_535))
+    .option('--shard <i>', 'only this shard', integer('shardIndex'))
     .option('--dry-run', 'show the change, make none')
     .option('--force', 'reset even while members are alive (they read from the new positions on)')
     .action((prefix: string, group: string, options: ResetOptions, command: Command) => {

@@ -23,11 +23,11 @@ export function registerResize(program: Command, io: RscIo): void {
     .command('resize')
     .description("change a stream's shard count while it runs, then show each group's cutover until it completes")
     .argument('<prefix>', 'stream prefix')
-    .argument('<n>', 'new shard count', integer(1, 65_536))
+    .argument('<n>', 'new shard count', integer('shardCount'))
     .option('--unordered', 'do not keep per-key order across the resize (new shards readable at once)')
-    .option('--grace-ms <ms>', 'how long producers may still write with the old count', integer(0, 3_600_000))
+    .option('--grace-ms <ms>', 'how long producers may still write with the old count', integer('admin.resizeShards.graceMs'))
     .option('--no-wait', 'return after the resize; do not follow the cutover')
-    .option('--timeout <s>', 'stop following the cutover after this many seconds (exit 1; the resize stays)', integer(1, 86_400))
+    .option('--timeout <s>', 'stop following the cutover after this many seconds (exit 1; the resize stays)', integer('rsc.resize.timeout'))
     .action(
       (
         prefix: string,

@@ -28,7 +28,7 @@ export function registerTrim(program: Command, io: RscIo): void {
     .description('delete entries every consumer group has been delivered and has acknowledged (XTRIM MINID per shard)')
     .argument('<prefix>', 'stream prefix')
     .option('--dry-run', 'report what would be trimmed, delete nothing')
-    .option('--max-len <n>', 'for shards no group reads: keep at most this many newest entries', integer(1))
+    .option('--max-len <n>', 'for shards no group reads: keep at most this many newest entries', integer('admin.trim.maxLen'))
     .action((prefix: string, options: { dryRun?: boolean; maxLen?: number }, command: Command) =>
       withAdmin(command, io, async ({ admin, json, out }) => {
         try {

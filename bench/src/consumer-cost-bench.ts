@@ -1,5 +1,5 @@
 /**
- * npm run bench:cost [-- --quick] [-- --json]
+ * npm run bench:cost [-- --quick] [-- --runs N] [-- --only noop|io] [-- --write]
  *
  * What consuming one entry costs, in measures a loaded machine does not change much: Redis time per
  * entry (INFO commandstats, per command, and the server's own CPU from INFO cpu), the calls per
@@ -13,7 +13,8 @@
  *   against the handler alone (64 loops on the same timer, no Redis).
  *
  * Wall-clock rates are printed too, with the load average: on a shared machine only their ratio in
- * one run means something, and little.
+ * one run means something, and little. Prints section 12 of docs/benchmarks.md; `--write` splices it
+ * in (the rest of the file stays as the last full run wrote it).
  */
 import os from 'node:os';
 import { PerformanceObserver } from 'node:perf_hooks';
@@ -23,7 +24,8 @@ import { RedisServer } from '@redis-stream-coordinator/core/testing';
 import { runCli, until } from './cli';
 import { redisCpuSeconds } from './cpu';
 import { handlerAlone } from './io-bench';
-import { elapsedMs, median } from './stats';
+import { type CostFigures, costSection, SECTION_12, spliceSection } from './report';
+import { elapsedMs, spread } from './stats';
 
 const keys = new KeyBuilder();
 const ioWork = () => new Promise<void>((resolve) => setTimeout(resolve, 1));
@@ -178,15 +180,32 @@ function argument(name: string): string | undefined {
 
 const f = (n: number, digits = 2) => n.toFixed(digits);
 
+/** One run's figures, on stderr as it goes. */
 function print(costs: Cost[]): void {
   for (const c of costs) {
-    process.stdout.write(
+    process.stderr.write(
       `${c.label}: ${Math.round(c.rate)}/s; node ${f(c.nodeCpu)} µs/entry, redis ${f(c.redisCpu)} µs/entry, ${f(c.bytesIn, 1)} B in/entry, ${f(c.gcs)} GCs per 1k (${f(c.gcMs, 0)} ms)\n`,
     );
     const rows = [...c.commands].filter(([, v]) => v.calls > 0.01).sort((a, b) => b[1].usec - a[1].usec);
     for (const [name, v] of rows)
       process.stdout.write(`    ${name.padEnd(12)} ${f(v.calls).padStart(8)} calls/1k  ${f(v.usec, 3).padStart(7)} µs/entry\n`);
   }
+}
+
+/** A case's runs as the section's row: medians with their ranges, calls per 1,000 entries. */
+function figures(runs: Cost[]): CostFigures {
+  const calls = (name: string) => spread(runs.map((c) => c.commands.get(name)?.calls ?? 0));
+  return {
+    label: runs[0].label,
+    rate: spread(runs.map((c) => c.rate)),
+    nodeCpu: spread(runs.map((c) => c.nodeCpu)),
+    redisCpu: spread(runs.map((c) => c.redisCpu)),
+    reads: calls('xreadgroup'),
+    scripts: calls('evalsha'),
+    xacks: calls('xack'),
+    gcs: spread(runs.map((c) => c.gcs)),
+    bytesIn: spread(runs.map((c) => c.bytesIn)),
+  };
 }
 
 async function main(): Promise<void> {
@@ -201,61 +220,53 @@ async function main(): Promise<void> {
       .join(' / ');
   const server = await RedisServer.start();
   const stats = new Redis(server.url);
-  const results: { noop: Cost[]; io: Cost[]; alone: number }[] = [];
+  const noopRuns: Cost[][] = [];
+  const ioRuns: Cost[] = [];
+  const aloneRuns: { rate: number; nodeCpu: number }[] = [];
   try {
-    process.stderr.write(`load average at the start ${load()}\n`);
+    const loadBefore = load();
+    process.stderr.write(`load average at the start ${loadBefore}\n`);
     for (let run = 0; run < repetitions; run++) {
       const total = quick ? 20_000 : 100_000;
-      let noop: Cost[] = [];
       if (only !== 'io') {
         await fill(stats, `cost-raw-${run}`, 8, total);
         await fill(stats, `cost-ours-${run}`, 8, total);
-        noop = [
+        noopRuns.push([
           await raw(server.url, stats, `cost-raw-${run}`, 8, total),
-          await member(server.url, stats, 'member, no-op, 8 shards', `cost-ours-${run}`, { shards: 8, workers: 8, io: false }, total),
-        ];
+          await member(server.url, stats, 'CoordinatedMember, no-op', `cost-ours-${run}`, { shards: 8, workers: 8, io: false }, total),
+        ]);
       }
-      let io: Cost[] = [];
       if (only !== 'noop') {
         await fill(stats, `cost-io-${run}`, 64, total);
-        io = [
+        ioRuns.push(
           await member(
             server.url,
             stats,
-            'member, 1 ms handler, 64 shards × 64 workers',
+            'CoordinatedMember, 1 ms handler, 64 × 64',
             `cost-io-${run}`,
             { shards: 64, workers: 64, io: true },
             total,
           ),
-        ];
-      }
-      let alone = Number.NaN;
-      let aloneCpu = Number.NaN;
-      if (io.length > 0) {
+        );
         const from = process.cpuUsage();
         const start = process.hrtime.bigint();
-        alone = await handlerAlone(64, quick ? 0.5 : 2);
+        const rate = await handlerAlone(64, quick ? 0.5 : 2);
         const used = process.cpuUsage(from);
-        aloneCpu = (used.user + used.system) / ((alone * elapsedMs(start)) / 1000);
+        aloneRuns.push({ rate, nodeCpu: (used.user + used.system) / ((rate * elapsedMs(start)) / 1000) });
       }
       await stats.flushall();
-      results.push({ noop, io, alone });
-      process.stdout.write(`--- run ${run + 1} (load ${load()})\n`);
-      print([...noop, ...io]);
-      if (noop.length > 0)
-        process.stdout.write(
-          `    no-op / raw: rate ${f(noop[1].rate / noop[0].rate)}, redis cpu ${f(noop[1].redisCpu / noop[0].redisCpu)}, node cpu ${f(noop[1].nodeCpu / noop[0].nodeCpu)}\n`,
-        );
-      if (io.length > 0)
-        process.stdout.write(
-          `    io: ${f(io[0].rate / alone)} of the handler alone (${Math.round(alone)}/s, node ${f(aloneCpu)} µs/entry)\n`,
-        );
+      process.stderr.write(`--- run ${run + 1} (load ${load()})\n`);
+      print([...(noopRuns[run] ?? []), ...(ioRuns[run] ? [ioRuns[run]] : [])]);
     }
-    if (only) return;
-    const m = (pick: (r: (typeof results)[number]) => number) => f(median(results.map(pick)));
-    process.stdout.write(
-      `median: no-op rate ${m((r) => r.noop[1].rate / r.noop[0].rate)}, redis cpu ${m((r) => r.noop[1].redisCpu / r.noop[0].redisCpu)}, node cpu ${m((r) => r.noop[1].nodeCpu / r.noop[0].nodeCpu)}; io ${m((r) => r.io[0].rate / r.alone)}; io node cpu ${m((r) => r.io[0].nodeCpu)} µs/entry; load at the end ${load()}\n`,
-    );
+    const noop = noopRuns.length > 0 ? [figures(noopRuns.map((r) => r[0])), figures(noopRuns.map((r) => r[1]))] : [];
+    const io = ioRuns.length > 0 ? figures(ioRuns) : undefined;
+    const alone =
+      aloneRuns.length > 0 ? { rate: spread(aloneRuns.map((a) => a.rate)), nodeCpu: spread(aloneRuns.map((a) => a.nodeCpu)) } : undefined;
+    const version = /redis_version:(\S+)/.exec(await stats.info('server'))?.[1] ?? 'unknown';
+    const machine = `${os.cpus().length} × ${os.cpus()[0]?.model ?? 'unknown'}, Node ${process.version}, Redis ${version}; ${new Date().toISOString().slice(0, 10)}, ${repetitions} repetition(s)${quick ? ' (quick)' : ''}, load average (1 / 5 / 15 min) ${loadBefore} at the start and ${load()} at the end (on 2 cores: above 2, this process waited for a core)`;
+    const section = costSection(noop, io, alone, machine).join('\n');
+    if (process.argv.includes('--write')) spliceSection(SECTION_12, section);
+    process.stdout.write(`${section}\n`);
   } finally {
     stats.disconnect();
     await server.stop();

@@ -23,6 +23,8 @@ const { execFileSync } = require('node:child_process');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
+/** What every consumer app compiles with (test/packages/packed-types.test.ts too): strict, skipLibCheck off. */
+const CONSUMER_COMPILER_OPTIONS = require('./consumer-compiler-options.json');
 
 const root = path.resolve(__dirname, '..');
 const args = process.argv.slice(2);
@@ -192,18 +194,7 @@ function checkTypes(app) {
   };
   const results = {};
   for (const [name, options] of Object.entries(settings)) {
-    const config = {
-      compilerOptions: {
-        ...options,
-        target: 'es2022',
-        strict: true,
-        noEmit: true,
-        skipLibCheck: false,
-        experimentalDecorators: true,
-        types: ['node'],
-      },
-      files: ['consumer.ts'],
-    };
+    const config = { compilerOptions: { ...options, ...CONSUMER_COMPILER_OPTIONS }, files: ['consumer.ts'] };
     fs.writeFileSync(path.join(app, `tsconfig.${name}.json`), JSON.stringify(config, null, 2));
     try {
       run(path.join(app, 'node_modules/.bin/tsc'), ['-p', `tsconfig.${name}.json`], app);

@@ -24,7 +24,9 @@ import { RedisServer } from '@redis-stream-coordinator/core/testing';
 import { runCli, until } from './cli';
 import { redisCpuSeconds } from './cpu';
 import { handlerAlone } from './io-bench';
-import { type CostFigures, costSection, SECTION_12, spliceSection } from './report';
+import { rawLoop } from './member-bench';
+import { redisVersion } from './redis-stats';
+import { type CostFigures, type CostResults, costSection, SECTION_12, spliceSection } from './report';
 import { elapsedMs, spread } from './stats';
 
 const keys = new KeyBuilder();
@@ -110,33 +112,10 @@ async function fill(redis: Redis, streamPrefix: string, shards: number, total: n
   }
 }
 
-/** Scenario 1's raw loop: XREADGROUP COUNT 100 over every shard, a pipelined XACK per stream, in turn. */
+/** Scenario 1's raw loop (member-bench.ts): XREADGROUP COUNT 100 over every shard, a pipelined XACK per stream, in turn. */
 async function raw(url: string, stats: Redis, streamPrefix: string, shards: number, total: number): Promise<Cost> {
   const redis = new Redis(url);
-  const streams = Array.from({ length: shards }, (_, i) => keys.shardStream(streamPrefix, i));
-  for (const stream of streams) await redis.xgroup('CREATE', stream, 'raw', '0', 'MKSTREAM').catch(() => undefined);
-  const from = await snapshot(stats);
-  let done = 0;
-  while (done < total) {
-    const reply = (await redis.xreadgroup(
-      'GROUP',
-      'raw',
-      'raw-consumer',
-      'COUNT',
-      100,
-      'STREAMS',
-      ...streams,
-      ...streams.map(() => '>'),
-    )) as [string, [string, string[]][]][] | null;
-    if (!reply) continue;
-    const pipeline = redis.pipeline();
-    for (const [stream, entries] of reply) {
-      if (entries.length === 0) continue;
-      pipeline.xack(stream, 'raw', ...entries.map(([id]) => id));
-      done += entries.length;
-    }
-    await pipeline.exec();
-  }
+  const from = await rawLoop(redis, streamPrefix, shards, total, 100, () => snapshot(stats));
   const cost = await costSince(stats, 'raw XREADGROUP/XACK loop', from, total);
   redis.disconnect();
   return cost;
@@ -180,16 +159,13 @@ function argument(name: string): string | undefined {
 
 const f = (n: number, digits = 2) => n.toFixed(digits);
 
-/** One run's figures, on stderr as it goes. */
-function print(costs: Cost[]): void {
-  for (const c of costs) {
-    process.stderr.write(
-      `${c.label}: ${Math.round(c.rate)}/s; node ${f(c.nodeCpu)} µs/entry, redis ${f(c.redisCpu)} µs/entry, ${f(c.bytesIn, 1)} B in/entry, ${f(c.gcs)} GCs per 1k (${f(c.gcMs, 0)} ms)\n`,
-    );
-    const rows = [...c.commands].filter(([, v]) => v.calls > 0.01).sort((a, b) => b[1].usec - a[1].usec);
-    for (const [name, v] of rows)
-      process.stdout.write(`    ${name.padEnd(12)} ${f(v.calls).padStart(8)} calls/1k  ${f(v.usec, 3).padStart(7)} µs/entry\n`);
-  }
+/** One run's figures of a case, command by command, for the progress lines. */
+function describe(c: Cost): string[] {
+  const rows = [...c.commands].filter(([, v]) => v.calls > 0.01).sort((a, b) => b[1].usec - a[1].usec);
+  return [
+    `  ${c.label}: ${Math.round(c.rate)}/s; Node ${f(c.nodeCpu)} µs/entry, Redis ${f(c.redisCpu)} µs/entry, ${f(c.bytesIn, 1)} B sent/entry, ${f(c.gcs)} GCs per 1k (${f(c.gcMs, 0)} ms)`,
+    ...rows.map(([name, v]) => `    ${name.padEnd(16)} ${f(v.calls).padStart(8)} calls/1k  ${f(v.usec, 3).padStart(7)} µs/entry`),
+  ];
 }
 
 /** A case's runs as the section's row: medians with their ranges, calls per 1,000 entries. */
@@ -208,69 +184,102 @@ function figures(runs: Cost[]): CostFigures {
   };
 }
 
-async function main(): Promise<void> {
-  const quick = process.argv.includes('--quick');
-  const repetitions = Number(argument('--runs') ?? (quick ? 1 : 3));
-  /** `--only noop` or `--only io`: one case. */
-  const only = argument('--only');
-  const load = () =>
-    os
-      .loadavg()
-      .map((n) => n.toFixed(1))
-      .join(' / ');
-  const server = await RedisServer.start();
-  const stats = new Redis(server.url);
+const loadAverage = () =>
+  os
+    .loadavg()
+    .map((n) => n.toFixed(1))
+    .join(' / ');
+
+/** Deletes the shard streams a run filled (the coordinator's few keys stay, as other scenarios leave theirs). */
+async function dropShards(redis: Redis, streamPrefix: string, shards: number): Promise<void> {
+  await redis.del(...Array.from({ length: shards }, (_, i) => keys.shardStream(streamPrefix, i)));
+}
+
+/**
+ * Scenario 12: `repetitions` runs of each case (`only` one of them), on the redis-server at `url`.
+ * `progress` gets each run's figures, command by command.
+ */
+export async function measureCost(
+  url: string,
+  quick: boolean,
+  repetitions: number,
+  progress: (line: string) => void,
+  only?: 'noop' | 'io',
+): Promise<CostResults> {
+  const stats = new Redis(url);
   const noopRuns: Cost[][] = [];
   const ioRuns: Cost[] = [];
   const aloneRuns: { rate: number; nodeCpu: number }[] = [];
+  const loadBefore = loadAverage();
   try {
-    const loadBefore = load();
-    process.stderr.write(`load average at the start ${loadBefore}\n`);
     for (let run = 0; run < repetitions; run++) {
       const total = quick ? 20_000 : 100_000;
+      const stamp = `${Date.now()}-${run}`;
       if (only !== 'io') {
-        await fill(stats, `cost-raw-${run}`, 8, total);
-        await fill(stats, `cost-ours-${run}`, 8, total);
+        await fill(stats, `cost-raw-${stamp}`, 8, total);
+        await fill(stats, `cost-ours-${stamp}`, 8, total);
         noopRuns.push([
-          await raw(server.url, stats, `cost-raw-${run}`, 8, total),
-          await member(server.url, stats, 'CoordinatedMember, no-op', `cost-ours-${run}`, { shards: 8, workers: 8, io: false }, total),
+          await raw(url, stats, `cost-raw-${stamp}`, 8, total),
+          await member(url, stats, 'CoordinatedMember, no-op', `cost-ours-${stamp}`, { shards: 8, workers: 8, io: false }, total),
         ]);
+        await dropShards(stats, `cost-raw-${stamp}`, 8);
+        await dropShards(stats, `cost-ours-${stamp}`, 8);
       }
       if (only !== 'noop') {
-        await fill(stats, `cost-io-${run}`, 64, total);
+        await fill(stats, `cost-io-${stamp}`, 64, total);
         ioRuns.push(
           await member(
-            server.url,
+            url,
             stats,
             'CoordinatedMember, 1 ms handler, 64 × 64',
-            `cost-io-${run}`,
+            `cost-io-${stamp}`,
             { shards: 64, workers: 64, io: true },
             total,
           ),
         );
+        await dropShards(stats, `cost-io-${stamp}`, 64);
         const from = process.cpuUsage();
         const start = process.hrtime.bigint();
         const rate = await handlerAlone(64, quick ? 0.5 : 2);
         const used = process.cpuUsage(from);
         aloneRuns.push({ rate, nodeCpu: (used.user + used.system) / ((rate * elapsedMs(start)) / 1000) });
       }
-      await stats.flushall();
-      process.stderr.write(`--- run ${run + 1} (load ${load()})\n`);
-      print([...(noopRuns[run] ?? []), ...(ioRuns[run] ? [ioRuns[run]] : [])]);
+      progress(`  run ${run + 1} (load average ${loadAverage()})`);
+      for (const c of [...(noopRuns[run] ?? []), ...(ioRuns[run] ? [ioRuns[run]] : [])]) for (const line of describe(c)) progress(line);
     }
-    const noop = noopRuns.length > 0 ? [figures(noopRuns.map((r) => r[0])), figures(noopRuns.map((r) => r[1]))] : [];
-    const io = ioRuns.length > 0 ? figures(ioRuns) : undefined;
-    const alone =
-      aloneRuns.length > 0 ? { rate: spread(aloneRuns.map((a) => a.rate)), nodeCpu: spread(aloneRuns.map((a) => a.nodeCpu)) } : undefined;
-    const version = /redis_version:(\S+)/.exec(await stats.info('server'))?.[1] ?? 'unknown';
-    const machine = `${os.cpus().length} × ${os.cpus()[0]?.model ?? 'unknown'}, Node ${process.version}, Redis ${version}; ${new Date().toISOString().slice(0, 10)}, ${repetitions} repetition(s)${quick ? ' (quick)' : ''}, load average (1 / 5 / 15 min) ${loadBefore} at the start and ${load()} at the end (on 2 cores: above 2, this process waited for a core)`;
-    const section = costSection(noop, io, alone, machine).join('\n');
-    if (process.argv.includes('--write')) spliceSection(SECTION_12, section);
-    process.stdout.write(`${section}\n`);
   } finally {
     stats.disconnect();
-    await server.stop();
   }
+  return {
+    noop: noopRuns.length > 0 ? [figures(noopRuns.map((r) => r[0])), figures(noopRuns.map((r) => r[1]))] : [],
+    io: ioRuns.length > 0 ? figures(ioRuns) : undefined,
+    alone:
+      aloneRuns.length > 0 ? { rate: spread(aloneRuns.map((a) => a.rate)), nodeCpu: spread(aloneRuns.map((a) => a.nodeCpu)) } : undefined,
+    load: { before: loadBefore, after: loadAverage() },
+  };
 }
 
-runCli(main);
+/** `npm run bench:cost`: scenario 12 alone, printed; `--write` splices it into docs/benchmarks.md. */
+if (require.main === module) {
+  runCli(async () => {
+    const quick = process.argv.includes('--quick');
+    const repetitions = Number(argument('--runs') ?? (quick ? 1 : 3));
+    const only = argument('--only');
+    if (only !== undefined && only !== 'noop' && only !== 'io') throw new Error(`--only takes noop or io, not ${JSON.stringify(only)}`);
+    const server = await RedisServer.start();
+    try {
+      const client = new Redis(server.url);
+      const version = await redisVersion(client);
+      client.disconnect();
+      const progress = (line: string) => process.stderr.write(`${line}\n`);
+      progress(`scenario 12 on redis-server ${version}, ${repetitions} repetition(s); load average ${loadAverage()}`);
+      const results = await measureCost(server.url, quick, repetitions, progress, only);
+      const machine = `${os.cpus().length} × ${os.cpus()[0]?.model ?? 'unknown'}, Node ${process.version}, Redis ${version}; ${new Date().toISOString().slice(0, 10)}, ${repetitions} repetition(s)${quick ? ' (quick)' : ''}`;
+      const section = costSection(results, machine).join('\n');
+      if (process.argv.includes('--write')) spliceSection(SECTION_12, section);
+      process.stdout.write(`${section}\n`);
+    } finally {
+      await server.stop();
+    }
+  });
+}

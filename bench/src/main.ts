@@ -12,6 +12,7 @@ import { Redis } from 'ioredis';
 import { RedisServer } from '@redis-stream-coordinator/core/testing';
 import { type CoordinatorFigures, measureCoordinator } from './coordinator-bench';
 import { measureConsumption } from './consumption-bench';
+import { measureCost } from './consumer-cost-bench';
 import { drainRepetition, type DrainRepetition } from './drain-bench';
 import { ioBullmq, ioCase } from './io-bench';
 import { crashRecovery, latency, rebalance } from './member-bench';
@@ -138,6 +139,9 @@ async function main(): Promise<void> {
     progress('scenario 11: producer send() one entry at a time, against plain and auto-pipelined XADD');
     const producerSend = await measureProducerSend(server.url, quick, repetitions, progress);
 
+    progress('scenario 12: what consuming one entry costs (CPU, calls, collections)');
+    const cost = await measureCost(server.url, quick, repetitions, progress);
+
     const results: BenchResults = {
       environment,
       coordinator,
@@ -151,6 +155,7 @@ async function main(): Promise<void> {
       consumption,
       restart,
       producerSend,
+      cost,
     };
     const docs = path.resolve(__dirname, '../../docs');
     fs.writeFileSync(path.join(docs, 'benchmarks.md'), report(results));

@@ -11,9 +11,28 @@ const keys = new KeyBuilder();
 /** The raw limit: one connection, XREADGROUP COUNT batch over all shards, XACK each batch (pipelined). */
 export async function rawDrain(url: string, streamPrefix: string, shards: number, total: number, batch: number): Promise<number> {
   const redis = new Redis(url);
+  const start = await rawLoop(redis, streamPrefix, shards, total, batch, async () => process.hrtime.bigint());
+  const seconds = elapsedMs(start) / 1000;
+  redis.disconnect();
+  return total / seconds;
+}
+
+/**
+ * The raw loop itself, on `redis`: creates the group 'raw' on every shard stream, calls `started`
+ * (what it returns is returned: a start time, a snapshot of counters), then reads and acknowledges
+ * in turn until `total` entries are acknowledged.
+ */
+export async function rawLoop<T>(
+  redis: Redis,
+  streamPrefix: string,
+  shards: number,
+  total: number,
+  batch: number,
+  started: () => Promise<T>,
+): Promise<T> {
   const streams = Array.from({ length: shards }, (_, i) => keys.shardStream(streamPrefix, i));
   for (const stream of streams) await redis.xgroup('CREATE', stream, 'raw', '0', 'MKSTREAM').catch(() => undefined);
-  const start = process.hrtime.bigint();
+  const start = await started();
   let done = 0;
   while (done < total) {
     const reply = (await redis.xreadgroup(
@@ -35,9 +54,7 @@ export async function rawDrain(url: string, streamPrefix: string, shards: number
     }
     await pipeline.exec();
   }
-  const seconds = elapsedMs(start) / 1000;
-  redis.disconnect();
-  return total / seconds;
+  return start;
 }
 
 /** One member, no-op handler, draining pre-filled shards: entries/s from start() to the last ack. */

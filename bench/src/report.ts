@@ -101,6 +101,7 @@ export interface BenchResults {
   consumption: ConsumptionFigures;
   restart: RestartFigures[];
   producerSend: ProducerSendFigures;
+  cost: CostResults;
 }
 
 const us = (n: number) => `${n.toFixed(1)} µs`;
@@ -464,19 +465,24 @@ export interface CostFigures {
   bytesIn: Spread;
 }
 
-/** Scenario 12 (`npm run bench:cost -- --write`): the cost per entry, in measures load barely moves. */
-export function costSection(
-  noop: CostFigures[],
-  io: CostFigures | undefined,
-  alone: { rate: Spread; nodeCpu: Spread } | undefined,
-  machine: string,
-): string[] {
+/** Scenario 12: the no-op case (raw, ours), the I/O-bound one, the handler alone, the load average at both ends. */
+export interface CostResults {
+  noop: CostFigures[];
+  io: CostFigures | undefined;
+  alone: { rate: Spread; nodeCpu: Spread } | undefined;
+  load: { before: string; after: string };
+}
+
+/** Scenario 12; `machine` is set when `npm run bench:cost` measured it apart from the full run. */
+export function costSection({ noop, io, alone, load }: CostResults, machine?: string): string[] {
   const f2 = (n: number) => n.toFixed(2);
   const cases = [...noop, ...(io ? [io] : [])];
   const lines = [
     SECTION_12,
     '',
-    `Measured by \`npm run bench:cost\` on ${machine}.`,
+    ...(machine ? [`Measured by \`npm run bench:cost\` on ${machine}.`] : []),
+    `Load average (1 / 5 / 15 min) ${load.before} at the start, ${load.after} at the end: on 2 cores, above 2`,
+    'this process waited for a core, and the entries/s fall with it.',
     '',
     'Per entry consumed, in measures a loaded machine moves little: Node CPU (`process.cpuUsage`), Redis',
     'CPU (`INFO cpu`), and per 1,000 entries the reads (`XREADGROUP`), script calls (`EVALSHA`: the gap',
@@ -592,5 +598,6 @@ export function report(r: BenchResults): string {
     ...consumptionSection(r.consumption),
     ...restartSection(r.restart),
     ...producerSendSection(r.producerSend),
+    ...costSection(r.cost),
   ].join('\n');
 }

@@ -146,6 +146,35 @@ describe('one worker, two shards: a hanging handler', () => {
     await settledShards(streamPrefix);
   });
 
+  it("entries queued behind a call hanging on shard 0 fill more than half the buffer: shard 1's new entries are read all the same, not left waiting for room for a fuller read", async () => {
+    // maxBufferedEntries 10: shard 0's 8 entries are read, the first hangs and 7 wait behind it. A
+    // read waits for room for half the buffer (5), which shard 0 will not make while its call
+    // hangs; it waits 50 ms at most after the last read, so shard 1 is read all the same.
+    const streamPrefix = uniqueName('hang-half-buffer');
+    const runs: string[] = [];
+    const hang = aGate();
+    const member = aMember({
+      streamPrefix,
+      runtimeMaxConcurrency: 2,
+      maxBufferedEntries: 10,
+      handler: async (message: StreamMessage<KeyedPayload>) => {
+        runs.push(label(message));
+        if (message.shardIndex === 0) await hang.opened;
+      },
+    });
+    await member.start();
+    onTestFinished(() => hang.open());
+    await send(streamPrefix, 0, [1, 2, 3, 4, 5, 6, 7, 8]);
+    await pollUntil("shard 0's handler to start", async () => runs.includes('0:1:1'));
+    await pollUntil("shard 0's entries read", async () => member.stats().bufferedEntries === 7);
+    await send(streamPrefix, 1, [1, 2, 3]);
+    await pollUntil("shard 1's entries handled beside the hung call", async () => runs.includes('1:3:1'), { timeoutMs: 5000 });
+    expect(runs.filter((run) => run.startsWith('0:'))).toEqual(['0:1:1']);
+    hang.open();
+    await pollUntil("shard 0's entries handled", async () => runs.includes('0:8:1'));
+    await settledShards(streamPrefix);
+  });
+
   it('ackMode manual: an entry of shard 0 left unacked past handlerStallMs gives the worker back to shard 1, visibly', async () => {
     const streamPrefix = uniqueName('unacked');
     const runs: string[] = [];

@@ -360,35 +360,42 @@ describe('acknowledgements of several shards that fail part-way', () => {
   });
 });
 
+/**
+ * One member owning 32 shards that share maxBufferedEntries 320 (10 each) drains `total` pre-filled
+ * entries with 32 workers, each call awaiting ~1 ms; returns the reads it sent (XREADGROUP) and the
+ * shards they covered (the gap check's XRANGE, one per shard read), counted before describeGroup,
+ * whose lag pages are XRANGEs too.
+ */
+async function drainWithMillisecondHandlers(streamPrefix: string, total: number): Promise<{ reads: number; shardReads: number }> {
+  const shardCount = 32;
+  await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount });
+  const producer = new StreamProducer(redis.client(), { streamPrefix });
+  await producer.sendBatch(Array.from({ length: total }, (_, i) => ({ key: `k${i}`, payload: { seq: i } })));
+  const [reads0, checks0] = [await commandCalls('xreadgroup'), await commandCalls('xrange')];
+  let handled = 0;
+  const member = aMember({
+    streamPrefix,
+    shardCount,
+    maxBufferedEntries: 320,
+    runtimeMaxConcurrency: shardCount,
+    handler: async () => {
+      await new Promise((resolve) => setTimeout(resolve, 1));
+      handled += 1;
+    },
+  });
+  await member.start();
+  await pollUntil('every entry handled', async () => handled >= total);
+  const counts = { reads: (await commandCalls('xreadgroup')) - reads0, shardReads: (await commandCalls('xrange')) - checks0 };
+  await settled(streamPrefix);
+  return counts;
+}
+
 describe('reads while the buffer is full', () => {
   it('a member with more shards than its buffer holds reads several entries per shard and read, not one', async () => {
     // 32 shards share maxBufferedEntries 320: 10 each. Handlers free the buffer an entry at a time;
     // a read for every freed entry would ask each shard for one entry (and check each for a gap).
-    const streamPrefix = uniqueName('full-buffer');
-    const shardCount = 32;
     const total = 3200;
-    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount });
-    const producer = new StreamProducer(redis.client(), { streamPrefix });
-    await producer.sendBatch(Array.from({ length: total }, (_, i) => ({ key: `k${i}`, payload: { seq: i } })));
-    const [reads0, checks0] = [await commandCalls('xreadgroup'), await commandCalls('xrange')];
-    let handled = 0;
-    const member = aMember({
-      streamPrefix,
-      shardCount,
-      maxBufferedEntries: 320,
-      runtimeMaxConcurrency: shardCount,
-      handler: async () => {
-        await new Promise((resolve) => setTimeout(resolve, 1));
-        handled += 1;
-      },
-    });
-    await member.start();
-    await pollUntil('every entry handled', async () => handled >= total);
-    // (Counted before describeGroup, whose lag pages are XRANGEs too.)
-    const reads = (await commandCalls('xreadgroup')) - reads0;
-    // Each read checks every shard it reads for a gap with one XRANGE (firstAfter): one per shard read.
-    const shardReads = (await commandCalls('xrange')) - checks0;
-    await settled(streamPrefix);
+    const { reads, shardReads } = await drainWithMillisecondHandlers(uniqueName('full-buffer'), total);
     expect(reads).toBeGreaterThan(0);
     // Each read asks a shard for at least half its share (5); the shards' last reads find fewer (about
     // 4.3 per shard and read in all). Before: 1.2, a read for every entry or two that finished.
@@ -403,28 +410,8 @@ describe('reads while handlers drain the buffer faster than a read comes back', 
     // came back with room for a few entries: a read (a round trip, a 32-stream XREADGROUP and its
     // gap check) for every dozen entries. It now waits for room for half the buffer (160), or 50 ms
     // at most: 60 entries a read at the very least on a loaded machine.
-    const streamPrefix = uniqueName('fuller-reads');
-    const shardCount = 32;
     const total = 6400;
-    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount });
-    const producer = new StreamProducer(redis.client(), { streamPrefix });
-    await producer.sendBatch(Array.from({ length: total }, (_, i) => ({ key: `k${i}`, payload: { seq: i } })));
-    const reads0 = await commandCalls('xreadgroup');
-    let handled = 0;
-    const member = aMember({
-      streamPrefix,
-      shardCount,
-      maxBufferedEntries: 320,
-      runtimeMaxConcurrency: shardCount,
-      handler: async () => {
-        await new Promise((resolve) => setTimeout(resolve, 1));
-        handled += 1;
-      },
-    });
-    await member.start();
-    await pollUntil('every entry handled', async () => handled >= total);
-    const reads = (await commandCalls('xreadgroup')) - reads0;
-    await settled(streamPrefix);
+    const { reads } = await drainWithMillisecondHandlers(uniqueName('fuller-reads'), total);
     expect(total / reads).toBeGreaterThanOrEqual(60);
   });
 });

@@ -287,7 +287,7 @@ export class CoordinatorTesting {
     const fatal = entries.find((entry) => entry.fatalError);
     if (fatal) throw new Error(`CoordinatorTesting.ready: member ${fatal.member.memberId} (${fatal.source}) ${fatal.fatalError}`);
     const joining = entries.filter((entry) => !entry.member.stats().joined).map((entry) => entry.member.memberId);
-    if (joining.length > 0) return `${joining.join(', ')} not joined yet`;
+    if (joining.length > 0) return `${joining.join(', ')} not joined yet${await this.missingStream(entries[0], stream)}`;
     const description = await this.describe(entries[0], stream, group);
     if (typeof description === 'string') return description;
     if (description.group.state !== 'STABLE') return `the group is ${description.group.state}`;
@@ -317,11 +317,24 @@ export class CoordinatorTesting {
     return undefined;
   }
 
+  /** Why members may never join: their stream does not exist (no `shardCount` to create it with), or '' . */
+  private async missingStream(entry: RegisteredMember, stream: string): Promise<string> {
+    try {
+      const found = await within(this.admin(entry).describeStream(stream), LOOK_TIMEOUT_MS, 'describeStream');
+      return found ? '' : ` (stream "${stream}" does not exist: give the listener shardCount, or create the stream)`;
+    } catch {
+      return '';
+    }
+  }
+
+  private admin(entry: RegisteredMember): CoordinatorAdmin {
+    return this.app.get<CoordinatorAdmin>(getCoordinatorAdminToken(entry.connection.name), { strict: false });
+  }
+
   /** The group as Redis describes it, or why it could not be read (a group not created yet is not an error to stop at). */
   private async describe(entry: RegisteredMember, stream: string, group: string): Promise<GroupDescription | string> {
-    const admin = this.app.get<CoordinatorAdmin>(getCoordinatorAdminToken(entry.connection.name), { strict: false });
     try {
-      return await within(admin.describeGroup(stream, group), LOOK_TIMEOUT_MS, 'describeGroup');
+      return await within(this.admin(entry).describeGroup(stream, group), LOOK_TIMEOUT_MS, 'describeGroup');
     } catch (error) {
       return `describeGroup failed: ${(error as Error).message}`;
     }

@@ -8,6 +8,7 @@ export default defineConfig({
       '@redis-stream-coordinator/core': path.resolve(import.meta.dirname, 'packages/core/src/index.ts'),
       '@redis-stream-coordinator/dashboard/nest': path.resolve(import.meta.dirname, 'packages/dashboard/src/nest/index.ts'),
       '@redis-stream-coordinator/dashboard': path.resolve(import.meta.dirname, 'packages/dashboard/src/index.ts'),
+      '@redis-stream-coordinator/nestjs/testing': path.resolve(import.meta.dirname, 'packages/nestjs/src/testing/index.ts'),
       '@redis-stream-coordinator/nestjs/microservices': path.resolve(import.meta.dirname, 'packages/nestjs/src/microservices/index.ts'),
       '@redis-stream-coordinator/nestjs': path.resolve(import.meta.dirname, 'packages/nestjs/src/index.ts'),
     },

@@ -17,6 +17,7 @@ const BEHAVIOUR_PAGES = [
   'runtime.md',
   'resharding.md',
   'nestjs.md',
+  'testing.md',
   'operations.md',
   'observability.md',
   'dashboard.md',

@@ -13,6 +13,7 @@ import { CoordinatorRegistry, type RegisteredMember } from './coordinator.regist
 import type { CoordinatorConnection } from './coordinator-connection';
 import { CoordinatorConnections } from './coordinator-connections';
 import { CoordinatorConsumerProperties, providerMethodOf } from './coordinator-consumer-properties';
+import type { HandlerHook } from './handler-hook';
 import { type MemberHandler, StreamHandlerFactory } from './stream-handler.factory';
 import { fromDefaults, mergeDeadLetter, workersOf } from './member-defaults';
 import { defaultMemberName } from './member-names';
@@ -42,12 +43,23 @@ export type RuntimeListenerOptions = StreamListenerOptions & { id: string };
 @Injectable()
 export class StreamListenerRegistry {
   private readonly containers = new Map<string, StreamListenerContainer>();
+  private handlerHook: HandlerHook | undefined;
 
   constructor(
     private readonly registry: CoordinatorRegistry,
     private readonly connections: CoordinatorConnections,
     private readonly handlers: StreamHandlerFactory,
   ) {}
+
+  /**
+   * @internal Puts a hook around every handler call of every member, made before or after this call
+   * (`undefined` removes it): how the testing kit sees attempts and injects failures. One at a time.
+   */
+  setHandlerHook(hook: HandlerHook | undefined): void {
+    if (hook && this.handlerHook && hook !== this.handlerHook)
+      throw new Error('StreamListenerRegistry: a handler hook is already set (one testing kit per application: detach the other first)');
+    this.handlerHook = hook;
+  }
 
   /** The container with this id, or undefined. */
   get(id: string): StreamListenerContainer | undefined {
@@ -210,7 +222,15 @@ export class StreamListenerRegistry {
         ...options,
         // Workers: the member's own runtimeMaxConcurrency or lanes before the module's (member-defaults.ts).
         runtimeMaxConcurrency: workersOf([options, defaults]),
-        handler: typeof handler === 'function' ? (message: StreamMessage) => handler(message, member) : handler,
+        // The hook is looked up at each call, so one set after the members were made applies too.
+        handler:
+          typeof handler === 'function'
+            ? (message: StreamMessage) => {
+                const hook = this.handlerHook;
+                if (!hook) return handler(message, member);
+                return hook({ listenerId: listener.listenerId, member, message, run: () => handler(message, member) });
+              }
+            : handler,
         coordinator: { ...connection.options.coordinator, ...options.coordinator },
         deadLetter: mergeDeadLetter(defaults?.deadLetter, options.deadLetter),
       } as CoordinatedMemberOptions);

@@ -1,12 +1,15 @@
 #!/usr/bin/env node
 /**
- * Compatibility matrix: packs the published packages (`npm pack`), installs the tarballs into a
- * throwaway app per combination of `@nestjs/*` and `ioredis` majors from the npm registry, and runs
- * a smoke test there against a private redis-server: a @StreamListener member receives what
- * StreamPublisher wrote, StreamListenerRegistry lists it, and (with @nestjs/microservices installed)
- * an @EventPattern member receives what CoordinatorClientProxy emitted and a @MessagePattern answers
- * send(). It also checks the tarballs (README, LICENSE, the internal dependency as a range) and, once,
- * that the subpaths resolve for TypeScript under moduleResolution node10, node16 and bundler.
+ * Compatibility matrix: packs the published packages (`npm pack`: core, nestjs, dashboard, cli),
+ * installs the tarballs into a throwaway app per combination of `@nestjs/*` and `ioredis` majors
+ * from the npm registry, and runs a smoke test there against a private redis-server: a
+ * @StreamListener member receives what StreamPublisher wrote, StreamListenerRegistry lists it, (with
+ * @nestjs/microservices installed) an @EventPattern member receives what CoordinatorClientProxy
+ * emitted and a @MessagePattern answers send(), the dashboard's Nest module serves its overview on
+ * the app's HTTP server, and the CLI (`node_modules/.bin/rsc`) describes the listener's group. It
+ * also checks the tarballs (README, LICENSE, the internal dependencies as ranges) and, once, that
+ * every entry point compiles for TypeScript under moduleResolution node10, node16 and bundler, with
+ * skipLibCheck off.
  *
  * Not part of `npm test` (it installs from the registry: 5-15 s per combination with a warm npm
  * cache, the whole matrix about a minute). Usage:
@@ -42,21 +45,31 @@ function run(command, commandArgs, cwd, extra = {}) {
   return execFileSync(command, commandArgs, { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], ...extra });
 }
 
+/** The packages packed, in build order, with the files each tarball must hold. */
+const PACKAGES = {
+  core: ['dist/index.js', 'dist/index.d.ts'],
+  nestjs: ['dist/index.js', 'dist/index.d.ts'],
+  cli: ['bin/rsc.js', 'dist/main.js'],
+  dashboard: ['dist/index.js', 'dist/index.d.ts', 'assets/index.html'],
+};
+
 function pack() {
-  run('npm', ['run', 'build', '--silent', '--workspace', 'packages/core'], root);
-  run('npm', ['run', 'build', '--silent', '--workspace', 'packages/nestjs'], root);
+  for (const name of Object.keys(PACKAGES)) run('npm', ['run', 'build', '--silent', '--workspace', `packages/${name}`], root);
   const tarballs = {};
-  for (const name of ['core', 'nestjs']) {
+  for (const [name, required] of Object.entries(PACKAGES)) {
     const out = JSON.parse(run('npm', ['pack', '--json', '--pack-destination', work, '--workspace', `packages/${name}`], root));
     const files = out[0].files.map((f) => f.path);
-    for (const required of ['README.md', 'LICENSE', 'package.json', 'dist/index.js', 'dist/index.d.ts']) {
-      if (!files.includes(required)) throw new Error(`the ${name} tarball lacks ${required}`);
+    for (const file of ['README.md', 'LICENSE', 'package.json', ...required]) {
+      if (!files.includes(file)) throw new Error(`the ${name} tarball lacks ${file}`);
     }
     tarballs[name] = path.join(work, out[0].filename);
+    // One of our packages names another by a range, so that an application's copy of it is shared.
+    const manifest = JSON.parse(fs.readFileSync(path.join(root, `packages/${name}/package.json`), 'utf8'));
+    for (const [dependency, range] of Object.entries({ ...manifest.dependencies, ...manifest.peerDependencies })) {
+      if (dependency.startsWith('@redis-stream-coordinator/') && !/^[\^~]/.test(range))
+        throw new Error(`@redis-stream-coordinator/${name} depends on ${dependency} ${range}: publish it as a range`);
+    }
   }
-  const nestjsManifest = JSON.parse(fs.readFileSync(path.join(root, 'packages/nestjs/package.json'), 'utf8'));
-  const coreRange = nestjsManifest.dependencies['@redis-stream-coordinator/core'];
-  if (!/^[\^~]/.test(coreRange)) throw new Error(`@redis-stream-coordinator/nestjs depends on core ${coreRange}: publish it as a range`);
   return tarballs;
 }
 
@@ -69,6 +82,9 @@ const { EventPattern, MessagePattern } = require('@nestjs/microservices');
 const { RedisServer } = require('@redis-stream-coordinator/core/testing');
 const { CoordinatorModule, StreamListener, StreamListenerRegistry, StreamPublisher } = require('@redis-stream-coordinator/nestjs');
 const { CoordinatorClientProxy, RedisStreamsServer } = require('@redis-stream-coordinator/nestjs/microservices');
+const { CoordinatorDashboardModule } = require('@redis-stream-coordinator/dashboard/nest');
+const { execFileSync } = require('node:child_process');
+const path = require('node:path');
 const { lastValueFrom } = require('rxjs');
 
 const decorate = (decorator, target, key) => Reflect.decorate([decorator], target, key, Object.getOwnPropertyDescriptor(target, key));
@@ -100,10 +116,19 @@ async function until(what, probe) {
   let app, client, result;
   try {
     class AppModule {}
-    Module({ imports: [CoordinatorModule.forRoot({ redis: { url: redis.url }, coordinator: { heartbeatIntervalMs: 200 }, defaults: { shardCount: 2 } })], providers: [Listener], controllers: [Events] })(AppModule);
+    Module({
+      imports: [
+        CoordinatorModule.forRoot({ redis: { url: redis.url }, coordinator: { heartbeatIntervalMs: 200 }, defaults: { shardCount: 2 } }),
+        CoordinatorDashboardModule.forRoot({ path: '/rsc' }),
+      ],
+      providers: [Listener],
+      controllers: [Events],
+    })(AppModule);
     const strategy = new RedisStreamsServer({ redis: { url: redis.url }, coordinator: { heartbeatIntervalMs: 200 }, consumerGroup: 'smoke-service', shardCount: 2 });
-    app = await NestFactory.createMicroservice(AppModule, { strategy, logger: ['error'] });
-    await app.listen();
+    app = await NestFactory.create(AppModule, { logger: ['error'] });
+    app.connectMicroservice({ strategy });
+    await app.startAllMicroservices();
+    await app.listen(0, '127.0.0.1');
     const listener = app.get(StreamListenerRegistry).get('smoke');
     if (!listener || listener.members().length !== 2) throw new Error('StreamListenerRegistry does not list the listener with 2 members');
     const members = [...listener.members(), ...strategy.unwrap().members];
@@ -116,7 +141,15 @@ async function until(what, probe) {
     if (!price || price.price !== 4) throw new Error('send() answered ' + JSON.stringify(price));
     await until('20 entries at the @StreamListener', () => listened.size === 20);
     await until('10 events at the @EventPattern', () => events.size === 10);
-    result = { ok: true, listened: listened.size, events: events.size, reply: price };
+    const { port } = app.getHttpServer().address();
+    const overview = await (await fetch('http://127.0.0.1:' + port + '/rsc/api/overview')).json();
+    const dashboard = (overview.streams || []).map((stream) => stream.streamPrefix).filter((name) => name === 'smoke').length;
+    if (dashboard !== 1) throw new Error('the dashboard overview does not list the stream smoke: ' + JSON.stringify(overview).slice(0, 500));
+    const rsc = path.join(__dirname, 'node_modules', '.bin', 'rsc');
+    const described = JSON.parse(execFileSync(rsc, ['--url', redis.url, '--json', 'describe', 'smoke', 'smoke-group'], { encoding: 'utf8' }));
+    const cli = described.members.filter((member) => member.state === 'ACTIVE').length;
+    if (cli !== 2) throw new Error('rsc describe lists ' + cli + ' active members of smoke-group, not 2');
+    result = { ok: true, listened: listened.size, events: events.size, reply: price, dashboard, cli };
   } finally {
     const closing = Date.now();
     await client?.close();
@@ -139,11 +172,17 @@ import { CoordinatedMember, StreamProducer } from '@redis-stream-coordinator/cor
 import { RedisServer } from '@redis-stream-coordinator/core/testing';
 import { CoordinatorModule, StreamListener } from '@redis-stream-coordinator/nestjs';
 import { CoordinatorClientProxy, RedisStreamsServer } from '@redis-stream-coordinator/nestjs/microservices';
-export const used = [CoordinatedMember, StreamProducer, RedisServer, CoordinatorModule, StreamListener, CoordinatorClientProxy, RedisStreamsServer];
+import { createDashboard } from '@redis-stream-coordinator/dashboard';
+import { CoordinatorDashboardModule } from '@redis-stream-coordinator/dashboard/nest';
+export const used = [CoordinatedMember, StreamProducer, RedisServer, CoordinatorModule, StreamListener, CoordinatorClientProxy, RedisStreamsServer, createDashboard, CoordinatorDashboardModule];
 export async function start(): Promise<string> { return (await RedisServer.start()).url; }
 `;
 
-/** Each moduleResolution must resolve every entry point (a failure is a "Cannot find module" in the consumer). */
+/**
+ * Each moduleResolution must resolve every entry point (a failure is a "Cannot find module" in the
+ * consumer), and every declaration they reach must compile (skipLibCheck off; the app has no
+ * @opentelemetry/api, an optional peer: test/packages/packed-types.test.ts checks the same in npm test).
+ */
 function checkTypes(app) {
   fs.writeFileSync(path.join(app, 'consumer.ts'), TYPES_CONSUMER);
   const settings = {
@@ -159,7 +198,7 @@ function checkTypes(app) {
         target: 'es2022',
         strict: true,
         noEmit: true,
-        skipLibCheck: true,
+        skipLibCheck: false,
         experimentalDecorators: true,
         types: ['node'],
       },
@@ -184,11 +223,11 @@ function runCombo({ nest, ioredis }, tarballs, withTypes) {
     `@nestjs/common@^${nest}`,
     `@nestjs/core@^${nest}`,
     `@nestjs/microservices@^${nest}`,
+    `@nestjs/platform-express@^${nest}`,
     `ioredis@^${ioredis}`,
     'reflect-metadata@^0.2',
     'rxjs@^7.8',
-    tarballs.core,
-    tarballs.nestjs,
+    ...Object.values(tarballs),
     ...(withTypes ? ['typescript@^5', '@types/node@^20'] : []),
   ];
   const started = Date.now();
@@ -211,7 +250,7 @@ function main() {
   console.log(
     `packed: ${Object.values(tarballs)
       .map((t) => path.basename(t))
-      .join(', ')} (README, LICENSE present; core dependency is a range)`,
+      .join(', ')} (README, LICENSE present; internal dependencies are ranges)`,
   );
   let failed = 0;
   combos.forEach((combo, index) => {
@@ -221,7 +260,7 @@ function main() {
       const typeProblems = result.types ? Object.entries(result.types).filter(([, v]) => v !== 'ok') : [];
       if (typeProblems.length > 0) failed += 1;
       console.log(
-        `${typeProblems.length ? 'FAIL' : 'PASS'} ${label}: ${result.versions}; listener ${result.smoke.listened}/20, events ${result.smoke.events}/10, reply ${JSON.stringify(result.smoke.reply)}, closed in ${result.smoke.closeMs} ms${result.types ? `; types ${JSON.stringify(result.types)}` : ''} (${result.seconds} s)`,
+        `${typeProblems.length ? 'FAIL' : 'PASS'} ${label}: ${result.versions}; listener ${result.smoke.listened}/20, events ${result.smoke.events}/10, reply ${JSON.stringify(result.smoke.reply)}, dashboard ${result.smoke.dashboard}/1, rsc ${result.smoke.cli}/2 members, closed in ${result.smoke.closeMs} ms${result.types ? `; types ${JSON.stringify(result.types)}` : ''} (${result.seconds} s)`,
       );
     } catch (error) {
       failed += 1;

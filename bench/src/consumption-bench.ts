@@ -3,16 +3,14 @@
  * `npm run bench:consumption [-- --quick]` runs only this scenario and replaces its section of
  * docs/benchmarks.md, leaving the rest as the last full run wrote it.
  */
-import fs from 'node:fs';
 import os from 'node:os';
-import path from 'node:path';
 import { Redis } from 'ioredis';
 import { CoordinatedMember, CoordinatorAdmin, type StreamMessage, StreamProducer } from '@redis-stream-coordinator/core';
 import { RedisServer } from '@redis-stream-coordinator/core/testing';
 import { runCli, until } from './cli';
 import { memberDrain, rawDrain } from './member-bench';
 import { redisVersion } from './redis-stats';
-import { type ConsumptionFigures, consumptionSection, SECTION_9 } from './report';
+import { type ConsumptionFigures, consumptionSection, SECTION_9, spliceSection } from './report';
 import { elapsedMs, spread } from './stats';
 
 const LANE_SHARDS = 4;
@@ -147,12 +145,7 @@ if (require.main === module) {
       const figures = await measureConsumption(server.url, quick, repetitions, progress);
       const machine = `${os.cpus().length} × ${os.cpus()[0]?.model ?? 'unknown'}, Node ${process.version}, Redis ${await redisVersion(redis)}; ${new Date().toISOString().slice(0, 10)}, ${repetitions} repetition(s)${quick ? ' (quick)' : ''}`;
       const section = consumptionSection(figures, machine).join('\n');
-      const file = path.resolve(__dirname, '../../docs/benchmarks.md');
-      const doc = fs.readFileSync(file, 'utf8');
-      const at = doc.indexOf(SECTION_9);
-      const next = at < 0 ? -1 : doc.indexOf('\n## ', at + SECTION_9.length);
-      const updated = at < 0 ? `${doc.trimEnd()}\n\n${section}` : `${doc.slice(0, at)}${section}${next < 0 ? '' : doc.slice(next)}`;
-      fs.writeFileSync(file, updated.endsWith('\n') ? updated : `${updated}\n`);
+      spliceSection(SECTION_9, section);
       process.stdout.write(`${section}\n`);
     } finally {
       redis.disconnect();

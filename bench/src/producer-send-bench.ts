@@ -5,16 +5,14 @@
  * table (with `--write`, also replaces its section of docs/benchmarks.md: do that on a quiet machine
  * only, the figures are ratios within one run but the CPU ones suffer from a busy one).
  */
-import fs from 'node:fs';
 import os from 'node:os';
-import path from 'node:path';
 import { Redis } from 'ioredis';
 import { CoordinatorAdmin, KeyBuilder, StreamProducer, shardForKey } from '@redis-stream-coordinator/core';
 import { RedisServer } from '@redis-stream-coordinator/core/testing';
 import { runCli } from './cli';
 import { redisCpuSeconds } from './cpu';
 import { redisVersion } from './redis-stats';
-import { type ProducerSendFigures, producerSendSection, SECTION_11, type SendCase } from './report';
+import { type ProducerSendFigures, producerSendSection, SECTION_11, type SendCase, spliceSection } from './report';
 import { elapsedMs, spread } from './stats';
 
 const SHARDS = 8;
@@ -147,14 +145,7 @@ if (require.main === module) {
       const figures = await measureProducerSend(server.url, quick, repetitions, progress);
       const machine = `${os.cpus().length} × ${os.cpus()[0]?.model ?? 'unknown'}, Node ${process.version}, Redis ${await redisVersion(redis)}; ${new Date().toISOString().slice(0, 10)}, ${repetitions} repetition(s)${quick ? ' (quick)' : ''}, load average ${loadBefore.toFixed(2)} before and ${figures.load.toFixed(2)} after`;
       const section = producerSendSection(figures, machine).join('\n');
-      if (process.argv.includes('--write')) {
-        const file = path.resolve(__dirname, '../../docs/benchmarks.md');
-        const doc = fs.readFileSync(file, 'utf8');
-        const at = doc.indexOf(SECTION_11);
-        const next = at < 0 ? -1 : doc.indexOf('\n## ', at + SECTION_11.length);
-        const updated = at < 0 ? `${doc.trimEnd()}\n\n${section}` : `${doc.slice(0, at)}${section}${next < 0 ? '' : doc.slice(next)}`;
-        fs.writeFileSync(file, updated.endsWith('\n') ? updated : `${updated}\n`);
-      }
+      if (process.argv.includes('--write')) spliceSection(SECTION_11, section);
       process.stdout.write(`${section}\n`);
     } finally {
       redis.disconnect();

@@ -1,3 +1,5 @@
+import fs from 'node:fs';
+import path from 'node:path';
 import type { CoordinatorFigures } from './coordinator-bench';
 import type { DrainRepetition } from './drain-bench';
 import type { MemoryFigures } from './memory-bench';
@@ -48,6 +50,21 @@ export interface ConsumptionFigures {
 
 export const SECTION_9 = '## 9. Key-ordered lanes and batch handlers';
 export const SECTION_11 = '## 11. Producer: send() one entry at a time';
+export const SECTION_12 = '## 12. What consuming one entry costs';
+
+/**
+ * Replaces the section that starts with `heading` in docs/benchmarks.md (up to the next `## `) with
+ * `section`, or appends it: a scenario measured on its own (`npm run bench:consumption`, …) leaves
+ * the rest of the file as the last full run wrote it.
+ */
+export function spliceSection(heading: string, section: string): void {
+  const file = path.resolve(__dirname, '../../docs/benchmarks.md');
+  const doc = fs.readFileSync(file, 'utf8');
+  const at = doc.indexOf(heading);
+  const next = at < 0 ? -1 : doc.indexOf('\n## ', at + heading.length);
+  const updated = at < 0 ? `${doc.trimEnd()}\n\n${section}` : `${doc.slice(0, at)}${section}${next < 0 ? '' : doc.slice(next)}`;
+  fs.writeFileSync(file, updated.endsWith('\n') ? updated : `${updated}\n`);
+}
 
 /** Scenario 11: who wrote the entries. */
 export type SendCase = 'plain' | 'auto' | 'ours';
@@ -429,6 +446,75 @@ export function consumptionSection(c: ConsumptionFigures, machine?: string): str
     row([withRange(c.drain.raw, int), withRange(c.drain.batch, int), withRange(c.drain.single, int), withRange(c.drain.batchShare, pct)]),
     '',
   ];
+}
+
+/** What one case of `npm run bench:cost` cost per entry, over its repetitions. */
+export interface CostFigures {
+  label: string;
+  rate: Spread;
+  /** µs per entry */
+  nodeCpu: Spread;
+  redisCpu: Spread;
+  /** per 1,000 entries */
+  reads: Spread;
+  scripts: Spread;
+  xacks: Spread;
+  gcs: Spread;
+  /** bytes the clients sent Redis per entry */
+  bytesIn: Spread;
+}
+
+/** Scenario 12 (`npm run bench:cost -- --write`): the cost per entry, in measures load barely moves. */
+export function costSection(
+  noop: CostFigures[],
+  io: CostFigures | undefined,
+  alone: { rate: Spread; nodeCpu: Spread } | undefined,
+  machine: string,
+): string[] {
+  const f2 = (n: number) => n.toFixed(2);
+  const cases = [...noop, ...(io ? [io] : [])];
+  const lines = [
+    SECTION_12,
+    '',
+    `Measured by \`npm run bench:cost\` on ${machine}.`,
+    '',
+    'Per entry consumed, in measures a loaded machine moves little: Node CPU (`process.cpuUsage`), Redis',
+    'CPU (`INFO cpu`), and per 1,000 entries the reads (`XREADGROUP`), script calls (`EVALSHA`: the gap',
+    'check and the fenced acks), `XACK`s (one per shard and ack call, inside the scripts for ours), the',
+    "process's garbage collections, and the bytes the clients sent Redis. No-op: 8 pre-filled shards,",
+    'the raw loop of scenario 1 against one member with 8 workers (`batchSize` 100,',
+    '`maxBufferedEntries` 1,600), timed from `start()` to its last acknowledgement. I/O-bound: 64',
+    'pre-filled shards, one member with 64 workers and a handler that awaits ~1 ms, against the handler',
+    'alone (64 loops on the same timer). Entries/s depend on the load; the other columns much less.',
+    '',
+    ...header('case', 'entries/s', 'Node CPU', 'Redis CPU', 'reads /1k', 'scripts /1k', 'XACKs /1k', 'GCs /1k', 'bytes sent'),
+    ...cases.map((c) =>
+      row([
+        c.label,
+        withRange(c.rate, int),
+        withRange(c.nodeCpu, us),
+        withRange(c.redisCpu, (n) => `${f2(n)} µs`),
+        c.reads.median.toFixed(1),
+        c.scripts.median.toFixed(1),
+        c.xacks.median.toFixed(1),
+        c.gcs.median.toFixed(2),
+        `${c.bytesIn.median.toFixed(1)} B`,
+      ]),
+    ),
+    ...(alone
+      ? [row(['the handler alone (64 loops)', withRange(alone.rate, int), withRange(alone.nodeCpu, us), '', '', '', '', '', ''])]
+      : []),
+    '',
+  ];
+  if (noop.length === 2) {
+    const [raw, ours] = noop;
+    lines.push(
+      `No-op, ours against raw (medians): Node CPU ${f2(ours.nodeCpu.median / raw.nodeCpu.median)} ×, Redis CPU ${f2(ours.redisCpu.median / raw.redisCpu.median)} ×, entries/s ${f2(ours.rate.median / raw.rate.median)} ×.`,
+    );
+  }
+  if (io && alone) lines.push(`I/O-bound: ${pct(io.rate.median / alone.rate.median)} of the handler alone.`);
+  lines.push('');
+  return lines;
 }
 
 /** Scenario 11; `machine` is set when `npm run bench:producer` measured it apart from the full run. */

@@ -248,8 +248,15 @@ describe('attack: stop() while the join is under way', () => {
 
     const proxy = await aProxy();
     const joining = aMember({ streamPrefix, sessionTimeoutMs: 10_000, handler: () => undefined }, redis.clientAt(proxy.url));
-    proxy.delay('reply', 1500); // the join runs at once; its answer is late
+    // The join (the first heartbeat, the first script call naming the member) waits at the proxy
+    // until its answers are late; then it runs at once and its answer is late. Late from the start,
+    // every call of start() before the join was late too: seconds of this file's time.
+    const join = proxy.holdNextRequest(TcpProxy.command('EVALSHA', joining.memberId));
+    holds.push(join);
     const started = joining.start().catch(() => 'rejected');
+    await join.arrived;
+    proxy.delay('reply', 1500);
+    join.release();
     await pollUntil('the join ran in Redis', async () =>
       (await admin.describeGroup(streamPrefix, 'group')).members.some((m) => m.memberId === joining.memberId),
     );

@@ -34,7 +34,7 @@ afterEach(async () => {
 // What recovery may take once the master moved: the next heartbeat (200 ms here) is refused, the
 // client reconnects (ioredis' first retry within 250 ms) and asks the Sentinels, the heartbeat
 // after a failure goes within a second, the blocked reader (closed by Redis on REPLICAOF)
-// reconnects by itself; plus what a loaded 2-core machine adds (two test files at a time).
+// reconnects by itself; plus what a loaded 2-core machine adds (three test files at a time).
 const RECOVERY_MS = 250 + 1000 + 200 + 5000;
 
 function aMember(client: Redis, streamPrefix: string, recorder: HandlerRecorder, resetStuckConnection = false) {

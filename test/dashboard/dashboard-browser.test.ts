@@ -6,11 +6,12 @@ import path from 'node:path';
 import type { INestApplication } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import type { Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import { CoordinatedMember, CoordinatorAdmin, KeyBuilder } from '@redis-stream-coordinator/core';
 import { StreamListenerRegistry, StreamPublisher } from '@redis-stream-coordinator/nestjs';
 import { chromiumMissing, launchBrowser } from '../support/browser';
 import { pollUntil } from '../support/poll';
+import { describeTier } from '../support/tier';
 import { useRedisServer } from '../support/vitest-redis';
 
 /**
@@ -20,7 +21,6 @@ import { useRedisServer } from '../support/vitest-redis';
  * docs/dashboard.md.
  */
 const missing = chromiumMissing();
-if (missing) console.warn(`SKIPPED: ${missing}`);
 
 const redis = useRedisServer();
 // The screenshots go to docs/dashboard only when asked (RSC_SCREENSHOTS=1), so a test run leaves the
@@ -32,7 +32,7 @@ const SHOTS =
 const STREAM = 'summary';
 const GROUP = 'summary-group';
 
-describe.skipIf(missing !== undefined)('the dashboard in a browser, against the demo', () => {
+describeTier('the dashboard in a browser, against the demo', missing, () => {
   const apps: INestApplication[] = [];
   let browser: Awaited<ReturnType<typeof launchBrowser>>;
   let base: string;

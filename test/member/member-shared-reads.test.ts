@@ -39,6 +39,14 @@ async function settled(streamPrefix: string) {
   });
 }
 
+/** How many times Redis ran `command` so far (INFO commandstats; a script's own calls count too). */
+async function commandCalls(command: string): Promise<number> {
+  const line = String(await redis.client().info('commandstats'))
+    .split('\n')
+    .find((l) => l.startsWith(`cmdstat_${command}:`));
+  return Number(/calls=(\d+)/.exec(line ?? '')?.[1] ?? 0);
+}
+
 function send(streamPrefix: string, from: number, count: number) {
   return new StreamProducer(redis.client(), { streamPrefix }).sendBatch(
     Array.from({ length: count }, (_, i) => ({ key: `k${(from + i) % 16}`, payload: { seq: from + i } })),
@@ -362,15 +370,7 @@ describe('reads while the buffer is full', () => {
     await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount });
     const producer = new StreamProducer(redis.client(), { streamPrefix });
     await producer.sendBatch(Array.from({ length: total }, (_, i) => ({ key: `k${i}`, payload: { seq: i } })));
-    const calls = async (command: string) =>
-      Number(
-        /calls=(\d+)/.exec(
-          String(await redis.client().info('commandstats'))
-            .split('\n')
-            .find((l) => l.startsWith(`cmdstat_${command}:`)) ?? '',
-        )?.[1] ?? 0,
-      );
-    const [reads0, checks0] = [await calls('xreadgroup'), await calls('xrange')];
+    const [reads0, checks0] = [await commandCalls('xreadgroup'), await commandCalls('xrange')];
     let handled = 0;
     const member = aMember({
       streamPrefix,
@@ -385,14 +385,47 @@ describe('reads while the buffer is full', () => {
     await member.start();
     await pollUntil('every entry handled', async () => handled >= total);
     // (Counted before describeGroup, whose lag pages are XRANGEs too.)
-    const reads = (await calls('xreadgroup')) - reads0;
+    const reads = (await commandCalls('xreadgroup')) - reads0;
     // Each read checks every shard it reads for a gap with one XRANGE (firstAfter): one per shard read.
-    const shardReads = (await calls('xrange')) - checks0;
+    const shardReads = (await commandCalls('xrange')) - checks0;
     await settled(streamPrefix);
     expect(reads).toBeGreaterThan(0);
     // Each read asks a shard for at least half its share (5); the shards' last reads find fewer (about
     // 4.3 per shard and read in all). Before: 1.2, a read for every entry or two that finished.
     expect(total / shardReads).toBeGreaterThanOrEqual(3);
+  });
+});
+
+describe('reads while handlers drain the buffer faster than a read comes back', () => {
+  it('a member reads about half its buffer per read, not a few entries per read back to back', async () => {
+    // 32 shards share maxBufferedEntries 320; 32 workers each finish an entry about every
+    // millisecond, faster than a read's round trip. The loop sent its next read as soon as the last
+    // came back with room for a few entries: a read (a round trip, a 32-stream XREADGROUP and its
+    // gap check) for every dozen entries. It now waits for room for half the buffer (160), or 50 ms
+    // at most: 60 entries a read at the very least on a loaded machine.
+    const streamPrefix = uniqueName('fuller-reads');
+    const shardCount = 32;
+    const total = 6400;
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount });
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.sendBatch(Array.from({ length: total }, (_, i) => ({ key: `k${i}`, payload: { seq: i } })));
+    const reads0 = await commandCalls('xreadgroup');
+    let handled = 0;
+    const member = aMember({
+      streamPrefix,
+      shardCount,
+      maxBufferedEntries: 320,
+      runtimeMaxConcurrency: shardCount,
+      handler: async () => {
+        await new Promise((resolve) => setTimeout(resolve, 1));
+        handled += 1;
+      },
+    });
+    await member.start();
+    await pollUntil('every entry handled', async () => handled >= total);
+    const reads = (await commandCalls('xreadgroup')) - reads0;
+    await settled(streamPrefix);
+    expect(total / reads).toBeGreaterThanOrEqual(60);
   });
 });
 

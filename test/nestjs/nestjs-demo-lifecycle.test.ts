@@ -1,98 +1,44 @@
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import net from 'node:net';
+import { type ChildProcess, execFileSync } from 'node:child_process';
 import path from 'node:path';
 import { afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { type DemoProcess, exitCodeOf, killGroups, refusesConnections, startDemoProcess } from '../support/demo-process';
 import { pollUntil } from '../support/poll';
 
 const root = path.resolve(__dirname, '../..');
 const running: ChildProcess[] = [];
-// A demo starts, serves and shuts down as a whole process: slower than a unit test on a loaded machine.
-vi.setConfig({ testTimeout: 90_000 });
+// A demo starts, serves and shuts down as a whole process, after three builds: slower than a unit test on a loaded machine.
+vi.setConfig({ testTimeout: 90_000, hookTimeout: 120_000 });
 
-// The demo runs from its build, as `npm run demo` runs it; `npm test` builds the core first (pretest).
+// The demo runs from its build, as `npm run demo` runs it. `npm test` builds the packages it imports
+// first (pretest: core, nestjs, and the dashboard it mounts; `npm run build` when this file runs
+// alone); the demo itself is built here.
 beforeAll(() => {
   const tsc = path.join(root, 'node_modules/.bin/tsc');
-  execFileSync(tsc, ['-p', 'packages/nestjs/tsconfig.build.json'], { cwd: root, stdio: 'inherit' });
-  // The demo mounts the dashboard (its Nest module), which it imports from the build.
-  execFileSync(tsc, ['-p', 'packages/dashboard/tsconfig.build.json'], { cwd: root, stdio: 'inherit' });
   execFileSync(tsc, ['-p', 'apps/demo/tsconfig.build.json'], { cwd: root, stdio: 'inherit' });
-});
+}, 90_000); // seconds alone, past a hook's 30 s beside two other files on a loaded machine
 
-afterEach(() => {
-  for (const child of running.splice(0)) {
-    // Whatever a failed test left: the demo's whole process group, its redis-server included.
-    if (child.exitCode === null && child.signalCode === null) process.kill(-child.pid!, 'SIGKILL');
-  }
-});
+// Whatever a failed test left: the demo's whole process group, its redis-server included.
+afterEach(() => killGroups(running));
 
-interface Demo {
-  child: ChildProcess;
-  output: () => string;
+interface Demo extends DemoProcess {
   redisPid: number;
   redisPort: number;
-  httpPort: number;
-  exited: Promise<number | null>;
 }
 
 /** `node apps/demo/dist/main.js` in a process group of its own (as a terminal or a process manager starts it), once it answers HTTP. */
 async function startDemo(): Promise<Demo> {
-  const child = spawn(process.execPath, ['apps/demo/dist/main.js'], {
+  const demo = await startDemoProcess(process.execPath, ['apps/demo/dist/main.js'], {
     cwd: root,
-    detached: true,
-    stdio: ['ignore', 'pipe', 'pipe'],
     // The demo's own shutdown deadline is generous: under a loaded machine (the whole suite runs in
     // parallel) a graceful stop of five members can take several seconds, and a test asserts what
     // happens, not how fast.
     env: { ...process.env, REDIS_URL: '', PORT: '0', NO_COLOR: '1', DEMO_SHUTDOWN_TIMEOUT_MS: '20000' },
+    running,
   });
-  running.push(child);
-  let output = '';
-  child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-  const started = await pollUntil(
-    'the demo listening',
-    async () => {
-      const redis = /private redis-server \(pid (\d+)\): REDIS_URL=redis:\/\/127\.0\.0\.1:(\d+)/.exec(output);
-      const http = /listening on http:\/\/localhost:(\d+)/.exec(output);
-      if (child.exitCode !== null) throw new Error(`the demo exited with ${child.exitCode}:\n${output}`);
-      return redis && http ? { redisPid: Number(redis[1]), redisPort: Number(redis[2]), httpPort: Number(http[1]) } : undefined;
-    },
-    { timeoutMs: 20_000 },
-  );
-  await pollUntil(
-    'members joined',
-    async () => (await fetch(`http://127.0.0.1:${started.httpPort}/health`).catch(() => undefined))?.status === 200,
-    { timeoutMs: 20_000 },
-  );
-  return { child, output: () => output, redisPid: started.redisPid, redisPort: started.redisPort, httpPort: started.httpPort, exited };
+  const redis = /private redis-server \(pid (\d+)\): REDIS_URL=redis:\/\/127\.0\.0\.1:(\d+)/.exec(demo.output());
+  if (!redis) throw new Error(`the demo did not say which redis-server it started:\n${demo.output()}`);
+  return { ...demo, redisPid: Number(redis[1]), redisPort: Number(redis[2]) };
 }
-
-/** The exit code, or a failure naming what the demo printed if it has not exited in time. */
-async function exitCodeOf(demo: Demo, timeoutMs = 30_000): Promise<number | null> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(
-      () => reject(new Error(`the demo was still running ${timeoutMs} ms later:\n${demo.output().slice(-2000)}`)),
-      timeoutMs,
-    );
-  });
-  try {
-    return await Promise.race([demo.exited, late]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-const refusesConnections = (port: number) =>
-  new Promise<boolean>((resolve) => {
-    const socket = net.connect(port, '127.0.0.1');
-    socket.once('connect', () => {
-      socket.destroy();
-      resolve(false);
-    });
-    socket.once('error', () => resolve(true));
-  });
 
 describe("the demo's lifecycle", () => {
   it('SIGTERM to its process group (a process manager, timeout, Ctrl+C): the demo exits 0 and its redis-server is gone', async () => {
@@ -102,6 +48,17 @@ describe("the demo's lifecycle", () => {
     const code = await exitCodeOf(demo);
     // On failure, what the demo printed says which step of its shutdown did not finish.
     expect({ code, output: code === 0 ? '' : demo.output().slice(-3000) }).toEqual({ code: 0, output: '' });
+    await pollUntil('the redis-server gone', () => refusesConnections(demo.redisPort));
+  });
+
+  it('SIGTERM twice a few milliseconds apart (from the process group, and the copy npm passes on): one shutdown that drains, exit 0', async () => {
+    const demo = await startDemo();
+    process.kill(demo.child.pid!, 'SIGTERM');
+    // The second once the first is being handled, as npm's copy arrives (two at once would merge into one).
+    await pollUntil('the first SIGTERM handled', async () => /SIGTERM: members drain/.test(demo.output()), { intervalMs: 1 });
+    process.kill(demo.child.pid!, 'SIGTERM');
+    expect(await exitCodeOf(demo)).toBe(0);
+    expect(demo.output()).not.toMatch(/again: stopping at once/);
     await pollUntil('the redis-server gone', () => refusesConnections(demo.redisPort));
   });
 

@@ -1,4 +1,5 @@
 import 'reflect-metadata';
+import os from 'node:os';
 import { Injectable, Module, Scope } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { describe, expect, it } from 'vitest';
@@ -17,6 +18,8 @@ import { uniqueName, useRedisServer } from '../support/vitest-redis';
 
 const redis = useRedisServer();
 const apps = closedAfterEach<TestingModule>();
+/** What default member names end with in this process. */
+const thisProcess = `@${os.hostname().split('.')[0]}:${process.pid}`;
 
 /** What handled which entry: the provider class, through its injected dependency. */
 @Injectable()
@@ -81,7 +84,9 @@ describe('CoordinatorModule', () => {
     const description = await stable(streamPrefix, 5);
 
     const listenerMembers = description.members.filter((m) => m.memberName.startsWith('SummaryHandlers.onSummary-m'));
-    expect(listenerMembers.map((m) => m.memberName).sort()).toEqual([0, 1, 2, 3].map((i) => `SummaryHandlers.onSummary-m${i}`));
+    expect(listenerMembers.map((m) => m.memberName).sort()).toEqual(
+      [0, 1, 2, 3].map((i) => `SummaryHandlers.onSummary-m${i}${thisProcess}`),
+    );
     const base = listenerMembers[0].memberId.replace(/-m\d$/, '');
     expect(listenerMembers.map((m) => m.memberId).sort()).toEqual([0, 1, 2, 3].map((i) => `${base}-m${i}`));
     expect(listenerMembers.every((m) => m.runtimeMaxConcurrency === 1)).toBe(true);
@@ -100,6 +105,38 @@ describe('CoordinatorModule', () => {
     const health = await app.get(CoordinatorHealthIndicator).check();
     expect(health.coordinator.status).toBe('up');
     expect(health.coordinator.members).toHaveLength(5);
+  });
+
+  it('default member names say which process a member runs in: Class.method-mI@host:pid, a bean by its id; a static listener by its instance id; a given memberName as given', async () => {
+    const streamPrefix = uniqueName('names');
+    @Injectable()
+    class Named {
+      @StreamListener({ streamPrefix, consumerGroup: 'summary-group', concurrency: 2, memberName: 'mine' })
+      async given() {}
+      @StreamListener({ streamPrefix, consumerGroup: 'static-group', concurrency: 2, memberInstanceId: 'pod-a' })
+      async pinned() {}
+    }
+    const bean = {
+      provide: 'auditConsumer',
+      useFactory: () => CoordinatorConsumerProperties.consumer({ streamPrefix, consumerGroup: 'audit-group', handler: () => undefined }),
+    };
+    await anApp([summaryListener(streamPrefix, 2), Named, bean], { defaults: { shardCount: 8 } });
+    const names = async (group: string, count: number) => {
+      const members = await pollUntil(`${count} members of ${group}`, async () => {
+        const d = await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, group).catch(() => undefined);
+        return d && d.members.length === count && d.members;
+      });
+      return members.map((m) => m.memberName).sort();
+    };
+    expect(await names('summary-group', 4)).toEqual([
+      `SummaryHandlers.onSummary-m0${thisProcess}`,
+      `SummaryHandlers.onSummary-m1${thisProcess}`,
+      'mine-m0',
+      'mine-m1',
+    ]);
+    // A static member's name stays the same across restarts, as its shards do.
+    expect(await names('static-group', 2)).toEqual(['Named.pinned-m0@pod-a', 'Named.pinned-m1@pod-a']);
+    expect(await names('audit-group', 1)).toEqual([`auditConsumer${thisProcess}`]);
   });
 
   it('a listener can give each of its members several workers', async () => {
@@ -364,5 +401,14 @@ describe('bad configuration fails at startup, naming the option', () => {
       }),
     };
     await expect(anApp([bean])).rejects.toThrow(/bean bad: runtimeMaxConcurrency must be an integer from 1 to 10000, got 0/);
+  });
+
+  it("a bad module default is named as the module's, on the listener it reached; a listener's own value is the listener's", async () => {
+    await expect(anApp([summaryListener(uniqueName('defaults'), 1)], { defaults: { sessionTimeoutMs: 5 } })).rejects.toThrow(
+      '@StreamListener on SummaryHandlers.onSummary: sessionTimeoutMs must be an integer from 100 to 86400000, got 5 (from CoordinatorModule defaults.sessionTimeoutMs)',
+    );
+    await expect(anApp([summaryListener(uniqueName('defaults'), 1, 0)], { defaults: { runtimeMaxConcurrency: 2 } })).rejects.toThrow(
+      /@StreamListener on SummaryHandlers.onSummary: runtimeMaxConcurrency must be an integer from 1 to 10000, got 0$/,
+    );
   });
 });

@@ -1,51 +1,35 @@
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
-import path from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { CoordinatorAdmin, KeyBuilder, StreamProducer, type StreamMessage, msgpackCodec } from '@redis-stream-coordinator/core';
 import type { KeyedPayload } from '../support/handler-recorder';
 import { memberFactory } from '../support/member-factory';
+import { RSC_BIN, rscInProcess, rscProcess } from '../support/rsc';
 import { pollUntil } from '../support/poll';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
 
-// The real `rsc` binary (docs/operations.md, The `rsc` command), node on the built file, against a private redis-server.
-const BIN = path.resolve(__dirname, '../../packages/cli/dist/main.js');
+// `rsc` against a private redis-server: most commands run in this process (runRsc, what the binary
+// runs, writing to buffers here: a node process each cost most of this file's time), and the real
+// binary (docs/operations.md, The `rsc` command: node on the built file) where the process itself is
+// what is checked: exit codes, Ctrl-C, the environment.
 const redis = useRedisServer();
 const aMember = memberFactory(redis, { retryBackoffMs: 1 });
 const keys = new KeyBuilder();
 const admin = () => new CoordinatorAdmin(redis.client());
 
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
 beforeAll(() => {
-  if (!fs.existsSync(BIN)) throw new Error(`${BIN} is missing: build it with npm run build --workspace packages/cli (npm test does)`);
+  if (!fs.existsSync(RSC_BIN))
+    throw new Error(`${RSC_BIN} is missing: build it with npm run build --workspace packages/cli (npm test does)`);
 });
 
-/** Runs `rsc --url <the private server> ...args` to completion. */
-function rsc(...args: string[]): Promise<Run> {
-  return new Promise((resolve) => {
-    execFile(process.execPath, [BIN, '--url', redis.server.url, ...args], { timeout: 20_000 }, (error, stdout, stderr) => {
-      resolve({ code: error ? Number((error as { code?: number }).code ?? 1) : 0, stdout, stderr });
-    });
-  });
-}
-
-/** Runs `rsc ...args` as given (no --url added), with these environment variables on top of the test's. */
-function rscAs(args: string[], env: Record<string, string> = {}): Promise<Run> {
-  return new Promise((resolve) => {
-    execFile(process.execPath, [BIN, ...args], { timeout: 20_000, env: { ...process.env, ...env } }, (error, stdout, stderr) => {
-      resolve({ code: error ? Number((error as { code?: number }).code ?? 1) : 0, stdout, stderr });
-    });
-  });
+/** Runs `rsc --url <the private server> ...args` to completion, in this process. */
+function rsc(...args: string[]) {
+  return rscInProcess(['--url', redis.server.url, ...args]);
 }
 
 /** Starts `rsc` for a command that runs until stopped (--watch, --follow), collecting its output. */
 function rscRunning(...args: string[]) {
-  const child: ChildProcess = spawn(process.execPath, [BIN, '--url', redis.server.url, ...args]);
+  const child: ChildProcess = spawn(process.execPath, [RSC_BIN, '--url', redis.server.url, ...args]);
   const out = { stdout: '', stderr: '' };
   child.stdout!.on('data', (chunk: Buffer) => (out.stdout += chunk.toString()));
   child.stderr!.on('data', (chunk: Buffer) => (out.stderr += chunk.toString()));
@@ -149,11 +133,15 @@ describe('rsc streams, groups, describe', () => {
       code: 1,
       stderr: expect.stringMatching(/rsc: error: stream "no-such-stream" does not exist \(it has no metadata\): .*`rsc streams` lists/),
     });
+    // What an operator can change at a command line: the name and --key-prefix, not a TypeScript API.
     const noGroups = await rsc('groups', 'no-such-stream');
     expect(noGroups).toMatchObject({
       code: 1,
-      stderr: expect.stringMatching(/rsc: error: stream "no-such-stream" does not exist .*CoordinatorAdmin\.createStream/),
+      stderr: expect.stringMatching(
+        /rsc: error: stream "no-such-stream" does not exist \(it has no metadata\): check the name and --key-prefix \(`rsc streams` lists the streams under key prefix "rsc"\)\n$/,
+      ),
     });
+    expect(noGroups.stderr).not.toMatch(/CoordinatorAdmin|shardCount/);
     const badName = await rsc('describe', 'bad{name}', 'group');
     expect(badName).toMatchObject({ code: 2, stderr: expect.stringMatching(/streamPrefix "bad\{name\}" is invalid/) });
     const badCount = await rsc('resize', 'x', 'zero');
@@ -161,13 +149,10 @@ describe('rsc streams, groups, describe', () => {
       code: 2,
       stderr: expect.stringMatching(/value 'zero' is invalid for argument 'n'. expected an integer from 1 to 65536/),
     });
-    const unknown = await rsc('nonsense');
+    // The binary's exit codes are the process's own: a wrong command line (2), a failed operation (1).
+    const unknown = await rscProcess(['--url', redis.server.url, 'nonsense']);
     expect(unknown).toMatchObject({ code: 2, stderr: expect.stringMatching(/unknown command 'nonsense'/) });
-    const down = await new Promise<Run>((resolve) =>
-      execFile(process.execPath, [BIN, '--url', 'redis://127.0.0.1:1', 'streams'], (error, stdout, stderr) =>
-        resolve({ code: Number(error?.code ?? 0), stdout, stderr }),
-      ),
-    );
+    const down = await rscProcess(['--url', 'redis://127.0.0.1:1', 'streams']);
     expect(down).toMatchObject({
       code: 1,
       stderr: expect.stringMatching(/cannot connect to Redis at redis:\/\/127\.0\.0\.1:1: .*ECONNREFUSED/),
@@ -178,13 +163,7 @@ describe('rsc streams, groups, describe', () => {
     await redis.client().call('ACL', 'SETUSER', 'rsc-ops', 'on', '>s3cret', '~*', '&*', '+@all');
     const ok = await rsc('--user', 'rsc-ops', '--password', 's3cret', 'streams');
     expect(ok.code).toBe(0);
-    const wrong = await new Promise<Run>((resolve) =>
-      execFile(
-        process.execPath,
-        [BIN, '--url', redis.server.url.replace('redis://', 'redis://rsc-ops:wrong@'), 'streams'],
-        (error, stdout, stderr) => resolve({ code: Number(error?.code ?? 0), stdout, stderr }),
-      ),
-    );
+    const wrong = await rscInProcess(['--url', redis.server.url.replace('redis://', 'redis://rsc-ops:wrong@'), 'streams']);
     expect(wrong.code).toBe(1);
     expect(wrong.stderr).toMatch(/rsc-ops:\*\*\*@.*WRONGPASS/);
     expect(wrong.stderr).not.toContain('wrong@');
@@ -193,18 +172,18 @@ describe('rsc streams, groups, describe', () => {
 
 describe('passwords are never printed', () => {
   it('a connection error hides the password of --url and of every --cluster URL, whatever it holds (@, :, /)', async () => {
-    const single = await rscAs(['--url', 'redis://:S3cr@tPassw0rd@127.0.0.1:1', 'streams']);
+    const single = await rscInProcess(['--url', 'redis://:S3cr@tPassw0rd@127.0.0.1:1', 'streams']);
     expect(single.code).toBe(1);
     expect(single.stderr).toContain('cannot connect to Redis at redis://:***@127.0.0.1:1');
-    const cluster = await rscAs(['--cluster', 'redis://:F1rst@pw@127.0.0.1:1,redis://ops:Sec/ond:pw@127.0.0.1:2', 'streams']);
+    const cluster = await rscInProcess(['--cluster', 'redis://:F1rst@pw@127.0.0.1:1,redis://ops:Sec/ond:pw@127.0.0.1:2', 'streams']);
     expect(cluster.code).toBe(1);
     expect(cluster.stderr).toContain('redis://:***@127.0.0.1:1,redis://ops:***@127.0.0.1:2');
-    const usage = await rscAs(['--url', ':S3cr@tPassw0rd@127.0.0.1:1', 'streams']);
+    const usage = await rscInProcess(['--url', ':S3cr@tPassw0rd@127.0.0.1:1', 'streams']);
     expect(usage.code).toBe(2);
-    const badNode = await rscAs(['--cluster', 'ops:S3cr@tPassw0rd@127.0.0.1', 'streams']);
+    const badNode = await rscInProcess(['--cluster', 'ops:S3cr@tPassw0rd@127.0.0.1', 'streams']);
     expect(badNode.code).toBe(2);
     // Commander quotes a mistyped option whole, in the middle of its message.
-    const typo = await rscAs(['--urll=:S3cr@tPassw0rd@127.0.0.1:1', 'streams']);
+    const typo = await rscInProcess(['--urll=:S3cr@tPassw0rd@127.0.0.1:1', 'streams']);
     expect(typo.code).toBe(2);
     expect(typo.stderr).toContain('***@127.0.0.1:1');
     for (const run of [single, cluster, usage, badNode, typo]) {
@@ -215,7 +194,12 @@ describe('passwords are never printed', () => {
 
 describe('empty environment variables count as not set', () => {
   it('an exported but empty REDIS_CLUSTER_NODES, REDIS_PASSWORD or REDIS_USERNAME does not change what --url does', async () => {
-    const run = await rscAs(['--url', redis.server.url, 'streams'], { REDIS_CLUSTER_NODES: '', REDIS_PASSWORD: '', REDIS_USERNAME: ' ' });
+    // The binary, so that the variables are the process's own environment.
+    const run = await rscProcess(['--url', redis.server.url, 'streams'], {
+      REDIS_CLUSTER_NODES: '',
+      REDIS_PASSWORD: '',
+      REDIS_USERNAME: ' ',
+    });
     expect(run).toMatchObject({ code: 0, stderr: '' });
   });
 });

@@ -1,3 +1,6 @@
+import 'reflect-metadata';
+import { Injectable, Module } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
 import { describe, expect, it } from 'vitest';
 import {
   CoordinatedMember,
@@ -7,6 +10,7 @@ import {
   StreamNotFoundError,
   StreamProducer,
 } from '@redis-stream-coordinator/core';
+import { CoordinatorModule, StreamListener, StreamPublisher } from '@redis-stream-coordinator/nestjs';
 import { pollUntil } from '../support/poll';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
 
@@ -70,7 +74,7 @@ describe('a stream without metadata is reported as a missing stream (StreamNotFo
     const producer = new StreamProducer(redis.client(), { streamPrefix });
     const error = await refusal(() => producer.send({ key: 'a', payload: 1 }));
     expectStreamNotFound(error, streamPrefix);
-    expect(error.message).toContain('shardCount');
+    expect(error.message).toContain('give the StreamProducer shardCount');
     expect(await admin().listStreams()).not.toContain(streamPrefix);
   });
 
@@ -94,7 +98,7 @@ describe('a stream without metadata is reported as a missing stream (StreamNotFo
       const problems = member.stats().problems;
       expect(problems).toHaveLength(1);
       expect(problems[0]).toContain(
-        `stream "${streamPrefix}" does not exist (it has no metadata): create it with CoordinatorAdmin.createStream`,
+        `stream "${streamPrefix}" does not exist (it has no metadata): create it with CoordinatorAdmin.createStream, or give the member shardCount`,
       );
       await admin().createStream({ streamPrefix, shardCount: 2 });
       await started;
@@ -102,6 +106,63 @@ describe('a stream without metadata is reported as a missing stream (StreamNotFo
       expect(errors).toHaveLength(1);
     } finally {
       await member.stop();
+    }
+  });
+});
+
+describe('a missing stream is told in the options of whoever hit it', () => {
+  it('an admin call names createStream, never an option of a producer or member it does not have', async () => {
+    const error = await refusal(() => admin().trim(uniqueName('untrimmed')));
+    expect(error.message).toMatch(/: create it with CoordinatorAdmin\.createStream \(listStreams\(\) lists the streams that exist\)$/);
+    expect(error.message).not.toMatch(/producer|member/);
+  });
+
+  it('StreamPublisher.publish and publishBatch name what a Nest application can do, not the StreamProducer shardCount a publish call has no option for', async () => {
+    const streamPrefix = uniqueName('unpublished');
+    const app = await Test.createTestingModule({ imports: [CoordinatorModule.forRoot({ redis: { url: redis.server.url } })] }).compile();
+    try {
+      const publisher = app.get(StreamPublisher);
+      for (const [call, send] of [
+        ['StreamPublisher.publish', () => publisher.publish(streamPrefix, { key: 'a', payload: 1 })],
+        ['StreamPublisher.publishBatch', () => publisher.publishBatch(streamPrefix, [{ key: 'a', payload: 1 }])],
+      ] as const) {
+        const error = await refusal(send);
+        expectStreamNotFound(error, streamPrefix);
+        expect(error.message).toMatch(new RegExp(`^${call.replace('.', '\\.')}, nothing written: stream "${streamPrefix}" does not exist`));
+        expect(error.message).toContain('or give a @StreamListener of the stream');
+        expect(error.message).not.toContain('StreamProducer');
+      }
+      expect(await admin().listStreams()).not.toContain(streamPrefix);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it("a Nest listener's member logs it naming the listener's own shardCount", async () => {
+    const streamPrefix = uniqueName('unlistened');
+    const warnings: string[] = [];
+    const logger = { log() {}, error() {}, debug() {}, verbose() {}, warn: (message: unknown) => void warnings.push(String(message)) };
+    @Injectable()
+    class Orders {
+      @StreamListener({ streamPrefix, consumerGroup: 'billing' })
+      async onOrder() {}
+    }
+    @Module({ providers: [Orders] })
+    class OrdersModule {}
+    const app = await Test.createTestingModule({
+      imports: [CoordinatorModule.forRoot({ redis: { url: redis.server.url }, coordinator: { heartbeatIntervalMs: 200 } }), OrdersModule],
+    })
+      .setLogger(logger)
+      .compile();
+    try {
+      await app.init();
+      const line = await pollUntil('the missing stream logged', async () =>
+        warnings.find((w) => w.includes(`stream "${streamPrefix}" does not exist`)),
+      );
+      expect(line).toContain("give @StreamListener on Orders.onOrder shardCount (or the module's defaults.shardCount)");
+      expect(line).not.toContain('give the member shardCount');
+    } finally {
+      await app.close();
     }
   });
 });

@@ -5,8 +5,10 @@
  * (test/reliability/reliability-checker.test.ts) can show that it catches each broken promise.
  */
 import { orderEvidence, type OrderViolation } from './order-evidence';
+import { deadLetterOutcomes } from './dead-letter-outcomes';
+import { offsetResets, rewound } from './offset-resets';
 import { deadLetterFencing, grantDuplicates, stuckEntries, writtenTwice } from './promises';
-import type { DeadLetter, Fault, FaultKind, OffsetReset, PendingSample, Produced, RecordLine, Run } from './records';
+import type { DeadLetter, DeadLetterOperations, Fault, FaultKind, PendingSample, Produced, RecordLine, ReplayWrite, Run } from './records';
 import { compareStreamIds } from '../../packages/core/src/protocol/stream-ids';
 
 export type { DeadLetter, Fault, FaultKind, PendingSample, Produced, RecordLine, Run } from './records';
@@ -38,6 +40,9 @@ export interface CheckExtras {
   resizeHistory?: string;
   /** "shard/id" gone from its shard stream at the end: trimmed (retention, or before a group was created). */
   trimmedAway?: Set<string>;
+  /** What the dead-letter actors listed and asked for (replay, purge), and the replays found in the streams at the end. */
+  deadLetterOperations?: DeadLetterOperations;
+  replayWrites?: ReplayWrite[];
 }
 
 export interface CheckReport {
@@ -93,6 +98,11 @@ export interface CheckReport {
   notReplayed: string[];
   /** The main producer wrote nothing for 20 s or more (a send that never answered, or refused for good): must be none. */
   producerStalls: string[];
+  /**
+   * Dead letters the replay and purge actors saw that did not end replayed exactly once or still
+   * listed (or purged: gone, replayed at most once), and replays their group never handled (must be none).
+   */
+  deadLetterOutcomes: string[];
   faults: Fault[];
 }
 
@@ -207,6 +217,7 @@ export function collectRuns(lines: RecordLine[]): Run[] {
         grantAt: grant?.at,
         acked,
       };
+      if (line.rp !== undefined) run.replayOf = { ref: line.rp, group: line.rg ?? '' };
       open.set(key, run);
       runs.push(run);
     } else if (line.e === 'end') {
@@ -235,7 +246,8 @@ export function check(
   const runs = collectRuns(lines);
   const groups = extras.groups ?? [...new Set(runs.map((r) => r.group))];
   if (groups.length === 0) groups.push(DEFAULT_GROUP);
-  const deadLetters = extras.deadLetters ?? [];
+  // Those in Redis at the end, and those an actor replayed or purged since it listed them.
+  const deadLetters = everyDeadLetter(extras.deadLetters ?? [], extras.deadLetterOperations?.seen ?? []);
   const label = (g: string) => (groups.length > 1 || g !== DEFAULT_GROUP ? `${g}: ` : '');
   const open = (g: string, shard: number, id: string) =>
     unacknowledged.has(`${g}/${shard}/${id}`) ||
@@ -310,7 +322,8 @@ export function check(
   const seen = new Set<string>();
   for (const run of [...runs].sort((a, b) => a.start - b.start)) {
     const entry = `${run.group}/${run.key}#${run.seq}`;
-    if (seen.has(entry)) continue;
+    // A dead letter's replay is a new entry after its key's newer ones, by design (docs/operations.md, Replay).
+    if (seen.has(entry) || run.replayOf) continue;
     seen.add(entry);
     const top = highest.get(`${run.group}/${run.key}`);
     if (top && run.seq < top.seq && !excused(run.key, run, top)) {
@@ -363,12 +376,10 @@ export function check(
 
   // reset-offsets: what a reset moved the group back over is read again; a run of it after the reset
   // is what the operator asked for, not a redelivery.
-  const resets = faults.flatMap((f) => f.resets ?? []);
   // After the reset point (and not below what the stream kept then): a run of it after the reset is
   // the re-read the operator asked for. `from` is read before the move, so an entry delivered in
   // between is re-read too: only the expectation below is bounded by it.
-  const rewound = (r: OffsetReset, shard: number, id: string) =>
-    r.shard === shard && compareStreamIds(id, r.to) > 0 && (r.oldest === undefined || compareStreamIds(id, r.oldest) >= 0);
+  const resets = offsetResets(faults);
   const replayed = (run: Run) =>
     resets.some((r) => (r.group || DEFAULT_GROUP) === run.group && r.resetAt <= run.start && rewound(r, run.shard, run.id));
   const notReplayed: string[] = [];
@@ -436,9 +447,26 @@ export function check(
     notReplayed,
     writtenTwice: writtenTwice(runs, extras.mayBeTwice ?? new Set()),
     producerStalls: extras.producerStalls ?? [],
+    deadLetterOutcomes: extras.deadLetterOperations
+      ? deadLetterOutcomes({
+          operations: extras.deadLetterOperations,
+          listedAtEnd: extras.deadLetters ?? [],
+          writes: extras.replayWrites ?? [],
+          runs,
+          unacknowledged: (g, shard, id) => open(g, shard, id),
+          faults,
+        })
+      : [],
     unrecovered: faults
       .filter((f) => f.failed)
       .map((f) => `${f.kind}${f.target ? ` ${f.target}` : ''}${f.detail ? ` ${f.detail}` : ''}: ${f.failed}`),
     faults,
   };
+}
+
+/** The dead letters at the end and those seen before (replayed or purged since), each once. */
+function everyDeadLetter(atEnd: DeadLetter[], seen: DeadLetter[]): DeadLetter[] {
+  const byName = new Map<string, DeadLetter>();
+  for (const d of [...atEnd, ...seen]) byName.set(`${d.group}/${d.ref ?? `${d.shard}/${d.id}/${d.member}/${d.t}`}`, d);
+  return [...byName.values()];
 }

@@ -11,6 +11,7 @@ import { RecordTail } from './record-tail';
 import { evalsha, scriptShas } from './script-match';
 import { freezeOnStop, halfOpen, lateAnswers, lateJoin } from './seam-faults';
 import { deleteRacingResizeBack, resetOffsets } from './operation-faults';
+import { purgeDeadLetters, replayDeadLetters } from './dead-letter-faults';
 import type { TargetKind } from './target';
 
 /** The process-level and resizing kinds, which need no proxy: on both targets. */
@@ -483,6 +484,20 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
     what: 'an ordered shrink to its end, then `deleteDrainedShards` and an ordered growth back to the former count at once: the shard brought back must lose nothing written to it',
     needs: 'ca46873 (seams-d): each shard deleted in its own slot after a re-check; a resize back never loses entries (SPEC 10.5)',
     inject: deleteRacingResizeBack,
+  },
+  'dead-letter-replay': {
+    what:
+      "an operator's replay of up to three of the first group's dead letters, on a connection of its own, with a fault between two of its steps (the delete fails, " +
+      "the write's or the delete's reply is lost with its connection, the write lands late after another replay took the mark over, a trim after the write " +
+      'or between two replays), tried again until done: each dead letter replayed exactly once or still listed, each replay handled',
+    needs: '28333f2: replay records outlive their dead letter as tombstones, so a late replay write cannot land twice (SPEC 10.6)',
+    inject: replayDeadLetters,
+  },
+  'dead-letter-purge': {
+    what:
+      "an operator's purge of up to three of the first group's dead letters, with a fault between its steps (the delete fails or its reply is lost), some after " +
+      'a replay of it stopped before its delete or while a replay write is on a slow link, tried again until done: gone, replayed at most once, a later replay finds it gone',
+    inject: purgeDeadLetters,
   },
   failover: {
     runsOn: ['cluster'],

@@ -8,7 +8,8 @@ import type { MemberProcessSettings } from '../../packages/core/src/testing/memb
 import { check, type CheckReport, type Fault, type FaultKind, type PendingSample, type RecordLine } from './checker';
 import { FAULTS } from './faults';
 import { LoadProducer } from './load';
-import { mustBeOwned, pendingSamples, readDeadLetters, unacknowledged } from './redis-state';
+import { mustBeOwned, pendingSamples, readDeadLetters, replayWritesInStreams, unacknowledged } from './redis-state';
+import type { DeadLetterOperations } from './records';
 import { type MemberProcess, proxyOf, readRecords, seededRandom, sleep, waitFor } from './harness-tools';
 import { ChaosTarget, type TargetKind } from './target';
 import type { TcpProxy } from '../support/tcp-proxy';
@@ -130,6 +131,8 @@ export class ChaosHarness {
   trimFailures = 0;
   /** The stream's `resizeHistory` when the run drained (JSON), kept with the records. */
   private resizeHistory: string | undefined;
+  /** What the dead-letter replay and purge actors saw and asked for (dead-letter-faults.ts). */
+  readonly deadLetterOperations: DeadLetterOperations = { seen: [], replayAsked: new Set(), purgeAsked: new Set(), answered: new Map() };
 
   private constructor(
     readonly target: ChaosTarget,
@@ -513,13 +516,15 @@ export class ChaosHarness {
   async drainAndStop(drainTimeoutMs = 60_000): Promise<() => CheckReport> {
     await Promise.all([this.load.stop(), this.staleLoad.stop()]);
     const produced = [...this.load.produced, ...this.staleLoad.produced];
+    // Dead letters' replays (dead-letter-faults.ts) are written too, and must be handled as well.
+    const expected = [...produced, ...(await replayWritesInStreams(this).catch(() => []))];
     const outstanding = async () => {
       const open = await unacknowledged(this);
-      return produced.filter((p) => this.groups.some((g) => open.has(`${g}/${p.shard}/${p.id}`))).length;
+      return expected.filter((p) => this.groups.some((g) => open.has(`${g}/${p.shard}/${p.id}`))).length;
     };
     try {
       await waitFor(
-        `${produced.length} entries handled and acknowledged by every group`,
+        `${expected.length} entries handled and acknowledged by every group`,
         async () => (await outstanding()) === 0,
         drainTimeoutMs,
         100,
@@ -535,6 +540,7 @@ export class ChaosHarness {
     await Promise.all([...this.members.keys()].map((handle) => this.removeMember(handle, 'SIGTERM')));
     const open = await unacknowledged(this);
     const deadLetters = await readDeadLetters(this);
+    const replayWrites = await replayWritesInStreams(this);
     // For the evidence of an order violation only: if Redis cannot answer, the report goes without it.
     const resizeHistory =
       (await this.redis.hget(this.admin.keys.streamMeta(this.streamPrefix), 'resizeHistory').catch(() => null)) ?? undefined;
@@ -555,6 +561,8 @@ export class ChaosHarness {
         producerStalls: this.producerStalls,
         resizeHistory,
         trimmedAway,
+        deadLetterOperations: this.deadLetterOperations,
+        replayWrites,
       });
   }
 

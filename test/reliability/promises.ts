@@ -3,6 +3,7 @@
  * the counts mean), each a pure function of what the harness recorded:
  * nothing stuck at a live owner, dead letters fenced like acks, one accepted run per entry per grant.
  */
+import { offsetResets, resetBetween } from './offset-resets';
 import type { DeadLetter, Fault, FaultKind, PendingSample, RecordLine, Run } from './records';
 
 /** Samples further apart than this break a streak (the harness was not looking, e.g. Redis restarting). */
@@ -144,14 +145,18 @@ function ackRanBy(member: string, t: number, grantedAt: number | undefined, stop
  * another member as well (SPEC 9.2: side writes are fenced like acks). "Not the owner of the time":
  * the writer had not been granted the shard, or another member's acknowledgement on the shard was
  * accepted after the writer's latest grant and before the write (the shard had moved on).
- * `faults`: the run's faults, for acks recorded late because their member was stopped (`ackRanBy`).
+ * `faults`: the run's faults, for acks recorded late because their member was stopped (`ackRanBy`),
+ * and for resets of offsets: an acknowledgement of the entry on the other side of a reset that moved
+ * the group back over it belongs to another life of the entry (dead-lettered, then re-read and
+ * handled after the reset, or the other way round), not to the dead letter's.
  */
 export function deadLetterFencing(lines: RecordLine[], deadLetters: DeadLetter[], faults: Fault[] = []): string[] {
   const sorted = [...lines].sort((a, b) => a.t - b.t);
   const stops = faults.filter((f) => STOPPING.has(f.kind));
+  const resets = offsetResets(faults);
   const grants = new Map<string, number[]>(); // group/member/shard -> grant times
   const acceptedAcks = new Map<string, { member: string; t: number }[]>(); // group/shard -> acks, by time
-  const ackedBy = new Map<string, Set<string>>(); // group/shard/id -> members whose ack of it was accepted
+  const ackedBy = new Map<string, { member: string; t: number }[]>(); // group/shard/id -> accepted acks of it
   const grantRecorded = new Map<string, number>(); // group/member/shard/epoch -> when the member recorded that grant
   for (const line of sorted) {
     const g = line.g ?? '';
@@ -175,9 +180,9 @@ export function deadLetterFencing(lines: RecordLine[], deadLetters: DeadLetter[]
       if (list) list.push(ack);
       else acceptedAcks.set(k, [ack]);
       for (const id of line.ids ?? []) {
-        const members = ackedBy.get(`${k}/${id}`);
-        if (members) members.add(line.m);
-        else ackedBy.set(`${k}/${id}`, new Set([line.m]));
+        const acks = ackedBy.get(`${k}/${id}`);
+        if (acks) acks.push({ member: line.m, t: line.t });
+        else ackedBy.set(`${k}/${id}`, [{ member: line.m, t: line.t }]);
       }
     }
   }
@@ -188,9 +193,11 @@ export function deadLetterFencing(lines: RecordLine[], deadLetters: DeadLetter[]
     const groupLines = [...grants.keys()].some((k) => k.startsWith(`${d.group}/`)) ? d.group : '';
     const acks = acceptedAcks.get(`${groupLines}/${d.shard}`) ?? [];
     const name = `${d.group ? `${d.group}: ` : ''}shard ${d.shard} ${d.id} dead-lettered by ${d.member}`;
-    const other = [...(ackedBy.get(`${groupLines}/${d.shard}/${d.id}`) ?? [])].find((m) => m !== d.member);
+    const other = (ackedBy.get(`${groupLines}/${d.shard}/${d.id}`) ?? []).find(
+      (a) => a.member !== d.member && !resetBetween(resets, d.group, d.shard, d.id, a.t, d.t),
+    );
     if (other) {
-      problems.push(`${name}, also acknowledged by ${other}`);
+      problems.push(`${name}, also acknowledged by ${other.member}`);
       continue;
     }
     // A member records a grant when the answer reaches it, which a slow link delays: a write made
@@ -239,7 +246,8 @@ export function grantDuplicates(runs: Run[]): string[] {
 
 /**
  * Key#seq handled from two different stream entries (of one group): the producer wrote it twice.
- * `allowed`: those sent again after a reply that never came (at-least-once).
+ * `allowed`: those sent again after a reply that never came (at-least-once). A dead letter's replay
+ * is no second write of the producer (whether it was replayed once is `deadLetterOutcomes`).
  */
 export function writtenTwice(runs: Run[], allowed: Set<string>): string[] {
   const entryOf = new Map<string, string>();
@@ -248,7 +256,8 @@ export function writtenTwice(runs: Run[], allowed: Set<string>): string[] {
     const k = `${run.group}/${run.key}#${run.seq}`;
     const entry = `${run.shard}/${run.id}`;
     const seen = entryOf.get(k);
-    if (allowed.has(`${run.key}#${run.seq}`)) continue;
+    // A dead letter's replay carries the original's key and sequence number: written again on purpose.
+    if (allowed.has(`${run.key}#${run.seq}`) || run.replayOf) continue;
     if (seen === undefined) entryOf.set(k, entry);
     else if (seen !== entry) problems.add(`${run.group ? `${run.group}: ` : ''}${run.key}#${run.seq} in ${seen} and ${entry}`);
   }

@@ -29,6 +29,9 @@ export interface RecordLine {
   msg?: string;
   /** stats().problems (e: 'problems'). */
   lines?: string[];
+  /** A replayed entry's `rsc-replay-of` (the dead letter's ref) and `rsc-replay-group` headers (e: 'start'). */
+  rp?: string;
+  rg?: string;
 }
 
 export type FaultKind =
@@ -75,6 +78,8 @@ export type FaultKind =
   // Operations as actors (operation-faults.ts).
   | 'reset-offsets'
   | 'delete-resize-back'
+  | 'dead-letter-replay'
+  | 'dead-letter-purge'
   // On a Redis Cluster only (docs/reliability-cluster.md):
   | 'failover'
   | 'slot-move';
@@ -121,6 +126,8 @@ export interface Fault {
 /** One dead-letter stream entry, as the harness read it from Redis at the end. */
 export interface DeadLetter {
   group: string;
+  /** `<shardIndex>/<deadLetterId>`, the name replay and purge take (absent in data made before it was read). */
+  ref?: string;
   shard: number;
   /** The dead-lettered entry's id in its shard stream. */
   id: string;
@@ -164,6 +171,12 @@ export interface Run {
   grantAt?: number;
   /** Whether an acknowledgement of this entry by this member (under this grant) was accepted. */
   acked: boolean;
+  /**
+   * A dead letter's replay (a new entry of the same key and payload, dead-letter-faults.ts): the
+   * ref it replays and the group whose dead letter it was. Not a write of the producer: its key and
+   * sequence number are the original's, after newer ones.
+   */
+  replayOf?: { ref: string; group: string };
 }
 
 /** One shard a reset-offsets fault moved back (`Fault.resets`). */
@@ -176,3 +189,27 @@ export interface OffsetReset {
   oldest: string | undefined;
   resetAt: number;
 }
+
+/**
+ * What the dead-letter actors (dead-letter-faults.ts) did: every dead letter they saw listed, and
+ * which ones they asked to replay or to purge, each by "group ref" (`deadLetterKey`).
+ */
+export interface DeadLetterOperations {
+  /** Every dead letter a replay or purge actor listed before acting, with its `ref`. */
+  seen: DeadLetter[];
+  replayAsked: Set<string>;
+  purgeAsked: Set<string>;
+  /** What a replay answered it wrote or found ("shard/id" by "group ref"): that entry must exist. */
+  answered: Map<string, string>;
+}
+
+/** One entry in a shard stream that replays a dead letter (its `rsc-replay-of` and `rsc-replay-group` headers). */
+export interface ReplayWrite {
+  group: string;
+  ref: string;
+  shard: number;
+  id: string;
+}
+
+/** "group ref": how a dead letter is named across the actors' records and the checker. */
+export const deadLetterKey = (group: string, ref: string) => `${group} ${ref}`;

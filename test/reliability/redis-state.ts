@@ -2,9 +2,11 @@
  * What the harness reads from Redis for the checker: entries pending at whom while the run goes on,
  * and at the end what every group has not acknowledged and every dead letter.
  */
+import { REPLAY_HEADER } from '@redis-stream-coordinator/core';
 import { Cluster } from 'ioredis';
 import { findGroupInfo } from '../../packages/core/src/redis/responses';
 import type { DeadLetter, PendingSample } from './checker';
+import type { ReplayWrite } from './records';
 import type { ChaosHarness } from './harness';
 
 const wallNow = () => performance.timeOrigin + performance.now();
@@ -88,6 +90,7 @@ export async function readDeadLetters(h: ChaosHarness): Promise<DeadLetter[]> {
       for (let i = 0; i + 1 < fields.length; i += 2) f.set(fields[i], fields[i + 1]);
       letters.push({
         group,
+        ref: `${f.get('shardIndex')}/${streamId}`,
         shard: Number(f.get('shardIndex')),
         id: f.get('entryId') ?? '',
         member: f.get('memberId') ?? '',
@@ -96,4 +99,21 @@ export async function readDeadLetters(h: ChaosHarness): Promise<DeadLetter[]> {
     }
   }
   return letters;
+}
+
+/** Every entry in the shard streams now that replays a dead letter (its `rsc-replay-of` header). */
+export async function replayWritesInStreams(h: ChaosHarness): Promise<ReplayWrite[]> {
+  const writes: ReplayWrite[] = [];
+  for (let shard = 0; shard < h.maxShards; shard++) {
+    const entries = await h.redis.xrange(h.admin.keys.shardStream(h.streamPrefix, shard), '-', '+').catch(() => []);
+    for (const [id, fields] of entries) {
+      for (let i = 0; i + 1 < fields.length; i += 2) {
+        if (fields[i] !== 'h' || !fields[i + 1].includes(REPLAY_HEADER.of)) continue;
+        const headers = JSON.parse(fields[i + 1]) as Record<string, string>;
+        const ref = headers[REPLAY_HEADER.of];
+        if (ref !== undefined) writes.push({ group: headers[REPLAY_HEADER.group] ?? '', ref, shard, id });
+      }
+    }
+  }
+  return writes;
 }

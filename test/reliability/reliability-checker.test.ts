@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { check, collectRuns, type DeadLetter, type Fault, type PendingSample, type Produced, type RecordLine } from './checker';
+import type { ReplayWrite } from './records';
 import { ALL_FAULT_KINDS, faultKindsOn, selectedFaultKinds } from './fault-selection';
 import type { ChaosHarness } from './harness';
 import { staleWrites } from './resize-faults';
@@ -391,6 +392,45 @@ describe('reliability checker', () => {
     expect(check(produced.slice(0, 2), lines, [], new Set(), { deadLetters: [owners] }).unfencedDeadLetters).toEqual([]);
   });
 
+  it('follows a reset of offsets for dead letters: an entry dead-lettered, then re-read and acknowledged by another member after a reset, is no unfenced dead letter; the same without the reset is', () => {
+    const assigned = (m: string, t: number, ep: number): RecordLine => ({ e: 'assigned', t, m, shards: [0], ep });
+    // p0 dead-letters 1-0 at 5000 (its dead-letter write counts as its ack); at 6000 the group's
+    // offsets go back to 0-0 and p1, the shard's owner since 5500, handles 1-0 again and acknowledges it.
+    const lines = [
+      assigned('p0', 1, 1),
+      ...run('p0', 0, '1-0', 'a', 1, 10, 11),
+      ack('p0', 0, ['1-0'], true, 5000),
+      assigned('p1', 5500, 2),
+      ...run('p1', 0, '1-0', 'a', 1, 6100, 6101),
+      ack('p1', 0, ['1-0'], true, 6102),
+    ];
+    const letter: DeadLetter = { group: '', shard: 0, id: '1-0', member: 'p0', t: 5000 };
+    const reset: Fault = {
+      kind: 'reset-offsets',
+      at: 6000,
+      resets: [{ group: '', shard: 0, from: '2-0', to: '0-0', oldest: '1-0', resetAt: 6000 }],
+    };
+    expect(check(produced.slice(0, 1), lines, [reset], new Set(), { deadLetters: [letter] }).unfencedDeadLetters).toEqual([]);
+    expect(check(produced.slice(0, 1), lines, [], new Set(), { deadLetters: [letter] }).unfencedDeadLetters).toEqual([
+      'shard 0 1-0 dead-lettered by p0, also acknowledged by p1',
+    ]);
+    // The other way round: acknowledged by p0 before the reset, dead-lettered by p1 after it (a
+    // failing spell then): two lives of the entry, no unfenced dead letter either.
+    const acknowledgedFirst = [
+      assigned('p0', 1, 1),
+      ack('p0', 0, ['1-0'], true, 20),
+      assigned('p1', 5500, 2),
+      ack('p1', 0, ['1-0'], true, 6200),
+    ];
+    const after: DeadLetter = { group: '', shard: 0, id: '1-0', member: 'p1', t: 6200 };
+    expect(check(produced.slice(0, 1), acknowledgedFirst, [reset], new Set(), { deadLetters: [after] }).unfencedDeadLetters).toEqual([]);
+    // A reset that did not move the group back over the entry (its point is past it) separates nothing.
+    const past: Fault = { ...reset, resets: [{ ...reset.resets![0], to: '1-0' }] };
+    expect(check(produced.slice(0, 1), lines, [past], new Set(), { deadLetters: [letter] }).unfencedDeadLetters).toEqual([
+      'shard 0 1-0 dead-lettered by p0, also acknowledged by p1',
+    ]);
+  });
+
   it("a paused member's ack, recorded once it runs again, counts from when the pause began (the cluster soak's pauses outlast LATE_RECORD_MS; 0086aee)", () => {
     const assigned = (m: string, t: number): RecordLine => ({ e: 'assigned', t, m, shards: [0], ep: m === 'paused' ? 1 : 2 });
     // paused owns shard 0, is stopped at 1000 and resumed at 8000; heir gets the shard at 4000 and
@@ -507,6 +547,84 @@ describe('reliability checker', () => {
     expect(check(produced.slice(0, 1), redelivered, [{ kind: 'kill', target: 'p0', at: 15 }], new Set()).writtenTwice).toEqual([]);
     // Sent again after the reply was lost: at-least-once allows the copy.
     expect(check(produced.slice(0, 2), copies, [], new Set(), { mayBeTwice: new Set(['a#1']) }).writtenTwice).toEqual([]);
+  });
+
+  describe('dead letters replayed and purged by the soak actors', () => {
+    // 1-0 (a#1) fails for good on shard 0 and is dead-lettered by p0 as ref 0/100-0; a replay writes
+    // it again as 0/5-0 (a#1 once more, after a#2), which p0 handles.
+    const letter: DeadLetter = { group: '', ref: '0/100-0', shard: 0, id: '1-0', member: 'p0', t: 100 };
+    const original = [
+      ...run('p0', 0, '1-0', 'a', 1, 10, 11),
+      ...run('p0', 0, '2-0', 'a', 2, 12, 13),
+      ack('p0', 0, ['1-0', '2-0'], true, 14),
+    ];
+    const replayRun = (id: string, start: number): RecordLine[] =>
+      run('p0', 0, id, 'a', 1, start, start + 1).map((l) => (l.e === 'start' ? { ...l, rp: '0/100-0', rg: '' } : l));
+    const operations = (asked: 'replay' | 'purge', answered?: string) => ({
+      seen: [letter],
+      replayAsked: new Set(asked === 'replay' ? [' 0/100-0'] : []),
+      purgeAsked: new Set(asked === 'purge' ? [' 0/100-0'] : []),
+      answered: new Map(answered ? [[' 0/100-0', answered]] : []),
+    });
+    const outcomes = (lines: RecordLine[], extras: Parameters<typeof check>[4], open = new Set<string>()) =>
+      check(produced.slice(0, 2), lines, [], open, extras);
+
+    it('replayed once, handled, its dead letter gone: no problem, and the replay is no second write of a#1 nor an order violation', () => {
+      const lines = [...original, ...replayRun('5-0', 200), ack('p0', 0, ['5-0'], true, 202)];
+      const report = outcomes(lines, { deadLetters: [], deadLetterOperations: operations('replay', '0/5-0') });
+      expect(report.deadLetterOutcomes).toEqual([]);
+      expect(report.writtenTwice).toEqual([]);
+      expect(report.orderViolations).toEqual([]);
+      // The dead letter the actor saw (gone from Redis now) still accounts for 1-0: not lost.
+      expect(report.lost).toEqual([]);
+    });
+
+    it('finds a dead letter replayed twice (a retry that did not find the earlier write), one gone without a replay, and one listed although replayed', () => {
+      const twice = [...original, ...replayRun('5-0', 200), ...replayRun('6-0', 300), ack('p0', 0, ['5-0', '6-0'], true, 302)];
+      expect(outcomes(twice, { deadLetters: [], deadLetterOperations: operations('replay', '0/6-0') }).deadLetterOutcomes).toEqual([
+        ' 0/100-0 replayed 2 times: 0/5-0, 0/6-0',
+      ]);
+      expect(outcomes(original, { deadLetters: [], deadLetterOperations: operations('replay') }).deadLetterOutcomes).toEqual([
+        ' 0/100-0 gone, neither replayed nor purged (a replay was asked for)',
+      ]);
+      const listed = [...original, ...replayRun('5-0', 200), ack('p0', 0, ['5-0'], true, 202)];
+      expect(outcomes(listed, { deadLetters: [letter], deadLetterOperations: operations('replay') }).deadLetterOutcomes).toEqual([
+        ' 0/100-0 still listed, yet replayed to 0/5-0',
+      ]);
+      // Still listed and never replayed (its replay kept failing, or nobody asked): fine.
+      expect(outcomes(original, { deadLetters: [letter], deadLetterOperations: operations('replay') }).deadLetterOutcomes).toEqual([]);
+    });
+
+    it('finds a replay its group never handled or acknowledged, and a replay that answered an entry that is not there', () => {
+      const found: ReplayWrite = { group: '', ref: '0/100-0', shard: 0, id: '5-0' };
+      expect(
+        outcomes(original, { deadLetters: [], deadLetterOperations: operations('replay', '0/5-0'), replayWrites: [found] })
+          .deadLetterOutcomes,
+      ).toEqual([' 0/100-0: its replay 0/5-0 never handled by ']);
+      const unacknowledged = [...original, ...replayRun('5-0', 200)];
+      expect(
+        outcomes(unacknowledged, { deadLetters: [], deadLetterOperations: operations('replay', '0/5-0') }, new Set(['0/5-0']))
+          .deadLetterOutcomes,
+      ).toEqual([' 0/100-0: its replay 0/5-0 handled but not acknowledged by ']);
+      const lines = [...original, ...replayRun('5-0', 200), ack('p0', 0, ['5-0'], true, 202)];
+      expect(outcomes(lines, { deadLetters: [], deadLetterOperations: operations('replay', '0/7-0') }).deadLetterOutcomes).toEqual([
+        ' 0/100-0: its replay answered 0/7-0, where no replay of it is',
+      ]);
+    });
+
+    it('a purged dead letter is gone and replayed at most once (a replay in flight may land once); one Redis lost is excused', () => {
+      expect(outcomes(original, { deadLetters: [], deadLetterOperations: operations('purge') }).deadLetterOutcomes).toEqual([]);
+      const landedOnce = [...original, ...replayRun('5-0', 200), ack('p0', 0, ['5-0'], true, 202)];
+      expect(outcomes(landedOnce, { deadLetters: [], deadLetterOperations: operations('purge') }).deadLetterOutcomes).toEqual([]);
+      expect(outcomes(original, { deadLetters: [letter], deadLetterOperations: operations('purge') }).deadLetterOutcomes).toEqual([
+        ' 0/100-0 still listed, yet purged',
+      ]);
+      const flushed: Fault = { kind: 'redis-flush-restart', at: 150, dataLoss: true };
+      expect(
+        check(produced.slice(0, 2), original, [flushed], new Set(), { deadLetters: [], deadLetterOperations: operations('replay') })
+          .deadLetterOutcomes,
+      ).toEqual([]);
+    });
   });
 });
 

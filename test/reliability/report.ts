@@ -23,7 +23,7 @@ export function formatReport(report: CheckReport): string {
     `entries produced ${report.produced}, handled ${report.handled}, acknowledged ${report.acknowledged}, lost ${report.lost.length} (Redis lost ${report.redisLost.length}, trimmed unhandled ${report.trimmedUnhandled.length}), ` +
       `order violations ${report.orderViolations.length}, overlaps ${report.overlaps.length}, key overlaps ${report.keyOverlaps.length}, stuck ${report.stuck.length}, ` +
       `dead letters ${report.deadLetters} (unfenced ${report.unfencedDeadLetters.length}), runs twice in a grant ${report.grantDuplicates.length}, written twice ${report.writtenTwice.length}, ` +
-      `duplicates ${report.duplicates} (unexplained ${report.unexplainedDuplicates.length}), unrecovered faults ${report.unrecovered.length}, not replayed after a reset ${report.notReplayed.length}, producer stalls ${report.producerStalls.length}`,
+      `duplicates ${report.duplicates} (unexplained ${report.unexplainedDuplicates.length}), unrecovered faults ${report.unrecovered.length}, not replayed after a reset ${report.notReplayed.length}, dead letters not replayed once ${report.deadLetterOutcomes.length}, producer stalls ${report.producerStalls.length}`,
     ...faultTable(report).map((r) => `  ${r.kind}: ${r.count} × recovery p50 ${Math.round(r.p50)} ms, p99 ${Math.round(r.p99)} ms`),
     ...report.unrecovered.slice(0, 5).map((l) => `  unrecovered ${l}`),
     ...report.producerStalls.slice(0, 5).map((l) => `  producer stalled ${l}`),
@@ -32,6 +32,7 @@ export function formatReport(report: CheckReport): string {
     ...report.grantDuplicates.slice(0, 5).map((l) => `  twice in a grant ${l}`),
     ...report.writtenTwice.slice(0, 5).map((l) => `  written twice ${l}`),
     ...report.notReplayed.slice(0, 5).map((l) => `  not replayed ${l}`),
+    ...report.deadLetterOutcomes.slice(0, 5).map((l) => `  dead letter ${l}`),
     ...report.trimmedUnhandled.slice(0, 5).map((l) => `  trimmed unhandled ${l}`),
     ...report.lost.slice(0, 5).map((l) => `  lost ${l}`),
     ...report.orderViolations.slice(0, 5).map((l) => `  order ${l}`),

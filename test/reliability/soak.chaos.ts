@@ -75,6 +75,7 @@ it(`soak: random faults for ${Math.round(durationMs / 1000)} s on a ${target ===
   expect(report.lost, replay).toEqual([]);
   expect(report.trimmedUnhandled, replay).toEqual([]);
   expect(report.notReplayed, replay).toEqual([]);
+  expect(report.deadLetterOutcomes, replay).toEqual([]);
   expect(report.stuck, replay).toEqual([]);
   expect(report.orderViolations, replay).toEqual([]);
   expect(report.overlaps, replay).toEqual([]);
@@ -132,12 +133,13 @@ function reliabilityDoc(report: CheckReport, tookMs: number): string {
       'stuck',
       'dead letters',
       'unfenced',
+      'not replayed once',
       'twice in a grant',
       'written twice',
       'duplicates',
       'unexplained',
     ]),
-    row(Array(15).fill('---')),
+    row(Array(16).fill('---')),
     row([
       report.produced,
       report.handled,
@@ -150,6 +152,7 @@ function reliabilityDoc(report: CheckReport, tookMs: number): string {
       report.stuck.length,
       report.deadLetters,
       report.unfencedDeadLetters.length,
+      report.deadLetterOutcomes.length,
       report.grantDuplicates.length,
       report.writtenTwice.length,
       report.duplicates,

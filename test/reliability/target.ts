@@ -5,7 +5,7 @@
  * its own ports (MOVED, ASK, CLUSTER SLOTS), so no proxy can sit in front of it: the fault kinds that
  * need one run on the single node only (`FaultSpec.runsOn`).
  */
-import { Cluster, type ClusterOptions, Redis } from 'ioredis';
+import { Cluster, type ClusterOptions, Redis, type RedisOptions } from 'ioredis';
 import { LOADING_RETRY_MS, type RedisClient, type ReplicaWait } from '@redis-stream-coordinator/core';
 import { RedisCluster, RedisServer } from '@redis-stream-coordinator/core/testing';
 import type { MemberProcessSettings } from '../../packages/core/src/testing/member-process';
@@ -62,11 +62,14 @@ export class ChaosTarget {
     return this.redisCluster;
   }
 
-  /** A client of this process (admin, producers, sampling), through `proxy` when given (single node only). */
-  connect(proxy?: TcpProxy): RedisClient {
+  /**
+   * A client of this process (admin, producers, sampling), through `proxy` when given (single node
+   * only); `options` on top of the harness's own (an operator's client configured otherwise).
+   */
+  connect(proxy?: TcpProxy, options: RedisOptions = {}): RedisClient {
     const client = this.redisCluster
-      ? new Cluster(this.redisCluster.startupNodes, CLUSTER_OPTIONS)
-      : new Redis(proxy?.url ?? this.server.url, SINGLE_OPTIONS);
+      ? new Cluster(this.redisCluster.startupNodes, { ...CLUSTER_OPTIONS, redisOptions: { ...CLUSTER_OPTIONS.redisOptions, ...options } })
+      : new Redis(proxy?.url ?? this.server.url, { ...SINGLE_OPTIONS, ...options });
     client.on('error', () => undefined);
     return client;
   }

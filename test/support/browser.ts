@@ -21,7 +21,7 @@ const FLAGS = [
 /** Why browser tests cannot run here, or undefined when chromium answers. */
 export function chromiumMissing(): string | undefined {
   if (!fs.existsSync(CHROMIUM))
-    return `${CHROMIUM} is not installed (apt-get install chromium; .ci/run does it): the dashboard's browser tests are skipped`;
+    return `${CHROMIUM} is not installed (apt-get install chromium, or CHROMIUM_PATH=<a chromium binary>; .ci/run installs it): the dashboard's browser tests are skipped`;
   try {
     execFileSync(CHROMIUM, ['--version'], { stdio: 'ignore', timeout: 10_000 });
     return undefined;

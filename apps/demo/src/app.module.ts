@@ -37,7 +37,6 @@ import { env } from './environment';
           streamPrefix: SUMMARY_STREAM,
           consumerGroup: AUDIT_GROUP,
           id: 'audit',
-          memberName: `audit-${process.pid}`,
           runtimeMaxConcurrency: 4,
           handler: (message) => audit.handle(message),
         }),

@@ -6,9 +6,18 @@ import { CoordinatorConnections, CoordinatorRegistry } from '@redis-stream-coord
 const REDIS_WATCH_INTERVAL_MS = 250;
 
 /**
+ * A signal that comes again within this time of the first is one signal delivered twice, not a
+ * request to stop at once: `npm run demo` gets a process group's SIGTERM (from `timeout`, a process
+ * manager) or a terminal's SIGINT too and passes it on to node, which had it from the group already,
+ * milliseconds before. Someone who means "now" sends it again later, or sends SIGKILL.
+ */
+const REPEATED_SIGNAL_MS = 1000;
+
+/**
  * How the demo ends, as a whole and never half:
  * - SIGINT or SIGTERM: the members drain and leave their groups, the application closes, then the
- *   private redis-server stops; exit code 0. A second signal stops everything at once (exit 130).
+ *   private redis-server stops; exit code 0. A second signal stops everything at once (exit 130),
+ *   unless it is the same signal within REPEATED_SIGNAL_MS (the copy npm passes on).
  * - The private redis-server dies under it (killed, crashed, or signalled with the whole process
  *   group, as Ctrl+C in a terminal or a process manager does): nothing is left to leave or to
  *   reconnect to, so the members are aborted and the connections cut, the application closes and
@@ -18,6 +27,8 @@ const REDIS_WATCH_INTERVAL_MS = 250;
  */
 export class DemoLifecycle {
   private shuttingDown = false;
+  /** The signal that started the shutdown, and when. */
+  private firstSignal: { signal: NodeJS.Signals; at: number } | undefined;
   private redisGone = false;
   private watcher: NodeJS.Timeout | undefined;
 
@@ -38,11 +49,14 @@ export class DemoLifecycle {
   }
 
   private onSignal(signal: NodeJS.Signals): void {
+    const first = this.firstSignal;
+    if (first?.signal === signal && Date.now() - first.at < REPEATED_SIGNAL_MS) return;
     if (this.shuttingDown) {
       this.logger.warn(`${signal} again: stopping at once`);
       this.killRedis();
       process.exit(130);
     }
+    this.firstSignal = { signal, at: Date.now() };
     void this.shutdown(`${signal}: members drain and leave their groups`, 0);
   }
 

@@ -1,7 +1,9 @@
 import { InvalidArgumentError } from 'commander';
+import { OPTION_RANGES, type OptionRangeName } from '@redis-stream-coordinator/core';
 
-/** Commander argument parsers that name what was wrong. */
-export function integer(min: number, max = Number.MAX_SAFE_INTEGER) {
+/** Commander argument parsers that name what was wrong. An integer in the range of the option's row in OPTION_RANGES. */
+export function integer(option: OptionRangeName) {
+  const { min, max } = OPTION_RANGES[option];
   return (value: string): number => {
     const number = Number(value);
     if (!/^-?\d+$/.test(value) || number < min || number > max)

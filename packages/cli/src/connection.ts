@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import { Cluster, type ClusterNode, Redis, type RedisOptions } from 'ioredis';
 import { CoordinatorAdmin } from '@redis-stream-coordinator/core';
 import { env } from './environment';
+import type { RscIo } from './io';
 import { redactUrl, redactUrlList } from './redact';
 
 /** The connection options every command takes (global options of `rsc`). */
@@ -22,11 +23,15 @@ export const DEFAULT_URL = 'redis://127.0.0.1:6379';
 /**
  * Connects as the options say (URL, then password, ACL user and TLS on top of it) and fails fast
  * with the address when Redis cannot be reached: an operator's command should not hang retrying.
+ * The environment variables are read from `environment` (the run's: RscIo.env).
  */
-export async function connect(options: ConnectionOptions): Promise<{ redis: Redis | Cluster; admin: CoordinatorAdmin }> {
-  const clusterList = options.cluster ?? env('REDIS_CLUSTER_NODES');
+export async function connect(
+  options: ConnectionOptions,
+  environment: RscIo['env'] = process.env,
+): Promise<{ redis: Redis | Cluster; admin: CoordinatorAdmin }> {
+  const clusterList = options.cluster ?? env('REDIS_CLUSTER_NODES', environment);
   if (clusterList !== undefined && options.url !== undefined) throw new UsageError('give --url or --cluster, not both');
-  const url = clusterList ?? options.url ?? env('REDIS_URL') ?? DEFAULT_URL;
+  const url = clusterList ?? options.url ?? env('REDIS_URL', environment) ?? DEFAULT_URL;
   const shown = clusterList === undefined ? redactUrl(url) : redactUrlList(clusterList);
   const nodes = clusterList === undefined ? undefined : parseClusterNodes(clusterList);
   if (!nodes && !/^rediss?:\/\//.test(url)) throw new UsageError(`--url must be a redis:// or rediss:// URL, got ${JSON.stringify(shown)}`);
@@ -41,9 +46,9 @@ export async function connect(options: ConnectionOptions): Promise<{ redis: Redi
   const listed = (clusterList?.split(',') ?? [url])
     .map((item) => splitCredentials(item.trim()))
     .find((item) => item.username !== undefined || item.password !== undefined);
-  const password = options.password ?? env('REDIS_PASSWORD') ?? listed?.password;
+  const password = options.password ?? env('REDIS_PASSWORD', environment) ?? listed?.password;
   if (password !== undefined) redisOptions.password = password;
-  const user = options.user ?? env('REDIS_USERNAME') ?? listed?.username;
+  const user = options.user ?? env('REDIS_USERNAME', environment) ?? listed?.username;
   if (user !== undefined) redisOptions.username = user;
   if (options.tls || options.tlsCa || options.tlsInsecure || url.startsWith('rediss://') || url.includes(',rediss://')) {
     redisOptions.tls = {

@@ -2,6 +2,8 @@ import type { Command } from 'commander';
 import type { CoordinatorAdmin } from '@redis-stream-coordinator/core';
 import type { Cluster, Redis } from 'ioredis';
 import { connect, type ConnectionOptions } from './connection';
+import type { RscIo } from './io';
+import { type Printer, printerTo } from './output';
 import { assertTargetsExist } from './targets';
 
 export interface GlobalOptions extends ConnectionOptions {
@@ -12,6 +14,8 @@ export interface CommandContext {
   admin: CoordinatorAdmin;
   redis: Redis | Cluster;
   json: boolean;
+  /** Where results go (the run's standard output). */
+  out: Printer;
   /** Resolves when the user asks to stop (SIGINT/SIGTERM): --watch and --follow end on it. */
   stopped: Promise<void>;
   isStopped: () => boolean;
@@ -19,11 +23,11 @@ export interface CommandContext {
 
 /**
  * Runs a command's body with a connection made from the global options, and always closes it, so
- * that the process ends when the body does.
+ * that the process ends when the body does. `io`: the run's output and environment.
  */
-export async function withAdmin(command: Command, body: (context: CommandContext) => Promise<void>): Promise<void> {
+export async function withAdmin(command: Command, io: RscIo, body: (context: CommandContext) => Promise<void>): Promise<void> {
   const options = command.optsWithGlobals<GlobalOptions>();
-  const { redis, admin } = await connect(options);
+  const { redis, admin } = await connect(options, io.env);
   try {
     await assertTargetsExist(command, admin, redis, options.keyPrefix);
   } catch (error) {
@@ -40,7 +44,7 @@ export async function withAdmin(command: Command, body: (context: CommandContext
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
   try {
-    await body({ admin, redis, json: options.json ?? false, stopped, isStopped: () => stoppedFlag });
+    await body({ admin, redis, json: options.json ?? false, out: printerTo(io.stdout), stopped, isStopped: () => stoppedFlag });
   } finally {
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);

@@ -1,69 +1,12 @@
 #!/usr/bin/env node
-import { Command, CommanderError, Option } from 'commander';
-import { InvalidRequestError } from '@redis-stream-coordinator/core';
-import { DEFAULT_URL, UsageError } from './connection';
-import { redactUrl } from './redact';
-import { registerDeadLetters } from './commands/dead-letters';
-import { registerDescribe } from './commands/describe';
-import { registerEvents } from './commands/events';
-import { registerResetOffsets } from './commands/reset-offsets';
-import { registerResize } from './commands/resize';
-import { registerInventory } from './commands/streams';
-import { registerTrim } from './commands/trim';
+import { runRsc } from './program';
 
-const VERSION: string = require('../package.json').version;
+export { buildProgram, EXIT, runRsc } from './program';
+export type { RscIo } from './io';
 
-/** Exit codes: 0 done, 1 the operation failed or was refused, 2 the command line was wrong. */
-export const EXIT = { ok: 0, failed: 1, usage: 2 } as const;
-
-export function buildProgram(): Command {
-  const program = new Command('rsc')
-    .description('Operate Redis Stream Coordinator streams and consumer groups')
-    .version(VERSION)
-    .addOption(new Option('--url <url>', `Redis URL (redis:// or rediss://; env REDIS_URL; default ${DEFAULT_URL})`))
-    .addOption(
-      new Option(
-        '--cluster <nodes>',
-        'Redis Cluster nodes instead of --url: comma-separated host:port or redis:// URLs (env REDIS_CLUSTER_NODES)',
-      ),
-    )
-    .addOption(new Option('--password <password>', 'Redis password (env REDIS_PASSWORD)'))
-    .addOption(new Option('--user <name>', 'Redis ACL user (env REDIS_USERNAME)'))
-    .option('--tls', 'connect with TLS (implied by rediss://)')
-    .option('--tls-ca <file>', 'CA certificate (PEM) to verify the server with')
-    .option('--tls-insecure', 'do not verify the server certificate')
-    .option('--key-prefix <prefix>', 'key prefix of the coordinator keys', 'rsc')
-    .option('--json', 'print JSON for machines instead of tables')
-    .showHelpAfterError('(rsc --help lists the commands and options)')
-    // Commander's own messages quote what was typed: a URL in them is printed redacted too.
-    .configureOutput({ outputError: (text, write) => write(redactUrl(text)) })
-    .exitOverride();
-  registerInventory(program);
-  registerDescribe(program);
-  registerEvents(program);
-  registerResize(program);
-  registerResetOffsets(program);
-  registerDeadLetters(program);
-  registerTrim(program);
-  for (const command of program.commands) command.exitOverride().showHelpAfterError(`(rsc ${command.name()} --help shows its options)`);
-  return program;
-}
-
-async function main(): Promise<void> {
-  try {
-    await buildProgram().parseAsync(process.argv);
-    process.exitCode = EXIT.ok;
-  } catch (error) {
-    if (error instanceof CommanderError) {
-      // Commander has printed the message; help and --version end well.
-      process.exitCode = error.exitCode === 0 ? EXIT.ok : EXIT.usage;
-      return;
-    }
-    const usage = error instanceof UsageError || error instanceof InvalidRequestError || error instanceof RangeError;
-    // Every message goes through the redaction: one that quotes a URL (ioredis', Commander's) hides its password too.
-    process.stderr.write(`rsc: error: ${redactUrl((error as Error).message)}\n`);
-    process.exitCode = usage ? EXIT.usage : EXIT.failed;
-  }
+/** Runs the command line of this process (`bin/rsc.js` calls it); the exit code goes into `process.exitCode`. */
+export async function main(): Promise<void> {
+  process.exitCode = await runRsc(process.argv.slice(2));
 }
 
 if (require.main === module) void main();

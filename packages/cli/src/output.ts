@@ -43,15 +43,23 @@ export function shardList(shards: number[]): string {
   return parts.join(',');
 }
 
-export function printJson(value: unknown): void {
-  process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
+/** Where one run of `rsc` writes its results (standard output, or a caller's sink): tables, JSON, raw text. */
+export interface Printer {
+  /** A line for people. */
+  print(text: string): void;
+  /** One JSON document for machines. */
+  json(value: unknown): void;
+  /** One JSON document per line, for streams of results (--watch, --follow). */
+  jsonLine(value: unknown): void;
+  /** Text as it is (a redraw's escape codes). */
+  raw(text: string): void;
 }
 
-/** One JSON document per line, for streams of results (--watch, --follow). */
-export function printJsonLine(value: unknown): void {
-  process.stdout.write(`${JSON.stringify(value)}\n`);
-}
-
-export function print(text: string): void {
-  process.stdout.write(`${text}\n`);
+export function printerTo(write: (text: string) => void): Printer {
+  return {
+    print: (text) => write(`${text}\n`),
+    json: (value) => write(`${JSON.stringify(value, null, 2)}\n`),
+    jsonLine: (value) => write(`${JSON.stringify(value)}\n`),
+    raw: write,
+  };
 }

@@ -3,6 +3,7 @@ export * from './protocol/errors';
 export * from './protocol/heartbeat';
 export * from './protocol/records';
 export * from './protocol/names';
+export { checkOption, OPTION_RANGES, type OptionRange, type OptionRangeName } from './protocol/option-ranges';
 export type { ShardAssignor } from './assignor/assignor';
 export { StickyAssignor } from './assignor/sticky-assignor';
 export { findPlanViolation } from './assignor/validate-plan';
@@ -58,6 +59,7 @@ export type {
   CoordinatedMemberSettings,
   MessageHandler,
 } from './member/member-options';
+export { MAX_MEMBER_NAME_LENGTH } from './member/member-options';
 export { type BatchOptions, MAX_LANES } from './member/consumption-options';
 export {
   AckRefusedError,

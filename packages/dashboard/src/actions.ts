@@ -1,4 +1,4 @@
-import { assertIntegerInRange, type CoordinatorAdmin, MAX_SHARD_COUNT, parseDeadLetterRef } from '@redis-stream-coordinator/core';
+import { checkOption, type CoordinatorAdmin, parseDeadLetterRef } from '@redis-stream-coordinator/core';
 import type { DashboardListeners } from './dashboard-options';
 import { DashboardHttpError } from './http-replies';
 
@@ -50,7 +50,7 @@ export async function resizeAction(
 ): Promise<DashboardActionResult> {
   let shardCount: number;
   try {
-    shardCount = assertIntegerInRange('shardCount', body.shardCount, 1, MAX_SHARD_COUNT);
+    shardCount = checkOption('shardCount', body.shardCount);
   } catch (error) {
     throw new DashboardHttpError(400, (error as Error).message);
   }

@@ -1,5 +1,5 @@
 import type { IncomingMessage } from 'node:http';
-import type { CoordinatorOptions, RedisClient } from '@redis-stream-coordinator/core';
+import { checkOption, type CoordinatorOptions, type RedisClient } from '@redis-stream-coordinator/core';
 
 /** What a request wants: to look (`read`: pages, data, the live stream) or to change something (`write`: an action). */
 export type DashboardAccess = 'read' | 'write';
@@ -106,8 +106,6 @@ export function resolveDashboardOptions(options: DashboardOptions): ResolvedDash
   }
   if (members !== undefined && typeof members !== 'function')
     throw new TypeError(`dashboard: members must be a function returning the local members, got ${typeof members}`);
-  if (typeof refreshMs !== 'number' || !Number.isInteger(refreshMs) || refreshMs < 500 || refreshMs > 60_000) {
-    throw new RangeError(`dashboard: refreshMs must be an integer from 500 to 60000, got ${JSON.stringify(refreshMs)}`);
-  }
+  checkOption('dashboard.refreshMs', refreshMs, { label: 'dashboard: refreshMs' });
   return { redis, coordinator, path, readOnly, guard, listeners, members: members ?? (() => []), refreshMs };
 }

@@ -46,6 +46,9 @@ export class CoordinatorConnection {
         throw new RangeError(`CoordinatorModule: ${option} must be a positive integer of milliseconds, got ${JSON.stringify(value)}`);
       }
     }
+    if (options.logMemberEvents !== undefined && typeof options.logMemberEvents !== 'boolean') {
+      throw new TypeError(`CoordinatorModule: logMemberEvents must be a boolean, got ${JSON.stringify(options.logMemberEvents)}`);
+    }
     if (redis.client) return new CoordinatorConnection(redis.client, false, name, options);
     if (redis.url !== undefined && typeof redis.url !== 'string') {
       throw new TypeError(`CoordinatorModule: redis.url must be a string, got ${typeof redis.url}`);

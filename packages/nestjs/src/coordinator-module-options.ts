@@ -40,6 +40,12 @@ export interface CoordinatorModuleOptions {
   startRetryDelayMs?: number;
   /** How long a health check waits for Redis to answer PING before it reports the connection down. Default 1000 ms. */
   healthCheckTimeoutMs?: number;
+  /**
+   * Whether the module logs its members' rebalances (shards assigned and given up, `log`), dead
+   * letters, fences and lost leases (`warn`) through Nest's Logger, one line each, at most 20 of a
+   * kind per 10 s then one summary line (docs/nestjs.md "Logs"). Default true.
+   */
+  logMemberEvents?: boolean;
 }
 
 /**

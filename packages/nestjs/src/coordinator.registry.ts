@@ -5,9 +5,10 @@ import {
   type OnApplicationBootstrap,
   type OnApplicationShutdown,
 } from '@nestjs/common';
-import type { CoordinatedMember, StopOptions } from '@redis-stream-coordinator/core';
+import { type CoordinatedMember, type StopOptions, StreamNotFoundError } from '@redis-stream-coordinator/core';
 import type { CoordinatorConnection } from './coordinator-connection';
 import { CoordinatorConnections } from './coordinator-connections';
+import { MemberEventLog } from './member-event-log';
 import { ThrottledLogger } from './throttled-logger';
 
 const DEFAULT_START_RETRY_DELAY_MS = 2000;
@@ -18,6 +19,20 @@ const DEFAULT_START_RETRY_DELAY_MS = 2000;
  * different copy.
  */
 const FATAL_MEMBER_ERRORS = new Set(['FencedInstanceIdError']);
+
+/**
+ * A member's error as a Nest application reads it: a missing stream names the listener's (or bean's)
+ * own `shardCount` rather than the core member's. Matched by name, like FATAL_MEMBER_ERRORS.
+ */
+function inNestTerms(error: Error, source: string): string {
+  if (error.name !== 'StreamNotFoundError') return error.message;
+  const { streamPrefix, context } = error as StreamNotFoundError;
+  return new StreamNotFoundError(
+    streamPrefix,
+    context,
+    `give ${source} shardCount (or the module's defaults.shardCount) to create it when its members join, or create it with CoordinatorAdmin.createStream`,
+  ).message;
+}
 
 export interface RegisteredMember {
   member: CoordinatedMember;
@@ -48,6 +63,8 @@ export interface RegisteredMember {
 export class CoordinatorRegistry implements OnApplicationBootstrap, BeforeApplicationShutdown, OnApplicationShutdown {
   private readonly logger = new Logger('CoordinatorModule');
   private readonly throttled = new ThrottledLogger(this.logger);
+  /** Rebalances, dead letters, fences and lost leases of every member, one line each, bounded under storms. */
+  private readonly events = new MemberEventLog(this.logger);
   private readonly registered: RegisteredMember[] = [];
   private stopping = false;
   private bootstrapped = false;
@@ -80,12 +97,12 @@ export class CoordinatorRegistry implements OnApplicationBootstrap, BeforeApplic
     };
     member.on('error', (error) => {
       if (FATAL_MEMBER_ERRORS.has(error.name)) this.giveUp(entry, error);
-      else this.throttled.warn(`${member.memberId}:${error.message}`, `member ${member.memberId} (${source}): ${error.message}`);
+      else {
+        const message = inNestTerms(error, source);
+        this.throttled.warn(`${member.memberId}:${message}`, `member ${member.memberId} (${source}): ${message}`);
+      }
     });
-    member.on('lease-lost', () =>
-      this.logger.warn(`member ${member.memberId} (${source}) lost its lease: no heartbeat got through; it rejoins when Redis answers`),
-    );
-    member.on('fenced', (event) => this.logger.warn(`member ${member.memberId} (${source}) was fenced (${event.errorCode}); it rejoins`));
+    if (connection.options.logMemberEvents !== false) this.events.watch(member, source);
     this.registered.push(entry);
     return entry;
   }
@@ -175,6 +192,7 @@ export class CoordinatorRegistry implements OnApplicationBootstrap, BeforeApplic
   }
 
   async onApplicationShutdown(): Promise<void> {
+    this.events.close();
     await Promise.all(this.connections.all().map((connection) => connection.close()));
   }
 }

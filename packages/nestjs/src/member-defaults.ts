@@ -64,3 +64,16 @@ export function mergeDeadLetter(defaults: unknown, own: unknown): DeadLetterOpti
   if (!isObject(own)) return own as DeadLetterOptions;
   return { ...defaults, ...own };
 }
+
+/**
+ * Where a member's bad option came from, for its error: ` (from CoordinatorModule defaults.x)` when
+ * the message is about an option `x` that the module's `defaults` gave and the listener or bean did
+ * not set, so that the user looks where the value is; '' otherwise. Core option errors begin with
+ * the option's name (`sessionTimeoutMs must be …`, `deadLetter.maxLen …`).
+ */
+export function fromDefaults(message: string, own: object, defaults: object | undefined): string {
+  const option = Object.keys(defaults ?? {}).find(
+    (key) => !Object.hasOwn(own, key) && message.startsWith(key) && !/[A-Za-z0-9_]/.test(message.charAt(key.length)),
+  );
+  return option === undefined ? '' : ` (from CoordinatorModule defaults.${option})`;
+}

@@ -1,8 +1,8 @@
-import type { CoordinatedMember } from '@redis-stream-coordinator/core';
+import { checkOption, type CoordinatedMember, OPTION_RANGES } from '@redis-stream-coordinator/core';
 import type { CoordinatorRegistry, RegisteredMember } from './coordinator.registry';
 
-/** The most members one @StreamListener may run (`concurrency`). */
-export const MAX_LISTENER_CONCURRENCY = 1024;
+/** The most members one @StreamListener may run (`concurrency`; its row in the core's OPTION_RANGES). */
+export const MAX_LISTENER_CONCURRENCY: number = OPTION_RANGES['nestjs.concurrency'].max;
 
 /** `listener`: a @StreamListener (or `registerListener`), N members; `consumer`: a bean consumer, one member. */
 export type StreamListenerKind = 'listener' | 'consumer';
@@ -111,12 +111,10 @@ export class StreamListenerContainer {
       }
       return Promise.resolve();
     }
-    if (typeof n !== 'number' || !Number.isInteger(n) || n < 1 || n > MAX_LISTENER_CONCURRENCY) {
-      return Promise.reject(
-        new RangeError(
-          `${this.source} (id "${this.id}"): concurrency must be an integer from 1 to ${MAX_LISTENER_CONCURRENCY}, got ${JSON.stringify(n)}`,
-        ),
-      );
+    try {
+      checkOption('nestjs.concurrency', n, { label: `${this.source} (id "${this.id}"): concurrency` });
+    } catch (error) {
+      return Promise.reject(error);
     }
     return this.serially(async () => {
       const added: RegisteredMember[] = [];

@@ -1,5 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import {
+  checkOption,
   type BatchOptions,
   CoordinatedMember,
   type CoordinatedMemberOptions,
@@ -13,8 +14,9 @@ import type { CoordinatorConnection } from './coordinator-connection';
 import { CoordinatorConnections } from './coordinator-connections';
 import { CoordinatorConsumerProperties, providerMethodOf } from './coordinator-consumer-properties';
 import { type MemberHandler, StreamHandlerFactory } from './stream-handler.factory';
-import { mergeDeadLetter, workersOf } from './member-defaults';
-import { MAX_LISTENER_CONCURRENCY, StreamListenerContainer } from './stream-listener.container';
+import { fromDefaults, mergeDeadLetter, workersOf } from './member-defaults';
+import { defaultMemberName } from './member-names';
+import { StreamListenerContainer } from './stream-listener.container';
 import type { StreamListenerOptions } from './stream-listener.decorator';
 
 /** How the explorer names a discovered listener: `@StreamListener on Class.method`. */
@@ -111,15 +113,14 @@ export class StreamListenerRegistry {
   ): Promise<StreamListenerContainer> {
     if (listener === null || typeof listener !== 'object') throw new TypeError(`${where}: options must be an object`);
     const { concurrency = 1, connection: connectionName, id, autoStartup = true, ...options } = listener;
-    if (typeof concurrency !== 'number' || !Number.isInteger(concurrency) || concurrency < 1 || concurrency > MAX_LISTENER_CONCURRENCY) {
-      throw new RangeError(
-        `${where}: concurrency must be an integer from 1 to ${MAX_LISTENER_CONCURRENCY}, got ${JSON.stringify(concurrency)}`,
-      );
-    }
+    checkOption('nestjs.concurrency', concurrency, { label: `${where}: concurrency` });
     const listenerId = this.checkId(id, defaultId, autoStartup, where);
     const connection = this.connections.resolve(connectionName, where);
     const baseId = uuidv7();
-    const baseName = options.memberName ?? (where.startsWith(DISCOVERED) ? where.slice(DISCOVERED.length) : listenerId);
+    const label = where.startsWith(DISCOVERED) ? where.slice(DISCOVERED.length) : listenerId;
+    // A name given is the application's; the default one says which process the member runs in.
+    const nameOf = (i: number) =>
+      options.memberName === undefined ? defaultMemberName(`${label}-m${i}`, options.memberInstanceId) : `${options.memberName}-m${i}`;
     const createMember = async (i: number, start: boolean) =>
       this.createMember(
         connection,
@@ -129,7 +130,7 @@ export class StreamListenerRegistry {
           ...(options.memberInstanceId === undefined
             ? { memberId: `${baseId}-m${i}` }
             : { memberId: `${options.memberInstanceId}-m${i}`, memberInstanceId: `${options.memberInstanceId}-m${i}` }),
-          memberName: `${baseName}-m${i}`,
+          memberName: nameOf(i),
         },
         where,
         await nextHandler(),
@@ -154,7 +155,8 @@ export class StreamListenerRegistry {
     const { handler, ...options } = properties.options as CoordinatedMemberOptions;
     const listenerId = this.checkId(properties.id, defaultId, properties.autoStartup, where);
     const target = providerMethodOf(handler);
-    const entry = this.createMember(connection, options, where, target ? this.handlers.create(target.instance, target.method) : handler, {
+    const named = { ...options, memberName: options.memberName ?? defaultMemberName(listenerId, options.memberInstanceId) };
+    const entry = this.createMember(connection, named, where, target ? this.handlers.create(target.instance, target.method) : handler, {
       listenerId,
       autoStartup: properties.autoStartup,
     });
@@ -213,10 +215,10 @@ export class StreamListenerRegistry {
         deadLetter: mergeDeadLetter(defaults?.deadLetter, options.deadLetter),
       } as CoordinatedMemberOptions);
     } catch (error) {
-      // Same error class, with where the bad option came from in front of the message.
+      // Same error class, with where the bad option came from: the listener or bean, or the module's defaults.
       const original = error as Error;
       const ErrorClass = original.constructor as new (message: string) => Error;
-      throw new ErrorClass(`${where}: ${original.message}`);
+      throw new ErrorClass(`${where}: ${original.message}${fromDefaults(original.message, options, connection.options.defaults)}`);
     }
     return this.registry.register(member, where, connection, listener);
   }

@@ -5,6 +5,7 @@ import {
   type OutgoingMessage,
   type PayloadCodec,
   type SendResult,
+  StreamNotFoundError,
   StreamProducer,
 } from '@redis-stream-coordinator/core';
 import type { CoordinatorConnection } from './coordinator-connection';
@@ -19,6 +20,22 @@ export interface PublishOptions {
 }
 
 const CODECS_BY_NAME: Record<'json' | 'msgpack', PayloadCodec> = { json: jsonCodec, msgpack: msgpackCodec };
+
+/**
+ * What a publisher's caller can do about a missing stream. The producer underneath would say "give
+ * the StreamProducer shardCount", an option a publish call does not have.
+ */
+const CREATE_THE_STREAM =
+  "create it with CoordinatorAdmin.createStream (injectable), or give a @StreamListener of the stream (or the module's defaults) shardCount: its members create it when they join";
+
+/** Rethrows a missing stream in the publisher's own words; any other error as it is. */
+function publishing(call: string): (error: unknown) => never {
+  return (error) => {
+    if (error instanceof StreamNotFoundError)
+      throw new StreamNotFoundError(error.streamPrefix, `${call}, nothing written`, CREATE_THE_STREAM);
+    throw error;
+  };
+}
 
 /** A `PublisherCodec` as the codec it names, checked; `field` names the option in the error. */
 export function resolvePublisherCodec(codec: PublisherCodec | undefined, field: string): PayloadCodec {
@@ -50,9 +67,13 @@ export class StreamPublisher {
     this.defaultCodec = resolvePublisherCodec(connection.options.publisher?.codec, 'CoordinatorModule: publisher.codec');
   }
 
-  /** Writes one entry; a bad `codec` rejects, naming it. */
+  /**
+   * Writes one entry; a bad `codec` rejects, naming it. A stream that does not exist rejects with
+   * `StreamNotFoundError`, nothing written: the publisher never creates streams (a listener given
+   * `shardCount`, or `CoordinatorAdmin.createStream`, does).
+   */
   async publish<T>(streamPrefix: string, message: OutgoingMessage<T>, options?: PublishOptions): Promise<SendResult> {
-    return this.producer(streamPrefix, this.codecOf(options)).send(message);
+    return this.producer(streamPrefix, this.codecOf(options)).send(message).catch(publishing('StreamPublisher.publish'));
   }
 
   /** Writes entries in order (`StreamProducer.sendBatch`: a PartialBatchError says which landed); a bad `codec` rejects, naming it. */
@@ -61,7 +82,7 @@ export class StreamPublisher {
     messages: OutgoingMessage<T>[],
     options?: PublishOptions,
   ): ReturnType<StreamProducer['sendBatch']> {
-    return this.producer(streamPrefix, this.codecOf(options)).sendBatch(messages);
+    return this.producer(streamPrefix, this.codecOf(options)).sendBatch(messages).catch(publishing('StreamPublisher.publishBatch'));
   }
 
   private codecOf(options: PublishOptions | undefined): PayloadCodec {

@@ -9,7 +9,8 @@ import {
 import { datetime, integer } from '../args';
 import { UsageError } from '../connection';
 import { withAdmin } from '../context';
-import { print, printJson, table } from '../output';
+import type { RscIo } from '../io';
+import { type Printer, table } from '../output';
 
 interface DeadLetterOptions {
   id?: string;
@@ -74,19 +75,20 @@ async function act(
   action: string,
   options: DeadLetterOptions,
   json: boolean,
+  out: Printer,
 ): Promise<void> {
   switch (action) {
     case 'list': {
       const letters = await admin.readDeadLetters(prefix, group, { ...filterOf(options), count: options.count });
-      if (json) return printJson(letters);
-      if (letters.length === 0) return print('no dead letters');
-      print(
+      if (json) return out.json(letters);
+      if (letters.length === 0) return out.print('no dead letters');
+      out.print(
         table(
           ['REF', 'DEAD-LETTERED', 'SHARD', 'ENTRY ID', 'KEY', 'ATTEMPTS', 'ERROR'],
           letters.map((l) => [l.ref, l.deadLetteredAt, l.shardIndex, l.entryId, l.key, l.attempts, clip(l.error, 60)]),
         ),
       );
-      if (letters.length === options.count) print(`(first ${options.count}; --count shows more)`);
+      if (letters.length === options.count) out.print(`(first ${options.count}; --count shows more)`);
       return;
     }
     case 'show': {
@@ -94,9 +96,9 @@ async function act(
       const letter = await admin.showDeadLetter(prefix, group, options.id);
       if (!letter)
         throw new Error(`dead letter ${options.id} not found in dead letters ${group} of stream ${prefix} (replayed or purged?)`);
-      if (json) return printJson(letter);
+      if (json) return out.json(letter);
       const { payload, headers } = payloadOf(letter);
-      print(
+      out.print(
         table(
           ['FIELD', 'VALUE'],
           [
@@ -131,13 +133,13 @@ async function act(
             : await admin.replayDeadLetters(prefix, group, chosen.filter, replayOptions);
       } catch (error) {
         if (error instanceof DeadLetterReplayError) {
-          if (json) printJson(error.results);
-          else print(renderReplays(error.results));
+          if (json) out.json(error.results);
+          else out.print(renderReplays(error.results));
         }
         throw error;
       }
-      if (json) printJson(results);
-      else print(renderReplays(results));
+      if (json) out.json(results);
+      else out.print(renderReplays(results));
       const kept = results.filter((r) => r.status === 'not-replayable');
       if (kept.length > 0)
         throw new Error(`${kept.length} dead letter(s) cannot be replayed and were kept (first: ${kept[0].ref}: ${kept[0].reason})`);
@@ -149,16 +151,16 @@ async function act(
         'id' in chosen
           ? [await admin.purgeDeadLetter(prefix, group, chosen.id)]
           : await admin.purgeDeadLetters(prefix, group, chosen.filter);
-      if (json) return printJson(results);
+      if (json) return out.json(results);
       const purged = results.filter((r) => r.purged).length;
-      print(`purged ${purged} dead letter(s)${results.length > purged ? `; ${results.length - purged} already gone` : ''}`);
+      out.print(`purged ${purged} dead letter(s)${results.length > purged ? `; ${results.length - purged} already gone` : ''}`);
       return;
     }
   }
 }
 
 /** `rsc dead-letters <prefix> <group> list|show|replay|purge`. */
-export function registerDeadLetters(program: Command): void {
+export function registerDeadLetters(program: Command, io: RscIo): void {
   program
     .command('dead-letters')
     .description("list, show, replay (to the entry's key) or purge a group's dead letters")
@@ -169,13 +171,17 @@ export function registerDeadLetters(program: Command): void {
     .option('--all', 'replay or purge: every dead letter of the group')
     .option('--key <key>', 'filter: entries with this routing key')
     .option('--error <text>', 'filter: errors containing this text')
-    .option('--shard <i>', 'filter: this shard', integer(0, 65_535))
+    .option('--shard <i>', 'filter: this shard', integer('shardIndex'))
     .option('--since <time>', 'filter: dead-lettered at or after (ISO 8601 or epoch ms)', datetime)
     .option('--until <time>', 'filter: dead-lettered at or before (ISO 8601 or epoch ms)', datetime)
-    .option('-n, --count <n>', 'list: at most this many', integer(1, 1_000_000), 100)
-    .option('--take-over-after-ms <ms>', 'replay: take over a replay mark this old (a replay that crashed)', integer(0, 86_400_000))
+    .option('-n, --count <n>', 'list: at most this many', integer('admin.readDeadLetters.count'), 100)
+    .option(
+      '--take-over-after-ms <ms>',
+      'replay: take over a replay mark this old (a replay that crashed)',
+      integer('admin.replay.takeOverAfterMs'),
+    )
     .action((prefix: string, group: string, action: string, options: DeadLetterOptions, command: Command) => {
       if (action === 'replay' || action === 'purge') selection(action, options);
-      return withAdmin(command, ({ admin, json }) => act(admin, prefix, group, action, options, json));
+      return withAdmin(command, io, ({ admin, json, out }) => act(admin, prefix, group, action, options, json, out));
     });
 }

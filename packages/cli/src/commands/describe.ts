@@ -1,7 +1,8 @@
 import { Command } from 'commander';
 import type { CoordinatorAdmin } from '@redis-stream-coordinator/core';
 import { pause, withAdmin } from '../context';
-import { duration, print, printJson, printJsonLine, shardList, table } from '../output';
+import type { RscIo } from '../io';
+import { duration, shardList, table } from '../output';
 
 /** Everything `describe` shows: the group, one row per shard, one per member. */
 async function snapshot(admin: CoordinatorAdmin, prefix: string, group: string) {
@@ -90,7 +91,7 @@ function render(view: Awaited<ReturnType<typeof snapshot>>): string {
 }
 
 /** `rsc describe <prefix> <group> [--watch] [--json]`. */
-export function registerDescribe(program: Command): void {
+export function registerDescribe(program: Command, io: RscIo): void {
   program
     .command('describe')
     .description('one row per shard (owner, epoch, lag, pending, oldest pending, last delivered) and one per member')
@@ -98,17 +99,17 @@ export function registerDescribe(program: Command): void {
     .argument('<group>', 'consumer group')
     .option('-w, --watch', 'redraw every second until Ctrl-C (with --json: one JSON document per line)')
     .action((prefix: string, group: string, options: { watch?: boolean }, command: Command) =>
-      withAdmin(command, async (context) => {
-        const { admin, json } = context;
+      withAdmin(command, io, async (context) => {
+        const { admin, json, out } = context;
         if (!options.watch) {
           const view = await snapshot(admin, prefix, group);
-          return json ? printJson(view) : print(render(view));
+          return json ? out.json(view) : out.print(render(view));
         }
         while (!context.isStopped()) {
           const view = await snapshot(admin, prefix, group);
-          if (json) printJsonLine(view);
+          if (json) out.jsonLine(view);
           // Clear the screen and go home, then draw: a steady picture rather than a scroll.
-          else process.stdout.write(`\x1b[2J\x1b[H${render(view)}\n\n(every 1s, Ctrl-C to stop)  ${view.at}\n`);
+          else out.raw(`\x1b[2J\x1b[H${render(view)}\n\n(every 1s, Ctrl-C to stop)  ${view.at}\n`);
           await pause(context, 1000);
         }
       }),

@@ -3,7 +3,8 @@ import type { OffsetTarget } from '@redis-stream-coordinator/core';
 import { datetime, integer, streamId } from '../args';
 import { UsageError } from '../connection';
 import { withAdmin } from '../context';
-import { print, printJson, table } from '../output';
+import type { RscIo } from '../io';
+import { table } from '../output';
 
 interface ResetOptions {
   toEarliest?: boolean;
@@ -30,7 +31,7 @@ function target(options: ResetOptions): OffsetTarget {
 }
 
 /** `rsc reset-offsets <prefix> <group> --to-… [--shard i] [--dry-run] [--force]`. */
-export function registerResetOffsets(program: Command): void {
+export function registerResetOffsets(program: Command, io: RscIo): void {
   program
     .command('reset-offsets')
     .description(
@@ -42,21 +43,21 @@ export function registerResetOffsets(program: Command): void {
     .option('--to-latest', 'skip everything written so far')
     .option('--to-datetime <time>', 'read entries written at or after this time (ISO 8601 or epoch ms)', datetime)
     .option('--to-id <id>', 'read entries after this stream id', streamId)
-    .option('--shard <i>', 'only this shard', integer(0, 65_535))
+    .option('--shard <i>', 'only this shard', integer('shardIndex'))
     .option('--dry-run', 'show the change, make none')
     .option('--force', 'reset even while members are alive (they read from the new positions on)')
     .action((prefix: string, group: string, options: ResetOptions, command: Command) => {
       const to = target(options);
-      return withAdmin(command, async ({ admin, json }) => {
+      return withAdmin(command, io, async ({ admin, json, out }) => {
         const result = await admin.resetOffsets(prefix, group, {
           to,
           shardIndex: options.shard,
           dryRun: options.dryRun,
           force: options.force,
         });
-        if (json) return printJson(result);
-        print(`group ${group} of stream ${prefix}: ${result.dryRun ? 'dry run, nothing changed' : 'positions moved'}`);
-        print(
+        if (json) return out.json(result);
+        out.print(`group ${group} of stream ${prefix}: ${result.dryRun ? 'dry run, nothing changed' : 'positions moved'}`);
+        out.print(
           table(
             ['SHARD', 'LAST DELIVERED BEFORE', 'LAST DELIVERED AFTER', 'STILL PENDING'],
             result.shards.map((s) => [s.shardIndex, s.from ?? '(not read yet)', s.to, s.pending]),
@@ -64,7 +65,7 @@ export function registerResetOffsets(program: Command): void {
         );
         const pending = result.shards.reduce((sum, s) => sum + s.pending, 0);
         if (pending > 0)
-          print(`${pending} pending entr${pending === 1 ? 'y stays' : 'ies stay'} pending: their owner (or the next one) handles them`);
+          out.print(`${pending} pending entr${pending === 1 ? 'y stays' : 'ies stay'} pending: their owner (or the next one) handles them`);
       });
     });
 }

@@ -2,7 +2,8 @@ import type { Command } from 'commander';
 import type { GroupCutoverStatus } from '@redis-stream-coordinator/core';
 import { integer } from '../args';
 import { pause, withAdmin } from '../context';
-import { duration, print, printJson } from '../output';
+import type { RscIo } from '../io';
+import { duration } from '../output';
 
 function progress(status: GroupCutoverStatus): string {
   if (!status.cutover) return `group ${status.consumerGroup}: reads every shard`;
@@ -17,16 +18,16 @@ function progress(status: GroupCutoverStatus): string {
 }
 
 /** `rsc resize <prefix> <n> [--unordered]` with the cutover's progress until it completes. */
-export function registerResize(program: Command): void {
+export function registerResize(program: Command, io: RscIo): void {
   program
     .command('resize')
     .description("change a stream's shard count while it runs, then show each group's cutover until it completes")
     .argument('<prefix>', 'stream prefix')
-    .argument('<n>', 'new shard count', integer(1, 65_536))
+    .argument('<n>', 'new shard count', integer('shardCount'))
     .option('--unordered', 'do not keep per-key order across the resize (new shards readable at once)')
-    .option('--grace-ms <ms>', 'how long producers may still write with the old count', integer(0, 3_600_000))
+    .option('--grace-ms <ms>', 'how long producers may still write with the old count', integer('admin.resizeShards.graceMs'))
     .option('--no-wait', 'return after the resize; do not follow the cutover')
-    .option('--timeout <s>', 'stop following the cutover after this many seconds (exit 1; the resize stays)', integer(1, 86_400))
+    .option('--timeout <s>', 'stop following the cutover after this many seconds (exit 1; the resize stays)', integer('rsc.resize.timeout'))
     .action(
       (
         prefix: string,
@@ -34,11 +35,11 @@ export function registerResize(program: Command): void {
         options: { unordered?: boolean; graceMs?: number; wait: boolean; timeout?: number },
         command: Command,
       ) =>
-        withAdmin(command, async (context) => {
-          const { admin, json } = context;
+        withAdmin(command, io, async (context) => {
+          const { admin, json, out } = context;
           const result = await admin.resizeShards(prefix, count, { ordered: !options.unordered, graceMs: options.graceMs });
           if (!json) {
-            print(
+            out.print(
               result.changed
                 ? `stream ${prefix}: ${result.previousShardCount} -> ${result.shardCount} shards (metadataVersion ${result.metadataVersion}, ${options.unordered ? 'unordered' : 'ordered'})`
                 : `stream ${prefix}: already has ${result.shardCount} shards; nothing changed`,
@@ -49,7 +50,7 @@ export function registerResize(program: Command): void {
           let last = '';
           while (options.wait && statuses.some((s) => s.cutover && !s.completed) && !context.isStopped()) {
             const lines = statuses.map(progress).join('\n');
-            if (!json && lines !== last) print(lines);
+            if (!json && lines !== last) out.print(lines);
             last = lines;
             if (Date.now() > deadline) {
               throw new Error(
@@ -60,9 +61,9 @@ export function registerResize(program: Command): void {
             statuses = await admin.completeCutovers(prefix);
           }
           const done = statuses.every((s) => !s.cutover || s.completed);
-          if (json) return printJson({ ...result, cutovers: statuses, cutoverComplete: done });
-          if (done) print(statuses.length === 0 ? 'no consumer groups: nothing to cut over' : statuses.map(progress).join('\n'));
-          else print('stopped following; the cutover goes on (rsc describe shows it)');
+          if (json) return out.json({ ...result, cutovers: statuses, cutoverComplete: done });
+          if (done) out.print(statuses.length === 0 ? 'no consumer groups: nothing to cut over' : statuses.map(progress).join('\n'));
+          else out.print('stopped following; the cutover goes on (rsc describe shows it)');
         }),
     );
 }

@@ -1,23 +1,24 @@
 import { StreamNotFoundError } from '@redis-stream-coordinator/core';
 import type { Command } from 'commander';
 import { withAdmin } from '../context';
-import { print, printJson, table } from '../output';
+import type { RscIo } from '../io';
+import { table } from '../output';
 
 /** `rsc streams` and `rsc groups <prefix>`: what exists. */
-export function registerInventory(program: Command): void {
+export function registerInventory(program: Command, io: RscIo): void {
   program
     .command('streams')
     .description('list the stream prefixes with their shard counts, metadata versions and groups')
     .action((_options, command: Command) =>
-      withAdmin(command, async ({ admin, json }) => {
+      withAdmin(command, io, async ({ admin, json, out }) => {
         const streams = [];
         for (const prefix of await admin.listStreams()) {
           const meta = await admin.describeStream(prefix);
           if (meta) streams.push({ ...meta, groups: await admin.listGroups(prefix) });
         }
-        if (json) return printJson(streams);
-        if (streams.length === 0) return print('no streams');
-        print(
+        if (json) return out.json(streams);
+        if (streams.length === 0) return out.print('no streams');
+        out.print(
           table(
             ['STREAM', 'SHARDS', 'SPAN', 'METADATA VERSION', 'GROUPS', 'UPDATED'],
             streams.map((s) => [s.streamPrefix, s.shardCount, s.shardSpan, s.metadataVersion, s.groups.join(',') || '-', s.updatedAt]),
@@ -31,7 +32,7 @@ export function registerInventory(program: Command): void {
     .description("list a stream's consumer groups with their state, epochs, members and backlog")
     .argument('<prefix>', 'stream prefix')
     .action((prefix: string, _options, command: Command) =>
-      withAdmin(command, async ({ admin, json }) => {
+      withAdmin(command, io, async ({ admin, json, out }) => {
         const meta = await admin.describeStream(prefix);
         if (!meta) throw new StreamNotFoundError(prefix, 'no groups to list');
         const groups = [];
@@ -51,10 +52,10 @@ export function registerInventory(program: Command): void {
             groups.push({ consumerGroup: name, error: (error as Error).message });
           }
         }
-        if (json) return printJson({ streamPrefix: prefix, shardCount: meta.shardCount, metadataVersion: meta.metadataVersion, groups });
-        print(`stream ${prefix}: ${meta.shardCount} shards, metadataVersion ${meta.metadataVersion}`);
-        if (groups.length === 0) return print('no consumer groups');
-        print(
+        if (json) return out.json({ streamPrefix: prefix, shardCount: meta.shardCount, metadataVersion: meta.metadataVersion, groups });
+        out.print(`stream ${prefix}: ${meta.shardCount} shards, metadataVersion ${meta.metadataVersion}`);
+        if (groups.length === 0) return out.print('no consumer groups');
+        out.print(
           table(
             ['GROUP', 'STATE', 'GROUP EPOCH', 'ASSIGNMENT EPOCH', 'ACTIVE MEMBERS', 'BACKLOG', 'CUTOVER'],
             groups.map((g) =>

@@ -2,7 +2,8 @@ import type { Command } from 'commander';
 import { TrimError, type TrimResult } from '@redis-stream-coordinator/core';
 import { integer } from '../args';
 import { withAdmin } from '../context';
-import { print, printJson, table } from '../output';
+import type { RscIo } from '../io';
+import { table } from '../output';
 
 function render(result: TrimResult): string {
   const head =
@@ -21,23 +22,23 @@ function render(result: TrimResult): string {
 }
 
 /** `rsc trim <prefix> [--dry-run] [--max-len n]`. */
-export function registerTrim(program: Command): void {
+export function registerTrim(program: Command, io: RscIo): void {
   program
     .command('trim')
     .description('delete entries every consumer group has been delivered and has acknowledged (XTRIM MINID per shard)')
     .argument('<prefix>', 'stream prefix')
     .option('--dry-run', 'report what would be trimmed, delete nothing')
-    .option('--max-len <n>', 'for shards no group reads: keep at most this many newest entries', integer(1))
+    .option('--max-len <n>', 'for shards no group reads: keep at most this many newest entries', integer('admin.trim.maxLen'))
     .action((prefix: string, options: { dryRun?: boolean; maxLen?: number }, command: Command) =>
-      withAdmin(command, async ({ admin, json }) => {
+      withAdmin(command, io, async ({ admin, json, out }) => {
         try {
           const result = await admin.trim(prefix, { dryRun: options.dryRun ?? false, maxLen: options.maxLen });
-          if (json) printJson(result);
-          else print(render(result));
+          if (json) out.json(result);
+          else out.print(render(result));
         } catch (error) {
           if (!(error instanceof TrimError)) throw error;
-          if (json) printJson(error.result);
-          else print(render(error.result));
+          if (json) out.json(error.result);
+          else out.print(render(error.result));
           throw error;
         }
       }),

@@ -1,7 +1,7 @@
 import { MAX_SHARD_COUNT } from '../protocol/shard-count';
 import { ErrorCode, errorCodeFromWire } from '../protocol/error-codes';
 import { GroupNotFoundError, StreamNotFoundError, toCoordinatorError } from '../protocol/errors';
-import { assertIntegerInRange } from '../protocol/names';
+import { checkOption } from '../protocol/option-ranges';
 import type { GroupDescription, StreamMetadata } from '../protocol/records';
 import { CoordinatorClient } from '../redis/coordinator-client';
 import { type CoordinatorOptions, type ResolvedCoordinatorOptions, resolveCoordinatorOptions } from '../redis/coordinator-options';
@@ -110,7 +110,7 @@ export class CoordinatorAdmin {
    * no-op; another count is a `ShardCountConflictError` (use `resizeShards`).
    */
   async createStream(options: CreateStreamOptions): Promise<StreamMetadata & { created: boolean }> {
-    const shardCount = assertIntegerInRange('shardCount', options.shardCount, 1, MAX_SHARD_COUNT);
+    const shardCount = checkOption('shardCount', options.shardCount);
     const { created, metadata } = await createStreamMetadata(this.redis, this.keys, options.streamPrefix, shardCount);
     return { ...toStreamMetadata(options.streamPrefix, metadata), created };
   }
@@ -124,11 +124,11 @@ export class CoordinatorAdmin {
    * cutovers that are ready are completed first.
    */
   async resizeShards(streamPrefix: string, newCount: number, options: ResizeShardsOptions = {}): Promise<ResizeResult> {
-    const count = assertIntegerInRange('newCount', newCount, 1, MAX_SHARD_COUNT);
+    const count = checkOption('shardCount', newCount, { label: 'newCount' });
     const ordered = options.ordered ?? true;
     if (typeof ordered !== 'boolean') throw new TypeError(`ordered must be a boolean, got ${String(ordered)}`);
-    const graceMs = assertIntegerInRange('graceMs', options.graceMs ?? 2000, 0, 3_600_000);
-    const switchDelayMs = assertIntegerInRange('switchDelayMs', options.switchDelayMs ?? 1000, 0, 3_600_000);
+    const graceMs = checkOption('admin.resizeShards.graceMs', options.graceMs ?? 2000);
+    const switchDelayMs = checkOption('admin.resizeShards.switchDelayMs', options.switchDelayMs ?? 1000);
     await this.completeCutovers(streamPrefix);
     // A deleteDrainedShards that did not finish: its shards are deleted before any resize, so that
     // a resize back never grows into a shard whose delete is still to come (SPEC 10.5).
@@ -317,7 +317,7 @@ export class CoordinatorAdmin {
    * }
    */
   async readDeadLetters(streamPrefix: string, consumerGroup: string, options: ReadDeadLettersOptions = {}): Promise<DeadLetter[]> {
-    const count = assertIntegerInRange('count', options.count ?? DEFAULT_DEAD_LETTER_COUNT, 1, Number.MAX_SAFE_INTEGER);
+    const count = checkOption('admin.readDeadLetters.count', options.count ?? DEFAULT_DEAD_LETTER_COUNT);
     const stream = await this.describeStream(streamPrefix);
     if (!stream) return [];
     return readDeadLetters(this.redis, this.keys, streamPrefix, consumerGroup, stream.deadLetterSpan, count, options);
@@ -385,7 +385,7 @@ export class CoordinatorAdmin {
       keys: this.keys,
       streamPrefix,
       consumerGroup,
-      takeOverAfterMs: assertIntegerInRange('takeOverAfterMs', options.takeOverAfterMs ?? 15_000, 0, 86_400_000),
+      takeOverAfterMs: checkOption('admin.replay.takeOverAfterMs', options.takeOverAfterMs ?? 15_000),
       stream: () => this.describeStream(streamPrefix),
     };
   }
@@ -403,7 +403,7 @@ export class CoordinatorAdmin {
   async trim(streamPrefix: string, options: TrimOptions = {}): Promise<TrimResult> {
     const dryRun = options.dryRun ?? false;
     if (typeof dryRun !== 'boolean') throw new TypeError(`dryRun must be a boolean, got ${String(dryRun)}`);
-    const maxLen = options.maxLen === undefined ? 0 : assertIntegerInRange('maxLen', options.maxLen, 1, Number.MAX_SAFE_INTEGER);
+    const maxLen = options.maxLen === undefined ? 0 : checkOption('admin.trim.maxLen', options.maxLen);
     const stream = await this.describeStream(streamPrefix);
     if (!stream) throw new StreamNotFoundError(streamPrefix, 'nothing to trim');
     const groups = (await this.redis.smembers(this.keys.streamGroups(streamPrefix))).sort();
@@ -442,8 +442,8 @@ export class CoordinatorAdmin {
    * oldest first; with `after` and `blockMs`, waits for the next ones (for a follow).
    */
   async readGroupEvents(streamPrefix: string, consumerGroup: string, options: ReadGroupEventsOptions = {}): Promise<GroupEvent[]> {
-    const count = assertIntegerInRange('count', options.count ?? 100, 1, 100_000);
-    const blockMs = assertIntegerInRange('blockMs', options.blockMs ?? 0, 0, 3_600_000);
+    const count = checkOption('admin.readGroupEvents.count', options.count ?? 100);
+    const blockMs = checkOption('admin.readGroupEvents.blockMs', options.blockMs ?? 0);
     if (options.after !== undefined && !/^\d{1,20}-\d{1,20}$/.test(options.after)) {
       throw new RangeError(`after must be an event id like 1764505000000-0, got ${JSON.stringify(options.after)}`);
     }
@@ -472,7 +472,7 @@ export class CoordinatorAdmin {
     const dryRun = options.dryRun ?? false;
     const stream = await this.describeStream(streamPrefix);
     if (!stream) throw new StreamNotFoundError(streamPrefix, `no offsets of group "${consumerGroup}" to reset`);
-    if (options.shardIndex !== undefined) assertIntegerInRange('shardIndex', options.shardIndex, 0, stream.shardSpan - 1);
+    if (options.shardIndex !== undefined) checkOption('shardIndex', options.shardIndex, { max: stream.shardSpan - 1 });
     const chosen = Array.from({ length: stream.shardSpan }, (_, i) => i).filter(
       (i) => options.shardIndex === undefined || i === options.shardIndex,
     );

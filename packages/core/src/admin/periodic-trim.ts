@@ -1,8 +1,6 @@
 import { EventEmitter } from 'node:events';
-import { assertIntegerInRange } from '../protocol/names';
+import { checkOption } from '../protocol/option-ranges';
 import { TrimError, type TrimResult } from './retention';
-
-const DAY_MS = 86_400_000;
 
 /** Options of `CoordinatorAdmin.startTrimming`. */
 export interface PeriodicTrimOptions {
@@ -179,8 +177,8 @@ export function resolvePeriodicTrimOptions(options: PeriodicTrimOptions): {
   runTimeoutMs: number;
 } {
   if (options === null || typeof options !== 'object') throw new TypeError('startTrimming options must be an object with intervalMs');
-  const intervalMs = assertIntegerInRange('intervalMs', options.intervalMs, 100, DAY_MS);
-  const maxLen = options.maxLen === undefined ? undefined : assertIntegerInRange('maxLen', options.maxLen, 1, Number.MAX_SAFE_INTEGER);
-  const runTimeoutMs = assertIntegerInRange('runTimeoutMs', options.runTimeoutMs ?? Math.max(30_000, intervalMs), 100, DAY_MS);
+  const intervalMs = checkOption('admin.startTrimming.intervalMs', options.intervalMs);
+  const maxLen = options.maxLen === undefined ? undefined : checkOption('admin.trim.maxLen', options.maxLen);
+  const runTimeoutMs = checkOption('admin.startTrimming.runTimeoutMs', options.runTimeoutMs ?? Math.max(30_000, intervalMs));
   return { intervalMs, maxLen, runTimeoutMs };
 }

@@ -1,13 +1,12 @@
-import { assertIntegerInRange } from '../protocol/names';
+import { checkOption, OPTION_RANGES } from '../protocol/option-ranges';
 
-const DAY_MS = 86_400_000;
 /** The most lanes one shard may run (each a handler call in flight). */
-export const MAX_LANES = 10_000;
+export const MAX_LANES: number = OPTION_RANGES['member.lanes'].max;
 /**
  * The most entries one read takes from a shard (`batchSize`) and one batch call gets (`batch.maxSize`,
  * never more than `batchSize`).
  */
-export const MAX_BATCH_SIZE = 10_000;
+export const MAX_BATCH_SIZE: number = OPTION_RANGES['member.batchSize'].max;
 
 /** Batch handlers (`batch` member option): how many entries one call gets, and how long a short batch waits to fill. */
 export interface BatchOptions {
@@ -41,7 +40,7 @@ interface ConsumptionInput {
  */
 export function resolveConsumptionOptions(options: ConsumptionInput): ResolvedConsumptionOptions {
   const lanes = options.lanes ?? 1;
-  assertIntegerInRange('lanes', lanes as number, 1, MAX_LANES);
+  checkOption('member.lanes', lanes);
   const ackMode = options.ackMode ?? 'auto';
   if (ackMode !== 'auto' && ackMode !== 'manual') throw new TypeError(`ackMode must be 'auto' or 'manual', got ${JSON.stringify(ackMode)}`);
   if (options.ackTimeoutMs !== undefined && ackMode !== 'manual') {
@@ -50,15 +49,15 @@ export function resolveConsumptionOptions(options: ConsumptionInput): ResolvedCo
     );
   }
   const ackTimeoutMs = options.ackTimeoutMs ?? 30_000;
-  assertIntegerInRange('ackTimeoutMs', ackTimeoutMs as number, 1, DAY_MS);
+  checkOption('member.ackTimeoutMs', ackTimeoutMs);
   let batch: Required<BatchOptions> | undefined;
   if (options.batch !== undefined) {
     const given = options.batch as Partial<BatchOptions> | null;
     if (given === null || typeof given !== 'object' || Array.isArray(given))
       throw new TypeError(`batch must be an object { maxSize, maxWaitMs }, got ${JSON.stringify(given)}`);
     batch = { maxSize: given.maxSize as number, maxWaitMs: given.maxWaitMs ?? 0 };
-    assertIntegerInRange('batch.maxSize', batch.maxSize, 1, MAX_BATCH_SIZE);
-    assertIntegerInRange('batch.maxWaitMs', batch.maxWaitMs, 0, DAY_MS);
+    checkOption('member.batch.maxSize', batch.maxSize);
+    checkOption('member.batch.maxWaitMs', batch.maxWaitMs);
     if (lanes !== 1)
       throw new TypeError(
         `batch and lanes (${JSON.stringify(lanes)}) cannot be combined: a batch is one shard's entries in order, acknowledged as one; use lanes or batch`,

@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type { Redis } from 'ioredis';
-import { assertIntegerInRange } from '../protocol/names';
+import { checkOption } from '../protocol/option-ranges';
 import type { CoordinatorError } from '../protocol/errors';
 import { leavesAReplicaByItself, resetConnection } from '../redis/connection/connection-reset';
 import { CoordinatorClient } from '../redis/coordinator-client';
@@ -21,7 +21,6 @@ import {
   type CoordinatedMemberOptions,
   ackCallTimeoutMs,
   coordinatorCallTimeoutMs,
-  MAX_RUNTIME_CONCURRENCY,
   type ResolvedMemberOptions,
   resolveMemberOptions,
 } from './member-options';
@@ -234,7 +233,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
    * value that is not an integer from 1 to 10000.
    */
   setRuntimeMaxConcurrency(runtimeMaxConcurrency: number): void {
-    assertIntegerInRange('runtimeMaxConcurrency', runtimeMaxConcurrency, 1, MAX_RUNTIME_CONCURRENCY);
+    checkOption('member.runtimeMaxConcurrency', runtimeMaxConcurrency);
     if (this.options.runtimeMaxConcurrency === runtimeMaxConcurrency) return;
     // The poller reads the same options object: the dispatcher sees the new capacity at once.
     this.options.runtimeMaxConcurrency = runtimeMaxConcurrency;

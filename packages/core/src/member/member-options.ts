@@ -1,12 +1,13 @@
-import { MAX_SHARD_COUNT } from '../protocol/shard-count';
 import { v7 as uuidv7 } from 'uuid';
 import { assertCodec, codecRegistry } from '../protocol/codecs';
 import { type PayloadCodec, type StreamMessage, jsonCodec } from '../protocol/entry-format';
-import { type BatchOptions, MAX_BATCH_SIZE, type ResolvedConsumptionOptions, resolveConsumptionOptions } from './consumption-options';
+import { type BatchOptions, type ResolvedConsumptionOptions, resolveConsumptionOptions } from './consumption-options';
 import { assertStandardSchema, type StandardSchemaV1 } from '../protocol/standard-schema';
-import { assertConsumerGroup, assertIntegerInRange, assertMemberId, assertStreamPrefix } from '../protocol/names';
+import { assertConsumerGroup, assertMemberId, assertStreamPrefix } from '../protocol/names';
+import { checkOption, OPTION_RANGES } from '../protocol/option-ranges';
 import type { CoordinatorOptions, HeartbeatObservation } from '../redis/coordinator-options';
 import { assertReplicaWait, type ReplicaWait } from '../redis/connection/replica-wait';
+import type { MemberInstrumentation } from '../telemetry/member-instrumentation';
 import { MemberTelemetry } from '../telemetry/member-telemetry';
 import { type DeadLetterOptions, type ResolvedDeadLetterOptions, resolveDeadLetterOptions } from './handle/dead-letter-options';
 
@@ -203,21 +204,17 @@ export type ResolvedMemberOptions<T = unknown> = Required<
     /** Every codec the member decodes with, by name. */
     codecs: ReadonlyMap<string, PayloadCodec>;
     deadLetter: ResolvedDeadLetterOptions<T>;
-    /** The member's instrumentation; undefined when `telemetry` is false. */
-    telemetry: MemberTelemetry | undefined;
+    /** The member's instrumentation (a MemberTelemetry); undefined when `telemetry` is false. */
+    telemetry: MemberInstrumentation | undefined;
   };
 
-const DAY_MS = 86_400_000;
 const DEFAULT_SESSION_TIMEOUT_MS = 15_000;
 /** The largest `runtimeMaxConcurrency`, at construction and in `setRuntimeMaxConcurrency`. */
-export const MAX_RUNTIME_CONCURRENCY = 10_000;
-/**
- * The shortest `handlerStallMs`. A stalled call is reported as hung (an 'error', a problems line,
- * health down) and gives its worker back: under a second, ordinary calls would be reported and
- * the workers (`runtimeMaxConcurrency`) would stop meaning the calls running (SPEC 10.7). A default
- * derived from a shorter `sessionTimeoutMs` is raised to it.
- */
-export const MIN_HANDLER_STALL_MS = 1000;
+export const MAX_RUNTIME_CONCURRENCY: number = OPTION_RANGES['member.runtimeMaxConcurrency'].max;
+/** The longest `memberName`: a label for people, stored in every heartbeat's member record. */
+export const MAX_MEMBER_NAME_LENGTH = 256;
+/** The shortest `handlerStallMs` (why: its row in OPTION_RANGES); a default from a shorter `sessionTimeoutMs` is raised to it. */
+export const MIN_HANDLER_STALL_MS: number = OPTION_RANGES['member.handlerStallMs'].min;
 
 /** Fills defaults and checks every option; a bad one is an error naming the option and the value. */
 export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T> | BatchMemberOptions<T>): ResolvedMemberOptions<T> {
@@ -275,29 +272,29 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T> | B
   if (
     typeof resolved.memberName !== 'string' ||
     resolved.memberName.length === 0 ||
-    resolved.memberName.length > 256 ||
+    resolved.memberName.length > MAX_MEMBER_NAME_LENGTH ||
     // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what this check refuses
     /[\x00-\x1f\x7f]/.test(resolved.memberName)
   ) {
-    throw new RangeError(`memberName must be 1-256 printable characters, got ${JSON.stringify(resolved.memberName)}`);
+    throw new RangeError(`memberName must be 1-${MAX_MEMBER_NAME_LENGTH} printable characters, got ${JSON.stringify(resolved.memberName)}`);
   }
-  assertIntegerInRange('runtimeMaxConcurrency', resolved.runtimeMaxConcurrency, 1, MAX_RUNTIME_CONCURRENCY);
-  assertIntegerInRange('weight', resolved.weight, 1, 1_000_000);
-  if (resolved.shardCount !== undefined) assertIntegerInRange('shardCount', resolved.shardCount, 1, MAX_SHARD_COUNT);
-  assertIntegerInRange('sessionTimeoutMs', resolved.sessionTimeoutMs, 100, DAY_MS);
-  assertIntegerInRange('rebalanceTimeoutMs', resolved.rebalanceTimeoutMs, 100, DAY_MS);
-  assertIntegerInRange('revocationTimeoutMs', resolved.revocationTimeoutMs, 0, resolved.rebalanceTimeoutMs);
-  assertIntegerInRange('shutdownTimeoutMs', resolved.shutdownTimeoutMs, 0, DAY_MS);
-  assertIntegerInRange('maxAttempts', resolved.maxAttempts, 1, 1000);
-  assertIntegerInRange('handlerTimeoutMs', resolved.handlerTimeoutMs, 0, DAY_MS);
-  assertIntegerInRange('handlerStallMs', resolved.handlerStallMs, MIN_HANDLER_STALL_MS, DAY_MS);
-  assertIntegerInRange('retryBackoffMs', resolved.retryBackoffMs, 0, DAY_MS);
-  assertIntegerInRange('retryBackoffMaxMs', resolved.retryBackoffMaxMs, resolved.retryBackoffMs, DAY_MS);
-  assertIntegerInRange('batchSize', resolved.batchSize, 1, MAX_BATCH_SIZE);
-  assertIntegerInRange('maxBufferedEntries', resolved.maxBufferedEntries, 1, 1_000_000);
-  assertIntegerInRange('blockMs', resolved.blockMs, 1, 60_000);
-  assertIntegerInRange('sweepIntervalMs', resolved.sweepIntervalMs, 1, DAY_MS);
-  assertIntegerInRange('cutoverCheckIntervalMs', resolved.cutoverCheckIntervalMs, 1, DAY_MS);
+  checkOption('member.runtimeMaxConcurrency', resolved.runtimeMaxConcurrency);
+  checkOption('member.weight', resolved.weight);
+  if (resolved.shardCount !== undefined) checkOption('shardCount', resolved.shardCount);
+  checkOption('member.sessionTimeoutMs', resolved.sessionTimeoutMs);
+  checkOption('member.rebalanceTimeoutMs', resolved.rebalanceTimeoutMs);
+  checkOption('member.revocationTimeoutMs', resolved.revocationTimeoutMs, { max: resolved.rebalanceTimeoutMs });
+  checkOption('member.shutdownTimeoutMs', resolved.shutdownTimeoutMs);
+  checkOption('member.maxAttempts', resolved.maxAttempts);
+  checkOption('member.handlerTimeoutMs', resolved.handlerTimeoutMs);
+  checkOption('member.handlerStallMs', resolved.handlerStallMs);
+  checkOption('member.retryBackoffMs', resolved.retryBackoffMs);
+  checkOption('member.retryBackoffMaxMs', resolved.retryBackoffMaxMs, { min: resolved.retryBackoffMs });
+  checkOption('member.batchSize', resolved.batchSize);
+  checkOption('member.maxBufferedEntries', resolved.maxBufferedEntries);
+  checkOption('member.blockMs', resolved.blockMs);
+  checkOption('member.sweepIntervalMs', resolved.sweepIntervalMs);
+  checkOption('member.cutoverCheckIntervalMs', resolved.cutoverCheckIntervalMs);
   if (resolved.batch && resolved.batch.maxSize > resolved.batchSize) {
     throw new RangeError(
       `batch.maxSize (${resolved.batch.maxSize}) must not exceed batchSize (${resolved.batchSize}), the entries read per shard and read: a batch could never fill`,

@@ -11,6 +11,9 @@ import { createStreamMetadata, ensureStreamRouting } from '../redis/stream-metad
  */
 const GROWTH_SWITCH_WAIT_MS = 50;
 
+/** What a producer's caller can do about a missing stream (StreamNotFoundError's remedy). */
+const CREATE_OR_GIVE_SHARD_COUNT = 'create it with CoordinatorAdmin.createStream, or give the StreamProducer shardCount to create it';
+
 /** How the producer routes now: the shard count, and the switch time of a resize not yet in effect. */
 interface Routing {
   shardCount: number;
@@ -100,7 +103,7 @@ export class ProducerRouting {
         let [meta, redisNow] = await this.readMetadata();
         if (meta[0] === null) {
           if (this.recreateWith === undefined) {
-            throw new StreamNotFoundError(this.streamPrefix, 'producer, nothing written');
+            throw new StreamNotFoundError(this.streamPrefix, 'producer, nothing written', CREATE_OR_GIVE_SHARD_COUNT);
           }
           // Lost (or never created): recreate it as configured. Another creator may win the race
           // with another count; theirs stands, like any existing metadata.
@@ -109,7 +112,11 @@ export class ProducerRouting {
           });
           [meta, redisNow] = await this.readMetadata();
           if (meta[0] === null)
-            throw new StreamNotFoundError(this.streamPrefix, 'producer, nothing written: its metadata vanished right after it was created');
+            throw new StreamNotFoundError(
+              this.streamPrefix,
+              'producer, nothing written: its metadata vanished right after it was created',
+              CREATE_OR_GIVE_SHARD_COUNT,
+            );
         }
         const [shardCount, previousShardCount, switchAt] = meta;
         const localNow = Date.now();

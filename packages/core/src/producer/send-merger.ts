@@ -1,5 +1,5 @@
 import { NoAnswerError, withTimeout } from '../member/abortable-sleep';
-import { assertIntegerInRange } from '../protocol/names';
+import { checkOption } from '../protocol/option-ranges';
 import type { ReplicaWait } from '../redis/connection/replica-wait';
 import { isCluster } from '../redis/connection/slot-pipelines';
 import type { RedisClient } from '../redis/scripts';
@@ -287,7 +287,7 @@ export class SendMerger {
         unit.rangeChecked = true;
         return;
       }
-      assertIntegerInRange('shardIndex', unit.maxShardIndex, 0, count - 1);
+      checkOption('shardIndex', unit.maxShardIndex, { max: count - 1 });
     } catch (thrown) {
       error = thrown;
     }

@@ -1,8 +1,8 @@
-import { MAX_SHARD_COUNT } from '../protocol/shard-count';
 import { v7 as uuidv7 } from 'uuid';
 import { assertCodec } from '../protocol/codecs';
 import { encodeEntry, jsonCodec, type OutgoingMessage, type PayloadCodec } from '../protocol/entry-format';
-import { assertIntegerInRange, assertStreamPrefix } from '../protocol/names';
+import { assertStreamPrefix } from '../protocol/names';
+import { checkOption } from '../protocol/option-ranges';
 import { assertReplicaWait, type ReplicaWait } from '../redis/connection/replica-wait';
 import { isCluster } from '../redis/connection/slot-pipelines';
 import { KeyBuilder } from '../redis/keys';
@@ -111,10 +111,9 @@ export class StreamProducer {
     this.keys = new KeyBuilder(options.keyPrefix);
     this.codec = options.codec ?? jsonCodec;
     assertCodec(this.codec);
-    if (options.maxLenApprox !== undefined) assertIntegerInRange('maxLenApprox', options.maxLenApprox, 1, Number.MAX_SAFE_INTEGER);
-    const refreshMs = assertIntegerInRange('metadataRefreshMs', options.metadataRefreshMs ?? 500, 1, 3_600_000);
-    const shardCount =
-      options.shardCount === undefined ? undefined : assertIntegerInRange('shardCount', options.shardCount, 1, MAX_SHARD_COUNT);
+    if (options.maxLenApprox !== undefined) checkOption('producer.maxLenApprox', options.maxLenApprox);
+    const refreshMs = checkOption('producer.metadataRefreshMs', options.metadataRefreshMs ?? 500);
+    const shardCount = options.shardCount === undefined ? undefined : checkOption('shardCount', options.shardCount);
     if (options.telemetry !== undefined && typeof options.telemetry !== 'boolean') {
       throw new TypeError(`telemetry must be a boolean, got ${JSON.stringify(options.telemetry)}`);
     }
@@ -123,7 +122,7 @@ export class StreamProducer {
     this.merger = new SendMerger(redis, this.routing, {
       maxLenApprox: options.maxLenApprox,
       replicaWait: assertReplicaWait('waitForReplicas', options.waitForReplicas),
-      appendTimeoutMs: assertIntegerInRange('appendTimeoutMs', options.appendTimeoutMs ?? DEFAULT_APPEND_TIMEOUT_MS, 1, 3_600_000),
+      appendTimeoutMs: checkOption('producer.appendTimeoutMs', options.appendTimeoutMs ?? DEFAULT_APPEND_TIMEOUT_MS),
       streamPrefix: options.streamPrefix,
       shardKeys: (shardIndex) => this.keysOf(shardIndex),
     });
@@ -174,7 +173,7 @@ export class StreamProducer {
     assertMessageShape(message);
     if (message.key !== undefined && typeof message.key !== 'string')
       throw new TypeError(`key must be a string, got ${typeof message.key}`);
-    if (message.shardIndex !== undefined) assertIntegerInRange('shardIndex', message.shardIndex, 0, MAX_SHARD_COUNT - 1);
+    if (message.shardIndex !== undefined) checkOption('shardIndex', message.shardIndex);
     return encodeEntry(message, this.codec);
   }
 

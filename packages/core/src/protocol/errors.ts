@@ -42,16 +42,18 @@ export class GroupNotFoundError extends CoordinatorError {
   }
 }
 
-/** What to do about a missing stream, in every StreamNotFoundError's message. */
-const CREATE_THE_STREAM =
-  'create it with CoordinatorAdmin.createStream, or give a member or producer shardCount to create it (`rsc streams` lists the streams that exist)';
+/** What an admin caller can do about a missing stream: the default `remedy` of StreamNotFoundError. */
+const CREATE_THE_STREAM = 'create it with CoordinatorAdmin.createStream (listStreams() lists the streams that exist)';
 
 /**
  * The stream prefix has no metadata: it was never created, or Redis lost its keys (a restart without
  * persistence, FLUSHALL). Every group of a stream lives in its metadata, so a missing stream is a
  * missing group too: this is a subclass of `GroupNotFoundError` with the same code
  * (GROUP_NOT_FOUND), and code that catches that class, or checks that code, catches this as well.
- * The message names the stream, then what to do; `context` (the caller or the operation) comes first.
+ * The message names the stream, then what to do; `context` (the caller or the operation) comes
+ * first. The `remedy` names what the caller can do where it is: a producer is told of its
+ * `shardCount`, a member of its own, an admin caller of `createStream`; a layer above that
+ * rethrows it (the Nest StreamPublisher, the `rsc` command) names its own options instead.
  *
  * @example
  * try {
@@ -63,9 +65,10 @@ const CREATE_THE_STREAM =
 export class StreamNotFoundError extends GroupNotFoundError {
   constructor(
     readonly streamPrefix: string,
-    context?: string,
+    readonly context?: string,
+    readonly remedy: string = CREATE_THE_STREAM,
   ) {
-    super(`${context ? `${context}: ` : ''}stream "${streamPrefix}" does not exist (it has no metadata): ${CREATE_THE_STREAM}`);
+    super(`${context ? `${context}: ` : ''}stream "${streamPrefix}" does not exist (it has no metadata): ${remedy}`);
   }
 }
 

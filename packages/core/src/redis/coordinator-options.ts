@@ -1,4 +1,4 @@
-import { assertIntegerInRange } from '../protocol/names';
+import { checkOption } from '../protocol/option-ranges';
 import type { ShardAssignor } from '../assignor/assignor';
 import type { HeartbeatRequest, HeartbeatResponse } from '../protocol/heartbeat';
 import { StickyAssignor } from '../assignor/sticky-assignor';
@@ -61,13 +61,13 @@ export function resolveCoordinatorOptions(options: CoordinatorOptions = {}): Res
     assignor: options.assignor ?? new StickyAssignor(),
     onHeartbeat: options.onHeartbeat,
   };
-  assertIntegerInRange('heartbeatIntervalMs', resolved.heartbeatIntervalMs, 1, DAY_MS);
-  assertIntegerInRange('fastHeartbeatIntervalMs', resolved.fastHeartbeatIntervalMs, 1, DAY_MS);
-  assertIntegerInRange('assignmentTimeoutMs', resolved.assignmentTimeoutMs, 1, DAY_MS);
-  assertIntegerInRange('assignmentDelayMs', resolved.assignmentDelayMs, 0, DAY_MS);
-  assertIntegerInRange('retentionMs', resolved.retentionMs, 0, 365 * DAY_MS);
-  assertIntegerInRange('retentionMaxCount', resolved.retentionMaxCount, 0, 1_000_000);
-  assertIntegerInRange('eventLogMaxLen', resolved.eventLogMaxLen, 1, 10_000_000);
+  checkOption('coordinator.heartbeatIntervalMs', resolved.heartbeatIntervalMs);
+  checkOption('coordinator.fastHeartbeatIntervalMs', resolved.fastHeartbeatIntervalMs);
+  checkOption('coordinator.assignmentTimeoutMs', resolved.assignmentTimeoutMs);
+  checkOption('coordinator.assignmentDelayMs', resolved.assignmentDelayMs);
+  checkOption('coordinator.retentionMs', resolved.retentionMs);
+  checkOption('coordinator.retentionMaxCount', resolved.retentionMaxCount);
+  checkOption('coordinator.eventLogMaxLen', resolved.eventLogMaxLen);
   if (resolved.onHeartbeat !== undefined && typeof resolved.onHeartbeat !== 'function') {
     throw new TypeError(`onHeartbeat must be a function, got ${typeof resolved.onHeartbeat}`);
   }

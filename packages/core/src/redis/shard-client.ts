@@ -7,6 +7,9 @@ import { ensureScripts, pipelineScript, type RedisClient, runScript } from './sc
 import { NotReplicatedError, type ReplicaWait, waitCommand, waitShortfall } from './connection/replica-wait';
 import { execByNode, execBySlot, isCluster, type NodeBatch, type SlotBatchResult } from './connection/slot-pipelines';
 
+/** How many shards' keys a ShardClient keeps built (ShardClient.shardKeys): more than a member usually holds. */
+const SHARD_KEYS_KEPT = 4096;
+
 /** A raw stream entry: id and flat field list (text), and the payload's bytes as read. */
 export interface RawEntry {
   id: string;
@@ -194,8 +197,24 @@ export class ShardClient {
     return this.keys.shardWakeChannel(this.streamPrefix, shardIndex);
   }
 
+  /**
+   * shardIndex -> its stream and fencing-token keys, built (their names checked) once, not on every
+   * read and ack of the shard. At most SHARD_KEYS_KEPT shards (emptied when full): a member of
+   * thousands of shards builds them again now and then, as before, instead of holding them all.
+   */
+  private readonly keysOf = new Map<number, [string, string]>();
+
   private shardKeys(shardIndex: number): [string, string] {
-    return [this.keys.shardStream(this.streamPrefix, shardIndex), this.keys.shardFence(this.streamPrefix, shardIndex, this.consumerGroup)];
+    let keys = this.keysOf.get(shardIndex);
+    if (keys === undefined) {
+      if (this.keysOf.size >= SHARD_KEYS_KEPT) this.keysOf.clear();
+      keys = [
+        this.keys.shardStream(this.streamPrefix, shardIndex),
+        this.keys.shardFence(this.streamPrefix, shardIndex, this.consumerGroup),
+      ];
+      this.keysOf.set(shardIndex, keys);
+    }
+    return keys;
   }
 
   /**
@@ -412,7 +431,7 @@ export class ShardClient {
     blockMs: number | undefined,
     deadlineMs: number,
   ): Promise<ReadResult> {
-    const streams = shards.map((s) => this.keys.shardStream(this.streamPrefix, s));
+    const streams = shards.map((s) => this.shardKeys(s)[0]);
     ensureScripts(reader);
     const pipeline = reader.pipeline();
     const ids = shards.map(() => '>');
@@ -441,8 +460,11 @@ export class ShardClient {
     if (readError) throw readError;
     if (checkError) throw checkError;
     const entries = new Map<number, RawEntry[]>();
-    for (const [stream, list] of (reply as [string, [string, string[]][]][] | null) ?? []) {
-      const shard = shards[streams.indexOf(String(stream))];
+    const replied = (reply as [string, [string, string[]][]][] | null) ?? [];
+    // The reply names each stream that had entries: a map, not a search of every stream per stream.
+    const shardOf = replied.length === 0 ? undefined : new Map(streams.map((stream, i) => [stream, shards[i]]));
+    for (const [stream, list] of replied) {
+      const shard = shardOf!.get(String(stream))!;
       entries.set(shard, await this.withPayloadBytes(shard, toEntries(list)));
     }
     return { entries, firstAfter: new Map(shards.map((shard, i) => [shard, String((firsts as unknown[])[i] ?? '')])) };
@@ -450,7 +472,7 @@ export class ShardClient {
 
   /** The key of a shard's stream (what the read hub's doorbell watches). */
   streamKey(shardIndex: number): string {
-    return this.keys.shardStream(this.streamPrefix, shardIndex);
+    return this.shardKeys(shardIndex)[0];
   }
 
   /**
@@ -469,7 +491,7 @@ export class ShardClient {
     countPerShard: number,
     deadlineMs: number,
   ): Promise<ReadResult & { failed: Map<number, Error> }> {
-    const streams = shards.map((s) => this.keys.shardStream(this.streamPrefix, s));
+    const streams = shards.map((s) => this.shardKeys(s)[0]);
     const results = await reader.exec(
       shards.map((_, i) => ({
         key: streams[i],

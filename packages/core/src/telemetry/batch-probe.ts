@@ -1,5 +1,6 @@
 import type { Context, Span } from '@opentelemetry/api';
 import type { StreamMessage } from '../protocol/entry-format';
+import type { BatchCallProbe } from './member-instrumentation';
 import type { Otel } from './otel-api';
 import { runInContext } from './run-in-context';
 import { ATTR } from './semantic-conventions';
@@ -17,7 +18,7 @@ export interface BatchRecorder {
  * or tracing is on. The call is one `process` span and one `messaging.process.duration` point, like a
  * single entry's call, and its size one `rsc.consumer.batch.size` point.
  */
-export class BatchProbe {
+export class BatchProbe implements BatchCallProbe {
   private readonly startedAt = performance.now();
 
   constructor(

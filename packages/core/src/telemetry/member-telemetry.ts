@@ -1,4 +1,3 @@
-import type { EventEmitter } from 'node:events';
 import type {
   Attributes,
   BatchObservableResult,
@@ -14,8 +13,8 @@ import type { DeadLetterCause } from '../protocol/dead-letter-cause';
 import type { StreamMessage } from '../protocol/entry-format';
 import { ErrorCode } from '../protocol/error-codes';
 import type { HeartbeatObservation } from '../redis/coordinator-options';
-import type { StreamGroupInfo } from '../redis/responses';
 import { BatchProbe, type BatchRecorder, errorTypeOf } from './batch-probe';
+import type { HandlerCallProbe, MemberInstrumentation, ShardPositions, TelemetryTarget } from './member-instrumentation';
 import { runInContext } from './run-in-context';
 import { INSTRUMENTATION_SCOPE, INSTRUMENTATION_VERSION, type Otel, otelApi, registeredMeter, tracerProviderRegistered } from './otel-api';
 import { ATTR, BATCH_SIZE_BUCKETS, FAST_BUCKETS_S, MESSAGING_SYSTEM, METRIC, REBALANCE_BUCKETS_S } from './semantic-conventions';
@@ -28,19 +27,6 @@ import { ATTR, BATCH_SIZE_BUCKETS, FAST_BUCKETS_S, MESSAGING_SYSTEM, METRIC, REB
 export const POSITIONS_MIN_INTERVAL_MS = 1000;
 /** A lag read slower than this is given up for this collection (the gauges skip it, an 'error' says so). */
 export const POSITIONS_TIMEOUT_MS = 2000;
-
-type Positions = Map<number, Pick<StreamGroupInfo, 'lag' | 'pending'>>;
-
-/** What the member's poller lends its telemetry while it runs. */
-export interface TelemetryTarget {
-  ownedShards(): number[];
-  /** The group's lag and pending on these shards (one XINFO GROUPS each). */
-  groupPositions(shards: readonly number[]): Promise<Positions>;
-  /** Poller events: 'acknowledged' and 'dead-letter' are counted. */
-  events: EventEmitter;
-  /** A failure of telemetry's own Redis reads, surfaced as the member's 'error' event. */
-  reportError(error: Error): void;
-}
 
 interface MemberInstruments {
   processDuration: Histogram;
@@ -126,7 +112,7 @@ function instrumentsOf(meter: Meter): MemberInstruments {
 }
 
 /** A handler call being measured and traced; made only when metrics or tracing is on. */
-export class HandlerProbe {
+export class HandlerProbe implements HandlerCallProbe {
   private readonly startedAt = performance.now();
 
   constructor(
@@ -176,7 +162,7 @@ export class HandlerProbe {
  * not installed, or no provider is registered when the member starts, nothing is created and the
  * hot path costs one check per entry.
  */
-export class MemberTelemetry implements BatchRecorder {
+export class MemberTelemetry implements BatchRecorder, MemberInstrumentation {
   private api: Otel | undefined;
   private instruments: MemberInstruments | undefined;
   /** The gauges' callback, registered from the first attach until the collection after the last detach. */
@@ -188,7 +174,7 @@ export class MemberTelemetry implements BatchRecorder {
   private memberEpoch = 0;
   /** performance.now() of the first answer out of STABLE, while a rebalance lasts. */
   private rebalanceStartedAt: number | undefined;
-  private positions: { at: number; value: Promise<Positions> } | undefined;
+  private positions: { at: number; value: Promise<ShardPositions> } | undefined;
   private positionsFailing = false;
   /** A probe failed since the member started (said once: see probeFailed). */
   private probeFailing = false;
@@ -446,7 +432,7 @@ export class MemberTelemetry implements BatchRecorder {
       return;
     }
     if (shards.length === 0) return;
-    let positions: Positions;
+    let positions: ShardPositions;
     try {
       positions = await this.readPositions(target, shards);
       this.positionsFailing = false;
@@ -473,7 +459,7 @@ export class MemberTelemetry implements BatchRecorder {
     }
   };
 
-  private readPositions(target: TelemetryTarget, shards: number[]): Promise<Positions> {
+  private readPositions(target: TelemetryTarget, shards: number[]): Promise<ShardPositions> {
     const now = performance.now();
     const cached = this.positions;
     if (cached && now - cached.at < POSITIONS_MIN_INTERVAL_MS) return cached.value;

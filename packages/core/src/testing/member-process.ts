@@ -12,7 +12,8 @@
  * "ready" when joined, and exits with code 3 when `start()` fails for good.
  *
  * Record lines (every one has t, m and g, the consumer group):
- * { e: 'start', ep, s, id, k, q, dc, n }            a handler call began (n: this process's attempt number)
+ * { e: 'start', ep, s, id, k, q, dc, n, rp?, rg? }  a handler call began (n: this process's attempt number;
+ *                                                   rp, rg: a dead letter's replay, its rsc-replay-of and rsc-replay-group)
  * { e: 'end', ep, s, id, k, q, ok }                 it settled (ok false: it threw, on purpose)
  * { e: 'ack', s, ge, ids, ok }                      acknowledgements sent; ok: the fencing check accepted them
  * { e: 'dead-letter', s, id, n }                    the member says it dead-lettered the entry
@@ -24,6 +25,7 @@
  */
 import fs from 'node:fs';
 import { Cluster, Redis } from 'ioredis';
+import { REPLAY_HEADER } from '../admin/dead-letter-replay';
 import { CoordinatedMember } from '../member/coordinated-member';
 import type { ShardState } from '../member/shard-state';
 import { LOADING_RETRY_MS } from '../redis/connection/connection-defaults';
@@ -85,6 +87,12 @@ export const MEMBER_PROCESS_ENV = 'RSC_MEMBER_PROCESS';
  * a fault kind must see listed (an unanswered call lasts a third of the session at least).
  */
 const PROBLEMS_SAMPLE_MS = 100;
+
+/** A replayed entry's headers as record fields (rp: the dead letter's ref, rg: its group); nothing for other entries. */
+function replayOf(headers: Record<string, string> | undefined): { rp?: string; rg?: string } {
+  const of = headers?.[REPLAY_HEADER.of];
+  return of === undefined ? {} : { rp: of, rg: headers?.[REPLAY_HEADER.group] };
+}
 
 /** FNV-1a of the entry id, 0..999: the same verdict in every process. */
 export function entryHash(id: string): number {
@@ -178,7 +186,7 @@ function main(): void {
       const n = (attempts.get(attemptKey) ?? 0) + 1;
       attempts.set(attemptKey, n);
       const base = { ep: member.currentMemberEpoch(), s: message.shardIndex, id: message.id, k: message.key, q: message.payload.seq };
-      record({ e: 'start', ...base, dc: message.deliveryCount, n });
+      record({ e: 'start', ...base, dc: message.deliveryCount, n, ...replayOf(message.headers) });
       await new Promise((resolve) => setTimeout(resolve, handlerDelayMs));
       const hash = entryHash(message.id);
       const fail =

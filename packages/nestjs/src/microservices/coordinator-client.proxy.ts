@@ -1,6 +1,7 @@
 import { Logger } from '@nestjs/common';
 import { ClientProxy, type ReadPacket, type WritePacket } from '@nestjs/microservices';
 import {
+  checkOption,
   DEFAULT_KEY_PREFIX,
   type OutgoingMessage,
   ReadDeadlineError,
@@ -131,8 +132,12 @@ export class CoordinatorClientProxy extends ClientProxy {
         `CoordinatorClientProxy: key must be a function (data, pattern) => string | undefined, got ${typeof options.key}`,
       );
     }
-    this.timeoutMs = positiveInteger('timeoutMs', options.timeoutMs ?? DEFAULT_TIMEOUT_MS, 1);
-    this.inboxTtlMs = positiveInteger('inboxTtlMs', options.inboxTtlMs ?? DEFAULT_INBOX_TTL_MS, 300);
+    this.timeoutMs = checkOption('nestjs.client.timeoutMs', options.timeoutMs ?? DEFAULT_TIMEOUT_MS, {
+      label: 'CoordinatorClientProxy: timeoutMs',
+    });
+    this.inboxTtlMs = checkOption('nestjs.client.inboxTtlMs', options.inboxTtlMs ?? DEFAULT_INBOX_TTL_MS, {
+      label: 'CoordinatorClientProxy: inboxTtlMs',
+    });
     this.keyPrefix = options.keyPrefix ?? DEFAULT_KEY_PREFIX;
     // Nest 10/11 need these for the base class; the payload is the entry's payload, not a packet.
     this.initializeSerializer({});
@@ -419,11 +424,4 @@ async function deleteWithin(inbox: ReplyInbox, timeoutMs: number, log: Logger): 
       `reply inbox ${inbox.key} was not deleted at close (${outcome === 'late' ? `no answer within ${timeoutMs} ms` : 'DEL failed'}): it expires by its TTL`,
     );
   }
-}
-
-function positiveInteger(option: string, value: unknown, min: number): number {
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < min) {
-    throw new RangeError(`CoordinatorClientProxy: ${option} must be an integer of at least ${min} ms, got ${JSON.stringify(value)}`);
-  }
-  return value;
 }

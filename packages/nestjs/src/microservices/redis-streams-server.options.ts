@@ -1,7 +1,6 @@
-import type { CoordinatorOptions } from '@redis-stream-coordinator/core';
+import { checkOption, type CoordinatorOptions } from '@redis-stream-coordinator/core';
 import type { CoordinatorModuleOptions, MemberDefaults } from '../coordinator-module-options';
 import { mergeDeadLetter, workersOf } from '../member-defaults';
-import { MAX_LISTENER_CONCURRENCY } from '../stream-listener.container';
 
 /**
  * What one `@EventPattern` / `@MessagePattern` stream runs with: from the pattern's extras
@@ -67,7 +66,7 @@ export function resolvePatternOptions(
     [extras, options.streams?.[prefix], options].find((level) => level?.deadLetter !== undefined)?.deadLetter,
   );
   if (deadLetter !== undefined) merged.deadLetter = deadLetter;
-  const concurrency = merged.concurrency ?? 1;
+  const given = merged.concurrency ?? 1;
   delete merged.concurrency;
   const where = `RedisStreamsServer: pattern ${JSON.stringify(prefix)}`;
   // The most specific level that says anything about workers decides (member-defaults.ts), as for listeners.
@@ -83,11 +82,7 @@ export function resolvePatternOptions(
       `${where}: batch is not supported by the microservices transport (a pattern handler gets one entry per call); use a @StreamListener or a bean consumer with batch`,
     );
   }
-  if (typeof concurrency !== 'number' || !Number.isInteger(concurrency) || concurrency < 1 || concurrency > MAX_LISTENER_CONCURRENCY) {
-    throw new RangeError(
-      `${where}: concurrency must be an integer from 1 to ${MAX_LISTENER_CONCURRENCY}, got ${JSON.stringify(concurrency)}`,
-    );
-  }
+  const concurrency = checkOption('nestjs.concurrency', given, { label: `${where}: concurrency` });
   if (typeof merged.consumerGroup !== 'string' || merged.consumerGroup === '') {
     throw new TypeError(
       `${where}: consumerGroup is required (in the pattern's extras, streams[${JSON.stringify(prefix)}] or the server's options), got ${JSON.stringify(merged.consumerGroup)}`,

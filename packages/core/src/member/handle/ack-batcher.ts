@@ -10,12 +10,15 @@ const ACK_ATTEMPTS = 8;
 /**
  * How long finished entries gather before their acknowledgements are sent, when nobody waits on
  * them: at tens of thousands of entries a second a send per event-loop turn was a fenced call for a
- * few dozen ids, and those calls were a sixth of the member's CPU. An ack someone awaits (manual
- * `message.ack()`), and a batch this large, go at the end of the turn as before. Stopping, revoking
- * and the sweep do not wait for it (flush and settled send at once); a crash in between only leaves
- * these few milliseconds of entries pending for the next owner, as any unsent ack does.
+ * few dozen ids, and those calls were a sixth of the member's CPU. 5 ms, not 2: a member of many
+ * shards whose handlers each take a millisecond or so (64 shards, 64 workers) finishes one or two
+ * entries per shard in 2 ms, and each shard in a call costs Redis its token check and its own
+ * XACK, and the member a call per few dozen entries. An ack someone awaits (manual `message.ack()`),
+ * and a batch this large, go at the end of the turn as before. Stopping, revoking and the sweep do
+ * not wait for it (flush and settled send at once); a crash in between only leaves these few
+ * milliseconds of entries pending for the next owner, as any unsent ack does.
  */
-export const ACK_LINGER_MS = 2;
+export const ACK_LINGER_MS = 5;
 const ACK_SEND_NOW = 512;
 /**
  * Ack calls in a row that got no answer within their bound before the connection they go on is

@@ -1,6 +1,7 @@
 import type { DeadLetterCause } from '../../protocol/dead-letter-cause';
 import type { StreamMessage } from '../../protocol/entry-format';
-import { assertConsumerGroup, assertIntegerInRange } from '../../protocol/names';
+import { assertConsumerGroup } from '../../protocol/names';
+import { checkOption } from '../../protocol/option-ranges';
 
 export type { DeadLetterCause };
 
@@ -89,9 +90,6 @@ export interface ResolvedDeadLetterOptions<T = unknown> {
   onDeadLetter: ((notice: DeadLetterNotice<T>) => unknown) | undefined;
 }
 
-/** The largest `deadLetter.maxLen`. */
-export const MAX_DEAD_LETTER_MAXLEN = 1_000_000_000;
-
 /** Checks `deadLetter` and fills its defaults; a bad field is an error naming `deadLetter.<field>` and the value. */
 export function resolveDeadLetterOptions<T>(
   options: DeadLetterOptions<T> | undefined,
@@ -109,7 +107,7 @@ export function resolveDeadLetterOptions<T>(
     if (!known.has(name)) throw new TypeError(`deadLetter.${name} is not an option (known: ${[...known].join(', ')})`);
   }
   const stream = options.stream === undefined ? consumerGroup : assertConsumerGroup(options.stream, 'deadLetter.stream');
-  const maxLen = options.maxLen === undefined ? 0 : assertIntegerInRange('deadLetter.maxLen', options.maxLen, 1, MAX_DEAD_LETTER_MAXLEN);
+  const maxLen = options.maxLen === undefined ? 0 : checkOption('member.deadLetter.maxLen', options.maxLen);
   const { nonRetryable, nonRetryableErrors, onDeadLetter, includeStack = true } = options;
   if (typeof includeStack !== 'boolean') throw new TypeError(`deadLetter.includeStack must be a boolean, got ${typeOf(includeStack)}`);
   if (nonRetryable !== undefined && typeof nonRetryable !== 'function') {

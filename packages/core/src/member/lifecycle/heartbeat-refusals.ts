@@ -8,6 +8,9 @@ import type { MemberProblems } from '../member-problems';
 import type { MemberReconciler } from './member-reconciler';
 import type { ResolvedMemberOptions } from '../member-options';
 
+/** What a member's owner can do about a missing stream (StreamNotFoundError's remedy). */
+const CREATE_OR_GIVE_SHARD_COUNT = 'create it with CoordinatorAdmin.createStream, or give the member shardCount to create it when it joins';
+
 /** What a refusal may make the rest of the member do. */
 export interface RefusalActions {
   /** Another live instance holds this memberId: stop for good, at once. */
@@ -186,9 +189,12 @@ export class HeartbeatRefusals {
         return;
       }
     }
-    const problem = `${new StreamNotFoundError(streamPrefix).message}; retrying with backoff`;
+    const problem = `${new StreamNotFoundError(streamPrefix, undefined, CREATE_OR_GIVE_SHARD_COUNT).message}; retrying with backoff`;
     if (!this.problems.has('group'))
-      this.events.emit('error', new StreamNotFoundError(streamPrefix, `member ${memberId}, retrying with backoff`));
+      this.events.emit(
+        'error',
+        new StreamNotFoundError(streamPrefix, `member ${memberId}, retrying with backoff`, CREATE_OR_GIVE_SHARD_COUNT),
+      );
     this.problems.set('group', problem);
     this.actions.schedule(backoffMs);
   }

@@ -18,6 +18,13 @@ import { type PollerEvents, type ShardSet, type ShardState } from '../shard-stat
  */
 const LEFT_OUT_BLOCK_MS = 10;
 
+/**
+ * The longest a read waits, after the last one was sent, for room in the buffer for a fuller read
+ * (see ShardReader.roomWanted): at a steady flow the room comes sooner (half the buffer handled),
+ * and a shard that ran dry does not wait at all.
+ */
+const FULLER_READ_WAIT_MS = 50;
+
 /** How Redis starts the error of a read of a stream whose key or consumer group is gone (it names the key, quoted). */
 const LOST_KEYS_ERROR = 'NOGROUP';
 
@@ -58,8 +65,11 @@ export class ShardReader implements HubReader {
   private unregister: (() => void) | undefined;
   /** When the last read was sent (Date.now()). */
   private lastReadAt = 0;
-  /** The loop waits until the buffer has room for a read worth its round trip (see leastCount). */
-  private waitingForRoom = false;
+  /**
+   * The room in the buffer the loop waits for before its next read (see roomWanted), 0 while it
+   * does not wait: a handler that finished wakes it only once there is that much.
+   */
+  private waitingForRoom = 0;
   /**
    * Reads sent so far; for each shard's grant, the number of the last read that covered it and
    * whether that read came back short (the shard read to its end): see fewestQueued.
@@ -89,17 +99,17 @@ export class ShardReader implements HubReader {
       () => this.idleWaitMs(),
       () => this.readGraceMs(),
     );
-    // Shared mode: a handler finished, and its shard may be low enough to read again (see refillAt).
     shards.onSettled = (state) => {
+      // The loop waits for room in the buffer (see roomWanted): a handler that finished made some.
+      // So does a batch that finished and left a short one waiting to fill (see waitsToFill). A
+      // shard that ran dry cannot wait for it (see runDry).
+      if (this.waitingForRoom > 0) {
+        if (this.options.maxBufferedEntries - this.shards.buffered >= this.waitingForRoom || this.waitsToFill(state) || this.runDry(state))
+          this.wakeup.notify();
+      }
+      // Shared mode: a handler finished, and its shard may be low enough to read again (see refillAt).
       // (Or its batch waits to fill: see waitsToFill.)
-      if (this.sharing() && !this.readToEnd.has(state) && (state.queue.length <= this.refillAt() || this.waitsToFill(state)))
-        this.wakeup.notify();
-      // The loop waits for room in the buffer (see fewestQueued): a handler that finished made some.
-      // So does a batch that finished and left a short one waiting to fill (see waitsToFill).
-      else if (
-        this.waitingForRoom &&
-        (this.options.maxBufferedEntries - this.shards.buffered >= this.leastCount() || this.waitsToFill(state))
-      )
+      else if (this.sharing() && !this.readToEnd.has(state) && (state.queue.length <= this.refillAt() || this.waitsToFill(state)))
         this.wakeup.notify();
     };
   }
@@ -228,6 +238,50 @@ export class ShardReader implements HubReader {
   }
 
   /**
+   * The room a read waits for: half the buffer, or as much as the candidates can take in one read
+   * if that is less (a read brings each shard at most `batchSize`, sharing at most its share). A
+   * read sent whenever a handler's end made room for a few entries came back with a few entries: at
+   * tens of thousands of entries a second the loop read back to back, each read a round trip, a
+   * multi-stream XREADGROUP and its gap check, for a dozen entries. Waiting for half the buffer
+   * leaves every shard about half its share to work on meanwhile.
+   */
+  private roomWanted(candidates: readonly number[], sharing: boolean): number {
+    const perShard = sharing ? this.fillTo() : this.options.batchSize;
+    return Math.max(this.leastCount(), Math.min(Math.ceil(this.options.maxBufferedEntries / 2), candidates.length * perShard));
+  }
+
+  /**
+   * Whether a read now is worth its round trip: the buffer has the room it waits for (roomWanted),
+   * or a shard cannot wait for it: its queue ran dry while its stream has more (runDry), or its
+   * batch waits to fill (only a read fills it).
+   */
+  private worthReading(candidates: readonly number[], budget: number, sharing: boolean): boolean {
+    if (budget >= this.roomWanted(candidates, sharing) || this.fullerReadWaitMs() === 0) return true;
+    return candidates.some((s) => {
+      const state = this.shards.get(s)!;
+      return this.runDry(state) || this.waitsToFill(state);
+    });
+  }
+
+  /**
+   * How much longer a read may wait for room for a fuller one (0: no longer). Without a bound, a
+   * shard whose handler hangs with half the buffer queued behind it would keep the others unread
+   * (SPEC 10.8); with it, they are read at least every FULLER_READ_WAIT_MS.
+   */
+  private fullerReadWaitMs(): number {
+    return Math.max(0, this.lastReadAt + FULLER_READ_WAIT_MS - Date.now());
+  }
+
+  /**
+   * A shard with nothing queued whose stream may hold more: its last read came back full (or it
+   * was never read under this grant). A shard whose last read came back short is at its end: the
+   * next read covers it, it has nothing to wait for meanwhile.
+   */
+  private runDry(state: ShardState): boolean {
+    return state.phase === 'reading' && state.queue.length === 0 && this.lastReadOf(state)?.short !== true;
+  }
+
+  /**
    * Batch handlers: the shard's queue waits for a full batch (up to `batch.maxWaitMs`, as long as a
    * day) and nothing of the shard is in flight. No handler of its will settle to make room: only a
    * read lets the batch fill, so the read floor (leastCount) does not apply to it; the budget does.
@@ -286,10 +340,14 @@ export class ShardReader implements HubReader {
           (state) => this.waitsToFill(state),
           (state) => this.lastReadOf(state),
         );
-        this.waitingForRoom = candidates.length > 0 && readable.length === 0;
-        if (readable.length === 0 || !this.mayStartHandlers()) {
+        const worth = readable.length > 0 && this.worthReading(candidates, budget, sharing);
+        // With no room for even the fewest entries a read asks for, any room is worth waking for:
+        // the loop then waits at most FULLER_READ_WAIT_MS for more.
+        this.waitingForRoom =
+          candidates.length === 0 || worth ? 0 : readable.length === 0 ? this.leastCount() : this.roomWanted(candidates, sharing);
+        if (!worth || !this.mayStartHandlers()) {
           this.heard();
-          await this.wakeup.wait(this.idleWaitMs());
+          await this.wakeup.wait(!worth && readable.length > 0 ? Math.min(this.idleWaitMs(), this.fullerReadWaitMs()) : this.idleWaitMs());
           // A ring lost on the way would delay a new entry until the next ring: blockMs bounds it.
           if (sharing && Date.now() - this.lastReadAt >= this.options.blockMs) this.rereadWatched();
           continue;

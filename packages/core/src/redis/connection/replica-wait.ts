@@ -1,5 +1,5 @@
 import type { ChainableCommander } from 'ioredis';
-import { assertIntegerInRange } from '../../protocol/names';
+import { checkOption } from '../../protocol/option-ranges';
 
 /**
  * `WAIT numreplicas timeout` after a write, on the connection that wrote it: how many replicas of
@@ -48,8 +48,7 @@ export function assertReplicaWait(name: string, value: ReplicaWait | undefined):
   if (typeof value !== 'object' || value === null)
     throw new TypeError(`${name} must be { replicas, timeoutMs }, got ${JSON.stringify(value)}`);
   return {
-    replicas: assertIntegerInRange(`${name}.replicas`, value.replicas, 1, 1000),
-    // WAIT 0 would wait forever: a call must end.
-    timeoutMs: assertIntegerInRange(`${name}.timeoutMs`, value.timeoutMs, 1, 3_600_000),
+    replicas: checkOption('replicaWait.replicas', value.replicas, { label: `${name}.replicas` }),
+    timeoutMs: checkOption('replicaWait.timeoutMs', value.timeoutMs, { label: `${name}.timeoutMs` }),
   };
 }

@@ -119,7 +119,7 @@ async function act(
         ),
       );
       // A stack has many lines: after the table, not in a cell of it.
-      if (letter.stack !== undefined) print(`\nstack:\n${letter.stack}`);
+      if (letter.stack !== undefined) out.print(`\nstack:\n${letter.stack}`);
       return;
     }
     case 'replay': {

@@ -17,7 +17,8 @@ export class UsersEventHandlers {
 
   // Was @RedisStreamHandler('users:create') returning [{ stream: 'users:created', payload }]: the reply
   // goes to the caller of send(); the event for other services is published, then the entry acknowledged.
-  @MessagePattern('users-create')
+  // 8 lanes: requests of different users (routing keys) run side by side, each user's in order.
+  @MessagePattern('users-create', { lanes: 8 })
   async create(@Payload() user: NewUser, @Ctx() ctx: RedisStreamsContext) {
     const created = { id: ctx.getId(), name: user.name, signedUpAt: user.signedUpAt, tenant: ctx.getHeaders().tenant };
     await this.publisher.publish('users-created', { key: created.id, payload: created, headers: { tenant: created.tenant } });

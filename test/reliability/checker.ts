@@ -6,6 +6,7 @@
  */
 import { orderEvidence, type OrderViolation } from './order-evidence';
 import { deadLetterOutcomes } from './dead-letter-outcomes';
+import { type KindReport, reportPerKind } from './kind-report';
 import { offsetResets, rewound } from './offset-resets';
 import { deadLetterFencing, grantDuplicates, stuckEntries, writtenTwice } from './promises';
 import type { DeadLetter, DeadLetterOperations, Fault, FaultKind, PendingSample, Produced, RecordLine, ReplayWrite, Run } from './records';
@@ -29,11 +30,13 @@ export interface CheckExtras {
   /** Every consumer group that must have handled every produced entry; default: the groups in the records. */
   groups?: string[];
   /**
-   * The members ran key-ordered lanes: a shard's keys run side by side, so an entry waiting behind
-   * its own key's earlier entry while other keys run is not skipped; only later entries of its own
-   * key running past it are.
+   * The members ran key-ordered lanes (all of them, or those the function names by member id): a
+   * shard's keys run side by side, so an entry waiting behind its own key's earlier entry while
+   * other keys run is not skipped; only later entries of its own key running past it are.
    */
-  lanes?: boolean;
+  lanes?: boolean | ((member: string) => boolean);
+  /** Every member id's kind (member-kinds.ts), for the report per kind. */
+  memberKinds?: Map<string, string>;
   /** When the main producer wrote nothing for a long while, and why (the harness watches it). */
   producerStalls?: string[];
   /** The stream's `resizeHistory` at the end (JSON), for the evidence of an order violation. */
@@ -103,6 +106,8 @@ export interface CheckReport {
    * listed (or purged: gone, replayed at most once), and replays their group never handled (must be none).
    */
   deadLetterOutcomes: string[];
+  /** Per member kind (`CheckExtras.memberKinds`): its share of the work and the problem lines naming its members. */
+  kinds: KindReport[];
   faults: Fault[];
 }
 
@@ -140,6 +145,8 @@ const REDELIVERING = new Set<FaultKind>([
   'half-open-acks',
   'half-open-wake',
   'freeze-on-stop',
+  // A static member's instance killed or paused while it ran entries: the next one runs them again.
+  'static-restart',
   // Deliveries and acks the old master had not replicated are undone (on the fault's shards only).
   // A slot move is not here: MIGRATE moves a stream whole, its group and pending entries with it.
   'failover',
@@ -171,9 +178,12 @@ const UNORDERED_SLACK_MS = 5000;
 export function collectRuns(lines: RecordLine[]): Run[] {
   const sorted = [...lines].sort((a, b) => a.t - b.t);
   const grantName = (epoch: number | undefined, at: number | undefined) => `${epoch ?? ''}@${at ?? ''}`;
+  // Grants, acks and runs are a process's (`h`, else its member id): a static member's next
+  // instance has grants of its own, and the old one's acks must not count for its runs.
+  const proc = (line: RecordLine) => line.h ?? line.m;
   // An ack carries its grant's epoch (`ge`): it belongs to the latest `assigned` record of that
-  // epoch for its member and shard before it (a member records a grant before it can ack under it).
-  const assignedAt = new Map<string, Map<number, number>>(); // group/member/shard -> epoch -> time of its latest assigned record
+  // epoch for its process and shard before it (a process records a grant before it can ack under it).
+  const assignedAt = new Map<string, Map<number, number>>(); // group/process/shard -> epoch -> time of its latest assigned record
   const accepted = new Set<string>();
   /** The same without the grant: for runs whose grant the records do not show. */
   const acceptedAnyGrant = new Set<string>();
@@ -181,32 +191,33 @@ export function collectRuns(lines: RecordLine[]): Run[] {
     const g = line.g ?? DEFAULT_GROUP;
     if (line.e === 'assigned') {
       for (const s of line.shards ?? []) {
-        const k = `${g}/${line.m}/${s}`;
+        const k = `${g}/${proc(line)}/${s}`;
         const byEpoch = assignedAt.get(k);
         if (byEpoch) byEpoch.set(line.ep!, line.t);
         else assignedAt.set(k, new Map([[line.ep!, line.t]]));
       }
     }
     if (!(line.e === 'ack' && line.ok)) continue;
-    const at = line.ge === undefined ? undefined : assignedAt.get(`${g}/${line.m}/${line.s}`)?.get(line.ge);
+    const at = line.ge === undefined ? undefined : assignedAt.get(`${g}/${proc(line)}/${line.s}`)?.get(line.ge);
     for (const id of line.ids ?? []) {
-      accepted.add(`${g}/${line.m}/${line.s}/${id}/${grantName(line.ge, at)}`);
-      acceptedAnyGrant.add(`${g}/${line.m}/${line.s}/${id}`);
+      accepted.add(`${g}/${proc(line)}/${line.s}/${id}/${grantName(line.ge, at)}`);
+      acceptedAnyGrant.add(`${g}/${proc(line)}/${line.s}/${id}`);
     }
   }
   const open = new Map<string, Run>();
-  const grants = new Map<string, { epoch: number; at: number }>(); // group/member/shard -> the grant now
+  const grants = new Map<string, { epoch: number; at: number }>(); // group/process/shard -> the grant now
   const runs: Run[] = [];
   for (const line of sorted) {
     const g = line.g ?? DEFAULT_GROUP;
-    if (line.e === 'assigned') for (const s of line.shards ?? []) grants.set(`${g}/${line.m}/${s}`, { epoch: line.ep!, at: line.t });
-    const key = `${g}/${line.m}/${line.s}/${line.id}`;
+    if (line.e === 'assigned') for (const s of line.shards ?? []) grants.set(`${g}/${proc(line)}/${s}`, { epoch: line.ep!, at: line.t });
+    const key = `${g}/${proc(line)}/${line.s}/${line.id}`;
     if (line.e === 'start') {
-      const grant = grants.get(`${g}/${line.m}/${line.s}`);
+      const grant = grants.get(`${g}/${proc(line)}/${line.s}`);
       const acked = grant === undefined ? acceptedAnyGrant.has(key) : accepted.has(`${key}/${grantName(grant.epoch, grant.at)}`);
       const run: Run = {
         group: g,
         member: line.m,
+        process: proc(line),
         shard: line.s!,
         id: line.id!,
         key: line.k!,
@@ -261,6 +272,17 @@ export function check(
     (lossTimes.some((t) => p.at! <= t) ||
       unreplicated.some((f) => (f.shards ?? []).includes(p.shard) && p.at! <= f.at && p.at! >= f.at - REPLICATION_WINDOW_MS));
 
+  // Which process ran an entry last: a lost line names it (and so the kind of member it was).
+  const lastRun = new Map<string, Run>();
+  for (const run of runs) {
+    const k = `${run.group}/${run.shard}/${run.id}`;
+    const seen = lastRun.get(k);
+    if (!seen || seen.start <= run.start) lastRun.set(k, run);
+  }
+  const lastRunBy = (g: string, entry: string) => {
+    const run = lastRun.get(`${g}/${entry}`);
+    return run ? `, last run by ${run.process}` : '';
+  };
   const lost: string[] = [];
   const redisLost: string[] = [];
   const trimmedUnhandled: string[] = [];
@@ -284,7 +306,7 @@ export function check(
         redisLost.push(`${label(g)}${entry} (${p.key}#${p.seq})`);
         continue;
       }
-      lost.push(`${label(g)}${entry} (${p.key}#${p.seq})${isOpen ? ' not acknowledged' : ''}`);
+      lost.push(`${label(g)}${entry} (${p.key}#${p.seq})${isOpen ? ' not acknowledged' : ''}${lastRunBy(g, entry)}`);
       if (!done.has(entry) && trimmedAway.has(entry))
         trimmedUnhandled.push(`${label(g)}${entry} (${p.key}#${p.seq}) trimmed, never handled`);
     }
@@ -348,8 +370,9 @@ export function check(
       const a = list[i];
       if (!a.acked || a.end === undefined) continue;
       for (let j = i + 1; j < list.length && list[j].start < a.end; j++) {
-        if (list[j].member !== a.member)
-          overlaps.push(`${label(a.group)}shard ${a.shard}: ${a.member} ${a.id} and ${list[j].member} ${list[j].id}`);
+        // Two processes: two members, or two instances of one static member (the old one's ack counted).
+        if (list[j].process !== a.process)
+          overlaps.push(`${label(a.group)}shard ${a.shard}: ${a.process} ${a.id} and ${list[j].process} ${list[j].id}`);
       }
     }
   }
@@ -359,7 +382,7 @@ export function check(
   const keyOverlaps: string[] = [];
   const byKey = new Map<string, Run[]>();
   for (const run of runs) {
-    const k = `${run.group}/${run.member}/${run.shard}/${run.key}`;
+    const k = `${run.group}/${run.process}/${run.shard}/${run.key}`;
     const list = byKey.get(k);
     if (list) list.push(run);
     else byKey.set(k, [run]);
@@ -370,7 +393,7 @@ export function check(
       const before = list[i - 1];
       // A run whose process died has no end: nothing of it runs on after a restart (a new handle).
       if (before.end !== undefined && list[i].start < before.end)
-        keyOverlaps.push(`${label(before.group)}${before.key}: ${before.member} ran #${before.seq} and #${list[i].seq} at once`);
+        keyOverlaps.push(`${label(before.group)}${before.key}: ${before.process} ran #${before.seq} and #${list[i].seq} at once`);
     }
   }
 
@@ -427,7 +450,7 @@ export function check(
       );
   }
 
-  return {
+  const report: CheckReport = {
     produced: produced.length,
     handled,
     acknowledged,
@@ -460,8 +483,27 @@ export function check(
     unrecovered: faults
       .filter((f) => f.failed)
       .map((f) => `${f.kind}${f.target ? ` ${f.target}` : ''}${f.detail ? ` ${f.detail}` : ''}: ${f.failed}`),
+    kinds: [],
     faults,
   };
+  if (extras.memberKinds) {
+    const problems = [
+      ...report.lost,
+      ...report.orderViolations,
+      ...report.overlaps,
+      ...report.keyOverlaps,
+      ...report.unexplainedDuplicates,
+      ...report.stuck,
+      ...report.unfencedDeadLetters,
+      ...report.grantDuplicates,
+      ...report.writtenTwice,
+      ...report.unrecovered,
+      ...report.notReplayed,
+      ...report.deadLetterOutcomes,
+    ];
+    report.kinds = reportPerKind(extras.memberKinds, runs, lines, deadLetters, problems);
+  }
+  return report;
 }
 
 /** The dead letters at the end and those seen before (replayed or purged since), each once. */

@@ -7,11 +7,12 @@ import { failover, slotMove } from './cluster-faults';
 import { resize, staleWrites } from './resize-faults';
 import type { ChaosHarness } from './harness';
 import { type MemberProcess, proxyOf, sleep, waitFor } from './harness-tools';
-import { RecordTail } from './record-tail';
+import { longHandlerStarted, RecordTail } from './record-tail';
 import { evalsha, scriptShas } from './script-match';
 import { freezeOnStop, halfOpen, lateAnswers, lateJoin } from './seam-faults';
 import { deleteRacingResizeBack, resetOffsets } from './operation-faults';
 import { purgeDeadLetters, replayDeadLetters } from './dead-letter-faults';
+import { staticRestart } from './static-restart';
 import type { TargetKind } from './target';
 
 /** The process-level and resizing kinds, which need no proxy: on both targets. */
@@ -126,7 +127,7 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
     what: 'a new member process joins (the oldest leaves gracefully when there are more than four)',
     async inject(h, fault) {
       fault.target = (await h.spawnMember()).memberId;
-      const first = [...h.members.values()].filter((m) => m.group === h.consumerGroup && m.handle === m.memberId);
+      const first = h.firstGroupMembers();
       if (first.length > h.settings.members + 1) {
         h.faults.push({ kind: 'graceful', target: first[0].memberId, at: performance.timeOrigin + performance.now() });
         await h.removeMember(first[0].handle, 'SIGTERM');
@@ -423,7 +424,7 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
       const original = h.pick();
       fault.target = original.memberId;
       h.excuse(original, 15_000);
-      const twin = await h.spawnMember({ memberId: original.memberId, waitReady: false });
+      const twin = await h.spawnMember({ memberId: original.memberId, kind: original.kind, twin: true, waitReady: false });
       const started = performance.now();
       try {
         const tail = new RecordTail(twin.recordFile, true);
@@ -499,6 +500,14 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
       'a replay of it stopped before its delete or while a replay write is on a slow link, tried again until done: gone, replayed at most once, a later replay finds it gone',
     inject: purgeDeadLetters,
   },
+  'static-restart': {
+    what:
+      "a static member's process replaced by its next instance (same memberInstanceId) inside its session: after a graceful stop, a crash with the next instance " +
+      'already asking to join, or a pause while a long handler runs (the old instance then resumes: its acknowledgement must be refused); back in time, it owns the shards it had',
+    needs:
+      'e953609: static membership in the coordinator, the next instance takes over with a new epoch that fences the old one (SPEC 9.4)',
+    inject: staticRestart,
+  },
   failover: {
     runsOn: ['cluster'],
     what:
@@ -512,12 +521,6 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
     inject: slotMove,
   },
 };
-
-function longHandlerStarted(tail: RecordTail): boolean {
-  const lines = tail.read();
-  const switched = lines.findIndex((l) => l.e === 'long-handlers');
-  return switched >= 0 && lines.slice(switched).some((l) => l.e === 'start');
-}
 
 /** The process exited, or said it was refused as a second instance of a live member. */
 async function refused(member: MemberProcess, tail: RecordTail): Promise<boolean> {

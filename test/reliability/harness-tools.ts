@@ -6,6 +6,7 @@ import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import type { TcpProxy } from '../support/tcp-proxy';
 import type { RecordLine } from './checker';
+import type { MemberKind } from './member-kinds';
 
 /** A small, seeded PRNG (mulberry32): the same seed gives the same schedule and targets. */
 export function seededRandom(seed: number): () => number {
@@ -24,7 +25,12 @@ export interface MemberProcess {
   handle: string;
   memberId: string;
   group: string;
+  kind: MemberKind;
+  /** A second live process with another's member id (duplicate-id): never a fault's victim. */
+  twin: boolean;
   child: ChildProcess;
+  /** Resolves once it printed "ready" (joined); rejects when it exits first or takes over 20 s. */
+  ready: Promise<void>;
   /** Its proxy in front of the single redis-server; none on a cluster. */
   proxy: TcpProxy | undefined;
   exited: Promise<number | null>;

@@ -10,6 +10,7 @@ import { FAULTS } from './faults';
 import { LoadProducer } from './load';
 import { mustBeOwned, pendingSamples, readDeadLetters, replayWritesInStreams, unacknowledged } from './redis-state';
 import type { DeadLetterOperations } from './records';
+import { kindSettings, MEMBER_KINDS, type MemberKind } from './member-kinds';
 import { type MemberProcess, proxyOf, readRecords, seededRandom, sleep, waitFor } from './harness-tools';
 import { ChaosTarget, type TargetKind } from './target';
 import type { TcpProxy } from '../support/tcp-proxy';
@@ -55,6 +56,11 @@ export interface HarnessOptions {
    * group handled it (`trimmedUnhandled`: must be none).
    */
   retentionMs?: number;
+  /**
+   * Member processes of every kind (member-kinds.ts), each new one the next kind in turn (default
+   * true; RSC_CHAOS_MEMBER_KINDS=0 runs plain members only).
+   */
+  memberKinds?: boolean;
   /** Progress lines (one per fault); default: none. */
   progress?: (line: string) => void;
 }
@@ -76,6 +82,10 @@ export interface SpawnOptions {
   companion?: boolean;
   /** Called with the member's new proxy before the process starts (a link that is faulty from the first byte). */
   onProxy?: (proxy: TcpProxy) => void;
+  /** Its kind (default: the next in turn, or plain when the run has one kind). */
+  kind?: MemberKind;
+  /** With `memberId`: a second live process with that id (duplicate-id), not the member's next instance (a static restart). */
+  twin?: boolean;
 }
 
 const wallNow = () => performance.timeOrigin + performance.now();
@@ -118,6 +128,9 @@ export class ChaosHarness {
   /** No fault may blame a member for pending work until then (performance.now()): Redis-wide faults. */
   excusedUntil = 0;
   private nextMember = 0;
+  private nextKind = 0;
+  /** Every member id spawned so far and its kind (removed processes included). */
+  private readonly kindsSeen = new Map<string, MemberKind>();
   private readonly progress: (line: string) => void;
   private readonly samples: PendingSample[] = [];
   /** Times the main producer wrote nothing for PRODUCER_STALL_MS, with why (a broken promise the report shows). */
@@ -153,6 +166,7 @@ export class ChaosHarness {
       lanes: Math.max(1, Number(process.env.RSC_CHAOS_MEMBER_LANES ?? 1) || 1),
       sharedReads: false,
       retentionMs: Math.max(0, Number(process.env.RSC_CHAOS_RETENTION_MS ?? 500) || 0),
+      memberKinds: process.env.RSC_CHAOS_MEMBER_KINDS !== '0',
       ...options,
     };
     this.maxShards = this.settings.shards;
@@ -286,8 +300,10 @@ export class ChaosHarness {
   async spawnMember(options: SpawnOptions = {}): Promise<MemberProcess> {
     const number = this.nextMember++;
     const memberId = options.memberId ?? `p${number}`;
-    const handle = options.memberId ? `${memberId}-twin${number}` : memberId;
+    const handle = options.memberId ? `${memberId}-${options.twin ? 'twin' : 'r'}${number}` : memberId;
     const group = options.group ?? this.consumerGroup;
+    const kind = options.kind ?? (this.settings.memberKinds ? MEMBER_KINDS[this.nextKind++ % MEMBER_KINDS.length] : 'plain');
+    const kindOptions = kindSettings(kind, this.settings.lanes);
     const proxy = await this.target.proxy();
     const session = options.sessionTimeoutMs ?? this.settings.sessionTimeoutMs;
     const recordFile = path.join(this.dir, `${handle}.jsonl`);
@@ -296,11 +312,12 @@ export class ChaosHarness {
       streamPrefix: this.streamPrefix,
       consumerGroup: group,
       memberId,
+      handle,
       recordFile,
       sessionTimeoutMs: session,
       heartbeatIntervalMs: options.heartbeatIntervalMs ?? Math.floor(session / 5),
-      runtimeMaxConcurrency: 4 * this.settings.lanes,
-      lanes: this.settings.lanes,
+      runtimeMaxConcurrency: 4 * (kindOptions.lanes ?? 1),
+      ...kindOptions,
       companion: options.companion ?? this.settings.sharedReads,
       resetStuckConnection: options.resetStuckConnection,
       handlerDelayMs: this.settings.handlerDelayMs,
@@ -325,8 +342,22 @@ export class ChaosHarness {
       stdio: ['ignore', 'pipe', 'inherit'],
     });
     const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-    const member: MemberProcess = { handle, memberId, group, child, proxy, exited, isolated: false, excusedUntil: 0, recordFile };
+    const member: MemberProcess = {
+      handle,
+      memberId,
+      group,
+      kind,
+      twin: options.twin ?? false,
+      ready: Promise.resolve(),
+      child,
+      proxy,
+      exited,
+      isolated: false,
+      excusedUntil: 0,
+      recordFile,
+    };
     this.members.set(handle, member);
+    this.kindsSeen.set(memberId, kind);
     const ready = new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`member process ${handle} not ready after 20 s`)), 20_000);
       child.stdout!.on('data', (chunk: Buffer) => {
@@ -343,6 +374,7 @@ export class ChaosHarness {
         reject(new Error(`member process ${handle} exited with ${code} before it was ready${said ? `: ${said}` : ''}`));
       });
     });
+    member.ready = ready;
     if (options.waitReady === false) ready.catch(() => undefined);
     else await ready;
     return member;
@@ -360,8 +392,13 @@ export class ChaosHarness {
 
   /** A running member of the first group, not cut off, chosen by the seed. */
   pick(): MemberProcess {
-    const candidates = [...this.members.values()].filter((m) => !m.isolated && m.group === this.consumerGroup && m.handle === m.memberId);
+    const candidates = this.firstGroupMembers().filter((m) => !m.isolated);
     return candidates[Math.floor(this.random() * candidates.length)];
+  }
+
+  /** The first group's member processes, the oldest first, without duplicate-id twins. */
+  firstGroupMembers(): MemberProcess[] {
+    return [...this.members.values()].filter((m) => m.group === this.consumerGroup && !m.twin);
   }
 
   records(): RecordLine[] {
@@ -556,7 +593,8 @@ export class ChaosHarness {
         quietStuckAfterMs: 5000,
         groups: this.groups,
         unreadable: this.unreadable,
-        lanes: this.settings.lanes > 1,
+        lanes: (member) => (kindSettings(this.kindsSeen.get(member) ?? 'plain', this.settings.lanes).lanes ?? 1) > 1,
+        memberKinds: this.settings.memberKinds ? this.kindsSeen : undefined,
         mayBeTwice: new Set([...this.load.mayBeTwice, ...this.staleLoad.mayBeTwice]),
         producerStalls: this.producerStalls,
         resizeHistory,

@@ -10,6 +10,7 @@ import type { DeadLetter, Fault, FaultKind, PendingSample, RecordLine, Run } fro
 const MAX_SAMPLE_GAP_MS = 1500;
 
 /**
+ * `lanes`: whether the owner (by member id) runs key-ordered lanes, for every member or per member.
  * Entries pending at the shard's owner while that owner was live and under no fault, with no handler
  * of the entry running (a retry dropped, a dead-letter write given up, a lost read reply:
  * da4f26b), reported once per entry with how long they sat:
@@ -24,13 +25,20 @@ const MAX_SAMPLE_GAP_MS = 1500;
  * of the shard start at once, so an entry that waited long in a backlog would otherwise count as
  * skipped for the few milliseconds its acknowledgement takes.
  */
-export function stuckEntries(runs: Run[], samples: PendingSample[], afterMs: number, quietAfterMs = afterMs * 2, lanes = false): string[] {
+export function stuckEntries(
+  runs: Run[],
+  samples: PendingSample[],
+  afterMs: number,
+  quietAfterMs = afterMs * 2,
+  lanes: boolean | ((member: string) => boolean) = false,
+): string[] {
+  const lanesOf = typeof lanes === 'function' ? lanes : () => lanes;
   const byEntry = new Map<string, Run[]>();
   const byShard = new Map<string, Run[]>();
   /** With lanes, "later entries ran" means later entries of the entry's own key: "group/shard/id" -> key. */
   const keyOf = new Map<string, string>();
   for (const run of runs) {
-    if (lanes) keyOf.set(`${run.group}/${run.shard}/${run.id}`, run.key);
+    keyOf.set(`${run.group}/${run.shard}/${run.id}`, run.key);
     for (const [map, k] of [
       [byEntry, `${run.group}/${run.member}/${run.shard}/${run.id}`],
       [byShard, `${run.group}/${run.member}/${run.shard}`],
@@ -54,7 +62,7 @@ export function stuckEntries(runs: Run[], samples: PendingSample[], afterMs: num
   const started = (group: string, member: string, shard: number, from: number, to: number, after?: string) => {
     const list = byShard.get(`${group}/${member}/${shard}`) ?? [];
     // With lanes, an entry never run has no known key: only the quiet bound applies to it.
-    const key = lanes && after !== undefined ? (keyOf.get(`${group}/${shard}/${after}`) ?? null) : undefined;
+    const key = lanesOf(member) && after !== undefined ? (keyOf.get(`${group}/${shard}/${after}`) ?? null) : undefined;
     if (key === null) return false;
     for (let i = firstAtOrAfter(list, from, (r) => r.start); i < list.length && list[i].start <= to; i++) {
       if (key !== undefined && list[i].key !== key) continue;
@@ -231,14 +239,14 @@ export function grantDuplicates(runs: Run[]): string[] {
   for (const run of runs) {
     if (!run.ok || run.end === undefined || !run.acked) continue;
     // The grant is the assigned record that began it (epoch and time): epochs repeat in a recreated group.
-    const k = `${run.group}/${run.member}/${run.grant ?? '?'}@${run.grantAt ?? '?'}/${run.shard}/${run.id}`;
+    const k = `${run.group}/${run.process}/${run.grant ?? '?'}@${run.grantAt ?? '?'}/${run.shard}/${run.id}`;
     const n = (count.get(k) ?? 0) + 1;
     count.set(k, n);
     const grant =
       run.grant === undefined ? '?' : `${run.grant}${run.grantAt === undefined ? '' : ` (assigned at ${run.grantAt.toFixed(0)})`}`;
     if (n === 2)
       problems.push(
-        `${run.group ? `${run.group}: ` : ''}shard ${run.shard} ${run.id} run to success twice by ${run.member} under grant ${grant}`,
+        `${run.group ? `${run.group}: ` : ''}shard ${run.shard} ${run.id} run to success twice by ${run.process} under grant ${grant}`,
       );
   }
   return problems;

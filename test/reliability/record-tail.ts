@@ -50,3 +50,10 @@ export class RecordTail {
     return this.lines;
   }
 }
+
+/** Whether the member switched to long handlers (SIGUSR1) and started a handler since. */
+export function longHandlerStarted(tail: RecordTail): boolean {
+  const lines = tail.read();
+  const switched = lines.findIndex((l) => l.e === 'long-handlers');
+  return switched >= 0 && lines.slice(switched).some((l) => l.e === 'start');
+}

@@ -15,6 +15,8 @@ export interface RecordLine {
   m: string;
   /** Consumer group (absent in single-group records: the default group). */
   g?: string;
+  /** The process, when another one may run with the same member id `m` (a static member restarted). */
+  h?: string;
   ep?: number;
   s?: number;
   id?: string;
@@ -80,6 +82,8 @@ export type FaultKind =
   | 'delete-resize-back'
   | 'dead-letter-replay'
   | 'dead-letter-purge'
+  // Member kinds (member-kinds.ts): a static member's next instance.
+  | 'static-restart'
   // On a Redis Cluster only (docs/reliability-cluster.md):
   | 'failover'
   | 'slot-move';
@@ -152,6 +156,8 @@ export interface PendingSample {
 export interface Run {
   group: string;
   member: string;
+  /** The process that ran it: its member id, or its record's `h` when another process may share that id (a static member's instances). */
+  process: string;
   shard: number;
   id: string;
   key: string;

@@ -55,7 +55,7 @@ describe('reliability checker', () => {
       ...run('p1', 1, '3-0', 'b', 1, 10, 12),
     ];
     const report = check(produced, lines, [], new Set(['1/3-0']));
-    expect(report.lost).toEqual(['0/1-0 (a#1)', '1/3-0 (b#1) not acknowledged']);
+    expect(report.lost).toEqual(['0/1-0 (a#1), last run by p0', '1/3-0 (b#1) not acknowledged, last run by p1']);
     expect(report.acknowledged).toBe(2);
   });
 
@@ -312,7 +312,7 @@ describe('reliability checker', () => {
     ];
     const report = check(produced.slice(0, 1), lines, [], new Set(), { deadLetters });
     expect(report).toMatchObject({ lost: [], duplicates: 0, deadLetters: 1, unfencedDeadLetters: [] });
-    expect(check(produced.slice(0, 1), lines, [], new Set()).lost).toEqual(['0/1-0 (a#1)']);
+    expect(check(produced.slice(0, 1), lines, [], new Set()).lost).toEqual(['0/1-0 (a#1), last run by p0']);
   });
 
   it('finds an entry stuck at a live owner with nothing running it, not one whose handler runs or whose owner is faulted', () => {
@@ -547,6 +547,47 @@ describe('reliability checker', () => {
     expect(check(produced.slice(0, 1), redelivered, [{ kind: 'kill', target: 'p0', at: 15 }], new Set()).writtenTwice).toEqual([]);
     // Sent again after the reply was lost: at-least-once allows the copy.
     expect(check(produced.slice(0, 2), copies, [], new Set(), { mayBeTwice: new Set(['a#1']) }).writtenTwice).toEqual([]);
+  });
+
+  it("reports per member kind: each kind's share of the work and the problem lines naming its members (a static member's instances are its own)", () => {
+    const lines: RecordLine[] = [
+      ...run('p1', 0, '1-0', 'a', 1, 10, 11),
+      ack('p1', 0, ['1-0'], true, 12),
+      // p1's next instance (h: p1-r5) runs 2-0 while p31 (a plain member) runs 3-0 alongside it, twice.
+      ...run('p1', 0, '2-0', 'a', 2, 20, 30).map((l) => ({ ...l, h: 'p1-r5' })),
+      ...run('p31', 0, '2-0', 'a', 2, 25, 26),
+      { ...ack('p1', 0, ['2-0'], true, 31), h: 'p1-r5' },
+      ...run('p31', 1, '3-0', 'b', 1, 40, 41),
+      ack('p31', 1, ['3-0'], true, 42),
+    ];
+    const report = check(produced, lines, [], new Set(), {
+      memberKinds: new Map([
+        ['p1', 'static'],
+        ['p31', 'plain'],
+      ]),
+    });
+    expect(report.overlaps).toEqual(['shard 0: p1-r5 2-0 and p31 2-0']);
+    const byKind = Object.fromEntries(report.kinds.map((k) => [k.kind, k]));
+    expect(byKind.static).toMatchObject({ members: ['p1'], processes: 2, runs: 2, acknowledged: 2 });
+    expect(byKind.plain).toMatchObject({ members: ['p31'], processes: 1, runs: 2, acknowledged: 1 });
+    // Both kinds are named by the overlap and by the unexplained duplicate it made.
+    const lines2 = ['shard 0: p1-r5 2-0 and p31 2-0', '0/2-0: p1 at 20, again by p31 at 25'];
+    expect(byKind.static.problems).toEqual(lines2);
+    expect(byKind.plain.problems).toEqual(lines2);
+    // "p1" is not named by a line about p31 alone.
+    const alone = check(
+      produced,
+      lines.filter((l) => l.m === 'p31'),
+      [],
+      new Set(),
+      {
+        memberKinds: new Map([
+          ['p1', 'static'],
+          ['p31', 'plain'],
+        ]),
+      },
+    );
+    expect(alone.kinds.find((k) => k.kind === 'static')?.problems).toEqual([]);
   });
 
   describe('dead letters replayed and purged by the soak actors', () => {

@@ -25,6 +25,11 @@ export function formatReport(report: CheckReport): string {
       `dead letters ${report.deadLetters} (unfenced ${report.unfencedDeadLetters.length}), runs twice in a grant ${report.grantDuplicates.length}, written twice ${report.writtenTwice.length}, ` +
       `duplicates ${report.duplicates} (unexplained ${report.unexplainedDuplicates.length}), unrecovered faults ${report.unrecovered.length}, not replayed after a reset ${report.notReplayed.length}, dead letters not replayed once ${report.deadLetterOutcomes.length}, producer stalls ${report.producerStalls.length}`,
     ...faultTable(report).map((r) => `  ${r.kind}: ${r.count} × recovery p50 ${Math.round(r.p50)} ms, p99 ${Math.round(r.p99)} ms`),
+    ...report.kinds.map(
+      (k) =>
+        `  member kind ${k.kind} (${k.members.join(', ')}; ${k.processes} processes): ${k.runs} runs, ${k.acknowledged} acknowledged, ` +
+        `${k.deadLetters} dead letters, ${k.problems.length} problem lines naming its members${k.problems.length > 0 ? `, e.g. ${k.problems[0]}` : ''}`,
+    ),
     ...report.unrecovered.slice(0, 5).map((l) => `  unrecovered ${l}`),
     ...report.producerStalls.slice(0, 5).map((l) => `  producer stalled ${l}`),
     ...report.stuck.slice(0, 5).map((l) => `  stuck ${l}`),

@@ -206,7 +206,7 @@ function visibleSince(member: MemberProcess, from: number, connection: HalfOpenC
 
 /** The oldest members of the first group leave gracefully until at most `most` are left (as join does). */
 async function leaveAtMost(h: ChaosHarness, most: number): Promise<void> {
-  const first = [...h.members.values()].filter((m) => m.group === h.consumerGroup && m.handle === m.memberId);
+  const first = h.firstGroupMembers();
   while (first.length > most) {
     const oldest = first.shift()!;
     h.faults.push({ kind: 'graceful', target: oldest.memberId, at: performance.timeOrigin + performance.now() });

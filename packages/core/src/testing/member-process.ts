@@ -11,7 +11,7 @@
  * whose writes could hold a shard up). It prints
  * "ready" when joined, and exits with code 3 when `start()` fails for good.
  *
- * Record lines (every one has t, m and g, the consumer group):
+ * Record lines (every one has t, m and g, the consumer group; h, the process, when another may share m):
  * { e: 'start', ep, s, id, k, q, dc, n, rp?, rg? }  a handler call began (n: this process's attempt number;
  *                                                   rp, rg: a dead letter's replay, its rsc-replay-of and rsc-replay-group)
  * { e: 'end', ep, s, id, k, q, ok }                 it settled (ok false: it threw, on purpose)
@@ -27,6 +27,9 @@ import fs from 'node:fs';
 import { Cluster, Redis } from 'ioredis';
 import { REPLAY_HEADER } from '../admin/dead-letter-replay';
 import { CoordinatedMember } from '../member/coordinated-member';
+import { BatchError } from '../member/consumption-errors';
+import type { CoordinatedMemberOptions } from '../member/member-options';
+import type { StreamMessage } from '../protocol/entry-format';
 import type { ShardState } from '../member/shard-state';
 import { LOADING_RETRY_MS } from '../redis/connection/connection-defaults';
 
@@ -48,6 +51,14 @@ export interface MemberProcessSettings {
   runtimeMaxConcurrency: number;
   /** Key-ordered lanes per shard (the member's `lanes`); default 1. */
   lanes?: number;
+  /** Static membership: `memberId` is the member's `memberInstanceId` too (a later process with it takes the member over). */
+  staticMember?: boolean;
+  /** A batch handler (`batch: { maxSize }`): the entries of a call run one by one, the first that fails ends it with a `BatchError`. */
+  batchMaxSize?: number;
+  /** `ackMode: 'manual'`: each entry is acked (or nacked, to fail the attempt) just after its handler returned. */
+  manualAcks?: boolean;
+  /** This process's name in the records (`h`), when another process may run with the same memberId (static restarts). */
+  handle?: string;
   /** How long each handler call takes (a timer). */
   handlerDelayMs: number;
   /** Passed to the member: it creates the stream with this many shards when the metadata is missing. */
@@ -141,8 +152,10 @@ function main(): void {
   if (settings.clockOffsetMs) shiftClock(settings.clockOffsetMs);
   const fd = fs.openSync(settings.recordFile, 'a');
   const now = () => performance.timeOrigin + performance.now();
+  // The process, when it is not the only one with its member id (a static member restarted).
+  const proc = settings.handle !== undefined && settings.handle !== settings.memberId ? { h: settings.handle } : {};
   const record = (line: Record<string, unknown>) =>
-    fs.writeSync(fd, `${JSON.stringify({ t: now(), m: settings.memberId, g: settings.consumerGroup, ...line })}\n`);
+    fs.writeSync(fd, `${JSON.stringify({ t: now(), m: settings.memberId, ...proc, g: settings.consumerGroup, ...line })}\n`);
 
   let handlerDelayMs = settings.handlerDelayMs;
   process.on('SIGUSR1', () => {
@@ -162,12 +175,58 @@ function main(): void {
   // Per shard and entry id: ids of different shard streams can be equal.
   const attempts = new Map<string, number>();
 
+  /**
+   * One attempt of one entry: records its start, takes handlerDelayMs, decides by the entry id's
+   * hash (and the spells) whether it fails, records its end; true when it succeeded.
+   */
+  const attempt = async (message: StreamMessage<{ seq: number }>): Promise<boolean> => {
+    const attemptKey = `${message.shardIndex}/${message.id}`;
+    const n = (attempts.get(attemptKey) ?? 0) + 1;
+    attempts.set(attemptKey, n);
+    const base = { ep: member.currentMemberEpoch(), s: message.shardIndex, id: message.id, k: message.key, q: message.payload.seq };
+    record({ e: 'start', ...base, dc: message.deliveryCount, n, ...replayOf(message.headers) });
+    await new Promise((resolve) => setTimeout(resolve, handlerDelayMs));
+    const hash = entryHash(message.id);
+    const fail =
+      hash < (failingSpell ? 300 : (settings.deadPermille ?? 0)) ||
+      (flakySpell && hash < 300 && n < (settings.maxAttempts ?? 3)) ||
+      (n === 1 && hash % 100 < (settings.failPercent ?? 0));
+    record({ e: 'end', ...base, ok: !fail });
+    if (!fail) attempts.delete(attemptKey);
+    return !fail;
+  };
+  const failure = (message: StreamMessage<unknown>) => new Error(`chaos: ${message.id} fails on purpose`);
+  // The kind of member (MemberProcessSettings.batchMaxSize, manualAcks): how its handler settles entries.
+  const kindOptions = settings.batchMaxSize
+    ? {
+        batch: { maxSize: settings.batchMaxSize },
+        // One by one in the batch's order; the first that fails ends the call naming it (those before are done).
+        handler: async (messages: StreamMessage<{ seq: number }>[]) => {
+          for (const [i, message] of messages.entries()) if (!(await attempt(message))) throw new BatchError(i, failure(message));
+        },
+      }
+    : settings.manualAcks
+      ? {
+          ackMode: 'manual' as const,
+          // Settled after the handler returned, as code the message was handed to would: ack, or nack to fail the attempt.
+          handler: async (message: StreamMessage<{ seq: number }>) => {
+            const ok = await attempt(message);
+            setImmediate(() => void (ok ? message.ack() : message.nack({ reason: failure(message).message })).catch(() => undefined));
+          },
+        }
+      : {
+          handler: async (message: StreamMessage<{ seq: number }>) => {
+            if (!(await attempt(message))) throw failure(message);
+          },
+        };
+
   const redis = connect(settings);
   redis.on('error', () => undefined);
-  const member = new CoordinatedMember<{ seq: number }>(redis, {
+  const member: CoordinatedMember<{ seq: number }> = new CoordinatedMember<{ seq: number }>(redis, {
     streamPrefix: settings.streamPrefix,
     consumerGroup: settings.consumerGroup,
     memberId: settings.memberId,
+    memberInstanceId: settings.staticMember ? settings.memberId : undefined,
     shardCount: settings.shardCount,
     ackWaitForReplicas: settings.ackWaitForReplicas,
     resetStuckConnection: settings.resetStuckConnection,
@@ -181,23 +240,8 @@ function main(): void {
     shutdownTimeoutMs: settings.shutdownTimeoutMs,
     rebalanceTimeoutMs: settings.rebalanceTimeoutMs,
     coordinator: { heartbeatIntervalMs: settings.heartbeatIntervalMs },
-    handler: async (message) => {
-      const attemptKey = `${message.shardIndex}/${message.id}`;
-      const n = (attempts.get(attemptKey) ?? 0) + 1;
-      attempts.set(attemptKey, n);
-      const base = { ep: member.currentMemberEpoch(), s: message.shardIndex, id: message.id, k: message.key, q: message.payload.seq };
-      record({ e: 'start', ...base, dc: message.deliveryCount, n, ...replayOf(message.headers) });
-      await new Promise((resolve) => setTimeout(resolve, handlerDelayMs));
-      const hash = entryHash(message.id);
-      const fail =
-        hash < (failingSpell ? 300 : (settings.deadPermille ?? 0)) ||
-        (flakySpell && hash < 300 && n < (settings.maxAttempts ?? 3)) ||
-        (n === 1 && hash % 100 < (settings.failPercent ?? 0));
-      record({ e: 'end', ...base, ok: !fail });
-      if (fail) throw new Error(`chaos: ${message.id} fails attempt ${n} on purpose`);
-      attempts.delete(attemptKey);
-    },
-  });
+    ...kindOptions,
+  } as CoordinatedMemberOptions<{ seq: number }>);
   member.on('acknowledged', (a) => record({ e: 'ack', s: a.shardIndex, ge: a.grantEpoch, ids: a.ids, ok: a.accepted }));
   member.on('dead-letter', (d) => record({ e: 'dead-letter', s: d.shardIndex, id: d.id, n: d.attempts }));
   member.on('assigned', (a) => record({ e: 'assigned', shards: a.shards, ep: a.memberEpoch }));

@@ -159,7 +159,7 @@ describe('rsc streams, groups, describe', () => {
     const badCount = await rsc('resize', 'x', 'zero');
     expect(badCount).toMatchObject({
       code: 2,
-      stderr: expect.stringMatching(/value 'zero' is invalid for argument 'n'. expected an integer from 1 to 65536/),
+      stderr: expect.stringMatching(/value 'zero' is invalid for argument 'n'. expected an integer from 1 to 16384/),
     });
     const unknown = await rsc('nonsense');
     expect(unknown).toMatchObject({ code: 2, stderr: expect.stringMatching(/unknown command 'nonsense'/) });

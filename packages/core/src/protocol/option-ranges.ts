@@ -3,7 +3,7 @@ import { assertIntegerInRange } from './names';
 const DAY_MS = 86_400_000;
 const HOUR_MS = 3_600_000;
 /** The most shards a stream may have (why: the `shardCount` row). */
-const SHARD_COUNT_MAX = 65_536;
+const SHARD_COUNT_MAX = 16_384;
 
 /** The range of one numeric option: what its validation accepts, and where it is given. */
 export interface OptionRange {
@@ -38,7 +38,10 @@ export const OPTION_RANGES = {
       'dashboard resize',
       'rsc resize <n>',
     ],
-    why: "every script that lists a member's shards for a command chunks the list (includes/callInChunks.lua)",
+    why:
+      'a member claims, takes over, sweeps and reads each shard on its own: at 16,384 one member takes every shard and reads ' +
+      'the first entry within seconds; at 65,536 its join alone outlasted its heartbeat deadline on a loaded 2-core machine ' +
+      "(docs/reliability.md, The edge tier). Lists of a member's shards go through Lua in chunks (includes/callInChunks.lua)",
   },
   shardIndex: {
     option: 'shardIndex',
@@ -114,8 +117,11 @@ export const OPTION_RANGES = {
   'member.maxBufferedEntries': {
     option: 'maxBufferedEntries',
     min: 1,
-    max: 1_000_000,
+    max: 100_000,
     appliesTo: ['CoordinatedMember maxBufferedEntries'],
+    why:
+      'one read brings up to batchSize entries from each of up to maxBufferedEntries / batchSize shards: at 1,000,000 (100 shards ' +
+      'of 10,000) no read came back within its deadline and the member handled nothing (docs/reliability.md, The edge tier)',
   },
   'member.blockMs': { option: 'blockMs', min: 1, max: 60_000, appliesTo: ['CoordinatedMember blockMs'] },
   'member.sweepIntervalMs': { option: 'sweepIntervalMs', min: 1, max: DAY_MS, appliesTo: ['CoordinatedMember sweepIntervalMs'] },

@@ -9,6 +9,7 @@ import { RedisServer } from '@redis-stream-coordinator/core/testing';
 import { type DemoProcess, exitCodeOf, isAlive, killGroups, refusesConnections, startDemoProcess } from '../support/demo-process';
 import { pollUntil } from '../support/poll';
 import { findRoot } from '../support/repo-root';
+import { describeTier, PACKAGING_TIER_SKIP } from '../support/tier';
 
 /**
  * The README's first hour, word for word, in a clean copy of this tree (what `git clone` gives: the
@@ -45,18 +46,21 @@ function npmEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
   return { ...env, NO_COLOR: '1', ...extra };
 }
 
-beforeAll(() => {
-  copy = cleanCopy();
-  // The README's set-up. The packages come from npm's cache where it has them (the suite's own npm ci filled it).
-  execFileSync('npm', ['ci', '--prefer-offline', '--no-audit', '--no-fund'], { cwd: copy, env: npmEnv(), stdio: 'pipe', timeout: 280_000 });
-});
-
-afterAll(() => {
-  killGroups(running);
-  if (copy) fs.rmSync(copy, { recursive: true, force: true });
-});
-
-describe("the README's first hour, from a clean copy of the tree", () => {
+describeTier("the README's first hour, from a clean copy of the tree", PACKAGING_TIER_SKIP, () => {
+  beforeAll(() => {
+    copy = cleanCopy();
+    // The README's set-up. The packages come from npm's cache where it has them (the suite's own npm ci filled it).
+    execFileSync('npm', ['ci', '--prefer-offline', '--no-audit', '--no-fund'], {
+      cwd: copy,
+      env: npmEnv(),
+      stdio: 'pipe',
+      timeout: 280_000,
+    });
+  });
+  afterAll(() => {
+    killGroups(running);
+    if (copy) fs.rmSync(copy, { recursive: true, force: true });
+  });
   it("`npx rsc --help` right after `npm ci` runs this repository's rsc, and asks the registry for nothing", () => {
     // --offline: a lookup of a package named rsc in the registry fails instead of being made.
     const help = execFileSync('npx', ['--offline', '--no-install', 'rsc', '--help'], {

@@ -2,8 +2,9 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { findRoot } from '../support/repo-root';
+import { describeTier, PACKAGING_TIER_SKIP } from '../support/tier';
 
 /**
  * The packed packages' type declarations, as an application compiles them: `module: nodenext` and
@@ -20,23 +21,6 @@ vi.setConfig({ testTimeout: 120_000 });
 const OPTIONAL_PEERS = ['@opentelemetry/api', 'msgpackr', '@nestjs/microservices', '@nestjs/terminus'];
 let work: string;
 const tarballs = new Map<string, string>();
-
-beforeAll(() => {
-  work = fs.mkdtempSync(path.join(os.tmpdir(), 'rsc-packed-types-'));
-  const packages = ['core', 'nestjs', 'dashboard'];
-  const packed = JSON.parse(
-    execFileSync('npm', ['pack', '--json', '--pack-destination', work, ...packages.flatMap((p) => ['--workspace', `packages/${p}`])], {
-      cwd: root,
-      encoding: 'utf8',
-      stdio: ['ignore', 'pipe', 'pipe'],
-    }),
-  ) as { name: string; filename: string }[];
-  for (const { name, filename } of packed) tarballs.set(name, path.join(work, filename));
-}, 120_000);
-
-afterAll(() => {
-  if (work) fs.rmSync(work, { recursive: true, force: true });
-});
 
 /**
  * A throwaway application: our packages unpacked into its node_modules, the given packages linked
@@ -127,26 +111,45 @@ export async function start(): Promise<void> {
 }
 `;
 
-describe('the packed type declarations compile in an application without the optional peers (nodenext, skipLibCheck: false)', () => {
-  it('a Nest application of the starter and the dashboard, CommonJS and ESM', () => {
-    const app = anApp(
-      'nest-app',
-      ['@redis-stream-coordinator/core', '@redis-stream-coordinator/nestjs', '@redis-stream-coordinator/dashboard'],
-      ['@nestjs/common', '@nestjs/core', 'ioredis', 'reflect-metadata', 'rxjs', 'uuid', '@types/node'],
-      { 'app.module.ts': NEST_APP, 'app.module.mts': NEST_APP },
-    );
-    expect(OPTIONAL_PEERS.filter((pkg) => resolvable(app, pkg))).toEqual([]);
-    expect(compile(app)).toBe('');
-  });
+describeTier(
+  'the packed type declarations compile in an application without the optional peers (nodenext, skipLibCheck: false)',
+  PACKAGING_TIER_SKIP,
+  () => {
+    beforeAll(() => {
+      work = fs.mkdtempSync(path.join(os.tmpdir(), 'rsc-packed-types-'));
+      const packages = ['core', 'nestjs', 'dashboard'];
+      const packed = JSON.parse(
+        execFileSync('npm', ['pack', '--json', '--pack-destination', work, ...packages.flatMap((p) => ['--workspace', `packages/${p}`])], {
+          cwd: root,
+          encoding: 'utf8',
+          stdio: ['ignore', 'pipe', 'pipe'],
+        }),
+      ) as { name: string; filename: string }[];
+      for (const { name, filename } of packed) tarballs.set(name, path.join(work, filename));
+    }, 120_000);
+    afterAll(() => {
+      if (work) fs.rmSync(work, { recursive: true, force: true });
+    });
+    it('a Nest application of the starter and the dashboard, CommonJS and ESM', () => {
+      const app = anApp(
+        'nest-app',
+        ['@redis-stream-coordinator/core', '@redis-stream-coordinator/nestjs', '@redis-stream-coordinator/dashboard'],
+        ['@nestjs/common', '@nestjs/core', 'ioredis', 'reflect-metadata', 'rxjs', 'uuid', '@types/node'],
+        { 'app.module.ts': NEST_APP, 'app.module.mts': NEST_APP },
+      );
+      expect(OPTIONAL_PEERS.filter((pkg) => resolvable(app, pkg))).toEqual([]);
+      expect(compile(app)).toBe('');
+    });
 
-  it('an application of the core and the dashboard alone, without Nest', () => {
-    const app = anApp(
-      'plain-app',
-      ['@redis-stream-coordinator/core', '@redis-stream-coordinator/dashboard'],
-      ['ioredis', 'uuid', '@types/node'],
-      { 'main.ts': PLAIN_APP, 'main.mts': PLAIN_APP },
-    );
-    expect([...OPTIONAL_PEERS, '@nestjs/common', '@redis-stream-coordinator/nestjs'].filter((pkg) => resolvable(app, pkg))).toEqual([]);
-    expect(compile(app)).toBe('');
-  });
-});
+    it('an application of the core and the dashboard alone, without Nest', () => {
+      const app = anApp(
+        'plain-app',
+        ['@redis-stream-coordinator/core', '@redis-stream-coordinator/dashboard'],
+        ['ioredis', 'uuid', '@types/node'],
+        { 'main.ts': PLAIN_APP, 'main.mts': PLAIN_APP },
+      );
+      expect([...OPTIONAL_PEERS, '@nestjs/common', '@redis-stream-coordinator/nestjs'].filter((pkg) => resolvable(app, pkg))).toEqual([]);
+      expect(compile(app)).toBe('');
+    });
+  },
+);

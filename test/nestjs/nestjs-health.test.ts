@@ -131,7 +131,7 @@ describe('CoordinatorHealthIndicator', () => {
     expect(down.status).toBe('down');
     expect(down.members[0].problems).toEqual(['shard 1: the dead-letter write fails (WRONGTYPE)']);
     expect(down.problems).toEqual([
-      `member ${down.members[0].memberId} (Listener.handle-m0): shard 1: the dead-letter write fails (WRONGTYPE)`,
+      `member ${down.members[0].memberId} (${down.members[0].memberName}): shard 1: the dead-letter write fails (WRONGTYPE)`,
     ]);
 
     const ready = await app.get(CoordinatorHealthIndicator).isReady('redis-streams');
@@ -176,7 +176,7 @@ describe('a member id already in use by another live process', () => {
     const liveness = app.get(CoordinatorHealthIndicator).checkLiveness();
     expect(liveness.coordinator).toEqual({
       status: 'down',
-      problems: [expect.stringMatching(/^member .* \(Listener.handle-m0\): stopped for good: FencedInstanceIdError/)],
+      problems: [expect.stringMatching(/^member .* \(Listener.handle-m0@[^)]+\): stopped for good: FencedInstanceIdError/)],
     });
   });
 

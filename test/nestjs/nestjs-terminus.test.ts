@@ -111,7 +111,7 @@ describe('CoordinatorHealthIndicator with @nestjs/terminus over HTTP', () => {
     const live = await get('/health/live');
     expect(live.status).toBe(503);
     expect(live.body.error.coordinator.problems).toEqual([
-      expect.stringMatching(/^member .*-m0 \(Listener.handle-m0\): stopped for good: FencedInstanceIdError/),
+      expect.stringMatching(/^member .*-m0 \(Listener.handle-m0@[^)]+\): stopped for good: FencedInstanceIdError/),
     ]);
     expect((await get('/health/ready')).status).toBe(503);
   });

@@ -46,7 +46,8 @@ export async function unsafeLease(h: ChaosHarness, fault: Fault): Promise<{ lift
   const replaced = h.pick();
   await h.removeMember(replaced.handle, 'SIGTERM');
   const session = h.sessionTimeoutMs * 3;
-  const victim = await h.spawnMember({ sessionTimeoutMs: session, heartbeatIntervalMs: session / 2 });
+  // A plain member: the fault's timing is tuned to one entry per handler call, acknowledged at its end.
+  const victim = await h.spawnMember({ sessionTimeoutMs: session, heartbeatIntervalMs: session / 2, kind: 'plain' });
   fault.target = victim.memberId;
   fault.detail = `(session ${session} ms, replacing ${replaced.memberId})`;
   await h.waitUntilRecovered(30_000);

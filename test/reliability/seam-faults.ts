@@ -53,6 +53,7 @@ export async function lateJoin(h: ChaosHarness, fault: Fault): Promise<{ liftedA
   const holdMs = Math.round(ownedUnreadBoundMs(h) * HOLD_BOUNDS);
   let link: TcpProxy | undefined;
   const joiner = await h.spawnMember({
+    kind: 'plain',
     waitReady: false,
     onProxy: (proxy) => {
       link = proxy;
@@ -84,7 +85,9 @@ export async function lateJoin(h: ChaosHarness, fault: Fault): Promise<{ liftedA
 export async function halfOpen(h: ChaosHarness, fault: Fault, connection: HalfOpenConnection): Promise<{ liftedAt: number }> {
   const replaced = h.pick();
   await h.removeMember(replaced.handle, 'SIGTERM');
-  const options: SpawnOptions = { resetStuckConnection: true };
+  // A plain member: what its connection's trouble does to it is the fault's question, not what a
+  // member kind adds (manual acks each waiting on an ack batch whose WAIT can never count a replica here).
+  const options: SpawnOptions = { resetStuckConnection: true, kind: 'plain' };
   if (connection === 'acks') options.ackWaitForReplicas = { replicas: 1, timeoutMs: 1 };
   // Reading alone: a blocking XREADGROUP on the reader's own connection.
   if (connection === 'reads') options.companion = false;

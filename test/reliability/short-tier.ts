@@ -57,8 +57,8 @@ const COST_S: Record<FaultKind, number> = {
   // Up to three letters each, a take-over time (1 s) or two per letter.
   'dead-letter-replay': 4,
   'dead-letter-purge': 2,
-  // A process start or two; the zombie variant waits three sessions more.
-  'static-restart': 3,
+  // A process start or two (seconds on a busy machine); the zombie variant waits three sessions more.
+  'static-restart': 8,
   // On the cluster only (not in this tier's lanes).
   failover: 8,
   'slot-move': 2,

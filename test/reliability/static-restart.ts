@@ -45,6 +45,12 @@ async function restart(h: ChaosHarness, fault: Fault, victim: MemberProcess): Pr
   const { memberId } = victim;
   fault.target = memberId;
   h.excuse(victim, 60_000);
+  // The zombie's old instance is to be paused while a long handler runs: its handlers turn long first.
+  const tail = new RecordTail(victim.recordFile);
+  if (how === 'zombie') {
+    victim.child.kill('SIGUSR1');
+    await waitFor(`a long handler to start at ${victim.handle}`, () => longHandlerStarted(tail), READY_WITHIN_MS, 20);
+  }
   // The next instance starts first (a process start takes longer than a session on a busy machine)
   // and asks to join: refused while the old one heartbeats, for up to a session. Then the old one goes.
   let next = await h.spawnMember({ memberId, kind: 'static', waitReady: false });
@@ -59,9 +65,6 @@ async function restart(h: ChaosHarness, fault: Fault, victim: MemberProcess): Pr
   } else if (how === 'crash') {
     await h.removeMember(victim.handle, 'SIGKILL');
   } else {
-    const tail = new RecordTail(victim.recordFile);
-    victim.child.kill('SIGUSR1');
-    await waitFor(`a long handler to start at ${victim.handle}`, () => longHandlerStarted(tail), READY_WITHIN_MS, 20);
     victim.isolated = true;
     victim.child.kill('SIGSTOP');
     next = await readyOrAgain(h, next);

@@ -22,10 +22,14 @@ async function groupEpoch(streamPrefix: string): Promise<number> {
   return (await admin().describeGroup(streamPrefix, 'group')).group.groupEpoch;
 }
 
-async function expiries(streamPrefix: string, memberId: string): Promise<number> {
+/** How many events of these types the group logged, of one member when `memberId` is given. */
+async function eventCount(streamPrefix: string, types: string[], memberId?: string): Promise<number> {
   const events = await admin().readGroupEvents(streamPrefix, 'group', { count: 1000 });
-  return events.filter((e) => e.type === 'MEMBER_EXPIRED' && e.memberId === memberId).length;
+  return events.filter((e) => types.includes(e.type) && (memberId === undefined || e.memberId === memberId)).length;
 }
+
+const expiries = (streamPrefix: string, memberId: string) => eventCount(streamPrefix, ['MEMBER_EXPIRED'], memberId);
+const rejoins = (streamPrefix: string, memberId?: string) => eventCount(streamPrefix, ['MEMBER_REJOINED'], memberId);
 
 /**
  * Heartbeat answers that Redis accepted reach the member `lateMs` late while `late()` says so;
@@ -47,10 +51,11 @@ function delayAcceptedHeartbeatAnswers(client: Redis, lateMs: number, late: () =
   }) as Redis['sendCommand'];
 }
 
-async function rejoins(streamPrefix: string): Promise<number> {
-  const events = await admin().readGroupEvents(streamPrefix, 'group', { count: 1000 });
-  return events.filter((e) => e.type === 'MEMBER_REJOINED').length;
-}
+/**
+ * A reply chunk with an accepted heartbeat answer: an array of 18 to 21 elements (the steady answer,
+ * the full one, one with a commit's result) whose first, the error code, is 0.
+ */
+const acceptedHeartbeatAnswer = (reply: string) => /\*(18|19|20|21)\r\n:0\r\n/.test(reply);
 
 describe('a member whose heartbeat answers come back late (requests in time)', () => {
   it('is expired by Redis, rejoins only once answers come in time, and its shards are read by the others meanwhile', async () => {
@@ -165,6 +170,58 @@ describe('a member whose accepted heartbeat answers come back late while its ref
     await pollUntil('the slow member back with shards', async () => slow.ownedShards().length === 2 && healthy.ownedShards().length === 2, {
       timeoutMs: 10_000,
     });
+    await slow.stop();
+  });
+});
+
+describe('a member whose lease ran out for late answers, when its answers come in time but slowly', () => {
+  it('is taken again: after the pause that two refusals in a row cost, a fresh refusal is sent on at once', async () => {
+    const streamPrefix = uniqueName('slow-rejoin');
+    const recorder = new HandlerRecorder();
+    const proxy = await aProxy();
+    const slow = aMember(
+      { streamPrefix, shardCount: 2, sessionTimeoutMs: 3000, handler: recorder.handler('slow') },
+      redis.clientAt(proxy.url),
+    );
+    const refusedInTime: string[] = [];
+    slow.on('error', (error) => {
+      if (error.message.includes('got no accepted answer in time')) refusedInTime.push(error.message);
+    });
+    await slow.start();
+    await pollUntil('the member owning both shards', async () => slow.ownedShards().length === 2);
+
+    // Accepted answers come back 1.5 s late, past the 1 s the member waits, refusals in 800 ms: its
+    // heartbeats are refused in time, two in a row (each pair costs a pause of about 600 ms, and is
+    // an error), and it gives its lease up. It is alone: no other member's call expires it, nor
+    // wakes it up.
+    proxy.delay('reply', 800);
+    proxy.delayRepliesMatching(acceptedHeartbeatAnswer, 700);
+    await pollUntil(
+      'the member giving its lease up, refused in time twice in a row',
+      async () => slow.ownedShards().length === 0 && refusedInTime.length > 0,
+      {
+        timeoutMs: 10_000,
+      },
+    );
+    // Every answer late, until its lease in Redis has run out: no join can be taken meanwhile.
+    proxy.clearFaults();
+    proxy.delay('reply', 1500);
+    await pollUntil('its lease in Redis run out', async () => {
+      const member = (await admin().describeGroup(streamPrefix, 'group')).members.find((m) => m.memberId === slow.memberId);
+      return member !== undefined && Date.parse(member.memberLeaseExpiresAt) < Date.now();
+    });
+    const rejoinsBefore = await rejoins(streamPrefix, slow.memberId);
+
+    // Now every answer comes in time, after 800 ms. A refusal proves the link for 1 s from when Redis
+    // ran it: a join sent only after a pause would find that proof stale every time.
+    proxy.clearFaults();
+    proxy.delay('reply', 800);
+    await pollUntil('Redis taking a join of the member again', async () => (await rejoins(streamPrefix, slow.memberId)) > rejoinsBefore, {
+      timeoutMs: 10_000,
+    });
+
+    proxy.clearFaults();
+    await pollUntil('the member back with both shards', async () => slow.ownedShards().length === 2, { timeoutMs: 10_000 });
     await slow.stop();
   });
 });

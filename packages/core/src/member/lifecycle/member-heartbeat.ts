@@ -237,11 +237,15 @@ export class MemberHeartbeat {
    * link to a join (`answeredAt`; a member's first join is answered so, it has no answer yet), not
    * a renewal, so the next request goes at once and a member whose renewals come back late is
    * refused again. Twice in a row is a failed heartbeat (its lease runs out, or its answers come in
-   * time only now and then).
+   * time only now and then), retried after the usual pause; the refusal that retry gets starts a
+   * new pair. It must: the proof holds for a third of the session from when Redis answered, and a
+   * refusal that took most of that to come back is stale after the pause, so a member that only
+   * ever sent after a pause would be refused for good although its answers come in time.
    */
   private untimely(error: Error): void {
     this.untimelyInARow += 1;
     if (this.untimelyInARow > 1) {
+      this.untimelyInARow = 0;
       this.failed(error);
       return;
     }

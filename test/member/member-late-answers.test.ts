@@ -5,6 +5,7 @@ import { HandlerRecorder, keyedMessages } from '../support/handler-recorder';
 import { memberFactory } from '../support/member-factory';
 import { pollUntil } from '../support/poll';
 import { proxyFactory } from '../support/proxy-fixture';
+import type { TcpProxy } from '../support/tcp-proxy';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
 
 // SPEC 10.2: a late answer is not trusted for ownership, but Redis and the member agree on whether
@@ -31,6 +32,39 @@ async function eventCount(streamPrefix: string, types: string[], memberId?: stri
 const expiries = (streamPrefix: string, memberId: string) => eventCount(streamPrefix, ['MEMBER_EXPIRED'], memberId);
 const rejoins = (streamPrefix: string, memberId?: string) => eventCount(streamPrefix, ['MEMBER_REJOINED'], memberId);
 
+/** A member on a fast link owning all 4 shards of a new stream, and the shards revoked from it from now on. */
+async function aHealthyMemberOwningEveryShard(streamPrefix: string, recorder: HandlerRecorder) {
+  const healthy = aMember({ streamPrefix, shardCount: 4, sessionTimeoutMs: 3000, handler: recorder.handler('healthy') });
+  await healthy.start();
+  await pollUntil('the healthy member owning every shard', async () => healthy.ownedShards().length === 4);
+  const revoked: number[] = [];
+  healthy.on('revoked', ({ shards }) => revoked.push(...shards));
+  return { healthy, revoked };
+}
+
+/**
+ * A member joining the stream over `proxy` (no shardCount: the stream exists, and start() goes
+ * straight to joining), and what its start() came to: 'joined' or the error's message.
+ */
+function aJoinerOver(proxy: TcpProxy, streamPrefix: string, recorder: HandlerRecorder, name: string) {
+  const joiner = aMember({ streamPrefix, sessionTimeoutMs: 3000, handler: recorder.handler(name) }, redis.clientAt(proxy.url));
+  const started = joiner.start().then(
+    () => 'joined',
+    (error: Error) => error.message,
+  );
+  return { joiner, started };
+}
+
+/** Writes `rounds` batches of 16 keyed entries, one a second; resolves with how many it wrote. */
+async function writeOneBatchASecond(streamPrefix: string, rounds: number): Promise<number> {
+  const producer = new StreamProducer(redis.client(), { streamPrefix });
+  for (let round = 0; round < rounds; round++) {
+    await producer.sendBatch(keyedMessages(4, 4, `round-${round}`));
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+  }
+  return rounds * 16;
+}
+
 /**
  * Heartbeat answers that Redis accepted reach the member `lateMs` late while `late()` says so;
  * refusals come at once (a link on which large answers, such as assignments, are slow).
@@ -40,9 +74,9 @@ function delayAcceptedHeartbeatAnswers(client: Redis, lateMs: number, late: () =
   const send = client.sendCommand.bind(client);
   client.sendCommand = ((command: Command, stream?: unknown) => {
     const sent = send(command, stream as never) as Promise<unknown>;
-    // heartbeat-13: a script on 13 keys with at least 25 arguments (commitAssignment has fewer).
+    // heartbeat-14: a script on 14 keys with at least 26 arguments (commitAssignment has fewer).
     const isHeartbeat =
-      (command.name === 'evalsha' || command.name === 'eval') && String(command.args[1]) === '13' && command.args.length >= 40;
+      (command.name === 'evalsha' || command.name === 'eval') && String(command.args[1]) === '14' && command.args.length >= 40;
     if (!isHeartbeat) return sent;
     return sent.then(async (reply) => {
       if (late() && Array.isArray(reply) && Number(reply[0]) === 0) await new Promise((resolve) => setTimeout(resolve, lateMs));
@@ -107,25 +141,12 @@ describe('a member joining over a link whose answers come back late', () => {
     const streamPrefix = uniqueName('late-join');
     const recorder = new HandlerRecorder();
     const proxy = await aProxy();
-    const healthy = aMember({ streamPrefix, shardCount: 4, sessionTimeoutMs: 3000, handler: recorder.handler('healthy') });
-    await healthy.start();
-    await pollUntil('the healthy member owning every shard', async () => healthy.ownedShards().length === 4);
-    const revoked: number[] = [];
-    healthy.on('revoked', ({ shards }) => revoked.push(...shards));
+    const { revoked } = await aHealthyMemberOwningEveryShard(streamPrefix, recorder);
 
     proxy.delay('reply', 1500);
-    // No shardCount: the stream exists, and start() goes straight to joining.
-    const slow = aMember({ streamPrefix, sessionTimeoutMs: 3000, handler: recorder.handler('slow') }, redis.clientAt(proxy.url));
-    const started = slow.start().then(
-      () => 'joined',
-      (error: Error) => error.message,
-    );
-    const producer = new StreamProducer(redis.client(), { streamPrefix });
-    for (let round = 0; round < 6; round++) {
-      await producer.sendBatch(keyedMessages(4, 4, `round-${round}`));
-      await new Promise((resolve) => setTimeout(resolve, 1000));
-    }
-    await pollUntil('every entry handled', async () => recorder.distinctEntries() === 96, { timeoutMs: 10_000 }).catch(
+    const { joiner: slow, started } = aJoinerOver(proxy, streamPrefix, recorder, 'slow');
+    const written = await writeOneBatchASecond(streamPrefix, 6);
+    await pollUntil('every entry handled', async () => recorder.distinctEntries() === written, { timeoutMs: 10_000 }).catch(
       async (error: Error) => {
         const d = await admin().describeGroup(streamPrefix, 'group');
         throw new Error(
@@ -171,6 +192,39 @@ describe('a member whose accepted heartbeat answers come back late while its ref
       timeoutMs: 10_000,
     });
     await slow.stop();
+  });
+});
+
+describe('a member joining over a link whose accepted answers come back late while its refusals come in time', () => {
+  it('gets no shard until an answer proves its join: the healthy member keeps every shard and handles every entry meanwhile', async () => {
+    const streamPrefix = uniqueName('late-accepted-join');
+    const recorder = new HandlerRecorder();
+    const proxy = await aProxy();
+    const { healthy, revoked } = await aHealthyMemberOwningEveryShard(streamPrefix, recorder);
+    const epochBefore = await groupEpoch(streamPrefix);
+
+    // Requests reach Redis at once, and so do refusals back; every accepted heartbeat answer (large:
+    // it carries the assignment) comes 1.5 s late, past the 1 s the member waits.
+    proxy.delayRepliesMatching(acceptedHeartbeatAnswer, 1500);
+    const { joiner, started } = aJoinerOver(proxy, streamPrefix, recorder, 'joiner');
+    // About three sessions of writes.
+    const written = await writeOneBatchASecond(streamPrefix, 9);
+    // Redis did take its joins: the joiner was a member at times, yet nothing moved to it.
+    expect(await eventCount(streamPrefix, ['MEMBER_JOINED', 'MEMBER_REJOINED'], joiner.memberId)).toBeGreaterThan(0);
+    await pollUntil('every entry written during the fault handled', async () => recorder.distinctEntries() === written, {
+      timeoutMs: 3000,
+    });
+    expect(revoked).toEqual([]);
+    expect(recorder.runs.filter((r) => r.memberId !== 'healthy')).toEqual([]);
+    expect(await groupEpoch(streamPrefix)).toBe(epochBefore);
+
+    // Answers in time again: the joiner proves its join and gets its share.
+    proxy.clearFaults();
+    expect(await started).toBe('joined');
+    await pollUntil('the joiner with its share', async () => joiner.ownedShards().length === 2 && healthy.ownedShards().length === 2, {
+      timeoutMs: 10_000,
+    });
+    await joiner.stop();
   });
 });
 

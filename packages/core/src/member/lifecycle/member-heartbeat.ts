@@ -148,7 +148,7 @@ export class MemberHeartbeat {
     return this.schedule.settled();
   }
 
-  /** Resolves at the first accepted answer, rejects when `joinFailed` comes first. */
+  /** Resolves at the first accepted answer of a proven join, rejects when `joinFailed` comes first. */
   waitForJoin(): Promise<void> {
     const joined = new Promise<void>((resolve, reject) => (this.joinWaiter = { resolve, reject }));
     // stop() may reject it before start() awaits it; start() still sees the rejection.
@@ -384,8 +384,12 @@ export class MemberHeartbeat {
     if (!synced && this.host.running()) synced = await metadata.sync(response.metadataVersion, response.incarnation);
     if (!this.host.heartbeating()) return;
     reconciler.apply(response, synced && this.host.running());
-    this.joinWaiter?.resolve();
-    this.joinWaiter = undefined;
+    // An unproven join (SPEC 10.2) is not yet a member the assignment counts: start() waits for the
+    // answer that proves it, to the next heartbeat, which the coordinator asks for at once (interval 1 ms).
+    if (!response.unproven) {
+      this.joinWaiter?.resolve();
+      this.joinWaiter = undefined;
+    }
     this.after(synced ? response.heartbeatIntervalMs : Math.min(response.heartbeatIntervalMs, 1000));
   }
 }

@@ -279,3 +279,34 @@ describe('a member whose lease ran out for late answers, when its answers come i
     await slow.stop();
   });
 });
+
+describe('a member alone on a link where each answer takes more than half of its call timeout', () => {
+  it('joins, computes the target and reads: the commit is a call of its own, its heartbeat answered in time counts', async () => {
+    const streamPrefix = uniqueName('slow-commit');
+    const recorder = new HandlerRecorder();
+    const proxy = await aProxy();
+    await admin().createStream({ streamPrefix, shardCount: 2 });
+    // 600 ms back for every answer, within the 1 s the member waits; a heartbeat and the commit it
+    // asks for take 1.2 s. (Its first join also registers the group on the shard streams: a few
+    // round trips, over the 1 s, paid once.)
+    proxy.delay('reply', 600);
+    const slow = aMember({ streamPrefix, sessionTimeoutMs: 3000, handler: recorder.handler('slow') }, redis.clientAt(proxy.url));
+    let started = false;
+    const starting = slow.start().then(() => {
+      started = true;
+    });
+    await pollUntil('start() resolved', async () => started, { timeoutMs: 15_000 });
+    await starting;
+    const failed: string[] = [];
+    slow.on('error', (error) => {
+      if (error.message.includes('heartbeat failed')) failed.push(error.message);
+    });
+    await pollUntil('the member owning both shards', async () => slow.ownedShards().length === 2, { timeoutMs: 10_000 });
+    await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(keyedMessages(4, 2, 'slow-link'));
+    await pollUntil('every entry handled', async () => recorder.distinctEntries() === 8, { timeoutMs: 10_000 });
+    expect(await expiries(streamPrefix, slow.memberId)).toBe(0);
+    expect(failed).toEqual([]);
+    proxy.clearFaults();
+    await slow.stop();
+  });
+});

@@ -47,7 +47,8 @@ export interface HeartbeatParts {
  * for (sooner when something changed), each reporting the member's ownership; an accepted answer
  * renews the lease, syncs the metadata and is reconciled, a refusal goes to `HeartbeatRefusals`, and
  * a failed or late call (bounded by a third of the session timeout) is retried soon while the lease
- * is checked. Also tracks whether the member joined, for start() and for the leave in stop().
+ * is checked; a target the answer asks it to compute is committed in a call of its own, bounded the
+ * same way (`commitTarget`). Also tracks whether the member joined, for start() and for the leave in stop().
  *
  * Every heartbeat carries a deadline in Redis time (SPEC 9.1: a lease is renewed only by a heartbeat
  * whose answer the member acts on): the moment the member stops waiting for the answer, or gives its
@@ -313,6 +314,29 @@ export class MemberHeartbeat {
     );
   }
 
+  /**
+   * The answer asks this member to compute the target: it commits it in a call of its own, bounded
+   * as a heartbeat is (SPEC 10.1). One bound for both would count a heartbeat answered in time as
+   * failed whenever the round trip takes more than half of it, although the renewal reached the
+   * member in time (SPEC 10.2): it would give up shards Redis just granted it, unread until it
+   * expired, at every target it computed. A commit that fails or is late leaves the heartbeat's own
+   * answer to act on (an `error` says why); the next heartbeat, soon while the group is ASSIGNING,
+   * learns what the commit did.
+   */
+  private async commitTarget(request: HeartbeatRequest, answer: HeartbeatResponse): Promise<HeartbeatResponse> {
+    const commit = this.parts.coordinator.completeAssignment(request, answer);
+    commit.then(
+      (late) => this.observeClock(late),
+      () => undefined,
+    );
+    try {
+      return await withTimeout(commit, this.callTimeoutMs);
+    } catch (error) {
+      this.events.emit('error', new Error(`member ${this.options.memberId}: committing the target failed: ${(error as Error).message}`));
+      return { ...answer, computeAssignment: false, assignmentInput: undefined };
+    }
+  }
+
   private request(memberEpoch = this.parts.reconciler.memberEpoch, leaveForGood = false): HeartbeatRequest {
     const { reconciler, metadata } = this.parts;
     return {
@@ -344,7 +368,7 @@ export class MemberHeartbeat {
     request.deadline = this.deadline(sentAt);
     this.sentSinceGroupGone = true;
     let response: HeartbeatResponse;
-    const call = this.parts.coordinator.heartbeat(request);
+    const call = this.parts.coordinator.heartbeatOnce(request);
     try {
       response = await withTimeout(call, this.callTimeoutMs);
     } catch (error) {
@@ -372,6 +396,8 @@ export class MemberHeartbeat {
       await this.refusals.handle(response.errorCode, response.errorMessage, sentAt);
       return;
     }
+    if (response.computeAssignment) response = await this.commitTarget(request, response);
+    if (!this.host.heartbeating()) return;
     reconciler.leaseRenewed(sentAt);
     this.joinedGroup = true;
     this.refusals.accepted();

@@ -134,6 +134,7 @@ describe('group state machine (SPEC 2.2), observed through describeGroup', () =>
         memberInstanceId: null,
         departedAt: null,
         awaitedUntil: null,
+        unprovenSince: null,
       },
     ]);
     const member = description.members[0];

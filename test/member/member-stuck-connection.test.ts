@@ -16,7 +16,7 @@ const redis = useRedisServer();
 const aMember = memberFactory(redis);
 const aProxy = proxyFactory(redis);
 
-const heartbeatScript = TcpProxy.command('EVALSHA', createHash('sha1').update(loadScriptSource('heartbeat-13.lua')).digest('hex'));
+const heartbeatScript = TcpProxy.command('EVALSHA', createHash('sha1').update(loadScriptSource('heartbeat-14.lua')).digest('hex'));
 
 function admin() {
   return new CoordinatorAdmin(redis.client());

@@ -6,6 +6,9 @@ export type Direction = 'request' | 'reply';
 /** Looks at the bytes of one request chunk (RESP, read as latin1) and says whether a rule applies to it. */
 export type RequestMatcher = (request: string) => boolean;
 
+/** Looks at the bytes of one reply chunk (RESP, read as latin1) and says whether a rule applies to it. */
+export type ReplyMatcher = (reply: string) => boolean;
+
 interface Chunk {
   data: Buffer;
   dueAt: number;
@@ -70,7 +73,10 @@ export interface HeldRequest {
  *   between two calls of a client in which a test makes something else happen;
  * - `delayMatching(match, ms)` makes every matching request late by `ms` more (and what follows it
  *   on its connection, in order): one kind of call slow while the others are not, e.g. heartbeats
- *   whose answers come late while reads go at full speed.
+ *   whose answers come late while reads go at full speed;
+ * - `delayRepliesMatching(match, ms)` does the same to matching replies (and what follows them on
+ *   their connection): one kind of answer slow, e.g. large ones such as assignments while small
+ *   refusals come in time.
  */
 export class TcpProxy {
   private readonly server: net.Server;
@@ -83,6 +89,7 @@ export class TcpProxy {
   private dropRules: DropRule[] = [];
   private holdRules: HoldRule[] = [];
   private matchDelays: { matches: RequestMatcher; ms: number }[] = [];
+  private replyDelays: { matches: ReplyMatcher; ms: number }[] = [];
   private blackholeRules: { matches: RequestMatcher; silenced: () => void }[] = [];
   port = 0;
   /** Connections accepted so far (also while frozen, when they wait with nothing forwarded). */
@@ -196,9 +203,19 @@ export class TcpProxy {
     this.matchDelays.push({ matches: match, ms });
   }
 
-  /** Both directions fast again, no request delayed by what it is, and no reply is dropped any more. */
+  /**
+   * Every reply chunk that `match` accepts from now on waits `ms` at the proxy (on top of any reply
+   * delay); what Redis sends after it on the same connection waits behind it, in order.
+   * `clearFaults()` ends it and lets what waits go on.
+   */
+  delayRepliesMatching(match: ReplyMatcher, ms: number): void {
+    this.replyDelays.push({ matches: match, ms });
+  }
+
+  /** Both directions fast again, no request or reply delayed by what it is, and no reply is dropped any more. */
   clearFaults(): void {
     this.matchDelays = [];
+    this.replyDelays = [];
     this.delay('request', 0);
     this.delay('reply', 0);
     this.dropRules = [];
@@ -309,7 +326,9 @@ export class TcpProxy {
       dropped();
       return;
     }
-    this.enqueue(link.reply, data, this.delays.reply);
+    const extra = this.replyDelays.length > 0 ? (this.replyDelays.find((r) => r.matches(data.toString('latin1')))?.ms ?? 0) : 0;
+    const delay = extra > 0 ? { ms: this.delays.reply.ms + extra, jitterMs: this.delays.reply.jitterMs } : this.delays.reply;
+    this.enqueue(link.reply, data, delay);
   }
 
   private enqueue(lane: Lane, data: Buffer, delay: { ms: number; jitterMs: number }, onSent?: () => void, hold?: HoldRule): void {

@@ -6,7 +6,7 @@ export interface ShardStats {
   pending: number;
 }
 
-/** The raw snapshot `describeGroup-13.lua` returns, as maps. */
+/** The raw snapshot `describeGroup-14.lua` returns, as maps. */
 export interface GroupSnapshot {
   streamPrefix: string;
   consumerGroup: string;
@@ -40,6 +40,8 @@ interface StoredMember {
   static?: boolean;
   /** When a static member departed (its stop()); cleared when an instance rejoins. */
   awayAt?: number;
+  /** When a join not proven yet was taken (includes/unproven.lua); cleared by its proof or the member's end. */
+  unproven?: number;
 }
 
 const iso = (ms: number): string => new Date(ms).toISOString();
@@ -65,6 +67,7 @@ function toMember(record: StoredMember, leaseScore: string | undefined): MemberM
     departedAt: record.awayAt === undefined ? null : iso(record.awayAt),
     // A departed member keeps its membership and shards until its lease ends (includes/static.lua).
     awaitedUntil: record.awayAt !== undefined && record.state === 'ACTIVE' ? iso(leaseExpiresAt) : null,
+    unprovenSince: record.unproven === undefined ? null : iso(record.unproven),
   };
 }
 

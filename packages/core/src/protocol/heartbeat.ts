@@ -101,6 +101,14 @@ export interface HeartbeatResponse {
    * included. A member bounds Redis's clock against its own with it, to set `deadline`.
    */
   serverTimeMs?: number;
+  /**
+   * True while the member's join is not proven (SPEC 10.2): Redis took it on a fresh answer, which
+   * proves the link but not that this answer comes back in time. The member gets no shards and no
+   * one revokes any for it until a later request shows (`acceptedAt`) that an accepted answer since
+   * the join reached it in time; it sends that request at once. False on refusals, and for callers
+   * that do not send `answeredAt` (they are never unproven).
+   */
+  unproven?: boolean;
 }
 
 export interface AssignmentMember {

@@ -73,14 +73,14 @@ export const OPTION_RANGES = {
     min: 100,
     max: DAY_MS,
     appliesTo: ['CoordinatedMember sessionTimeoutMs'],
-    why: 'the coordinator takes at most a day (heartbeat-13.lua)',
+    why: 'the coordinator takes at most a day (heartbeat-14.lua)',
   },
   'member.rebalanceTimeoutMs': {
     option: 'rebalanceTimeoutMs',
     min: 100,
     max: DAY_MS,
     appliesTo: ['CoordinatedMember rebalanceTimeoutMs'],
-    why: 'the coordinator takes at most a day (heartbeat-13.lua)',
+    why: 'the coordinator takes at most a day (heartbeat-14.lua)',
   },
   'member.revocationTimeoutMs': {
     option: 'revocationTimeoutMs',

@@ -51,6 +51,12 @@ export interface MemberMetadata {
    * until then (its lease end), and then it expires and they move. Null otherwise.
    */
   awaitedUntil: string | null;
+  /**
+   * When an ACTIVE member joined whose join is not proven yet (SPEC 10.2): no answer it received in
+   * time has shown that the answer to its join reached it, so it gets no shards and nobody revokes
+   * any for it until one does. Null otherwise.
+   */
+  unprovenSince: string | null;
 }
 
 export interface TargetAssignment {

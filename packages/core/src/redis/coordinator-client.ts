@@ -50,7 +50,18 @@ export class CoordinatorClient {
   }
 
   async heartbeat(request: HeartbeatRequest): Promise<HeartbeatResponse> {
-    let response = await this.heartbeatOnce(request);
+    return this.completeAssignment(request, await this.heartbeatOnce(request));
+  }
+
+  /**
+   * When `answer` (to `request`) asks this caller to compute the target: runs the assignor, commits
+   * the target (compare-and-set, tried again when another join made it stale) and returns the
+   * member's reconciled answer; otherwise returns `answer` as it is. `heartbeat` is
+   * `heartbeatOnce` then this; a caller that bounds each call on its own (a member on a slow link,
+   * whose heartbeat and commit each come back in time but not both within one bound) calls the two.
+   */
+  async completeAssignment(request: HeartbeatRequest, answer: HeartbeatResponse): Promise<HeartbeatResponse> {
+    let response = answer;
     for (let attempt = 0; response.computeAssignment && attempt < MAX_COMMIT_ATTEMPTS; attempt++) {
       const input = response.assignmentInput!;
       const plan = this.options.assignor.assign(input);

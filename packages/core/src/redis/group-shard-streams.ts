@@ -3,7 +3,7 @@ import type { RedisClient } from './scripts';
 
 /**
  * Makes a consumer group's Redis group exist, at '0', on every shard stream of the stream before the
- * group is registered (before the join heartbeat that creates it, heartbeat-13.lua). `trim` reads
+ * group is registered (before the join heartbeat that creates it, heartbeat-14.lua). `trim` reads
  * the registered groups once and then trims shard by shard (trimShard-1.lua counts every group it
  * finds on the shard stream): a group registered between the two would otherwise be in neither,
  * and the trim would delete entries it is to read from 0 (SPEC 10.5, 10.6). Each shard stream is in

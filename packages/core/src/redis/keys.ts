@@ -20,9 +20,10 @@ export interface GroupKeys {
   events: string;
   weights: string;
   steady: string;
+  unproven: string;
 }
 
-/** The order in which group scripts take the keys (`KEYS[1..13]` of includes/groupKeys.lua). */
+/** The order in which group scripts take the keys (`KEYS[1..14]` of includes/groupKeys.lua). */
 const GROUP_KEY_ORDER: readonly (keyof GroupKeys)[] = [
   'streamMeta',
   'groups',
@@ -37,6 +38,7 @@ const GROUP_KEY_ORDER: readonly (keyof GroupKeys)[] = [
   'events',
   'weights',
   'steady',
+  'unproven',
 ];
 
 /**
@@ -84,10 +86,11 @@ export class KeyBuilder {
       events: `${group}:events`,
       weights: `${group}:weights`,
       steady: `${group}:steady`,
+      unproven: `${group}:unproven`,
     };
   }
 
-  /** The thirteen keys every group script takes, in the order `includes/groupKeys.lua` names them. */
+  /** The fourteen keys every group script takes, in the order `includes/groupKeys.lua` names them. */
   groupKeys(streamPrefix: string, consumerGroup: string): string[] {
     const named = this.groupKey(streamPrefix, consumerGroup);
     return GROUP_KEY_ORDER.map((name) => named[name]);

@@ -120,6 +120,7 @@ export function parseHeartbeatReply(reply: unknown): HeartbeatResponse {
     assignmentInput: computeAssignment ? parseAssignmentInput(String(r[15])) : undefined,
     incarnation: r[16] == null ? '0' : String(r[16]),
     serverTimeMs: serverTime(r[17]),
+    unproven: Number(r[18]) === 1,
   };
 }
 
@@ -135,12 +136,12 @@ export interface CommitResult {
   commitMessage: string;
 }
 
-/** The commit script answers with the member's heartbeat response (18 elements) plus the commit's own outcome. */
+/** The commit script answers with the member's heartbeat response (19 elements) plus the commit's own outcome. */
 export function parseCommitReply(reply: unknown): CommitResult {
   const r = reply as unknown[];
   const response = parseHeartbeatReply(r);
   if (response.errorCode !== ErrorCode.NONE) {
     return { response, commitResult: ErrorCode.NONE, commitMessage: '' };
   }
-  return { response, commitResult: errorCodeFromWire(r[18]), commitMessage: String(r[19]) };
+  return { response, commitResult: errorCodeFromWire(r[19]), commitMessage: String(r[20]) };
 }

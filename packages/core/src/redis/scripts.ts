@@ -11,9 +11,9 @@ const VERSION: string = require('../../package.json').version;
 
 /** Script name -> file; the file name carries the number of keys it takes. */
 const SCRIPT_FILES = {
-  heartbeat: 'heartbeat-13.lua',
-  commitAssignment: 'commitAssignment-13.lua',
-  describeGroup: 'describeGroup-13.lua',
+  heartbeat: 'heartbeat-14.lua',
+  commitAssignment: 'commitAssignment-14.lua',
+  describeGroup: 'describeGroup-14.lua',
   createStream: 'createStream-1.lua',
   claimShard: 'claimShard-2.lua',
   ackFenced: 'ackFenced-2.lua',
@@ -21,7 +21,7 @@ const SCRIPT_FILES = {
   claimPending: 'claimPending-2.lua',
   deadLetterFenced: 'deadLetterFenced-3.lua',
   resizeShards: 'resizeShards-n.lua',
-  completeCutover: 'completeCutover-13.lua',
+  completeCutover: 'completeCutover-14.lua',
   retireShards: 'retireShards-n.lua',
   deleteRetiredShard: 'deleteRetiredShard-n.lua',
   endShardRetirement: 'endShardRetirement-1.lua',

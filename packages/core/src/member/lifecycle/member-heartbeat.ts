@@ -47,7 +47,8 @@ export interface HeartbeatParts {
  * for (sooner when something changed), each reporting the member's ownership; an accepted answer
  * renews the lease, syncs the metadata and is reconciled, a refusal goes to `HeartbeatRefusals`, and
  * a failed or late call (bounded by a third of the session timeout) is retried soon while the lease
- * is checked. Also tracks whether the member joined, for start() and for the leave in stop().
+ * is checked; a target the answer asks it to compute is committed in a call of its own, bounded the
+ * same way (`commitTarget`). Also tracks whether the member joined, for start() and for the leave in stop().
  *
  * Every heartbeat carries a deadline in Redis time (SPEC 9.1: a lease is renewed only by a heartbeat
  * whose answer the member acts on): the moment the member stops waiting for the answer, or gives its
@@ -148,7 +149,7 @@ export class MemberHeartbeat {
     return this.schedule.settled();
   }
 
-  /** Resolves at the first accepted answer, rejects when `joinFailed` comes first. */
+  /** Resolves at the first accepted answer of a proven join, rejects when `joinFailed` comes first. */
   waitForJoin(): Promise<void> {
     const joined = new Promise<void>((resolve, reject) => (this.joinWaiter = { resolve, reject }));
     // stop() may reject it before start() awaits it; start() still sees the rejection.
@@ -237,11 +238,15 @@ export class MemberHeartbeat {
    * link to a join (`answeredAt`; a member's first join is answered so, it has no answer yet), not
    * a renewal, so the next request goes at once and a member whose renewals come back late is
    * refused again. Twice in a row is a failed heartbeat (its lease runs out, or its answers come in
-   * time only now and then).
+   * time only now and then), retried after the usual pause; the refusal that retry gets starts a
+   * new pair. It must: the proof holds for a third of the session from when Redis answered, and a
+   * refusal that took most of that to come back is stale after the pause, so a member that only
+   * ever sent after a pause would be refused for good although its answers come in time.
    */
   private untimely(error: Error): void {
     this.untimelyInARow += 1;
     if (this.untimelyInARow > 1) {
+      this.untimelyInARow = 0;
       this.failed(error);
       return;
     }
@@ -309,6 +314,29 @@ export class MemberHeartbeat {
     );
   }
 
+  /**
+   * The answer asks this member to compute the target: it commits it in a call of its own, bounded
+   * as a heartbeat is (SPEC 10.1). One bound for both would count a heartbeat answered in time as
+   * failed whenever the round trip takes more than half of it, although the renewal reached the
+   * member in time (SPEC 10.2): it would give up shards Redis just granted it, unread until it
+   * expired, at every target it computed. A commit that fails or is late leaves the heartbeat's own
+   * answer to act on (an `error` says why); the next heartbeat, soon while the group is ASSIGNING,
+   * learns what the commit did.
+   */
+  private async commitTarget(request: HeartbeatRequest, answer: HeartbeatResponse): Promise<HeartbeatResponse> {
+    const commit = this.parts.coordinator.completeAssignment(request, answer);
+    commit.then(
+      (late) => this.observeClock(late),
+      () => undefined,
+    );
+    try {
+      return await withTimeout(commit, this.callTimeoutMs);
+    } catch (error) {
+      this.events.emit('error', new Error(`member ${this.options.memberId}: committing the target failed: ${(error as Error).message}`));
+      return { ...answer, computeAssignment: false, assignmentInput: undefined };
+    }
+  }
+
   private request(memberEpoch = this.parts.reconciler.memberEpoch, leaveForGood = false): HeartbeatRequest {
     const { reconciler, metadata } = this.parts;
     return {
@@ -340,7 +368,7 @@ export class MemberHeartbeat {
     request.deadline = this.deadline(sentAt);
     this.sentSinceGroupGone = true;
     let response: HeartbeatResponse;
-    const call = this.parts.coordinator.heartbeat(request);
+    const call = this.parts.coordinator.heartbeatOnce(request);
     try {
       response = await withTimeout(call, this.callTimeoutMs);
     } catch (error) {
@@ -368,6 +396,8 @@ export class MemberHeartbeat {
       await this.refusals.handle(response.errorCode, response.errorMessage, sentAt);
       return;
     }
+    if (response.computeAssignment) response = await this.commitTarget(request, response);
+    if (!this.host.heartbeating()) return;
     reconciler.leaseRenewed(sentAt);
     this.joinedGroup = true;
     this.refusals.accepted();
@@ -380,8 +410,12 @@ export class MemberHeartbeat {
     if (!synced && this.host.running()) synced = await metadata.sync(response.metadataVersion, response.incarnation);
     if (!this.host.heartbeating()) return;
     reconciler.apply(response, synced && this.host.running());
-    this.joinWaiter?.resolve();
-    this.joinWaiter = undefined;
+    // An unproven join (SPEC 10.2) is not yet a member the assignment counts: start() waits for the
+    // answer that proves it, to the next heartbeat, which the coordinator asks for at once (interval 1 ms).
+    if (!response.unproven) {
+      this.joinWaiter?.resolve();
+      this.joinWaiter = undefined;
+    }
     this.after(synced ? response.heartbeatIntervalMs : Math.min(response.heartbeatIntervalMs, 1000));
   }
 }

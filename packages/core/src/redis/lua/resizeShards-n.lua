@@ -13,7 +13,7 @@
 
   Each group gets a new groupEpoch (the assignment's input changed), an event, and, unless the new
   shards are readable at once, a cutover record: which shards must be processed up to which point
-  before its readable shard set changes again (completeCutover-13.lua).
+  before its readable shard set changes again (completeCutover-14.lua).
 ]]
 --- @include "includes/errorCodes"
 --- @include "includes/time"

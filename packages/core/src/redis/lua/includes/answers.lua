@@ -10,20 +10,24 @@
 -- session after that renewal. A member with no live lease here (joining, or expired) proves its
 -- link first: an answer it got in time, accepted or refused, within the last third of the session
 -- (what it waits for an answer); its first join is refused, with the Redis time that, answered in
--- time, is that proof. A refused request changes nothing.
+-- time, is that proof. A refused request changes nothing. The second rule proves the link, not that
+-- the answer to this join will come back in time: a join taken by it is unproven until a later
+-- request passes the first (includes/unproven.lua).
 
--- Why the request must change nothing, or nil when the member's answers come in time.
+-- Why the request must change nothing, or nil when the member's answers come in time; then also
+-- whether they proved a renewal (the first rule: the answer to its last renewal, or a later
+-- accepted one, reached it in time) rather than only the link (the second: a join).
 local function untimelyAnswers(K, rec, instanceId, answeredAt, acceptedAt, now, sessionTimeoutMs)
   if rec and rec.state == 'ACTIVE' and not isOtherInstance(rec, instanceId) then
     local lease = tonumber(redis.call('ZSCORE', K.leases, rec.id))
     if lease and lease > now then
       local renewedAt = lease - rec.st
-      if acceptedAt >= renewedAt then return nil end
+      if acceptedAt >= renewedAt then return nil, true end
       return 'member ' .. rec.id .. ' got no accepted answer in time since its lease was renewed ' .. (now - renewedAt)
         .. ' ms ago; nothing changed (a refusal received in time proves no renewal: its lease runs out unless an accepted answer comes back in time)'
     end
   end
-  if answeredAt > 0 and now - answeredAt <= math.floor(sessionTimeoutMs / 3) then return nil end
+  if answeredAt > 0 and now - answeredAt <= math.floor(sessionTimeoutMs / 3) then return nil, false end
   return 'member ' .. (rec and rec.id or '?') .. ' has no answer received in time within the last '
     .. math.floor(sessionTimeoutMs / 3) .. ' ms; nothing changed (this answer, received in time, is one)'
 end

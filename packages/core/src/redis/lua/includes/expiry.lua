@@ -4,12 +4,17 @@
 local EXPIRY_BATCH = 100
 
 -- `minLease` is earliestLease(K) as read before; a steady group pays one read for both checks.
+-- Returns how many members it removed (an unproven one's removal bumps no epoch).
 local function expireMembers(K, cfg, g, now, minLease)
+  local removed = 0
   if minLease and minLease <= now then
     local expired = redis.call('ZRANGEBYSCORE', K.leases, '-inf', now, 'LIMIT', 0, EXPIRY_BATCH)
     for i = 1, #expired do
       local rec = loadMember(K, expired[i])
-      if rec then removeMember(K, cfg, g, rec, 'EXPIRED', now, 'session-timeout') end
+      if rec then
+        removeMember(K, cfg, g, rec, 'EXPIRED', now, 'session-timeout')
+        removed = removed + 1
+      end
     end
   end
   if g.nextDeadlineAt ~= 0 and g.nextDeadlineAt <= now then
@@ -18,6 +23,7 @@ local function expireMembers(K, cfg, g, now, minLease)
       local rec = loadMember(K, overdue[i])
       if rec and rec.state == 'ACTIVE' then
         removeMember(K, cfg, g, rec, 'EXPIRED', now, 'rebalance-timeout')
+        removed = removed + 1
       else
         redis.call('ZREM', K.deadlines, overdue[i])
       end
@@ -26,6 +32,7 @@ local function expireMembers(K, cfg, g, now, minLease)
     g.nextDeadlineAt = tonumber(first[2]) or 0
     redis.call('HSET', K.groupMeta, 'nextDeadlineAt', g.nextDeadlineAt)
   end
+  return removed
 end
 
 -- LEFT and EXPIRED records are history: kept for retentionMs and at most retentionMaxCount of them.

@@ -21,7 +21,7 @@ end
 
 -- A group created after resizes reads the shard streams from their beginning, so it crosses every
 -- recorded resize in order, one cutover step each (includes/replayCutovers.lua): the first step is
--- its cutover now, the rest wait in `cutoverChain` for completeCutover-13.lua to install them.
+-- its cutover now, the rest wait in `cutoverChain` for completeCutover-14.lua to install them.
 -- The first step gets a metadataVersion of its own (the stream's, incremented): a group recreated
 -- after its keys were lost may have had a cutover of the stream's current version in its former
 -- life, and a member of that life still checking it (its heartbeat not yet refused) would complete

@@ -1,4 +1,4 @@
--- The thirteen coordinator keys of one consumer group, in the order redis/keys.ts passes them.
+-- The fourteen coordinator keys of one consumer group, in the order redis/keys.ts passes them.
 -- They share the stream prefix's hash tag, so every script here is atomic on Redis Cluster too.
 local K = {
   streamMeta = KEYS[1],   -- hash: shardCount, metadataVersion, readableShardSet, writableShardSet, ...
@@ -13,5 +13,7 @@ local K = {
   retained = KEYS[10],    -- zset: LEFT/EXPIRED memberId -> time it ended (ms), for retention
   events = KEYS[11],      -- stream: capped log of coordinator decisions
   weights = KEYS[12],     -- hash: ACTIVE memberId -> weight, only where it is not 1
-  steady = KEYS[13],      -- hash: memberId -> steady-state signature (see heartbeat-13.lua)
+  steady = KEYS[13],      -- hash: memberId -> steady-state signature (see heartbeat-14.lua)
+  unproven = KEYS[14],    -- set: ACTIVE members whose join is not proven yet, left out of the
+                          -- assignor's input (includes/answers.lua)
 }

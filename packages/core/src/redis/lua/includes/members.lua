@@ -3,7 +3,8 @@
 -- the member), joinEpoch (groupEpoch of its last join: it may use targets from then on), waiting
 -- (joined, told epoch 0, not yet told a real epoch), mv, rmc, acw, weight, st, rt, owned, revoking,
 -- pending (CSV), lastHb, leaseExp, endedAt (ms), inst (the instance id that joined last, see
--- includes/instance.lua), rvAt (shard -> when its revocation was asked, ms, see includes/reconcile.lua).
+-- includes/instance.lua), rvAt (shard -> when its revocation was asked, ms, see includes/reconcile.lua),
+-- unproven (Redis time of a join not proven yet, see includes/unproven.lua).
 --- @include "includes/callInChunks"
 local function loadMember(K, memberId)
   local raw = redis.call('HGET', K.members, memberId)
@@ -12,7 +13,7 @@ local function loadMember(K, memberId)
 end
 
 -- The request fields of a steady-state heartbeat, joined as the client sends them. A member has a
--- signature only while a heartbeat repeating it needs nothing but a lease renewal (see heartbeat-13).
+-- signature only while a heartbeat repeating it needs nothing but a lease renewal (see heartbeat-14).
 -- Stored fields never contain a newline, so an equal request string means equal fields.
 local function steadySignature(rec)
   return table.concat({ rec.epoch, rec.name, rec.rmc, rec.acw, rec.weight, rec.st, rec.rt, rec.mv, rec.owned, rec.inst or '' }, '\n')
@@ -59,8 +60,10 @@ local function releaseShards(K, memberId, list)
 end
 
 -- Leave or expiry: the member's shards are free at once (shard fencing stops a zombie from using
--- them), its record is kept for history until retention ends, and the assignment input changed.
+-- them), its record is kept for history until retention ends, and the assignment input changed,
+-- unless the member was unproven (includes/unproven.lua): it was no part of that input.
 local function removeMember(K, cfg, g, rec, state, now, reason)
+  local wasAssignable = not rec.unproven
   local leaseExp = tonumber(redis.call('ZSCORE', K.leases, rec.id)) or now
   releaseShards(K, rec.id, csvToList(rec.owned))
   releaseShards(K, rec.id, csvToList(rec.revoking))
@@ -73,6 +76,8 @@ local function removeMember(K, cfg, g, rec, state, now, reason)
   redis.call('HDEL', K.weights, rec.id)
   redis.call('ZREM', K.deadlines, rec.id)
   redis.call('SREM', K.unconverged, rec.id)
+  redis.call('SREM', K.unproven, rec.id)
+  rec.unproven = nil
   redis.call('ZADD', K.retained, now, rec.id)
   if g.retainedNextAt == 0 or g.retainedNextAt > now + cfg.retentionMs then
     g.retainedNextAt = now + cfg.retentionMs
@@ -80,6 +85,6 @@ local function removeMember(K, cfg, g, rec, state, now, reason)
   end
   saveMember(K, rec)
   if g.leaseOwner == rec.id then setAssignmentLease(K, g, '', 0) end
-  bumpGroupEpoch(K, g, now)
+  if wasAssignable then bumpGroupEpoch(K, g, now) end
   appendEvent(K, cfg, g, 'MEMBER_' .. state, rec.id, reason)
 end

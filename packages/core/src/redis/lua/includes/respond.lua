@@ -8,10 +8,12 @@
 -- 15 computeAssignment (0/1)   16 assignment input (JSON) or ''
 -- 17 the group's incarnation (includes/incarnation.lua), the first part of every fencing token
 -- 18 Redis time (ms) of this call: the member bounds Redis's clock with it to set its deadlines
---    (heartbeat-13.lua ARGV[24]). Every successful answer of the heartbeat script carries it.
+--    (heartbeat-14.lua ARGV[24]). Every successful answer of the heartbeat script carries it.
+-- 19 unproven (0/1): the member's join is not proven yet (includes/unproven.lua); absent from the
+--    steady-state answer (18 elements), where it is 0.
 
 local function assignmentInput(K, g, stream)
-  local ids = redis.call('ZRANGE', K.leases, 0, -1)
+  local ids = assignableMembers(K)
   local weights = {}
   local flat = redis.call('HGETALL', K.weights)
   for i = 1, #flat, 2 do weights[flat[i]] = tonumber(flat[i + 1]) end
@@ -38,7 +40,11 @@ local function memberResponse(K, cfg, g, rec, stream, reportedMv, now, dirty)
   local state = groupState(K, g, true)
   local compute = 0
   local interval = cfg.heartbeatIntervalMs
-  if state == 'ASSIGNING' then
+  if rec.unproven then
+    -- Its next request, sent at once, proves its join if this answer reaches it in time
+    -- (includes/unproven.lua); it computes no target, being no part of one.
+    interval = 1
+  elseif state == 'ASSIGNING' then
     interval = cfg.fastHeartbeatIntervalMs
     local leaseFree = g.leaseOwner == '' or g.leaseExpiresAt <= now or g.leaseOwner == rec.id
     local dueAt = g.epochBumpedAt + cfg.assignmentDelayMs
@@ -55,8 +61,9 @@ local function memberResponse(K, cfg, g, rec, stream, reportedMv, now, dirty)
 
   -- A member that (re)joined and waits for a target computed after its join is told epoch 0: after a
   -- rejoin its stored epoch is also what its previous incarnation holds, and only that one may use it.
+  -- An unproven member is told epoch 0 too: it waits for its proof, then for a target.
   local toldEpoch = rec.epoch
-  if rec.joinEpoch > g.assignmentEpoch then
+  if rec.unproven or rec.joinEpoch > g.assignmentEpoch then
     toldEpoch = 0
   elseif rec.known ~= rec.epoch or rec.waiting then
     rec.known, rec.waiting = rec.epoch, nil
@@ -70,5 +77,5 @@ local function memberResponse(K, cfg, g, rec, stream, reportedMv, now, dirty)
   if compute == 1 then input = assignmentInput(K, g, stream) end
   return { ERR_NONE, '', toldEpoch, interval, rec.st, rec.owned, rec.revoking, rec.pending,
     g.groupEpoch, g.assignmentEpoch, state, stream.metadataVersion, stream.count, readable,
-    compute, input, g.incarnation, now }
+    compute, input, g.incarnation, now, rec.unproven and 1 or 0 }
 end

@@ -1,7 +1,7 @@
 --[[
-  describeGroup-13: a consistent snapshot of one group for CoordinatorAdmin.describeGroup. Read-only.
+  describeGroup-14: a consistent snapshot of one group for CoordinatorAdmin.describeGroup. Read-only.
 
-  KEYS[1..13]  the group's coordinator keys (includes/groupKeys.lua)
+  KEYS[1..14]  the group's coordinator keys (includes/groupKeys.lua)
   Output: { streamMeta (flat), groupMeta (flat), members (flat id, JSON), leases (flat id, expiry),
             target (flat id, CSV), owners (flat shard, id), state or '' when the group does not exist }
 ]]

@@ -1,11 +1,12 @@
 --[[
-  commitAssignment-13: compare-and-set of the target assignment computed for groupEpoch G by the
+  commitAssignment-14: compare-and-set of the target assignment computed for groupEpoch G by the
   member that held the assignment lease (SPEC sections 1 and 3). The target is refused, and nothing
-  changes, when G is no longer the group epoch or when it breaks invariant 5 (only ACTIVE members,
-  every readable shard exactly once). Only the members whose target changed have a reconciliation
-  ahead of them; the others stay converged and take the new epoch at their next heartbeat.
+  changes, when G is no longer the group epoch or when it breaks invariant 5 (only ACTIVE members
+  whose join is proven, see includes/unproven.lua; every readable shard exactly once). Only the
+  members whose target changed have a reconciliation ahead of them; the others stay converged and
+  take the new epoch at their next heartbeat.
 
-  KEYS[1..13]  the group's coordinator keys (includes/groupKeys.lua)
+  KEYS[1..14]  the group's coordinator keys (includes/groupKeys.lua)
   ARGV[1..8]   coordinator settings and the group's wake channel (includes/config.lua)
   ARGV[9]  consumerGroup   ARGV[10]  memberId   ARGV[11] memberEpoch   ARGV[12] groupEpoch G
   ARGV[13] target as JSON { memberId: "ascending shard CSV" }   ARGV[14] metadataVersion the member runs with
@@ -13,7 +14,7 @@
            record (it was taken over since its heartbeat) is refused like a stale epoch
 
   Output: the committing member's heartbeat response (includes/respond.lua) followed by
-  18 commitResult (ERR_NONE, ERR_STALE_GROUP_EPOCH or ERR_INVALID_ASSIGNMENT) and 19 its message;
+  20 commitResult (ERR_NONE, ERR_STALE_GROUP_EPOCH or ERR_INVALID_ASSIGNMENT) and 21 its message;
   or { errorCode, message } when the member itself was refused.
 ]]
 --- @include "includes/errorCodes"
@@ -31,6 +32,7 @@
 --- @include "includes/reconcile"
 --- @include "includes/memberCheck"
 --- @include "includes/instance"
+--- @include "includes/unproven"
 --- @include "includes/callContext"
 --- @include "includes/respond"
 
@@ -73,7 +75,7 @@ local function checkPlan(plan, active)
   local ids, parts = {}, {}
   for id, csv in pairs(plan) do
     if type(id) ~= 'string' or type(csv) ~= 'string' then return nil, 'the target must map memberIds to shard CSV strings' end
-    if not active[id] then return nil, 'member ' .. id .. ' is not an ACTIVE member of the group' end
+    if not active[id] then return nil, 'member ' .. id .. ' is not an ACTIVE member of the group (or its join is unproven)' end
     if csv ~= '' then
       ids[#ids + 1] = id
       parts[#parts + 1] = csv
@@ -161,7 +163,9 @@ if req.groupEpoch ~= g.groupEpoch or g.assignmentEpoch >= req.groupEpoch then
   commitMessage = 'the target was computed for groupEpoch ' .. req.groupEpoch .. ' but the group is at groupEpoch '
     .. g.groupEpoch .. ' with assignmentEpoch ' .. g.assignmentEpoch
 else
-  local activeIds = redis.call('ZRANGE', K.leases, 0, -1)
+  -- An unproven member is ACTIVE but no part of the input (includes/unproven.lua): a target that
+  -- names it is refused like one that names a member gone.
+  local activeIds = assignableMembers(K)
   local plan, planErr = validatePlan(ARGV[13], listToSet(activeIds))
   if plan then
     persistTarget(plan, req.groupEpoch, activeIds)
@@ -175,7 +179,7 @@ if rec.state ~= 'ACTIVE' then
   return errorResponse(ERR_UNKNOWN_MEMBER_ID, 'member ' .. memberId .. ' is not an active member of the group (' .. rec.state .. ')')
 end
 local dirty = false
-if rec.epoch < g.assignmentEpoch or isUnconverged(K, memberId) then
+if not rec.unproven and (rec.epoch < g.assignmentEpoch or isUnconverged(K, memberId)) then
   reconcileMember(K, cfg, g, rec, now)
   dirty = true
 end

@@ -1,12 +1,12 @@
 --[[
-  completeCutover-13: ends a group's cutover after a resize (docs/resharding.md). The caller (a
+  completeCutover-14: ends a group's cutover after a resize (docs/resharding.md). The caller (a
   member of the group, or CoordinatorAdmin) has checked the shard streams: every shard the cutover
   waits for is processed by the group up to the cutover's `until` id (growth) or drained (shrink),
   and Redis time is past `until`. Both stay true once true (stream ids only grow, acknowledged
   entries stay acknowledged), so the check and this call need not be atomic; the shard streams live
   in other hash slots, so they could not be.
 
-  KEYS[1..13]  the group's coordinator keys (includes/groupKeys.lua)
+  KEYS[1..14]  the group's coordinator keys (includes/groupKeys.lua)
   ARGV[1..8]   coordinator settings and the group's wake channel (includes/config.lua)
   ARGV[9]  the cutover's metadataVersion (only that cutover is completed)
 

@@ -1,9 +1,9 @@
 --[[
-  heartbeat-13: one protocol step of one member (SPEC section 3): join (memberEpoch 0), rejoin,
+  heartbeat-14: one protocol step of one member (SPEC section 3): join (memberEpoch 0), rejoin,
   normal heartbeat (> 0) and leave (-1), with lease expiry of other members, reconciliation and the
   assignment lease, atomically.
 
-  KEYS[1..13]  the group's coordinator keys (includes/groupKeys.lua)
+  KEYS[1..14]  the group's coordinator keys (includes/groupKeys.lua)
   ARGV[1..8]   coordinator settings and the group's wake channel (includes/config.lua)
   ARGV[9]  consumerGroup           ARGV[10]  memberId               ARGV[11] memberEpoch
   ARGV[12] memberName              ARGV[13] runtimeMaxConcurrency  ARGV[14] activeConsumerWorkers
@@ -23,13 +23,15 @@
   the answer by then (the request sat in an offline queue or on a slow link), and a heartbeat whose
   answer the member ignores must not renew a lease it may have given up (SPEC 9.1). A request of a
   member whose answers come back late (no accepted one received in time since its lease was last
-  renewed) is
-  refused with NO_TIMELY_ANSWER and changes nothing, so its lease runs out (SPEC 10.2,
-  includes/answers.lua); a leave is always taken. Every refusal carries Redis time. A member is checked (ACTIVE, lease, epoch,
-  instance) before its shard lists are: a stale member is told it is stale even when its report no
-  longer fits the stream (shards deleted after a shrink while it was paused). A join for an ACTIVE
-  member with a live lease from another instance is refused with FENCED_INSTANCE_ID (SPEC 9.4),
-  unless the member is static and its instance went away or fell silent (includes/static.lua).
+  renewed) is refused with NO_TIMELY_ANSWER and changes nothing, so its lease runs out (SPEC 10.2,
+  includes/answers.lua); a leave is always taken. Every refusal carries Redis time. A join taken on a
+  fresh answer only (not by the renewal rule) makes the member unproven: no shards, and no epoch
+  moved for it, until a later request proves that the answer to its join came in time
+  (includes/unproven.lua). A member is checked (ACTIVE, lease, epoch, instance) before its shard
+  lists are: a stale member is told it is stale even when its report no longer fits the stream
+  (shards deleted after a shrink while it was paused). A join for an ACTIVE member with a live lease
+  from another instance is refused with FENCED_INSTANCE_ID (SPEC 9.4), unless the member is static
+  and its instance went away or fell silent (includes/static.lua).
 
   The steady-state heartbeat (current epoch, report equal to the stored assignment, nothing changed,
   group STABLE) is answered before the rest of the script is even defined: it decodes only the
@@ -96,6 +98,7 @@ end
 --- @include "includes/instance"
 --- @include "includes/static"
 --- @include "includes/answers"
+--- @include "includes/unproven"
 --- @include "includes/incarnation"
 --- @include "includes/callContext"
 --- @include "includes/respond"
@@ -172,8 +175,13 @@ end
 
 -- 2b. A member whose answers come back late changes nothing (SPEC 10.2, includes/answers.lua): its
 -- lease runs out instead of being renewed for good. A leave is always taken: it frees shards.
+-- Taken by its renewal rule, a request also proves that an answer to this member's last renewal
+-- reached it in time: that proves a join (includes/unproven.lua). A caller that does not track its
+-- answers proves nothing and is trusted, as before.
+local renewalProven = not answeredAt
 if answeredAt and memberEpoch ~= -1 then
-  local why = untimelyAnswers(K, rec, instanceId, answeredAt, acceptedAt, now, req.sessionTimeoutMs)
+  local why
+  why, renewalProven = untimelyAnswers(K, rec, instanceId, answeredAt, acceptedAt, now, req.sessionTimeoutMs)
   if why then return errorResponse(ERR_NO_TIMELY_ANSWER, why) end
 end
 -- After step 2: a refusal there is the truth whatever the member's answers (a stale epoch is told
@@ -206,12 +214,12 @@ if not g then
   assignIncarnation(K, g)
 end
 local groupEpochBefore = g.groupEpoch
-expireMembers(K, cfg, g, now, minLease)
-if g.groupEpoch ~= groupEpochBefore or (g.retainedNextAt ~= 0 and g.retainedNextAt <= now) then
+local expired = expireMembers(K, cfg, g, now, minLease)
+if expired > 0 or (g.retainedNextAt ~= 0 and g.retainedNextAt <= now) then
   trimRetained(K, cfg, g, now)
 end
-if g.groupEpoch ~= groupEpochBefore then wakeMembers(cfg, memberId) end -- someone expired
-if g.groupEpoch ~= groupEpochBefore then rec = loadMember(K, memberId) end
+if g.groupEpoch ~= groupEpochBefore then wakeMembers(cfg, memberId) end -- someone the assignment counted expired
+if expired > 0 then rec = loadMember(K, memberId) end
 
 -- A static member's leave keeps its membership: its shards wait, unread, for its next instance until
 -- its lease runs out (includes/static.lua).
@@ -234,9 +242,11 @@ end
 
 local dirty = false
 local mustReconcile = false
+-- Set when this request is the join that left the member unproven: it cannot prove itself.
+local joinedUnproven = false
 if memberEpoch == 0 then
   if not rec then
-    bumpGroupEpoch(K, g, now)
+    if renewalProven then bumpGroupEpoch(K, g, now) end
     rec = {
       id = memberId, name = memberName, state = 'ACTIVE', epoch = 0, prevEpoch = 0, known = 0,
       joinEpoch = g.groupEpoch, mv = req.metadataVersion, rmc = req.runtimeMaxConcurrency,
@@ -245,6 +255,10 @@ if memberEpoch == 0 then
       leaseExp = now + req.sessionTimeoutMs, inst = instanceId, static = isStatic or nil,
     }
     indexWeight(K, memberId, req.weight)
+    if not renewalProven then
+      markUnproven(K, rec, now)
+      joinedUnproven = true
+    end
     appendEvent(K, cfg, g, 'MEMBER_JOINED', memberId, memberName)
   elseif rec.state == 'ACTIVE' and rec.waiting and rec.owned == '' and rec.revoking == '' then
     -- The same join again: the member was told epoch 0 (it waits for its first target after the
@@ -255,7 +269,10 @@ if memberEpoch == 0 then
   else
     -- A rejoin: whatever the member held is dropped first (shard fencing protects those shards),
     -- and it waits for a target computed after this join, so its next epoch is strictly higher.
+    -- Taken by the join rule only (an expired or left member, another instance's record), it is
+    -- unproven from now on, and the assignment's input changes only if it counted before.
     local previousState = rec.state
+    local counted = previousState == 'ACTIVE' and not rec.unproven
     if previousState == 'ACTIVE' then
       releaseShards(K, memberId, csvToList(rec.owned))
       releaseShards(K, memberId, csvToList(rec.revoking))
@@ -268,20 +285,33 @@ if memberEpoch == 0 then
     -- The incarnation that joined before must not slip back in through the previous-epoch rule.
     rec.prevEpoch, rec.known, rec.waiting = -1, -1, true
     indexWeight(K, memberId, rec.weight)
-    bumpGroupEpoch(K, g, now)
+    if counted or renewalProven then bumpGroupEpoch(K, g, now) end
     rec.joinEpoch = g.groupEpoch
+    if renewalProven then
+      rec.unproven = nil
+      redis.call('SREM', K.unproven, memberId)
+    else
+      markUnproven(K, rec, now)
+      joinedUnproven = true
+    end
     appendEvent(K, cfg, g, 'MEMBER_REJOINED', memberId, previousState)
   end
   rec.awayAt = nil
   dirty, mustReconcile = true, not rec.staticRejoin
   rec.staticRejoin = nil
 end
+-- A later request taken by the renewal rule proves an unproven member's join; only now does the
+-- assignment's input change (includes/unproven.lua).
+if rec.unproven and renewalProven and not joinedUnproven then
+  proveJoin(K, cfg, g, rec, now)
+  dirty, mustReconcile = true, true
+end
 
 -- 4. What the member reports about itself.
 if rec.name ~= memberName or rec.rmc ~= req.runtimeMaxConcurrency or rec.acw ~= req.activeConsumerWorkers
     or rec.mv ~= req.metadataVersion or rec.st ~= req.sessionTimeoutMs or rec.rt ~= req.rebalanceTimeoutMs
     or rec.weight ~= req.weight or (rec.inst or '') ~= instanceId then
-  if rec.weight ~= req.weight and g.groupEpoch == groupEpochBefore then
+  if rec.weight ~= req.weight and g.groupEpoch == groupEpochBefore and not rec.unproven then
     -- A weight is an input of the assignment.
     bumpGroupEpoch(K, g, now)
     appendEvent(K, cfg, g, 'MEMBER_WEIGHT_CHANGED', memberId, tostring(req.weight))
@@ -313,7 +343,8 @@ end
 
 -- 6. Reconcile unless the member already matches the target at the assignment epoch. A member
 -- whose target did not change in a commit stays converged and moves to the new epoch here.
-if mustReconcile or rec.epoch < g.assignmentEpoch or isUnconverged(K, memberId) then
+-- An unproven member holds nothing and has no target: there is nothing to reconcile.
+if not rec.unproven and (mustReconcile or rec.epoch < g.assignmentEpoch or isUnconverged(K, memberId)) then
   reconcileMember(K, cfg, g, rec, now)
   dirty = true
 end

@@ -113,16 +113,21 @@ export async function produce(producer: StreamProducer, count: number, from = 0)
   return results.map(entryOf);
 }
 
-/** Every shard of the group read to its end, nothing pending, the group STABLE. */
+/** Every shard of the group read to its end, nothing pending, the group STABLE; on timeout, says what was not. */
 export async function drained(admin: CoordinatorAdmin, streamPrefix: string, timeoutMs = 15_000): Promise<void> {
+  let last = '';
   await pollUntil(
     'nothing pending or unread, the group STABLE',
     async () => {
       const d = await admin.describeGroup(streamPrefix, 'group');
-      return d.group.state === 'STABLE' && d.shards.every((s) => s.pending === 0 && s.lag === 0);
+      const open = d.shards.filter((s) => s.pending > 0 || s.lag > 0);
+      last = `${d.group.state}; ${open.map((s) => `shard ${s.shardIndex} pending ${s.pending} lag ${s.lag}`).join(', ')}`;
+      return d.group.state === 'STABLE' && open.length === 0;
     },
     { timeoutMs },
-  );
+  ).catch((error: Error) => {
+    throw new Error(`${error.message} (${last})`);
+  });
 }
 
 export interface HandOffSettings {

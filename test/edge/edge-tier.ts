@@ -23,6 +23,11 @@ export function defineEdgeTier(tier: EdgeTier): void {
           const env = new EdgeEnv(redis);
           try {
             await edge.run(env);
+          } catch (error) {
+            // What the members said is most of the story when a case fails.
+            const said = [...new Set(env.errors)].slice(0, 3);
+            if (said.length === 0) throw error;
+            throw new Error(`${(error as Error).message}; the members reported: ${said.join('; ')}`, { cause: error });
           } finally {
             await env.end();
           }

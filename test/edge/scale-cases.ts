@@ -38,7 +38,7 @@ export const SCALE_CASES: EdgeCase[] = [
     title: `the most shards: members (shardCount at its maximum) join, consume on the first and the last shard, share them, shrink and grow back to the maximum, leave and take over`,
     covers: ['shardCount', 'shardIndex'],
     tier: 'slow',
-    timeoutMs: 300_000,
+    timeoutMs: 900_000,
     run: async (env) => {
       const count = maxOf('shardCount');
       const streamPrefix = uniqueName('edge-shards');
@@ -58,26 +58,44 @@ export const SCALE_CASES: EdgeCase[] = [
       let seq = 0;
       const consumed = async () => {
         const results = await producer.sendBatch(some.map((shardIndex) => ({ payload: { seq: seq++ }, shardIndex })));
-        await handled.all(results.map(entryOf), 60_000);
+        await handled.all(results.map(entryOf), 180_000);
+      };
+      // Each step's time, said when a step runs out (the time a step takes grows with the machine's load).
+      const laps: string[] = [];
+      const began = performance.now();
+      const step = async (what: string, done: () => Promise<unknown>) => {
+        await done().catch((error: Error) => {
+          throw new Error(`${what}: ${error.message} (steps before: ${laps.join(', ')})`);
+        });
+        laps.push(`${what} ${Math.round((performance.now() - began) / 1000)} s`);
       };
       const owns = (member: { ownedShards(): number[] }, n: number) =>
-        pollUntil(`${n} shards owned`, async () => member.ownedShards().length === n, { timeoutMs: 120_000, intervalMs: 200 });
+        pollUntil(`${n} shards owned`, async () => member.ownedShards().length === n, { timeoutMs: 180_000, intervalMs: 200 });
       const a = await start('a');
-      await owns(a, count);
-      await consumed();
+      await step('a owns every shard', () => owns(a, count));
+      await step('a handles', consumed);
       const b = await start('b');
-      await owns(a, count / 2);
-      await owns(b, count / 2);
-      await consumed();
+      await step('a and b own half each', async () => {
+        await owns(a, count / 2);
+        await owns(b, count / 2);
+      });
+      await step('both handle', consumed);
       // Down one shard and back to the most, both unordered (only the last shard changes hands).
       await admin.resizeShards(streamPrefix, count - 1, { ordered: false });
-      await pollUntil('the shrink taken', async () => a.ownedShards().length + b.ownedShards().length === count - 1, { timeoutMs: 60_000 });
+      await step('the shrink taken', () =>
+        pollUntil('one shard fewer owned', async () => a.ownedShards().length + b.ownedShards().length === count - 1, {
+          timeoutMs: 180_000,
+        }),
+      );
       await admin.resizeShards(streamPrefix, count, { ordered: false });
-      await pollUntil('the growth taken', async () => a.ownedShards().length + b.ownedShards().length === count, { timeoutMs: 60_000 });
-      await consumed();
-      await a.stop();
-      await owns(b, count);
-      await consumed();
+      await step('the growth taken', () =>
+        pollUntil('every shard owned', async () => a.ownedShards().length + b.ownedShards().length === count, { timeoutMs: 180_000 }),
+      );
+      await step('both handle', consumed);
+      await step('a stops', () => a.stop());
+      await step('b owns every shard', () => owns(b, count));
+      await step('b handles', consumed);
+      console.info(`the most shards (${count}): ${laps.join(', ')}`);
       expect(env.errors).toEqual([]);
     },
   },

@@ -147,7 +147,7 @@ describe('rsc streams, groups, describe', () => {
     const badCount = await rsc('resize', 'x', 'zero');
     expect(badCount).toMatchObject({
       code: 2,
-      stderr: expect.stringMatching(/value 'zero' is invalid for argument 'n'. expected an integer from 1 to 16384/),
+      stderr: expect.stringMatching(/value 'zero' is invalid for argument 'n'. expected an integer from 1 to 8192/),
     });
     // The binary's exit codes are the process's own: a wrong command line (2), a failed operation (1).
     const unknown = await rscProcess(['--url', redis.server.url, 'nonsense']);

@@ -1,6 +1,6 @@
 /**
  * How many shards' calls of one step (claims, takeovers, sweeps) are out at once. One at a time, a
- * member granted every shard of a large stream (MAX_SHARD_COUNT, 65,536) spent a round trip per
+ * member granted every shard of a large stream (65,536 shards, MAX_SHARD_COUNT then) spent a round trip per
  * shard and step before it read anything: tens of seconds. Side by side on the connection, they are
  * pipelined by it; this bound keeps the replies in memory and Redis' queue of them small.
  */

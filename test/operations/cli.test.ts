@@ -205,6 +205,8 @@ describe('empty environment variables count as not set', () => {
 });
 
 describe('every command refuses a stream or group that does not exist the same way', () => {
+  // About twenty commands, each a node process of its own (the exit codes are what is checked): on a
+  // machine running two other test files beside this one that took close to 30 s.
   it('exit 1 naming the stream, or the group, for every command that takes one; a dead-letter destination with letters is found', async () => {
     const { streamPrefix } = await aGroup(1);
     const noGroup = new RegExp(`rsc: error: group "nope" of stream "${streamPrefix}" does not exist`);
@@ -241,7 +243,7 @@ describe('every command refuses a stream or group that does not exist the same w
       .xadd(keys.shardDeadLetterStream(streamPrefix, 0, 'audit'), '*', 'entryId', '1-0', 'error', 'boom', 'attempts', '3');
     const audit = await rsc('dead-letters', streamPrefix, 'audit', 'list');
     expect(audit).toMatchObject({ code: 0, stdout: expect.stringContaining('boom') });
-  });
+  }, 90_000);
 });
 
 describe('rsc events', () => {

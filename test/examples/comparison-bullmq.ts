@@ -7,7 +7,7 @@ import { type Job, type Queue, QueueEvents } from 'bullmq';
 
 export interface Order { id: string; customerId: string; total: number }
 
-const connection = { host: process.env.REDIS_HOST ?? 'localhost', port: 6379 };
+const connection = { host: process.env.REDIS_HOST, port: Number(process.env.REDIS_PORT) };
 
 @Processor('billing') // no consumer groups: a queue per consumer, and each publish is one add per queue
 export class Billing extends WorkerHost {

@@ -181,8 +181,8 @@ describe('CoordinatorTesting', () => {
     expect(shared).toMatchObject({ url: redis.server.url, isPrivate: false });
     await shared.stop();
     expect(redis.server.isRunning()).toBe(true);
-    await expect(TestRedis.start({ REDIS_URL: '127.0.0.1:6379' })).rejects.toThrow(
-      'TestRedis: REDIS_URL must be a redis:// or rediss:// URL, got "127.0.0.1:6379"',
+    await expect(TestRedis.start({ REDIS_URL: '127.0.0.1:6390' })).rejects.toThrow(
+      'TestRedis: REDIS_URL must be a redis:// or rediss:// URL, got "127.0.0.1:6390"',
     );
   });
 

@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
 import { ENTRY_FIELD } from '../protocol/entry-format';
+import { MAX_SHARD_COUNT } from '../protocol/shard-count';
 import type { KeyBuilder } from './keys';
 import { findGroupInfo, isNoSuchKey, type StreamGroupInfo } from './responses';
 import { withReadDeadline } from './connection/read-deadline';
@@ -7,8 +8,12 @@ import { ensureScripts, pipelineScript, type RedisClient, runScript } from './sc
 import { NotReplicatedError, type ReplicaWait, waitCommand, waitShortfall } from './connection/replica-wait';
 import { execByNode, execBySlot, isCluster, type NodeBatch, type SlotBatchResult } from './connection/slot-pipelines';
 
-/** How many shards' keys a ShardClient keeps built (ShardClient.shardKeys): more than a member usually holds. */
-const SHARD_KEYS_KEPT = 4096;
+/**
+ * How many shards' keys a ShardClient keeps built (ShardClient.shardKeys): every shard a stream may
+ * have, so a member of the largest stream never builds them twice; more would mean a shard index
+ * outside the range, and the map is emptied rather than grown.
+ */
+const SHARD_KEYS_KEPT = MAX_SHARD_COUNT;
 
 /** A raw stream entry: id and flat field list (text), and the payload's bytes as read. */
 export interface RawEntry {
@@ -199,8 +204,8 @@ export class ShardClient {
 
   /**
    * shardIndex -> its stream and fencing-token keys, built (their names checked) once, not on every
-   * read and ack of the shard. At most SHARD_KEYS_KEPT shards (emptied when full): a member of
-   * thousands of shards builds them again now and then, as before, instead of holding them all.
+   * read and ack of the shard. At most SHARD_KEYS_KEPT shards (emptied when full), the largest
+   * shard count a stream may have.
    */
   private readonly keysOf = new Map<number, [string, string]>();
 

@@ -12,12 +12,14 @@ import {
   MAX_WATCHED_GROUPS,
 } from '@redis-stream-coordinator/dashboard';
 import { memberFactory } from '../support/member-factory';
+import { proxyFactory } from '../support/proxy-fixture';
 import { pollUntil } from '../support/poll';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
 
 /** The plain Node handler with actions on, in a bare http.Server: guard, CSRF, read-only, errors. */
 const redis = useRedisServer();
 const aMember = memberFactory(redis, { handler: async () => undefined });
+const aProxy = proxyFactory(redis);
 
 interface Served {
   dashboard: Dashboard;
@@ -27,8 +29,8 @@ interface Served {
   close: () => Promise<void>;
 }
 
-async function serve(options: Omit<Parameters<typeof createDashboard>[0], 'redis'>): Promise<Served> {
-  const dashboard = createDashboard({ redis: redis.client(), ...options });
+async function serve(options: Omit<Parameters<typeof createDashboard>[0], 'redis'>, client = redis.client()): Promise<Served> {
+  const dashboard = createDashboard({ redis: client, ...options });
   const liveResponses: http.ServerResponse[] = [];
   const server = http.createServer((request, response) => {
     if (request.url?.endsWith('/live')) liveResponses.push(response);
@@ -227,6 +229,41 @@ describe('dashboard reads', () => {
       }
     } finally {
       controller.abort();
+      await served.close();
+    }
+  });
+
+  it('a Redis that does not answer gets each request a 504 within its bound, not a request held for ever (SPEC 10.1)', async () => {
+    const proxy = await aProxy();
+    const served = await serve({ refreshMs: 500 }, redis.clientAt(proxy.url));
+    const stream = await aListedGroup('g');
+    try {
+      // Connected before the freeze (no overview read yet: a fresh one would be reused for 5 s).
+      await (served.dashboard.options.redis as { ping(): Promise<string> }).ping();
+      proxy.freeze();
+      const started = Date.now();
+      const [overview, letters, live] = await Promise.all([
+        fetch(`${served.url}/rsc/api/overview`),
+        fetch(`${served.url}/rsc/api/groups/${stream}/g/dead-letters`),
+        fetch(`${served.url}/rsc/api/groups/${stream}/g/live`),
+      ]);
+      expect(Date.now() - started).toBeLessThan(15_000);
+      for (const [response, what] of [
+        [overview, 'the overview'],
+        [letters, 'the dead letters'],
+        [live, 'the group lookup'],
+      ] as const) {
+        expect(response.status).toBe(504);
+        expect((await response.json()).error).toContain(`Redis has not answered ${what} within 5 s`);
+      }
+      expect(served.dashboard.stats().liveConnections).toBe(0);
+      proxy.thaw();
+      await pollUntil(
+        'the dead letters read again once Redis answers',
+        async () => (await fetch(`${served.url}/rsc/api/groups/${stream}/g/dead-letters`)).status === 200,
+      );
+    } finally {
+      proxy.thaw();
       await served.close();
     }
   });

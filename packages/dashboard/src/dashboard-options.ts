@@ -75,6 +75,14 @@ export interface ResolvedDashboardOptions {
   refreshMs: number;
 }
 
+/**
+ * How long the dashboard waits for Redis before it says so: a watch calls its view stale, a request
+ * is answered 504 (SPEC 10.1). Three refreshes, at least 5 s.
+ */
+export function redisLateAfterMs(refreshMs: number): number {
+  return Math.max(5000, refreshMs * 3);
+}
+
 const PATH_PATTERN = /^(\/[A-Za-z0-9._~-]+)+$/;
 
 /** Checks the options, each bad one an error naming it and its value. */

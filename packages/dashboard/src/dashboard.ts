@@ -5,7 +5,13 @@ import path from 'node:path';
 import { assertConsumerGroup, assertStreamPrefix, CoordinatorAdmin, CoordinatorError } from '@redis-stream-coordinator/core';
 import { type DashboardActionResult, deadLetterAction, listenerAction, resizeAction } from './actions';
 import { csrfCookie, csrfRefusal, csrfSetCookie, newCsrfToken } from './csrf';
-import { type DashboardAccess, type DashboardOptions, type ResolvedDashboardOptions, resolveDashboardOptions } from './dashboard-options';
+import {
+  type DashboardAccess,
+  type DashboardOptions,
+  type ResolvedDashboardOptions,
+  redisLateAfterMs,
+  resolveDashboardOptions,
+} from './dashboard-options';
 import { GroupWatch } from './group-watch';
 import { HandlerRates } from './handler-rates';
 import { LiveConnection, type LiveConnectionStats } from './live-connection';
@@ -177,7 +183,7 @@ export class Dashboard extends EventEmitter<DashboardEvents> {
       response.end(this.assets.get(asset[1]));
       return;
     }
-    if (route === '/api/overview') return sendJson(response, 200, await this.readOverview());
+    if (route === '/api/overview') return sendJson(response, 200, await this.answered(this.readOverview(), 'the overview'));
     if (route === '/api/config') {
       return sendJson(response, 200, {
         readOnly: this.options.readOnly,
@@ -190,7 +196,8 @@ export class Dashboard extends EventEmitter<DashboardEvents> {
       const [streamPrefix, consumerGroup] = names(group[1], group[2]);
       if (group[3] === 'live') return this.stream(request, response, streamPrefix, consumerGroup);
       const count = Math.min(DEAD_LETTER_PAGE, Math.max(1, Number(url.searchParams.get('count') ?? DEAD_LETTER_PAGE) || DEAD_LETTER_PAGE));
-      return sendJson(response, 200, { deadLetters: await this.admin.readDeadLetters(streamPrefix, consumerGroup, { count }) });
+      const deadLetters = await this.answered(this.admin.readDeadLetters(streamPrefix, consumerGroup, { count }), 'the dead letters');
+      return sendJson(response, 200, { deadLetters });
     }
     throw new DashboardHttpError(404, `no dashboard page ${JSON.stringify(route)}`);
   }
@@ -216,16 +223,20 @@ export class Dashboard extends EventEmitter<DashboardEvents> {
     const refusal = csrfRefusal(request);
     if (refusal) throw new DashboardHttpError(403, `CSRF check failed: ${refusal}`);
     const body = await readJsonBody(request);
-    let result: DashboardActionResult;
+    let action: Promise<DashboardActionResult>;
     const listener = /^\/api\/listeners\/([^/]+)\/(pause|resume)$/.exec(route);
     const letter = /^\/api\/groups\/([^/]+)\/([^/]+)\/dead-letters\/(replay|purge)$/.exec(route);
     const resize = /^\/api\/streams\/([^/]+)\/resize$/.exec(route);
-    if (listener) result = listenerAction(this.options.listeners, decode(listener[1]), listener[2] as 'pause' | 'resume');
-    else if (letter) result = await deadLetterAction(this.admin, ...names(letter[1], letter[2]), letter[3] as 'replay' | 'purge', body);
-    else if (resize) result = await resizeAction(this.admin, names(resize[1], 'x')[0], body);
+    if (listener) action = Promise.resolve(listenerAction(this.options.listeners, decode(listener[1]), listener[2] as 'pause' | 'resume'));
+    else if (letter) action = deadLetterAction(this.admin, ...names(letter[1], letter[2]), letter[3] as 'replay' | 'purge', body);
+    else if (resize) action = resizeAction(this.admin, names(resize[1], 'x')[0], body);
     else throw new DashboardHttpError(404, `no dashboard action ${JSON.stringify(route)}`);
-    this.emit('action', result);
-    sendJson(response, 200, result);
+    // The 'action' event reports every action that was done, also one finished after its request was answered 504.
+    action.then(
+      (result) => this.emit('action', result),
+      () => undefined,
+    );
+    sendJson(response, 200, await this.answered(action, 'the action', 'it may still finish: reload to see'));
   }
 
   /**
@@ -279,7 +290,7 @@ export class Dashboard extends EventEmitter<DashboardEvents> {
   /** Refuses a live stream for a group that does not exist (404). */
   private async admitLive(streamPrefix: string, consumerGroup: string): Promise<void> {
     if (this.watches.has(watchId(streamPrefix, consumerGroup))) return;
-    if (!(await this.admin.listGroups(streamPrefix)).includes(consumerGroup)) {
+    if (!(await this.answered(this.admin.listGroups(streamPrefix), 'the group lookup')).includes(consumerGroup)) {
       this.refuseLive(404, `group "${consumerGroup}" of stream "${streamPrefix}" does not exist`);
     }
   }
@@ -335,6 +346,20 @@ export class Dashboard extends EventEmitter<DashboardEvents> {
       this.watches.set(id, watch);
     }
     return watch;
+  }
+
+  /**
+   * `work`'s result, or a 504 when Redis has not answered within redisLateAfterMs (SPEC 10.1): a
+   * Redis that does not answer must not hold requests (and their sockets) for ever. The command
+   * itself is not withdrawn: ioredis still sends it and takes its answer.
+   */
+  private answered<T>(work: Promise<T>, what: string, after = 'try again later'): Promise<T> {
+    const ms = redisLateAfterMs(this.options.refreshMs);
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new DashboardHttpError(504, `Redis has not answered ${what} within ${ms / 1000} s: ${after}`)), ms);
+    });
+    return Promise.race([work, late]).finally(() => clearTimeout(timer));
   }
 
   /** One overview read at a time, reused for a while: many browsers polling cost Redis one read. */

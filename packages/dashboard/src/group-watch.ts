@@ -6,6 +6,7 @@ import type {
   MemberMetadata,
   ShardDescription,
 } from '@redis-stream-coordinator/core';
+import { redisLateAfterMs } from './dashboard-options';
 import type { HandlerRates } from './handler-rates';
 
 /** A member as the dashboard shows it: the stored record, its lease left (Redis time) and, for members of this process, its handler rate. */
@@ -141,7 +142,7 @@ export class GroupWatch {
    * stale) but still waits, so that commands never queue up on a Redis that does not answer.
    */
   private async watched(round: Promise<void>): Promise<void> {
-    const lateAfterMs = Math.max(5000, this.refreshMs * 3);
+    const lateAfterMs = redisLateAfterMs(this.refreshMs);
     const timer = setTimeout(() => this.fail(`Redis has not answered for ${lateAfterMs / 1000} s: the view is stale`), lateAfterMs);
     try {
       await round;

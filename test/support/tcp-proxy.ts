@@ -359,7 +359,8 @@ export class TcpProxy {
     if (link.blackholed) return;
     const name = FIRST_COMMAND.exec(data.toString('latin1', 0, 64))?.[1];
     if (name && link.carried.size < CARRIED_NAMES_CAP) link.carried.add(name.toUpperCase());
-    const stall = this.stallRules.length > 0 ? this.stallRules.find((r) => r.links.length === 0 && r.matches(data.toString('latin1'))) : undefined;
+    const stall =
+      this.stallRules.length > 0 ? this.stallRules.find((r) => r.links.length === 0 && r.matches(data.toString('latin1'))) : undefined;
     if (stall) this.stallLink(stall, link);
     const silence = this.blackholeRules.length > 0 ? this.blackholeRules.find((r) => r.matches(data.toString('latin1'))) : undefined;
     if (silence) {

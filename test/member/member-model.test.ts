@@ -646,6 +646,7 @@ class StaticRestart implements Command {
     const before = await r.owners();
     const [lastEvent] = await r.admin.readGroupEvents(r.streamPrefix, r.consumerGroup, { count: 1 });
     await r.produce(10);
+    const frozenAt = performance.timeOrigin + performance.now();
     if (this.zombie) {
       old.proxy.freeze();
     } else {
@@ -659,6 +660,12 @@ class StaticRestart implements Command {
       old.proxy.thaw();
       await old.member.stop().catch(() => undefined);
       await r.dispose(old);
+      // Whatever the old instance acknowledged of a run it ended while cut off reached Redis after
+      // the next instance took over: the new fencing tokens must have refused it.
+      const mine = r.lines.filter((l) => l.h === old.handle && l.t >= frozenAt);
+      const ended = new Set(mine.filter((l) => l.e === 'end').map((l) => `${l.s}/${l.id}`));
+      const accepted = mine.filter((l) => l.e === 'ack' && l.ok && (l.ids ?? []).some((id) => ended.has(`${l.s}/${id}`)));
+      expect(accepted, `acks of ${old.handle} accepted after its next instance took over`).toEqual([]);
     }
     const events = await r.admin.readGroupEvents(r.streamPrefix, r.consumerGroup, { after: lastEvent?.id, count: 10_000 });
     const others = events.filter((e) => e.memberId !== old.id);

@@ -96,8 +96,8 @@ export const MEMBER_CASES: EdgeCase[] = [
   },
   {
     title:
-      'retryBackoffMs and retryBackoffMaxMs at their maximum: an entry waiting out a day-long backoff holds no other key, and is handed over and handled when its member stops',
-    covers: ['member.retryBackoffMs', 'member.retryBackoffMaxMs'],
+      "retryBackoffMs, retryBackoffMaxMs and nack's retryAfterMs at their maximum: entries waiting out a day-long backoff or nack hold no other key, and are handed over and handled when their member stops",
+    covers: ['member.retryBackoffMs', 'member.retryBackoffMaxMs', 'member.nack.retryAfterMs'],
     tier: 'quick',
     timeoutMs: 60_000,
     run: async (env) => {
@@ -105,29 +105,37 @@ export const MEMBER_CASES: EdgeCase[] = [
       const admin = env.admin();
       await admin.createStream({ streamPrefix, shardCount: 1 });
       const handled = new Handled();
-      let failed = false;
+      const failed = new Set<string>();
+      // Manual acks: k0's first entry throws (a day's backoff), k1's is nacked with a day's retryAfterMs.
       const options = (fail: boolean) => ({
-        lanes: 2,
+        lanes: 3,
+        ackMode: 'manual' as const,
         retryBackoffMs: maxOf('member.retryBackoffMs'),
         retryBackoffMaxMs: maxOf('member.retryBackoffMaxMs'),
-        handler: (message: StreamMessage<EdgePayload>) => {
-          if (fail && message.key === 'k0' && !failed) {
-            failed = true;
-            throw new Error('the first attempt fails');
+        handler: async (message: StreamMessage<EdgePayload>) => {
+          if (fail && (message.key === 'k0' || message.key === 'k1') && !failed.has(message.key)) {
+            failed.add(message.key);
+            if (message.key === 'k0') throw new Error('the first attempt fails');
+            return message.nack({ retryAfterMs: maxOf('member.nack.retryAfterMs'), reason: 'the first attempt is nacked' });
           }
           handled.add(message);
+          await message.ack();
         },
       });
       const a = env.member(streamPrefix, 'a', options(true));
       await a.start();
       const producer = new StreamProducer(env.redis.client(), { streamPrefix });
       const ids = await produce(producer, 10);
-      // k0's first entry waits out its backoff; the other key's entries (its own lane) go on.
-      const others = ids.filter((_, i) => i % 5 !== 0);
+      // k0's and k1's first entries wait out a day; the other keys' entries (their own lanes) go on.
+      const others = ids.filter((_, i) => i % 5 > 1);
       await handled.all(others);
+      expect(
+        ids.slice(0, 2).filter((id) => handled.runs.has(id)),
+        'the failed and the nacked entry, waiting a day',
+      ).toEqual([]);
       const stopping = performance.now();
       await a.stop();
-      expect(performance.now() - stopping, 'stop() during a day-long backoff').toBeLessThan(STOP_BOUND_MS);
+      expect(performance.now() - stopping, 'stop() during a day-long backoff and nack').toBeLessThan(STOP_BOUND_MS);
       await env.member(streamPrefix, 'b', options(false)).start();
       await handled.all(ids);
       await drained(admin, streamPrefix);

@@ -8,6 +8,11 @@ import {
 import { CoordinatorClientProxy } from '@redis-stream-coordinator/nestjs/microservices';
 import type { Redis } from 'ioredis';
 import { resolvePeriodicTrimOptions } from '../../packages/core/src/admin/periodic-trim';
+import { ManualSettlement } from '../../packages/core/src/member/handle/manual-ack';
+import { resolveClusterOptions } from '../../packages/core/src/testing/redis-cluster';
+import { CoordinatorConnection } from '../../packages/nestjs/src/coordinator-connection';
+import { checkTimeout } from '../../packages/nestjs/src/testing/deadline';
+import { checkFailNextCount } from '../../packages/nestjs/src/testing/injected-failures';
 import { integer } from '../../packages/cli/src/args';
 import { resolveDashboardOptions } from '../../packages/dashboard/src/dashboard-options';
 import { resolvePatternOptions } from '../../packages/nestjs/src/microservices/redis-streams-server.options';
@@ -24,6 +29,9 @@ export function optionEnds(client: Redis): Record<OptionRangeName, (value: numbe
   const admin = new CoordinatorAdmin(client);
   const producer = (options: object) => new StreamProducer(client, { streamPrefix: 'ends', ...options });
   const proxy = (options: object) => new CoordinatorClientProxy({ redis: { client }, ...options });
+  // The module's connection on the given client (never closed by it); a manual attempt's settlement, nacked.
+  const connection = (options: object) => CoordinatorConnection.fromOptions({ redis: { client }, ...options }, () => undefined);
+  const manualMessage = () => new ManualSettlement('1-0', 0, new AbortController().signal, () => new Error('refused') as never);
   return {
     shardCount: (v) => producer({ shardCount: v }),
     shardIndex: (v) => producer({}).send({ payload: {}, shardIndex: v }),
@@ -45,6 +53,7 @@ export function optionEnds(client: Redis): Record<OptionRangeName, (value: numbe
     'member.sweepIntervalMs': (v) => member({ sweepIntervalMs: v }),
     'member.cutoverCheckIntervalMs': (v) => member({ cutoverCheckIntervalMs: v }),
     'member.ackTimeoutMs': (v) => member({ ackMode: 'manual', ackTimeoutMs: v }),
+    'member.nack.retryAfterMs': (v) => manualMessage().nack({ retryAfterMs: v }),
     'member.batch.maxSize': (v) => member({ batch: { maxSize: v }, batchSize: 10_000, maxBufferedEntries: 10_000 } as never),
     'member.batch.maxWaitMs': (v) => member({ batch: { maxSize: 1, maxWaitMs: v } } as never),
     'member.deadLetter.maxLen': (v) => member({ deadLetter: { maxLen: v } }),
@@ -72,6 +81,13 @@ export function optionEnds(client: Redis): Record<OptionRangeName, (value: numbe
     'nestjs.concurrency': (v) => resolvePatternOptions('ends', { concurrency: v }, { consumerGroup: 'g' } as never),
     'nestjs.client.timeoutMs': (v) => proxy({ timeoutMs: v }),
     'nestjs.client.inboxTtlMs': (v) => proxy({ inboxTtlMs: v }),
+    'nestjs.startRetryDelayMs': (v) => connection({ startRetryDelayMs: v }),
+    'nestjs.healthCheckTimeoutMs': (v) => connection({ healthCheckTimeoutMs: v }),
+    'nestjs.testing.timeoutMs': (v) => checkTimeout(v, 'ends'),
+    'nestjs.testing.failNext.count': (v) => checkFailNextCount(v),
+    'testing.cluster.masters': (v) => resolveClusterOptions({ masters: v }),
+    'testing.cluster.replicasPerMaster': (v) => resolveClusterOptions({ replicasPerMaster: v }),
+    'testing.cluster.nodeTimeoutMs': (v) => resolveClusterOptions({ nodeTimeoutMs: v }),
     'dashboard.refreshMs': (v) => resolveDashboardOptions({ redis: client, refreshMs: v }),
     'rsc.resize.timeout': (v) => integer('rsc.resize.timeout')(String(v)),
   };

@@ -1,4 +1,6 @@
-import { KeyBuilder, type StreamMessage, StreamProducer } from '@redis-stream-coordinator/core';
+import { CoordinatedMember, CoordinatorAdmin, KeyBuilder, type StreamMessage, StreamProducer } from '@redis-stream-coordinator/core';
+import { RedisCluster } from '@redis-stream-coordinator/core/testing';
+import { Cluster } from 'ioredis';
 import { expect } from 'vitest';
 import { pollUntil } from '../support/poll';
 import { uniqueName } from '../support/vitest-redis';
@@ -34,6 +36,40 @@ const MAX_BATCH = maxOf('member.batch.maxSize');
 
 /** Batch, buffer and concurrency options at their maxima, and streams of the most shards: the slow tier. */
 export const SCALE_CASES: EdgeCase[] = [
+  {
+    title:
+      'the largest test cluster (RedisCluster.start with masters, replicasPerMaster and nodeTimeoutMs at their maximum): every node joins, every master serves slots, a member on it handles an entry of every shard',
+    covers: ['testing.cluster.masters', 'testing.cluster.replicasPerMaster', 'testing.cluster.nodeTimeoutMs'],
+    tier: 'slow',
+    timeoutMs: 300_000,
+    run: async (env) => {
+      const masters = maxOf('testing.cluster.masters');
+      const cluster = await RedisCluster.start({
+        masters,
+        replicasPerMaster: maxOf('testing.cluster.replicasPerMaster'),
+        nodeTimeoutMs: maxOf('testing.cluster.nodeTimeoutMs'),
+      });
+      env.onEnd(() => cluster.stop());
+      expect(cluster.servers).toHaveLength(masters * (1 + maxOf('testing.cluster.replicasPerMaster')));
+      const client = new Cluster(cluster.startupNodes);
+      client.on('error', () => undefined);
+      env.onEnd(() => client.disconnect());
+      await pollUntil('every master serving slots', async () => client.nodes('master').length === masters, { timeoutMs: 60_000 });
+      const streamPrefix = uniqueName('edge-cluster');
+      await new CoordinatorAdmin(client).createStream({ streamPrefix, shardCount: masters });
+      const handled = new Handled();
+      const member = new CoordinatedMember<EdgePayload>(client, {
+        streamPrefix,
+        consumerGroup: 'group',
+        handler: (message) => handled.add(message),
+      });
+      env.onEnd(() => member.stop());
+      await member.start();
+      const producer = new StreamProducer(client, { streamPrefix });
+      const results = await producer.sendBatch(Array.from({ length: masters }, (_, seq) => ({ payload: { seq }, shardIndex: seq })));
+      await handled.all(results.map(entryOf), 60_000);
+    },
+  },
   {
     title: `the most shards: members (shardCount at its maximum) join, consume on the first and the last shard, share them, shrink and grow back to the maximum, leave and take over`,
     covers: ['shardCount', 'shardIndex'],

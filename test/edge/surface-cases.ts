@@ -3,11 +3,13 @@ import { execFile } from 'node:child_process';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
-import { Controller, type LoggerService } from '@nestjs/common';
+import { Controller, Injectable, type LoggerService, Module } from '@nestjs/common';
 import { EventPattern, MessagePattern, Payload } from '@nestjs/microservices';
 import { Test } from '@nestjs/testing';
 import { createDashboard } from '@redis-stream-coordinator/dashboard';
+import { CoordinatorHealthIndicator, CoordinatorModule, StreamListener } from '@redis-stream-coordinator/nestjs';
 import { CoordinatorClientProxy, inboxKey, RedisStreamsServer } from '@redis-stream-coordinator/nestjs/microservices';
+import { CoordinatorTesting } from '@redis-stream-coordinator/nestjs/testing';
 import { lastValueFrom } from 'rxjs';
 import { expect } from 'vitest';
 import { pollUntil } from '../support/poll';
@@ -105,6 +107,58 @@ export const SURFACE_CASES: EdgeCase[] = [
       await pollUntil('20 events handled', async () => seen.length >= 20, { timeoutMs: 60_000 });
       expect([...new Set(seen)].sort((a, b) => a - b)).toEqual([...Array(20).keys()]);
       await app.close();
+    },
+  },
+  {
+    title:
+      "CoordinatorModule's startRetryDelayMs and healthCheckTimeoutMs, the testing kit's timeoutMs and failNext count at their maximum: the application starts, is healthy, a wait resolves as soon as its entry is dead-lettered or handled, and it closes at once",
+    covers: ['nestjs.startRetryDelayMs', 'nestjs.healthCheckTimeoutMs', 'nestjs.testing.timeoutMs', 'nestjs.testing.failNext.count'],
+    tier: 'quick',
+    timeoutMs: 60_000,
+    run: async (env) => {
+      const stream = uniqueName('edge-kit');
+      const seen: number[] = [];
+      @Injectable()
+      class Notes {
+        @StreamListener({ streamPrefix: stream, consumerGroup: 'notes', shardCount: 1, maxAttempts: 2, retryBackoffMs: 1 })
+        onNote(message: { payload: { n: number } }) {
+          seen.push(message.payload.n);
+        }
+      }
+      @Module({
+        imports: [
+          CoordinatorModule.forRoot({
+            redis: { url: env.redis.server.url },
+            startRetryDelayMs: maxOf('nestjs.startRetryDelayMs'),
+            healthCheckTimeoutMs: maxOf('nestjs.healthCheckTimeoutMs'),
+          }),
+        ],
+        providers: [Notes],
+      })
+      class AppModule {}
+      const app = await Test.createTestingModule({ imports: [AppModule] })
+        .setLogger(quiet)
+        .compile();
+      env.onEnd(() => app.close());
+      const kit = CoordinatorTesting.attach(app);
+      const timeoutMs = maxOf('nestjs.testing.timeoutMs');
+      await app.init();
+      await kit.ready({ timeoutMs });
+      const health = await app.get(CoordinatorHealthIndicator).check();
+      expect(health.coordinator.problems).toEqual([]);
+      expect(health.coordinator.connections.map((c) => c.status)).toEqual(['up']);
+      // Every attempt fails (the count never runs out here): the entry is dead-lettered after its two.
+      const failing = kit.failNext({ group: 'notes' }, maxOf('nestjs.testing.failNext.count'));
+      const poisoned = await kit.publish(stream, { key: 'k', payload: { n: 1 } });
+      await kit.deadLettered({ group: 'notes' }, poisoned, { timeoutMs });
+      expect([failing.failed, failing.remaining]).toEqual([2, maxOf('nestjs.testing.failNext.count') - 2]);
+      failing.remove();
+      const fine = await kit.publish(stream, { key: 'k', payload: { n: 2 } });
+      await kit.handled({ group: 'notes' }, fine, { timeoutMs });
+      expect(seen).toEqual([2]);
+      const closing = performance.now();
+      await app.close();
+      expect(performance.now() - closing, 'close() with a day-long start retry delay').toBeLessThan(STOP_BOUND_MS);
     },
   },
   {

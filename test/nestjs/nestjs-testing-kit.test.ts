@@ -160,9 +160,11 @@ describe('CoordinatorTesting', () => {
     expect(() => kit.failNext({ group: 'bills' }, 1)).toThrow(
       /^CoordinatorTesting.failNext: the application has no listener of group "bills"; its groups: notes \(notes-.*\), audit \(notes-.*\)$/,
     );
-    expect(() => kit.failNext({ group: 'notes' }, 0)).toThrow('CoordinatorTesting.failNext: count must be a positive integer, got 0');
+    expect(() => kit.failNext({ group: 'notes' }, 0)).toThrow(
+      'CoordinatorTesting.failNext: count must be an integer from 1 to 9007199254740991, got 0',
+    );
     expect(() => kit.handled({ group: 'notes' }, { id: '1-1' }, { timeoutMs: 0 })).toThrow(
-      'CoordinatorTesting.handled: timeoutMs must be a positive integer of milliseconds, got 0',
+      'CoordinatorTesting.handled: timeoutMs must be an integer from 1 to 86400000, got 0',
     );
     expect(() => CoordinatorTesting.attach(app)).toThrow(/a handler hook is already set \(one testing kit per application/);
     kit.detach();

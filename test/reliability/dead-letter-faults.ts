@@ -115,7 +115,7 @@ async function openActor(h: ChaosHarness): Promise<Actor> {
 }
 
 /** The checker's shape of an admin's dead letter. */
-function asRecord(group: string, letter: AdminDeadLetter): DeadLetter {
+export function asRecord(group: string, letter: AdminDeadLetter): DeadLetter {
   return {
     group,
     ref: letter.ref,

@@ -2,13 +2,22 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { compareStreamIds, CoordinatorAdmin, type RedisClient, type TrimSchedule } from '@redis-stream-coordinator/core';
+import { CoordinatorAdmin, type RedisClient, type TrimSchedule } from '@redis-stream-coordinator/core';
 import type { RedisCluster, RedisServer } from '@redis-stream-coordinator/core/testing';
 import type { MemberProcessSettings } from '../../packages/core/src/testing/member-process';
 import { check, type CheckReport, type Fault, type FaultKind, type PendingSample, type RecordLine } from './checker';
 import { FAULTS } from './faults';
 import { LoadProducer } from './load';
-import { mustBeOwned, pendingSamples, readDeadLetters, replayWritesInStreams, unacknowledged } from './redis-state';
+import {
+  mustBeOwned,
+  pendingSamples,
+  readDeadLetters,
+  replayWritesInStreams,
+  type RetainedFrom,
+  retainedFrom,
+  trimmedAway,
+  unacknowledged,
+} from './redis-state';
 import type { DeadLetterOperations } from './records';
 import { kindSettings, MEMBER_KINDS, type MemberKind } from './member-kinds';
 import { type MemberProcess, proxyOf, readRecords, seededRandom, sleep, waitFor } from './harness-tools';
@@ -252,40 +261,14 @@ export class ChaosHarness {
     await retention?.stop();
   }
 
-  /**
-   * "shard/id" of the entries written so far that are gone from their shard stream now: below its
-   * oldest entry (trimming removes from the oldest on), or, in a stream a trim emptied (every group
-   * had acknowledged everything), up to its last generated id. Shards `deleteDrainedShards` deleted
-   * (no stream at all) are not counted here.
-   */
+  /** "shard/id" of the entries written so far that are gone from their shard stream now (redis-state.ts). */
   async trimmedAway(): Promise<Set<string>> {
-    const below = new Map<number, { id: string; inclusive: boolean }>();
-    for (let shard = 0; shard < this.maxShards; shard++) {
-      const cut = await this.retainedFrom(shard);
-      if (cut) below.set(shard, cut);
-    }
-    const gone = new Set<string>();
-    for (const p of [...this.load.produced, ...this.staleLoad.produced]) {
-      const cut = below.get(p.shard);
-      if (!cut) continue;
-      const order = compareStreamIds(p.id, cut.id);
-      if (order < 0 || (cut.inclusive && order === 0)) gone.add(`${p.shard}/${p.id}`);
-    }
-    return gone;
+    return trimmedAway(this, [...this.load.produced, ...this.staleLoad.produced]);
   }
 
-  /**
-   * Where a shard stream's retained entries begin: its oldest entry (`inclusive` false: that one is
-   * kept), or, in a stream a trim emptied, its last generated id (`inclusive` true: that one is gone
-   * too). Undefined when there is no stream (deleted, or never written).
-   */
-  async retainedFrom(shard: number): Promise<{ id: string; inclusive: boolean } | undefined> {
-    const key = this.admin.keys.shardStream(this.streamPrefix, shard);
-    const [first] = await this.redis.xrange(key, '-', '+', 'COUNT', 1).catch(() => []);
-    if (first) return { id: first[0], inclusive: false };
-    const info = (await this.redis.xinfo('STREAM', key).catch(() => null)) as unknown[] | null;
-    const at = info?.indexOf('last-generated-id') ?? -1;
-    return info && at >= 0 ? { id: String(info[at + 1]), inclusive: true } : undefined;
+  /** Where a shard stream's retained entries begin (redis-state.ts). */
+  async retainedFrom(shard: number): Promise<RetainedFrom | undefined> {
+    return retainedFrom(this, shard);
   }
 
   /** Keeps pending work at `member` (or everywhere) excused for `ms` more: it is under a fault. */

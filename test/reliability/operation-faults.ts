@@ -8,12 +8,7 @@ import type { Fault, OffsetReset } from './records';
 import type { ChaosHarness } from './harness';
 import { sleep } from './harness-tools';
 import { resize } from './resize-faults';
-
-/** The smallest stream id after `id`. */
-function nextId(id: string): string {
-  const [ms, seq] = id.split('-');
-  return `${ms}-${BigInt(seq) + 1n}`;
-}
+import { oldestKept } from './redis-state';
 
 /** How far back a reset to a time goes: a few sessions of entries, read again while the load goes on. */
 const RESET_BACK_MS = 2000;
@@ -39,8 +34,7 @@ export async function resetOffsets(h: ChaosHarness, fault: Fault): Promise<{ lif
     // is still in the stream can be read again.
     const oldest = new Map<number, string | undefined>();
     for (let shard = 0; shard < h.maxShards; shard++) {
-      const kept = await h.retainedFrom(shard);
-      oldest.set(shard, kept && (kept.inclusive ? nextId(kept.id) : kept.id));
+      oldest.set(shard, oldestKept(await h.retainedFrom(shard)));
     }
     const resetAt = performance.timeOrigin + performance.now();
     const result = await h.admin.resetOffsets(h.streamPrefix, group, { to, force: true });

@@ -2,12 +2,73 @@
  * What the harness reads from Redis for the checker: entries pending at whom while the run goes on,
  * and at the end what every group has not acknowledged and every dead letter.
  */
-import { REPLAY_HEADER } from '@redis-stream-coordinator/core';
+import { compareStreamIds, type CoordinatorAdmin, type RedisClient, REPLAY_HEADER } from '@redis-stream-coordinator/core';
 import { Cluster } from 'ioredis';
 import { findGroupInfo } from '../../packages/core/src/redis/responses';
 import type { DeadLetter, PendingSample } from './checker';
-import type { ReplayWrite } from './records';
+import type { Produced, ReplayWrite } from './records';
 import type { ChaosHarness } from './harness';
+
+/**
+ * What the reads at the end need of a run: its client, the stream, its groups and the most shards
+ * the stream has had. The soak's harness is one; the model-based test's system is another.
+ */
+export interface StreamState {
+  readonly redis: RedisClient;
+  readonly admin: CoordinatorAdmin;
+  readonly streamPrefix: string;
+  readonly consumerGroup: string;
+  readonly groups: string[];
+  readonly maxShards: number;
+}
+
+/** Where a shard stream's retained entries begin (`inclusive`: that id is gone too). */
+export interface RetainedFrom {
+  id: string;
+  inclusive: boolean;
+}
+
+/**
+ * Where a shard stream's retained entries begin: its oldest entry (`inclusive` false: that one is
+ * kept), or, in a stream a trim emptied, its last generated id (`inclusive` true: that one is gone
+ * too). Undefined when there is no stream (deleted, or never written).
+ */
+export async function retainedFrom(s: StreamState, shard: number): Promise<RetainedFrom | undefined> {
+  const key = s.admin.keys.shardStream(s.streamPrefix, shard);
+  const [first] = await s.redis.xrange(key, '-', '+', 'COUNT', 1).catch(() => []);
+  if (first) return { id: first[0], inclusive: false };
+  const info = (await s.redis.xinfo('STREAM', key).catch(() => null)) as unknown[] | null;
+  const at = info?.indexOf('last-generated-id') ?? -1;
+  return info && at >= 0 ? { id: String(info[at + 1]), inclusive: true } : undefined;
+}
+
+/** The oldest id a shard stream still holds or may hold (what a reset can ask to read again), undefined without a stream. */
+export function oldestKept(cut: RetainedFrom | undefined): string | undefined {
+  if (!cut?.inclusive) return cut?.id;
+  const [ms, seq] = cut.id.split('-');
+  return `${ms}-${BigInt(seq) + 1n}`;
+}
+
+/**
+ * "shard/id" of the `produced` entries gone from their shard stream now: below its oldest entry
+ * (trimming removes from the oldest on), or, in a stream a trim emptied (every group had
+ * acknowledged everything), up to its last generated id. Shards without a stream are not counted.
+ */
+export async function trimmedAway(s: StreamState, produced: Produced[]): Promise<Set<string>> {
+  const below = new Map<number, RetainedFrom>();
+  for (let shard = 0; shard < s.maxShards; shard++) {
+    const cut = await retainedFrom(s, shard);
+    if (cut) below.set(shard, cut);
+  }
+  const gone = new Set<string>();
+  for (const p of produced) {
+    const cut = below.get(p.shard);
+    if (!cut) continue;
+    const order = compareStreamIds(p.id, cut.id);
+    if (order < 0 || (cut.inclusive && order === 0)) gone.add(`${p.shard}/${p.id}`);
+  }
+  return gone;
+}
 
 const wallNow = () => performance.timeOrigin + performance.now();
 
@@ -59,7 +120,7 @@ export async function pendingSamples(h: ChaosHarness): Promise<PendingSample[]> 
 }
 
 /** "group/shard/id" of every entry a group has not acknowledged: pending, or after its last-delivered id. */
-export async function unacknowledged(h: ChaosHarness): Promise<Set<string>> {
+export async function unacknowledged(h: StreamState): Promise<Set<string>> {
   const outstanding = new Set<string>();
   for (let shard = 0; shard < h.maxShards; shard++) {
     const stream = h.admin.keys.shardStream(h.streamPrefix, shard);
@@ -77,12 +138,14 @@ export async function unacknowledged(h: ChaosHarness): Promise<Set<string>> {
 }
 
 /** Every dead letter in Redis, of either layout: one stream per group, or one per shard and group. */
-export async function readDeadLetters(h: ChaosHarness): Promise<DeadLetter[]> {
+export async function readDeadLetters(h: StreamState): Promise<DeadLetter[]> {
   const letters: DeadLetter[] = [];
   // KEYS on every master of a cluster (each has the dead letters of the shards it serves).
   const nodes = h.redis instanceof Cluster ? h.redis.nodes('master') : [h.redis];
   const found = (await Promise.all(nodes.map((node) => node.keys('*dead-letter*')))).flat();
-  for (const key of found) {
+  // This stream's only: its keys carry its name in their hash tag (`{chaos}`, `{chaos:3}`).
+  const ours = found.filter((key) => key.includes(`{${h.streamPrefix}:`) || key.includes(`{${h.streamPrefix}}`));
+  for (const key of ours) {
     if ((await h.redis.type(key)) !== 'stream') continue;
     const group = h.groups.find((g) => key.endsWith(`:${g}`) || key.endsWith(`:${g}}`)) ?? h.consumerGroup;
     for (const [streamId, fields] of await h.redis.xrange(key, '-', '+')) {
@@ -102,7 +165,7 @@ export async function readDeadLetters(h: ChaosHarness): Promise<DeadLetter[]> {
 }
 
 /** Every entry in the shard streams now that replays a dead letter (its `rsc-replay-of` header). */
-export async function replayWritesInStreams(h: ChaosHarness): Promise<ReplayWrite[]> {
+export async function replayWritesInStreams(h: StreamState): Promise<ReplayWrite[]> {
   const writes: ReplayWrite[] = [];
   for (let shard = 0; shard < h.maxShards; shard++) {
     const entries = await h.redis.xrange(h.admin.keys.shardStream(h.streamPrefix, shard), '-', '+').catch(() => []);

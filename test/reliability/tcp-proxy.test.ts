@@ -70,6 +70,51 @@ describe('the fault proxy', () => {
     silenced.disconnect();
   });
 
+  it('stalls one connection for a while (no answer, no close), then it recovers and what waited on it is answered in order', async () => {
+    const proxy = await aProxy();
+    const stalled = redis.clientAt(proxy.url);
+    const other = redis.clientAt(proxy.url);
+    await Promise.all([stalled.ping(), other.ping()]);
+    const key = uniqueName('stalled');
+    const stall = proxy.stallConnectionOf(TcpProxy.command('RPUSH', key));
+    let answered = false;
+    const replies = Promise.all([stalled.rpush(key, 'a'), stalled.rpush(key, 'b')]).then((r) => {
+      answered = true;
+      return r;
+    });
+    await stall.stalled;
+    expect(await other.ping()).toBe('PONG');
+    await pollUntil('other traffic to pass the stall', async () => (await other.incr(`${key}:n`)) >= 5);
+    expect(answered).toBe(false);
+    expect(stalled.status).toBe('ready');
+    expect(await redis.client().exists(key)).toBe(0);
+    stall.recover();
+    expect(await replies).toEqual([1, 2]);
+    expect(await redis.client().lrange(key, 0, -1)).toEqual(['a', 'b']);
+  });
+
+  it('stalls the open connections that already carried a command (a subscriber that subscribed earlier), not the others', async () => {
+    const proxy = await aProxy();
+    const subscriber = redis.clientAt(proxy.url);
+    const other = redis.clientAt(proxy.url);
+    const channel = uniqueName('channel');
+    await subscriber.subscribe(channel);
+    await other.ping();
+    const heard: string[] = [];
+    subscriber.on('message', (_channel: string, message: string) => heard.push(message));
+    const stall = proxy.stallConnectionOf({ carried: 'SUBSCRIBE' });
+    await stall.stalled;
+    await other.publish(channel, 'during');
+    let ponged = false;
+    void subscriber.ping().then(() => (ponged = true));
+    expect(await other.ping()).toBe('PONG');
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect([heard, ponged]).toEqual([[], false]);
+    stall.recover();
+    await pollUntil('the message and the PING answer after recovery', async () => heard.length === 1 && ponged);
+    expect(heard).toEqual(['during']);
+  });
+
   it('delays matching requests only (and what follows them on their connection); other connections go at once', async () => {
     const proxy = await aProxy();
     const slow = redis.clientAt(proxy.url);

@@ -23,6 +23,8 @@ interface Lane {
   to: net.Socket;
   queue: Chunk[];
   timer: NodeJS.Timeout | undefined;
+  /** Its connection is stalled (`stallConnectionOf`): chunks wait here, in order, until it recovers. */
+  stalled: boolean;
 }
 
 interface Link {
@@ -35,6 +37,21 @@ interface Link {
   closed: boolean;
   /** Silent for good in both directions, never closed (`blackholeOpenConnections`). */
   blackholed: boolean;
+  /** The command names its requests began with (at most CARRIED_NAMES_CAP), for `stallConnectionOf({ carried })`. */
+  carried: Set<string>;
+}
+
+/** Distinct command names a connection remembers: a client's connection sends a few kinds, not many. */
+const CARRIED_NAMES_CAP = 32;
+
+/** The first command name of a RESP request chunk (`*<n>\r\n$<len>\r\n<NAME>\r\n`), upper-cased. */
+const FIRST_COMMAND = /^\*\d+\r\n\$\d+\r\n([A-Za-z]+)\r\n/;
+
+interface StallRule {
+  matches: RequestMatcher;
+  links: Link[];
+  stalled: () => void;
+  recovered: boolean;
 }
 
 interface DropRule {
@@ -48,6 +65,12 @@ interface HoldRule {
   arrived: () => void;
   lane?: Lane;
   released: boolean;
+}
+
+/** A stalled connection: `stalled` resolves when one stopped; `recover()` lets everything that waited on it go on. */
+export interface StalledConnection {
+  stalled: Promise<void>;
+  recover(): void;
 }
 
 /** A request held at the proxy: `arrived` resolves when it got there; `release()` lets it (and what followed) go on. */
@@ -64,6 +87,9 @@ export interface HeldRequest {
  * - `blackholeOpenConnections()` silences the open connections for good without closing them (half-open);
  * - `blackholeConnectionOf(match)` does that to the one connection that next carries a matching
  *   request (one of a member's several connections: its acks' own, its reads', its subscriber's);
+ * - `stallConnectionOf(match)` stalls one connection for a while: no answer, no close, nothing lost,
+ *   until `recover()` (one connection of a client stuck, then well again); `{ carried: 'SUBSCRIBE' }`
+ *   picks the open connections that already sent such a command (a subscriber that subscribed at join);
  * - `delay(direction, ms, jitterMs)` makes requests or replies late (a slow network, a busy Redis whose
  *   answer arrives late although the command ran at once), settable and clearable while connections
  *   are open; chunks keep their order, and those already under way keep their schedule;
@@ -91,6 +117,7 @@ export class TcpProxy {
   private matchDelays: { matches: RequestMatcher; ms: number }[] = [];
   private replyDelays: { matches: ReplyMatcher; ms: number }[] = [];
   private blackholeRules: { matches: RequestMatcher; silenced: () => void }[] = [];
+  private stallRules: StallRule[] = [];
   port = 0;
   /** Connections accepted so far (also while frozen, when they wait with nothing forwarded). */
   accepted = 0;
@@ -172,6 +199,50 @@ export class TcpProxy {
     return new Promise<void>((silenced) => this.blackholeRules.push({ matches: match, silenced }));
   }
 
+  /**
+   * Stalls one connection: the next one to carry a request that `match` accepts (that request
+   * stalls with it), or, with `{ carried: NAME }`, every open connection that already sent a NAME
+   * command. Nothing moves on it either way, nothing is dropped and nothing closes (the client may
+   * reset it) until `recover()`, which lets what waited go on, in order. `clearFaults()` recovers too.
+   */
+  stallConnectionOf(target: RequestMatcher | { carried: string }): StalledConnection {
+    let stalled: () => void = () => undefined;
+    const promise = new Promise<void>((resolve) => (stalled = resolve));
+    const rule: StallRule = { matches: () => false, links: [], stalled: () => stalled(), recovered: false };
+    this.stallRules.push(rule);
+    if (typeof target === 'function') {
+      rule.matches = target;
+    } else {
+      for (const link of this.links) if (link.carried.has(target.carried.toUpperCase())) this.stallLink(rule, link);
+    }
+    return {
+      stalled: promise,
+      recover: () => this.recover(rule),
+    };
+  }
+
+  private stallLink(rule: StallRule, link: Link): void {
+    rule.links.push(link);
+    for (const lane of [link.request, link.reply]) {
+      lane.stalled = true;
+      clearTimeout(lane.timer);
+      lane.timer = undefined;
+    }
+    rule.stalled();
+  }
+
+  private recover(rule: StallRule): void {
+    if (rule.recovered) return;
+    rule.recovered = true;
+    this.stallRules = this.stallRules.filter((r) => r !== rule);
+    for (const link of rule.links) {
+      for (const lane of [link.request, link.reply]) {
+        lane.stalled = false;
+        this.pump(lane);
+      }
+    }
+  }
+
   cut(): void {
     for (const link of [...this.links]) this.close(link);
   }
@@ -212,8 +283,9 @@ export class TcpProxy {
     this.replyDelays.push({ matches: match, ms });
   }
 
-  /** Both directions fast again, no request or reply delayed by what it is, and no reply is dropped any more. */
+  /** Both directions fast again, no request or reply delayed by what it is, no connection stalled, and no reply is dropped any more. */
   clearFaults(): void {
+    for (const rule of [...this.stallRules]) this.recover(rule);
     this.matchDelays = [];
     this.replyDelays = [];
     this.delay('request', 0);
@@ -264,11 +336,12 @@ export class TcpProxy {
     const link: Link = {
       client,
       upstream,
-      request: { to: upstream, queue: [], timer: undefined },
-      reply: { to: client, queue: [], timer: undefined },
+      request: { to: upstream, queue: [], timer: undefined, stalled: false },
+      reply: { to: client, queue: [], timer: undefined, stalled: false },
       dropReply: undefined,
       closed: false,
       blackholed: false,
+      carried: new Set(),
     };
     this.links.add(link);
     if (this.frozen) {
@@ -284,6 +357,11 @@ export class TcpProxy {
 
   private fromClient(link: Link, data: Buffer): void {
     if (link.blackholed) return;
+    const name = FIRST_COMMAND.exec(data.toString('latin1', 0, 64))?.[1];
+    if (name && link.carried.size < CARRIED_NAMES_CAP) link.carried.add(name.toUpperCase());
+    const stall =
+      this.stallRules.length > 0 ? this.stallRules.find((r) => r.links.length === 0 && r.matches(data.toString('latin1'))) : undefined;
+    if (stall) this.stallLink(stall, link);
     const silence = this.blackholeRules.length > 0 ? this.blackholeRules.find((r) => r.matches(data.toString('latin1'))) : undefined;
     if (silence) {
       this.blackholeRules = this.blackholeRules.filter((r) => r !== silence);
@@ -340,7 +418,7 @@ export class TcpProxy {
 
   /** Writes the chunks that are due, in order; sets a timer for the next one. Nothing moves while frozen. */
   private pump(lane: Lane): void {
-    if (this.frozen || lane.timer) return;
+    if (this.frozen || lane.timer || lane.stalled) return;
     while (lane.queue.length > 0) {
       if (lane.queue[0].hold && !lane.queue[0].hold.released) return;
       const wait = lane.queue[0].dueAt - Date.now();

@@ -1,5 +1,5 @@
 import { Cluster, Redis } from 'ioredis';
-import { LOADING_RETRY_MS, reconnectOnReadonly } from '@redis-stream-coordinator/core';
+import { checkOption, LOADING_RETRY_MS, reconnectOnReadonly } from '@redis-stream-coordinator/core';
 import { DEFAULT_CONNECTION_NAME } from './coordinator.constants';
 import type { CoordinatorModuleOptions } from './coordinator-module-options';
 import { assertMemberDefaults } from './member-defaults';
@@ -42,9 +42,7 @@ export class CoordinatorConnection {
     assertNoIoredisKeyPrefix(redis);
     for (const option of ['startRetryDelayMs', 'healthCheckTimeoutMs'] as const) {
       const value = options[option];
-      if (value !== undefined && (typeof value !== 'number' || !Number.isInteger(value) || value < 1)) {
-        throw new RangeError(`CoordinatorModule: ${option} must be a positive integer of milliseconds, got ${JSON.stringify(value)}`);
-      }
+      if (value !== undefined) checkOption(`nestjs.${option}`, value, { label: `CoordinatorModule: ${option}` });
     }
     if (options.logMemberEvents !== undefined && typeof options.logMemberEvents !== 'boolean') {
       throw new TypeError(`CoordinatorModule: logMemberEvents must be a boolean, got ${JSON.stringify(options.logMemberEvents)}`);

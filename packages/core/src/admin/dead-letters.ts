@@ -1,6 +1,7 @@
 import { BUILT_IN_CODECS } from '../protocol/codecs';
 import { DEAD_LETTER_CAUSES, type DeadLetterCause } from '../protocol/dead-letter-cause';
 import { InvalidRequestError } from '../protocol/errors';
+import { checkOption } from '../protocol/option-ranges';
 import { compareStreamIds } from '../protocol/stream-ids';
 import { ENTRY_FIELD } from '../protocol/entry-format';
 import type { KeyBuilder } from '../redis/keys';
@@ -101,9 +102,7 @@ export function parseDeadLetterRef(ref: string): { shardIndex: number; deadLette
 /** Checks a filter's fields, naming the one that is wrong. */
 export function assertDeadLetterFilter(filter: DeadLetterFilter): void {
   const { shardIndex, key, errorContains, since, until } = filter;
-  if (shardIndex !== undefined && (!Number.isInteger(shardIndex) || shardIndex < 0)) {
-    throw new RangeError(`shardIndex must be an integer from 0, got ${JSON.stringify(shardIndex)}`);
-  }
+  if (shardIndex !== undefined) checkOption('shardIndex', shardIndex);
   if (key !== undefined && typeof key !== 'string') throw new TypeError(`key must be a string, got ${typeof key}`);
   if (errorContains !== undefined && typeof errorContains !== 'string')
     throw new TypeError(`errorContains must be a string, got ${typeof errorContains}`);

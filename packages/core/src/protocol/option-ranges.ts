@@ -4,6 +4,8 @@ const DAY_MS = 86_400_000;
 const HOUR_MS = 3_600_000;
 /** The most shards a stream may have (why: the `shardCount` row). */
 const SHARD_COUNT_MAX = 8192;
+/** The most masters of a test cluster (why: the `testing.cluster.masters` row). */
+const CLUSTER_MASTERS_MAX = 9;
 
 /** The range of one numeric option: what its validation accepts, and where it is given. */
 export interface OptionRange {
@@ -133,6 +135,13 @@ export const OPTION_RANGES = {
     appliesTo: ['CoordinatedMember cutoverCheckIntervalMs'],
   },
   'member.ackTimeoutMs': { option: 'ackTimeoutMs', min: 1, max: DAY_MS, appliesTo: ["CoordinatedMember ackTimeoutMs (ackMode 'manual')"] },
+  'member.nack.retryAfterMs': {
+    option: 'retryAfterMs',
+    min: 0,
+    max: DAY_MS,
+    appliesTo: ["StreamMessage nack({ retryAfterMs }) (ackMode 'manual')"],
+    why: 'a retry waits it out in place of the backoff; the backoff is at most a day too',
+  },
   'member.batch.maxSize': {
     option: 'batch.maxSize',
     min: 1,
@@ -279,6 +288,56 @@ export const OPTION_RANGES = {
     max: DAY_MS,
     appliesTo: ['CoordinatorClientProxy inboxTtlMs'],
     why: 'the inbox is refreshed every third of it; a timer of more than 2^31 - 1 ms fires at once',
+  },
+  'nestjs.startRetryDelayMs': {
+    option: 'startRetryDelayMs',
+    min: 1,
+    max: DAY_MS,
+    appliesTo: ['CoordinatorModule startRetryDelayMs', 'RedisStreamsServer startRetryDelayMs'],
+    why: 'a timer of more than 2^31 - 1 ms fires at once',
+  },
+  'nestjs.healthCheckTimeoutMs': {
+    option: 'healthCheckTimeoutMs',
+    min: 1,
+    max: DAY_MS,
+    appliesTo: ['CoordinatorModule healthCheckTimeoutMs'],
+    why: 'a timer of more than 2^31 - 1 ms fires at once',
+  },
+  'nestjs.testing.timeoutMs': {
+    option: 'timeoutMs',
+    min: 1,
+    max: DAY_MS,
+    appliesTo: ['CoordinatorTesting ready, drained, handled, deadLettered timeoutMs'],
+    why: 'a timer of more than 2^31 - 1 ms fires at once',
+  },
+  'nestjs.testing.failNext.count': {
+    option: 'count',
+    min: 1,
+    max: Number.MAX_SAFE_INTEGER,
+    appliesTo: ['CoordinatorTesting.failNext count'],
+    why: 'attempts to fail, counted down one by one',
+  },
+  'testing.cluster.masters': {
+    option: 'masters',
+    min: 3,
+    max: CLUSTER_MASTERS_MAX,
+    appliesTo: ['RedisCluster.start masters (/testing)'],
+    why:
+      'Redis Cluster needs 3; every node is a redis-server on the test machine, and the edge tier starts the largest cluster ' +
+      '(masters and replicas at their maxima: 27 processes) on a 2-core machine',
+  },
+  'testing.cluster.replicasPerMaster': {
+    option: 'replicasPerMaster',
+    min: 0,
+    max: 2,
+    appliesTo: ['RedisCluster.start replicasPerMaster (/testing)'],
+    why: 'as masters: the largest cluster is started by the edge tier',
+  },
+  'testing.cluster.nodeTimeoutMs': {
+    option: 'nodeTimeoutMs',
+    min: 1,
+    max: DAY_MS,
+    appliesTo: ['RedisCluster.start nodeTimeoutMs (/testing: cluster-node-timeout)'],
   },
   'dashboard.refreshMs': { option: 'refreshMs', min: 500, max: 60_000, appliesTo: ['dashboard refreshMs'] },
   'rsc.resize.timeout': {

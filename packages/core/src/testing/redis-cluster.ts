@@ -1,19 +1,20 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import type { Redis } from 'ioredis';
+import { checkOption } from '../protocol/option-ranges';
 import { onAnyNode, onNode, waitUntil } from './node-admin';
 import { RedisServer } from './redis-server';
 
 const run = promisify(execFile);
 
 export interface RedisClusterOptions {
-  /** Masters (each with `replicasPerMaster` replicas). Default 3. */
+  /** Masters (each with `replicasPerMaster` replicas), 3 to 9. Default 3. */
   masters?: number;
-  /** Default 1. */
+  /** 0 to 2. Default 1. */
   replicasPerMaster?: number;
   /**
    * `cluster-node-timeout`: how long a master may be unreachable before its replica takes over.
-   * Default 1000 ms (fast failovers for tests; Redis' own default is 15 s).
+   * Default 1000 ms (fast failovers for tests; Redis' own default is 15 s); at most a day.
    */
   nodeTimeoutMs?: number;
   /** Extra `redis-server` arguments for every node. */
@@ -29,6 +30,15 @@ export interface ClusterNodeInfo {
   /** Slot ranges served, for a master: [[first, last], ...]. */
   slots: [number, number][];
   failed: boolean;
+}
+
+/** The sizes and the node timeout of a cluster to start, each checked against its row of OPTION_RANGES. */
+export function resolveClusterOptions(options: RedisClusterOptions): { masters: number; replicas: number; nodeTimeoutMs: number } {
+  return {
+    masters: checkOption('testing.cluster.masters', options.masters ?? 3),
+    replicas: checkOption('testing.cluster.replicasPerMaster', options.replicasPerMaster ?? 1),
+    nodeTimeoutMs: checkOption('testing.cluster.nodeTimeoutMs', options.nodeTimeoutMs ?? 1000),
+  };
 }
 
 /**
@@ -48,17 +58,12 @@ export class RedisCluster {
   private constructor(readonly servers: RedisServer[]) {}
 
   static async start(options: RedisClusterOptions = {}): Promise<RedisCluster> {
-    const masters = options.masters ?? 3;
-    const replicas = options.replicasPerMaster ?? 1;
-    if (!Number.isInteger(masters) || masters < 3)
-      throw new RangeError(`masters must be an integer >= 3 (Redis Cluster needs 3), got ${masters}`);
-    if (!Number.isInteger(replicas) || replicas < 0)
-      throw new RangeError(`replicasPerMaster must be a non-negative integer, got ${replicas}`);
+    const { masters, replicas, nodeTimeoutMs } = resolveClusterOptions(options);
     const args = [
       '--cluster-enabled',
       'yes',
       '--cluster-node-timeout',
-      String(options.nodeTimeoutMs ?? 1000),
+      String(nodeTimeoutMs),
       // Slots of a failed master must not stop the others from being served.
       '--cluster-require-full-coverage',
       'no',

@@ -15,7 +15,7 @@ import { StreamListenerRegistry } from '../stream-listener.registry';
 import { checkTimeout, DEFAULT_TIMEOUT_MS, LOOK_TIMEOUT_MS, waitUntil, within } from './deadline';
 import { describeEntry, describeSeen } from './describe-entries';
 import { type EntryRecord, EntryLog, outcomeOf, type SeenMessage } from './entry-log';
-import { type InjectedFailure, InjectedFailures } from './injected-failures';
+import { checkFailNextCount, type InjectedFailure, InjectedFailures } from './injected-failures';
 
 /** A group of the application: `stream` may be left out when one stream of the application has a group of that name. */
 export interface GroupRef {
@@ -188,8 +188,7 @@ export class CoordinatorTesting {
    * handler's own exception. `count` of `maxAttempts` or more dead-letters the next entry.
    */
   failNext(ref: GroupRef, count: number, error?: Error | string): InjectedFailure {
-    if (typeof count !== 'number' || !Number.isInteger(count) || count < 1)
-      throw new RangeError(`CoordinatorTesting.failNext: count must be a positive integer, got ${JSON.stringify(count)}`);
+    checkFailNextCount(count);
     const { stream, group } = this.resolve(ref, 'CoordinatorTesting.failNext');
     return this.failures.add(stream, group, count, () => true, error, 'CoordinatorTesting.failNext');
   }

@@ -1,3 +1,5 @@
+import { checkOption } from '@redis-stream-coordinator/core';
+
 /** How often a wait on Redis state (readiness, drain) asks again: often enough for a test, light on Redis. */
 export const POLL_INTERVAL_MS = 25;
 
@@ -12,9 +14,7 @@ export const DEFAULT_TIMEOUT_MS = 10_000;
 
 export function checkTimeout(timeoutMs: unknown, where: string): number {
   if (timeoutMs === undefined) return DEFAULT_TIMEOUT_MS;
-  if (typeof timeoutMs !== 'number' || !Number.isInteger(timeoutMs) || timeoutMs < 1)
-    throw new RangeError(`${where}: timeoutMs must be a positive integer of milliseconds, got ${JSON.stringify(timeoutMs)}`);
-  return timeoutMs;
+  return checkOption('nestjs.testing.timeoutMs', timeoutMs, { label: `${where}: timeoutMs` });
 }
 
 /** `promise`, or a rejection naming `what` once `ms` passed: no call of the kit waits for good. */

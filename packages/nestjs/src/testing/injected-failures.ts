@@ -1,4 +1,10 @@
+import { checkOption } from '@redis-stream-coordinator/core';
 import type { SeenMessage } from './entry-log';
+
+/** `failNext`'s count, checked against its row of OPTION_RANGES. */
+export function checkFailNextCount(count: unknown): number {
+  return checkOption('nestjs.testing.failNext.count', count, { label: 'CoordinatorTesting.failNext: count' });
+}
 
 /** The error an injected failure throws when the test gives none: its message says where it came from. */
 export class InjectedFailureError extends Error {

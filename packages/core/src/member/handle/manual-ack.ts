@@ -1,5 +1,6 @@
 import { AckRefusedError, type AckRefusalReason, HandlerAbortedError, NackedError } from '../consumption-errors';
 import type { AckOutcome } from './ack-batcher';
+import { checkOption } from '../../protocol/option-ranges';
 
 /** Reports a refused ack/nack ('ack-refused' event, `stats().refusedAcks`) and returns the error to reject with. */
 export type RefuseAck = (reason: AckRefusalReason, entryId: string, message: string) => AckRefusedError;
@@ -54,13 +55,10 @@ export class ManualSettlement {
 
   readonly nack = (options?: { retryAfterMs?: number; reason?: string }): Promise<void> => {
     const retryAfterMs = options?.retryAfterMs;
-    if (
-      retryAfterMs !== undefined &&
-      (typeof retryAfterMs !== 'number' || !Number.isInteger(retryAfterMs) || retryAfterMs < 0 || retryAfterMs > 86_400_000)
-    ) {
-      return Promise.reject(
-        new RangeError(`nack: retryAfterMs must be an integer from 0 to 86400000, got ${JSON.stringify(retryAfterMs)}`),
-      );
+    try {
+      if (retryAfterMs !== undefined) checkOption('member.nack.retryAfterMs', retryAfterMs, { label: 'nack: retryAfterMs' });
+    } catch (error) {
+      return Promise.reject(error);
     }
     const refused = this.refusal('nack');
     if (refused) return Promise.reject(refused);

@@ -9,7 +9,7 @@ import { check, type CheckReport, type Fault, type FaultKind, type PendingSample
 import { FAULTS } from './faults';
 import { LoadProducer } from './load';
 import { mustBeOwned, pendingSamples, readDeadLetters, replayWritesInStreams, unacknowledged } from './redis-state';
-import type { DeadLetterOperations } from './records';
+import type { DeadLetterOperations, TransportEpisode } from './records';
 import { kindSettings, MEMBER_KINDS, type MemberKind } from './member-kinds';
 import { type MemberProcess, proxyOf, readRecords, seededRandom, sleep, waitFor } from './harness-tools';
 import { ChaosTarget, type TargetKind } from './target';
@@ -146,6 +146,8 @@ export class ChaosHarness {
   private resizeHistory: string | undefined;
   /** What the dead-letter replay and purge actors saw and asked for (dead-letter-faults.ts). */
   readonly deadLetterOperations: DeadLetterOperations = { seen: [], replayAsked: new Set(), purgeAsked: new Set(), answered: new Map() };
+  /** What the Nest transport's actors recorded, one episode per transport fault (transport-actors.ts). */
+  readonly transportEpisodes: TransportEpisode[] = [];
 
   private constructor(
     readonly target: ChaosTarget,
@@ -601,6 +603,7 @@ export class ChaosHarness {
         trimmedAway,
         deadLetterOperations: this.deadLetterOperations,
         replayWrites,
+        transportEpisodes: this.transportEpisodes,
       });
   }
 

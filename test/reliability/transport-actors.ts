@@ -81,11 +81,19 @@ export async function transportActors(h: ChaosHarness, fault: Fault): Promise<{ 
   const actors: TransportActor[] = [];
   const linkFaults: TransportLinkFault[] = [];
   const targets = await forgeTargets(h, keys);
+  // How long each phase took (ms), for the fault's detail: process start, link faults, drain and stop, Redis checks.
+  const phases: number[] = [];
+  let mark = performance.now();
+  const phase = () => {
+    phases.push(Math.round(performance.now() - mark));
+    mark = performance.now();
+  };
   try {
     const [server, client] = await Promise.all([
       startActor(h, 'server', path.join(dir, `server-${number}.jsonl`), actors),
       startActor(h, 'client', path.join(dir, `client-${number}.jsonl`), actors),
     ]);
+    phase();
     await sleep(CLEAN_MS);
     const forgedAt = Date.now();
     const forged = await forge(h, keys, targets);
@@ -94,6 +102,7 @@ export async function transportActors(h: ChaosHarness, fault: Fault): Promise<{ 
     server.proxy.clearFaults();
     client.proxy.clearFaults();
     await sleep(CLEAN_MS);
+    phase();
     await stopActor(client, 'client');
     const sent = readRecords(client.recordFile) as unknown as TransportLine[];
     const emitted = new Set(sent.filter((l) => l.e === 'emitted' && l.ok).map((l) => l.q));
@@ -112,6 +121,7 @@ export async function transportActors(h: ChaosHarness, fault: Fault): Promise<{ 
       100,
     ).catch(() => undefined); // what is missing is the checker's to report
     await stopActor(server, 'server');
+    phase();
     const episode: TransportEpisode = {
       at,
       timeoutMs: TIMEOUT_MS,
@@ -125,10 +135,11 @@ export async function transportActors(h: ChaosHarness, fault: Fault): Promise<{ 
       unacknowledged: await transportUnacknowledged(h, keys),
       linkFaults,
     };
+    phase();
     h.transportEpisodes.push(episode);
     const count = (lines: TransportLine[], e: string, more: (l: TransportLine) => boolean = () => true) =>
       lines.filter((l) => l.e === e && more(l)).length;
-    fault.detail = `(${order.join(', ')}: ${count(episode.client, 'send')} requests, ${count(episode.client, 'complete')} answered, ${count(episode.client, 'failed', (l) => l.name === 'RequestTimeoutError')} timed out; ${count(episode.client, 'emitted', (l) => l.ok === true)} events; ${forged.length} forged, ${count(episode.server, 'refused')} refused)`;
+    fault.detail = `(${order.join(', ')}: ${count(episode.client, 'send')} requests, ${count(episode.client, 'complete')} answered, ${count(episode.client, 'failed', (l) => l.name === 'RequestTimeoutError')} timed out; ${count(episode.client, 'emitted', (l) => l.ok === true)} events; ${forged.length} forged, ${count(episode.server, 'refused')} refused; ${phases.join(' + ')} ms to start, fault, stop, check)`;
   } finally {
     for (const actor of actors) {
       actor.child.kill('SIGKILL');

@@ -81,7 +81,8 @@ export async function readDeadLetters(h: ChaosHarness): Promise<DeadLetter[]> {
   const letters: DeadLetter[] = [];
   // KEYS on every master of a cluster (each has the dead letters of the shards it serves).
   const nodes = h.redis instanceof Cluster ? h.redis.nodes('master') : [h.redis];
-  const found = (await Promise.all(nodes.map((node) => node.keys('*dead-letter*')))).flat();
+  // Under the harness's key prefix only: the transport kind's streams (transport-actors.ts) have one of their own.
+  const found = (await Promise.all(nodes.map((node) => node.keys(`${h.admin.keys.keyPrefix}:*dead-letter*`)))).flat();
   for (const key of found) {
     if ((await h.redis.type(key)) !== 'stream') continue;
     const group = h.groups.find((g) => key.endsWith(`:${g}`) || key.endsWith(`:${g}}`)) ?? h.consumerGroup;

@@ -58,6 +58,6 @@ function transportLines(report: CheckReport): string[] {
     `  transport (${f.episodes} run${f.episodes === 1 ? '' : 's'}): requests ${f.requests}, answered ${f.answered}, timed out ${f.timedOut}, send failed ${f.sendFailed}; ` +
       `events ${f.events} (emit failed ${f.emitFailed}), handled ${f.handled}, handled again ${f.duplicates}; forged ${f.forged}, refused ${f.refused}; ` +
       `late replies dropped ${f.lateReplies}, inbox reads reset ${f.inboxReadTimeouts}, reply writes retried ${f.failedReplies}; broken promises ${report.transport.length}`,
-    ...report.transport.slice(0, 5).map((l) => `  ${l}`),
+    ...report.transport.slice(0, 20).map((l) => `  ${l}`),
   ];
 }

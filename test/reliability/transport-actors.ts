@@ -57,6 +57,11 @@ const CLEAN_MS = 300;
 /** How long the server may take to handle what was sent once the links are fast again, and each process to stop. */
 const DRAIN_MS = 15_000;
 const STOP_MS = TIMEOUT_MS + 15_000;
+/**
+ * How long a process may take to be ready: a Nest application's start (its modules loaded, its
+ * members joined) took 14 s on this 2-core machine at a load of 14; past this it is a failure.
+ */
+const READY_MS = 45_000;
 
 interface TransportActor {
   child: ReturnType<typeof spawn>;
@@ -185,7 +190,7 @@ async function startActor(
   };
   actors.push(actor);
   await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`transport ${role} not ready after 20 s`)), 20_000);
+    const timer = setTimeout(() => reject(new Error(`transport ${role} not ready after ${READY_MS} ms`)), READY_MS);
     child.stdout!.on('data', (chunk: Buffer) => {
       if (chunk.toString().includes('ready')) {
         clearTimeout(timer);

@@ -57,7 +57,7 @@ export interface TransportProcessSettings {
 export const TRANSPORT_PROCESS_ENV = 'RSC_TRANSPORT_PROCESS';
 
 /** How long the server waits for its members to join before it gives up (exit code 3). */
-const JOIN_DEADLINE_MS = 20_000;
+const JOIN_DEADLINE_MS = 40_000;
 
 /** The client's wait at the end for what it sent to settle, beyond the request timeout: an emit's send has its own deadline. */
 const SETTLE_GRACE_MS = 10_000;

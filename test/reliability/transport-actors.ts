@@ -94,8 +94,13 @@ export async function transportActors(h: ChaosHarness, fault: Fault): Promise<{ 
     mark = performance.now();
   };
   try {
+    // The server's wire, watched from its first byte: a reply written to a key that is no inbox
+    // counts even if Redis refused it (WRONGTYPE) or a trim took it before the scan at the end.
+    const replyKeys: string[] = [];
     const [server, client] = await Promise.all([
-      startActor(h, 'server', path.join(dir, `server-${number}.jsonl`), actors),
+      startActor(h, 'server', path.join(dir, `server-${number}.jsonl`), actors, (proxy) =>
+        proxy.watchRequests((r) => replyKeys.push(...replyWriteKeys(r))),
+      ),
       startActor(h, 'client', path.join(dir, `client-${number}.jsonl`), actors),
     ]);
     phase();
@@ -136,7 +141,10 @@ export async function transportActors(h: ChaosHarness, fault: Fault): Promise<{ 
       client: readRecords(client.recordFile) as unknown as TransportLine[],
       forged,
       targetsTouched: await touchedTargets(h, targets),
-      strayReplies: await strayReplies(h, forgedAt - 1000),
+      strayReplies: [
+        ...replyKeys.filter((key) => !INBOX.test(key)).map((key) => `${key} (a reply's XADD on the server's link)`),
+        ...(await strayReplies(h, forgedAt - 1000)),
+      ],
       unacknowledged: await transportUnacknowledged(h, keys),
       linkFaults,
     };
@@ -161,8 +169,10 @@ async function startActor(
   role: 'server' | 'client',
   recordFile: string,
   actors: TransportActor[],
+  onProxy: (proxy: TcpProxy) => void = () => undefined,
 ): Promise<TransportActor> {
   const proxy = (await h.target.proxy())!;
+  onProxy(proxy);
   const settings: TransportProcessSettings = {
     role,
     url: proxy.url,
@@ -347,6 +357,14 @@ async function touchedTargets(h: ChaosHarness, targets: ForgeTarget[]): Promise<
 const INBOX = new RegExp(`^${KEY_PREFIX}:inbox:\\{[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\\}$`);
 /** Entries read per XRANGE while scanning for replies. */
 const SCAN_PAGE = 1000;
+
+/** A reply's write as RESP: XADD, its key, then NOMKSTREAM (reply-writer.ts), in one request chunk. */
+const REPLY_XADD = /\*\d+\r\n\$4\r\nXADD\r\n\$\d+\r\n([^\r]*)\r\n\$10\r\nNOMKSTREAM\r\n/gi;
+
+/** The keys of the reply writes in one request chunk. */
+function replyWriteKeys(request: string): string[] {
+  return [...request.matchAll(REPLY_XADD)].map((m) => m[1]);
+}
 
 /** Every entry since `fromMs` in any stream but the transport's inboxes that has a reply's fields (`q` and `r`). */
 async function strayReplies(h: ChaosHarness, fromMs: number): Promise<string[]> {

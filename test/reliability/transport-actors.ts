@@ -114,7 +114,7 @@ export async function transportActors(h: ChaosHarness, fault: Fault): Promise<{ 
     await sleep(CLEAN_MS);
     phase();
     await stopActor(client, 'client');
-    const sent = readRecords(client.recordFile) as unknown as TransportLine[];
+    const sent = transportLines(client.recordFile);
     const emitted = new Set(sent.filter((l) => l.e === 'emitted' && l.ok).map((l) => l.q));
     const forgedIds = new Set(forged.map((f) => `${f.shard}/${f.id}`));
     // Everything emitted handled and every forged request refused before the server stops: what it
@@ -122,7 +122,7 @@ export async function transportActors(h: ChaosHarness, fault: Fault): Promise<{ 
     await waitFor(
       `the transport server to handle ${emitted.size} events and refuse ${forged.length} forged requests`,
       () => {
-        const lines = readRecords(server.recordFile) as unknown as TransportLine[];
+        const lines = transportLines(server.recordFile);
         const handled = new Set(lines.filter((l) => l.e === 'event-end').map((l) => l.q));
         const refused = new Set(lines.filter((l) => l.e === 'refused').map((l) => `${l.s}/${l.id}`));
         return [...emitted].every((q) => handled.has(q)) && [...forgedIds].every((id) => refused.has(id));
@@ -137,8 +137,8 @@ export async function transportActors(h: ChaosHarness, fault: Fault): Promise<{ 
       timeoutMs: TIMEOUT_MS,
       requestStream: REQUEST_STREAM,
       eventStream: EVENT_STREAM,
-      server: readRecords(server.recordFile) as unknown as TransportLine[],
-      client: readRecords(client.recordFile) as unknown as TransportLine[],
+      server: transportLines(server.recordFile),
+      client: transportLines(client.recordFile),
       forged,
       targetsTouched: await touchedTargets(h, targets),
       strayReplies: [
@@ -163,6 +163,9 @@ export async function transportActors(h: ChaosHarness, fault: Fault): Promise<{ 
   }
   return { liftedAt: performance.now() };
 }
+
+/** The lines of a transport process's record file (one JSON object a line, as a member process writes them). */
+const transportLines = (file: string) => readRecords(file) as unknown as TransportLine[];
 
 async function startActor(
   h: ChaosHarness,
@@ -209,7 +212,9 @@ async function startActor(
     });
     child.once('exit', (code) => {
       clearTimeout(timer);
-      const said = (readRecords(recordFile) as unknown as TransportLine[]).filter((l) => l.e === 'error').pop()?.msg;
+      const said = transportLines(recordFile)
+        .filter((l) => l.e === 'error')
+        .pop()?.msg;
       reject(new Error(`transport ${role} exited with ${code} before it was ready${said ? `: ${said}` : ''}`));
     });
   });

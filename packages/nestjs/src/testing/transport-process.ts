@@ -65,11 +65,12 @@ const SETTLE_GRACE_MS = 10_000;
 /** Attempts of the server's members: a reply write that fails is retried with its request, and must not dead-letter under a short fault. */
 const SERVER_MAX_ATTEMPTS = 10;
 
-type Record = (line: { [field: string]: unknown }) => void;
+/** Appends one line to the record file. */
+type Recorder = (line: { [field: string]: unknown }) => void;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-async function runServer(settings: TransportProcessSettings, record: Record): Promise<void> {
+async function runServer(settings: TransportProcessSettings, record: Recorder): Promise<void> {
   @Controller()
   class TransportController {
     @MessagePattern<string>(settings.requestStream)
@@ -128,7 +129,7 @@ async function runServer(settings: TransportProcessSettings, record: Record): Pr
   process.stdout.write('ready\n');
 }
 
-async function runClient(settings: TransportProcessSettings, record: Record): Promise<void> {
+async function runClient(settings: TransportProcessSettings, record: Recorder): Promise<void> {
   const client = new CoordinatorClientProxy({
     redis: { url: settings.url },
     keyPrefix: settings.keyPrefix,
@@ -192,7 +193,7 @@ async function runClient(settings: TransportProcessSettings, record: Record): Pr
 function main(): void {
   const settings = JSON.parse(process.env[TRANSPORT_PROCESS_ENV] ?? '') as TransportProcessSettings;
   const fd = fs.openSync(settings.recordFile, 'a');
-  const record: Record = (line) =>
+  const record: Recorder = (line) =>
     fs.writeSync(fd, `${JSON.stringify({ t: performance.timeOrigin + performance.now(), r: settings.role, ...line })}\n`);
   const run = settings.role === 'server' ? runServer : runClient;
   run(settings, record).catch((error: Error) => {

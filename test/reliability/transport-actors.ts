@@ -5,7 +5,7 @@
  * requests and events), each behind its own proxy, while the members and the load go on. On their
  * links, in an order the seed decides: delays both ways, a reply held until after the client's
  * timeout (a late reply), a reply lost with its connection on either side, and a half-open
- * connection (the client's inbox reader or the server's reads). Meanwhile an attacker writes
+ * connection on each side (the client's inbox reader, the server's doorbell). Meanwhile an attacker writes
  * requests whose `rsc-reply-to` names keys that are no inbox of the transport. What the processes
  * recorded and what Redis holds afterwards go to `h.transportEpisodes`; the checker's `transport`
  * (transport-outcomes.ts) holds them to their promises.
@@ -22,6 +22,7 @@ import type { ChaosHarness } from './harness';
 import { readRecords, sleep, waitFor } from './harness-tools';
 import type { Fault, TransportEpisode, TransportLine, TransportLinkFault } from './records';
 import { scriptCall } from './script-match';
+import { INBOX_READER_HALF_OPEN } from './transport-outcomes';
 
 /** The transport process entry point, built by `npm run build` (packages/nestjs). */
 const TRANSPORT_PROCESS = path.resolve(__dirname, '../../packages/nestjs/dist/testing/transport-process.js');
@@ -46,8 +47,9 @@ const DELAY_MS = 60;
 /** How far past the client's timeout a held reply lands. */
 const LATE_BY_MS = 300;
 /**
- * How long a connection stays half-open: past the client's inbox read deadline (its block, 1 s, plus
- * max(2 s, block)) and the server's read deadline, so that each must find out and reset it.
+ * How long the link faults wait with a connection half-open: past the client's inbox read deadline
+ * (its block, 1 s, plus max(2 s, block)). The silenced connections stay so for good; the server's
+ * doorbell (its block, 5 s, plus 2 s) is reset within the drain that follows.
  */
 const HALF_OPEN_HOLD_MS = 3500;
 /** How long a fault waits for the request it acts on (the actors send a few a second). */
@@ -152,7 +154,7 @@ export async function transportActors(h: ChaosHarness, fault: Fault): Promise<{ 
     h.transportEpisodes.push(episode);
     const count = (lines: TransportLine[], e: string, more: (l: TransportLine) => boolean = () => true) =>
       lines.filter((l) => l.e === e && more(l)).length;
-    fault.detail = `(${order.join(', ')}: ${count(episode.client, 'send')} requests, ${count(episode.client, 'complete')} answered, ${count(episode.client, 'failed', (l) => l.name === 'RequestTimeoutError')} timed out; ${count(episode.client, 'emitted', (l) => l.ok === true)} events; ${forged.length} forged, ${count(episode.server, 'refused')} refused; ${phases.join(' + ')} ms to start, fault, stop, check)`;
+    fault.detail = `(${linkFaults.map((f) => `${f.link} ${f.what}`).join(', ')}: ${count(episode.client, 'send')} requests, ${count(episode.client, 'complete')} answered, ${count(episode.client, 'failed', (l) => l.name === 'RequestTimeoutError')} timed out; ${count(episode.client, 'emitted', (l) => l.ok === true)} events; ${forged.length} forged, ${count(episode.server, 'refused')} refused; ${phases.join(' + ')} ms to start, fault, stop, check)`;
   } finally {
     for (const actor of actors) {
       actor.child.kill('SIGKILL');
@@ -238,10 +240,21 @@ async function linkFault(
 ): Promise<void> {
   const now = () => performance.timeOrigin + performance.now();
   const began = now();
+  let unmatched = false;
   const done = (link: 'server' | 'client', what: string, redelivers: boolean) =>
-    faults.push({ link, what, at: began, until: now(), redelivers });
+    faults.push({
+      link,
+      what: `${what}${unmatched ? ` (no matching request in ${MATCH_WAIT_MS} ms)` : ''}`,
+      at: began,
+      until: now(),
+      redelivers,
+    });
   /** Waits for a rule's match, bounded: false when none came (the fault says so). */
-  const matched = async (armed: Promise<void>) => Promise.race([armed.then(() => true), sleep(MATCH_WAIT_MS).then(() => false)]);
+  const matched = async (armed: Promise<void>) => {
+    const came = await Promise.race([armed.then(() => true), sleep(MATCH_WAIT_MS).then(() => false)]);
+    unmatched = !came;
+    return came;
+  };
   switch (kind) {
     case 'delay':
       for (const actor of [server, client]) {
@@ -281,15 +294,17 @@ async function linkFault(
       return;
     }
     case 'half-open': {
-      // One connection goes silent both ways, never closed: the client's inbox reader or the server's reads.
-      const onClient = h.random() < 0.5;
-      const actor = onClient ? client : server;
-      const silenced = actor.proxy.blackholeConnectionOf(
-        onClient ? TcpProxy.command('XREAD', 'BLOCK') : TcpProxy.command('XREADGROUP', 'BLOCK'),
-      );
-      if (await matched(silenced)) await sleep(HALF_OPEN_HOLD_MS);
-      actor.proxy.clearFaults();
-      done(onClient ? 'client' : 'server', `half-open (${onClient ? 'inbox reads' : 'reads'})`, true);
+      // One connection on each side goes silent both ways, never closed, at once: the client's inbox
+      // reader and the server's doorbell (its members share one read hub), each an XREAD BLOCK that
+      // only its own connection carries. Each must find out and reset it (SPEC 10.1).
+      const blocking = TcpProxy.command('XREAD', 'BLOCK');
+      const silenced = await Promise.all([client, server].map((actor) => matched(actor.proxy.blackholeConnectionOf(blocking))));
+      if (silenced.some(Boolean)) await sleep(HALF_OPEN_HOLD_MS);
+      for (const [i, actor] of [client, server].entries()) {
+        actor.proxy.clearFaults();
+        unmatched = !silenced[i];
+        done(actor === client ? 'client' : 'server', actor === client ? INBOX_READER_HALF_OPEN : 'half-open (doorbell)', true);
+      }
       return;
     }
   }

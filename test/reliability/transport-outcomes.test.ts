@@ -132,6 +132,15 @@ describe('transport checker', () => {
     ]);
   });
 
+  it('finds a client whose inbox reader was half-open and never reset (its reads not counted as timed out)', () => {
+    const silenced = { link: 'client' as const, what: 'half-open (inbox reads)', at: 50, until: 3550, redelivers: true };
+    const stats = (n: number) => ({ client: [client('stats', 4000, { inboxReadTimeouts: n })], server: [refusal] });
+    expect(transportOutcomes([anEpisode([stats(1)], { linkFaults: [silenced] })]).problems).toEqual([]);
+    expect(transportOutcomes([anEpisode([stats(0)], { linkFaults: [silenced] })]).problems).toEqual([
+      "transport 1: the client's inbox reader was half-open and never reset (inboxReadTimeouts 0)",
+    ]);
+  });
+
   it("is the checker's report: its broken promises in `transport`, its figures beside", () => {
     const broken = anEpisode([answered(0, 100)], { unacknowledged: ['events 1/100-0'] });
     const report = check([], [], [], new Set(), { transportEpisodes: [clean(), broken] });

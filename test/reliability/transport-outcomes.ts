@@ -18,6 +18,9 @@ const EARLY_MS = 50;
  */
 export const LATE_SETTLE_MS = 1500;
 
+/** The link fault that silences the client's inbox reader (transport-actors.ts), when a read was silenced. */
+export const INBOX_READER_HALF_OPEN = 'half-open (inbox reads)';
+
 /** How long before a handler's first run a fault can still explain a second (the run may have started just before it hit). */
 const EXPLAIN_BEFORE_MS = 1000;
 
@@ -91,6 +94,10 @@ export function transportOutcomes(episodes: TransportEpisode[]): { problems: str
     figures.lateReplies += stat(episode.client, 'lateReplies');
     figures.inboxReadTimeouts += stat(episode.client, 'inboxReadTimeouts');
     figures.failedReplies += stat(episode.server, 'failedReplies');
+    // A half-open inbox reader must be found out and reset (SPEC 10.1), or every later request times out.
+    const silencedReader = episode.linkFaults.some((f) => f.link === 'client' && f.what === INBOX_READER_HALF_OPEN);
+    if (silencedReader && stat(episode.client, 'inboxReadTimeouts') === 0 && episode.client.some((l) => l.e === 'stats'))
+      say("the client's inbox reader was half-open and never reset (inboxReadTimeouts 0)");
     for (const l of episode.client.filter((l) => l.e === 'unsettled'))
       say(`the client stopped with ${l.requests} request(s) and ${l.events} event(s) unsettled`);
     for (const entry of episode.unacknowledged) say(`${entry} not acknowledged when the server stopped`);

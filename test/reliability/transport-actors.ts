@@ -34,8 +34,12 @@ const EVENT_STREAM = 'chaos-events';
 const CONSUMER_GROUP = 'chaos-transport';
 const SHARDS = 4;
 
-/** The client's send() timeout: short, so that a late reply comes after it within the fault. */
-const TIMEOUT_MS = 1000;
+/**
+ * The client's send() timeout: short, so that a late reply comes after it within the fault, yet
+ * long enough for answers on this loaded machine (at 1 s, a run at a load of 20 had every one of
+ * its 117 requests time out, 24 at a load of 12: the server's reads came in bursts about a second apart).
+ */
+const TIMEOUT_MS = 2000;
 /** Requests (and as many events) a second: a few dozen of each per fault. */
 const RATE_PER_SECOND = 20;
 /** The server's session: its connection held by a late reply (TIMEOUT_MS + LATE_BY_MS) must not expire it. */
@@ -54,6 +58,11 @@ const LATE_BY_MS = 300;
 const HALF_OPEN_HOLD_MS = 3500;
 /** How long a fault waits for the request it acts on (the actors send a few a second). */
 const MATCH_WAIT_MS = 3000;
+/**
+ * Each run's requests and events are numbered from its number times this: an event a run left
+ * unhandled (reported there), handled by the next run's server, is not taken for one of its own.
+ */
+const SEQS_PER_EPISODE = 1_000_000;
 /** Quiet link before and after the faults. */
 const CLEAN_MS = 300;
 /** How long the server may take to handle what was sent once the links are fast again, and each process to stop. */
@@ -103,11 +112,10 @@ export async function transportActors(h: ChaosHarness, fault: Fault): Promise<{ 
       startActor(h, 'server', path.join(dir, `server-${number}.jsonl`), actors, (proxy) =>
         proxy.watchRequests((r) => replyKeys.push(...replyWriteKeys(r))),
       ),
-      startActor(h, 'client', path.join(dir, `client-${number}.jsonl`), actors),
+      startActor(h, 'client', path.join(dir, `client-${number}.jsonl`), actors, undefined, number * SEQS_PER_EPISODE),
     ]);
     phase();
     await sleep(CLEAN_MS);
-    const forgedAt = Date.now();
     const forged = await forge(h, keys, targets);
     const order = [...LINK_FAULTS].sort(() => h.random() - 0.5);
     for (const kind of order) await linkFault(h, kind, server, client, linkFaults);
@@ -145,7 +153,7 @@ export async function transportActors(h: ChaosHarness, fault: Fault): Promise<{ 
       targetsTouched: await touchedTargets(h, targets),
       strayReplies: [
         ...replyKeys.filter((key) => !INBOX.test(key)).map((key) => `${key} (a reply's XADD on the server's link)`),
-        ...(await strayReplies(h, forgedAt - 1000)),
+        ...(await strayReplies(h, Math.floor(at) - 1000)),
       ],
       unacknowledged: await transportUnacknowledged(h, keys),
       linkFaults,
@@ -175,6 +183,7 @@ async function startActor(
   recordFile: string,
   actors: TransportActor[],
   onProxy: (proxy: TcpProxy) => void = () => undefined,
+  firstSeq = 0,
 ): Promise<TransportActor> {
   const proxy = (await h.target.proxy())!;
   onProxy(proxy);
@@ -192,6 +201,7 @@ async function startActor(
     handlerDelayMs: 2,
     timeoutMs: TIMEOUT_MS,
     ratePerSecond: RATE_PER_SECOND,
+    firstSeq,
   };
   const child = spawn(process.execPath, [TRANSPORT_PROCESS], {
     env: { ...process.env, RSC_TRANSPORT_PROCESS: JSON.stringify(settings) },

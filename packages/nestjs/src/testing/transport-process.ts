@@ -49,9 +49,10 @@ export interface TransportProcessSettings {
   sessionTimeoutMs: number;
   heartbeatIntervalMs: number;
   handlerDelayMs: number;
-  /** Client: `timeoutMs` of every send(); requests (and as many events) a second. */
+  /** Client: `timeoutMs` of every send(); requests (and as many events) a second, numbered from `firstSeq`. */
   timeoutMs: number;
   ratePerSecond: number;
+  firstSeq: number;
 }
 
 export const TRANSPORT_PROCESS_ENV = 'RSC_TRANSPORT_PROCESS';
@@ -143,7 +144,7 @@ async function runClient(settings: TransportProcessSettings, record: Recorder): 
     set.add(promise);
     void promise.finally(() => set.delete(promise));
   };
-  let seq = 0;
+  let seq = settings.firstSeq;
   const tick = setInterval(
     () => {
       const q = seq++;

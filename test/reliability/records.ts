@@ -267,7 +267,7 @@ export interface TransportEpisode {
   targetsTouched: string[];
   /** Reply entries (fields `q` and `r`) found in a key that is not an inbox of the transport: must be none. */
   strayReplies: string[];
-  /** "stream shard/id" of the transport streams' entries the group had not acknowledged when the server stopped. */
+  /** "stream shard/id" of the event stream's entries the group had not acknowledged when the server stopped. */
   unacknowledged: string[];
   linkFaults: TransportLinkFault[];
 }

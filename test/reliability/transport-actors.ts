@@ -19,7 +19,7 @@ import type { TransportProcessSettings } from '../../packages/nestjs/src/testing
 import { findGroupInfo } from '../../packages/core/src/redis/responses';
 import { TcpProxy } from '../support/tcp-proxy';
 import type { ChaosHarness } from './harness';
-import { readRecords, sleep, waitFor } from './harness-tools';
+import { readRecords, readyOf, sleep, waitFor } from './harness-tools';
 import type { Fault, TransportEpisode, TransportLine, TransportLinkFault } from './records';
 import { scriptCall } from './script-match';
 import { INBOX_READER_HALF_OPEN } from './transport-outcomes';
@@ -214,22 +214,7 @@ async function startActor(
     exited: new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code))),
   };
   actors.push(actor);
-  await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`transport ${role} not ready after ${READY_MS} ms`)), READY_MS);
-    child.stdout!.on('data', (chunk: Buffer) => {
-      if (chunk.toString().includes('ready')) {
-        clearTimeout(timer);
-        resolve();
-      }
-    });
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      const said = transportLines(recordFile)
-        .filter((l) => l.e === 'error')
-        .pop()?.msg;
-      reject(new Error(`transport ${role} exited with ${code} before it was ready${said ? `: ${said}` : ''}`));
-    });
-  });
+  await readyOf(child, `transport ${role}`, recordFile, READY_MS);
   return actor;
 }
 

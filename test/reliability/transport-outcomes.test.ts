@@ -119,6 +119,18 @@ describe('transport checker', () => {
     expect(cut.figures.duplicates).toBe(1);
   });
 
+  it("explains one event in two entries by a lost answer on the client's link (its producer wrote it again), and only then", () => {
+    const first = handled(0, 100);
+    const second = handled(0, 300);
+    second.client = [];
+    const parts = [first, second, { client: [], server: [refusal] }];
+    expect(transportOutcomes([anEpisode(parts)]).problems).toEqual([
+      "transport 1: event #0 written 2 times (1/100-0, 1/300-0), no fault on the client's link to explain it",
+    ]);
+    const lost = { link: 'client' as const, what: 'write-reply-lost (events)', at: 90, until: 110, redelivers: true };
+    expect(transportOutcomes([anEpisode(parts, { linkFaults: [lost] })]).problems).toEqual([]);
+  });
+
   it('finds a forged request not refused or handled as a request, its target written, and a reply outside an inbox', () => {
     const episode = anEpisode([answered(0, 100), { client: [], server: [server('request', 70, { q: -1, s: 2, id: '50-0' })] }], {
       targetsTouched: ['rsc-transport:inbox:decoy changed: was [], now [reply]'],

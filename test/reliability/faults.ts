@@ -502,7 +502,7 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
     inject: purgeDeadLetters,
   },
   transport: {
-    what: 'a Nest server (RedisStreamsServer) and client (CoordinatorClientProxy) process, each behind its own proxy: delays both ways, a reply held past the client timeout, a reply lost on each side, a half-open connection, and requests forged to reply into keys that are no inbox',
+    what: 'a Nest server (RedisStreamsServer) and client (CoordinatorClientProxy) process, each behind its own proxy: delays both ways, a reply held past the client timeout, a reply lost on each side, a half-open connection on each side, and requests forged to reply into keys that are no inbox',
     inject: transportActors,
   },
   'static-restart': {

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // npm run test:chaos -- --duration 30m --seed 42 [--faults all|kind,kind] [--report docs/reliability.md]
 // npm run test:chaos -- --cluster [--no-wait] ... (a Redis Cluster; report docs/reliability-cluster.md)
-// Parses the options, builds the core package (member processes run its compiled code) and runs the
+// Parses the options, builds the core and Nest packages (member and transport processes run their compiled code) and runs the
 // long tier of the reliability harness (test/reliability/soak.chaos.ts) through vitest. The fault
 // kinds are listed in test/reliability/faults.ts (with where each runs).
 
@@ -53,7 +53,8 @@ const run = (command, commandArgs, env) => {
   const result = spawnSync(command, commandArgs, { cwd: root, stdio: 'inherit', env: { ...process.env, ...env } });
   return result.status ?? 1;
 };
-if (run('npm', ['run', 'build', '--silent', '--workspace', 'packages/core']) !== 0) process.exit(1);
+// The member processes run the core's compiled code, the transport kind's processes the Nest package's.
+if (run('npm', ['run', 'build', '--silent', '--workspace', 'packages/core', '--workspace', 'packages/nestjs']) !== 0) process.exit(1);
 const status = run('npx', ['vitest', 'run', '--config', 'vitest.chaos.mts'], {
   RSC_CHAOS_DURATION_MS: String(durationMs),
   RSC_CHAOS_SEED: options.seed,

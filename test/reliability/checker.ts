@@ -9,7 +9,19 @@ import { deadLetterOutcomes } from './dead-letter-outcomes';
 import { type KindReport, reportPerKind } from './kind-report';
 import { offsetResets, rewound } from './offset-resets';
 import { deadLetterFencing, grantDuplicates, stuckEntries, writtenTwice } from './promises';
-import type { DeadLetter, DeadLetterOperations, Fault, FaultKind, PendingSample, Produced, RecordLine, ReplayWrite, Run } from './records';
+import type {
+  DeadLetter,
+  DeadLetterOperations,
+  Fault,
+  FaultKind,
+  PendingSample,
+  Produced,
+  RecordLine,
+  ReplayWrite,
+  Run,
+  TransportEpisode,
+} from './records';
+import { emptyTransportFigures, type TransportFigures, transportOutcomes } from './transport-outcomes';
 import { compareStreamIds } from '../../packages/core/src/protocol/stream-ids';
 
 export type { DeadLetter, Fault, FaultKind, PendingSample, Produced, RecordLine, Run } from './records';
@@ -46,6 +58,8 @@ export interface CheckExtras {
   /** What the dead-letter actors listed and asked for (replay, purge), and the replays found in the streams at the end. */
   deadLetterOperations?: DeadLetterOperations;
   replayWrites?: ReplayWrite[];
+  /** What the transport actors recorded, one episode per transport fault (transport-actors.ts). */
+  transportEpisodes?: TransportEpisode[];
 }
 
 export interface CheckReport {
@@ -106,6 +120,14 @@ export interface CheckReport {
    * listed (or purged: gone, replayed at most once), and replays their group never handled (must be none).
    */
   deadLetterOutcomes: string[];
+  /**
+   * The Nest transport's broken promises (transport-outcomes.ts): a request settled twice, never, with
+   * another's answer or out of time; an event acknowledged before its handler returned, or never
+   * handled; a forged request not refused or its target written; a reply outside an inbox (must be none).
+   */
+  transport: string[];
+  /** What the transport actors did: requests, answers, timeouts, events, forged requests refused. */
+  transportFigures: TransportFigures;
   /** Per member kind (`CheckExtras.memberKinds`): its share of the work and the problem lines naming its members. */
   kinds: KindReport[];
   faults: Fault[];
@@ -483,6 +505,7 @@ export function check(
     unrecovered: faults
       .filter((f) => f.failed)
       .map((f) => `${f.kind}${f.target ? ` ${f.target}` : ''}${f.detail ? ` ${f.detail}` : ''}: ${f.failed}`),
+    ...transportReport(extras.transportEpisodes),
     kinds: [],
     faults,
   };
@@ -504,6 +527,12 @@ export function check(
     report.kinds = reportPerKind(extras.memberKinds, runs, lines, deadLetters, problems);
   }
   return report;
+}
+
+function transportReport(episodes: TransportEpisode[] | undefined): Pick<CheckReport, 'transport' | 'transportFigures'> {
+  if (!episodes) return { transport: [], transportFigures: emptyTransportFigures() };
+  const { problems, figures } = transportOutcomes(episodes);
+  return { transport: problems, transportFigures: figures };
 }
 
 /** The dead letters at the end and those seen before (replayed or purged since), each once. */

@@ -13,6 +13,7 @@ import { freezeOnStop, halfOpen, lateAnswers, lateJoin } from './seam-faults';
 import { deleteRacingResizeBack, resetOffsets } from './operation-faults';
 import { purgeDeadLetters, replayDeadLetters } from './dead-letter-faults';
 import { staticRestart } from './static-restart';
+import { transportActors } from './transport-actors';
 import type { TargetKind } from './target';
 
 /** The process-level and resizing kinds, which need no proxy: on both targets. */
@@ -499,6 +500,10 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
       "an operator's purge of up to three of the first group's dead letters, with a fault between its steps (the delete fails or its reply is lost), some after " +
       'a replay of it stopped before its delete or while a replay write is on a slow link, tried again until done: gone, replayed at most once, a later replay finds it gone',
     inject: purgeDeadLetters,
+  },
+  transport: {
+    what: 'a Nest server (RedisStreamsServer) and client (CoordinatorClientProxy) process, each behind its own proxy: delays both ways, a reply held past the client timeout, a reply lost on each side, a half-open connection on each side, and requests forged to reply into keys that are no inbox',
+    inject: transportActors,
   },
   'static-restart': {
     what:

@@ -76,3 +76,26 @@ export function readRecords(file: string): RecordLine[] {
   }
   return lines;
 }
+
+/**
+ * Resolves once the child printed "ready"; rejects when it exits first (saying the last error its
+ * record file holds) or after `timeoutMs`. `name` is how the messages call it.
+ */
+export function readyOf(child: ChildProcess, name: string, recordFile: string, timeoutMs: number): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${name} not ready after ${timeoutMs / 1000} s`)), timeoutMs);
+    child.stdout!.on('data', (chunk: Buffer) => {
+      if (chunk.toString().includes('ready')) {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      const said = readRecords(recordFile)
+        .filter((l) => l.e === 'error')
+        .pop()?.msg;
+      reject(new Error(`${name} exited with ${code} before it was ready${said ? `: ${said}` : ''}`));
+    });
+  });
+}

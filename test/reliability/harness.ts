@@ -18,9 +18,9 @@ import {
   trimmedAway,
   unacknowledged,
 } from './redis-state';
-import type { DeadLetterOperations } from './records';
+import type { DeadLetterOperations, TransportEpisode } from './records';
 import { kindSettings, MEMBER_KINDS, type MemberKind } from './member-kinds';
-import { type MemberProcess, proxyOf, readRecords, seededRandom, sleep, waitFor } from './harness-tools';
+import { type MemberProcess, proxyOf, readRecords, readyOf, seededRandom, sleep, waitFor } from './harness-tools';
 import { ChaosTarget, type TargetKind } from './target';
 import type { TcpProxy } from '../support/tcp-proxy';
 
@@ -102,6 +102,9 @@ const wallNow = () => performance.timeOrigin + performance.now();
 /** The main producer writing nothing for this long is a stall (its longest pauses on purpose: 7 s of quiet; a Redis restart or failover: a few s). */
 const PRODUCER_STALL_MS = 20_000;
 
+/** How long a member process may take to join (print "ready") before it counts as failed to start. */
+const MEMBER_READY_MS = 20_000;
+
 /**
  * The reliability harness (docs/reliability.md): a private redis-server with AOF (`appendfsync always`),
  * member processes each behind a loopback TCP proxy, producers of keyed entries in this process (one
@@ -155,6 +158,8 @@ export class ChaosHarness {
   private resizeHistory: string | undefined;
   /** What the dead-letter replay and purge actors saw and asked for (dead-letter-faults.ts). */
   readonly deadLetterOperations: DeadLetterOperations = { seen: [], replayAsked: new Set(), purgeAsked: new Set(), answered: new Map() };
+  /** What the Nest transport's actors recorded, one episode per transport fault (transport-actors.ts). */
+  readonly transportEpisodes: TransportEpisode[] = [];
 
   private constructor(
     readonly target: ChaosTarget,
@@ -341,22 +346,7 @@ export class ChaosHarness {
     };
     this.members.set(handle, member);
     this.kindsSeen.set(memberId, kind);
-    const ready = new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`member process ${handle} not ready after 20 s`)), 20_000);
-      child.stdout!.on('data', (chunk: Buffer) => {
-        if (chunk.toString().includes('ready')) {
-          clearTimeout(timer);
-          resolve();
-        }
-      });
-      child.once('exit', (code) => {
-        clearTimeout(timer);
-        const said = readRecords(recordFile)
-          .filter((l) => l.e === 'error')
-          .pop()?.msg;
-        reject(new Error(`member process ${handle} exited with ${code} before it was ready${said ? `: ${said}` : ''}`));
-      });
-    });
+    const ready = readyOf(child, `member process ${handle}`, recordFile, MEMBER_READY_MS);
     member.ready = ready;
     if (options.waitReady === false) ready.catch(() => undefined);
     else await ready;
@@ -584,6 +574,7 @@ export class ChaosHarness {
         trimmedAway,
         deadLetterOperations: this.deadLetterOperations,
         replayWrites,
+        transportEpisodes: this.transportEpisodes,
       });
   }
 

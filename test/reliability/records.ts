@@ -82,6 +82,8 @@ export type FaultKind =
   | 'delete-resize-back'
   | 'dead-letter-replay'
   | 'dead-letter-purge'
+  // The Nest transport as actors (transport-actors.ts).
+  | 'transport'
   // Member kinds (member-kinds.ts): a static member's next instance.
   | 'static-restart'
   // On a Redis Cluster only (docs/reliability-cluster.md):
@@ -219,3 +221,53 @@ export interface ReplayWrite {
 
 /** "group ref": how a dead letter is named across the actors' records and the checker. */
 export const deadLetterKey = (group: string, ref: string) => `${group} ${ref}`;
+
+/** One line of a transport process's record file (packages/nestjs/src/testing/transport-process.ts). */
+export interface TransportLine {
+  e: string;
+  t: number;
+  r: 'server' | 'client';
+  /** The request's or event's sequence number (negative: a forged request). */
+  q?: number;
+  s?: number;
+  id?: string;
+  /** A reply's value (the sequence number the server answered with). */
+  v?: number;
+  /** An acknowledgement's stream prefix, its ids and whether the fencing check accepted it. */
+  st?: string;
+  ids?: string[];
+  ok?: boolean;
+  name?: string;
+  msg?: string;
+  [field: string]: unknown;
+}
+
+/** A fault on one transport actor's link (transport-actors.ts), wall-clock ms. */
+export interface TransportLinkFault {
+  link: 'server' | 'client';
+  what: string;
+  at: number;
+  until: number;
+  /** It may make a handler run again (a connection cut or reset with calls unanswered on it). */
+  redelivers: boolean;
+}
+
+/** One run of the transport kind (transport-actors.ts): what its processes recorded and what the harness found in Redis. */
+export interface TransportEpisode {
+  at: number;
+  /** The client's `timeoutMs`. */
+  timeoutMs: number;
+  requestStream: string;
+  eventStream: string;
+  server: TransportLine[];
+  client: TransportLine[];
+  /** The forged requests: their entry and the key their `rsc-reply-to` named. */
+  forged: { shard: number; id: string; replyTo: string }[];
+  /** A forged request's target that is not as it was (a reply written there): must be none. */
+  targetsTouched: string[];
+  /** Reply entries (fields `q` and `r`) found in a key that is not an inbox of the transport: must be none. */
+  strayReplies: string[];
+  /** "stream shard/id" of the event stream's entries the group had not acknowledged when the server stopped. */
+  unacknowledged: string[];
+  linkFaults: TransportLinkFault[];
+}

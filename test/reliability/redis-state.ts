@@ -142,8 +142,9 @@ export async function readDeadLetters(h: StreamState): Promise<DeadLetter[]> {
   const letters: DeadLetter[] = [];
   // KEYS on every master of a cluster (each has the dead letters of the shards it serves).
   const nodes = h.redis instanceof Cluster ? h.redis.nodes('master') : [h.redis];
-  const found = (await Promise.all(nodes.map((node) => node.keys('*dead-letter*')))).flat();
-  // This stream's only: its keys carry its name in their hash tag (`{chaos}`, `{chaos:3}`).
+  // Under the harness's key prefix only (the transport kind's streams, transport-actors.ts, have one of
+  // their own), and this stream's only: its keys carry its name in their hash tag (`{chaos}`, `{chaos:3}`).
+  const found = (await Promise.all(nodes.map((node) => node.keys(`${h.admin.keys.keyPrefix}:*dead-letter*`)))).flat();
   const ours = found.filter((key) => key.includes(`{${h.streamPrefix}:`) || key.includes(`{${h.streamPrefix}}`));
   for (const key of ours) {
     if ((await h.redis.type(key)) !== 'stream') continue;

@@ -30,6 +30,7 @@ export function formatReport(report: CheckReport): string {
         `  member kind ${k.kind} (${k.members.join(', ')}; ${k.processes} processes): ${k.runs} runs, ${k.acknowledged} acknowledged, ` +
         `${k.deadLetters} dead letters, ${k.problems.length} problem lines naming its members${k.problems.length > 0 ? `, e.g. ${k.problems[0]}` : ''}`,
     ),
+    ...transportLines(report),
     ...report.unrecovered.slice(0, 5).map((l) => `  unrecovered ${l}`),
     ...report.producerStalls.slice(0, 5).map((l) => `  producer stalled ${l}`),
     ...report.stuck.slice(0, 5).map((l) => `  stuck ${l}`),
@@ -47,4 +48,16 @@ export function formatReport(report: CheckReport): string {
     ...report.unexplainedDuplicates.slice(0, 5).map((l) => `  unexplained duplicate ${l}`),
   ];
   return lines.join('\n');
+}
+
+/** The transport actors' figures (when the run had any) and their broken promises. */
+function transportLines(report: CheckReport): string[] {
+  const f = report.transportFigures;
+  if (!f || f.episodes === 0) return [];
+  return [
+    `  transport (${f.episodes} run${f.episodes === 1 ? '' : 's'}): requests ${f.requests}, answered ${f.answered}, timed out ${f.timedOut}, send failed ${f.sendFailed}; ` +
+      `events ${f.events} (emit failed ${f.emitFailed}), handled ${f.handled}, handled again ${f.duplicates}; forged ${f.forged}, refused ${f.refused}; ` +
+      `late replies dropped ${f.lateReplies}, inbox reads reset ${f.inboxReadTimeouts}, reply writes retried ${f.failedReplies}; broken promises ${report.transport.length}`,
+    ...report.transport.slice(0, 20).map((l) => `  ${l}`),
+  ];
 }

@@ -84,6 +84,7 @@ it(`soak: random faults for ${Math.round(durationMs / 1000)} s on a ${target ===
   expect(report.grantDuplicates, replay).toEqual([]);
   expect(report.writtenTwice, replay).toEqual([]);
   expect(report.unexplainedDuplicates, replay).toEqual([]);
+  expect(report.transport, replay).toEqual([]);
 });
 
 /** The commit the run measured (with "+ changes" when the working tree differs from it). */

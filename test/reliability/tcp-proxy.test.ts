@@ -115,6 +115,21 @@ describe('the fault proxy', () => {
     expect(heard).toEqual(['during']);
   });
 
+  it('lets a watcher see every request that goes on to Redis, not one a half-open connection swallowed', async () => {
+    const proxy = await aProxy();
+    const seen: string[] = [];
+    proxy.watchRequests((request) => seen.push(request));
+    const client = redis.clientAt(proxy.url);
+    const key = uniqueName('watched');
+    await client.set(key, 'v');
+    expect(seen.some((r) => TcpProxy.command('SET', key)(r))).toBe(true);
+    const silenced = proxy.blackholeConnectionOf(TcpProxy.command('GET'));
+    void client.get(key).catch(() => undefined);
+    await silenced;
+    expect(seen.some((r) => TcpProxy.command('GET')(r))).toBe(false);
+    client.disconnect();
+  });
+
   it('delays matching requests only (and what follows them on their connection); other connections go at once', async () => {
     const proxy = await aProxy();
     const slow = redis.clientAt(proxy.url);

@@ -118,6 +118,8 @@ export class TcpProxy {
   private replyDelays: { matches: ReplyMatcher; ms: number }[] = [];
   private blackholeRules: { matches: RequestMatcher; silenced: () => void }[] = [];
   private stallRules: StallRule[] = [];
+  /** Witnesses of what goes to Redis (`watchRequests`): not faults, so `clearFaults()` keeps them. */
+  private requestWatchers: ((request: string) => void)[] = [];
   port = 0;
   /** Connections accepted so far (also while frozen, when they wait with nothing forwarded). */
   accepted = 0;
@@ -325,6 +327,15 @@ export class TcpProxy {
     };
   }
 
+  /**
+   * Calls `watch` with every request chunk on its way to Redis from now on (RESP, read as latin1; a
+   * chunk a half-open connection swallows is not one): a witness of what a client sent, whatever
+   * became of it in Redis since. It changes nothing.
+   */
+  watchRequests(watch: (request: string) => void): void {
+    this.requestWatchers.push(watch);
+  }
+
   async stop(): Promise<void> {
     this.cut();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
@@ -392,6 +403,7 @@ export class TcpProxy {
     }
     const extra = this.matchDelays.length > 0 ? (this.matchDelays.find((r) => r.matches(data.toString('latin1')))?.ms ?? 0) : 0;
     const delay = extra > 0 ? { ms: this.delays.request.ms + extra, jitterMs: this.delays.request.jitterMs } : this.delays.request;
+    for (const watch of this.requestWatchers) watch(data.toString('latin1'));
     this.enqueue(link.request, data, delay, onSent, hold);
   }
 

@@ -304,8 +304,11 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
       this.wakeChannel(),
       this.memberId,
       () => this.heartbeats.now(),
-      (message) =>
-        this.emit('error', new Error(`member ${this.memberId}: ${message}; heartbeats come at a short interval meanwhile`)),
+      (message) => {
+        this.emit('error', new Error(`member ${this.memberId}: ${message}; heartbeats come at a short interval meanwhile`));
+        // The next heartbeat may be a whole interval away: from this one on they come at the short one.
+        this.heartbeats.now();
+      },
     );
     this.poller.start();
     this.heartbeats.now();

@@ -45,6 +45,13 @@ CoordinatorClient.prototype.heartbeatOnce = function counted(this: CoordinatorCl
   heartbeats += 1;
   return heartbeatOnce.apply(this, call);
 };
+/** Target commits: with the heartbeats, every coordinator script call of the members. */
+let commits = 0;
+const commitAssignment = CoordinatorClient.prototype.commitAssignment;
+CoordinatorClient.prototype.commitAssignment = function counted(this: CoordinatorClient, ...call) {
+  commits += 1;
+  return commitAssignment.apply(this, call);
+};
 
 interface RebalanceRun {
   ownedMs: number;
@@ -53,6 +60,9 @@ interface RebalanceRun {
   releasedMs: number;
   assignedMs: number;
   heartbeats: number;
+  /** Heartbeats and target commits: the coordinator's script calls. */
+  coordinatorCalls: number;
+  /** Every script call on Redis (the coordinator's, and the members' claims, takeovers, sweeps and reads' gap checks). */
   scriptCalls: number;
   publishes: number;
   /** 'error' events of the members during the measured rebalance (late heartbeats on a loaded machine). */
@@ -104,9 +114,11 @@ async function run(url: string, index: number): Promise<RebalanceRun> {
   const share = Math.floor(SHARDS / MEMBERS);
   await resetCommandStats(redis);
   const heartbeatsBefore = heartbeats;
+  const commitsBefore = commits;
   const errorsBefore = errors;
 
   const start = process.hrtime.bigint();
+  const startedAt = Date.now();
   await last.start();
   // Timed when every member holds its share locally (each shard a member holds was granted to it,
   // and shares add up to every shard); the description (a script over every shard, tens of ms on
@@ -120,6 +132,7 @@ async function run(url: string, index: number): Promise<RebalanceRun> {
     return true;
   }, 60_000);
   const counted = heartbeats - heartbeatsBefore;
+  const committed = commits - commitsBefore;
   const calls = await commandCalls(redis);
 
   const gained = last.ownedShards();
@@ -133,7 +146,10 @@ async function run(url: string, index: number): Promise<RebalanceRun> {
   const joined = events.find((e) => e.type === 'MEMBER_JOINED' && e.memberId === last.memberId);
   const joinedAt = joined ? Number(joined.id.split('-')[0]) : Number.NaN;
   const after = events.filter((e) => joined && e.id >= joined.id);
-  if (process.env.REBALANCE_EVENTS) for (const e of after) progress(`    +${Number(e.id.split('-')[0]) - joinedAt} ${e.type} ${e.memberId} ${e.detail}`);
+  if (process.env.REBALANCE_EVENTS)
+    progress(`    joined ${joinedAt - startedAt} ms after start(); start() returned; owned at ${ownedMs.toFixed(0)} ms`);
+  if (process.env.REBALANCE_EVENTS)
+    for (const e of after) progress(`    +${Number(e.id.split('-')[0]) - joinedAt} ${e.type} ${e.memberId} ${e.detail}`);
   await Promise.all(all.map((m) => m.stop()));
   redis.disconnect();
   return {
@@ -143,6 +159,7 @@ async function run(url: string, index: number): Promise<RebalanceRun> {
     releasedMs: lastEventMs(after, joinedAt, 'SHARDS_RELEASED'),
     assignedMs: lastEventMs(after, joinedAt, 'SHARDS_ASSIGNED'),
     heartbeats: counted,
+    coordinatorCalls: counted + committed,
     scriptCalls: calls.scripts,
     publishes: calls.publishes,
     errors: errors - errorsBefore,
@@ -164,7 +181,7 @@ async function main(): Promise<void> {
       const r = await run(server.url, i);
       runs.push(r);
       progress(
-        `  run ${i + 1}: owned ${r.ownedMs.toFixed(1)} ms, reading ${r.readingMs.toFixed(1)} ms; committed +${r.committedMs}, released +${r.releasedMs}, assigned +${r.assignedMs} ms; ${r.heartbeats} heartbeats, ${r.scriptCalls} script calls, ${r.publishes} publishes, ${r.errors} errors`,
+        `  run ${i + 1}: owned ${r.ownedMs.toFixed(1)} ms, reading ${r.readingMs.toFixed(1)} ms; committed +${r.committedMs}, released +${r.releasedMs}, assigned +${r.assignedMs} ms; ${r.heartbeats} heartbeats, ${r.coordinatorCalls} coordinator calls, ${r.scriptCalls} script calls, ${r.publishes} publishes, ${r.errors} errors`,
       );
     }
     const of = (pick: (r: RebalanceRun) => number) => spread(runs.map(pick));
@@ -173,23 +190,36 @@ async function main(): Promise<void> {
       '',
       'Written by `npm run bench:rebalance` (`-- --members M --shards S --runs R`); do not edit by hand.',
       `${MEMBERS - 1} members (one process, one client, \`runtimeMaxConcurrency\` 4) own the ${SHARDS.toLocaleString('en-US')}`,
-      "shards of a STABLE group; one more member starts. From its `start()`: **owned**, the group is STABLE",
+      'shards of a STABLE group; one more member starts. From its `start()`: **owned**, the group is STABLE',
       'with every shard owned and every member holding its share; **reading**, then an entry sent to each of',
       "the new member's shards has reached its handler. The phases come from the group's event log (Redis",
       'time, whole ms, from the join): the target committed, the last revocation released, the last shard',
-      'assigned. Heartbeats: every member\'s heartbeat calls until **owned**; script calls and PUBLISHes from',
-      '`INFO commandstats` over the same time.',
+      "assigned. Heartbeats: every member's heartbeat calls until **owned**; coordinator calls: those and the",
+      "target commits; all script calls (the coordinator's, and the members' claims, takeovers, sweeps and",
+      "reads' gap checks) and PUBLISHes from `INFO commandstats` over the same time.",
       '',
       `Measured ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC on ${os.cpus().length} × ${os.cpus()[0]?.model ?? 'unknown'}; Node ${process.version}, Redis ${version}.`,
       `${RUNS} runs: the median, with min–max in parentheses. Load average (1 / 5 / 15 min) at the start ${loadBefore}, at the end ${load()}`,
       '(2 cores: above 2, this process waits for a core and the times grow with the load).',
       '',
-      '| members | shards | owned | reading | committed | released | assigned | heartbeats | script calls | PUBLISHes |',
-      '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
-      `| ${MEMBERS} | ${SHARDS.toLocaleString('en-US')} | ${withRange(of((r) => r.ownedMs), ' ms')} | ${withRange(of((r) => r.readingMs), ' ms')} | ${withRange(
+      '| members | shards | owned | reading | committed | released | assigned | heartbeats | coordinator calls | all script calls | PUBLISHes |',
+      '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
+      `| ${MEMBERS} | ${SHARDS.toLocaleString('en-US')} | ${withRange(
+        of((r) => r.ownedMs),
+        ' ms',
+      )} | ${withRange(
+        of((r) => r.readingMs),
+        ' ms',
+      )} | ${withRange(
         of((r) => r.committedMs),
         ' ms',
-      )} | ${withRange(of((r) => r.releasedMs), ' ms')} | ${withRange(of((r) => r.assignedMs), ' ms')} | ${withRange(of((r) => r.heartbeats))} | ${withRange(
+      )} | ${withRange(
+        of((r) => r.releasedMs),
+        ' ms',
+      )} | ${withRange(
+        of((r) => r.assignedMs),
+        ' ms',
+      )} | ${withRange(of((r) => r.heartbeats))} | ${withRange(of((r) => r.coordinatorCalls))} | ${withRange(
         of((r) => r.scriptCalls),
       )} | ${withRange(of((r) => r.publishes))} |`,
       '',

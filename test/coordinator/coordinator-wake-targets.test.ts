@@ -25,7 +25,9 @@ async function wakeUps(group: GroupFixture): Promise<string[]> {
 /** memberId -> its target, from a description. */
 async function targets(group: GroupFixture): Promise<Record<string, number[]>> {
   const description = await group.describe();
-  return Object.fromEntries(Object.entries(description.targetAssignment.members).map(([id, shards]) => [id, shards.map((s) => s.shardIndex)]));
+  return Object.fromEntries(
+    Object.entries(description.targetAssignment.members).map(([id, shards]) => [id, shards.map((s) => s.shardIndex)]),
+  );
 }
 
 describe('wake-ups name the members they are for (lua/includes/wake.lua)', () => {

@@ -1,14 +1,18 @@
+import type { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { CoordinatorAdmin, type CoordinatedMember } from '@redis-stream-coordinator/core';
 import type { KeyedPayload } from '../support/handler-recorder';
-import { memberFactory } from '../support/member-factory';
+import { memberFactory, type TestMemberOptions } from '../support/member-factory';
 import { pollUntil } from '../support/poll';
 import { proxyFactory } from '../support/proxy-fixture';
 import { TcpProxy } from '../support/tcp-proxy';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
 
 const redis = useRedisServer();
-const aMember = memberFactory(redis, { handler: () => undefined });
+const anyMember = memberFactory(redis);
+/** A member whose handler does nothing: these tests watch ownership, not entries. */
+const aMember = (options: Omit<TestMemberOptions, 'handler'>, connection?: Redis) =>
+  anyMember({ handler: () => undefined, ...options }, connection);
 const aProxy = proxyFactory(redis);
 
 /**
@@ -25,7 +29,9 @@ async function balanced(streamPrefix: string, shares: Record<string, number>) {
     async () => {
       const d = await admin.describeGroup(streamPrefix, 'group');
       const owned = Object.fromEntries(d.members.filter((m) => m.state === 'ACTIVE').map((m) => [m.memberId, m.currentAssignment.length]));
-      return d.group.state === 'STABLE' && d.shards.every((s) => s.state === 'OWNED') && JSON.stringify(owned) === JSON.stringify(shares) && d;
+      return (
+        d.group.state === 'STABLE' && d.shards.every((s) => s.state === 'OWNED') && JSON.stringify(owned) === JSON.stringify(shares) && d
+      );
     },
     { timeoutMs: 15_000 },
   );
@@ -49,7 +55,7 @@ function watchSingleOwners(members: CoordinatedMember<KeyedPayload>[]): string[]
 }
 
 describe('wake-ups are hints: a member converges without them, slower, never wrong', () => {
-  it("a SUBSCRIBE that never answers is given up after its deadline, reported, and sent again: the member is woken for the next rebalance", async () => {
+  it('a SUBSCRIBE that never answers is given up after its deadline, reported, and sent again: the member is woken for the next rebalance', async () => {
     const proxy = await aProxy();
     const held = proxy.holdNextRequest(TcpProxy.command('SUBSCRIBE'));
     const streamPrefix = uniqueName('wake-subscribe');
@@ -63,7 +69,9 @@ describe('wake-ups are hints: a member converges without them, slower, never wro
     await a.start();
     await held.arrived;
     await balanced(streamPrefix, { a: 4 });
-    await pollUntil('the SUBSCRIBE given up', async () => errors.some((e) => e.includes('the wake-up SUBSCRIBE did not come back within 2000 ms')));
+    await pollUntil('the SUBSCRIBE given up', async () =>
+      errors.some((e) => e.includes('the wake-up SUBSCRIBE did not come back within 2000 ms')),
+    );
     expect(problems.flat().some((p) => p.includes('the wake-up subscriber could not subscribe'))).toBe(true);
     // Sent again on the connection the deadline reset, and answered there.
     const channel = `rsc:{${streamPrefix}}:g:group:wake`;
@@ -82,7 +90,7 @@ describe('wake-ups are hints: a member converges without them, slower, never wro
     held.release();
   });
 
-  it('a late wake-up (the subscriber\'s messages held at the proxy): the member learns its revocation from its next heartbeat', async () => {
+  it("a late wake-up (the subscriber's messages held at the proxy): the member learns its revocation from its next heartbeat", async () => {
     const proxy = await aProxy();
     const streamPrefix = uniqueName('wake-late');
     const quick = { coordinator: { heartbeatIntervalMs: 1000 } };

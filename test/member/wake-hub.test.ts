@@ -87,7 +87,9 @@ describe('a wake-up SUBSCRIBE that never answers', () => {
       await held.arrived;
       expect(hub.hears(channel)).toBe(false);
       await pollUntil('the SUBSCRIBE given up', async () => stuck.length > 0, { timeoutMs: 5000 });
-      expect(stuck[0].message).toMatch(/the wake-up SUBSCRIBE did not come back within 2000 ms; the wake-up subscriber connection was reset/);
+      expect(stuck[0].message).toMatch(
+        /the wake-up SUBSCRIBE did not come back within 2000 ms; the wake-up subscriber connection was reset/,
+      );
       expect(stuck[0].problem).toMatch(/the wake-up subscriber could not subscribe/);
       expect(stuck[0].hears).toBe(false);
       // The held request went with its connection; the next SUBSCRIBE, on the new one, is answered.

@@ -16,7 +16,7 @@ import os from 'node:os';
 import { Redis } from 'ioredis';
 import { CoordinatedMember, CoordinatorAdmin, CoordinatorClient, StreamProducer } from '@redis-stream-coordinator/core';
 import { RedisServer } from '@redis-stream-coordinator/core/testing';
-import { runCli, until } from './cli';
+import { loadAverage, progressSince, runCli, until } from './cli';
 import { redisVersion, resetCommandStats } from './redis-stats';
 import { SECTION_4A, spliceSection } from './report';
 import { elapsedMs, type Spread, spread } from './stats';
@@ -31,12 +31,8 @@ const MEMBERS = numberArg('members', quick ? 16 : 64);
 const SHARDS = numberArg('shards', quick ? 256 : 1024);
 const RUNS = numberArg('runs', quick ? 2 : 5);
 const started = Date.now();
-const progress = (line: string) => process.stderr.write(`[${Math.round((Date.now() - started) / 1000)} s] ${line}\n`);
-const load = () =>
-  os
-    .loadavg()
-    .map((n) => n.toFixed(1))
-    .join(' / ');
+const progress = progressSince(started);
+const load = loadAverage;
 
 /** Heartbeats sent by every member of this process: the calls of CoordinatorClient.heartbeatOnce. */
 let heartbeats = 0;

@@ -31,6 +31,23 @@ describe('WakeHub', () => {
   });
 });
 
+describe('a listener that comes while the last one just left', () => {
+  it("is subscribed on the hub's new connection, though the closed one's SUBSCRIBE was still under way", async () => {
+    const hub = WakeHub.for(redis.client());
+    const first = uniqueName('wake-first');
+    const second = uniqueName('wake-second');
+    const stopFirst = hub.listen(first, 'a', () => undefined);
+    // The last listener leaves before its SUBSCRIBE came back: the connection closes under it.
+    await stopFirst();
+    let woken = 0;
+    const stop = hub.listen(second, 'b', () => (woken += 1));
+    await pollUntil('the second channel subscribed', async () => hub.hears(second));
+    await redis.client().publish(second, 'someone');
+    await pollUntil('its wake-up heard', async () => woken === 1);
+    await stop();
+  });
+});
+
 describe('a wake-up subscriber that stops answering without closing', () => {
   it('is found by its keep-alive PING, reset, reported while it lasts, and subscribes again', async () => {
     const proxy = await TcpProxy.start(redis.server.port);

@@ -132,8 +132,13 @@ export class WakeHub {
     connection?.disconnect();
   }
 
-  /** SUBSCRIBE of every channel not confirmed yet, one at a time on the connection (a second call waits its turn). */
+  /**
+   * SUBSCRIBE of every channel not confirmed yet, one call at a time (one that comes meanwhile runs
+   * after it, on whatever connection is current then: the one under way may be on a connection
+   * closed since, with the last listener gone, and a new listener come).
+   */
   private subscribeMissing(): void {
+    if (this.channels.size === 0) return;
     if (this.subscribing) {
       this.subscribeAgain = true;
       return;
@@ -143,7 +148,7 @@ export class WakeHub {
     if (missing.length === 0) return;
     this.subscribing = this.subscribe(connection, missing).finally(() => {
       this.subscribing = undefined;
-      if (this.subscribeAgain && this.connection === connection) {
+      if (this.subscribeAgain) {
         this.subscribeAgain = false;
         this.subscribeMissing();
       }

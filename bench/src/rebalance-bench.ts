@@ -63,6 +63,30 @@ interface RebalanceRun {
   publishes: number;
   /** 'error' events of the members during the measured rebalance (late heartbeats on a loaded machine). */
   errors: number;
+  /** The first run only: the most script calls in one 100 ms window of the STABLE group over a sweep interval. */
+  steadyBurst: number;
+}
+
+/** The members' sweeps run every 5 s (sweepIntervalMs): a window of that length sees each once. */
+const STEADY_WATCH_MS = 5500;
+const STEADY_WINDOW_MS = 100;
+
+/**
+ * The most script calls Redis ran in one STEADY_WINDOW_MS window of the STABLE group, watched over a
+ * sweep interval: a count, so it means the same on a loaded machine. A burst here is what a
+ * rebalance that meets it waits behind (every shard swept at once: two calls each).
+ */
+async function busiestWindow(redis: Redis): Promise<number> {
+  let before = (await commandCalls(redis)).scripts;
+  let most = 0;
+  const end = Date.now() + STEADY_WATCH_MS;
+  while (Date.now() < end) {
+    await new Promise((resolve) => setTimeout(resolve, STEADY_WINDOW_MS));
+    const now = (await commandCalls(redis)).scripts;
+    most = Math.max(most, now - before);
+    before = now;
+  }
+  return most;
 }
 
 async function commandCalls(redis: Redis): Promise<{ scripts: number; publishes: number }> {
@@ -105,6 +129,7 @@ async function run(url: string, index: number): Promise<RebalanceRun> {
     return d.group.state === 'STABLE' && d.shards.every((s) => s.state === 'OWNED');
   };
   await until(stable, 120_000);
+  const steadyBurst = index === 0 ? await busiestWindow(redis) : Number.NaN;
   const last = make(MEMBERS - 1);
   const all = [...first, last];
   const share = Math.floor(SHARDS / MEMBERS);
@@ -159,6 +184,7 @@ async function run(url: string, index: number): Promise<RebalanceRun> {
     scriptCalls: calls.scripts,
     publishes: calls.publishes,
     errors: errors - errorsBefore,
+    steadyBurst,
   };
 }
 
@@ -197,6 +223,8 @@ async function main(): Promise<void> {
       `Measured ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC on ${os.cpus().length} × ${os.cpus()[0]?.model ?? 'unknown'}; Node ${process.version}, Redis ${version}.`,
       `${RUNS} runs: the median, with min–max in parentheses. Load average (1 / 5 / 15 min) at the start ${loadBefore}, at the end ${load()}`,
       '(2 cores: above 2, this process waits for a core and the times grow with the load).',
+      `Before the first join, the STABLE group ran at most ${runs[0].steadyBurst.toLocaleString('en-US')} script calls in one ${STEADY_WINDOW_MS} ms window`,
+      `(watched for ${STEADY_WATCH_MS / 1000} s, a sweep interval: the members' sweeps run in phases, not all at once).`,
       '',
       '| members | shards | owned | reading | committed | released | assigned | heartbeats | coordinator calls | all script calls | PUBLISHes |',
       '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',

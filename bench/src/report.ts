@@ -80,7 +80,8 @@ function keptSection(heading: string): string[] {
   const at = doc.indexOf(heading);
   if (at < 0) return [];
   const next = doc.indexOf('\n## ', at + heading.length);
-  return doc.slice(at, next < 0 ? undefined : next + 1).split('\n');
+  // Up to the newline before the next heading: the section's own blank line ends it.
+  return doc.slice(at, next < 0 ? undefined : next).split('\n');
 }
 
 /** Scenario 11: who wrote the entries. */

@@ -90,6 +90,37 @@ describe('wake-ups are hints: a member converges without them, slower, never wro
     held.release();
   });
 
+  it('while no SUBSCRIBE is ever answered (its replies held at the proxy) the member polls at a short interval: a rebalance still takes seconds, not its minute', async () => {
+    const proxy = await aProxy();
+    proxy.delayRepliesMatching((reply) => reply.includes('$9\r\nsubscribe\r\n'), 600_000);
+    const streamPrefix = uniqueName('wake-never');
+    let beats = 0;
+    const a = aMember(
+      { streamPrefix, memberId: 'a', shardCount: 4, ...SLOW, coordinator: { ...SLOW.coordinator, onHeartbeat: () => void (beats += 1) } },
+      redis.clientAt(proxy.url),
+    );
+    const problems: string[] = [];
+    a.on('error', () => problems.push(...a.stats().problems));
+    await a.start();
+    await balanced(streamPrefix, { a: 4 });
+    await pollUntil('the SUBSCRIBE given up', async () => problems.some((p) => p.includes('the wake-up subscriber could not subscribe')));
+    // Not its minute, nor only when a SUBSCRIBE fails (every 2 s or more): every 500 ms at most.
+    const from = beats;
+    await pollUntil('six heartbeats at the short interval', async () => beats - from >= 6, { timeoutMs: 6000 });
+
+    const b = aMember({ streamPrefix, memberId: 'b', ...SLOW });
+    const overlaps = watchSingleOwners([a, b]);
+    const joinedAt = Date.now();
+    await b.start();
+    await balanced(streamPrefix, { a: 2, b: 2 });
+    // Each step of a's part (learn the revocation, report it) waits at most WAKELESS_HEARTBEAT_INTERVAL_MS.
+    expect(Date.now() - joinedAt).toBeLessThan(10_000);
+    expect(overlaps).toEqual([]);
+
+    proxy.clearFaults(); // the next SUBSCRIBE is answered: the problem goes
+    await pollUntil('subscribed again', async () => a.stats().problems.length === 0, { timeoutMs: 10_000 });
+  }, 40_000);
+
   it("a late wake-up (the subscriber's messages held at the proxy): the member learns its revocation from its next heartbeat", async () => {
     const proxy = await aProxy();
     const streamPrefix = uniqueName('wake-late');

@@ -206,8 +206,17 @@ export class WakeHub {
         for (const channel of this.subscribed) this.missed.add(channel);
         this.subscribed.clear();
       });
+      let readyBefore = false;
       connection.on('ready', () => {
-        if (this.connection === connection) this.subscribeMissing();
+        if (this.connection !== connection) return;
+        // A reconnect: the new connection has no subscription, whatever 'close' did or did not say
+        // (a Cluster client reconnects its nodes on its own).
+        if (readyBefore) {
+          for (const channel of this.subscribed) this.missed.add(channel);
+          this.subscribed.clear();
+        }
+        readyBefore = true;
+        this.subscribeMissing();
       });
       this.connection = connection;
       this.keepAlive = setInterval(() => void this.ping(connection), WAKE_PING_INTERVAL_MS);

@@ -1,3 +1,5 @@
+import os from 'node:os';
+
 /** Runs a benchmark entry point and exits: 0 when it finished, 1 (with the error) when it failed. */
 export function runCli(main: () => Promise<void>): void {
   main().then(
@@ -16,4 +18,17 @@ export async function until(condition: () => boolean | Promise<boolean>, timeout
     if (Date.now() > deadline) throw new Error('benchmark condition not reached in time');
     await new Promise((resolve) => setTimeout(resolve, 1));
   }
+}
+
+/** Progress lines on stderr, each with the seconds since `started` (Date.now() when the run began). */
+export function progressSince(started: number): (line: string) => void {
+  return (line) => process.stderr.write(`[${Math.round((Date.now() - started) / 1000)} s] ${line}\n`);
+}
+
+/** The load average (1 / 5 / 15 min): a figure measured while it is above the cores says as much about the neighbours. */
+export function loadAverage(): string {
+  return os
+    .loadavg()
+    .map((n) => n.toFixed(1))
+    .join(' / ');
 }

@@ -12,7 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Redis } from 'ioredis';
 import { RedisServer } from '@redis-stream-coordinator/core/testing';
-import { runCli } from './cli';
+import { loadAverage, progressSince, runCli } from './cli';
 import { ioCase } from './io-bench';
 import { connectionsFor, latency, type LatencyFigures, rawLatency } from './member-bench';
 import { redisVersion } from './redis-stats';
@@ -21,12 +21,8 @@ import { type Spread, spread } from './stats';
 const quick = process.argv.includes('--quick');
 const repetitions = quick ? 1 : 3;
 const started = Date.now();
-const progress = (line: string) => process.stderr.write(`[${Math.round((Date.now() - started) / 1000)} s] ${line}\n`);
-const load = () =>
-  os
-    .loadavg()
-    .map((n) => n.toFixed(1))
-    .join(' / ');
+const progress = progressSince(started);
+const load = loadAverage;
 const ms = (n: number) => `${n.toFixed(n < 1 ? 3 : 2)} ms`;
 const withRange = (s: Spread, f: (n: number) => string) => `${f(s.median)} (${f(s.min)}–${f(s.max)})`;
 const pct = (n: number) => `${(n * 100).toFixed(0)} %`;

@@ -48,22 +48,40 @@ export interface ConsumptionFigures {
   drain: { total: number; raw: Spread; batch: Spread; single: Spread; batchShare: Spread };
 }
 
+export const SECTION_4A = '## 4a. Rebalance after a join, step by step';
 export const SECTION_9 = '## 9. Key-ordered lanes and batch handlers';
 export const SECTION_11 = '## 11. Producer: send() one entry at a time';
 export const SECTION_12 = '## 12. What consuming one entry costs';
 
+const BENCHMARKS_FILE = path.resolve(__dirname, '../../docs/benchmarks.md');
+
 /**
  * Replaces the section that starts with `heading` in docs/benchmarks.md (up to the next `## `) with
- * `section`, or appends it: a scenario measured on its own (`npm run bench:consumption`, …) leaves
- * the rest of the file as the last full run wrote it.
+ * `section`, or inserts it before the heading `before` (appends it without one): a scenario measured
+ * on its own (`npm run bench:consumption`, …) leaves the rest of the file as the last full run wrote it.
  */
-export function spliceSection(heading: string, section: string): void {
-  const file = path.resolve(__dirname, '../../docs/benchmarks.md');
-  const doc = fs.readFileSync(file, 'utf8');
+export function spliceSection(heading: string, section: string, before?: string): void {
+  const doc = fs.readFileSync(BENCHMARKS_FILE, 'utf8');
   const at = doc.indexOf(heading);
   const next = at < 0 ? -1 : doc.indexOf('\n## ', at + heading.length);
-  const updated = at < 0 ? `${doc.trimEnd()}\n\n${section}` : `${doc.slice(0, at)}${section}${next < 0 ? '' : doc.slice(next)}`;
-  fs.writeFileSync(file, updated.endsWith('\n') ? updated : `${updated}\n`);
+  const insertAt = before === undefined ? -1 : doc.indexOf(before);
+  const updated =
+    at >= 0
+      ? `${doc.slice(0, at)}${section}${next < 0 ? '' : doc.slice(next)}`
+      : insertAt >= 0
+        ? `${doc.slice(0, insertAt)}${section}\n${doc.slice(insertAt)}`
+        : `${doc.trimEnd()}\n\n${section}`;
+  fs.writeFileSync(BENCHMARKS_FILE, updated.endsWith('\n') ? updated : `${updated}\n`);
+}
+
+/** The section that starts with `heading` as docs/benchmarks.md has it now (up to the next `## `), or none. */
+function keptSection(heading: string): string[] {
+  const doc = fs.existsSync(BENCHMARKS_FILE) ? fs.readFileSync(BENCHMARKS_FILE, 'utf8') : '';
+  const at = doc.indexOf(heading);
+  if (at < 0) return [];
+  const next = doc.indexOf('\n## ', at + heading.length);
+  // Up to the newline before the next heading: the section's own blank line ends it.
+  return doc.slice(at, next < 0 ? undefined : next).split('\n');
 }
 
 /** Scenario 11: who wrote the entries. */
@@ -296,6 +314,8 @@ function rebalanceSection(r: BenchResults): string[] {
     '',
     '![rebalance](benchmarks-rebalance.svg)',
     '',
+    // Measured on its own by `npm run bench:rebalance`: kept as that run wrote it.
+    ...keptSection(SECTION_4A),
     '## Latency',
     '',
     `From \`send\` to the handler starting, at a steady 5,000 entries/s, 8 shards, one member with 8 workers, the producer in a process of its own (${int(r.latency.samples)} samples after a tenth of warm-up): p50 ${ms(r.latency.p50)}, p99 ${ms(r.latency.p99)}.`,

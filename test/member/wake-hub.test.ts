@@ -12,16 +12,38 @@ describe('WakeHub', () => {
     const base = redis.client();
     const channel = uniqueName('wake');
     const heard: string[] = [];
-    const stop = await WakeHub.for(base).listen(channel, (publisher) => heard.push(publisher));
+    const hub = WakeHub.for(base);
+    const stop = hub.listen(channel, 'me', () => heard.push('woken'));
     const publisher = redis.client();
-    await pollUntil('subscribed', async () => (await publisher.publish(channel, 'first')) === 1);
-    await pollUntil('the first wake-up heard', async () => heard.includes('first'));
+    await pollUntil('subscribed', async () => hub.hears(channel) && (await publisher.publish(channel, 'other')) === 1);
+    await pollUntil('the first wake-up heard', async () => heard.length === 1);
 
     await publisher.call('CLIENT', 'KILL', 'TYPE', 'pubsub');
-    await pollUntil('the reconnect told the listener', async () => heard.includes(''));
-    await pollUntil('subscribed again', async () => (await publisher.publish(channel, 'second')) === 1);
-    await pollUntil('a wake-up after the reconnect heard', async () => heard.includes('second'));
-    expect(heard.filter((p) => p !== '')).toEqual(['first', 'second']);
+    await pollUntil('the reconnect told the listener', async () => heard.length === 2);
+    await pollUntil('subscribed again', async () => hub.hears(channel) && (await publisher.publish(channel, 'other')) === 1);
+    await pollUntil('a wake-up after the reconnect heard', async () => heard.length === 3);
+    // Its own wake-ups, and those for other members, are not for it.
+    await publisher.publish(channel, 'me');
+    await publisher.publish(channel, 'other someone-else');
+    await publisher.publish(channel, 'other someone-else me');
+    await pollUntil('the wake-up naming it heard', async () => heard.length === 4);
+    await stop();
+  });
+});
+
+describe('a listener that comes while the last one just left', () => {
+  it("is subscribed on the hub's new connection, though the closed one's SUBSCRIBE was still under way", async () => {
+    const hub = WakeHub.for(redis.client());
+    const first = uniqueName('wake-first');
+    const second = uniqueName('wake-second');
+    const stopFirst = hub.listen(first, 'a', () => undefined);
+    // The last listener leaves before its SUBSCRIBE came back: the connection closes under it.
+    await stopFirst();
+    let woken = 0;
+    const stop = hub.listen(second, 'b', () => (woken += 1));
+    await pollUntil('the second channel subscribed', async () => hub.hears(second));
+    await redis.client().publish(second, 'someone');
+    await pollUntil('its wake-up heard', async () => woken === 1);
     await stop();
   });
 });
@@ -35,13 +57,14 @@ describe('a wake-up subscriber that stops answering without closing', () => {
       const channel = uniqueName('wake-stuck');
       const heard: string[] = [];
       const stuck: string[] = [];
-      const stop = await hub.listen(
+      const stop = hub.listen(
         channel,
-        (publisher) => heard.push(publisher),
+        'me',
+        () => heard.push('woken'),
         (message) => stuck.push(message),
       );
       const publisher = redis.client();
-      await pollUntil('subscribed', async () => (await publisher.publish(channel, 'first')) === 1);
+      await pollUntil('subscribed', async () => hub.hears(channel) && (await publisher.publish(channel, 'first')) === 1);
 
       proxy.blackholeOpenConnections();
       // The next keep-alive PING (every 5 s) gets no answer within 2 s.
@@ -49,11 +72,51 @@ describe('a wake-up subscriber that stops answering without closing', () => {
       expect(stuck[0]).toMatch(
         /the wake-up subscriber's PING did not come back within 2000 ms; the wake-up subscriber connection was reset/,
       );
-      await pollUntil('the reconnect told the listener', async () => heard.includes(''));
+      expect(hub.hears(channel)).toBe(false); // its members heartbeat at the short interval meanwhile
+      const before = heard.length;
+      await pollUntil('the reconnect told the listener', async () => heard.length > before);
       await pollUntil('subscribed again', async () => (await publisher.publish(channel, 'second')) === 1);
-      await pollUntil('a wake-up after the reset heard', async () => heard.includes('second'));
+      await pollUntil('a wake-up after the reset heard', async () => heard.length > before + 1);
       await pollUntil('the problem gone with the next answered PING', async () => hub.problem() === undefined, { timeoutMs: 10_000 });
+      expect(hub.hears(channel)).toBe(true);
       await stop();
+    } finally {
+      await proxy.stop();
+    }
+  });
+});
+
+describe('a wake-up SUBSCRIBE that never answers', () => {
+  it('times out, resets the subscriber, is reported while it lasts, and is sent again until answered; then the listener is woken', async () => {
+    const proxy = await TcpProxy.start(redis.server.port);
+    try {
+      const held = proxy.holdNextRequest(TcpProxy.command('SUBSCRIBE'));
+      const hub = WakeHub.for(redis.clientAt(proxy.url));
+      const channel = uniqueName('wake-subscribe');
+      let woken = 0;
+      const stuck: { message: string; problem: string | undefined; hears: boolean }[] = [];
+      const stop = hub.listen(
+        channel,
+        'me',
+        () => (woken += 1),
+        (message) => stuck.push({ message, problem: hub.problem(), hears: hub.hears(channel) }),
+      );
+      await held.arrived;
+      expect(hub.hears(channel)).toBe(false);
+      await pollUntil('the SUBSCRIBE given up', async () => stuck.length > 0, { timeoutMs: 5000 });
+      expect(stuck[0].message).toMatch(
+        /the wake-up SUBSCRIBE did not come back within 2000 ms; the wake-up subscriber connection was reset/,
+      );
+      expect(stuck[0].problem).toMatch(/the wake-up subscriber could not subscribe/);
+      expect(stuck[0].hears).toBe(false);
+      // The held request went with its connection; the next SUBSCRIBE, on the new one, is answered.
+      await pollUntil('subscribed again', async () => hub.hears(channel), { timeoutMs: 5000 });
+      expect(hub.problem()).toBeUndefined();
+      expect(woken).toBe(1); // what was published meanwhile is lost: it is woken once to look
+      await redis.client().publish(channel, 'other');
+      await pollUntil('a wake-up heard', async () => woken === 2);
+      await stop();
+      held.release();
     } finally {
       await proxy.stop();
     }

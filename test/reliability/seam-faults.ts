@@ -190,9 +190,9 @@ async function expectRead(h: ChaosHarness, fault: Fault, holdMs: number): Promis
 
 /**
  * Where an 'error' event is what the member must say: a lost read is reset at once (no lasting
- * problem to list), and a SUBSCRIBE without an answer at join is given up after its deadline (the
- * member works without wake-ups: the keep-alive PING, which lists a stuck subscriber in problems,
- * starts only with a subscribed connection).
+ * problem to list), and a SUBSCRIBE without an answer at join is given up after its deadline and
+ * sent again on the reset connection, where it is answered at once (its problems line lasts only
+ * that long; the member heartbeats at a short interval meanwhile).
  */
 const ERROR_SUFFICES = new Set<HalfOpenConnection>(['reads', 'wake']);
 

@@ -166,6 +166,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     };
     this.heartbeats = new MemberHeartbeat(resolved, this.instanceId, this, parts, {
       heartbeating: () => this.heartbeating(),
+      wakeUpsHeard: () => this.wakeUpsHeard(),
       running: () => this.lifecycle === 'running',
       endDrain: () => {
         if (this.lifecycle === 'stopping') this.draining = false;
@@ -297,24 +298,18 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
       throw new Error(`member ${this.memberId} was stopped while starting`);
     this.lifecycle = 'running';
     const joined = this.heartbeats.waitForJoin();
-    try {
-      this.stopListening = await WakeHub.for(this.redis).listen(
-        this.coordinator.keys.groupWakeChannel(this.options.streamPrefix, this.options.consumerGroup),
-        (publisher) => {
-          if (publisher !== this.memberId) this.heartbeats.now();
-        },
-        (message) =>
-          this.emit('error', new Error(`member ${this.memberId}: ${message}; rebalances wait for heartbeat intervals meanwhile`)),
-      );
-    } catch (error) {
-      // Without wake-ups the member still works; rebalances just wait for heartbeat intervals.
-      this.emit('error', new Error(`member ${this.memberId}: cannot listen for wake-ups: ${(error as Error).message}`));
-    }
-    if (this.generation !== generation || this.lifecycle !== 'running') {
-      await this.stopListening?.();
-      await joined;
-      return;
-    }
+    // Wake-ups are hints (a lost one costs a heartbeat interval): the hub subscribes by itself, and
+    // until it hears the channel the heartbeat loop polls at a short interval instead (wakeUpsHeard).
+    this.stopListening = WakeHub.for(this.redis).listen(
+      this.wakeChannel(),
+      this.memberId,
+      () => this.heartbeats.now(),
+      (message) => {
+        this.emit('error', new Error(`member ${this.memberId}: ${message}; heartbeats come at a short interval meanwhile`));
+        // The next heartbeat may be a whole interval away: from this one on they come at the short one.
+        this.heartbeats.now();
+      },
+    );
     this.poller.start();
     this.heartbeats.now();
     await joined;
@@ -438,6 +433,15 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     void this.stopListening?.();
     this.stopListening = undefined;
     this.emit('error', error);
+  }
+
+  private wakeChannel(): string {
+    return this.coordinator.keys.groupWakeChannel(this.options.streamPrefix, this.options.consumerGroup);
+  }
+
+  /** Whether wake-ups reach this member now: it listens and the hub's subscription is confirmed. */
+  private wakeUpsHeard(): boolean {
+    return this.stopListening !== undefined && WakeHub.for(this.redis).hears(this.wakeChannel());
   }
 
   /** The wake-up subscriber's trouble while this member listens on it (a stuck connection, SPEC 10.1). */

@@ -5,6 +5,7 @@ import { ACK_LINGER_MS, AckBatcher, type AckConnectionWatch } from './handle/ack
 import type { ResolvedMemberOptions } from './member-options';
 import { ShardDispatcher } from './handle/shard-dispatcher';
 import { type ReadTransport, ShardReader } from './read/shard-reader';
+import { sweepPhaseMs } from './read/shard-recovery';
 import { type HandlerAbortReason, ShardError } from './consumption-errors';
 import { abortCalls, inFlightIds, type PollerEvents, ShardSet, type ShardState, workInFlight } from './shard-state';
 
@@ -141,7 +142,8 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
   addShard(shardIndex: number, grantEpoch: number): void {
     const existing = this.shards.get(shardIndex);
     if (existing && existing.phase !== 'released') return;
-    this.shards.add(shardIndex, grantEpoch);
+    // Its sweeps run in its phase of the interval, not with every shard gained at the same time.
+    this.shards.add(shardIndex, grantEpoch).lastSweepAt -= sweepPhaseMs(shardIndex, this.options.sweepIntervalMs);
     this.reader.interruptRead();
   }
 

@@ -19,10 +19,21 @@ import { RedisClockBound } from './redis-clock';
 /** Heartbeats in a row that got no answer at all before the command connection is reset (`resetStuckConnection`). */
 export const NO_ANSWERS_BEFORE_RESET = 2;
 
+/**
+ * The longest pause between heartbeats while wake-ups do not reach the member (its wake-up
+ * subscriber is not subscribed yet, or stuck): a member told to revoke, or waiting for a released
+ * shard, learns it from its next heartbeat instead, so a rebalance takes at most about this long
+ * per step rather than a whole heartbeat interval. Steady heartbeats cost Redis ~20 µs each
+ * (docs/benchmarks.md, scenario 5), so polling at this pace while the subscriber is down is cheap.
+ */
+export const WAKELESS_HEARTBEAT_INTERVAL_MS = 500;
+
 /** What the heartbeat loop needs from the member's lifecycle. */
 export interface HeartbeatHost extends Pick<RefusalActions, 'halt' | 'endDrain' | 'running'> {
   /** Heartbeats run while the member runs, and while stop() drains (the lease must outlive the handlers). */
   heartbeating(): boolean;
+  /** Whether wake-ups reach the member now; when not, it heartbeats at least every WAKELESS_HEARTBEAT_INTERVAL_MS. */
+  wakeUpsHeard(): boolean;
 }
 
 /** The parts of the member a heartbeat reports and changes. */
@@ -416,6 +427,8 @@ export class MemberHeartbeat {
       this.joinWaiter?.resolve();
       this.joinWaiter = undefined;
     }
-    this.after(synced ? response.heartbeatIntervalMs : Math.min(response.heartbeatIntervalMs, 1000));
+    let interval = synced ? response.heartbeatIntervalMs : Math.min(response.heartbeatIntervalMs, 1000);
+    if (!this.host.wakeUpsHeard()) interval = Math.min(interval, WAKELESS_HEARTBEAT_INTERVAL_MS);
+    this.after(interval);
   }
 }

@@ -52,6 +52,21 @@ export function setBackShard(
 export const SWEPT_SHARDS_PER_TURN = 1024;
 
 /**
+ * Shards gained together (every shard of a process's members at start, a member's share after a
+ * rebalance) would be swept together every `sweepIntervalMs`: a burst of two calls per shard, all
+ * members of a process at once, which the reads and heartbeats of that moment wait behind (a
+ * rebalance that meets it takes many times as long, a new entry's latency its tail). A shard's sweeps
+ * run in one of this many phases of the interval instead, by its index: each burst is this much
+ * smaller, and a member's read loop wakes for sweeps at most this many times per interval.
+ */
+export const SWEEP_PHASES = 8;
+
+/** How much earlier than the interval after its gain a shard is first swept: its phase (SWEEP_PHASES). */
+export function sweepPhaseMs(shardIndex: number, sweepIntervalMs: number): number {
+  return Math.floor(((shardIndex % SWEEP_PHASES) * sweepIntervalMs) / SWEEP_PHASES);
+}
+
+/**
  * What the reader does besides reading new entries: it takes pending entries into a shard's queue
  * under the shard's fencing token, in ID order. A newly gained shard's pending entries (the previous
  * owner's unacknowledged work) come first; entries a read skipped (delivered elsewhere: a zombie's

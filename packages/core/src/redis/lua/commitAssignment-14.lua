@@ -151,7 +151,9 @@ local function persistTarget(plan, groupEpoch, activeIds)
   redis.call('HSET', K.groupMeta, 'assignmentEpoch', groupEpoch, 'updatedAt', now)
   setAssignmentLease(K, g, '', 0)
   appendEvent(K, cfg, g, 'TARGET_COMMITTED', memberId, total .. ' members, ' .. #changed .. ' changed')
-  if #changed > 0 then wakeMembers(cfg, memberId) end
+  -- Only they have something to do (revoke, or take); the others take the new epoch at their next
+  -- heartbeat, and the group is STABLE without it.
+  wakeOnly(cfg, memberId, changed)
 end
 
 expireMembers(K, cfg, g, now, minLease)

@@ -89,6 +89,7 @@ end
 --- @include "includes/validate"
 --- @include "includes/events"
 --- @include "includes/wake"
+--- @include "includes/waiting"
 --- @include "includes/stream"
 --- @include "includes/group"
 --- @include "includes/members"
@@ -336,7 +337,9 @@ if #acked > 0 and rec.revoking ~= '' then
     releaseShards(K, memberId, released)
     rec.revoking = listToCsv(still)
     appendEvent(K, cfg, g, 'SHARDS_RELEASED', memberId, listToCsv(released))
-    wakeMembers(cfg, memberId)
+    -- The members waiting for these shards take them at their next heartbeat: that is now.
+    local waiting = membersWaitingFor(K, released)
+    if waiting then wakeOnly(cfg, memberId, waiting) else wakeMembers(cfg, memberId) end
     dirty, mustReconcile = true, true
   end
 end

@@ -345,13 +345,16 @@ describe('on a Redis Cluster', () => {
         writes: keys.shardProducerWrites(streamPrefix, 0, 'test-producer'),
         writeSeq: 1,
         entries: [['p', '{"seq":1}']],
+        dues: [''],
         groups: [0],
+        schedule: keys.shardSchedule(streamPrefix, 0),
+        scheduledEntries: keys.shardScheduledEntries(streamPrefix, 0),
         wake: foreign,
       },
     ]);
     expect(outcome.status).toBe('applied');
     const written = await redis.client().xrange(keys.shardStream(streamPrefix, 0), '-', '+');
-    expect(outcome.status === 'applied' && outcome.results).toEqual(written.map(([id]) => id));
+    expect(outcome.status === 'applied' && outcome.results).toEqual(written.map(([id]) => ({ id })));
   });
 
   it("a producer keeps sending after its stream's coordinator slot moves to another master (its metadata read follows MOVED)", async () => {

@@ -42,6 +42,8 @@ export interface ShardState {
   /** The last id of this shard this member has accounted for (read, or the group's position when it took the shard). */
   readCursor: string;
   lastSweepAt: number;
+  /** When its schedule is checked for due delayed entries next (ms since the epoch; read/schedule-release.ts). */
+  nextScheduleCheckAt: number;
   /**
    * True while the shard's sweeps collect entries (other consumers', then this member's untracked
    * ones): no handler starts on the shard meanwhile, since either part may find entries older than
@@ -192,6 +194,7 @@ export class ShardSet {
       takeoverCursor: '0-0',
       readCursor: '0-0',
       lastSweepAt: Date.now(),
+      nextScheduleCheckAt: 0,
       sweeping: false,
       claimAttempts: 0,
       nextClaimAt: 0,

@@ -71,6 +71,20 @@ export interface OutgoingMessage<T = unknown> {
   headers?: Record<string, string>;
   /** Writes to this shard instead of routing by key. */
   shardIndex?: number;
+  /**
+   * Delayed delivery (docs/runtime.md, Delayed delivery): the entry waits this long (ms, measured
+   * on Redis' clock from its write) in its shard's schedule, durably, then enters the shard stream
+   * and takes its place in its key's order. 0 to 365 days; 0 writes it at once.
+   *
+   * @example
+   * await producer.send({ key: 'user-42', payload: reminder, delayMs: 60 * 60 * 1000 }); // in an hour
+   */
+  delayMs?: number;
+  /**
+   * Delayed delivery at a time (a Date or epoch ms, the sender's clock), at most 365 days ahead; a
+   * time already past writes the entry at once. Not with `delayMs`.
+   */
+  deliverAt?: Date | number;
 }
 
 export type DecodedEntry =

@@ -223,6 +223,28 @@ export class ShardClient {
   }
 
   /**
+   * Moves up to `count` due entries of the shard's schedule into its stream (releaseDue-4.lua),
+   * under this member's fencing token: how many moved and how long until the next is due (0: more
+   * are due now; -1: the schedule is empty), or null when the shard has a newer owner (nothing moved).
+   */
+  async releaseDue(shardIndex: number, grantEpoch: number, count: number): Promise<{ released: number; nextDueInMs: number } | null> {
+    const [stream, fence] = this.shardKeys(shardIndex);
+    const reply = (await runScript(
+      this.redis,
+      'releaseDue',
+      [
+        stream,
+        fence,
+        this.keys.shardSchedule(this.streamPrefix, shardIndex),
+        this.keys.shardScheduledEntries(this.streamPrefix, shardIndex),
+      ],
+      [this.token(grantEpoch), count, isCluster(this.redis) ? this.wakeChannel(shardIndex) : ''],
+    )) as number[];
+    if (Number(reply[0]) === -1) return null;
+    return { released: Number(reply[0]), nextDueInMs: Number(reply[1]) };
+  }
+
+  /**
    * Installs this member's token for a shard it was granted: the group's last-delivered id on the
    * shard (where this member reads on from), or the token that is there when a newer owner holds it.
    */

@@ -120,10 +120,21 @@ export interface ClaimRefusedEvent {
   holder: string;
 }
 
+/** A deferred retry written (docs/runtime.md, Deferred retries): the attempts it has used, and when it is due (epoch ms, Redis' clock). */
+export interface DeferredEvent {
+  shardIndex: number;
+  id: string;
+  attempts: number;
+  dueAt: number;
+  reason: string;
+}
+
 export interface PollerEvents {
   error: [ShardError];
   /** An entry went to the dead-letter stream. */
   'dead-letter': [DeadLetterEvent];
+  /** A failed entry was acknowledged and put in the group's deferred schedule (retryMode 'deferred', `nack({ defer: true })`). */
+  deferred: [DeferredEvent];
   acknowledged: [AcknowledgedEvent];
   /**
    * A granted shard's claim was refused (a newer token is installed); the poller retries with

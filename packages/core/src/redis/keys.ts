@@ -134,7 +134,7 @@ export class KeyBuilder {
   /**
    * A shard's schedule (docs/runtime.md, Delayed delivery): delayed entries by due time (sorted set,
    * score = due time in Redis ms), in the shard stream's slot, so that a producer's write schedules
-   * one (appendEntries-5.lua) and an owner's release moves it into the stream (releaseDue-4.lua)
+   * one (appendEntries-5.lua) and an owner's release moves it into the stream (releaseDue-6.lua)
    * atomically with the stream. Every group sees a released entry: the schedule is the stream's.
    */
   shardSchedule(streamPrefix: string, shardIndex: number): string {
@@ -144,6 +144,20 @@ export class KeyBuilder {
   /** The fields of the entries in a shard's schedule (hash: schedule id -> fields; includes/schedule.lua), beside it. */
   shardScheduledEntries(streamPrefix: string, shardIndex: number): string {
     return `${this.shardSchedule(streamPrefix, shardIndex)}:entries`;
+  }
+
+  /**
+   * One group's deferred retries on a shard (docs/runtime.md, Deferred retries): entries its members
+   * acknowledged and put off (deferFenced-4.lua), by due time, in the shard stream's slot. A
+   * deferral is the group's own: other groups never see it in their schedules.
+   */
+  shardDeferred(streamPrefix: string, shardIndex: number, consumerGroup: string): string {
+    return `${this.shardStream(streamPrefix, shardIndex)}:deferred:${assertConsumerGroup(consumerGroup)}`;
+  }
+
+  /** The fields of a group's deferred entries on a shard (hash: entry id -> fields), beside them. */
+  shardDeferredEntries(streamPrefix: string, shardIndex: number, consumerGroup: string): string {
+    return `${this.shardDeferred(streamPrefix, shardIndex, consumerGroup)}:entries`;
   }
 
   /**

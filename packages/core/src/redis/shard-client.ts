@@ -223,7 +223,8 @@ export class ShardClient {
   }
 
   /**
-   * Moves up to `count` due entries of the shard's schedule into its stream (releaseDue-4.lua),
+   * Moves up to `count` due entries of the shard's schedule, and of this group's deferred retries on
+   * it, into its stream (releaseDue-6.lua),
    * under this member's fencing token: how many moved and how long until the next is due (0: more
    * are due now; -1: the schedule is empty), or null when the shard has a newer owner (nothing moved).
    */
@@ -237,11 +238,45 @@ export class ShardClient {
         fence,
         this.keys.shardSchedule(this.streamPrefix, shardIndex),
         this.keys.shardScheduledEntries(this.streamPrefix, shardIndex),
+        this.keys.shardDeferred(this.streamPrefix, shardIndex, this.consumerGroup),
+        this.keys.shardDeferredEntries(this.streamPrefix, shardIndex, this.consumerGroup),
       ],
       [this.token(grantEpoch), count, isCluster(this.redis) ? this.wakeChannel(shardIndex) : ''],
     )) as number[];
     if (Number(reply[0]) === -1) return null;
     return { released: Number(reply[0]), nextDueInMs: Number(reply[1]) };
+  }
+
+  /**
+   * A deferred retry (deferFenced-4.lua): acknowledges the entry and schedules it in this group's
+   * deferred schedule of the shard, `delayMs` from Redis' now, with `attempts` (the attempts it has
+   * used) and the group in its fields, under this member's fencing token. The due time (Redis ms);
+   * '' when the entry was no longer pending (a resent call whose first run landed); null when the
+   * shard has a newer owner (nothing scheduled, nothing acknowledged).
+   */
+  async defer(shardIndex: number, grantEpoch: number, entry: RawEntry, attempts: number, delayMs: number): Promise<number | '' | null> {
+    const [stream, fence] = this.shardKeys(shardIndex);
+    const fields: (string | Buffer)[] = [];
+    for (let i = 0; i + 1 < entry.fields.length; i += 2) {
+      const name = entry.fields[i];
+      if (name === ENTRY_FIELD.deferredFor || name === ENTRY_FIELD.attempts) continue;
+      // A binary payload's text is not its bytes: it is released with the bytes it was written with.
+      fields.push(name, name === ENTRY_FIELD.payload && entry.payloadBytes !== undefined ? entry.payloadBytes : entry.fields[i + 1]);
+    }
+    fields.push(ENTRY_FIELD.deferredFor, this.consumerGroup, ENTRY_FIELD.attempts, String(attempts));
+    const reply = await runScript(
+      this.redis,
+      'deferFenced',
+      [
+        stream,
+        fence,
+        this.keys.shardDeferred(this.streamPrefix, shardIndex, this.consumerGroup),
+        this.keys.shardDeferredEntries(this.streamPrefix, shardIndex, this.consumerGroup),
+      ],
+      [this.consumerGroup, this.token(grantEpoch), entry.id, delayMs, ...fields],
+    );
+    if (Number(reply) === -1) return null;
+    return reply === '' ? '' : Number(reply);
   }
 
   /**

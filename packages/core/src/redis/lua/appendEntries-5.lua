@@ -2,7 +2,7 @@
   appendEntries-5: writes a producer's entries for one shard, in order, if the shard still takes
   writes with the shard count the producer routed them with (SPEC 9.5, docs/resharding.md), at
   most once per write sequence number. A delayed entry goes to the shard's schedule instead of its
-  stream (docs/runtime.md, Delayed delivery): releaseDue-4.lua moves it into the stream once due.
+  stream (docs/runtime.md, Delayed delivery): releaseDue-6.lua moves it into the stream once due.
 
   KEYS[1]  the shard stream        KEYS[2]  the shard's routing marker (includes/routing.lua)
   KEYS[3]  this producer's write log on the shard (hash: write sequence number -> reply)

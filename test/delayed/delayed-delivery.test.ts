@@ -186,4 +186,31 @@ describe('delayed delivery: the release', () => {
     expect(await zombie.releaseDue(0, 1_000_000, 10)).toBeNull();
     expect(await stored(streamPrefix)).toMatchObject({ stream: [], scheduled: 1 });
   });
+
+  it("a shrink's drain waits for a removed shard's schedule: the delayed entry is released and handled before the shard leaves the readable set", async () => {
+    const streamPrefix = await aStream(2, 'delayed-shrink');
+    const { seen, handler } = recorder();
+    await aMember({ streamPrefix, handler, cutoverCheckIntervalMs: 50, sessionTimeoutMs: 3000 }).start();
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    // Due well after the shrink's cutover would end without its schedule (about 3 s after the
+    // switch with these settings): were the drain to pass it, the shard would leave the readable set
+    // with the entry in its schedule and nobody would ever release it.
+    const { dueAt } = await producer.send({ payload: { seq: 1 }, shardIndex: 1, delayMs: 6000 });
+    const admin = new CoordinatorAdmin(redis.client());
+    await admin.resizeShards(streamPrefix, 1, { graceMs: 50, switchDelayMs: 50 });
+    const readabilityOf1 = async () =>
+      (await admin.describeGroup(streamPrefix, 'group')).shards.find((s) => s.shardIndex === 1)?.readability;
+    // Its stream is empty and processed long before the entry is due: the schedule alone keeps it draining.
+    await pollUntil('shard 1 draining with its stream processed', async () => {
+      const backlog = (await admin.describeGroup(streamPrefix, 'group')).shards.find((s) => s.shardIndex === 1)?.backlog;
+      return backlog === 0 && (await readabilityOf1()) === 'draining';
+    });
+    expect(await redisNowMs()).toBeLessThan(dueAt!);
+    expect(await readabilityOf1()).toBe('draining');
+    await pollUntil('the delayed entry handled', async () => seen.length === 1, { timeoutMs: 20_000 });
+    expect(seen[0].at).toBeGreaterThanOrEqual(dueAt!);
+    await pollUntil('shard 1 drained once its schedule is empty', async () => (await readabilityOf1()) === 'drained', {
+      timeoutMs: 20_000,
+    });
+  });
 });

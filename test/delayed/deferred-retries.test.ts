@@ -69,6 +69,9 @@ describe('deferred retries', () => {
     // The failed entry is acknowledged and waits in the group's schedule, not in the shard.
     expect(group.seen.filter((s) => s.key === 'bad')).toEqual([{ seq: 0, key: 'bad', deliveryCount: 1 }]);
     expect(await redis.client().zcard(keys.shardDeferred(streamPrefix, 0, 'group'))).toBe(1);
+    const admin = new CoordinatorAdmin(redis.client());
+    expect((await admin.describeGroup(streamPrefix, 'group')).shards[0]).toMatchObject({ deferred: 1, scheduled: 0 });
+    expect((await admin.describeGroup(streamPrefix, 'other')).shards[0]).toMatchObject({ deferred: 0 }); // the group's own
     expect(deferred).toEqual([expect.objectContaining({ shardIndex: 0, attempts: 1, reason: 'Error: fails 0' })]);
     await pollUntil('the deferred retry handled', async () => group.seen.length === 7, { timeoutMs: 15_000 });
     expect(group.seen.map((s) => s.seq)).toEqual([0, 1, 2, 3, 4, 5, 0]);

@@ -136,6 +136,12 @@ describe('delayed delivery: the release', () => {
     const { dueAt } = await producer.send({ key: 'k', payload: { seq: 7 }, delayMs: 1500 });
     await member.abort(); // a crash: no leave, its lease runs out
     expect(await stored(streamPrefix)).toMatchObject({ stream: [], scheduled: 1 });
+    // describeGroup shows it (SPEC 9.6), outside the backlog: it is not due yet.
+    expect((await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group')).shards[0]).toMatchObject({
+      scheduled: 1,
+      deferred: 0,
+      backlog: 0,
+    });
     await member.start();
     await pollUntil('the delayed entry handled after the restart', async () => seen.length > 0, { timeoutMs: 20_000 });
     expect(seen[0].at).toBeGreaterThanOrEqual(dueAt!);

@@ -153,6 +153,20 @@ describe('deferred retries', () => {
     await pollUntil('the owner acknowledged it', async () => (await pendingCount(streamPrefix)) === 0);
   });
 
+  it('an entry written by other code with 10,000 more fields is deferred with the fields a member reads only, and comes back (SPEC 10.7)', async () => {
+    const streamPrefix = await aStream('deferred-wide');
+    const group = recorder((m) => m.deliveryCount === 1);
+    await aMember({ streamPrefix, retryMode: 'deferred', retryBackoffMs: 100, handler: group.handler }).start();
+    await pollUntil('the shard claimed', async () => (await redis.client().exists(keys.shardFence(streamPrefix, 0, 'group'))) === 1);
+    const junk = Array.from({ length: 10_000 }, (_, i) => [`x${i}`, 'y']).flat();
+    await redis.client().xadd(keys.shardStream(streamPrefix, 0), '*', 'p', '{"seq":1}', 'k', 'wide', ...junk);
+    // Released with all its fields, the release's unpack would fail ("too many results to unpack") on every turn.
+    await pollUntil('handled again after its deferral', async () => group.seen.length === 2, { timeoutMs: 15_000 });
+    expect(group.seen.map((s) => s.deliveryCount)).toEqual([1, 2]);
+    const [[, fields]] = await redis.client().xrevrange(keys.shardStream(streamPrefix, 0), '+', '-', 'COUNT', 1);
+    expect(fields).toEqual(['p', '{"seq":1}', 'k', 'wide', 'g', 'group', 'a', '1']);
+  });
+
   it("retryMode is 'in-place' or 'deferred', and not with batch", async () => {
     const streamPrefix = uniqueName('deferred-options');
     expect(() => aMember({ streamPrefix, retryMode: 'later' as never, handler: () => undefined })).toThrow(

@@ -104,6 +104,9 @@ function binaryPayload(entry: RawEntry): string | undefined {
   return text !== undefined && Buffer.from(text, 'utf8').equals(bytes) ? undefined : bytes.toString('base64');
 }
 
+/** The fields a deferred retry keeps of its entry (the rest are not read by a member): at most 8 values, then `g` and `a`. */
+const DEFERRED_FIELDS: ReadonlySet<string> = new Set([ENTRY_FIELD.payload, ENTRY_FIELD.codec, ENTRY_FIELD.key, ENTRY_FIELD.headers]);
+
 /**
  * The shard-side operations of one member on one group: fencing, reading, acknowledging, taking over
  * pending work, dead-lettering. Every call touches keys of one shard's hash slot only (Cluster-safe),
@@ -259,7 +262,9 @@ export class ShardClient {
     const fields: (string | Buffer)[] = [];
     for (let i = 0; i + 1 < entry.fields.length; i += 2) {
       const name = entry.fields[i];
-      if (name === ENTRY_FIELD.deferredFor || name === ENTRY_FIELD.attempts) continue;
+      // Only the fields an entry is read by (entry-format.ts): an entry written by other code may
+      // carry any number more, and the release unpacks the fields it stores (SPEC 10.7).
+      if (!DEFERRED_FIELDS.has(name)) continue;
       // A binary payload's text is not its bytes: it is released with the bytes it was written with.
       fields.push(name, name === ENTRY_FIELD.payload && entry.payloadBytes !== undefined ? entry.payloadBytes : entry.fields[i + 1]);
     }

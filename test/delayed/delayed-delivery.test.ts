@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { CoordinatorAdmin, KeyBuilder, StreamProducer, type StreamMessage } from '@redis-stream-coordinator/core';
+import { CoordinatorAdmin, KeyBuilder, PartialBatchError, StreamProducer, type StreamMessage } from '@redis-stream-coordinator/core';
 import { ShardClient } from '../../packages/core/src/redis/shard-client';
 import type { KeyedPayload } from '../support/handler-recorder';
 import { memberFactory } from '../support/member-factory';
@@ -76,6 +76,30 @@ describe('delayed delivery: the producer', () => {
     expect(results[1].id).not.toBe(results[2].id);
     expect((await stored(streamPrefix)).stream.map((p) => p.seq)).toEqual([1, 4, 5]);
     expect((await stored(streamPrefix)).scheduled).toBe(2);
+  });
+
+  it("a schedule write that fails (WRONGTYPE) fails that entry and its key's later ones, not written; other keys land", async () => {
+    const streamPrefix = await aStream();
+    await redis.client().set(keys.shardSchedule(streamPrefix, 0), 'not a sorted set');
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    const failed = await producer
+      .sendBatch([
+        { key: 'a', payload: { seq: 1 }, delayMs: 60_000 },
+        { key: 'a', payload: { seq: 2 } },
+        { key: 'b', payload: { seq: 3 } },
+      ])
+      .catch((error: PartialBatchError) => error);
+    expect(failed).toBeInstanceOf(PartialBatchError);
+    const partial = failed as PartialBatchError;
+    expect(partial.failed.map((f) => [f.index, f.maybeWritten])).toEqual([
+      [0, false],
+      [1, false],
+    ]);
+    expect(partial.failed[0].error.message).toMatch(/WRONGTYPE/);
+    expect(partial.written.map((w) => w.index)).toEqual([2]);
+    const stream = await redis.client().xrange(keys.shardStream(streamPrefix, 0), '-', '+');
+    expect(stream.map(([, fields]) => fields[fields.indexOf('p') + 1])).toEqual(['{"seq":3}']);
+    expect(await redis.client().hlen(keys.shardScheduledEntries(streamPrefix, 0))).toBe(1); // the id counter only: nothing of the entry left
   });
 
   it('refuses a delay out of range, naming the option and the value, and writes nothing', async () => {

@@ -109,6 +109,13 @@ end
 -- One Redis time for every delayed entry of the call: the delays of one send are measured from one instant.
 local scriptNowMs = nowMs()
 local outcomes, errors, failedGroups, written = {}, {}, {}, 0
+-- An entry's write (to the stream or the schedule) failed with Redis' error `reply`: its order
+-- group's later entries are not attempted.
+local function failed(group, reply)
+  outcomes[#outcomes + 1] = 'E'
+  errors[#errors + 1] = (string.gsub(tostring(reply.err), '\n', ' '))
+  if group ~= '0' then failedGroups[group] = true end
+end
 local argc, i = #ARGV, 6
 while i <= argc do
   local group, dueSpec, n = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
@@ -124,9 +131,7 @@ while i <= argc do
       scheduled = scheduleEntry(KEYS[4], KEYS[5], 's' .. scheduled, dueMs, fields)
     end
     if type(scheduled) == 'table' then
-      outcomes[#outcomes + 1] = 'E'
-      errors[#errors + 1] = (string.gsub(tostring(scheduled.err), '\n', ' '))
-      if group ~= '0' then failedGroups[group] = true end
+      failed(group, scheduled)
     else
       outcomes[#outcomes + 1] = scheduled .. '@' .. string.format('%.0f', dueMs)
     end
@@ -142,9 +147,7 @@ while i <= argc do
       id = redis.pcall('XADD', unpack(args, 1, fixed + n))
     end
     if type(id) == 'table' then
-      outcomes[#outcomes + 1] = 'E'
-      errors[#errors + 1] = (string.gsub(tostring(id.err), '\n', ' '))
-      if group ~= '0' then failedGroups[group] = true end
+      failed(group, id)
     else
       outcomes[#outcomes + 1] = id
       written = written + 1

@@ -345,13 +345,16 @@ describe('on a Redis Cluster', () => {
         writes: keys.shardProducerWrites(streamPrefix, 0, 'test-producer'),
         writeSeq: 1,
         entries: [['p', '{"seq":1}']],
+        dues: [''],
         groups: [0],
+        schedule: keys.shardSchedule(streamPrefix, 0),
+        scheduledEntries: keys.shardScheduledEntries(streamPrefix, 0),
         wake: foreign,
       },
     ]);
     expect(outcome.status).toBe('applied');
     const written = await redis.client().xrange(keys.shardStream(streamPrefix, 0), '-', '+');
-    expect(outcome.status === 'applied' && outcome.results).toEqual(written.map(([id]) => id));
+    expect(outcome.status === 'applied' && outcome.results).toEqual(written.map(([id]) => ({ id })));
   });
 
   it("a producer keeps sending after its stream's coordinator slot moves to another master (its metadata read follows MOVED)", async () => {
@@ -419,6 +422,39 @@ describe('on a Redis Cluster', () => {
     await pollUntil('the second round handled', async () => seen.length === 24);
     expect(intact).toBe(true); // before the merge the Cluster reads fetched no bytes: every msgpack entry was undecodable
     expect(new Set(seen).size).toBe(24);
+  });
+
+  it('delayed entries and deferred retries wait in each shard slot schedules and come back, msgpack bytes intact, woken by their shard channel', async () => {
+    // docs/runtime.md, Delayed delivery and Deferred retries: every key of a release or deferral is
+    // in its shard's slot; the release publishes on the shard channel the polling members listen on.
+    const streamPrefix = uniqueName('cluster-delayed');
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 4 });
+    const bytes = Buffer.from([0x00, 0xff, 0xfe, 0x80, 0x0a]); // not UTF-8
+    const seen: { key: string | undefined; deliveryCount: number; intact: boolean }[] = [];
+    await aMember(redis.client(), {
+      streamPrefix,
+      retryMode: 'deferred',
+      retryBackoffMs: 300,
+      codecs: [msgpackCodec],
+      handler: (message) => {
+        const payload = message.payload as unknown as { bytes: Uint8Array };
+        seen.push({ key: message.key, deliveryCount: message.deliveryCount, intact: Buffer.from(payload.bytes).equals(bytes) });
+        if (message.key === 'fails-once' && message.deliveryCount === 1) throw new Error('once');
+      },
+    }).start();
+    const producer = new StreamProducer(redis.client(), { streamPrefix, codec: msgpackCodec });
+    const results = await producer.sendBatch([
+      ...Array.from({ length: 8 }, (_, k) => ({ key: `k${k}`, payload: { seq: k, bytes }, delayMs: 500 })),
+      { key: 'fails-once', payload: { seq: 8, bytes } },
+    ]);
+    expect(results.slice(0, 8).every((r) => r.dueAt !== undefined)).toBe(true);
+    await pollUntil('all handled, the failed one twice', async () => seen.length === 10, { timeoutMs: 20_000 });
+    expect(seen.every((s) => s.intact)).toBe(true);
+    expect(seen.filter((s) => s.key === 'fails-once').map((s) => s.deliveryCount)).toEqual([1, 2]);
+    for (let shard = 0; shard < 4; shard++) {
+      expect(await redis.client().zcard(keys.shardSchedule(streamPrefix, shard))).toBe(0);
+      expect(await redis.client().zcard(keys.shardDeferred(streamPrefix, shard, 'group'))).toBe(0);
+    }
   });
 
   it('goes on after a master fails: with waitForReplicas every send that resolved is handled', async () => {

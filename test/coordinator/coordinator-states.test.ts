@@ -155,6 +155,8 @@ describe('group state machine (SPEC 2.2), observed through describeGroup', () =>
         lag: 0,
         pending: 0,
         backlog: 0,
+        scheduled: 0,
+        deferred: 0,
       },
       {
         shardIndex: 1,
@@ -164,6 +166,8 @@ describe('group state machine (SPEC 2.2), observed through describeGroup', () =>
         lag: 0,
         pending: 0,
         backlog: 0,
+        scheduled: 0,
+        deferred: 0,
       },
     ]);
   });

@@ -69,6 +69,8 @@ export function optionEnds(client: Redis): Record<OptionRangeName, (value: numbe
     'producer.maxLenApprox': (v) => producer({ maxLenApprox: v }),
     'producer.metadataRefreshMs': (v) => producer({ metadataRefreshMs: v }),
     'producer.appendTimeoutMs': (v) => producer({ appendTimeoutMs: v }),
+    'producer.send.delayMs': (v) => producer({}).send({ payload: {}, delayMs: v }),
+    'producer.send.deliverAt': (v) => producer({}).send({ payload: {}, deliverAt: v }),
     'admin.resizeShards.graceMs': (v) => admin.resizeShards('no-such-stream', 2, { graceMs: v }),
     'admin.resizeShards.switchDelayMs': (v) => admin.resizeShards('no-such-stream', 2, { switchDelayMs: v }),
     'admin.readDeadLetters.count': (v) => admin.readDeadLetters('no-such-stream', 'g', { count: v }),

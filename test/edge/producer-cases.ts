@@ -53,6 +53,35 @@ export const PRODUCER_CASES: EdgeCase[] = [
   },
   {
     title:
+      'delayMs at its maximum and deliverAt at its furthest (365 days ahead; a Date holds more, refused at the call): scheduled with their due times, kept while a member releases what is due beside them',
+    covers: ['producer.send.delayMs', 'producer.send.deliverAt'],
+    tier: 'quick',
+    timeoutMs: 60_000,
+    run: async (env) => {
+      const streamPrefix = uniqueName('edge-delays');
+      await env.admin().createStream({ streamPrefix, shardCount: 1 });
+      const producer = new StreamProducer(env.redis.client(), { streamPrefix });
+      const furthest = Date.now() + maxOf('producer.send.delayMs');
+      await expect(producer.send({ payload: { seq: 0 }, deliverAt: maxOf('producer.send.deliverAt') })).rejects.toThrow(
+        'deliverAt must be at most 365 days ahead',
+      );
+      const [late, at, soon] = await producer.sendBatch([
+        { payload: { seq: 1 }, delayMs: maxOf('producer.send.delayMs') },
+        { payload: { seq: 2 }, deliverAt: furthest },
+        { payload: { seq: 3 }, delayMs: 1 },
+      ]);
+      expect(late.dueAt! - Date.now()).toBeGreaterThan(maxOf('producer.send.delayMs') - 60_000);
+      expect(at.dueAt).toBe(furthest);
+      expect(soon.dueAt).toBeDefined();
+      const handled = new Handled();
+      await env.member(streamPrefix, 'a', { handler: (message: StreamMessage<EdgePayload>) => handled.add(message) }).start();
+      // The short one released and handled: the member checked the schedule, and kept the far ones.
+      await pollUntil('the due entry handled', async () => handled.runs.size === 1, { timeoutMs: 30_000 });
+      expect(await env.redis.client().zcard(new KeyBuilder().shardSchedule(streamPrefix, 0))).toBe(2);
+    },
+  },
+  {
+    title:
       'waitForReplicas and ackWaitForReplicas asking for the most replicas, with none there: writes fail NotReplicatedError, acks are reported and stay',
     covers: ['replicaWait.replicas'],
     tier: 'quick',

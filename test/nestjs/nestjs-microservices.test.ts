@@ -189,6 +189,34 @@ describe("RedisStreamsServer: Nest's RPC pipeline applies", () => {
   });
 });
 
+describe('CoordinatorClientProxy: delayed events (docs/runtime.md, Delayed delivery)', () => {
+  it('emit() with a StreamRecord delayMs waits in the shard schedule and is handled once due; send() with a delay is refused', async () => {
+    const reminders = uniqueName('reminders');
+    const seen: { text: string; at: number }[] = [];
+
+    @Controller()
+    class RemindersController {
+      @EventPattern<string>(reminders)
+      on(@Payload() payload: { text: string }) {
+        seen.push({ text: payload.text, at: Date.now() });
+      }
+    }
+
+    const { keyPrefix } = await aMicroservice([RemindersController]);
+    const client = aClient(keyPrefix);
+    const sent = Date.now();
+    await lastValueFrom(client.emit(reminders, new StreamRecord({ text: 'later' }, { key: 'u1', delayMs: 800 })));
+    const keys = new KeyBuilder(keyPrefix);
+    const scheduled = await Promise.all([0, 1].map((shard) => redis.client().zcard(keys.shardSchedule(reminders, shard))));
+    expect(scheduled.reduce((a, b) => a + b, 0) + seen.length).toBe(1); // in a schedule (or, on a loaded machine, already handled)
+    await pollUntil('the delayed event handled', async () => seen.length === 1, { timeoutMs: 15_000 });
+    expect(seen[0].at - sent).toBeGreaterThanOrEqual(800 - 5); // the producer's clock against Redis': one machine here
+    await expect(lastValueFrom(client.send(reminders, new StreamRecord({ text: 'ask' }, { delayMs: 10 })))).rejects.toThrow(
+      'a request cannot be delayed',
+    );
+  });
+});
+
 describe('RedisStreamsServer + CoordinatorClientProxy: request/reply', () => {
   it('send() gets every value of a @MessagePattern handler, its RpcException as an error, through the per-client inbox', async () => {
     const prices = uniqueName('prices');

@@ -106,7 +106,7 @@ describe("the peer's example apps, on this transport", () => {
     });
     // Publishing the peer's message shape (the data beside its headers) fails at once, saying what is wrong.
     await expect(publisher.publish('users-created', { data: { name: 'x' }, correlationId: 'c-1' } as never)).rejects.toThrow(
-      'a message is { payload, key?, headers?, shardIndex? }: this one has no payload (its fields: data, correlationId)',
+      'a message is { payload, key?, headers?, shardIndex?, delayMs?, deliverAt? }: this one has no payload (its fields: data, correlationId)',
     );
 
     // Closing the client app deletes its inboxes.

@@ -165,12 +165,15 @@ describe('merged sends', () => {
         writes: keys.shardProducerWrites(streamPrefix, 0, 'test-producer'),
         writeSeq: 1,
         entries: [entry('a', 1), ['p', '{"seq":1}', 'k'], entry('a', 2), entry('b', 2), entry('c', 1)],
+        dues: ['', '', '', '', ''],
         groups: [1, 2, 1, 2, 3],
+        schedule: keys.shardSchedule(streamPrefix, 0),
+        scheduledEntries: keys.shardScheduledEntries(streamPrefix, 0),
       },
     ]);
     expect(outcome.status).toBe('applied');
     const results = outcome.status === 'applied' ? outcome.results : [];
-    expect(results.map((r) => (typeof r === 'string' ? 'id' : r === undefined ? 'not attempted' : r.message))).toEqual([
+    expect(results.map((r) => (r instanceof Error ? r.message : r === undefined ? 'not attempted' : 'id'))).toEqual([
       'id',
       expect.stringMatching(/wrong number of arguments/i),
       'id',
@@ -179,7 +182,7 @@ describe('merged sends', () => {
     ]);
     const stored = await storedEntries(streamPrefix, 1);
     expect(stored.map((s) => `${s.key}:${s.seq}`)).toEqual(['a:1', 'a:2', 'c:1']);
-    expect(stored.map((s) => s.id)).toEqual([results[0], results[2], results[4]]);
+    expect(stored.map((s) => s.id)).toEqual([results[0], results[2], results[4]].map((r) => (r as { id: string }).id));
   });
 
   it('a call accepted just before a switch writes every entry with an id below the switch, however long the call runs', async () => {
@@ -204,12 +207,17 @@ describe('merged sends', () => {
           writes: keys.shardProducerWrites(streamPrefix, 0, 'test-producer'),
           writeSeq: 1,
           entries: Array.from({ length: MAX_ENTRIES_PER_CALL }, (_, i) => ['p', `{"seq":${i}}`, 'k', `k${i}`]),
+          dues: new Array<string>(MAX_ENTRIES_PER_CALL).fill(''),
           groups: Array.from({ length: MAX_ENTRIES_PER_CALL }, (_, i) => i + 1),
+          schedule: keys.shardSchedule(streamPrefix, 0),
+          scheduledEntries: keys.shardScheduledEntries(streamPrefix, 0),
         },
       ]);
       if (outcome.status !== 'applied') continue; // checked after the switch: refused, nothing written
       applied += 1;
-      for (const result of outcome.results) if (typeof result === 'string' && Number(result.split('-')[0]) >= switchAt) late.push(result);
+      for (const result of outcome.results) {
+        if (result !== undefined && !(result instanceof Error) && Number(result.id.split('-')[0]) >= switchAt) late.push(result.id);
+      }
     }
     expect(applied).toBeGreaterThan(0);
     expect(late).toEqual([]);

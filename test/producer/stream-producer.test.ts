@@ -82,13 +82,13 @@ describe('StreamProducer', () => {
     const producer = new StreamProducer(redis.client(), { streamPrefix });
     const bare = { data: { name: 'tamim' }, correlationId: 'c-1' } as never;
     await expect(producer.send(bare)).rejects.toThrow(
-      'a message is { payload, key?, headers?, shardIndex? }: this one has no payload (its fields: data, correlationId); put the data in payload and string headers in headers',
+      'a message is { payload, key?, headers?, shardIndex?, delayMs?, deliverAt? }: this one has no payload (its fields: data, correlationId); put the data in payload and string headers in headers',
     );
     await expect(producer.send({ payload: 1, tenant: 'acme' } as never)).rejects.toThrow(
-      `a message is { payload, key?, headers?, shardIndex? }: "tenant" is not one of its fields; a header goes in headers: { "tenant": '…' }`,
+      `a message is { payload, key?, headers?, shardIndex?, delayMs?, deliverAt? }: "tenant" is not one of its fields; a header goes in headers: { "tenant": '…' }`,
     );
     await expect(producer.sendBatch([{ payload: 1 }, 'text' as never])).rejects.toThrow(
-      'a message is { payload, key?, headers?, shardIndex? }, got string',
+      'a message is { payload, key?, headers?, shardIndex?, delayMs?, deliverAt? }, got string',
     );
     expect(await redis.client().xlen(keys.shardStream(streamPrefix, 0))).toBe(0);
   });

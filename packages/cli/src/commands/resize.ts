@@ -9,7 +9,8 @@ function progress(status: GroupCutoverStatus): string {
   if (!status.cutover) return `group ${status.consumerGroup}: reads every shard`;
   if (status.completed) return `group ${status.consumerGroup}: cutover complete`;
   const waiting = (status.waitingFor ?? []).map(
-    (w) => `${w.shardIndex} (${[w.undelivered && 'undelivered', w.pending && 'pending'].filter(Boolean).join(', ')})`,
+    (w) =>
+      `${w.shardIndex} (${[w.undelivered && 'undelivered', w.pending && 'pending', w.scheduled && 'scheduled'].filter(Boolean).join(', ')})`,
   );
   return (
     `group ${status.consumerGroup}: cutover ${status.cutover.from} -> ${status.cutover.to} shards, grace ${duration(status.graceLeftMs)} left` +

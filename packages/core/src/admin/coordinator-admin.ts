@@ -264,7 +264,15 @@ export class CoordinatorAdmin {
     const groups = (await this.redis.smembers(this.keys.streamGroups(streamPrefix))).sort();
     for (const shard of removed) {
       for (const group of groups) {
-        const { lag, pending } = await shardStats(this.redis, this.keys, streamPrefix, shard, group);
+        const { lag, pending, scheduled, deferred } = await shardStats(this.redis, this.keys, streamPrefix, shard, group);
+        // Its schedules are released by an owner only: a removed shard has none any more (its drain waited for them).
+        if (scheduled + deferred > 0) {
+          throw toCoordinatorError(
+            ErrorCode.RESIZE_IN_PROGRESS,
+            `stream "${streamPrefix}": removed shard ${shard} still holds ${scheduled} delayed entr${scheduled === 1 ? 'y' : 'ies'} and ` +
+              `${deferred} deferred retr${deferred === 1 ? 'y' : 'ies'} of group ${group} not released; it is not deleted`,
+          );
+        }
         if (lag + pending > 0) {
           throw toCoordinatorError(
             ErrorCode.RESIZE_IN_PROGRESS,

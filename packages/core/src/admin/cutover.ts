@@ -56,6 +56,12 @@ export interface CutoverWait {
   undelivered: boolean;
   /** Entries up to the cutover point delivered and not yet acknowledged. */
   pending: boolean;
+  /**
+   * A shrink only: entries in the removed shard's schedule or the group's deferred retries on it,
+   * not released yet (docs/runtime.md, Delayed delivery): its drain waits for them, since a shard
+   * that left the readable set has no owner to release them.
+   */
+  scheduled?: boolean;
 }
 
 export interface CutoverProgress {
@@ -159,6 +165,9 @@ export async function cutoverProgress(
     return found ?? { lastDelivered: '0-0', pending: 0 };
   });
 
+  // A shrink's drain counts the removed shard's schedules too: the stream's delayed entries and the
+  // group's deferred retries are released into it by its owner, who has none once it is not readable.
+  const drained = cutover.waitUntil === 'drained';
   const probeResults = await execBySlot(
     redis,
     streams.map((stream, i) => ({
@@ -166,6 +175,10 @@ export async function cutoverProgress(
         pipeline.xrange(stream, `(${groups[i].lastDelivered}`, end(cutover.wait[i]), 'COUNT', 1);
         if (groups[i].pending > 0) pipeline.xpending(stream, consumerGroup, '-', end(cutover.wait[i]), 1);
         else pipeline.echo('');
+        if (drained) {
+          pipeline.zcard(keys.shardSchedule(streamPrefix, cutover.wait[i]));
+          pipeline.zcard(keys.shardDeferred(streamPrefix, cutover.wait[i], consumerGroup));
+        }
       },
     })),
   );
@@ -177,11 +190,15 @@ export async function cutoverProgress(
     });
   });
   const waitingFor: CutoverWait[] = [];
+  const perShard = drained ? 4 : 2;
   cutover.wait.forEach((shardIndex, i) => {
-    const undelivered = (probes[2 * i] as unknown[]).length > 0;
-    const pendingReply = probes[2 * i + 1];
+    const at = perShard * i;
+    const undelivered = (probes[at] as unknown[]).length > 0;
+    const pendingReply = probes[at + 1];
     const pending = Array.isArray(pendingReply) && pendingReply.length > 0;
-    if (undelivered || pending) waitingFor.push({ shardIndex, undelivered, pending });
+    const scheduled = drained && Number(probes[at + 2]) + Number(probes[at + 3]) > 0;
+    if (undelivered || pending || scheduled)
+      waitingFor.push(scheduled ? { shardIndex, undelivered, pending, scheduled } : { shardIndex, undelivered, pending });
   });
   const graceLeftMs = Math.max(0, cutover.until + 1 - now);
   return { ready: graceLeftMs === 0 && waitingFor.length === 0, graceLeftMs, waitingFor };

@@ -4,6 +4,9 @@ import { parseShardCsv } from '../redis/responses';
 export interface ShardStats {
   lag: number;
   pending: number;
+  /** Entries in the shard's schedule (delayed delivery) and the group's deferred retries on it. */
+  scheduled: number;
+  deferred: number;
 }
 
 /** The raw snapshot `describeGroup-14.lua` returns, as maps. */
@@ -99,7 +102,7 @@ export function toGroupDescription(s: GroupSnapshot): GroupDescription {
   const shards: ShardDescription[] = Array.from({ length: span }, (_, shardIndex) => {
     const owner = s.owners.get(String(shardIndex)) ?? null;
     const revoking = owner !== null && byId.get(owner)?.revoking.some((r) => r.shardIndex === shardIndex);
-    const stats = s.shardStats.get(shardIndex) ?? { lag: 0, pending: 0 };
+    const stats = s.shardStats.get(shardIndex) ?? { lag: 0, pending: 0, scheduled: 0, deferred: 0 };
     const readability = readable.has(shardIndex)
       ? shardIndex < shardCount
         ? 'readable'
@@ -112,8 +115,11 @@ export function toGroupDescription(s: GroupSnapshot): GroupDescription {
       readability,
       owner,
       state: owner === null ? 'UNOWNED' : revoking ? 'REVOKING' : 'OWNED',
-      ...stats,
+      lag: stats.lag,
+      pending: stats.pending,
       backlog: stats.lag + stats.pending,
+      scheduled: stats.scheduled,
+      deferred: stats.deferred,
     };
   });
 

@@ -5,7 +5,10 @@ import type { ShardStats } from './group-description';
 
 const LAG_PAGE = 1000;
 
-/** Lag and pending of the group on one shard stream (zero when the stream or group does not exist yet). */
+/**
+ * Lag and pending of the group on one shard stream (zero when the stream or group does not exist
+ * yet), and what waits in the shard's schedule and the group's deferred retries (SPEC 9.6).
+ */
 export async function shardStats(
   redis: RedisClient,
   keys: KeyBuilder,
@@ -13,6 +16,21 @@ export async function shardStats(
   shardIndex: number,
   consumerGroup: string,
 ): Promise<ShardStats> {
+  const [streamStats, scheduled, deferred] = await Promise.all([
+    streamStatsOf(redis, keys, streamPrefix, shardIndex, consumerGroup),
+    redis.zcard(keys.shardSchedule(streamPrefix, shardIndex)),
+    redis.zcard(keys.shardDeferred(streamPrefix, shardIndex, consumerGroup)),
+  ]);
+  return { ...streamStats, scheduled, deferred };
+}
+
+async function streamStatsOf(
+  redis: RedisClient,
+  keys: KeyBuilder,
+  streamPrefix: string,
+  shardIndex: number,
+  consumerGroup: string,
+): Promise<{ lag: number; pending: number }> {
   const stream = keys.shardStream(streamPrefix, shardIndex);
   let reply: unknown;
   try {

@@ -57,6 +57,8 @@ export class NackedError extends Error {
     message: string,
     /** The retry delay it asked for, if any. */
     readonly retryAfterMs: number | undefined,
+    /** `nack({ defer: true })`: the retry is deferred (docs/runtime.md, Deferred retries), not in place. */
+    readonly defer = false,
   ) {
     super(message);
     this.name = 'NackedError';

@@ -23,6 +23,7 @@ export interface BatchOptions {
 export interface ResolvedConsumptionOptions {
   lanes: number;
   ackMode: 'auto' | 'manual';
+  retryMode: 'in-place' | 'deferred';
   ackTimeoutMs: number;
   batch: Required<BatchOptions> | undefined;
 }
@@ -30,12 +31,13 @@ export interface ResolvedConsumptionOptions {
 interface ConsumptionInput {
   lanes?: unknown;
   ackMode?: unknown;
+  retryMode?: unknown;
   ackTimeoutMs?: unknown;
   batch?: unknown;
 }
 
 /**
- * Checks `lanes`, `ackMode`, `ackTimeoutMs` and `batch`, alone and together: a batch is one shard's
+ * Checks `lanes`, `ackMode`, `retryMode`, `ackTimeoutMs` and `batch`, alone and together: a batch is one shard's
  * entries in order, acknowledged as one, so it runs on no lanes and takes no manual acks.
  */
 export function resolveConsumptionOptions(options: ConsumptionInput): ResolvedConsumptionOptions {
@@ -48,6 +50,9 @@ export function resolveConsumptionOptions(options: ConsumptionInput): ResolvedCo
       `ackTimeoutMs (${JSON.stringify(options.ackTimeoutMs)}) applies to ackMode 'manual' only; ackMode is 'auto' (use handlerTimeoutMs)`,
     );
   }
+  const retryMode = options.retryMode ?? 'in-place';
+  if (retryMode !== 'in-place' && retryMode !== 'deferred')
+    throw new TypeError(`retryMode must be 'in-place' or 'deferred', got ${JSON.stringify(retryMode)}`);
   const ackTimeoutMs = options.ackTimeoutMs ?? 30_000;
   checkOption('member.ackTimeoutMs', ackTimeoutMs);
   let batch: Required<BatchOptions> | undefined;
@@ -66,6 +71,10 @@ export function resolveConsumptionOptions(options: ConsumptionInput): ResolvedCo
       throw new TypeError(
         "batch and ackMode 'manual' cannot be combined: a batch is acknowledged as one when its handler resolves (throw a BatchError to fail part of it)",
       );
+    if (retryMode === 'deferred')
+      throw new TypeError(
+        "batch and retryMode 'deferred' cannot be combined: a batch is retried as one, in place (docs/runtime.md, Deferred retries)",
+      );
   }
-  return { lanes: lanes as number, ackMode, ackTimeoutMs: ackTimeoutMs as number, batch };
+  return { lanes: lanes as number, ackMode, retryMode, ackTimeoutMs: ackTimeoutMs as number, batch };
 }

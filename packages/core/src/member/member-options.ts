@@ -157,6 +157,16 @@ export interface CoordinatedMemberSettings<T = unknown> {
    * entry of the shard (of the key, with lanes) waits until then, at most `ackTimeoutMs`.
    */
   ackMode?: 'auto' | 'manual';
+  /**
+   * How a failed entry is retried (docs/runtime.md, Deferred retries). 'in-place' (default): in
+   * memory, after its backoff, the shard's later entries (its key's, with lanes) waiting; a
+   * restart or a handoff starts its attempts over. 'deferred': acknowledged and put in the group's
+   * durable schedule of its shard in one fenced step, with its attempt count, and released into the
+   * shard stream after its backoff; the shard goes on with its other entries at once, and the
+   * attempts count on across restarts and handoffs (after `maxAttempts`, dead-lettered as usual).
+   * The entry's key's later entries do not wait for it. Not with `batch`.
+   */
+  retryMode?: 'in-place' | 'deferred';
   /** ackMode 'manual': an entry neither acked nor nacked this long after its handler started counts as failed. Default 30000 ms. */
   ackTimeoutMs?: number;
   /**

@@ -42,6 +42,8 @@ export interface ShardState {
   /** The last id of this shard this member has accounted for (read, or the group's position when it took the shard). */
   readCursor: string;
   lastSweepAt: number;
+  /** When its schedule is checked for due delayed entries next (ms since the epoch; read/schedule-release.ts). */
+  nextScheduleCheckAt: number;
   /**
    * True while the shard's sweeps collect entries (other consumers', then this member's untracked
    * ones): no handler starts on the shard meanwhile, since either part may find entries older than
@@ -118,10 +120,21 @@ export interface ClaimRefusedEvent {
   holder: string;
 }
 
+/** A deferred retry written (docs/runtime.md, Deferred retries): the attempts it has used, and when it is due (epoch ms, Redis' clock). */
+export interface DeferredEvent {
+  shardIndex: number;
+  id: string;
+  attempts: number;
+  dueAt: number;
+  reason: string;
+}
+
 export interface PollerEvents {
   error: [ShardError];
   /** An entry went to the dead-letter stream. */
   'dead-letter': [DeadLetterEvent];
+  /** A failed entry was acknowledged and put in the group's deferred schedule (retryMode 'deferred', `nack({ defer: true })`). */
+  deferred: [DeferredEvent];
   acknowledged: [AcknowledgedEvent];
   /**
    * A granted shard's claim was refused (a newer token is installed); the poller retries with
@@ -192,6 +205,7 @@ export class ShardSet {
       takeoverCursor: '0-0',
       readCursor: '0-0',
       lastSweepAt: Date.now(),
+      nextScheduleCheckAt: 0,
       sweeping: false,
       claimAttempts: 0,
       nextClaimAt: 0,

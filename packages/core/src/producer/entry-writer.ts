@@ -21,8 +21,13 @@ export interface ShardAppend {
   writeSeq: number;
   /** Field names and values; a binary codec's payload is bytes, stored as they are. */
   entries: (string | Buffer)[][];
+  /** Each entry's due time: '' now, '+<ms>' after the call's Redis time, '@<epoch ms>' (appendEntries-5.lua). */
+  dues: string[];
+  /** The shard's schedule and its entries' fields, where a delayed entry waits until it is due. */
+  schedule: string;
+  scheduledEntries: string;
   /**
-   * Each entry's order group in this call (appendEntries-3.lua): one number per key, 0 for an entry
+   * Each entry's order group in this call (appendEntries-5.lua): one number per key, 0 for an entry
    * without a key. After an entry fails, the later entries of its group are not attempted.
    */
   groups: number[];
@@ -31,12 +36,21 @@ export interface ShardAppend {
 }
 
 /**
- * What became of one entry of a call whose routing check passed: its id, Redis' error for its write,
- * or undefined when it was not attempted (an earlier entry of its order group failed).
+ * Where an entry of a call whose routing check passed is: its stream id, or for a delayed entry its
+ * schedule id and due time (Redis ms, `dueAt`).
  */
-export type EntryResult = string | Error | undefined;
+export interface EntryPlace {
+  id: string;
+  dueAt?: number;
+}
 
-/** What became of one call (appendEntries-3.lua). */
+/**
+ * What became of one entry of a call whose routing check passed: where it is, Redis' error for its
+ * write, or undefined when it was not attempted (an earlier entry of its order group failed).
+ */
+export type EntryResult = EntryPlace | Error | undefined;
+
+/** What became of one call (appendEntries-5.lua). */
 export type ShardAppendOutcome =
   /**
    * The shard takes writes with the routed count: `results` per entry, in order. `notReplicated`:
@@ -103,15 +117,15 @@ export async function appendToShards(
 }
 
 function scriptKeys(append: ShardAppend): string[] {
-  return [append.stream, append.routing, append.writes];
+  return [append.stream, append.routing, append.writes, append.schedule, append.scheduledEntries];
 }
 
 function scriptArgs(append: ShardAppend, routedCount: number, cap: string): (string | number | Buffer)[] {
   const args: (string | number | Buffer)[] = [append.shardIndex, routedCount, cap, append.writeSeq, append.wake ?? ''];
-  const { entries, groups } = append;
+  const { entries, dues, groups } = append;
   for (let e = 0; e < entries.length; e++) {
     const fields = entries[e];
-    args.push(groups[e], fields.length);
+    args.push(groups[e], dues[e], fields.length);
     for (let f = 0; f < fields.length; f++) args.push(fields[f]);
   }
   return args;
@@ -133,9 +147,15 @@ function outcomeOf(reply: unknown, entryCount: number): ShardAppendOutcome {
     const token = tokens[i];
     if (token === 'S') results[i] = undefined;
     else if (token === 'E') results[i] = new Error(lines[nextError++] ?? 'the write failed');
-    else results[i] = token;
+    else results[i] = placeOf(token);
   }
   return { status: 'applied', results };
+}
+
+/** An outcome token that is not a failure: a stream id, or 's<n>@<due ms>' for a scheduled entry. */
+function placeOf(token: string): EntryPlace {
+  const at = token.indexOf('@');
+  return at < 0 ? { id: token } : { id: token.slice(0, at), dueAt: Number(token.slice(at + 1)) };
 }
 
 /** A call's outcome once WAIT answered: as it was, or with the shortfall when WAIT counted too few replicas. */

@@ -43,6 +43,8 @@ interface PendingEntry {
   /** Its position in its unit's messages. */
   index: number;
   fields: (string | Buffer)[];
+  /** When it is due: '' now, '+<ms>' after the write's Redis time, '@<epoch ms>' (appendEntries-5.lua). */
+  due: string;
   key: string | undefined;
   /** The message's explicit shard, if any. */
   shardIndex: number | undefined;
@@ -63,6 +65,9 @@ export interface ShardKeys {
   stream: string;
   routing: string;
   writes: string;
+  /** The shard's schedule and its entries' fields (delayed entries wait there). */
+  schedule: string;
+  scheduledEntries: string;
   wake?: string;
 }
 
@@ -90,7 +95,7 @@ export interface SendMergerOptions {
  * - a failure is the failing entry's and its key's: the script skips the later entries of that key in
  *   the call, and the key's entries still queued here fail with it; other keys' entries go on;
  * - a call resent after a lost reply is answered from the shard's write log (one sequence number per
- *   call, appendEntries-3.lua): nothing is written twice.
+ *   call, appendEntries-5.lua): nothing is written twice.
  */
 export class SendMerger {
   /** Submitted, not yet routed, in submission order. */
@@ -123,14 +128,15 @@ export class SendMerger {
     private readonly options: SendMergerOptions,
   ) {}
 
-  /** Queues a unit's entries (their fields encoded, in order); they are written from the next tick on. */
-  add(unit: SendUnit, fields: (string | Buffer)[][]): void {
+  /** Queues a unit's entries (their fields encoded, and due times, in order); they are written from the next tick on. */
+  add(unit: SendUnit, fields: (string | Buffer)[][], dues: readonly string[]): void {
     unit.messages.forEach((message, index) => {
       this.waiting.push({
         seq: this.nextSeq++,
         unit,
         index,
         fields: fields[index],
+        due: dues[index],
         key: message.key,
         shardIndex: message.shardIndex,
         refusals: 0,
@@ -398,9 +404,11 @@ export class SendMerger {
     const groupOf = new Map<string, number>();
     const groups = new Array<number>(entries.length);
     const fields = new Array<(string | Buffer)[]>(entries.length);
+    const dues = new Array<string>(entries.length);
     for (let i = 0; i < entries.length; i++) {
       const { key } = entries[i];
       fields[i] = entries[i].fields;
+      dues[i] = entries[i].due;
       if (key === undefined) groups[i] = 0;
       else {
         let group = groupOf.get(key);
@@ -408,7 +416,7 @@ export class SendMerger {
         groups[i] = group;
       }
     }
-    return { shardIndex: shard, ...this.options.shardKeys(shard), writeSeq, entries: fields, groups };
+    return { shardIndex: shard, ...this.options.shardKeys(shard), writeSeq, entries: fields, dues, groups };
   }
 
   /** What a call's outcome means for each of its entries. */
@@ -418,9 +426,9 @@ export class SendMerger {
         entries.forEach((entry, i) => {
           const result = outcome.results[i];
           if (result === undefined) this.failEntry(entry, shard, notAttempted(shard), false);
-          else if (typeof result !== 'string') this.failEntry(entry, shard, result, false);
+          else if (result instanceof Error) this.failEntry(entry, shard, result, false);
           // On the master, not confirmed on replicas: the caller decides (a retry may write it twice).
-          else if (outcome.notReplicated) entry.unit.fail(entry.index, shard, outcome.notReplicated, true, result);
+          else if (outcome.notReplicated) entry.unit.fail(entry.index, shard, outcome.notReplicated, true, result.id);
           else entry.unit.wrote(entry.index, shard, result);
         });
         return;

@@ -3,7 +3,13 @@ import type { OutgoingMessage } from '../protocol/entry-format';
 /** Where an entry landed. */
 export interface SendResult {
   shardIndex: number;
+  /**
+   * Its id in the shard stream; for a delayed entry (`delayMs`, `deliverAt`) its id in the shard's
+   * schedule (`s<n>`): it gets a stream id when it is released, once due.
+   */
   id: string;
+  /** A delayed entry's due time (epoch ms, Redis' clock): it is in the shard's schedule until then. */
+  dueAt?: number;
 }
 
 /** An entry of a batch that is in its shard stream. */

@@ -1,4 +1,5 @@
 import type { OutgoingMessage } from '../protocol/entry-format';
+import type { EntryPlace } from './entry-writer';
 import type { PublishProbe } from '../telemetry/producer-telemetry';
 import { type FailedEntry, PartialBatchError, type SendResult, type WrittenEntry } from './send-results';
 
@@ -46,10 +47,11 @@ export class SendUnit<T = unknown> {
     return this.remaining <= 0;
   }
 
-  /** The entry at `index` landed on `shardIndex` with `id`. */
-  wrote(index: number, shardIndex: number, id: string): void {
+  /** The entry at `index` landed on `shardIndex` (in its stream, or in its schedule until `dueAt`). */
+  wrote(index: number, shardIndex: number, place: EntryPlace): void {
     if (this.remaining <= 0) return;
-    this.written[index] = { index, shardIndex, id };
+    this.written[index] =
+      place.dueAt === undefined ? { index, shardIndex, id: place.id } : { index, shardIndex, id: place.id, dueAt: place.dueAt };
     this.settled();
   }
 
@@ -73,7 +75,7 @@ export class SendUnit<T = unknown> {
   private settled(): void {
     if (--this.remaining > 0) return;
     if (this.failed.length === 0) {
-      const results = this.written.map((entry) => ({ shardIndex: entry!.shardIndex, id: entry!.id }));
+      const results = this.written.map((entry) => resultOf(entry!));
       this.probe?.end(results, 0);
       this.resolve(this.single ? results[0] : results);
       return;
@@ -88,4 +90,11 @@ export class SendUnit<T = unknown> {
     this.probe?.end(written, this.failed.length, error);
     this.reject(error);
   }
+}
+
+/** What a caller gets for a written entry: where it is, and a delayed one's due time. */
+function resultOf(entry: WrittenEntry): SendResult {
+  return entry.dueAt === undefined
+    ? { shardIndex: entry.shardIndex, id: entry.id }
+    : { shardIndex: entry.shardIndex, id: entry.id, dueAt: entry.dueAt };
 }

@@ -2,7 +2,7 @@ import { v7 as uuidv7 } from 'uuid';
 import { assertCodec } from '../protocol/codecs';
 import { encodeEntry, jsonCodec, type OutgoingMessage, type PayloadCodec } from '../protocol/entry-format';
 import { assertStreamPrefix } from '../protocol/names';
-import { checkOption } from '../protocol/option-ranges';
+import { checkOption, OPTION_RANGES } from '../protocol/option-ranges';
 import { assertReplicaWait, type ReplicaWait } from '../redis/connection/replica-wait';
 import { isCluster } from '../redis/connection/slot-pipelines';
 import { KeyBuilder } from '../redis/keys';
@@ -90,7 +90,7 @@ export class StreamProducer {
   /** The codec this producer writes with (its name goes into each entry). */
   readonly codec: PayloadCodec;
   /**
-   * This producer's identity in the shards' write logs (appendEntries-3.lua): a call the client
+   * This producer's identity in the shards' write logs (appendEntries-5.lua): a call the client
    * sends again after a lost reply is answered from the log, not written twice.
    */
   readonly producerId = uuidv7();
@@ -157,15 +157,17 @@ export class StreamProducer {
     const probe = this.telemetry?.start(messages.length);
     let unit: SendUnit<T>;
     let fields: (string | Buffer)[][];
+    let dues: string[];
     try {
       const outgoing = probe ? probe.inject(messages) : messages;
       fields = outgoing.map((message) => this.encode(message));
+      dues = messages.map(dueOf);
       unit = new SendUnit(messages, single, probe, this.routing.cached());
     } catch (error) {
       probe?.end([], messages.length, error);
       return Promise.reject(error);
     }
-    this.merger.add(unit as SendUnit, fields);
+    this.merger.add(unit as SendUnit, fields, dues);
     return unit.promise;
   }
 
@@ -183,6 +185,8 @@ export class StreamProducer {
         stream: this.keys.shardStream(this.options.streamPrefix, i),
         routing: this.keys.shardRouting(this.options.streamPrefix, i),
         writes: this.keys.shardProducerWrites(this.options.streamPrefix, i, this.producerId),
+        schedule: this.keys.shardSchedule(this.options.streamPrefix, i),
+        scheduledEntries: this.keys.shardScheduledEntries(this.options.streamPrefix, i),
         wake: isCluster(this.redis) ? this.keys.shardWakeChannel(this.options.streamPrefix, i) : undefined,
       });
     }
@@ -190,16 +194,48 @@ export class StreamProducer {
   }
 }
 
+/**
+ * When a message is due, as appendEntries-5.lua takes it: '' now, '+<ms>' after the write's Redis
+ * time (`delayMs`: Redis' clock, so the producer's clock does not matter), '@<epoch ms>'
+ * (`deliverAt`: a time the sender named, on its clock). Refuses a value out of its range, naming it.
+ */
+function dueOf(message: OutgoingMessage): string {
+  const { delayMs, deliverAt } = message;
+  if (delayMs !== undefined && deliverAt !== undefined) {
+    throw new TypeError(
+      `a message takes delayMs or deliverAt, not both (got delayMs ${JSON.stringify(delayMs)} and deliverAt ${String(deliverAt)})`,
+    );
+  }
+  if (delayMs !== undefined) {
+    const delay = checkOption('producer.send.delayMs', delayMs);
+    return delay === 0 ? '' : `+${delay}`;
+  }
+  if (deliverAt === undefined) return '';
+  const at = deliverAt instanceof Date ? deliverAt.getTime() : deliverAt;
+  if (!(deliverAt instanceof Date) && typeof deliverAt !== 'number') {
+    throw new TypeError(`deliverAt must be a Date or epoch milliseconds, got ${typeof deliverAt}`);
+  }
+  checkOption('producer.send.deliverAt', at);
+  // As far ahead as delayMs may reach, on the sender's clock (the only clock a named time can mean).
+  const latest = Date.now() + OPTION_RANGES['producer.send.delayMs'].max;
+  if (at > latest) {
+    throw new RangeError(
+      `deliverAt must be at most 365 days ahead (${new Date(latest).toISOString()} now), got ${at} (${new Date(at).toISOString()})`,
+    );
+  }
+  return `@${at}`;
+}
+
 /** The fields of an OutgoingMessage: anything else is a mistake (a header at the top level, `data` for `payload`). */
-const MESSAGE_FIELDS: readonly string[] = ['payload', 'key', 'headers', 'shardIndex'];
+const MESSAGE_FIELDS: readonly string[] = ['payload', 'key', 'headers', 'shardIndex', 'delayMs', 'deliverAt'];
 
 /**
- * Refuses a message that is not `{ payload, key?, headers?, shardIndex? }`, naming what is wrong,
+ * Refuses a message that is not `{ payload, key?, headers?, shardIndex?, delayMs?, deliverAt? }`, naming what is wrong,
  * where the codec would only say that `undefined` cannot be encoded: the usual slip is the bare
  * data (`{ data, correlationId }`, the shape other Redis Streams transports take).
  */
 function assertMessageShape(message: unknown): void {
-  const shape = 'a message is { payload, key?, headers?, shardIndex? }';
+  const shape = 'a message is { payload, key?, headers?, shardIndex?, delayMs?, deliverAt? }';
   if (message === null || typeof message !== 'object' || Array.isArray(message)) {
     throw new TypeError(`${shape}, got ${message === null ? 'null' : Array.isArray(message) ? 'an array' : typeof message}`);
   }

@@ -6,11 +6,34 @@ export { assertCodec, type BinaryCodec, type PayloadCodec, type TextCodec, jsonC
  * How an entry is laid out in a shard stream, shared by the producer and the member runtime.
  * Fields: `p` the encoded payload (required; bytes for a binary codec), `c` the name of the codec
  * that wrote it (absent in entries written before codecs were named: the reader's own codec then),
- * `k` the routing key (optional), `h` the headers as JSON (optional). Anything else in an entry is
+ * `k` the routing key (optional), `h` the headers as JSON (optional); a released deferred retry also
+ * `g` its group and `a` its attempts so far (see Deferral). Anything else in an entry is
  * ignored; an entry without `p` was not written by a producer of this library and goes to the
  * dead-letter stream.
  */
-export const ENTRY_FIELD = { payload: 'p', codec: 'c', key: 'k', headers: 'h' } as const;
+export const ENTRY_FIELD = { payload: 'p', codec: 'c', key: 'k', headers: 'h', deferredFor: 'g', attempts: 'a' } as const;
+
+/**
+ * A deferred retry as released into its shard stream (docs/runtime.md, Deferred retries): the group
+ * that deferred it (`g`) and the attempts it had used (`a`). Other groups acknowledge it unhandled;
+ * the deferring group's next attempt is `attempts + 1`.
+ */
+export interface Deferral {
+  consumerGroup: string;
+  attempts: number;
+}
+
+/** The deferral an entry carries, if it is a released deferred retry (fields `g` and `a`). */
+export function deferralOf(fields: readonly string[]): Deferral | undefined {
+  let consumerGroup: string | undefined;
+  let attempts = 0;
+  for (let i = 0; i + 1 < fields.length; i += 2) {
+    if (fields[i] === ENTRY_FIELD.deferredFor) consumerGroup = fields[i + 1];
+    else if (fields[i] === ENTRY_FIELD.attempts) attempts = Number(fields[i + 1]);
+  }
+  if (consumerGroup === undefined) return undefined;
+  return { consumerGroup, attempts: Number.isSafeInteger(attempts) && attempts > 0 ? attempts : 0 };
+}
 
 /**
  * A codec that writes stored payloads back as they are (dead-letter replay): it names, per payload,
@@ -58,10 +81,15 @@ export interface StreamMessage<T = unknown> {
   ack(): Promise<void>;
   /**
    * ackMode 'manual': the entry failed this attempt; it is retried in place (after `retryAfterMs`,
-   * default the member's retry backoff) or dead-lettered once `maxAttempts` are used. Rejects with an
-   * `AckRefusedError` like `ack()`.
+   * default the member's retry backoff) or dead-lettered once `maxAttempts` are used. `defer: true`
+   * (or the member's `retryMode: 'deferred'`) retries it deferred instead: acknowledged and put in
+   * the group's durable schedule in one fenced step, the shard going on at once (docs/runtime.md,
+   * Deferred retries). Rejects with an `AckRefusedError` like `ack()`.
+   *
+   * @example
+   * await message.nack({ retryAfterMs: 5 * 60_000, defer: true }); // try again in 5 minutes
    */
-  nack(options?: { retryAfterMs?: number; reason?: string }): Promise<void>;
+  nack(options?: { retryAfterMs?: number; reason?: string; defer?: boolean }): Promise<void>;
 }
 
 export interface OutgoingMessage<T = unknown> {
@@ -71,6 +99,20 @@ export interface OutgoingMessage<T = unknown> {
   headers?: Record<string, string>;
   /** Writes to this shard instead of routing by key. */
   shardIndex?: number;
+  /**
+   * Delayed delivery (docs/runtime.md, Delayed delivery): the entry waits this long (ms, measured
+   * on Redis' clock from its write) in its shard's schedule, durably, then enters the shard stream
+   * and takes its place in its key's order. 0 to 365 days; 0 writes it at once.
+   *
+   * @example
+   * await producer.send({ key: 'user-42', payload: reminder, delayMs: 60 * 60 * 1000 }); // in an hour
+   */
+  delayMs?: number;
+  /**
+   * Delayed delivery at a time (a Date or epoch ms, the sender's clock), at most 365 days ahead; a
+   * time already past writes the entry at once. Not with `delayMs`.
+   */
+  deliverAt?: Date | number;
 }
 
 export type DecodedEntry =

@@ -6,6 +6,8 @@ const HOUR_MS = 3_600_000;
 const SHARD_COUNT_MAX = 8192;
 /** The most masters of a test cluster (why: the `testing.cluster.masters` row). */
 const CLUSTER_MASTERS_MAX = 9;
+/** The largest time a Date holds (epoch ms): ECMAScript's time value range. */
+const MAX_DATE_MS = 8_640_000_000_000_000;
 
 /** The range of one numeric option: what its validation accepts, and where it is given. */
 export interface OptionRange {
@@ -212,6 +214,28 @@ export const OPTION_RANGES = {
     min: 1,
     max: HOUR_MS,
     appliesTo: ['StreamProducer metadataRefreshMs'],
+  },
+  'producer.send.delayMs': {
+    option: 'delayMs',
+    min: 0,
+    max: 365 * DAY_MS,
+    appliesTo: [
+      'StreamProducer send and sendBatch message delayMs',
+      'StreamPublisher publish delayMs',
+      'CoordinatorClientProxy emit delayMs (the message option)',
+    ],
+    why: "a delayed entry waits in its shard's schedule (docs/runtime.md, Delayed delivery): a year covers reminders and retries; the schedule is not a store of record for longer",
+  },
+  'producer.send.deliverAt': {
+    option: 'deliverAt',
+    min: 0,
+    max: MAX_DATE_MS,
+    appliesTo: [
+      "StreamProducer send and sendBatch message deliverAt (a Date or epoch ms; at most delayMs' maximum ahead of the sender's clock)",
+      'StreamPublisher publish deliverAt',
+      'CoordinatorClientProxy emit deliverAt (the message option)',
+    ],
+    why: "epoch ms, the largest a Date holds; a time more than 365 days ahead of the sender's clock (delayMs' maximum) is refused at the call",
   },
   'producer.appendTimeoutMs': { option: 'appendTimeoutMs', min: 1, max: HOUR_MS, appliesTo: ['StreamProducer appendTimeoutMs'] },
   'admin.resizeShards.graceMs': {

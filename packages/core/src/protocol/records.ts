@@ -99,6 +99,10 @@ export interface ShardDescription {
   lag: number;
   /** Entries delivered to the group and not yet acknowledged. */
   pending: number;
+  /** Delayed entries in the shard's schedule, not due (or not released) yet: every group's (docs/runtime.md, Delayed delivery). */
+  scheduled: number;
+  /** The group's deferred retries on the shard, waiting for their due time (docs/runtime.md, Deferred retries). */
+  deferred: number;
 }
 
 export interface GroupDescription {

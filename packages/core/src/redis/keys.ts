@@ -111,7 +111,7 @@ export class KeyBuilder {
 
   /**
    * The shard channel (sharded pub/sub, SSUBSCRIBE) on which a write to the shard wakes the members
-   * polling it on a Redis Cluster (appendEntries-3.lua), in the same slot as the shard stream.
+   * polling it on a Redis Cluster (appendEntries-5.lua), in the same slot as the shard stream.
    */
   shardWakeChannel(streamPrefix: string, shardIndex: number): string {
     return `${this.shardStream(streamPrefix, shardIndex)}:wake`;
@@ -124,7 +124,7 @@ export class KeyBuilder {
 
   /**
    * A shard's routing marker (the shard count in effect from when), in the shard stream's slot, so
-   * that a producer's write checks it atomically (appendEntries-3.lua). Kept when a drained shard is
+   * that a producer's write checks it atomically (appendEntries-5.lua). Kept when a drained shard is
    * deleted: it is what refuses late writes to it.
    */
   shardRouting(streamPrefix: string, shardIndex: number): string {
@@ -132,7 +132,36 @@ export class KeyBuilder {
   }
 
   /**
-   * One producer's write log on one shard (appendEntries-3.lua), in the shard stream's slot: a write
+   * A shard's schedule (docs/runtime.md, Delayed delivery): delayed entries by due time (sorted set,
+   * score = due time in Redis ms), in the shard stream's slot, so that a producer's write schedules
+   * one (appendEntries-5.lua) and an owner's release moves it into the stream (releaseDue-6.lua)
+   * atomically with the stream. Every group sees a released entry: the schedule is the stream's.
+   */
+  shardSchedule(streamPrefix: string, shardIndex: number): string {
+    return `${this.shardStream(streamPrefix, shardIndex)}:schedule`;
+  }
+
+  /** The fields of the entries in a shard's schedule (hash: schedule id -> fields; includes/schedule.lua), beside it. */
+  shardScheduledEntries(streamPrefix: string, shardIndex: number): string {
+    return `${this.shardSchedule(streamPrefix, shardIndex)}:entries`;
+  }
+
+  /**
+   * One group's deferred retries on a shard (docs/runtime.md, Deferred retries): entries its members
+   * acknowledged and put off (deferFenced-4.lua), by due time, in the shard stream's slot. A
+   * deferral is the group's own: other groups never see it in their schedules.
+   */
+  shardDeferred(streamPrefix: string, shardIndex: number, consumerGroup: string): string {
+    return `${this.shardStream(streamPrefix, shardIndex)}:deferred:${assertConsumerGroup(consumerGroup)}`;
+  }
+
+  /** The fields of a group's deferred entries on a shard (hash: entry id -> fields), beside them. */
+  shardDeferredEntries(streamPrefix: string, shardIndex: number, consumerGroup: string): string {
+    return `${this.shardDeferred(streamPrefix, shardIndex, consumerGroup)}:entries`;
+  }
+
+  /**
+   * One producer's write log on one shard (appendEntries-5.lua), in the shard stream's slot: a write
    * whose reply was lost and that the client sends again is answered from it instead of written twice.
    */
   shardProducerWrites(streamPrefix: string, shardIndex: number, producerId: string): string {

@@ -104,6 +104,9 @@ function binaryPayload(entry: RawEntry): string | undefined {
   return text !== undefined && Buffer.from(text, 'utf8').equals(bytes) ? undefined : bytes.toString('base64');
 }
 
+/** The fields a deferred retry keeps of its entry (the rest are not read by a member): at most 8 values, then `g` and `a`. */
+const DEFERRED_FIELDS: ReadonlySet<string> = new Set([ENTRY_FIELD.payload, ENTRY_FIELD.codec, ENTRY_FIELD.key, ENTRY_FIELD.headers]);
+
 /**
  * The shard-side operations of one member on one group: fencing, reading, acknowledging, taking over
  * pending work, dead-lettering. Every call touches keys of one shard's hash slot only (Cluster-safe),
@@ -220,6 +223,65 @@ export class ShardClient {
       this.keysOf.set(shardIndex, keys);
     }
     return keys;
+  }
+
+  /**
+   * Moves up to `count` due entries of the shard's schedule, and of this group's deferred retries on
+   * it, into its stream (releaseDue-6.lua),
+   * under this member's fencing token: how many moved and how long until the next is due (0: more
+   * are due now; -1: the schedule is empty), or null when the shard has a newer owner (nothing moved).
+   */
+  async releaseDue(shardIndex: number, grantEpoch: number, count: number): Promise<{ released: number; nextDueInMs: number } | null> {
+    const [stream, fence] = this.shardKeys(shardIndex);
+    const reply = (await runScript(
+      this.redis,
+      'releaseDue',
+      [
+        stream,
+        fence,
+        this.keys.shardSchedule(this.streamPrefix, shardIndex),
+        this.keys.shardScheduledEntries(this.streamPrefix, shardIndex),
+        this.keys.shardDeferred(this.streamPrefix, shardIndex, this.consumerGroup),
+        this.keys.shardDeferredEntries(this.streamPrefix, shardIndex, this.consumerGroup),
+      ],
+      [this.token(grantEpoch), count, isCluster(this.redis) ? this.wakeChannel(shardIndex) : ''],
+    )) as number[];
+    if (Number(reply[0]) === -1) return null;
+    return { released: Number(reply[0]), nextDueInMs: Number(reply[1]) };
+  }
+
+  /**
+   * A deferred retry (deferFenced-4.lua): acknowledges the entry and schedules it in this group's
+   * deferred schedule of the shard, `delayMs` from Redis' now, with `attempts` (the attempts it has
+   * used) and the group in its fields, under this member's fencing token. The due time (Redis ms);
+   * '' when the entry was no longer pending (a resent call whose first run landed); null when the
+   * shard has a newer owner (nothing scheduled, nothing acknowledged).
+   */
+  async defer(shardIndex: number, grantEpoch: number, entry: RawEntry, attempts: number, delayMs: number): Promise<number | '' | null> {
+    const [stream, fence] = this.shardKeys(shardIndex);
+    const fields: (string | Buffer)[] = [];
+    for (let i = 0; i + 1 < entry.fields.length; i += 2) {
+      const name = entry.fields[i];
+      // Only the fields an entry is read by (entry-format.ts): an entry written by other code may
+      // carry any number more, and the release unpacks the fields it stores (SPEC 10.7).
+      if (!DEFERRED_FIELDS.has(name)) continue;
+      // A binary payload's text is not its bytes: it is released with the bytes it was written with.
+      fields.push(name, name === ENTRY_FIELD.payload && entry.payloadBytes !== undefined ? entry.payloadBytes : entry.fields[i + 1]);
+    }
+    fields.push(ENTRY_FIELD.deferredFor, this.consumerGroup, ENTRY_FIELD.attempts, String(attempts));
+    const reply = await runScript(
+      this.redis,
+      'deferFenced',
+      [
+        stream,
+        fence,
+        this.keys.shardDeferred(this.streamPrefix, shardIndex, this.consumerGroup),
+        this.keys.shardDeferredEntries(this.streamPrefix, shardIndex, this.consumerGroup),
+      ],
+      [this.consumerGroup, this.token(grantEpoch), entry.id, delayMs, ...fields],
+    );
+    if (Number(reply) === -1) return null;
+    return reply === '' ? '' : Number(reply);
   }
 
   /**

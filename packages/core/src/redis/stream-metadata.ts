@@ -11,7 +11,7 @@ import { execBySlot } from './connection/slot-pipelines';
  * producer given `shardCount` that find the metadata gone (e.g. after Redis lost its keys).
  *
  * Then ensures every shard's routing marker from the metadata (a second step: the markers live in
- * the shards' slots). A shard without a marker takes no writes (appendEntries-3.lua), which is what
+ * the shards' slots). A shard without a marker takes no writes (appendEntries-5.lua), which is what
  * keeps a producer whose cached count predates a loss of every key from writing with it. When the
  * markers cannot be written this throws, and calling it again (it is idempotent) finishes the job;
  * until then a producer that meets a shard without marker ensures them itself.

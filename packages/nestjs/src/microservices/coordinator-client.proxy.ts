@@ -249,6 +249,11 @@ export class CoordinatorClientProxy extends ClientProxy {
     void (async () => {
       const inbox = await this.ensureInbox();
       const message = this.outgoing(pattern, partialPacket.data);
+      if (message.delayMs !== undefined || message.deliverAt !== undefined) {
+        throw new TypeError(
+          `CoordinatorClientProxy.send to "${pattern}": a request cannot be delayed (its reply waits timeoutMs at most); emit it, with delayMs or deliverAt in its StreamRecord`,
+        );
+      }
       message.headers = {
         ...message.headers,
         [REPLY_TO_HEADER]: inbox.key,
@@ -289,6 +294,9 @@ export class CoordinatorClientProxy extends ClientProxy {
         key: data.options.key ?? this.options.key?.(data.payload, pattern),
         headers: { ...data.options.headers },
         shardIndex: data.options.shardIndex,
+        // Delayed delivery (an emit only: a request's reply could not wait that long).
+        ...(data.options.delayMs === undefined ? {} : { delayMs: data.options.delayMs }),
+        ...(data.options.deliverAt === undefined ? {} : { deliverAt: data.options.deliverAt }),
       };
     }
     return { payload: data, key: this.options.key?.(data, pattern) };

@@ -5,6 +5,13 @@ export interface StreamRecordOptions {
   headers?: Record<string, string>;
   /** Writes to this shard instead of routing by key. */
   shardIndex?: number;
+  /**
+   * `emit` only: delayed delivery (docs/runtime.md, Delayed delivery), as the producer's message
+   * option: the entry enters its stream this many ms later (0 to 365 days, Redis' clock).
+   */
+  delayMs?: number;
+  /** `emit` only: delayed delivery at this time (a Date or epoch ms, at most 365 days ahead). */
+  deliverAt?: Date | number;
 }
 
 /**
@@ -14,6 +21,7 @@ export interface StreamRecordOptions {
  *
  * @example
  * this.client.emit('orders', new StreamRecord(order, { key: order.customerId, headers: { tenant: 'acme' } }));
+ * this.client.emit('reminders', new StreamRecord(reminder, { key: userId, delayMs: 60 * 60 * 1000 })); // in an hour
  */
 export class StreamRecord<T = unknown> {
   constructor(

@@ -42,8 +42,20 @@ export class AttemptPolicy {
    */
   backoff(state: ShardState, attempt: number, error: unknown): Promise<boolean> {
     this.options.telemetry?.retried();
+    return sleep(this.delayOf(attempt, error), state.released.signal);
+  }
+
+  /**
+   * Whether the retry after a failed attempt is deferred (docs/runtime.md, Deferred retries): the
+   * member's `retryMode: 'deferred'`, or a manual `nack({ defer: true })`.
+   */
+  defers(error: unknown): boolean {
+    return this.options.retryMode === 'deferred' || (error instanceof NackedError && error.defer);
+  }
+
+  /** The delay before attempt `attempt + 1`: a nack's `retryAfterMs`, else the member's backoff. */
+  delayOf(attempt: number, error: unknown): number {
     const asked = error instanceof NackedError ? error.retryAfterMs : undefined;
-    const delay = asked ?? retryDelayMs(attempt, this.options.retryBackoffMs, this.options.retryBackoffMaxMs);
-    return sleep(delay, state.released.signal);
+    return asked ?? retryDelayMs(attempt, this.options.retryBackoffMs, this.options.retryBackoffMaxMs);
   }
 }

@@ -1,5 +1,5 @@
 import type { EventEmitter } from 'node:events';
-import type { StreamMessage } from '../../protocol/entry-format';
+import { deferralOf, type StreamMessage } from '../../protocol/entry-format';
 import type { ShardClient } from '../../redis/shard-client';
 import {
   AckRefusedError,
@@ -16,6 +16,7 @@ import { AttemptPolicy } from './attempt-policy';
 import { BatchRunner } from './batch-runner';
 import { CallSignal } from './call-signal';
 import { DeadLetterWriter, failureReason, isThenable } from './dead-letter-writer';
+import { DeferralWriter } from './deferral-writer';
 import { checkEntry, type DecodedPayload, type EntryCheck } from './entry-check';
 import { HandlerMessage } from './handler-message';
 import { ManualSettlement } from './manual-ack';
@@ -28,7 +29,9 @@ import type { Workers } from './workers';
  * - nothing is dropped: an entry ends acknowledged, dead-lettered (fenced, with its ack), or pending
  *   for the shard's next owner when the shard is released first (SPEC 5 handler failure, 9.2);
  * - a retry runs in place, after its backoff: the work keeps its lane all along, so its shard's
- *   (its key's) later entries wait (SPEC 5 order);
+ *   (its key's) later entries wait (SPEC 5 order); or, deferred (`retryMode: 'deferred'`,
+ *   `nack({ defer: true })`), the entry is acknowledged and scheduled in one fenced step and the
+ *   lane is free at once (docs/runtime.md, Deferred retries);
  * - it holds a worker only while a handler call runs: it gives it back for a backoff or a
  *   dead-letter write, and asks the dispatcher for one before the next call (SPEC 10.8);
  * - a call past `handlerTimeoutMs` (`ackTimeoutMs`, manual acks) fails its attempt, its signal
@@ -38,6 +41,7 @@ import type { Workers } from './workers';
 export class AttemptSequence {
   private readonly policy: AttemptPolicy;
   private readonly deadLetters: DeadLetterWriter;
+  private readonly deferrals: DeferralWriter;
   private readonly batches: BatchRunner | undefined;
   /** ackMode 'manual': acks and nacks refused (`stats().refusedAcks`). */
   refusedAcks = 0;
@@ -52,6 +56,7 @@ export class AttemptSequence {
   ) {
     this.policy = new AttemptPolicy(events, options);
     this.deadLetters = new DeadLetterWriter(shards, client, events, options);
+    this.deferrals = new DeferralWriter(shards, client, events, options);
     if (options.batch)
       this.batches = new BatchRunner(
         acks,
@@ -75,14 +80,22 @@ export class AttemptSequence {
 
   /** Handles one entry; returns undefined when it completed synchronously (its worker still held), else a promise. */
   runEntry(state: ShardState, work: Work, queued: QueuedEntry): Promise<void> | undefined {
+    // A released deferred retry is its group's alone: another group acknowledges it unhandled; the
+    // deferring group's attempts go on from the count it carries (docs/runtime.md, Deferred retries).
+    const deferral = deferralOf(queued.entry.fields);
+    if (deferral !== undefined && deferral.consumerGroup !== this.options.consumerGroup) {
+      this.acks.queue(state, queued.entry.id);
+      return undefined;
+    }
+    const used = deferral?.attempts ?? 0;
     const checked = checkEntry(queued.entry, this.options);
-    if (!(checked instanceof Promise)) return this.checked(state, work, queued, checked);
+    if (!(checked instanceof Promise)) return this.checked(state, work, queued, checked, used);
     return checked.then(async (result) => {
       // Paused or the lease unsafe while an asynchronous schema ran: the handler waits for a worker, as a retry does.
       if (result.ok && !(await this.workers.acquire(state, work))) return undefined;
       // An asynchronous schema answered after the shard was released: the entry stays pending for its next owner.
       if (state.released.signal.aborted) return undefined;
-      return this.checked(state, work, queued, result);
+      return this.checked(state, work, queued, result, used);
     });
   }
 
@@ -90,8 +103,8 @@ export class AttemptSequence {
    * A decoded, valid entry runs; an undecodable or invalid one is dead-lettered at once (a retry
    * would not change it), holding only its lane (its key, with lanes) until the letter is written.
    */
-  private checked(state: ShardState, work: Work, queued: QueuedEntry, checked: EntryCheck): Promise<void> | undefined {
-    if (checked.ok) return this.attempt(state, work, queued, checked.decoded, 1);
+  private checked(state: ShardState, work: Work, queued: QueuedEntry, checked: EntryCheck, used: number): Promise<void> | undefined {
+    if (checked.ok) return this.attempt(state, work, queued, checked.decoded, used + 1);
     this.workers.release(state, work);
     return this.deadLetters
       .write(state, queued.entry, { cause: checked.cause, reason: checked.reason, attempts: 0, error: undefined, message: undefined })
@@ -257,6 +270,12 @@ export class AttemptSequence {
       return;
     }
     if (attempt < this.options.maxAttempts) {
+      // Deferred: acknowledged and scheduled in one fenced step; the lane is free once it is written.
+      if (this.policy.defers(error)) {
+        this.options.telemetry?.retried();
+        await this.deferrals.defer(state, queued.entry, attempt, this.policy.delayOf(attempt, error), reason);
+        return;
+      }
       if (!(await this.policy.backoff(state, attempt, error))) return;
       if (!(await this.workers.acquire(state, work))) return;
       return this.attempt(state, work, queued, decoded, attempt + 1);

@@ -1,4 +1,4 @@
-import type { StreamMessage } from '../../protocol/entry-format';
+import { deferralOf, type StreamMessage } from '../../protocol/entry-format';
 import type { AckBatcher } from './ack-batcher';
 import type { AttemptPolicy } from './attempt-policy';
 import { CallSignal } from './call-signal';
@@ -54,6 +54,12 @@ export class BatchRunner {
   async run(state: ShardState, work: Work, taken: QueuedEntry[]): Promise<void> {
     let pending: BatchEntry[] = [];
     for (const [i, queued] of taken.entries()) {
+      // Another group's released deferred retry is acknowledged unhandled (docs/runtime.md, Deferred retries).
+      const deferral = deferralOf(queued.entry.fields);
+      if (deferral !== undefined && deferral.consumerGroup !== this.options.consumerGroup) {
+        this.acks.queue(state, queued.entry.id);
+        continue;
+      }
       // Each entry is decoded with the codec it names and checked against the schema on its own.
       const maybe = checkEntry(queued.entry, this.options);
       const checked = maybe instanceof Promise ? await maybe : maybe;

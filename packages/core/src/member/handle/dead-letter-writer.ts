@@ -2,14 +2,10 @@ import { ShardError } from '../consumption-errors';
 import type { EventEmitter } from 'node:events';
 import type { StreamMessage } from '../../protocol/entry-format';
 import type { RawEntry, ShardClient } from '../../redis/shard-client';
-import { sleep, withTimeout } from '../abortable-sleep';
 import { DEAD_LETTER_STACK_MAX_CHARS, type DeadLetterCause, type DeadLetterNotice } from './dead-letter-options';
-import { commandCallTimeoutMs, type ResolvedMemberOptions, retryDelayMs } from '../member-options';
+import type { ResolvedMemberOptions } from '../member-options';
+import { sideWriteWhileOwned } from './fenced-side-write';
 import { type PollerEvents, type ShardSet, type ShardState } from '../shard-state';
-
-/** Backoff of a dead-letter write that failed: from this, doubling, up to the max. */
-const DEAD_LETTER_RETRY_MS = 100;
-const DEAD_LETTER_RETRY_MAX_MS = 5000;
 
 /** Why an entry is dead-lettered, and what the handler saw (undefined for an entry that could not be decoded). */
 export interface DeadLetterFailure {
@@ -53,67 +49,36 @@ export class DeadLetterWriter {
     const { stream: destination, maxLen } = this.options.deadLetter;
     const { cause, reason, attempts } = letter;
     const stack = this.options.deadLetter.includeStack ? stackOf(letter.error) : undefined;
-    // One line per entry: with lanes, several keys' letters may fail at once, and one written must
-    // not clear another's line.
-    const problem = `dead-letter ${entry.id}`;
-    for (let attempt = 1; !state.released.signal.aborted; attempt++) {
-      let written: string | null;
-      try {
-        // Bounded: on a connection that stopped answering the shard would wait for good, silently. A
-        // late first run is harmless: the entry is then no longer pending, and the retry writes nothing.
-        written = await withTimeout(
-          this.client.deadLetter(state.index, state.grantEpoch, entry, { destination, maxLen, error: reason, attempts, cause, stack }),
-          commandCallTimeoutMs(this.options),
-        );
-      } catch (error) {
-        const message = `shard ${state.index}: writing the dead letter of ${entry.id} failed (try ${attempt}): ${(error as Error).message}; later entries of the shard wait`;
-        state.problems.set(problem, message);
-        this.events.emit('error', new ShardError(`${message}, retrying`, state.index, error));
-        await sleep(retryDelayMs(attempt, DEAD_LETTER_RETRY_MS, DEAD_LETTER_RETRY_MAX_MS), state.released.signal);
-        continue;
-      }
-      state.problems.delete(problem);
-      this.events.emit('acknowledged', {
-        shardIndex: state.index,
-        grantEpoch: state.grantEpoch,
-        ids: [entry.id],
-        accepted: written !== null,
-      });
-      if (written === null) {
-        this.events.emit(
-          'error',
-          new ShardError(
-            `shard ${state.index}: dead letter of ${entry.id} refused, the shard has a new owner; it decides about the entry`,
-            state.index,
-          ),
-        );
-        this.shards.lose(state, `shard ${state.index} has a newer owner (its fencing token refused the dead letter of ${entry.id})`);
-        return false;
-      }
-      this.events.emit('dead-letter', {
-        shardIndex: state.index,
-        id: entry.id,
-        reason,
-        attempts,
-        cause,
-        deadLetterId: written,
-        destination,
-      });
-      this.notify(state, {
-        shardIndex: state.index,
-        entryId: entry.id,
-        deadLetterId: written,
-        ref: written === '' ? '' : `${state.index}/${written}`,
-        destination,
-        cause,
-        reason,
-        attempts,
-        error: letter.error,
-        message: letter.message,
-      });
-      return true;
-    }
-    return false;
+    const written = await sideWriteWhileOwned(this.shards, this.events, this.options, state, entry.id, {
+      problem: `dead-letter ${entry.id}`,
+      doing: `writing the dead letter of ${entry.id}`,
+      refused: `dead letter of ${entry.id}`,
+      call: () =>
+        this.client.deadLetter(state.index, state.grantEpoch, entry, { destination, maxLen, error: reason, attempts, cause, stack }),
+    });
+    if (written === null || written === undefined) return false;
+    this.events.emit('dead-letter', {
+      shardIndex: state.index,
+      id: entry.id,
+      reason,
+      attempts,
+      cause,
+      deadLetterId: written,
+      destination,
+    });
+    this.notify(state, {
+      shardIndex: state.index,
+      entryId: entry.id,
+      deadLetterId: written,
+      ref: written === '' ? '' : `${state.index}/${written}`,
+      destination,
+      cause,
+      reason,
+      attempts,
+      error: letter.error,
+      message: letter.message,
+    });
+    return true;
   }
 
   /**

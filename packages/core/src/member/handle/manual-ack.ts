@@ -53,8 +53,11 @@ export class ManualSettlement {
     return landed;
   };
 
-  readonly nack = (options?: { retryAfterMs?: number; reason?: string }): Promise<void> => {
+  readonly nack = (options?: { retryAfterMs?: number; reason?: string; defer?: boolean }): Promise<void> => {
     const retryAfterMs = options?.retryAfterMs;
+    if (options?.defer !== undefined && typeof options.defer !== 'boolean') {
+      return Promise.reject(new TypeError(`nack: defer must be a boolean, got ${JSON.stringify(options.defer)}`));
+    }
     try {
       if (retryAfterMs !== undefined) checkOption('member.nack.retryAfterMs', retryAfterMs, { label: 'nack: retryAfterMs' });
     } catch (error) {
@@ -62,7 +65,7 @@ export class ManualSettlement {
     }
     const refused = this.refusal('nack');
     if (refused) return Promise.reject(refused);
-    this.close('settled', new NackedError(options?.reason ?? `entry ${this.entryId} was nacked`, retryAfterMs));
+    this.close('settled', new NackedError(options?.reason ?? `entry ${this.entryId} was nacked`, retryAfterMs, options?.defer === true));
     return Promise.resolve();
   };
 

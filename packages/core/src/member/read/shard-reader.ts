@@ -8,6 +8,7 @@ import type { AckBatcher } from '../handle/ack-batcher';
 import { ClusterPolling, type PolledTransport } from './cluster-polling';
 import { commandCallTimeoutMs, type ResolvedMemberOptions } from '../member-options';
 import { fewestQueued } from './read-turns';
+import { ScheduleRelease } from './schedule-release';
 import { backOffShard, ShardRecovery, setBackShard } from './shard-recovery';
 import { forShardsSideBySide } from './shards-side-by-side';
 import { type PollerEvents, type ShardSet, type ShardState } from '../shard-state';
@@ -54,6 +55,8 @@ export class ShardReader implements HubReader {
   readonly wakeup = new Wakeup();
   private currentRead: { shards: Set<number>; done: Promise<unknown>; mode: ReadMode } | undefined;
   private readonly recovery: ShardRecovery;
+  /** Delayed delivery: moves the owned shards' due scheduled entries into their streams, each loop turn. */
+  private readonly schedules: ScheduleRelease;
   /** Cluster: per-shard reads, their pauses and wake channels. */
   private readonly polling: ClusterPolling;
   /** Shared mode: shards read to the end by their last read; the doorbell watches them (from the id given). */
@@ -90,6 +93,7 @@ export class ShardReader implements HubReader {
     private readonly dispatch: () => void,
   ) {
     this.recovery = new ShardRecovery(shards, client, acks, events, options);
+    this.schedules = new ScheduleRelease(shards, client, events, options);
     this.polling = new ClusterPolling(
       shards,
       client,
@@ -316,6 +320,8 @@ export class ShardReader implements HubReader {
         }
         await this.recovery.takeOverPending();
         await this.recovery.sweep();
+        // Before the read: what it releases is read in this turn (the stream is where every group reads it).
+        await this.schedules.releaseDue();
         this.dispatch();
         const sharing = this.sharing();
         const refillAt = this.refillAt();
@@ -388,10 +394,11 @@ export class ShardReader implements HubReader {
     return Math.max(commandCallTimeoutMs(this.options), this.options.blockMs);
   }
 
-  /** Idle (or blocked in a read) until something changes, but no longer than the next due claim retry or sweep. */
+  /** Idle (or blocked in a read) until something changes, but no longer than the next due claim retry, sweep or schedule check. */
   private idleWaitMs(): number {
     const now = Date.now();
-    let wait = this.options.blockMs;
+    // Paused, no schedule is checked: the loop does not get that far.
+    let wait = this.isPaused() ? this.options.blockMs : this.schedules.waitMs(now);
     for (const state of this.shards.all()) {
       if (state.phase === 'claiming') wait = Math.min(wait, state.nextClaimAt - now);
       // A takeover that failed is tried again when its backoff ends (a due one runs before this wait).

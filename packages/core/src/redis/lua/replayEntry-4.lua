@@ -1,7 +1,7 @@
 --[[
   replayEntry-4: writes a dead letter's entry again (CoordinatorAdmin.replayDeadLetter) to one
   shard, if the shard takes writes with the shard count the caller routed with (the routing check
-  of appendEntries-3.lua, SPEC 9.5), and records, in the same script and the shard's own slot, which
+  of appendEntries-5.lua, SPEC 9.5), and records, in the same script and the shard's own slot, which
   id it got (SPEC 10.6): a record retention does not touch, so that a replay run again after a
   failure (a lost reply, a crash, a delete that failed) finds this write even once the group has
   handled it and `trim` has deleted it, and never writes it twice. A second call for the same dead
@@ -14,7 +14,7 @@
   KEYS[3]  the shard's replay records of the destination (hash: dead-letter ref -> entry id)
   KEYS[4]  this dead letter's tombstone on the shard (the entry id, once the record was retired)
   ARGV[1]  shardIndex   ARGV[2]  the shard count the caller routed with   ARGV[3]  the dead-letter ref
-  ARGV[4]  a shard channel to SPUBLISH on once written, or '' (appendEntries-3.lua says why)
+  ARGV[4]  a shard channel to SPUBLISH on once written, or '' (appendEntries-5.lua says why)
   ARGV[5..] the entry's field names and values (a fixed handful: payload, codec, key, headers)
 
   Output: { 'OK', count in effect, id } written now; { 'EARLIER', count in effect, id } written

@@ -18,7 +18,7 @@ const SLOTS_REFRESH_MS = 5000;
 /**
  * On a Redis Cluster a member cannot block on many shards at once (each shard stream has its own
  * slot), so it polls them. A producer's write publishes on the shard's channel (sharded pub/sub,
- * appendEntries-3.lua), and this hub, one per base client and shared by every member made from it,
+ * appendEntries-5.lua), and this hub, one per base client and shared by every member made from it,
  * hears those channels: the reader polls at once instead of at its next interval. ioredis keeps one
  * sharded subscriber connection per master and moves channels with their slots.
  *

@@ -7,7 +7,7 @@
 --
 -- Step k lets the group read every shard that exists (0..span-1), holds each shard's entries from
 -- the k-th resize's switchAt on, and completes once every shard is processed up to just before it.
--- Writes are checked against the shard count in effect at Redis time (appendEntries-3.lua) by the
+-- Writes are checked against the shard count in effect at Redis time (appendEntries-5.lua) by the
 -- shards' routing markers, so an entry routed with the count before a switch has an id below it and
 -- one routed after has an id at or above it, with one exception: the markers are written just after
 -- the resize (in the shards' own slots), and a growth (or an unordered shrink) switches a

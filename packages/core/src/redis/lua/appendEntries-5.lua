@@ -1,24 +1,31 @@
 --[[
-  appendEntries-3: writes a producer's entries for one shard, in order, if the shard still takes
+  appendEntries-5: writes a producer's entries for one shard, in order, if the shard still takes
   writes with the shard count the producer routed them with (SPEC 9.5, docs/resharding.md), at
-  most once per write sequence number.
+  most once per write sequence number. A delayed entry goes to the shard's schedule instead of its
+  stream (docs/runtime.md, Delayed delivery): releaseDue-6.lua moves it into the stream once due.
 
   KEYS[1]  the shard stream        KEYS[2]  the shard's routing marker (includes/routing.lua)
   KEYS[3]  this producer's write log on the shard (hash: write sequence number -> reply)
+  KEYS[4]  the shard's schedule (sorted set: schedule id -> due time, Redis ms)
+  KEYS[5]  the shard's scheduled entries (hash: schedule id -> the entry's fields, cmsgpack; and
+           the field SCHEDULE_SEQ, the last schedule id given)
   ARGV[1]  shardIndex   ARGV[2] the shard count the producer routed with
   ARGV[3]  MAXLEN ~ cap, or '' for none   ARGV[4] the producer's write sequence number on this shard
   ARGV[5]  a shard channel to SPUBLISH on once an entry is written, or '' for none: on a Redis
            Cluster members cannot block on many shards at once and poll them; this wakes them
            (the channel is in the stream's slot: `<stream>:wake`, keys.ts)
-  ARGV[6..] the entries, each as its order group, its number of field values n, then the n values
-           (field, value, ...). An order group is one key's entries in this call (a positive number),
+  ARGV[6..] the entries, each as its order group, its due time, its number of field values n, then
+           the n values (field, value, ...). The due time is '' (now), '+<ms>' (that long after this
+           script's Redis time) or '@<epoch ms>' (the sender's clock); one not after Redis' now is
+           written to the stream at once. An order group is one key's entries in this call (a positive number),
            or 0 for an entry without a key: once an entry of a group failed, the group's later
            entries are not attempted (a key's entry never lands after an earlier one of it failed),
            while the other groups' entries go on.
 
   Output: one string (what the write log keeps, as it is), lines separated by '\n':
     status, the shard count in effect (0 when the shard has no marker), then for 'OK':
-    the outcome of each entry, space-separated: its id; 'E' its write failed (Redis' error is on
+    the outcome of each entry, space-separated: its id; 's<n>@<due ms>' it is scheduled, with its
+    schedule id and due time (Redis ms); 'E' its write failed (Redis' error is on
     one line after this one, one line per 'E', in order); 'S' not attempted (an earlier entry of
     its order group failed).
     'OK'       the shard takes these writes: each entry's outcome follows
@@ -43,6 +50,7 @@
 ]]
 --- @include "includes/time"
 --- @include "includes/routing"
+--- @include "includes/schedule"
 
 local WRITE_LOG_WINDOW = 256
 local WRITE_LOG_TTL_MS = 600000
@@ -98,14 +106,37 @@ if range and not range.err then
     pinnedMs, pinnedSeq = beforeSwitch, lastSeq + 1
   end
 end
+-- One Redis time for every delayed entry of the call: the delays of one send are measured from one instant.
+local scriptNowMs = nowMs()
 local outcomes, errors, failedGroups, written = {}, {}, {}, 0
+-- An entry's write (to the stream or the schedule) failed with Redis' error `reply`: its order
+-- group's later entries are not attempted.
+local function failed(group, reply)
+  outcomes[#outcomes + 1] = 'E'
+  errors[#errors + 1] = (string.gsub(tostring(reply.err), '\n', ' '))
+  if group ~= '0' then failedGroups[group] = true end
+end
 local argc, i = #ARGV, 6
 while i <= argc do
-  local group, n = ARGV[i], tonumber(ARGV[i + 1])
+  local group, dueSpec, n = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+  local dueMs = dueTimeOf(dueSpec, scriptNowMs)
   if group ~= '0' and failedGroups[group] then
     outcomes[#outcomes + 1] = 'S'
+  elseif dueMs then
+    -- pcall: as for a write, a failed schedule write must still tell which entries landed.
+    local scheduled = redis.pcall('HINCRBY', KEYS[5], SCHEDULE_SEQ, 1)
+    if type(scheduled) == 'number' then
+      local fields = {}
+      for f = 1, n do fields[f] = ARGV[i + 2 + f] end
+      scheduled = scheduleEntry(KEYS[4], KEYS[5], 's' .. scheduled, dueMs, fields)
+    end
+    if type(scheduled) == 'table' then
+      failed(group, scheduled)
+    else
+      outcomes[#outcomes + 1] = scheduled .. '@' .. string.format('%.0f', dueMs)
+    end
   else
-    for f = 1, n do args[fixed + f] = ARGV[i + 1 + f] end
+    for f = 1, n do args[fixed + f] = ARGV[i + 2 + f] end
     if pinnedMs then args[fixed] = string.format('%.0f-%.0f', pinnedMs, pinnedSeq) end
     -- pcall: a failed write (OOM on the first write, WRONGTYPE) must still tell which entries landed.
     -- unpack of at most fixed + 8 values: an entry has at most 4 fields (entry-format.ts).
@@ -116,16 +147,14 @@ while i <= argc do
       id = redis.pcall('XADD', unpack(args, 1, fixed + n))
     end
     if type(id) == 'table' then
-      outcomes[#outcomes + 1] = 'E'
-      errors[#errors + 1] = (string.gsub(tostring(id.err), '\n', ' '))
-      if group ~= '0' then failedGroups[group] = true end
+      failed(group, id)
     else
       outcomes[#outcomes + 1] = id
       written = written + 1
       if pinnedMs then pinnedSeq = pinnedSeq + 1 end
     end
   end
-  i = i + n + 2
+  i = i + n + 3
 end
 local reply = 'OK\n' .. inEffect .. '\n' .. table.concat(outcomes, ' ')
 if #errors > 0 then reply = reply .. '\n' .. table.concat(errors, '\n') end

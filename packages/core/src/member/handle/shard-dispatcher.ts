@@ -213,7 +213,9 @@ export class ShardDispatcher implements Workers {
    * 20 places: 5 each), nothing can be read, and waiting would only hold them all for maxWaitMs.
    */
   private mayFill(count: number): boolean {
-    return this.inFlight > 0 || this.shards.room(this.options.maxBufferedEntries) >= this.options.batch!.maxSize - count;
+    // The room a read under way holds counts: it is what that read may bring to fill the batch.
+    const room = this.shards.bufferSize(this.options.maxBufferedEntries) - this.shards.buffered;
+    return this.inFlight > 0 || room >= this.options.batch!.maxSize - count;
   }
 
   /** Dispatches again at `at` (a short batch's wait ends), unless a dispatch is due sooner anyway. */

@@ -253,3 +253,21 @@ describe('one buffer budget per client', () => {
     expect(large.stats().clientBuffer).toMatchObject({ cap: 20_000, members: 1 });
   });
 });
+
+describe("a process's members joining a new group at once", () => {
+  it('create its Redis group on each shard stream once between them, not once per member', async () => {
+    const streamPrefix = await aStream(1024);
+    const client = redis.client();
+    const stats = redis.client();
+    await stats.config('RESETSTAT');
+    const members = Array.from({ length: 16 }, (_, i) => aMember({ streamPrefix, memberId: `m${i}`, handler: () => undefined }, client));
+    await Promise.all(members.map((m) => m.start()));
+    await settledAssignment(members, 1024);
+    const line = (await stats.info('commandstats')).split('\n').find((l) => l.startsWith('cmdstat_xgroup|create:')) ?? '';
+    const creates = Number(/calls=(\d+)/.exec(line)?.[1] ?? 0);
+    // One run for the 16 (1,024 creates), and the claims' own (claimShard-2.lua, one per shard):
+    // each member's run was 16 × 1,024 commands in flight at once.
+    expect(creates).toBeGreaterThanOrEqual(1024);
+    expect(creates).toBeLessThanOrEqual(3 * 1024);
+  });
+});

@@ -23,7 +23,7 @@ import { CoordinatedMember, CoordinatorAdmin, KeyBuilder, StreamProducer } from 
 import { RedisServer } from '@redis-stream-coordinator/core/testing';
 import { runCli } from './cli';
 import { redisVersion } from './redis-stats';
-import { HEAP_SECTION, type HeapFigures, heapSection, spliceSection } from './report';
+import { HEAP_SECTION, type HeapFigures, heapSection, SECTION_6, spliceSection } from './report';
 
 const keys = new KeyBuilder();
 const SHARDS = 1024;
@@ -210,7 +210,7 @@ if (require.main === module) {
       const figures = await measureHeap(server.url, quick, progress);
       const machine = `${os.cpus().length} × ${os.cpus()[0]?.model ?? 'unknown'}, ${Math.round(os.totalmem() / 2 ** 30)} GiB; Node ${process.version}, Redis ${version}, ioredis ${(require('ioredis/package.json') as { version: string }).version}; ${new Date().toISOString().slice(0, 10)}${quick ? ' (quick)' : ''}`;
       const section = heapSection(figures, machine).join('\n');
-      if (process.argv.includes('--write')) spliceSection(HEAP_SECTION, section);
+      if (process.argv.includes('--write')) spliceSection(HEAP_SECTION, section, SECTION_6);
       process.stdout.write(`${section}\n`);
     } finally {
       await server.stop();

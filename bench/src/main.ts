@@ -129,7 +129,8 @@ async function main(): Promise<void> {
     }
 
     progress('scenario 6: memory');
-    const mem = { ...(await memory(server.url)), heap: await measureHeap(server.url, quick, progress) };
+    const mem = await memory(server.url);
+    const heap = await measureHeap(server.url, quick, progress);
 
     progress('scenario 9: key-ordered lanes and batch handlers');
     const consumption = await measureConsumption(server.url, quick, repetitions, progress);
@@ -153,6 +154,7 @@ async function main(): Promise<void> {
       recovery,
       resize,
       memory: mem,
+      heap,
       consumption,
       restart,
       producerSend,

@@ -2,7 +2,6 @@ import { Redis } from 'ioredis';
 import { CoordinatedMember, CoordinatorAdmin, CoordinatorClient } from '@redis-stream-coordinator/core';
 import { ProtocolMember } from '@redis-stream-coordinator/core/testing';
 import { redisUsedMemory } from './cpu';
-import type { HeapFigures } from './report';
 
 export interface MemoryFigures {
   /** Node heap growth, and the process's RSS, with 64 members running (MiB). */
@@ -11,8 +10,6 @@ export interface MemoryFigures {
   /** Redis bytes of coordinator state per member and per shard. */
   redisBytesPerMember: number;
   redisBytesPerShard: number;
-  /** Peak heap under load against one raw read loop (heap-bench.ts). */
-  heap?: HeapFigures;
 }
 
 const gc = () => (globalThis as { gc?: () => void }).gc?.();

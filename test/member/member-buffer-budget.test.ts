@@ -213,7 +213,10 @@ describe('one buffer budget per client', () => {
             maxBufferedEntries: 100_000,
             maxBufferedEntriesPerClient: cap,
             handler: recorder.handler(id, () => {
-              sampled = Math.max(sampled, members.reduce((sum, m) => sum + m.stats().bufferedEntries, 0));
+              sampled = Math.max(
+                sampled,
+                members.reduce((sum, m) => sum + m.stats().bufferedEntries, 0),
+              );
             }),
           },
           client,

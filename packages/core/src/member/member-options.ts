@@ -275,7 +275,8 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T> | B
     // A batch must be able to fill from one read of the shard.
     batchSize: options.batchSize ?? Math.max(100, consumption.batch?.maxSize ?? 0),
     maxBufferedEntries: options.maxBufferedEntries ?? 1000,
-    maxBufferedEntriesPerClient: options.maxBufferedEntriesPerClient ?? Math.max(DEFAULT_MAX_BUFFERED_ENTRIES_PER_CLIENT, options.maxBufferedEntries ?? 0),
+    maxBufferedEntriesPerClient:
+      options.maxBufferedEntriesPerClient ?? Math.max(DEFAULT_MAX_BUFFERED_ENTRIES_PER_CLIENT, options.maxBufferedEntries ?? 0),
     blockMs: options.blockMs ?? 2000,
     sweepIntervalMs: options.sweepIntervalMs ?? 5000,
     cutoverCheckIntervalMs: options.cutoverCheckIntervalMs ?? 250,

@@ -107,8 +107,7 @@ export class ShardReader implements HubReader {
       // So does a batch that finished and left a short one waiting to fill (see waitsToFill). A
       // shard that ran dry cannot wait for it (see runDry).
       if (this.waitingForRoom > 0) {
-        if (this.room() >= this.waitingForRoom || this.waitsToFill(state) || this.runDry(state))
-          this.wakeup.notify();
+        if (this.room() >= this.waitingForRoom || this.waitsToFill(state) || this.runDry(state)) this.wakeup.notify();
       }
       // Shared mode: a handler finished, and its shard may be low enough to read again (see refillAt).
       // (Or its batch waits to fill: see waitsToFill.)

@@ -1,3 +1,8 @@
+import os from 'node:os';
+import { Redis } from 'ioredis';
+import { RedisServer } from '@redis-stream-coordinator/core/testing';
+import { redisVersion } from './redis-stats';
+
 /** Runs a benchmark entry point and exits: 0 when it finished, 1 (with the error) when it failed. */
 export function runCli(main: () => Promise<void>): void {
   main().then(
@@ -15,5 +20,26 @@ export async function until(condition: () => boolean | Promise<boolean>, timeout
   while (!(await condition())) {
     if (Date.now() > deadline) throw new Error('benchmark condition not reached in time');
     await new Promise((resolve) => setTimeout(resolve, 1));
+  }
+}
+
+/** The load average (1 / 5 / 15 min): printed beside every wall-clock figure (above 3 on 2 cores, they are not figures). */
+export function loadAverage(): string {
+  return os
+    .loadavg()
+    .map((n) => n.toFixed(1))
+    .join(' / ');
+}
+
+/** Runs `body` against a private redis-server, given its URL and version; stops the server after. */
+export async function withPrivateRedis(body: (url: string, version: string) => Promise<void>): Promise<void> {
+  const server = await RedisServer.start();
+  try {
+    const client = new Redis(server.url);
+    const version = await redisVersion(client);
+    client.disconnect();
+    await body(server.url, version);
+  } finally {
+    await server.stop();
   }
 }

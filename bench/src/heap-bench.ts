@@ -20,9 +20,7 @@
 import os from 'node:os';
 import { Redis } from 'ioredis';
 import { CoordinatedMember, CoordinatorAdmin, KeyBuilder, StreamProducer } from '@redis-stream-coordinator/core';
-import { RedisServer } from '@redis-stream-coordinator/core/testing';
-import { runCli } from './cli';
-import { redisVersion } from './redis-stats';
+import { loadAverage, runCli, withPrivateRedis } from './cli';
 import { HEAP_SECTION, type HeapFigures, heapSection, SECTION_6, spliceSection } from './report';
 
 const keys = new KeyBuilder();
@@ -40,11 +38,6 @@ const PAYLOAD = { user: 'user-000000', kind: 'order-created', note: 'x'.repeat(1
 
 const gc = () => (globalThis as { gc?: () => void }).gc?.();
 const work = () => new Promise<void>((resolve) => setTimeout(resolve, HANDLER_MS));
-const loadAverage = () =>
-  os
-    .loadavg()
-    .map((l) => l.toFixed(2))
-    .join(' / ');
 
 /** The live heap (after a forced collection), MiB. */
 function liveHeapMiB(): number {
@@ -200,20 +193,14 @@ if (require.main === module) {
   runCli(async () => {
     if (!(globalThis as { gc?: unknown }).gc) throw new Error('run with node --expose-gc (npm run bench:heap does)');
     const quick = process.argv.includes('--quick');
-    const server = await RedisServer.start();
-    try {
-      const client = new Redis(server.url);
-      const version = await redisVersion(client);
-      client.disconnect();
+    await withPrivateRedis(async (url, version) => {
       const progress = (line: string) => process.stderr.write(`${line}\n`);
       progress(`peak heap, ${MEMBERS} members / ${SHARDS} shards, on redis-server ${version}; load average ${loadAverage()}`);
-      const figures = await measureHeap(server.url, quick, progress);
+      const figures = await measureHeap(url, quick, progress);
       const machine = `${os.cpus().length} × ${os.cpus()[0]?.model ?? 'unknown'}, ${Math.round(os.totalmem() / 2 ** 30)} GiB; Node ${process.version}, Redis ${version}, ioredis ${(require('ioredis/package.json') as { version: string }).version}; ${new Date().toISOString().slice(0, 10)}${quick ? ' (quick)' : ''}`;
       const section = heapSection(figures, machine).join('\n');
       if (process.argv.includes('--write')) spliceSection(HEAP_SECTION, section, SECTION_6);
       process.stdout.write(`${section}\n`);
-    } finally {
-      await server.stop();
-    }
+    });
   });
 }

@@ -445,12 +445,23 @@ export class ShardReader implements HubReader {
       return;
     }
     const { done, mode, count } = started;
-    // The room the read may fill is the member's until its reply is queued (each shard brings `count` at most).
-    const release = this.shards.reserve(count * readable.length);
+    // The room the read may fill is the member's until its reply is queued (each shard brings
+    // `count` at most). Polled, the round reserves for the shards it reads, when it reads them.
+    const release = mode === 'polled' ? undefined : this.shards.reserve(count * readable.length);
+    let polled: (() => void) | undefined;
     try {
-      await this.took(readFor, done, mode, count);
+      await this.took(
+        readFor,
+        done.then((result) => {
+          polled = result.release;
+          return result;
+        }),
+        mode,
+        count,
+      );
     } finally {
-      release();
+      release?.();
+      polled?.();
     }
   }
 
@@ -547,12 +558,13 @@ export class ShardReader implements HubReader {
     cursors: string[],
     budget: number,
     turns: number,
-  ): { done: Promise<ReadResult & { failed?: Map<number, Error> }>; mode: ReadMode; count: number } | undefined {
+  ): { done: Promise<ReadResult & { failed?: Map<number, Error>; release?: () => void }>; mode: ReadMode; count: number } | undefined {
     const perShard = Math.floor(budget / readable.length);
     // Alone or polled, a read brings each shard up to batchSize; a shared read up to its share (fillTo).
     const ownCount = Math.max(1, Math.min(this.options.batchSize, perShard));
     if (!('hub' in this.transport)) {
-      return { done: this.polling.read(this.transport, readable, cursors, ownCount), mode: 'polled', count: ownCount };
+      const reserve = (count: number) => this.shards.reserve(count);
+      return { done: this.polling.read(this.transport, readable, cursors, ownCount, reserve), mode: 'polled', count: ownCount };
     }
     const hub = this.transport.hub;
     // A blocked read must not put off a sweep (lost read replies are found only there) or a claim

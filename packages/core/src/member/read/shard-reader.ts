@@ -450,7 +450,7 @@ export class ShardReader implements HubReader {
     const release = mode === 'polled' ? undefined : this.shards.reserve(count * readable.length);
     let polled: (() => void) | undefined;
     try {
-      await this.took(
+      await this.queueReply(
         readFor,
         done.then((result) => {
           polled = result.release;
@@ -466,7 +466,7 @@ export class ShardReader implements HubReader {
   }
 
   /** The read `done` was sent for the shards of `readFor`: queues what it brought, and marks the shards it read to their end. */
-  private async took(
+  private async queueReply(
     readFor: Map<number, ShardState>,
     done: Promise<ReadResult & { failed?: Map<number, Error> }>,
     mode: ReadMode,

@@ -223,8 +223,9 @@ export type ResolvedMemberOptions<T = unknown> = Required<
 const DEFAULT_SESSION_TIMEOUT_MS = 15_000;
 /**
  * The default budget of the members of one client (maxBufferedEntriesPerClient): 8 members' worth
- * of the default maxBufferedEntries. 64 members of 1,000 each held 64,000 entries, 2.6 times the
- * heap of one raw read loop under the same load (docs/benchmarks.md, 6. Memory).
+ * of the default maxBufferedEntries. 64 members of 1,000 each held up to 64,000 entries, 2.3 times
+ * the peak heap of one raw read loop under the same backlog; with this, about as much as the loop
+ * (docs/benchmarks.md, 6. Memory).
  */
 const DEFAULT_MAX_BUFFERED_ENTRIES_PER_CLIENT = 8000;
 /** The largest `runtimeMaxConcurrency`, at construction and in `setRuntimeMaxConcurrency`. */

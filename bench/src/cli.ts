@@ -1,4 +1,7 @@
 import os from 'node:os';
+import { Redis } from 'ioredis';
+import { RedisServer } from '@redis-stream-coordinator/core/testing';
+import { redisVersion } from './redis-stats';
 
 /** Runs a benchmark entry point and exits: 0 when it finished, 1 (with the error) when it failed. */
 export function runCli(main: () => Promise<void>): void {
@@ -31,4 +34,17 @@ export function loadAverage(): string {
     .loadavg()
     .map((n) => n.toFixed(1))
     .join(' / ');
+}
+
+/** Runs `body` against a private redis-server, given its URL and version; stops the server after. */
+export async function withPrivateRedis(body: (url: string, version: string) => Promise<void>): Promise<void> {
+  const server = await RedisServer.start();
+  try {
+    const client = new Redis(server.url);
+    const version = await redisVersion(client);
+    client.disconnect();
+    await body(server.url, version);
+  } finally {
+    await server.stop();
+  }
 }

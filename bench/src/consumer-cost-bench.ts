@@ -20,12 +20,10 @@ import os from 'node:os';
 import { PerformanceObserver } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
 import { CoordinatedMember, CoordinatorAdmin, KeyBuilder, StreamProducer } from '@redis-stream-coordinator/core';
-import { RedisServer } from '@redis-stream-coordinator/core/testing';
-import { runCli, until } from './cli';
+import { loadAverage, runCli, until, withPrivateRedis } from './cli';
 import { redisCpuSeconds } from './cpu';
 import { handlerAlone } from './io-bench';
 import { rawLoop } from './member-bench';
-import { redisVersion } from './redis-stats';
 import { type CostFigures, type CostResults, costSection, SECTION_12, spliceSection } from './report';
 import { elapsedMs, spread } from './stats';
 
@@ -184,12 +182,6 @@ function figures(runs: Cost[]): CostFigures {
   };
 }
 
-const loadAverage = () =>
-  os
-    .loadavg()
-    .map((n) => n.toFixed(1))
-    .join(' / ');
-
 /** Deletes the shard streams a run filled (the coordinator's few keys stay, as other scenarios leave theirs). */
 async function dropShards(redis: Redis, streamPrefix: string, shards: number): Promise<void> {
   await redis.del(...Array.from({ length: shards }, (_, i) => keys.shardStream(streamPrefix, i)));
@@ -266,20 +258,14 @@ if (require.main === module) {
     const repetitions = Number(argument('--runs') ?? (quick ? 1 : 3));
     const only = argument('--only');
     if (only !== undefined && only !== 'noop' && only !== 'io') throw new Error(`--only takes noop or io, not ${JSON.stringify(only)}`);
-    const server = await RedisServer.start();
-    try {
-      const client = new Redis(server.url);
-      const version = await redisVersion(client);
-      client.disconnect();
+    await withPrivateRedis(async (url, version) => {
       const progress = (line: string) => process.stderr.write(`${line}\n`);
       progress(`scenario 12 on redis-server ${version}, ${repetitions} repetition(s); load average ${loadAverage()}`);
-      const results = await measureCost(server.url, quick, repetitions, progress, only);
+      const results = await measureCost(url, quick, repetitions, progress, only);
       const machine = `${os.cpus().length} × ${os.cpus()[0]?.model ?? 'unknown'}, Node ${process.version}, Redis ${version}; ${new Date().toISOString().slice(0, 10)}, ${repetitions} repetition(s)${quick ? ' (quick)' : ''}`;
       const section = costSection(results, machine).join('\n');
       if (process.argv.includes('--write')) spliceSection(SECTION_12, section);
       process.stdout.write(`${section}\n`);
-    } finally {
-      await server.stop();
-    }
+    });
   });
 }

@@ -17,6 +17,7 @@ import { drainRepetition, type DrainRepetition } from './drain-bench';
 import { ioBullmq, ioCase } from './io-bench';
 import { crashRecovery, latency, rebalance } from './member-bench';
 import { memory } from './memory-bench';
+import { measureHeap } from './heap-bench';
 import { RESIZE_CASES, resizeUnderLoad } from './resize-bench';
 import { measureProducerSend } from './producer-send-bench';
 import { rollingRestart } from './restart-bench';
@@ -129,6 +130,7 @@ async function main(): Promise<void> {
 
     progress('scenario 6: memory');
     const mem = await memory(server.url);
+    const heap = await measureHeap(server.url, quick, progress);
 
     progress('scenario 9: key-ordered lanes and batch handlers');
     const consumption = await measureConsumption(server.url, quick, repetitions, progress);
@@ -152,6 +154,7 @@ async function main(): Promise<void> {
       recovery,
       resize,
       memory: mem,
+      heap,
       consumption,
       restart,
       producerSend,

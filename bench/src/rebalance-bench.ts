@@ -248,7 +248,7 @@ async function main(): Promise<void> {
       )} | ${withRange(of((r) => r.publishes))} |`,
       '',
     ].join('\n');
-    spliceSection(SECTION_4A, section, '## Latency');
+    spliceSection(SECTION_4A, section, { before: '## Latency' });
     progress('wrote section 4a of docs/benchmarks.md');
   } finally {
     redis.disconnect();

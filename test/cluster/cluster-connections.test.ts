@@ -332,4 +332,48 @@ describe('connections and round trips on a Redis Cluster', () => {
       await Promise.all(group.map((m) => m.stop()));
     }
   });
+
+  it('the members of one Cluster client buffer no more than maxBufferedEntriesPerClient together (the cluster read hub keeps the budget)', async () => {
+    const client = redis.client();
+    const streamPrefix = uniqueName('cluster-budget');
+    await new CoordinatorAdmin(client).createStream({ streamPrefix, shardCount: 8 });
+    const recorder = new HandlerRecorder();
+    let sampled = 0;
+    const group: CoordinatedMember<KeyedPayload>[] = [];
+    for (const id of ['a', 'b', 'c', 'd']) {
+      const member = new CoordinatedMember<KeyedPayload>(client, {
+        streamPrefix,
+        consumerGroup: 'group',
+        memberId: id,
+        coordinator: { heartbeatIntervalMs: 200 },
+        maxBufferedEntries: 100,
+        maxBufferedEntriesPerClient: 20,
+        batchSize: 10,
+        handler: recorder.handler(id, async () => {
+          sampled = Math.max(
+            sampled,
+            group.reduce((sum, m) => sum + m.stats().bufferedEntries, 0),
+          );
+          await new Promise((resolve) => setImmediate(resolve));
+        }),
+      });
+      member.on('error', () => undefined);
+      group.push(member);
+    }
+    try {
+      await Promise.all(group.map((m) => m.start()));
+      await pollUntil('every member owns two shards', async () => group.every((m) => m.ownedShards().length === 2), { timeoutMs: 20_000 });
+      const sent = await new StreamProducer(client, { streamPrefix }).sendBatch(
+        Array.from({ length: 800 }, (_, i) => ({ key: `k${i}`, payload: { seq: i } })),
+      );
+      await pollUntil('every entry handled', async () => recorder.distinctEntries() === sent.length, { timeoutMs: 30_000 });
+      expect(group[0].stats().clientBuffer).toMatchObject({ cap: 20, members: 4, share: 5 });
+      expect(sampled).toBeGreaterThan(0);
+      expect(sampled).toBeLessThanOrEqual(20);
+      expect(group[0].stats().clientBuffer.peakEntries).toBeLessThanOrEqual(20);
+      expect(recorder.duplicates()).toEqual([]);
+    } finally {
+      await Promise.all(group.map((m) => m.stop()));
+    }
+  });
 });

@@ -49,6 +49,7 @@ export function optionEnds(client: Redis): Record<OptionRangeName, (value: numbe
     'member.retryBackoffMaxMs': (v) => member({ retryBackoffMaxMs: v, retryBackoffMs: 0 }),
     'member.batchSize': (v) => member({ batchSize: v }),
     'member.maxBufferedEntries': (v) => member({ maxBufferedEntries: v }),
+    'member.maxBufferedEntriesPerClient': (v) => member({ maxBufferedEntriesPerClient: v }),
     'member.blockMs': (v) => member({ blockMs: v }),
     'member.sweepIntervalMs': (v) => member({ sweepIntervalMs: v }),
     'member.cutoverCheckIntervalMs': (v) => member({ cutoverCheckIntervalMs: v }),

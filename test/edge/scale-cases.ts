@@ -260,8 +260,8 @@ export const SCALE_CASES: EdgeCase[] = [
   },
   {
     title:
-      'maxBufferedEntries at its maximum: a member fills its buffer to it from many shards read batchSize at a time, then handles every entry',
-    covers: ['member.maxBufferedEntries'],
+      'maxBufferedEntries and maxBufferedEntriesPerClient at their maximum: a member fills its buffer to it from many shards read batchSize at a time, then handles every entry',
+    covers: ['member.maxBufferedEntries', 'member.maxBufferedEntriesPerClient'],
     tier: 'slow',
     timeoutMs: 600_000,
     run: async (env) => {
@@ -278,6 +278,7 @@ export const SCALE_CASES: EdgeCase[] = [
       const handled = new Handled();
       const member = env.member(streamPrefix, 'a', {
         maxBufferedEntries: most,
+        maxBufferedEntriesPerClient: maxOf('member.maxBufferedEntriesPerClient'),
         batchSize: perShard,
         runtimeMaxConcurrency: 64,
         handler: async (message: StreamMessage<EdgePayload>) => {
@@ -298,6 +299,7 @@ export const SCALE_CASES: EdgeCase[] = [
         throw new Error(`${error.message} (at most ${fullest}); errors: ${env.errors.join('; ')}`);
       });
       expect(fullest).toBeLessThanOrEqual(most);
+      expect(member.stats().clientBuffer.peakEntries).toBeLessThanOrEqual(most);
       openGate();
       await handled.all(written, 300_000);
       await drained(admin, streamPrefix, 120_000);

@@ -255,6 +255,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
       revokingShards: this.reconciler.revokingShards(),
       activeHandlers: this.poller.activeHandlers,
       bufferedEntries: this.poller.bufferedEntries,
+      clientBuffer: this.poller.clientBuffer,
       heldEntries: this.poller.heldEntries,
       metadataVersion: this.metadata.version,
       problems: [...this.memberProblems.values(), ...this.wakeProblems(), ...this.poller.problems()],

@@ -108,6 +108,18 @@ export interface CoordinatedMemberSettings<T = unknown> {
   batchSize?: number;
   /** At most this many entries read and not yet handled (backpressure). Default 1000. */
   maxBufferedEntries?: number;
+  /**
+   * At most this many entries read and not yet handled by all the members made from the same
+   * client together (one budget per process and client, shared through its read hub): each member
+   * may always hold its share (this over the members, at least 1) and never more than its own
+   * `maxBufferedEntries`. Members of one client that ask for different values share the smallest.
+   * 1 to 100,000. Default 8,000 (or `maxBufferedEntries`, if larger).
+   *
+   * @example
+   * // 64 members in one process buffer 4,096 entries together (64 each at least), not 64,000.
+   * new CoordinatedMember(redis, { streamPrefix, consumerGroup, handler, maxBufferedEntriesPerClient: 4096 });
+   */
+  maxBufferedEntriesPerClient?: number;
   /** How long an idle read blocks. Default 2000 ms. */
   blockMs?: number;
   /** How often an owned shard is swept for entries pending at other consumers (zombie reads). Default 5000 ms. */
@@ -219,6 +231,13 @@ export type ResolvedMemberOptions<T = unknown> = Required<
   };
 
 const DEFAULT_SESSION_TIMEOUT_MS = 15_000;
+/**
+ * The default budget of the members of one client (maxBufferedEntriesPerClient): 8 members' worth
+ * of the default maxBufferedEntries. 64 members of 1,000 each held up to 64,000 entries, 2.3 times
+ * the peak heap of one raw read loop under the same backlog; with this, about as much as the loop
+ * (docs/benchmarks.md, 6. Memory).
+ */
+const DEFAULT_MAX_BUFFERED_ENTRIES_PER_CLIENT = 8000;
 /** The largest `runtimeMaxConcurrency`, at construction and in `setRuntimeMaxConcurrency`. */
 export const MAX_RUNTIME_CONCURRENCY: number = OPTION_RANGES['member.runtimeMaxConcurrency'].max;
 /** The longest `memberName`: a label for people, stored in every heartbeat's member record. */
@@ -267,6 +286,8 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T> | B
     // A batch must be able to fill from one read of the shard.
     batchSize: options.batchSize ?? Math.max(100, consumption.batch?.maxSize ?? 0),
     maxBufferedEntries: options.maxBufferedEntries ?? 1000,
+    maxBufferedEntriesPerClient:
+      options.maxBufferedEntriesPerClient ?? Math.max(DEFAULT_MAX_BUFFERED_ENTRIES_PER_CLIENT, options.maxBufferedEntries ?? 0),
     blockMs: options.blockMs ?? 2000,
     sweepIntervalMs: options.sweepIntervalMs ?? 5000,
     cutoverCheckIntervalMs: options.cutoverCheckIntervalMs ?? 250,
@@ -302,6 +323,7 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T> | B
   checkOption('member.retryBackoffMaxMs', resolved.retryBackoffMaxMs, { min: resolved.retryBackoffMs });
   checkOption('member.batchSize', resolved.batchSize);
   checkOption('member.maxBufferedEntries', resolved.maxBufferedEntries);
+  checkOption('member.maxBufferedEntriesPerClient', resolved.maxBufferedEntriesPerClient);
   checkOption('member.blockMs', resolved.blockMs);
   checkOption('member.sweepIntervalMs', resolved.sweepIntervalMs);
   checkOption('member.cutoverCheckIntervalMs', resolved.cutoverCheckIntervalMs);
@@ -313,6 +335,11 @@ export function resolveMemberOptions<T>(options: CoordinatedMemberOptions<T> | B
   if (resolved.batch && resolved.batch.maxSize > resolved.maxBufferedEntries) {
     throw new RangeError(
       `batch.maxSize (${resolved.batch.maxSize}) must not exceed maxBufferedEntries (${resolved.maxBufferedEntries}): a batch could never fill`,
+    );
+  }
+  if (resolved.batch && resolved.batch.maxSize > resolved.maxBufferedEntriesPerClient) {
+    throw new RangeError(
+      `batch.maxSize (${resolved.batch.maxSize}) must not exceed maxBufferedEntriesPerClient (${resolved.maxBufferedEntriesPerClient}): a batch could never fill`,
     );
   }
   assertCodec(resolved.codec);

@@ -11,6 +11,13 @@ export interface MemberStats {
   revokingShards: number[];
   activeHandlers: number;
   bufferedEntries: number;
+  /**
+   * The buffer budget this member shares with every member made from the same client
+   * (`maxBufferedEntriesPerClient`): `entries` queued by all of them now, the most ever queued at
+   * once (`peakEntries`), the budget (`cap`, the smallest any of them asked for), how many share it,
+   * and the share each may always hold. Zeros while the member is not started.
+   */
+  clientBuffer: { entries: number; peakEntries: number; cap: number; members: number; share: number };
   heldEntries: number;
   metadataVersion: number;
   /**

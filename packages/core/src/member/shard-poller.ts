@@ -3,6 +3,7 @@ import type { ShardClient } from '../redis/shard-client';
 import { settlesWithin } from './abortable-sleep';
 import { ACK_LINGER_MS, AckBatcher, type AckConnectionWatch } from './handle/ack-batcher';
 import type { ResolvedMemberOptions } from './member-options';
+import type { MemberStats } from './member-stats';
 import { ShardDispatcher } from './handle/shard-dispatcher';
 import { type ReadTransport, ShardReader } from './read/shard-reader';
 import { sweepPhaseMs } from './read/shard-recovery';
@@ -86,6 +87,11 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
 
   get bufferedEntries(): number {
     return this.shards.buffered;
+  }
+
+  /** The hub's buffer budget, as `stats().clientBuffer` shows it. */
+  get clientBuffer(): MemberStats['clientBuffer'] {
+    return this.reader.clientBuffer();
   }
 
   ownedShards(): number[] {

@@ -1,6 +1,7 @@
 import { setMaxListeners } from 'node:events';
 import { compareStreamIds } from '../protocol/stream-ids';
 import type { RawEntry } from '../redis/shard-client';
+import type { BufferShare } from '../redis/read-hubs/buffer-budget';
 import type { CallSignal } from './handle/call-signal';
 import { type AckRefusedEvent, HandlerAbortedError, type HandlerAbortReason, type ShardError } from './consumption-errors';
 import type { DeadLetterEvent } from './handle/dead-letter-options';
@@ -171,8 +172,17 @@ export class ShardSet {
     return this.sorted;
   }
   private sorted: number[] | undefined = [];
-  /** Entries queued (not held) over all shards: what counts against `maxBufferedEntries`. */
-  buffered = 0;
+  /**
+   * Entries queued (not held) over all shards: what counts against `maxBufferedEntries`, and against
+   * the hub's budget (`maxBufferedEntriesPerClient`) through `share`. Changed only by `count`, so
+   * that every way an entry leaves a queue (a handler takes it, its shard is released: revoked,
+   * lost, stopped, dropped; a hold moves it) gives its room back.
+   */
+  get buffered(): number {
+    return this.queuedEntries;
+  }
+  private queuedEntries = 0;
+  private share: BufferShare | undefined;
   /** shardIndex -> stream id from which entries wait (ordered shrink, docs/resharding.md). */
   holds = new Map<number, string>();
   /**
@@ -184,6 +194,40 @@ export class ShardSet {
   readonly lingering = new Map<number, ShardState>();
   /** Called when a shard's in-flight work ended (a sharing reader reads a shard again once its queue runs low). */
   onSettled: ((state: ShardState) => void) | undefined;
+
+  /** Counts the queued entries into `share` from now on (the reader joined its hub's budget), those queued now included. */
+  countInto(share: BufferShare): void {
+    this.share = share;
+    share.count(this.queuedEntries - share.queued);
+  }
+
+  /** `count` entries joined the queues (> 0) or left them (< 0). */
+  count(count: number): void {
+    this.queuedEntries += count;
+    this.share?.count(count);
+  }
+
+  /**
+   * The entries a read (or a takeover page) may ask for now: the room the hub's budget leaves this
+   * member, within its own `maxBufferedEntries` (`ownMax`; all there is before the reader joined).
+   */
+  room(ownMax: number): number {
+    return this.share ? this.share.room() : Math.max(0, ownMax - this.queuedEntries);
+  }
+
+  /** The most this member may buffer now: what it holds or has asked for, and its room. */
+  bufferSize(ownMax: number): number {
+    return this.share ? this.share.size() : ownMax;
+  }
+
+  /**
+   * Holds `count` entries of room while a read that may bring them is out, so no other member's
+   * read takes it; returns the release (idempotent), called once the reply is queued or lost.
+   */
+  reserve(count: number): () => void {
+    // No share: the reader has not started, and nothing reads.
+    return this.share?.reserve(count) ?? (() => undefined);
+  }
 
   get(shardIndex: number): ShardState | undefined {
     return this.states.get(shardIndex);
@@ -228,7 +272,7 @@ export class ShardSet {
     if (state.phase === 'released') return;
     state.phase = 'released';
     state.released.abort();
-    this.buffered -= state.queue.length;
+    this.count(-state.queue.length);
     state.queue = [];
     state.held = [];
     state.problems.clear();
@@ -251,7 +295,7 @@ export class ShardSet {
     const ready = hold === undefined ? entries : entries.filter((q) => compareStreamIds(q.entry.id, hold) < 0);
     state.queue = inIdOrder(state.queue, ready);
     state.held = inIdOrder(state.held, waiting);
-    this.buffered += ready.length;
+    this.count(ready.length);
   }
 
   /**
@@ -263,7 +307,7 @@ export class ShardSet {
     for (const state of this.states.values()) {
       if (state.held.length === 0 && state.queue.length === 0) continue;
       const entries = inIdOrder(state.queue, state.held);
-      this.buffered -= state.queue.length;
+      this.count(-state.queue.length);
       state.queue = [];
       state.held = [];
       this.enqueue(state, entries);

@@ -128,6 +128,13 @@ export const OPTION_RANGES = {
       'one read brings up to batchSize entries from each of up to maxBufferedEntries / batchSize shards: at 1,000,000 (100 shards ' +
       'of 10,000) no read came back within its deadline and the member handled nothing (docs/reliability.md, The edge tier)',
   },
+  'member.maxBufferedEntriesPerClient': {
+    option: 'maxBufferedEntriesPerClient',
+    min: 1,
+    max: 100_000,
+    appliesTo: ['CoordinatedMember maxBufferedEntriesPerClient (at least batch.maxSize)'],
+    why: 'what every member of one client buffers together: no more than one member may (maxBufferedEntries)',
+  },
   'member.blockMs': { option: 'blockMs', min: 1, max: 60_000, appliesTo: ['CoordinatedMember blockMs'] },
   'member.sweepIntervalMs': { option: 'sweepIntervalMs', min: 1, max: DAY_MS, appliesTo: ['CoordinatedMember sweepIntervalMs'] },
   'member.cutoverCheckIntervalMs': {

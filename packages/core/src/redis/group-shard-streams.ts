@@ -1,5 +1,6 @@
 import type { KeyBuilder } from './keys';
 import type { RedisClient } from './scripts';
+import { perClient } from './connection/per-client';
 
 /**
  * Makes a consumer group's Redis group exist, at '0', on every shard stream of the stream before the
@@ -14,26 +15,53 @@ import type { RedisClient } from './scripts';
  * what the group's first claim of a shard (claimShard-2.lua) does anyway; one already there
  * (BUSYGROUP) is left where it is, and a shard key that is not a stream (WRONGTYPE) is skipped.
  * Nothing to do for a stream without metadata (the join is refused). Any other failure fails the
- * heartbeat (an error, retried): the group is never registered without this step.
+ * heartbeat (an error, retried): the group is never registered without this step. Concurrent
+ * calls for one client, stream and group share one run (and its outcome).
  */
-export async function ensureGroupOnShardStreams(
+export function ensureGroupOnShardStreams(
   redis: RedisClient,
   keys: KeyBuilder,
   streamPrefix: string,
   consumerGroup: string,
 ): Promise<void> {
+  // The members of one process that join a new group at once (64 members started together) share
+  // one run: each sent its own XGROUP CREATE per shard, 64 × 1,024 commands in flight at once, the
+  // process's peak heap (docs/benchmarks.md, 6. Memory).
+  const running = ensuresUnderWay(redis);
+  const key = `${keys.streamGroups(streamPrefix)}\n${consumerGroup}`;
+  let run = running.get(key);
+  if (!run) {
+    run = createOnEveryShard(redis, keys, streamPrefix, consumerGroup).finally(() => running.delete(key));
+    running.set(key, run);
+  }
+  return run;
+}
+
+/**
+ * XGROUP CREATEs in flight at once in one run: enough that a stream of MAX_SHARD_COUNT shards is
+ * done in a few pipelined rounds, few enough that their commands and replies stay a small part of
+ * the heap.
+ */
+const GROUP_CREATES_IN_FLIGHT = 256;
+
+/** The runs under way, per client, by stream and group (one entry while a run is out, none after). */
+const ensuresUnderWay = perClient((_: RedisClient) => new Map<string, Promise<void>>());
+
+async function createOnEveryShard(redis: RedisClient, keys: KeyBuilder, streamPrefix: string, consumerGroup: string): Promise<void> {
   if ((await redis.sismember(keys.streamGroups(streamPrefix), consumerGroup)) === 1) return;
   const [count, span] = await redis.hmget(keys.streamMeta(streamPrefix), 'shardCount', 'shardSpan');
   if (count === null) return;
   const shards = Math.max(Number(count), Number(span ?? count));
-  await Promise.all(
-    Array.from({ length: shards }, (_, shardIndex) =>
-      redis.xgroup('CREATE', keys.shardStream(streamPrefix, shardIndex), consumerGroup, '0', 'MKSTREAM').catch((error: Error) => {
-        // BUSYGROUP: there already. WRONGTYPE: the shard's key is not a stream, so no trim can delete
-        // from it either; the join goes on and that one shard's claim reports it (SPEC 10.8: one
-        // shard's trouble must not keep the group from registering and reading its other shards).
-        if (!error.message.includes('BUSYGROUP') && !error.message.startsWith('WRONGTYPE')) throw error;
-      }),
-    ),
-  );
+  for (let from = 0; from < shards; from += GROUP_CREATES_IN_FLIGHT) {
+    await Promise.all(
+      Array.from({ length: Math.min(GROUP_CREATES_IN_FLIGHT, shards - from) }, (_, i) =>
+        redis.xgroup('CREATE', keys.shardStream(streamPrefix, from + i), consumerGroup, '0', 'MKSTREAM').catch((error: Error) => {
+          // BUSYGROUP: there already. WRONGTYPE: the shard's key is not a stream, so no trim can delete
+          // from it either; the join goes on and that one shard's claim reports it (SPEC 10.8: one
+          // shard's trouble must not keep the group from registering and reading its other shards).
+          if (!error.message.includes('BUSYGROUP') && !error.message.startsWith('WRONGTYPE')) throw error;
+        }),
+      ),
+    );
+  }
 }

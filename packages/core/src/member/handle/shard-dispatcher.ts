@@ -208,12 +208,14 @@ export class ShardDispatcher implements Workers {
 
   /**
    * Whether a short batch of `count` entries can still fill by waiting: the buffer has room to read
-   * the rest, or work in flight will make some when it settles. Otherwise every place of
-   * `maxBufferedEntries` is taken by batches waiting to fill (4 shards with batches of 10 sharing
+   * the rest, or work in flight will make some when it settles. Otherwise every place of the buffer
+   * (`maxBufferedEntries`, or the member's room in the hub's budget) is taken by batches waiting to fill (4 shards with batches of 10 sharing
    * 20 places: 5 each), nothing can be read, and waiting would only hold them all for maxWaitMs.
    */
   private mayFill(count: number): boolean {
-    return this.inFlight > 0 || this.options.maxBufferedEntries - this.shards.buffered >= this.options.batch!.maxSize - count;
+    // The room a read under way holds counts: it is what that read may bring to fill the batch.
+    const room = this.shards.bufferSize(this.options.maxBufferedEntries) - this.shards.buffered;
+    return this.inFlight > 0 || room >= this.options.batch!.maxSize - count;
   }
 
   /** Dispatches again at `at` (a short batch's wait ends), unless a dispatch is due sooner anyway. */
@@ -258,7 +260,7 @@ export class ShardDispatcher implements Workers {
     // inside this one, returns at once and this loop goes on).
     this.running += 1;
     this.inFlight += 1;
-    this.shards.buffered -= count;
+    this.shards.count(-count);
     let pending: Promise<void> | undefined;
     let work: Work;
     if (this.options.batch) {

@@ -75,14 +75,17 @@ export class ClusterPolling {
    * that found entries, else after 2 ms, doubling up to 50 ms. With none due, waits for the first
    * (cut short by any wake-up). Shards whose read failed are reported ('error', one per round) and
    * paused as after a failed read; the others' entries are delivered. `failed` names them (the
-   * reader claims again a shard whose keys are gone).
+   * reader claims again a shard whose keys are gone). The room the due shards' reads may fill is
+   * reserved (`reserve`) only while they are out, not while the round waits for a due shard: the
+   * result's `release` gives it back once the reader queued what they brought.
    */
   async read(
     transport: PolledTransport,
     readable: number[],
     cursors: string[],
     count: number,
-  ): Promise<ReadResult & { failed?: Map<number, Error> }> {
+    reserve: (count: number) => () => void,
+  ): Promise<ReadResult & { failed?: Map<number, Error>; release?: () => void }> {
     this.listenForWrites(transport.command);
     const now = Date.now();
     const due: number[] = [];
@@ -101,7 +104,14 @@ export class ClusterPolling {
     }
     // A write that lands while this round is out wakes its shard again.
     for (const shard of due) this.woken.delete(shard);
-    const result = await this.client.readEach(transport.polled, due, dueCursors, count, this.readGraceMs());
+    const release = reserve(due.length * count);
+    let result: Awaited<ReturnType<ShardClient['readEach']>>;
+    try {
+      result = await this.client.readEach(transport.polled, due, dueCursors, count, this.readGraceMs());
+    } catch (error) {
+      release();
+      throw error;
+    }
     const done = Date.now();
     for (const shard of due) {
       const state = this.shards.get(shard);
@@ -131,7 +141,7 @@ export class ClusterPolling {
         ),
       );
     }
-    return result;
+    return Object.assign(result, { release });
   }
 
   /**

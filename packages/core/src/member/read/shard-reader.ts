@@ -3,6 +3,7 @@ import type { EventEmitter } from 'node:events';
 import { compareStreamIds } from '../../protocol/stream-ids';
 import type { HubReader, ReadHub } from '../../redis/read-hubs/read-hub';
 import type { ReadResult, ShardClient } from '../../redis/shard-client';
+import type { BufferBudget, BufferShare } from '../../redis/read-hubs/buffer-budget';
 import { settlesWithin, Wakeup, withTimeout } from '../abortable-sleep';
 import type { AckBatcher } from '../handle/ack-batcher';
 import { ClusterPolling, type PolledTransport } from './cluster-polling';
@@ -66,6 +67,8 @@ export class ShardReader implements HubReader {
   /** Resolves the rings heard since the loop last went round (the hub waits for the reads they cause). */
   private ringsHeard: (() => void)[] = [];
   private unregister: (() => void) | undefined;
+  /** This member's part of its hub's buffer budget (maxBufferedEntriesPerClient), while started. */
+  private share: BufferShare | undefined;
   /** When the last read was sent (Date.now()). */
   private lastReadAt = 0;
   /**
@@ -108,8 +111,7 @@ export class ShardReader implements HubReader {
       // So does a batch that finished and left a short one waiting to fill (see waitsToFill). A
       // shard that ran dry cannot wait for it (see runDry).
       if (this.waitingForRoom > 0) {
-        if (this.options.maxBufferedEntries - this.shards.buffered >= this.waitingForRoom || this.waitsToFill(state) || this.runDry(state))
-          this.wakeup.notify();
+        if (this.room() >= this.waitingForRoom || this.waitsToFill(state) || this.runDry(state)) this.wakeup.notify();
       }
       // Shared mode: a handler finished, and its shard may be low enough to read again (see refillAt).
       // (Or its batch waits to fill: see waitsToFill.)
@@ -122,6 +124,9 @@ export class ShardReader implements HubReader {
     if (this.running) return;
     this.running = true;
     this.unregister = 'hub' in this.transport ? this.transport.hub.register(this) : this.transport.polled.register(this);
+    // Room another member frees (its handler took entries, it released a shard) wakes a loop waiting for it.
+    this.share = this.budget().join(this.options.maxBufferedEntriesPerClient, this.options.maxBufferedEntries, () => this.wakeup.notify());
+    this.shards.countInto(this.share);
     this.loop = this.readLoop();
   }
 
@@ -143,7 +148,18 @@ export class ShardReader implements HubReader {
     }
     this.unregister?.();
     this.unregister = undefined;
+    // Its shards were released (their queues emptied) before the loop ended: it gives back all it held.
+    this.share?.leave();
     this.heard();
+  }
+
+  /** The hub's buffer budget as this member sees it (zeros while it is not started). */
+  clientBuffer(): { entries: number; peakEntries: number; cap: number; members: number; share: number } {
+    return this.unregister ? this.budget().describe() : { entries: 0, peakEntries: 0, cap: 0, members: 0, share: 0 };
+  }
+
+  private budget(): BufferBudget {
+    return 'hub' in this.transport ? this.transport.hub.budget : this.transport.polled.budget;
   }
 
   /** Whether the read under way covers the shard. */
@@ -217,6 +233,16 @@ export class ShardReader implements HubReader {
     for (const resolve of heard) resolve();
   }
 
+  /** The entries the next read may ask for: the hub's budget leaves this member (within maxBufferedEntries). */
+  private room(): number {
+    return this.shards.room(this.options.maxBufferedEntries);
+  }
+
+  /** How many entries this member may buffer now (its share of the hub's budget and the room beyond it). */
+  private bufferSize(): number {
+    return this.shards.bufferSize(this.options.maxBufferedEntries);
+  }
+
   /** Whether the next read is a shared one (another member reads through the same hub). */
   private sharing(): boolean {
     return 'hub' in this.transport && !this.transport.hub.mayReadSolo(this);
@@ -232,8 +258,8 @@ export class ShardReader implements HubReader {
   }
 
   /**
-   * The fewest entries per shard a read asks for. With many shards the buffer (maxBufferedEntries)
-   * is what limits reads: without a floor, each handler that finished would let the loop read every
+   * The fewest entries per shard a read asks for. With many shards the buffer (bufferSize) is
+   * what limits reads: without a floor, each handler that finished would let the loop read every
    * shard with COUNT 1, a round trip, a 64-stream XREADGROUP and its gap check for a handful of
    * entries. Half a shard's share of the buffer keeps each read worth several entries per shard.
    */
@@ -251,7 +277,7 @@ export class ShardReader implements HubReader {
    */
   private roomWanted(candidates: readonly number[], sharing: boolean): number {
     const perShard = sharing ? this.fillTo() : this.options.batchSize;
-    return Math.max(this.leastCount(), Math.min(Math.ceil(this.options.maxBufferedEntries / 2), candidates.length * perShard));
+    return Math.max(this.leastCount(), Math.min(Math.ceil(this.bufferSize() / 2), candidates.length * perShard));
   }
 
   /**
@@ -305,7 +331,7 @@ export class ShardReader implements HubReader {
 
   /** A shard's share of the buffer, at most `batchSize`: no shared read brings a shard more (one busy shard must not take every other's room). */
   private fillTo(): number {
-    const share = Math.floor(this.options.maxBufferedEntries / Math.max(1, this.shards.order.length));
+    const share = Math.floor(this.bufferSize() / Math.max(1, this.shards.order.length));
     return Math.max(1, Math.min(this.options.batchSize, share));
   }
 
@@ -318,7 +344,7 @@ export class ShardReader implements HubReader {
           await this.wakeup.wait(this.idleWaitMs());
           continue;
         }
-        await this.recovery.takeOverPending();
+        const takeoverWaitsForRoom = await this.recovery.takeOverPending();
         await this.recovery.sweep();
         // Before the read: what it releases is read in this turn (the stream is where every group reads it).
         await this.schedules.releaseDue();
@@ -337,7 +363,7 @@ export class ShardReader implements HubReader {
             ? !this.readToEnd.has(state) && (state.queue.length <= refillAt || this.waitsToFill(state))
             : state.queue.length < 2 * this.options.batchSize;
         });
-        const budget = this.options.maxBufferedEntries - this.shards.buffered;
+        const budget = this.room();
         const readable = fewestQueued(
           this.shards,
           candidates,
@@ -351,6 +377,9 @@ export class ShardReader implements HubReader {
         // the loop then waits at most FULLER_READ_WAIT_MS for more.
         this.waitingForRoom =
           candidates.length === 0 || worth ? 0 : readable.length === 0 ? this.leastCount() : this.roomWanted(candidates, sharing);
+        // A takeover left for want of room goes on at the first entry of room.
+        if (takeoverWaitsForRoom && !worth) this.waitingForRoom = Math.max(this.waitingForRoom, 1);
+        this.share?.waitForRoom(this.waitingForRoom);
         if (!worth || !this.mayStartHandlers()) {
           this.heard();
           await this.wakeup.wait(!worth && readable.length > 0 ? Math.min(this.idleWaitMs(), this.fullerReadWaitMs()) : this.idleWaitMs());
@@ -423,10 +452,37 @@ export class ShardReader implements HubReader {
       return;
     }
     const { done, mode, count } = started;
+    // The room the read may fill is the member's until its reply is queued (each shard brings
+    // `count` at most). Polled, the round reserves for the shards it reads, when it reads them.
+    const release = mode === 'polled' ? undefined : this.shards.reserve(count * readable.length);
+    let polled: (() => void) | undefined;
+    try {
+      await this.queueReply(
+        readFor,
+        done.then((result) => {
+          polled = result.release;
+          return result;
+        }),
+        mode,
+        count,
+      );
+    } finally {
+      release?.();
+      polled?.();
+    }
+  }
+
+  /** The read `done` was sent for the shards of `readFor`: queues what it brought, and marks the shards it read to their end. */
+  private async queueReply(
+    readFor: Map<number, ShardState>,
+    done: Promise<ReadResult & { failed?: Map<number, Error> }>,
+    mode: ReadMode,
+    count: number,
+  ): Promise<void> {
     this.lastReadAt = Date.now();
     this.reads += 1;
     for (const state of readFor.values()) this.lastCovered.set(state, { read: this.reads, short: false });
-    this.currentRead = { shards: new Set(readable), done, mode };
+    this.currentRead = { shards: new Set(readFor.keys()), done, mode };
     this.dispatch();
     let result: ReadResult & { failed?: Map<number, Error> };
     try {
@@ -509,12 +565,13 @@ export class ShardReader implements HubReader {
     cursors: string[],
     budget: number,
     turns: number,
-  ): { done: Promise<ReadResult & { failed?: Map<number, Error> }>; mode: ReadMode; count: number } | undefined {
+  ): { done: Promise<ReadResult & { failed?: Map<number, Error>; release?: () => void }>; mode: ReadMode; count: number } | undefined {
     const perShard = Math.floor(budget / readable.length);
     // Alone or polled, a read brings each shard up to batchSize; a shared read up to its share (fillTo).
     const ownCount = Math.max(1, Math.min(this.options.batchSize, perShard));
     if (!('hub' in this.transport)) {
-      return { done: this.polling.read(this.transport, readable, cursors, ownCount), mode: 'polled', count: ownCount };
+      const reserve = (count: number) => this.shards.reserve(count);
+      return { done: this.polling.read(this.transport, readable, cursors, ownCount, reserve), mode: 'polled', count: ownCount };
     }
     const hub = this.transport.hub;
     // A blocked read must not put off a sweep (lost read replies are found only there) or a claim

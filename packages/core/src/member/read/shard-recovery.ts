@@ -94,23 +94,36 @@ export class ShardRecovery {
   }
 
   /**
-   * Pending entries of a newly gained shard come first, in ID order, page by page as room allows. A
-   * page that fails is one 'error' and a `problems` line naming the shard, tried again with backoff
-   * (the shard stays unread meanwhile); the other shards are taken over and read as usual.
+   * Pending entries of a newly gained shard come first, in ID order, page by page as room allows
+   * (each page asks for no more than the buffer's room, reserved until it is queued: a member gaining
+   * many shards at once must not buffer past the hub's budget). A page that fails is one 'error' and
+   * a `problems` line naming the shard, tried again with backoff (the shard stays unread meanwhile);
+   * the other shards are taken over and read as usual. Returns whether a shard's takeover waits for
+   * room (the reader wakes when there is).
    */
-  async takeOverPending(): Promise<void> {
+  async takeOverPending(): Promise<boolean> {
     const now = Date.now();
     const taking = this.shards.all().filter((state) => state.phase === 'takeover' && state.nextClaimAt <= now);
+    let waitsForRoom = false;
     await forShardsSideBySide(taking, async (state) => {
       try {
         while (state.phase === 'takeover' && state.queue.length < this.options.batchSize) {
-          const page = await this.accept(
-            state,
-            await this.bounded(
-              this.client.claimPending(state.index, state.grantEpoch, 'all', state.takeoverCursor, this.options.batchSize),
-            ),
-            'while taking over its pending entries',
-          );
+          const count = Math.min(this.options.batchSize, this.shards.room(this.options.maxBufferedEntries));
+          if (count === 0) {
+            waitsForRoom = true;
+            break;
+          }
+          const release = this.shards.reserve(count);
+          let page: ClaimedPage | null;
+          try {
+            page = await this.accept(
+              state,
+              await this.bounded(this.client.claimPending(state.index, state.grantEpoch, 'all', state.takeoverCursor, count)),
+              'while taking over its pending entries',
+            );
+          } finally {
+            release();
+          }
           if (!page) break;
           state.takeoverCursor = page.cursor;
           state.claimAttempts = 0;
@@ -129,6 +142,7 @@ export class ShardRecovery {
         );
       }
     });
+    return waitsForRoom;
   }
 
   /**

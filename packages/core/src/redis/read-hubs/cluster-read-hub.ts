@@ -4,6 +4,7 @@ import { perClient } from '../connection/per-client';
 import { ensureScripts } from '../scripts';
 import { ReadDeadlineError } from '../connection/read-deadline';
 import { duplicateCluster, execByNode, type NodeBatch, type SlotBatchResult } from '../connection/slot-pipelines';
+import { BufferBudget } from './buffer-budget';
 
 /** A request of one member's read round, until its node pipelines answered (or its deadline passed). */
 interface Request {
@@ -29,6 +30,8 @@ interface Request {
  */
 export class ClusterReadHub {
   private static readonly hubs = perClient((base: Cluster) => new ClusterReadHub(base));
+  /** The entries the hub's members may buffer, together (maxBufferedEntriesPerClient). */
+  readonly budget = new BufferBudget();
   private readonly users = new Set<object>();
   private connection: Cluster | undefined;
   /** Bumped by each reset: a read sent before the last reset does not reset the connection again. */

@@ -4,6 +4,7 @@ import { compareStreamIds } from '../../protocol/stream-ids';
 import type { RedisClient } from '../scripts';
 import { ReadDeadlineError, withReadDeadline } from '../connection/read-deadline';
 import { duplicateClient } from '../connection/slot-pipelines';
+import { BufferBudget } from './buffer-budget';
 
 /** How long the doorbell blocks; a change of the watched set cuts it short (CLIENT UNBLOCK). */
 const DOORBELL_BLOCK_MS = 5000;
@@ -51,6 +52,8 @@ export interface HubReader {
  */
 export class ReadHub {
   private static readonly hubs = perClient((base: RedisClient) => new ReadHub(base));
+  /** The entries the hub's readers may buffer, together (maxBufferedEntriesPerClient). */
+  readonly budget = new BufferBudget();
   private readonly readers = new Set<HubReader>();
   private blocking: Redis | undefined;
   /** CLIENT ID of the blocking connection (undefined until known, and after it closed). */

@@ -40,6 +40,8 @@ const HAND_CHECKS_ALLOWED: Record<string, string> = {
     "jumpConsistentHash's bucket count, an argument of a hash function: the producer and the member pass shardCount, checked against its row",
   'packages/core/src/member/handle/batch-runner.ts':
     "a BatchError's failedIndex, a handler's report of where its batch failed, not an option",
+  'packages/core/src/protocol/entry-format.ts':
+    "deferralOf's attempt count, read from a released deferred entry's field `a` (written by the library), not an option",
 };
 
 /**

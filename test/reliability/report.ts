@@ -31,6 +31,11 @@ export function formatReport(report: CheckReport): string {
         `${k.deadLetters} dead letters, ${k.problems.length} problem lines naming its members${k.problems.length > 0 ? `, e.g. ${k.problems[0]}` : ''}`,
     ),
     ...report.unrecovered.slice(0, 5).map((l) => `  unrecovered ${l}`),
+    // Who did what during the first faults not recovered from (the first is usually the cause of the rest).
+    ...report.faults
+      .filter((f) => f.failed && f.members)
+      .slice(0, 2)
+      .flatMap((f) => [`  members during ${f.kind}${f.target ? ` ${f.target}` : ''}:`, ...f.members!.map((l) => `    ${l}`)]),
     ...report.producerStalls.slice(0, 5).map((l) => `  producer stalled ${l}`),
     ...report.stuck.slice(0, 5).map((l) => `  stuck ${l}`),
     ...report.unfencedDeadLetters.slice(0, 5).map((l) => `  unfenced dead letter ${l}`),

@@ -273,7 +273,9 @@ export class ChaosHarness {
    * above (a crash is not a recovery), named in the reason a wait ran out.
    */
   deadMembers(): string[] {
-    return [...this.members.values()].filter((m) => !running(m)).map((m) => `${m.handle} (${m.child.exitCode !== null ? `exited ${m.child.exitCode}` : `killed ${m.child.signalCode}`})`);
+    return [...this.members.values()]
+      .filter((m) => !running(m))
+      .map((m) => `${m.handle} (${m.child.exitCode !== null ? `exited ${m.child.exitCode}` : `killed ${m.child.signalCode}`})`);
   }
 
   /** Records that `shards` were deleted: what was written to them is gone for groups created later. */
@@ -557,7 +559,9 @@ export class ChaosHarness {
             why = `${group}: ${d.group.state}; shards not owned by a running member: [${read
               .filter((s) => !(s.state === 'OWNED' && s.owner !== null && live.has(s.owner)))
               .map((s) => s.shardIndex)
-              .join(',')}]; running but not in the group (ACTIVE, proven): [${out.join(',')}]${dead.length > 0 ? `; gone by themselves: [${dead.join(', ')}]` : ''}`;
+              .join(
+                ',',
+              )}]; running but not in the group (ACTIVE, proven): [${out.join(',')}]${dead.length > 0 ? `; gone by themselves: [${dead.join(', ')}]` : ''}`;
             if (
               d.group.state !== 'STABLE' ||
               !read.every((s) => s.state === 'OWNED' && s.owner !== null && live.has(s.owner)) ||

@@ -30,10 +30,7 @@ export async function whoDidWhat(h: ChaosHarness, since: number): Promise<string
   await sleep(STATE_WAIT_MS);
   const groups = new Map<string, GroupDescription | string>();
   for (const group of h.groups) {
-    groups.set(
-      group,
-      await h.admin.describeGroup(h.streamPrefix, group).catch((error: Error) => `describeGroup failed: ${error.message}`),
-    );
+    groups.set(group, await h.admin.describeGroup(h.streamPrefix, group).catch((error: Error) => `describeGroup failed: ${error.message}`));
   }
   return members.map((member) => memberLine(member, groups.get(member.group), since));
 }
@@ -51,9 +48,14 @@ function memberLine(member: MemberProcess, group: GroupDescription | string | un
   const last = recent
     .filter((l) => !HANDLER_RECORDS.has(l.e))
     .slice(-LAST_RECORDS)
-    .map((l) => `${at(l)} ${l.e}${l.shards ? ` [${l.shards.join(',')}]` : ''}${l.ep !== undefined ? ` ep ${l.ep}` : ''}${l.msg ? ` ${l.msg.slice(0, TEXT_CHARS)}` : ''}`);
+    .map(
+      (l) =>
+        `${at(l)} ${l.e}${l.shards ? ` [${l.shards.join(',')}]` : ''}${l.ep !== undefined ? ` ep ${l.ep}` : ''}${l.msg ? ` ${l.msg.slice(0, TEXT_CHARS)}` : ''}`,
+    );
   const runs = recent.filter((l) => l.e === 'start').length;
-  const state = [...records].reverse().find((l) => l.e === 'state') as (RecordLine & { stats?: Record<string, unknown>; lifecycle?: string }) | undefined;
+  const state = [...records].reverse().find((l) => l.e === 'state') as
+    | (RecordLine & { stats?: Record<string, unknown>; lifecycle?: string })
+    | undefined;
   const says = state?.stats
     ? `it says: ${state.lifecycle}, epoch ${String(state.stats.memberEpoch)}, joined ${String(state.stats.joined)}, owns [${String(state.stats.ownedShards)}], problems ${JSON.stringify(state.stats.problems).slice(0, TEXT_CHARS)}`
     : 'it wrote no state line';

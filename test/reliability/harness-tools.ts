@@ -47,7 +47,33 @@ export function proxyOf(member: MemberProcess): TcpProxy {
   return member.proxy;
 }
 
-export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+/**
+ * Aborted when the harnesses of this process are stopped from outside their run (a test that timed
+ * out or failed, `ChaosHarness.stopAll`): every wait and sleep of a fault still running then ends at
+ * once, so nothing keeps polling a stopped Redis (and the process alive) for minutes.
+ */
+const abandoned = new AbortController();
+
+/** Ends every wait and sleep of this process's harnesses, now and from now on (see `abandoned`). */
+export function abandonWaits(reason: string): void {
+  if (!abandoned.signal.aborted) abandoned.abort(new Error(reason));
+}
+
+function abandonedWhy(): string {
+  return (abandoned.signal.reason as Error | undefined)?.message ?? 'the harness was stopped';
+}
+
+export const sleep = (ms: number) =>
+  new Promise<void>((resolve) => {
+    if (abandoned.signal.aborted) return resolve();
+    const done = () => {
+      clearTimeout(timer);
+      abandoned.signal.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    abandoned.signal.addEventListener('abort', done, { once: true });
+  });
 
 export async function waitFor(
   description: string,
@@ -57,6 +83,7 @@ export async function waitFor(
 ): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await probe())) {
+    if (abandoned.signal.aborted) throw new Error(`abandoned waiting for ${description}: ${abandonedWhy()}`);
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${description}`);
     await sleep(intervalMs);
   }

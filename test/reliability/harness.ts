@@ -20,7 +20,8 @@ import {
 } from './redis-state';
 import type { DeadLetterOperations, TransportEpisode } from './records';
 import { kindSettings, MEMBER_KINDS, type MemberKind } from './member-kinds';
-import { type MemberProcess, proxyOf, readRecords, readyOf, seededRandom, sleep, waitFor } from './harness-tools';
+import { abandonWaits, type MemberProcess, proxyOf, readRecords, readyOf, seededRandom, sleep, waitFor } from './harness-tools';
+import { whoDidWhat } from './member-report';
 import { ChaosTarget, type TargetKind } from './target';
 import type { TcpProxy } from '../support/tcp-proxy';
 
@@ -99,6 +100,21 @@ export interface SpawnOptions {
 
 const wallNow = () => performance.timeOrigin + performance.now();
 
+/** Whether a member process has neither exited nor been killed. */
+const running = (member: MemberProcess) => member.child.exitCode === null && member.child.signalCode === null;
+
+/**
+ * Every harness of this process not yet stopped. A run can end without reaching its own `stop()` (a
+ * test that timed out leaves its lanes running, a start that failed half way has no harness to give
+ * back): `stopAll` stops these, and the exit hook below kills their member processes, so no process
+ * the harness started outlives the test process (redis-servers: RedisServer's own exit hook).
+ */
+const liveHarnesses = new Set<ChaosHarness>();
+
+process.once('exit', () => {
+  for (const harness of liveHarnesses) harness.killMembersNow();
+});
+
 /** The main producer writing nothing for this long is a stall (its longest pauses on purpose: 7 s of quiet; a Redis restart or failover: a few s). */
 const PRODUCER_STALL_MS = 20_000;
 
@@ -149,6 +165,9 @@ export class ChaosHarness {
   readonly producerStalls: string[] = [];
   private sampling: Promise<void> | undefined;
   private stopped = false;
+  /** Set by `stop()`: no member process may be started any more (a fault still running after a test timed out). */
+  private closed = false;
+  private stopping: Promise<void> | undefined;
   /** Keep the record files after `stop()` (a lane whose check failed), as RSC_CHAOS_KEEP=1 does for every run. */
   keepRecords = false;
   /** The retention schedule (`retentionMs`), while it runs; failed runs so far (Redis restarting, out of memory). */
@@ -187,26 +206,53 @@ export class ChaosHarness {
     this.progress = options.progress ?? (() => undefined);
     this.random = seededRandom(options.seed);
     this.dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rsc-chaos-'));
+    liveHarnesses.add(this);
+  }
+
+  /**
+   * Stops every harness of this process not yet stopped (each keeps its record files: a run that
+   * ends so did not finish), after ending every wait their faults are in (`abandonWaits`): for a
+   * test's way out whatever happened to it (a timeout included), after which nothing of the harness
+   * may keep running.
+   */
+  static async stopAll(reason: string): Promise<void> {
+    abandonWaits(reason);
+    const harnesses = [...liveHarnesses];
+    for (const harness of harnesses) if (!harness.stopping) harness.keepRecords = true;
+    await Promise.all(harnesses.map((harness) => harness.stop()));
   }
 
   static async start(options: HarnessOptions): Promise<ChaosHarness> {
     if (!fs.existsSync(MEMBER_PROCESS)) throw new Error(`${MEMBER_PROCESS} is missing: run npm run build first`);
     const target = await ChaosTarget.start(options.target ?? 'single', { waitForReplicas: options.waitForReplicas });
     const harness = new ChaosHarness(target, options);
-    harness.redis = target.connect();
-    harness.admin = new CoordinatorAdmin(harness.redis);
-    await harness.admin.createStream({ streamPrefix: harness.streamPrefix, shardCount: harness.settings.shards });
-    harness.resumeRetention();
-    await Promise.all(Array.from({ length: harness.settings.members }, () => harness.spawnMember()));
-    await harness.waitUntilRecovered(30_000);
-    harness.load = await LoadProducer.start(harness, {
+    try {
+      await harness.begin();
+    } catch (error) {
+      // Half started: what it started so far must not outlive the failure.
+      harness.keepRecords = true;
+      await harness.stop();
+      throw error;
+    }
+    return harness;
+  }
+
+  /** Everything `start` does once the target runs: the stream, retention, the members, the load, the sampler. */
+  private async begin(): Promise<void> {
+    this.redis = this.target.connect();
+    this.admin = new CoordinatorAdmin(this.redis);
+    await this.admin.createStream({ streamPrefix: this.streamPrefix, shardCount: this.settings.shards });
+    this.resumeRetention();
+    await Promise.all(Array.from({ length: this.settings.members }, () => this.spawnMember()));
+    await this.waitUntilRecovered(30_000);
+    this.load = await LoadProducer.start(this, {
       keyPrefix: 'key',
-      keys: harness.settings.keys,
-      rate: harness.settings.rate,
+      keys: this.settings.keys,
+      rate: this.settings.rate,
       viaProxy: false,
     });
     // Batches of 20 keys every 200 ms: a batch held in flight has an entry for nearly every shard.
-    harness.staleLoad = await LoadProducer.start(harness, {
+    this.staleLoad = await LoadProducer.start(this, {
       keyPrefix: 'stale',
       keys: 40,
       rate: 100,
@@ -214,8 +260,7 @@ export class ChaosHarness {
       keysPerBatch: 20,
       viaProxy: true,
     });
-    harness.sampling = harness.samplePending();
-    return harness;
+    this.sampling = this.samplePending();
   }
 
   /** The single redis-server (fault kinds that restart it or change its config); throws on a cluster. */
@@ -235,6 +280,16 @@ export class ChaosHarness {
   /** Member processes of a group that may own shards now (running, not cut off). */
   liveMembers(group = this.consumerGroup): string[] {
     return [...this.members.values()].filter((m) => m.group === group && !m.isolated).map((m) => m.memberId);
+  }
+
+  /**
+   * Member processes the harness did not remove that are gone (crashed): still counted as running
+   * above (a crash is not a recovery), named in the reason a wait ran out.
+   */
+  deadMembers(): string[] {
+    return [...this.members.values()]
+      .filter((m) => !running(m))
+      .map((m) => `${m.handle} (${m.child.exitCode !== null ? `exited ${m.child.exitCode}` : `killed ${m.child.signalCode}`})`);
   }
 
   /** Records that `shards` were deleted: what was written to them is gone for groups created later. */
@@ -286,6 +341,7 @@ export class ChaosHarness {
   // ---- members --------------------------------------------------------------------------------
 
   async spawnMember(options: SpawnOptions = {}): Promise<MemberProcess> {
+    if (this.closed) throw new Error('the harness was stopped: no member process is started any more');
     const number = this.nextMember++;
     const memberId = options.memberId ?? `p${number}`;
     const handle = options.memberId ? `${memberId}-${options.twin ? 'twin' : 'r'}${number}` : memberId;
@@ -325,6 +381,11 @@ export class ChaosHarness {
     };
     if (options.ackWaitForReplicas) settings.ackWaitForReplicas = options.ackWaitForReplicas;
     if (proxy) options.onProxy?.(proxy);
+    // Stopped while its proxy started: nothing is spawned (stop() has already swept the members).
+    if (this.closed) {
+      await proxy?.stop();
+      throw new Error('the harness was stopped: no member process is started any more');
+    }
     const child = spawn(process.execPath, [MEMBER_PROCESS], {
       env: { ...process.env, RSC_MEMBER_PROCESS: JSON.stringify(settings) },
       stdio: ['ignore', 'pipe', 'inherit'],
@@ -413,13 +474,16 @@ export class ChaosHarness {
       await this.waitUntilRecovered(this.cutoverBoundMs());
       fault.recoveryMs ??= performance.now() - lifted;
     } catch (error) {
-      // The group did not come back (or the fault could not be made): a broken promise the report shows.
+      // The group did not come back (or the fault could not be made): a broken promise the report shows,
+      // with what each member process did meanwhile (the diagnosis, without a rerun).
       fault.failed ??= (error as Error).message;
       fault.until ??= performance.timeOrigin + performance.now();
+      fault.members = await whoDidWhat(this, fault.at).catch((failure: Error) => [`(who did what: ${failure.message})`]);
     }
     this.faults.push(fault);
     this.progress(
-      `${kind}${fault.target ? ` ${fault.target}` : ''}${fault.detail ? ` ${fault.detail}` : ''}: ${fault.failed ? `NOT RECOVERED: ${fault.failed}` : `recovered in ${Math.round(fault.recoveryMs!)} ms`} (${Math.round(performance.now() - started)} ms in all)`,
+      `${kind}${fault.target ? ` ${fault.target}` : ''}${fault.detail ? ` ${fault.detail}` : ''}: ${fault.failed ? `NOT RECOVERED: ${fault.failed}` : `recovered in ${Math.round(fault.recoveryMs!)} ms`} (${Math.round(performance.now() - started)} ms in all)` +
+        (fault.members ?? []).map((line) => `\n      ${line}`).join(''),
     );
     return fault;
   }
@@ -455,15 +519,22 @@ export class ChaosHarness {
       `every group (${this.groups.join(', ')}) STABLE with every shard owned by a running member and every running member in its group`,
       async () => {
         try {
+          const dead = this.deadMembers();
           for (const group of this.groups) {
             const d = await this.admin.describeGroup(this.streamPrefix, group);
             const live = new Set(this.liveMembers(group));
             const read = d.shards.filter(mustBeOwned);
-            const out = [...live].filter((id) => !d.members.some((m) => m.memberId === id));
+            // In it means ACTIVE and proven: a LEFT or EXPIRED record, or a join never proven, is a
+            // member that takes no work (one whose every heartbeat had become a leave looked "in" so).
+            const out = [...live].filter(
+              (id) => !d.members.some((m) => m.memberId === id && m.state === 'ACTIVE' && m.unprovenSince === null),
+            );
             why = `${group}: ${d.group.state}; shards not owned by a running member: [${read
               .filter((s) => !(s.state === 'OWNED' && s.owner !== null && live.has(s.owner)))
               .map((s) => s.shardIndex)
-              .join(',')}]; running but not in the group: [${out.join(',')}]`;
+              .join(
+                ',',
+              )}]; running but not in the group (ACTIVE, proven): [${out.join(',')}]${dead.length > 0 ? `; gone by themselves: [${dead.join(', ')}]` : ''}`;
             if (
               d.group.state !== 'STABLE' ||
               !read.every((s) => s.state === 'OWNED' && s.owner !== null && live.has(s.owner)) ||
@@ -578,19 +649,30 @@ export class ChaosHarness {
       });
   }
 
-  async stop(): Promise<void> {
+  /**
+   * Stops everything this harness started, whatever state it is in (half started, a fault still
+   * running, a test that timed out): retention, the load, the sampler, every member process (SIGKILL,
+   * after SIGCONT for one paused), every proxy, the target. Calling it again returns the same promise.
+   */
+  stop(): Promise<void> {
+    this.stopping ??= this.stopNow();
+    return this.stopping;
+  }
+
+  private async stopNow(): Promise<void> {
     this.stopped = true;
-    await this.pauseRetention();
-    await Promise.all([this.load?.stop(), this.staleLoad?.stop(), this.sampling]);
-    for (const member of this.members.values()) {
-      member.child.kill('SIGCONT');
-      member.child.kill('SIGKILL');
-      await member.exited;
-      await member.proxy?.stop();
+    this.closed = true;
+    try {
+      await this.pauseRetention();
+      await Promise.all([this.load?.stop(), this.staleLoad?.stop(), this.sampling]);
+    } finally {
+      this.killMembersNow();
+      await Promise.all([...this.members.values()].map((member) => member.exited));
+      this.members.clear();
+      this.redis?.disconnect();
+      await this.target.stop();
+      liveHarnesses.delete(this);
     }
-    this.members.clear();
-    this.redis.disconnect();
-    await this.target.stop();
     // RSC_CHAOS_KEEP=1 keeps the member processes' record files, to look into a run; a lane whose
     // check failed keeps them too. Beside them: what each write returned, the faults, the resize history.
     if (process.env.RSC_CHAOS_KEEP || this.keepRecords) {
@@ -600,5 +682,14 @@ export class ChaosHarness {
       fs.writeFileSync(path.join(this.dir, 'resize-history.json'), this.resizeHistory ?? 'null');
       process.stderr.write(`record files kept in ${this.dir}\n`);
     } else fs.rmSync(this.dir, { recursive: true, force: true });
+  }
+
+  /** SIGKILL to every member process still running (SIGCONT first: a paused one dies too); synchronous, for the exit hook. */
+  killMembersNow(): void {
+    for (const member of this.members.values()) {
+      if (member.child.exitCode !== null || member.child.signalCode !== null) continue;
+      member.child.kill('SIGCONT');
+      member.child.kill('SIGKILL');
+    }
   }
 }

@@ -101,6 +101,8 @@ export interface Fault {
   recoveryMs?: number;
   /** Why the group did not recover from it (the harness gave up waiting); a broken promise. */
   failed?: string;
+  /** With `failed`: what each member process did since the fault began (member-report.ts), one line each. */
+  members?: string[];
   /**
    * When the fault was lifted (wall-clock ms; the harness sets it for every fault): it may redeliver
    * a run begun at any moment until then. Absent: it ended at `at`.

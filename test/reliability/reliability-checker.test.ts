@@ -3,6 +3,7 @@ import { check, collectRuns, type DeadLetter, type Fault, type PendingSample, ty
 import type { ReplayWrite } from './records';
 import { ALL_FAULT_KINDS, faultKindsOn, selectedFaultKinds } from './fault-selection';
 import type { ChaosHarness } from './harness';
+import { formatReport } from './report';
 import { staleWrites } from './resize-faults';
 
 /** The checker must catch each kind of broken promise; a checker that passes everything proves nothing. */
@@ -169,6 +170,19 @@ describe('reliability checker', () => {
     // A graceful stop finishes and acknowledges what it started: it explains no duplicate.
     const graceful = check(produced.slice(0, 1), lines, [{ kind: 'graceful', target: 'p0', at: 12 }], new Set());
     expect(graceful.unexplainedDuplicates).toHaveLength(1);
+  });
+
+  it('reports, for a fault not recovered from, what each member process did (the lines the harness wrote for it), and only for such a fault', () => {
+    const lines = run('p0', 0, '1-0', 'a', 1, 10, 11);
+    const members = [
+      'p2 (batch, chaos-group, pid 7 running); Redis: no record in chaos-group (STABLE, groupEpoch 4); it says: running, epoch -1',
+    ];
+    const failed: Fault = { kind: 'group-keys-lost', at: 5, failed: 'timed out after 30000 ms waiting for every group', members };
+    const recovered: Fault = { kind: 'kill', target: 'p1', at: 20, recoveryMs: 100, members: ['not shown'] };
+    const text = formatReport(check(produced.slice(0, 1), lines, [failed, recovered], new Set()));
+    expect(text).toContain('unrecovered group-keys-lost: timed out after 30000 ms waiting for every group');
+    expect(text).toContain(`  members during group-keys-lost:\n    ${members[0]}`);
+    expect(text).not.toContain('not shown');
   });
 
   it('a fault that lasts explains redeliveries of runs begun until it ended, not after', () => {

@@ -32,6 +32,11 @@ export function formatReport(report: CheckReport): string {
     ),
     ...transportLines(report),
     ...report.unrecovered.slice(0, 5).map((l) => `  unrecovered ${l}`),
+    // Who did what during the first faults not recovered from (the first is usually the cause of the rest).
+    ...report.faults
+      .filter((f) => f.failed && f.members)
+      .slice(0, 2)
+      .flatMap((f) => [`  members during ${f.kind}${f.target ? ` ${f.target}` : ''}:`, ...f.members!.map((l) => `    ${l}`)]),
     ...report.producerStalls.slice(0, 5).map((l) => `  producer stalled ${l}`),
     ...report.stuck.slice(0, 5).map((l) => `  stuck ${l}`),
     ...report.unfencedDeadLetters.slice(0, 5).map((l) => `  unfenced dead letter ${l}`),

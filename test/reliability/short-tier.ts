@@ -1,4 +1,4 @@
-import { expect, it } from 'vitest';
+import { afterAll, expect, it, onTestFinished } from 'vitest';
 import type { CheckReport, FaultKind } from './checker';
 import { ALL_FAULT_KINDS, selectedFaultKinds } from './fault-selection';
 import { ChaosHarness } from './harness';
@@ -142,7 +142,7 @@ function broken(report: CheckReport): boolean {
 }
 
 /** One lane: a harness, its kinds once each in an order the seed decides, the load on a while after, the drain. */
-async function runLane(lane: number, kinds: FaultKind[], seed: number, started: ChaosHarness[]): Promise<LaneResult> {
+async function runLane(lane: number, kinds: FaultKind[], seed: number): Promise<LaneResult> {
   // 200 entries/s a harness (the soak: 1,000): two harnesses share two cores, and a starved member
   // process looks like a faulty one. Still thousands of entries a lane, on every shard.
   const harness = await ChaosHarness.start({
@@ -151,7 +151,6 @@ async function runLane(lane: number, kinds: FaultKind[], seed: number, started: 
     sharedReads: sharedReads(lane),
     progress: (line) => process.stderr.write(`  [${lane}] ${line}\n`),
   });
-  started.push(harness);
   const order = [...kinds].sort(() => harness.random() - 0.5);
   for (const kind of order) {
     await new Promise((resolve) => setTimeout(resolve, 200 + harness.random() * 300));
@@ -177,6 +176,9 @@ export function shortTierLanes(env = process.env.RSC_CHAOS_LANE): number[] {
 
 /** The short tier: every lane at once, then every promise of the checker for each. */
 export function shortTier(): void {
+  // The last way out: whatever the test did (a timeout leaves its lanes running), nothing the
+  // harnesses started outlives the file (member processes, proxies, redis-servers).
+  afterAll(() => ChaosHarness.stopAll('the short tier ended'), 60_000);
   const seed = Number(process.env.RSC_CHAOS_SEED ?? 20261129);
   const only = shortTierLanes();
   const lanes = Array.from({ length: SHORT_TIER_HARNESSES }, (_, i) => (only.includes(i + 1) ? shortTierKinds(i + 1) : []));
@@ -185,9 +187,12 @@ export function shortTier(): void {
     .map((k) => k.join(', '))
     .join(' | ');
   it(`reliability harness (short tier), each kind once in ${SHORT_TIER_HARNESSES} harness(es) side by side (seed ${seed}): ${title}: nothing lost or stuck, order kept, no overlap, dead letters fenced, every duplicate explained`, async () => {
-    const started: ChaosHarness[] = [];
+    // Also when the test times out: vitest fails it, but its lanes would go on (waits of minutes,
+    // member processes, redis-servers) and keep the process from exiting.
+    onTestFinished(() => ChaosHarness.stopAll('the short tier test finished (passed, failed or timed out)'));
+    const results: (LaneResult | undefined)[] = [];
     try {
-      const results = await Promise.all(lanes.map((kinds, i) => (kinds.length > 0 ? runLane(i + 1, kinds, seed, started) : undefined)));
+      results.push(...(await Promise.all(lanes.map((kinds, i) => (kinds.length > 0 ? runLane(i + 1, kinds, seed) : undefined)))));
       // Every lane checked before any expectation fails: a lane with a broken promise keeps its record
       // files (their path goes to stderr when its harness stops), with what was written beside them.
       const checked = results.flatMap((result) => (result ? [{ result, report: result.check() }] : []));
@@ -215,7 +220,9 @@ export function shortTier(): void {
         expect(report.transport, summary).toEqual([]);
       }
     } finally {
-      await Promise.all(started.map((harness) => harness.stop()));
+      await Promise.all(results.map((result) => result?.harness.stop()));
+      // A lane that threw left its harness running (and kept its records): stopped here.
+      await ChaosHarness.stopAll('a lane of the short tier failed');
     }
   }, 600_000);
 }

@@ -1,7 +1,7 @@
 import { execSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
-import { expect, it } from 'vitest';
+import { afterAll, expect, it, onTestFinished } from 'vitest';
 import type { CheckReport } from './checker';
 import { faultKindsOn, selectedFaultKinds } from './fault-selection';
 import { FAULTS } from './faults';
@@ -35,7 +35,12 @@ const lanes = Math.max(1, Number(process.env.RSC_CHAOS_MEMBER_LANES ?? SOAK_LANE
 
 const progress = (line: string) => process.stderr.write(`${line}\n`);
 
+// Nothing the harness started outlives the file, however the test ended.
+afterAll(() => ChaosHarness.stopAll('the soak ended'), 60_000);
+
 it(`soak: random faults for ${Math.round(durationMs / 1000)} s on a ${target === 'cluster' ? 'Redis Cluster' : 'single redis-server'} (seed ${seed})`, async () => {
+  // A soak that times out would go on injecting faults (and keep its processes) after vitest gave up on it.
+  onTestFinished(() => ChaosHarness.stopAll('the soak test finished (passed, failed or timed out)'));
   const begin = Date.now();
   const elapsed = () => `[${Math.round((Date.now() - begin) / 1000)} s]`;
   const harness = await ChaosHarness.start({

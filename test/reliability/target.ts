@@ -34,6 +34,9 @@ const CLUSTER_OPTIONS: ClusterOptions = {
 export const CLUSTER_REPLICA_WAIT: ReplicaWait = { replicas: 1, timeoutMs: 500 };
 
 export class ChaosTarget {
+  /** Every proxy made here, stopped with the target (a fault that did not get to stop its own). */
+  private readonly proxies = new Set<TcpProxy>();
+
   private constructor(
     readonly kind: TargetKind,
     private readonly single: RedisServer | undefined,
@@ -76,7 +79,10 @@ export class ChaosTarget {
 
   /** A proxy in front of the single server; none on a cluster. */
   async proxy(): Promise<TcpProxy | undefined> {
-    return this.single ? TcpProxy.start(this.single.port) : undefined;
+    if (!this.single) return undefined;
+    const proxy = await TcpProxy.start(this.single.port);
+    this.proxies.add(proxy);
+    return proxy;
   }
 
   /** How a member process connects: through its proxy, or to the cluster's nodes (and waiting for a replica after its acks). */
@@ -85,7 +91,10 @@ export class ChaosTarget {
     return { url: proxy?.url ?? this.server.url };
   }
 
+  /** Stops every proxy made here (stopping one twice is harmless), then Redis. */
   async stop(): Promise<void> {
+    await Promise.all([...this.proxies].map((proxy) => proxy.stop().catch(() => undefined)));
+    this.proxies.clear();
     await (this.redisCluster ?? this.single)?.stop();
   }
 }

@@ -228,6 +228,7 @@ describe('a consumer group created after resizes reads every key in order', () =
       consumerGroup: 'g',
       cutoverCheckIntervalMs: 60_000,
       readTimeoutMs: 2000,
+      checkTimeoutMs: 2000,
       setHolds: (h) => holds.push(h),
       onCheckFailed: () => undefined,
       onCompleted: () => undefined,

@@ -7,8 +7,16 @@ export interface CutoverWatchSettings {
   streamPrefix: string;
   consumerGroup: string;
   cutoverCheckIntervalMs: number;
-  /** How long the cutover read may take before it counts as failed. */
+  /** How long the cutover read (`sync`, which gates new shards) may take before it counts as failed. */
   readTimeoutMs: number;
+  /**
+   * How long each call of a periodic check (its progress read, then the completion) may take before
+   * it counts as failed and is tried again: a check renews and gates nothing, so it gets the bound of
+   * a call beside the heartbeats (commandCallTimeoutMs), not a heartbeat's. A progress read is three
+   * round trips; bounded as one heartbeat, every check on a slow link failed and the cutover never
+   * completed (the short tier on a loaded machine: "waits for nothing (not completed)").
+   */
+  checkTimeoutMs: number;
   /** Entries of these shards from this id on wait until the cutover completes (ordered shrink, a later group's steps). */
   setHolds(holds: Map<number, string>): void;
   /** A check of the cutover's progress failed; it is tried again at the next interval. */
@@ -82,15 +90,15 @@ export class CutoverWatch {
 
   private async check(cutover: Cutover): Promise<void> {
     try {
-      const { streamPrefix, consumerGroup, readTimeoutMs } = this.settings;
+      const { streamPrefix, consumerGroup, checkTimeoutMs } = this.settings;
       // Each call bounded (SPEC 10.1): a check stuck on a silent connection would end the checks for
       // good. A completion that lands late is harmless: completing a completed cutover changes nothing.
       const progress = await withTimeout(
         cutoverProgress(this.redis, this.coordinator.keys, streamPrefix, consumerGroup, cutover),
-        readTimeoutMs,
+        checkTimeoutMs,
       );
       if (progress.ready && this.cutover === cutover && !this.stopped) {
-        await withTimeout(this.coordinator.completeCutover(streamPrefix, consumerGroup, cutover.version), readTimeoutMs);
+        await withTimeout(this.coordinator.completeCutover(streamPrefix, consumerGroup, cutover.version), checkTimeoutMs);
         this.settings.onCompleted();
         return;
       }

@@ -332,7 +332,8 @@ export class MemberHeartbeat {
    * member in time (SPEC 10.2): it would give up shards Redis just granted it, unread until it
    * expired, at every target it computed. A commit that fails or is late leaves the heartbeat's own
    * answer to act on (an `error` says why); the next heartbeat, soon while the group is ASSIGNING,
-   * learns what the commit did.
+   * learns what the commit did. A commit refused (its answer says the member is no longer known) is
+   * returned as it is: `beat` acts on it as on a refused heartbeat.
    */
   private async commitTarget(request: HeartbeatRequest, answer: HeartbeatResponse): Promise<HeartbeatResponse> {
     const commit = this.parts.coordinator.completeAssignment(request, answer);
@@ -409,6 +410,13 @@ export class MemberHeartbeat {
     }
     if (response.computeAssignment) response = await this.commitTarget(request, response);
     if (!this.host.heartbeating()) return;
+    if (response.errorCode !== ErrorCode.NONE) {
+      // The commit was refused (UNKNOWN_MEMBER_ID: the lease ran out between the two calls, or the
+      // group's keys were lost): newer than the heartbeat's answer, so it is this heartbeat's refusal.
+      // Taken as an answer, its placeholder epoch (-1) made every later heartbeat a leave.
+      await this.refusals.handle(response.errorCode, response.errorMessage, sentAt);
+      return;
+    }
     reconciler.leaseRenewed(sentAt);
     this.joinedGroup = true;
     this.refusals.accepted();

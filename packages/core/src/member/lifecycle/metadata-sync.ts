@@ -45,6 +45,7 @@ export class MetadataSync {
       consumerGroup: options.consumerGroup,
       cutoverCheckIntervalMs: options.cutoverCheckIntervalMs,
       readTimeoutMs: callTimeoutMs,
+      checkTimeoutMs: commandCallTimeoutMs(options),
       setHolds: (holds) => poller.setHolds(holds),
       onCheckFailed: (error) =>
         events.emit('error', new Error(`member ${options.memberId}: checking the group's cutover failed: ${error.message}`)),

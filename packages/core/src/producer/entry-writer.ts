@@ -1,4 +1,4 @@
-import { ensureScripts, pipelineScript, type RedisClient, runScript } from '../redis/scripts';
+import { ensureScripts, pipelineScript, type RedisClient, runScriptBySha } from '../redis/scripts';
 import { NotReplicatedError, type ReplicaWait, waitCommand, waitShortfall } from '../redis/connection/replica-wait';
 import { execBySlot } from '../redis/connection/slot-pipelines';
 
@@ -59,8 +59,8 @@ export type ShardAppendOutcome =
 
 /**
  * Runs one `appendEntries` call per append. One call alone, without a replica wait, is sent as it
- * is: a pipeline would buy nothing and cost its construction (ioredis copies every defined script
- * onto each one). Several go in one pipeline on a single Redis (one write, one round trip), one
+ * is, a plain EVALSHA (`runScriptBySha`): a pipeline would buy nothing and cost its construction
+ * (ioredis copies every defined script onto each one). Several go in one pipeline on a single Redis (one write, one round trip), one
  * pipeline per call on a Cluster (each shard has its own slot), sent side by side. With
  * `replicaWait`, a `WAIT` follows on the same connection (once per pipeline). Each call's outcome
  * is independent of the others'; this never throws.
@@ -76,7 +76,7 @@ export async function appendToShards(
   if (appends.length === 1 && !replicaWait) {
     const [append] = appends;
     try {
-      const reply = await runScript(client, 'appendEntries', scriptKeys(append), scriptArgs(append, routedCount, cap));
+      const reply = await runScriptBySha(client, 'appendEntries', scriptKeys(append), scriptArgs(append, routedCount, cap));
       return [outcomeOf(reply, append.entries.length)];
     } catch (error) {
       return [{ status: 'failed', error: error as Error, replied: isReplyError(error as Error) }];
@@ -107,15 +107,36 @@ function scriptKeys(append: ShardAppend): string[] {
 }
 
 function scriptArgs(append: ShardAppend, routedCount: number, cap: string): (string | number | Buffer)[] {
-  const args: (string | number | Buffer)[] = [append.shardIndex, routedCount, cap, append.writeSeq, append.wake ?? ''];
   const { entries, groups } = append;
+  // Each entry's values go as they are; its count and order group ride in two strings (the
+  // script's ARGV[6] and ARGV[7]): Redis pays for every argument twice (appendEntries-3.lua).
+  let layout = '';
+  for (let e = 0; e < entries.length; e++) {
+    const digit = FIELD_COUNT_DIGITS[entries[e].length];
+    if (digit === undefined) throw new RangeError(`an entry has 1 to 9 field values, got ${entries[e].length}`);
+    layout += digit;
+  }
+  const args: (string | number | Buffer)[] = [
+    append.shardIndex,
+    routedCount,
+    cap,
+    append.writeSeq,
+    append.wake ?? '',
+    layout,
+    groups.join(' '),
+  ];
   for (let e = 0; e < entries.length; e++) {
     const fields = entries[e];
-    args.push(groups[e], fields.length);
     for (let f = 0; f < fields.length; f++) args.push(fields[f]);
   }
   return args;
 }
+
+/**
+ * An entry's number of field values as the script's layout digit: an entry has at most 4 fields
+ * (8 values, entry-format.ts); 1 to 9 pass as they are, so that XADD itself refuses an odd count.
+ */
+const FIELD_COUNT_DIGITS: readonly (string | undefined)[] = [undefined, '1', '2', '3', '4', '5', '6', '7', '8', '9'];
 
 /** Reads the script's reply (one string: status, count in effect, outcomes, error lines). */
 function outcomeOf(reply: unknown, entryCount: number): ShardAppendOutcome {
@@ -123,6 +144,14 @@ function outcomeOf(reply: unknown, entryCount: number): ShardAppendOutcome {
   const [status, inEffect, outcomes] = lines;
   if (status === 'REROUTE') return { status: 'reroute', shardCountInEffect: Number(inEffect) };
   if (status === 'UNROUTED') return { status: 'unrouted' };
+  if (status === 'SUPERSEDED') {
+    // Only a resend of a call given up past its deadline: its first run's entries may be in the stream.
+    return {
+      status: 'failed',
+      error: new Error('appendEntries: a resend of a call older than the last one on its shard, not run again'),
+      replied: false,
+    };
+  }
   const tokens = outcomes === undefined || outcomes === '' ? [] : outcomes.split(' ');
   if (status !== 'OK' || tokens.length !== entryCount) {
     return { status: 'failed', error: new Error(`unexpected reply to appendEntries: ${String(reply).slice(0, 200)}`), replied: true };

@@ -123,9 +123,17 @@ export class SendMerger {
     private readonly options: SendMergerOptions,
   ) {}
 
-  /** Queues a unit's entries (their fields encoded, in order); they are written from the next tick on. */
+  /**
+   * Queues a unit's entries (their fields encoded, in order). With nothing else under way (no call
+   * in flight, nothing queued or about to be routed: one send at a time) they are routed and sent
+   * at once, without waiting for the tick's end; otherwise from the next tick on, with the sends
+   * made meanwhile. Either way they are routed in submission order: whatever comes after them in
+   * this tick queues behind them.
+   */
   add(unit: SendUnit, fields: (string | Buffer)[][]): void {
-    unit.messages.forEach((message, index) => {
+    const messages = unit.messages;
+    for (let index = 0; index < messages.length; index++) {
+      const message = messages[index];
       this.waiting.push({
         seq: this.nextSeq++,
         unit,
@@ -136,8 +144,14 @@ export class SendMerger {
         refusals: 0,
         routedTo: undefined,
       });
-    });
-    this.schedule();
+    }
+    if (this.idle()) void this.drain();
+    else this.schedule();
+  }
+
+  /** Nothing in flight, nothing to route but what was just added, no drain running or due. */
+  private idle(): boolean {
+    return !this.scheduled && !this.draining && this.inFlight.size === 0 && this.returned.length === 0 && this.ready.size === 0;
   }
 
   /**
@@ -387,7 +401,9 @@ export class SendMerger {
           if (lane) lane.busy = false;
           this.settle(call.append.shardIndex, call.entries, outcomes[i], routedCount);
         });
-        this.schedule();
+        // What queued meanwhile (or came back refused) goes now; with nothing queued, the next send
+        // finds the producer idle and goes at once (add).
+        if (this.returned.length > 0 || this.waiting.length > 0 || this.ready.size > 0) this.schedule();
       });
   }
 

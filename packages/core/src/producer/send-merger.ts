@@ -383,28 +383,43 @@ export class SendMerger {
     // Past the bound the call counts as a lost reply (maybe written): ioredis may still resend it,
     // and the write log answers that resend without writing twice; its late reply is ignored here.
     // Until that reply comes, the call may still land: its keys' entries routed to other shards
-    // meanwhile fail rather than overtake it (mayStillLand).
-    void withTimeout(appended, timeoutMs)
-      .catch((error: unknown): ShardAppendOutcome[] => {
-        if (error instanceof NoAnswerError) {
-          for (const call of inFlight) this.unanswered.add(call);
-          void appended.then(() => {
-            for (const call of inFlight) this.unanswered.delete(call);
-          });
-        }
-        return calls.map(() => ({ status: 'failed', error: noAnswer(error as Error, calls, timeoutMs), replied: false }));
-      })
-      .then((outcomes) => {
-        calls.forEach((call, i) => {
-          this.inFlight.delete(inFlight[i]);
-          const lane = this.lanes.get(call.append.shardIndex);
-          if (lane) lane.busy = false;
-          this.settle(call.append.shardIndex, call.entries, outcomes[i], routedCount);
-        });
-        // What queued meanwhile (or came back refused) goes now; with nothing queued, the next send
-        // finds the producer idle and goes at once (add).
-        if (this.returned.length > 0 || this.waiting.length > 0 || this.ready.size > 0) this.schedule();
-      });
+    // meanwhile fail rather than overtake it (mayStillLand). One timer and one callback per call,
+    // not a race of promises: this runs once per call, and one send at a time pays it per send.
+    let decided = false;
+    const failAll = (error: Error) => calls.map((): ShardAppendOutcome => ({ status: 'failed', error, replied: false }));
+    const timer = setTimeout(() => {
+      decided = true;
+      for (const call of inFlight) this.unanswered.add(call);
+      this.settleCalls(calls, inFlight, failAll(noAnswer(new NoAnswerError(timeoutMs), calls, timeoutMs)), routedCount);
+    }, timeoutMs);
+    const answered = (outcomes: ShardAppendOutcome[]) => {
+      if (decided) {
+        for (const call of inFlight) this.unanswered.delete(call);
+        return;
+      }
+      decided = true;
+      clearTimeout(timer);
+      this.settleCalls(calls, inFlight, outcomes, routedCount);
+    };
+    appended.then(answered, (error: unknown) => answered(failAll(error as Error)));
+  }
+
+  /** The calls' outcomes, each for its own entries; then what queued meanwhile goes. */
+  private settleCalls(
+    calls: { append: ShardAppend; entries: PendingEntry[] }[],
+    inFlight: CallInFlight[],
+    outcomes: ShardAppendOutcome[],
+    routedCount: number,
+  ): void {
+    calls.forEach((call, i) => {
+      this.inFlight.delete(inFlight[i]);
+      const lane = this.lanes.get(call.append.shardIndex);
+      if (lane) lane.busy = false;
+      this.settle(call.append.shardIndex, call.entries, outcomes[i], routedCount);
+    });
+    // What queued meanwhile (or came back refused) goes now; with nothing queued, the next send
+    // finds the producer idle and goes at once (add).
+    if (this.returned.length > 0 || this.waiting.length > 0 || this.ready.size > 0) this.schedule();
   }
 
   private appendOf(shard: number, entries: PendingEntry[]): ShardAppend {
@@ -519,12 +534,15 @@ function noAnswer(error: Error, calls: { append: ShardAppend }[], timeoutMs: num
   );
 }
 
+const NO_ORDER_KEYS: ReadonlyMap<OrderKey, number> = new Map();
+
 /** The order keys (by `keyOf`) of the entries of the `calls` that `which` picks, each with its call's shard. Empty on the hot path. */
 function orderKeysOf(
   calls: Set<CallInFlight>,
   which: (call: CallInFlight) => boolean,
   keyOf: (entry: PendingEntry) => OrderKey | undefined,
-): Map<OrderKey, number> {
+): ReadonlyMap<OrderKey, number> {
+  if (calls.size === 0) return NO_ORDER_KEYS;
   const keys = new Map<OrderKey, number>();
   for (const call of calls) {
     if (!which(call)) continue;

@@ -553,10 +553,17 @@ export function costSection({ noop, io, alone, load }: CostResults, machine?: st
   return lines;
 }
 
+/** A ratio of scenario 11. */
+const x = (n: number) => `${n.toFixed(2)} ×`;
+
+/** Scenario 11's subsection heading, and where it was measured when apart from the full run. */
+function sendSubsectionHead(machine: string | undefined): string[] {
+  return [SEND_SUBSECTION, '', ...(machine ? [`Measured by \`npm run bench:producer\` on ${machine}.`, ''] : [])];
+}
+
 /** Scenario 11's goals (SPEC 9.5's producer, docs/runtime.md "Merged sends"): target, measured, verdict. */
 export function producerSendGoals(f: ProducerSendFigures): [string, string, string][] {
   const at = (inFlight: number) => f.levels.find((l) => l.inFlight === inFlight);
-  const x = (n: number) => `${n.toFixed(2)} ×`;
   const goals: [string, string, string][] = [];
   const one = at(1);
   const many = at(64);
@@ -580,11 +587,8 @@ export function producerSendGoals(f: ProducerSendFigures): [string, string, stri
 
 /** Scenario 11's rates, in section 3; `machine` is set when `npm run bench:producer` measured it apart from the full run. */
 export function producerSendRates(f: ProducerSendFigures, machine?: string): string[] {
-  const x = (n: number) => `${n.toFixed(2)} ×`;
   return [
-    SEND_SUBSECTION,
-    '',
-    ...(machine ? [`Measured by \`npm run bench:producer\` on ${machine}.`, ''] : []),
+    ...sendSubsectionHead(machine),
     'Entries of 1,000 keys over 8 shards, one at a time: `StreamProducer.send()` on a plain ioredis client',
     'against `XADD` of the same fields to 8 streams, on a plain client and on one with',
     '`enableAutoPipelining`, with 1, 64 and 1,024 calls in flight (a new one as each resolves). Each',
@@ -611,11 +615,8 @@ export function producerSendRates(f: ProducerSendFigures, machine?: string): str
 
 /** Scenario 11's CPU per entry, in section 7. */
 export function producerSendCpu(f: ProducerSendFigures, machine?: string): string[] {
-  const x = (n: number) => `${n.toFixed(2)} ×`;
   return [
-    SEND_SUBSECTION,
-    '',
-    ...(machine ? [`Measured by \`npm run bench:producer\` on ${machine}.`, ''] : []),
+    ...sendSubsectionHead(machine),
     "The sends of section 3's `send()` one entry at a time: Redis' `used_cpu_user + used_cpu_sys` (`INFO cpu`) and this process'",
     '`process.cpuUsage()` over the timed phase, divided by the entries.',
     '',

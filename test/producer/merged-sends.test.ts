@@ -182,6 +182,39 @@ describe('merged sends', () => {
     expect(stored.map((s) => s.id)).toEqual([results[0], results[2], results[4]]);
   });
 
+  it('every entry is stored with its fields as given, whichever of them it has and in whatever order', async () => {
+    const streamPrefix = await aStream(1);
+    // The script is given an entry as encodeEntry writes it without its field names (payload, then
+    // codec, key, headers as present); any other entry goes as it is.
+    const entries: (string | Buffer)[][] = [
+      ['p', '{"seq":1}'],
+      ['p', '{"seq":2}', 'c', 'json'],
+      ['p', '{"seq":3}', 'k', 'a'],
+      ['p', '{"seq":4}', 'h', '{"x":"1"}'],
+      ['p', '{"seq":5}', 'c', 'json', 'k', 'a', 'h', '{"x":"2"}'],
+      ['p', Buffer.from([0, 255, 1]), 'c', 'msgpack', 'k', 'b'],
+      ['k', 'a', 'p', '{"seq":7}'],
+      ['p', '{"seq":8}', 'x', 'y', 'k', 'a'],
+      ['p', '{"seq":9}', 'k', 'a', 'c', 'json'],
+    ];
+    const [outcome] = await appendToShards(redis.client(), 1, undefined, [
+      {
+        shardIndex: 0,
+        stream: keys.shardStream(streamPrefix, 0),
+        routing: keys.shardRouting(streamPrefix, 0),
+        writes: keys.shardProducerWrites(streamPrefix, 0, 'test-producer'),
+        writeSeq: 1,
+        entries,
+        groups: entries.map(() => 0),
+      },
+    ]);
+    expect(outcome.status).toBe('applied');
+    const stored = await redis.client().xrangeBuffer(keys.shardStream(streamPrefix, 0), '-', '+');
+    expect(stored.map(([, fields]) => fields.map((field) => field.toString('latin1')))).toEqual(
+      entries.map((fields) => fields.map((field) => (typeof field === 'string' ? field : field.toString('latin1')))),
+    );
+  });
+
   it('a call accepted just before a switch writes every entry with an id below the switch, however long the call runs', async () => {
     // docs/resharding.md: an entry routed with the count before a switch has an id below it. A merged
     // call of MAX_ENTRIES_PER_CALL entries runs for a good part of a millisecond: its check may pass

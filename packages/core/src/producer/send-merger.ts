@@ -411,15 +411,19 @@ export class SendMerger {
     outcomes: ShardAppendOutcome[],
     routedCount: number,
   ): void {
+    let settled = 0;
     calls.forEach((call, i) => {
       this.inFlight.delete(inFlight[i]);
       const lane = this.lanes.get(call.append.shardIndex);
       if (lane) lane.busy = false;
       this.settle(call.append.shardIndex, call.entries, outcomes[i], routedCount);
+      settled += call.entries.length;
     });
-    // What queued meanwhile (or came back refused) goes now; with nothing queued, the next send
-    // finds the producer idle and goes at once (add).
-    if (this.returned.length > 0 || this.waiting.length > 0 || this.ready.size > 0) this.schedule();
+    // What queued meanwhile (or came back refused) goes now. So do the sends of the callers these
+    // replies wake, made before the tick ends: together, not the first one alone. Only one entry
+    // settled and nothing queued (one send at a time): the next send finds the producer idle and
+    // goes at once (add).
+    if (settled > 1 || this.returned.length > 0 || this.waiting.length > 0 || this.ready.size > 0) this.schedule();
   }
 
   private appendOf(shard: number, entries: PendingEntry[]): ShardAppend {

@@ -651,16 +651,17 @@ export function producerSendCpu(f: ProducerSendFigures, machine?: string): strin
  */
 const SEND_REDIS_COST = [
   'Where the Redis time goes (instructions under `valgrind --tool=callgrind`, which the machine load',
-  'does not change; 2026-12-01, Redis 7.0.15): a plain `XADD` of one entry costs Redis about 12,500',
-  'instructions, parsing and reply included. One `appendEntries` call of one entry costs about 95,000',
-  '(147,000 before its write log became one string record): about 20,000 to set up the Lua call and its',
-  '`KEYS`/`ARGV` tables, 30,000 for the routing marker read and the write log read and write, 10,000 for',
-  "the `XADD` through `redis.call`, the rest the script's own work and the reply. At 64 in flight a call",
-  'carries about 8 entries and a sent entry costs about 33,000 instructions against 12,000 for an',
-  'auto-pipelined `XADD`: each field value is made a Lua string, then an argument of `XADD` again, and',
-  'the `XADD` reply a Lua string, about 15,000 instructions per entry before any per-call cost. A write',
-  "that is checked against the routing marker in the shard's slot (SPEC 9.5) has to run in a script;",
-  'that per-entry cost is what keeps Redis CPU above 2 × a raw `XADD`.',
+  'does not change; 2026-12-01, Redis 7.0.15; reading, parsing and running the commands): a plain',
+  '`XADD` of one entry costs Redis about 12,500 instructions. One `appendEntries` call of one entry costs',
+  'about 95,500 (142,000 before its write log became one string record): about 18,000 to set up the Lua',
+  'call and its `KEYS`/`ARGV` tables, 27,000 for the routing marker read and the write log read and',
+  "write, 11,000 for the `XADD` through `redis.call`, the rest parsing the call, the script's own work",
+  'and garbage, and its reply. At 64 in flight a call carries about 8 entries and a sent entry costs',
+  'about 32,700 instructions (37,800 before) against 12,100 for an auto-pipelined `XADD`: each field value',
+  'is made a Lua string, then an argument of `XADD` again, and the `XADD` reply a Lua string, about',
+  '15,000 instructions per entry before any per-call cost. A write checked against the routing marker',
+  "in the shard's slot (SPEC 9.5) has to run in a script; that per-entry cost is what keeps Redis CPU",
+  'above 2 × a raw `XADD`.',
   '',
 ];
 

@@ -553,6 +553,9 @@ export function costSection({ noop, io, alone, load }: CostResults, machine?: st
   return lines;
 }
 
+/** Above this load average, wall-clock rates are not figures (other work shares the two cores). */
+const LOADED = 3;
+
 /** A ratio of scenario 11. */
 const x = (n: number) => `${n.toFixed(2)} ×`;
 
@@ -595,6 +598,13 @@ export function producerSendRates(f: ProducerSendFigures, machine?: string): str
     'repetition runs the three in turn on one Redis, and the ratios are taken within it. CPU per entry is',
     'in section 7. The machine load matters: the figures of a busy machine spread.',
     '',
+    ...(f.load > LOADED
+      ? [
+          `**Measured on a busy machine (load average ${f.load.toFixed(2)} at the end, above ${LOADED}): the rates and their`,
+          'verdicts say little; the CPU per entry less so, and the instruction counts of section 7 not at all.**',
+          '',
+        ]
+      : []),
     ...header('in flight', 'plain XADD /s', 'auto-pipelined XADD /s', 'send() /s', 'ours / plain', 'ours / auto'),
     ...f.levels.map((l) =>
       row([

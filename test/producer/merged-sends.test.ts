@@ -68,6 +68,21 @@ function seqsByKey(entries: Stored[]): Map<string, number[]> {
 
 const upTo = (n: number) => Array.from({ length: n }, (_, i) => i + 1);
 
+/** One appendEntries call on shard 0 of a one-shard stream, by a producer 'test-producer', routed with 1 shard. */
+function oneCall(streamPrefix: string, entries: (string | Buffer)[][], groups: number[], writeSeq = 1) {
+  return appendToShards(redis.client(), 1, undefined, [
+    {
+      shardIndex: 0,
+      stream: keys.shardStream(streamPrefix, 0),
+      routing: keys.shardRouting(streamPrefix, 0),
+      writes: keys.shardProducerWrites(streamPrefix, 0, 'test-producer'),
+      writeSeq,
+      entries,
+      groups,
+    },
+  ]);
+}
+
 describe('merged sends', () => {
   it('1,024 concurrent sends over 8 shards are merged: one appendEntries call per shard per flush, not one per send', async () => {
     const streamPrefix = await aStream(8);
@@ -157,17 +172,11 @@ describe('merged sends', () => {
     const entry = (key: string, seq: number) => ['p', `{"seq":${seq}}`, 'k', key];
     // b's first entry is one XADD refuses (an odd number of field values): the script's own check,
     // whatever makes a write fail.
-    const [outcome] = await appendToShards(redis.client(), 1, undefined, [
-      {
-        shardIndex: 0,
-        stream: keys.shardStream(streamPrefix, 0),
-        routing: keys.shardRouting(streamPrefix, 0),
-        writes: keys.shardProducerWrites(streamPrefix, 0, 'test-producer'),
-        writeSeq: 1,
-        entries: [entry('a', 1), ['p', '{"seq":1}', 'k'], entry('a', 2), entry('b', 2), entry('c', 1)],
-        groups: [1, 2, 1, 2, 3],
-      },
-    ]);
+    const [outcome] = await oneCall(
+      streamPrefix,
+      [entry('a', 1), ['p', '{"seq":1}', 'k'], entry('a', 2), entry('b', 2), entry('c', 1)],
+      [1, 2, 1, 2, 3],
+    );
     expect(outcome.status).toBe('applied');
     const results = outcome.status === 'applied' ? outcome.results : [];
     expect(results.map((r) => (typeof r === 'string' ? 'id' : r === undefined ? 'not attempted' : r.message))).toEqual([
@@ -197,17 +206,11 @@ describe('merged sends', () => {
       ['p', '{"seq":8}', 'x', 'y', 'k', 'a'],
       ['p', '{"seq":9}', 'k', 'a', 'c', 'json'],
     ];
-    const [outcome] = await appendToShards(redis.client(), 1, undefined, [
-      {
-        shardIndex: 0,
-        stream: keys.shardStream(streamPrefix, 0),
-        routing: keys.shardRouting(streamPrefix, 0),
-        writes: keys.shardProducerWrites(streamPrefix, 0, 'test-producer'),
-        writeSeq: 1,
-        entries,
-        groups: entries.map(() => 0),
-      },
-    ]);
+    const [outcome] = await oneCall(
+      streamPrefix,
+      entries,
+      entries.map(() => 0),
+    );
     expect(outcome.status).toBe('applied');
     const stored = await redis.client().xrangeBuffer(keys.shardStream(streamPrefix, 0), '-', '+');
     expect(stored.map(([, fields]) => fields.map((field) => field.toString('latin1')))).toEqual(
@@ -229,17 +232,11 @@ describe('merged sends', () => {
       const switchAt = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000) + 1 + (attempt % 3);
       // A growth 1 -> 2 switching in 1 to 3 ms: until then shard 0 takes writes routed with 1.
       await client.hset(routing, 'count', 2, 'previous', 1, 'switchAt', switchAt);
-      const [outcome] = await appendToShards(client, 1, undefined, [
-        {
-          shardIndex: 0,
-          stream: keys.shardStream(streamPrefix, 0),
-          routing,
-          writes: keys.shardProducerWrites(streamPrefix, 0, 'test-producer'),
-          writeSeq: 1,
-          entries: Array.from({ length: MAX_ENTRIES_PER_CALL }, (_, i) => ['p', `{"seq":${i}}`, 'k', `k${i}`]),
-          groups: Array.from({ length: MAX_ENTRIES_PER_CALL }, (_, i) => i + 1),
-        },
-      ]);
+      const [outcome] = await oneCall(
+        streamPrefix,
+        Array.from({ length: MAX_ENTRIES_PER_CALL }, (_, i) => ['p', `{"seq":${i}}`, 'k', `k${i}`]),
+        Array.from({ length: MAX_ENTRIES_PER_CALL }, (_, i) => i + 1),
+      );
       if (outcome.status !== 'applied') continue; // checked after the switch: refused, nothing written
       applied += 1;
       for (const result of outcome.results) if (typeof result === 'string' && Number(result.split('-')[0]) >= switchAt) late.push(result);
@@ -331,19 +328,7 @@ describe('merged sends', () => {
 
   it("a resent call is answered from the write log, and a resend of an older call than the log's writes nothing", async () => {
     const streamPrefix = await aStream(1);
-    const client = redis.client();
-    const call = (writeSeq: number, seq: number) =>
-      appendToShards(client, 1, undefined, [
-        {
-          shardIndex: 0,
-          stream: keys.shardStream(streamPrefix, 0),
-          routing: keys.shardRouting(streamPrefix, 0),
-          writes: keys.shardProducerWrites(streamPrefix, 0, 'test-producer'),
-          writeSeq,
-          entries: [['p', `{"seq":${seq}}`, 'k', 'a']],
-          groups: [1],
-        },
-      ]);
+    const call = (writeSeq: number, seq: number) => oneCall(streamPrefix, [['p', `{"seq":${seq}}`, 'k', 'a']], [1], writeSeq);
     const [first] = await call(1, 1);
     const [second] = await call(2, 2);
     // The last call sent again (a lost reply): the first run's answer, nothing written.

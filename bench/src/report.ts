@@ -769,6 +769,12 @@ const SEND_REDIS_COST = [
   '15,000 instructions per entry before any per-call cost. A write checked against the routing marker',
   "in the shard's slot (SPEC 9.5) has to run in a script; that per-entry cost is what keeps Redis CPU",
   'above 2 × a raw `XADD`.',
+  "Delayed delivery's two schedule keys (`KEYS[4]`, `KEYS[5]`) and its due-time string (`ARGV[8]`,",
+  'empty when no entry of the call is delayed) cost a call of one entry about 6,500 more (2026-12-02,',
+  '`readQueryFromClient` inclusive, 2,000 calls each, plain `EVALSHA`: 88,900 for `appendEntries-3.lua`',
+  'before the merge, 95,400 for `appendEntries-5.lua`): about 3,500 for the three arguments (the old',
+  'script given them and ignoring them: 92,500), the rest for the longer script (its schedule',
+  "functions are made on every run, as Lua makes a script's local functions).",
   '',
 ];
 

@@ -2,8 +2,9 @@
  * Scenario 11 of docs/benchmarks.md: `send()` one entry at a time, against `XADD` on a plain client
  * and on an auto-pipelining one, at 1, 64 and 1,024 sends in flight over 8 shards. Part of
  * `npm run bench`; `npm run bench:producer [-- --quick] [-- --write]` runs it alone and prints its
- * table (with `--write`, also replaces its section of docs/benchmarks.md: do that on a quiet machine
- * only, the figures are ratios within one run but the CPU ones suffer from a busy one).
+ * tables (with `--write`, also replaces its subsections of sections 3 and 7 of docs/benchmarks.md:
+ * do that on a quiet machine only, the figures are ratios within one run but the CPU ones suffer
+ * from a busy one).
  */
 import os from 'node:os';
 import { Redis } from 'ioredis';
@@ -12,7 +13,16 @@ import { RedisServer } from '@redis-stream-coordinator/core/testing';
 import { runCli } from './cli';
 import { redisCpuSeconds } from './cpu';
 import { redisVersion } from './redis-stats';
-import { type ProducerSendFigures, producerSendSection, SECTION_11, type SendCase, spliceSection } from './report';
+import {
+  type ProducerSendFigures,
+  producerSendCpu,
+  producerSendRates,
+  SECTION_3,
+  SECTION_7,
+  SEND_SUBSECTION,
+  type SendCase,
+  spliceSubsection,
+} from './report';
 import { elapsedMs, spread } from './stats';
 
 const SHARDS = 8;
@@ -129,7 +139,7 @@ export async function measureProducerSend(
   };
 }
 
-/** `npm run bench:producer`: scenario 11 alone, printed; `--write` splices it into docs/benchmarks.md. */
+/** `npm run bench:producer`: scenario 11 alone, printed; `--write` splices it into sections 3 and 7 of docs/benchmarks.md. */
 if (require.main === module) {
   runCli(async () => {
     const quick = process.argv.includes('--quick');
@@ -144,9 +154,13 @@ if (require.main === module) {
       );
       const figures = await measureProducerSend(server.url, quick, repetitions, progress);
       const machine = `${os.cpus().length} × ${os.cpus()[0]?.model ?? 'unknown'}, Node ${process.version}, Redis ${await redisVersion(redis)}; ${new Date().toISOString().slice(0, 10)}, ${repetitions} repetition(s)${quick ? ' (quick)' : ''}, load average ${loadBefore.toFixed(2)} before and ${figures.load.toFixed(2)} after`;
-      const section = producerSendSection(figures, machine).join('\n');
-      if (process.argv.includes('--write')) spliceSection(SECTION_11, section);
-      process.stdout.write(`${section}\n`);
+      const rates = producerSendRates(figures, machine);
+      const cpu = producerSendCpu(figures, machine);
+      if (process.argv.includes('--write')) {
+        spliceSubsection(SECTION_3, SEND_SUBSECTION, rates);
+        spliceSubsection(SECTION_7, SEND_SUBSECTION, cpu);
+      }
+      process.stdout.write(`${rates.join('\n')}\n${cpu.join('\n')}\n`);
     } finally {
       redis.disconnect();
       await server.stop();

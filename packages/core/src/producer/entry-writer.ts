@@ -1,11 +1,11 @@
-import { ensureScripts, pipelineScript, type RedisClient, runScript } from '../redis/scripts';
+import { ensureScripts, pipelineScript, type RedisClient, runScriptBySha } from '../redis/scripts';
 import { NotReplicatedError, type ReplicaWait, waitCommand, waitShortfall } from '../redis/connection/replica-wait';
 import { execBySlot } from '../redis/connection/slot-pipelines';
 
 /**
  * Entries per appendEntries call. A call is one script run: Redis does nothing else meanwhile, and
  * its reply and write-log record grow with it. 256 entries of at most 4 fields are at most
- * 5 + 256 × 10 = 2,565 arguments, far below Lua's unpack limit (about 8,000) should a script ever
+ * 8 + 256 × 8 = 2,056 arguments, far below Lua's unpack limit (about 8,000) should a script ever
  * unpack them, and a run of about a quarter of a millisecond; the per-call costs (routing check,
  * write log, Lua call) are spread over enough entries to stop mattering (docs/benchmarks.md).
  */
@@ -73,8 +73,8 @@ export type ShardAppendOutcome =
 
 /**
  * Runs one `appendEntries` call per append. One call alone, without a replica wait, is sent as it
- * is: a pipeline would buy nothing and cost its construction (ioredis copies every defined script
- * onto each one). Several go in one pipeline on a single Redis (one write, one round trip), one
+ * is, a plain EVALSHA (`runScriptBySha`): a pipeline would buy nothing and cost its construction
+ * (ioredis copies every defined script onto each one). Several go in one pipeline on a single Redis (one write, one round trip), one
  * pipeline per call on a Cluster (each shard has its own slot), sent side by side. With
  * `replicaWait`, a `WAIT` follows on the same connection (once per pipeline). Each call's outcome
  * is independent of the others'; this never throws.
@@ -90,7 +90,7 @@ export async function appendToShards(
   if (appends.length === 1 && !replicaWait) {
     const [append] = appends;
     try {
-      const reply = await runScript(client, 'appendEntries', scriptKeys(append), scriptArgs(append, routedCount, cap));
+      const reply = await runScriptBySha(client, 'appendEntries', scriptKeys(append), scriptArgs(append, routedCount, cap));
       return [outcomeOf(reply, append.entries.length)];
     } catch (error) {
       return [{ status: 'failed', error: error as Error, replied: isReplyError(error as Error) }];
@@ -121,15 +121,40 @@ function scriptKeys(append: ShardAppend): string[] {
 }
 
 function scriptArgs(append: ShardAppend, routedCount: number, cap: string): (string | number | Buffer)[] {
-  const args: (string | number | Buffer)[] = [append.shardIndex, routedCount, cap, append.writeSeq, append.wake ?? ''];
   const { entries, dues, groups } = append;
+  // Each entry's values go as they are; its count, order group and due time ride in three strings
+  // (the script's ARGV[6] to ARGV[8]): Redis pays for every argument twice (appendEntries-5.lua).
+  let layout = '';
+  let delayed = false;
+  for (let e = 0; e < entries.length; e++) {
+    const digit = FIELD_COUNT_DIGITS[entries[e].length];
+    if (digit === undefined) throw new RangeError(`an entry has 1 to 9 field values, got ${entries[e].length}`);
+    layout += digit;
+    if (dues[e] !== '') delayed = true;
+  }
+  const args: (string | number | Buffer)[] = [
+    append.shardIndex,
+    routedCount,
+    cap,
+    append.writeSeq,
+    append.wake ?? '',
+    layout,
+    groups.join(' '),
+    // No delayed entry (the common case): one empty string the script reads no further.
+    delayed ? dues.map((due) => (due === '' ? '-' : due)).join(' ') : '',
+  ];
   for (let e = 0; e < entries.length; e++) {
     const fields = entries[e];
-    args.push(groups[e], dues[e], fields.length);
     for (let f = 0; f < fields.length; f++) args.push(fields[f]);
   }
   return args;
 }
+
+/**
+ * An entry's number of field values as the script's layout digit: an entry has at most 4 fields
+ * (8 values, entry-format.ts); 1 to 9 pass as they are, so that XADD itself refuses an odd count.
+ */
+const FIELD_COUNT_DIGITS: readonly (string | undefined)[] = [undefined, '1', '2', '3', '4', '5', '6', '7', '8', '9'];
 
 /** Reads the script's reply (one string: status, count in effect, outcomes, error lines). */
 function outcomeOf(reply: unknown, entryCount: number): ShardAppendOutcome {
@@ -137,6 +162,14 @@ function outcomeOf(reply: unknown, entryCount: number): ShardAppendOutcome {
   const [status, inEffect, outcomes] = lines;
   if (status === 'REROUTE') return { status: 'reroute', shardCountInEffect: Number(inEffect) };
   if (status === 'UNROUTED') return { status: 'unrouted' };
+  if (status === 'SUPERSEDED') {
+    // Only a resend of a call given up past its deadline: its first run's entries may be in the stream.
+    return {
+      status: 'failed',
+      error: new Error('appendEntries: a resend of a call older than the last one on its shard, not run again'),
+      replied: false,
+    };
+  }
   const tokens = outcomes === undefined || outcomes === '' ? [] : outcomes.split(' ');
   if (status !== 'OK' || tokens.length !== entryCount) {
     return { status: 'failed', error: new Error(`unexpected reply to appendEntries: ${String(reply).slice(0, 200)}`), replied: true };

@@ -128,9 +128,17 @@ export class SendMerger {
     private readonly options: SendMergerOptions,
   ) {}
 
-  /** Queues a unit's entries (their fields encoded, and due times, in order); they are written from the next tick on. */
+  /**
+   * Queues a unit's entries (their fields encoded, and due times, in order). With nothing else under
+   * way (no call in flight, nothing queued or about to be routed: one send at a time) they are routed
+   * and sent at once, without waiting for the tick's end; otherwise from the next tick on, with the
+   * sends made meanwhile. Either way they are routed in submission order: whatever comes after them
+   * in this tick queues behind them.
+   */
   add(unit: SendUnit, fields: (string | Buffer)[][], dues: readonly string[]): void {
-    unit.messages.forEach((message, index) => {
+    const messages = unit.messages;
+    for (let index = 0; index < messages.length; index++) {
+      const message = messages[index];
       this.waiting.push({
         seq: this.nextSeq++,
         unit,
@@ -142,8 +150,14 @@ export class SendMerger {
         refusals: 0,
         routedTo: undefined,
       });
-    });
-    this.schedule();
+    }
+    if (this.idle()) void this.drain();
+    else this.schedule();
+  }
+
+  /** Nothing in flight, nothing to route but what was just added, no drain running or due. */
+  private idle(): boolean {
+    return !this.scheduled && !this.draining && this.inFlight.size === 0 && this.returned.length === 0 && this.ready.size === 0;
   }
 
   /**
@@ -375,26 +389,47 @@ export class SendMerger {
     // Past the bound the call counts as a lost reply (maybe written): ioredis may still resend it,
     // and the write log answers that resend without writing twice; its late reply is ignored here.
     // Until that reply comes, the call may still land: its keys' entries routed to other shards
-    // meanwhile fail rather than overtake it (mayStillLand).
-    void withTimeout(appended, timeoutMs)
-      .catch((error: unknown): ShardAppendOutcome[] => {
-        if (error instanceof NoAnswerError) {
-          for (const call of inFlight) this.unanswered.add(call);
-          void appended.then(() => {
-            for (const call of inFlight) this.unanswered.delete(call);
-          });
-        }
-        return calls.map(() => ({ status: 'failed', error: noAnswer(error as Error, calls, timeoutMs), replied: false }));
-      })
-      .then((outcomes) => {
-        calls.forEach((call, i) => {
-          this.inFlight.delete(inFlight[i]);
-          const lane = this.lanes.get(call.append.shardIndex);
-          if (lane) lane.busy = false;
-          this.settle(call.append.shardIndex, call.entries, outcomes[i], routedCount);
-        });
-        this.schedule();
-      });
+    // meanwhile fail rather than overtake it (mayStillLand). One timer and one callback per call,
+    // not a race of promises: this runs once per call, and one send at a time pays it per send.
+    let decided = false;
+    const failAll = (error: Error) => calls.map((): ShardAppendOutcome => ({ status: 'failed', error, replied: false }));
+    const timer = setTimeout(() => {
+      decided = true;
+      for (const call of inFlight) this.unanswered.add(call);
+      this.settleCalls(calls, inFlight, failAll(noAnswer(new NoAnswerError(timeoutMs), calls, timeoutMs)), routedCount);
+    }, timeoutMs);
+    const answered = (outcomes: ShardAppendOutcome[]) => {
+      if (decided) {
+        for (const call of inFlight) this.unanswered.delete(call);
+        return;
+      }
+      decided = true;
+      clearTimeout(timer);
+      this.settleCalls(calls, inFlight, outcomes, routedCount);
+    };
+    appended.then(answered, (error: unknown) => answered(failAll(error as Error)));
+  }
+
+  /** The calls' outcomes, each for its own entries; then what queued meanwhile goes. */
+  private settleCalls(
+    calls: { append: ShardAppend; entries: PendingEntry[] }[],
+    inFlight: CallInFlight[],
+    outcomes: ShardAppendOutcome[],
+    routedCount: number,
+  ): void {
+    let settled = 0;
+    calls.forEach((call, i) => {
+      this.inFlight.delete(inFlight[i]);
+      const lane = this.lanes.get(call.append.shardIndex);
+      if (lane) lane.busy = false;
+      this.settle(call.append.shardIndex, call.entries, outcomes[i], routedCount);
+      settled += call.entries.length;
+    });
+    // What queued meanwhile (or came back refused) goes now. So do the sends of the callers these
+    // replies wake, made before the tick ends: together, not the first one alone. Only one entry
+    // settled and nothing queued (one send at a time): the next send finds the producer idle and
+    // goes at once (add).
+    if (settled > 1 || this.returned.length > 0 || this.waiting.length > 0 || this.ready.size > 0) this.schedule();
   }
 
   private appendOf(shard: number, entries: PendingEntry[]): ShardAppend {
@@ -511,12 +546,15 @@ function noAnswer(error: Error, calls: { append: ShardAppend }[], timeoutMs: num
   );
 }
 
+const NO_ORDER_KEYS: ReadonlyMap<OrderKey, number> = new Map();
+
 /** The order keys (by `keyOf`) of the entries of the `calls` that `which` picks, each with its call's shard. Empty on the hot path. */
 function orderKeysOf(
   calls: Set<CallInFlight>,
   which: (call: CallInFlight) => boolean,
   keyOf: (entry: PendingEntry) => OrderKey | undefined,
-): Map<OrderKey, number> {
+): ReadonlyMap<OrderKey, number> {
+  if (calls.size === 0) return NO_ORDER_KEYS;
   const keys = new Map<OrderKey, number>();
   for (const call of calls) {
     if (!which(call)) continue;

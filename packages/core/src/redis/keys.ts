@@ -161,8 +161,9 @@ export class KeyBuilder {
   }
 
   /**
-   * One producer's write log on one shard (appendEntries-5.lua), in the shard stream's slot: a write
-   * whose reply was lost and that the client sends again is answered from it instead of written twice.
+   * One producer's write log on one shard (appendEntries-5.lua), in the shard stream's slot: its last
+   * write call and that call's reply. A write whose reply was lost and that the client sends again is
+   * answered from it instead of written twice.
    */
   shardProducerWrites(streamPrefix: string, shardIndex: number, producerId: string): string {
     return `${this.shardStream(streamPrefix, shardIndex)}:writes:${assertMemberId(producerId)}`;

@@ -826,9 +826,8 @@ describe('members through a proxy, against a model of who may own what', () => {
           for (const kind of kinds) await real.join(kind);
           await real.settle();
           await fc.asyncModelRun(() => ({ model: { kinds: [...kinds], shards: 3 }, real }), sequence);
-          // No more writes: every written entry must be handled within the sweep interval plus a
-          // margin, also on a quiet shard (an entry of a lost read reply must not wait for a write),
-          // and the group drained (a reset's re-reads too).
+          // No more writes: every written entry handled and the group drained, bounded by the
+          // recoveries the SPEC promises (Real.drained).
           const drainFrom = Date.now();
           await real.drained();
           await real.close();

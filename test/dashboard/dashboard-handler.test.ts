@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
 import v8 from 'node:v8';
@@ -84,6 +85,24 @@ function collectGarbage(): void {
   v8.setFlagsFromString('--expose-gc');
   (vm.runInNewContext('gc') as () => void)();
 }
+
+/**
+ * Most a client that never reads takes over TCP before the server's write() says false: the largest
+ * send buffer and the receive buffer, doubled for the kernel's accounting (16 MB where /proc does not say).
+ */
+const KERNEL_SOCKET_BYTES = (() => {
+  try {
+    const max = (file: string, field: number) => Number(readFileSync(`/proc/sys/net/ipv4/${file}`, 'utf8').trim().split(/\s+/)[field]);
+    return 2 * (max('tcp_wmem', 2) + max('tcp_rmem', 1));
+  } catch {
+    return 16 * 1024 * 1024;
+  }
+})();
+/**
+ * Longest a watch with browsers (refreshMs 500) goes without sending: a round every refresh, or a
+ * problem once Redis is 5 s late (redisLateAfterMs); doubled for timers late on a loaded machine.
+ */
+const SILENT_ROUND_MS = 2 * (5_000 + 500);
 
 function listeners() {
   const state: DashboardListener = { id: 'orders', kind: 'listener', running: true, paused: false, concurrency: 2 };
@@ -417,12 +436,26 @@ describe('live streams are bounded (SPEC 10.3)', () => {
         sockets.push(socket);
       }
       const stuck = () => served.liveResponses.slice(1);
+      // The kernel takes what the socket buffers hold before write() says false (about 4.3 MB on
+      // Linux: tcp_wmem's largest send buffer and the receive buffer), a dozen snapshots, each a
+      // round apart, and rounds of 2,000 shards slow down on a loaded machine. So the wait is bounded
+      // by progress, not by a clock: it fails when the silent clients got nothing for the time within
+      // which a watch sends a snapshot or a problem, or took more than the kernel can hold unread.
+      const sent = () => stuck().map((r) => r.socket?.bytesWritten ?? 0);
+      const state = () => ({ sent: sent(), buffered: stuck().map((r) => r.writableLength), stats: served.dashboard.stats() });
+      let lastSent = '';
+      let progressAt = Date.now();
       await pollUntil(
         'the three silent clients back-pressured',
-        async () => stuck().length === 3 && stuck().every((r) => r.writableLength > 0),
-        {
-          timeoutMs: 20_000,
+        async () => {
+          if (stuck().length === 3 && stuck().every((r) => r.writableLength > 0)) return true;
+          if (sent().join() !== lastSent) [lastSent, progressAt] = [sent().join(), Date.now()];
+          if (Date.now() - progressAt > SILENT_ROUND_MS || Math.max(...sent()) > KERNEL_SOCKET_BYTES) {
+            throw new Error(`the silent clients are not back-pressured and no more is sent to them: ${JSON.stringify(state())}`);
+          }
+          return false;
         },
+        { timeoutMs: 45_000, intervalMs: 100, state },
       );
       // What one connection may hold: the message it was stuck on, an unsent snapshot, MAX_LIVE_BACKLOG_BYTES.
       // This group is idle (no events), so what piles up is snapshots: at most the hello and one snapshot in the buffer.
@@ -444,5 +477,5 @@ describe('live streams are bounded (SPEC 10.3)', () => {
       for (const socket of sockets) socket.destroy();
       await served.close();
     }
-  }, 60_000);
+  }, 120_000);
 });

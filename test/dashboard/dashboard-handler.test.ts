@@ -1,5 +1,8 @@
+import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
+import v8 from 'node:v8';
+import vm from 'node:vm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CoordinatorAdmin, CoordinatorClient, KeyBuilder } from '@redis-stream-coordinator/core';
 import {
@@ -65,10 +68,41 @@ async function aListedGroup(...groups: string[]): Promise<string> {
   return stream;
 }
 
-/** Opens a live stream and returns its status, leaving it open until `controller` aborts. */
+/**
+ * Opens a live stream and returns its status, leaving it open until `controller` aborts. The
+ * Response is held until then: fetch cancels the body of a Response garbage collected unread,
+ * which closes the connection, so a dropped reference lets a GC close live streams behind the
+ * test's back (and others take their slots).
+ */
 async function openLive(url: string, stream: string, group: string, controller: AbortController): Promise<number> {
-  return (await fetch(`${url}/rsc/api/groups/${stream}/${group}/live`, { signal: controller.signal })).status;
+  const response = await fetch(`${url}/rsc/api/groups/${stream}/${group}/live`, { signal: controller.signal });
+  controller.signal.addEventListener('abort', () => void response.body?.cancel().catch(() => undefined), { once: true });
+  return response.status;
 }
+
+/** A full garbage collection now: what a loaded machine does at any moment, made to happen where a test must survive it. */
+function collectGarbage(): void {
+  v8.setFlagsFromString('--expose-gc');
+  (vm.runInNewContext('gc') as () => void)();
+}
+
+/**
+ * Most a client that never reads takes over TCP before the server's write() says false: the largest
+ * send buffer and the receive buffer, doubled for the kernel's accounting (16 MB where /proc does not say).
+ */
+const KERNEL_SOCKET_BYTES = (() => {
+  try {
+    const max = (file: string, field: number) => Number(readFileSync(`/proc/sys/net/ipv4/${file}`, 'utf8').trim().split(/\s+/)[field]);
+    return 2 * (max('tcp_wmem', 2) + max('tcp_rmem', 1));
+  } catch {
+    return 16 * 1024 * 1024;
+  }
+})();
+/**
+ * Longest a watch with browsers (refreshMs 500) goes without sending: a round every refresh, or a
+ * problem once Redis is 5 s late (redisLateAfterMs); doubled for timers late on a loaded machine.
+ */
+const SILENT_ROUND_MS = 2 * (5_000 + 500);
 
 function listeners() {
   const state: DashboardListener = { id: 'orders', kind: 'listener', running: true, paused: false, concurrency: 2 };
@@ -273,7 +307,7 @@ describe('dashboard reads', () => {
     const stream = await aListedGroup('g');
     const controllers = [new AbortController(), new AbortController(), new AbortController()];
     try {
-      await Promise.all(controllers.map((c) => fetch(`${served.url}/rsc/api/groups/${stream}/g/live`, { signal: c.signal })));
+      await Promise.all(controllers.map((c) => openLive(served.url, stream, 'g', c)));
       await pollUntil('three live streams', async () => served.dashboard.stats().liveConnections === 3);
       expect(served.dashboard.stats().watchedGroups).toBe(1);
     } finally {
@@ -316,10 +350,13 @@ describe('live streams are bounded (SPEC 10.3)', () => {
       );
       expect(opened.every((status) => status === 200)).toBe(true);
       expect(served.dashboard.stats().watchedGroups).toBe(MAX_WATCHED_GROUPS);
+      collectGarbage(); // the browsers still hold their streams: none closes, no watch turns idle
       const last = names[MAX_WATCHED_GROUPS];
       expect(await openLive(served.url, stream, last, controllers[MAX_WATCHED_GROUPS])).toBe(503);
       controllers[0].abort(); // g0's only browser leaves: its watch lingers, idle
-      await pollUntil('g0 without browsers', async () => served.dashboard.stats().liveConnections === MAX_WATCHED_GROUPS - 1);
+      await pollUntil('g0 without browsers', async () => served.dashboard.stats().liveConnections === MAX_WATCHED_GROUPS - 1, {
+        state: () => served.dashboard.stats(),
+      });
       expect(await openLive(served.url, stream, last, controllers[MAX_WATCHED_GROUPS])).toBe(200);
       expect(served.dashboard.stats().watchedGroups).toBe(MAX_WATCHED_GROUPS);
     } finally {
@@ -399,12 +436,26 @@ describe('live streams are bounded (SPEC 10.3)', () => {
         sockets.push(socket);
       }
       const stuck = () => served.liveResponses.slice(1);
+      // The kernel takes what the socket buffers hold before write() says false (about 4.3 MB on
+      // Linux: tcp_wmem's largest send buffer and the receive buffer), a dozen snapshots, each a
+      // round apart, and rounds of 2,000 shards slow down on a loaded machine. So the wait is bounded
+      // by progress, not by a clock: it fails when the silent clients got nothing for the time within
+      // which a watch sends a snapshot or a problem, or took more than the kernel can hold unread.
+      const sent = () => stuck().map((r) => r.socket?.bytesWritten ?? 0);
+      const state = () => ({ sent: sent(), buffered: stuck().map((r) => r.writableLength), stats: served.dashboard.stats() });
+      let lastSent = '';
+      let progressAt = Date.now();
       await pollUntil(
         'the three silent clients back-pressured',
-        async () => stuck().length === 3 && stuck().every((r) => r.writableLength > 0),
-        {
-          timeoutMs: 20_000,
+        async () => {
+          if (stuck().length === 3 && stuck().every((r) => r.writableLength > 0)) return true;
+          if (sent().join() !== lastSent) [lastSent, progressAt] = [sent().join(), Date.now()];
+          if (Date.now() - progressAt > SILENT_ROUND_MS || Math.max(...sent()) > KERNEL_SOCKET_BYTES) {
+            throw new Error(`the silent clients are not back-pressured and no more is sent to them: ${JSON.stringify(state())}`);
+          }
+          return false;
         },
+        { timeoutMs: 45_000, intervalMs: 100, state },
       );
       // What one connection may hold: the message it was stuck on, an unsent snapshot, MAX_LIVE_BACKLOG_BYTES.
       // This group is idle (no events), so what piles up is snapshots: at most the hello and one snapshot in the buffer.
@@ -426,5 +477,5 @@ describe('live streams are bounded (SPEC 10.3)', () => {
       for (const socket of sockets) socket.destroy();
       await served.close();
     }
-  }, 60_000);
+  }, 120_000);
 });

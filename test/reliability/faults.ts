@@ -340,6 +340,7 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
     async inject(h, fault) {
       return staleWrites(h, fault, async () => {
         let deleted: number[] = [];
+        let refusal = 'none';
         await waitFor(
           'deleteDrainedShards to be allowed',
           async () => {
@@ -347,13 +348,17 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
               deleted = await h.admin.deleteDrainedShards(h.streamPrefix);
               return true;
             } catch (error) {
-              if ((error as Error).name === 'ResizeInProgressError') return false;
-              throw error;
+              if ((error as Error).name !== 'ResizeInProgressError') throw error;
+              refusal = (error as Error).message;
+              return false;
             }
           },
           30_000,
           100,
-        );
+        ).catch((error: Error) => {
+          // Why it was not allowed: what a NOT RECOVERED line needs to be read.
+          throw new Error(`${error.message}; its last refusal: ${refusal}`);
+        });
         h.shardsDeleted(deleted);
         fault.target += ` deleted [${deleted.join(',')}]`;
       });

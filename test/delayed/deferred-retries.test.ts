@@ -221,6 +221,22 @@ describe('deferred retries', () => {
     await pollUntil('the owner acknowledged it', async () => (await pendingCount(streamPrefix)) === 0);
   });
 
+  it("an entry written by other code with a field `g` naming another group, but no attempt count `a`, is not taken for that group's deferral: it is handled", async () => {
+    const streamPrefix = await aStream('deferred-foreign-g');
+    const group = recorder();
+    await aMember({ streamPrefix, handler: group.handler }).start();
+    await pollUntil('the shard claimed', async () => (await redis.client().exists(keys.shardFence(streamPrefix, 0, 'group'))) === 1);
+    const stream = keys.shardStream(streamPrefix, 0);
+    await redis.client().xadd(stream, '*', 'p', '{"seq":1}', 'k', 'a', 'g', 'some-other-group');
+    await redis.client().xadd(stream, '*', 'p', '{"seq":2}', 'k', 'a', 'g', 'some-other-group', 'a', 'x');
+    // A real deferral of another group (both fields, a positive count) is still acknowledged unhandled.
+    await redis.client().xadd(stream, '*', 'p', '{"seq":3}', 'k', 'a', 'g', 'some-other-group', 'a', '2');
+    await redis.client().xadd(stream, '*', 'p', '{"seq":4}', 'k', 'a');
+    await pollUntil('the last one handled', async () => group.seen.some((s) => s.seq === 4));
+    await pollUntil('everything acknowledged', async () => (await pendingCount(streamPrefix)) === 0);
+    expect(group.seen.map((s) => s.seq)).toEqual([1, 2, 4]);
+  });
+
   it("retryMode is 'in-place' or 'deferred', and not with batch", async () => {
     const streamPrefix = uniqueName('deferred-options');
     expect(() => aMember({ streamPrefix, retryMode: 'later' as never, handler: () => undefined })).toThrow(

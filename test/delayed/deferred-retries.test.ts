@@ -44,6 +44,18 @@ async function pendingCount(streamPrefix: string, group = 'group'): Promise<numb
   return Number(summary[0]);
 }
 
+/** A member whose handler holds the one entry sent until `release`: the entry stays pending at its owner. */
+async function oneEntryHeld(streamPrefix: string): Promise<{ id: string; release: () => void }> {
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  await aMember({ streamPrefix, handler: () => held }).start();
+  const { id } = await new StreamProducer(redis.client(), { streamPrefix }).send({ key: 'k', payload: { seq: 1 } });
+  await pollUntil('the entry pending at the owner', async () => (await pendingCount(streamPrefix)) === 1);
+  return { id, release };
+}
+
 describe('deferred retries', () => {
   it("a failing key under retryMode 'deferred' does not stop the other keys of its shard (one worker); another group never runs the retry", async () => {
     const streamPrefix = await aStream('deferred-others');
@@ -138,14 +150,7 @@ describe('deferred retries', () => {
 
   it('a zombie cannot defer: its token is refused, nothing is scheduled and the entry stays pending for the owner', async () => {
     const streamPrefix = await aStream('deferred-zombie');
-    let release!: () => void;
-    const held = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    const member = aMember({ streamPrefix, handler: () => held });
-    await member.start();
-    const { id } = await new StreamProducer(redis.client(), { streamPrefix }).send({ key: 'k', payload: { seq: 1 } });
-    await pollUntil('the entry pending at the owner', async () => (await pendingCount(streamPrefix)) === 1);
+    const { id, release } = await oneEntryHeld(streamPrefix);
     const zombie = new ShardClient(redis.client(), keys, streamPrefix, 'group', 'zombie-member');
     expect(await zombie.defer(0, 1, { id, fields: ['p', '{"seq":1}', 'k', 'k'] }, 1, 1000)).toBeNull();
     expect(await redis.client().zcard(keys.shardDeferred(streamPrefix, 0, 'group'))).toBe(0);
@@ -188,14 +193,7 @@ describe('deferred retries', () => {
 
   it('deferFenced-4.lua refuses more field values than an entry and its deferral have (12), and schedules and acknowledges nothing', async () => {
     const streamPrefix = await aStream('deferred-refused');
-    let release!: () => void;
-    const held = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    const member = aMember({ streamPrefix, handler: () => held });
-    await member.start();
-    const { id } = await new StreamProducer(redis.client(), { streamPrefix }).send({ key: 'k', payload: { seq: 1 } });
-    await pollUntil('the entry pending at the owner', async () => (await pendingCount(streamPrefix)) === 1);
+    const { id, release } = await oneEntryHeld(streamPrefix);
     // The owner's own token: only the count of values refuses the call.
     const token = String(await redis.client().get(keys.shardFence(streamPrefix, 0, 'group')));
     const fields = Array.from({ length: 7 }, (_, i) => [`f${i}`, 'v']).flat(); // 14 values

@@ -79,6 +79,16 @@ const starts: Entry[] = [
   { place: 'undelivered', pastLastDelivered: true },
 ];
 const PROBES = 4;
+/** A removed shard under a drain, with pending entries when its group was read. */
+const PROBE = {
+  stream: 's',
+  schedule: 'schedule',
+  deferred: 'deferred',
+  consumerGroup: 'g',
+  lastDelivered: '0-0',
+  pending: true,
+  end: '+',
+};
 
 describe('a drain check: the probes of a removed shard', () => {
   it('are asked in the order entries move: XPENDING, the deferred schedule, the schedule, the stream last', () => {
@@ -86,15 +96,7 @@ describe('a drain check: the probes of a removed shard', () => {
       () => ({ place: 'acked', pastLastDelivered: false }),
       () => {},
     );
-    pipelineShardProbes(pipeline, {
-      stream: 's',
-      schedule: 'schedule',
-      deferred: 'deferred',
-      consumerGroup: 'g',
-      lastDelivered: '0-0',
-      pending: true,
-      end: '+',
-    });
+    pipelineShardProbes(pipeline, PROBE);
     expect(names).toEqual(['xpending', 'zcard deferred', 'zcard schedule', 'xrange']);
   });
 
@@ -112,15 +114,7 @@ describe('a drain check: the probes of a removed shard', () => {
               at += split[probe++];
             },
           );
-          pipelineShardProbes(pipeline, {
-            stream: 's',
-            schedule: 'schedule',
-            deferred: 'deferred',
-            consumerGroup: 'g',
-            lastDelivered: '0-0',
-            pending: true,
-            end: '+',
-          });
+          pipelineShardProbes(pipeline, PROBE);
           const seen = readShardProbes(replies, true);
           const final = path[at];
           if (final.place !== 'acked') {

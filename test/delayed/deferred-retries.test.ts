@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { CoordinatorAdmin, type DeferredEvent, KeyBuilder, StreamProducer, type StreamMessage } from '@redis-stream-coordinator/core';
+import { runScript } from '../../packages/core/src/redis/scripts';
 import { ShardClient } from '../../packages/core/src/redis/shard-client';
 import type { KeyedPayload } from '../support/handler-recorder';
 import { memberFactory } from '../support/member-factory';
@@ -41,6 +42,18 @@ async function deadLetters(streamPrefix: string, group = 'group') {
 async function pendingCount(streamPrefix: string, group = 'group'): Promise<number> {
   const summary = (await redis.client().xpending(keys.shardStream(streamPrefix, 0), group)) as [number, ...unknown[]];
   return Number(summary[0]);
+}
+
+/** A member whose handler holds the one entry sent until `release`: the entry stays pending at its owner. */
+async function oneEntryHeld(streamPrefix: string): Promise<{ id: string; release: () => void }> {
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  await aMember({ streamPrefix, handler: () => held }).start();
+  const { id } = await new StreamProducer(redis.client(), { streamPrefix }).send({ key: 'k', payload: { seq: 1 } });
+  await pollUntil('the entry pending at the owner', async () => (await pendingCount(streamPrefix)) === 1);
+  return { id, release };
 }
 
 describe('deferred retries', () => {
@@ -137,14 +150,7 @@ describe('deferred retries', () => {
 
   it('a zombie cannot defer: its token is refused, nothing is scheduled and the entry stays pending for the owner', async () => {
     const streamPrefix = await aStream('deferred-zombie');
-    let release!: () => void;
-    const held = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    const member = aMember({ streamPrefix, handler: () => held });
-    await member.start();
-    const { id } = await new StreamProducer(redis.client(), { streamPrefix }).send({ key: 'k', payload: { seq: 1 } });
-    await pollUntil('the entry pending at the owner', async () => (await pendingCount(streamPrefix)) === 1);
+    const { id, release } = await oneEntryHeld(streamPrefix);
     const zombie = new ShardClient(redis.client(), keys, streamPrefix, 'group', 'zombie-member');
     expect(await zombie.defer(0, 1, { id, fields: ['p', '{"seq":1}', 'k', 'k'] }, 1, 1000)).toBeNull();
     expect(await redis.client().zcard(keys.shardDeferred(streamPrefix, 0, 'group'))).toBe(0);
@@ -165,6 +171,68 @@ describe('deferred retries', () => {
     expect(group.seen.map((s) => s.deliveryCount)).toEqual([1, 2]);
     const [[, fields]] = await redis.client().xrevrange(keys.shardStream(streamPrefix, 0), '+', '-', 'COUNT', 1);
     expect(fields).toEqual(['p', '{"seq":1}', 'k', 'wide', 'g', 'group', 'a', '1']);
+  });
+
+  it('an entry written by other code repeating the fields a member reads thousands of times is deferred with each once, as read, and comes back (SPEC 10.7)', async () => {
+    const streamPrefix = await aStream('deferred-repeated');
+    const group = recorder((m) => m.deliveryCount === 1);
+    await aMember({ streamPrefix, retryMode: 'deferred', retryBackoffMs: 100, handler: group.handler }).start();
+    await pollUntil('the shard claimed', async () => (await redis.client().exists(keys.shardFence(streamPrefix, 0, 'group'))) === 1);
+    // A reader takes the last of a repeated field (decodeEntry): seq 3000 and key 'k2999' are what the handler sees.
+    const repeated = Array.from({ length: 3000 }, (_, i) => ['p', `{"seq":${i + 1}}`, 'k', `k${i}`]).flat();
+    await redis.client().xadd(keys.shardStream(streamPrefix, 0), '*', ...repeated);
+    // Kept with every repetition, the release's unpack would fail ("too many results to unpack") on every turn.
+    await pollUntil('handled again after its deferral', async () => group.seen.length === 2, { timeoutMs: 15_000 });
+    expect(group.seen).toEqual([
+      { seq: 3000, key: 'k2999', deliveryCount: 1 },
+      { seq: 3000, key: 'k2999', deliveryCount: 2 },
+    ]);
+    const [[, fields]] = await redis.client().xrevrange(keys.shardStream(streamPrefix, 0), '+', '-', 'COUNT', 1);
+    expect(fields).toEqual(['p', '{"seq":3000}', 'k', 'k2999', 'g', 'group', 'a', '1']);
+  });
+
+  it('deferFenced-4.lua refuses more field values than an entry and its deferral have (12), and schedules and acknowledges nothing', async () => {
+    const streamPrefix = await aStream('deferred-refused');
+    const { id, release } = await oneEntryHeld(streamPrefix);
+    // The owner's own token: only the count of values refuses the call.
+    const token = String(await redis.client().get(keys.shardFence(streamPrefix, 0, 'group')));
+    const fields = Array.from({ length: 7 }, (_, i) => [`f${i}`, 'v']).flat(); // 14 values
+    const deferred = keys.shardDeferred(streamPrefix, 0, 'group');
+    const call = runScript(
+      redis.client(),
+      'deferFenced',
+      [
+        keys.shardStream(streamPrefix, 0),
+        keys.shardFence(streamPrefix, 0, 'group'),
+        deferred,
+        keys.shardDeferredEntries(streamPrefix, 0, 'group'),
+      ],
+      ['group', token, id, 1000, ...fields],
+    ).catch((error: Error) => error);
+    try {
+      expect(String(await call)).toMatch(/at most 12 field values, got 14/);
+      expect(await redis.client().zcard(deferred)).toBe(0);
+      expect(await pendingCount(streamPrefix)).toBe(1);
+    } finally {
+      release();
+    }
+    await pollUntil('the owner acknowledged it', async () => (await pendingCount(streamPrefix)) === 0);
+  });
+
+  it("an entry written by other code with a field `g` naming another group, but no attempt count `a`, is not taken for that group's deferral: it is handled", async () => {
+    const streamPrefix = await aStream('deferred-foreign-g');
+    const group = recorder();
+    await aMember({ streamPrefix, handler: group.handler }).start();
+    await pollUntil('the shard claimed', async () => (await redis.client().exists(keys.shardFence(streamPrefix, 0, 'group'))) === 1);
+    const stream = keys.shardStream(streamPrefix, 0);
+    await redis.client().xadd(stream, '*', 'p', '{"seq":1}', 'k', 'a', 'g', 'some-other-group');
+    await redis.client().xadd(stream, '*', 'p', '{"seq":2}', 'k', 'a', 'g', 'some-other-group', 'a', 'x');
+    // A real deferral of another group (both fields, a positive count) is still acknowledged unhandled.
+    await redis.client().xadd(stream, '*', 'p', '{"seq":3}', 'k', 'a', 'g', 'some-other-group', 'a', '2');
+    await redis.client().xadd(stream, '*', 'p', '{"seq":4}', 'k', 'a');
+    await pollUntil('the last one handled', async () => group.seen.some((s) => s.seq === 4));
+    await pollUntil('everything acknowledged', async () => (await pendingCount(streamPrefix)) === 0);
+    expect(group.seen.map((s) => s.seq)).toEqual([1, 2, 4]);
   });
 
   it("retryMode is 'in-place' or 'deferred', and not with batch", async () => {

@@ -56,7 +56,7 @@ describe('delayed delivery: the producer', () => {
     const result = await producer.send({ key: 'k', payload: { seq: 1 }, delayMs: 60_000 });
     const after = await redisNowMs();
     expect(result.shardIndex).toBe(0);
-    expect(result.id).toMatch(/^s\d+$/);
+    expect(result.id).toMatch(/^s\d{16}$/);
     expect(result.dueAt).toBeGreaterThanOrEqual(before + 60_000);
     expect(result.dueAt).toBeLessThanOrEqual(after + 60_000);
     expect(await stored(streamPrefix)).toEqual({ stream: [], scheduled: 1, scheduledFields: 2 }); // the entry and the id counter
@@ -148,6 +148,19 @@ describe('delayed delivery: the release', () => {
     ]);
     await pollUntil('both handled', async () => seen.length === 2, { timeoutMs: 15_000 });
     expect(seen.map((s) => s.seq)).toEqual([2, 1]);
+  });
+
+  it('entries of one key due at the same time are released in send order, past nine (schedule ids sort as numbers)', async () => {
+    const streamPrefix = await aStream();
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    // One batch, one delay: all twelve get the same due time, so only the schedule ids order them.
+    const results = await producer.sendBatch(Array.from({ length: 12 }, (_, i) => ({ key: 'k', payload: { seq: i + 1 }, delayMs: 500 })));
+    expect(new Set(results.map((r) => r.dueAt)).size).toBe(1);
+    const { seen, handler } = recorder();
+    const member = aMember({ streamPrefix, handler });
+    await member.start();
+    await pollUntil('all twelve handled', async () => seen.length === 12, { timeoutMs: 15_000 });
+    expect(seen.map((s) => s.seq)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
   });
 
   it('survives its member killed and restarted before it is due: released once, by the restarted owner', async () => {

@@ -1,6 +1,7 @@
 import { ensureScripts, pipelineScript, type RedisClient } from '../redis/scripts';
 import type { KeyBuilder } from '../redis/keys';
 import { findGroupInfo, isNoSuchKey, parseShardCsv } from '../redis/responses';
+import type { ChainableCommander } from 'ioredis';
 import { execBySlot } from '../redis/connection/slot-pipelines';
 
 /**
@@ -172,34 +173,81 @@ export async function cutoverProgress(
     redis,
     streams.map((stream, i) => ({
       build(pipeline) {
-        pipeline.xrange(stream, `(${groups[i].lastDelivered}`, end(cutover.wait[i]), 'COUNT', 1);
-        if (groups[i].pending > 0) pipeline.xpending(stream, consumerGroup, '-', end(cutover.wait[i]), 1);
-        else pipeline.echo('');
-        if (drained) {
-          pipeline.zcard(keys.shardSchedule(streamPrefix, cutover.wait[i]));
-          pipeline.zcard(keys.shardDeferred(streamPrefix, cutover.wait[i], consumerGroup));
-        }
+        pipelineShardProbes(pipeline, {
+          stream,
+          schedule: drained ? keys.shardSchedule(streamPrefix, cutover.wait[i]) : null,
+          deferred: drained ? keys.shardDeferred(streamPrefix, cutover.wait[i], consumerGroup) : null,
+          consumerGroup,
+          lastDelivered: groups[i].lastDelivered,
+          pending: groups[i].pending > 0,
+          end: end(cutover.wait[i]),
+        });
       },
     })),
   );
-  const probes = probeResults.flatMap((result) => {
-    if ('error' in result) throw result.error;
-    return result.replies.map(([error, reply]) => {
-      if (error) throw error;
-      return reply;
-    });
-  });
   const waitingFor: CutoverWait[] = [];
-  const perShard = drained ? 4 : 2;
   cutover.wait.forEach((shardIndex, i) => {
-    const at = perShard * i;
-    const undelivered = (probes[at] as unknown[]).length > 0;
-    const pendingReply = probes[at + 1];
-    const pending = Array.isArray(pendingReply) && pendingReply.length > 0;
-    const scheduled = drained && Number(probes[at + 2]) + Number(probes[at + 3]) > 0;
+    const result = probeResults[i];
+    if ('error' in result) throw result.error;
+    const { undelivered, pending, scheduled } = readShardProbes(result.replies, drained);
     if (undelivered || pending || scheduled)
       waitingFor.push(scheduled ? { shardIndex, undelivered, pending, scheduled } : { shardIndex, undelivered, pending });
   });
   const graceLeftMs = Math.max(0, cutover.until + 1 - now);
   return { ready: graceLeftMs === 0 && waitingFor.length === 0, graceLeftMs, waitingFor };
+}
+
+/** What one shard's cutover probes read (pipelineShardProbes). */
+export interface ShardProbe {
+  stream: string;
+  /** The shard's schedule and the group's deferred schedule on it: null unless the cutover waits for a drain. */
+  schedule: string | null;
+  deferred: string | null;
+  consumerGroup: string;
+  /** The group's last-delivered id, read before (XINFO GROUPS). */
+  lastDelivered: string;
+  /** Whether the group had pending entries then: if not, XPENDING is not asked. */
+  pending: boolean;
+  /** The last id the cutover waits for ('+' for a drain). */
+  end: string;
+}
+
+/**
+ * Queues one shard's probes, in the order an entry moves between the places they look at, so that
+ * an entry moved by another client while they run is seen by a later probe (SPEC 10.5: the probes
+ * are separate commands, and the shard's owner runs releaseDue-6.lua and deferFenced-4.lua and
+ * reads between them). An entry moves: pending -> deferred (deferFenced-4.lua acks and schedules
+ * it), deferred -> stream and schedule -> stream (releaseDue-6.lua, with a new id, past any
+ * last-delivered id), stream -> pending (a read). So: XPENDING first (an entry deferred after it
+ * is in the deferred schedule, or released from it into the stream, when those are read), then the
+ * deferred schedule, then the schedule (an entry released after either is in the stream when it is
+ * read), the stream last. The stream probe uses the last-delivered id read before all of these, so
+ * it also sees every entry released or delivered since. Asked the other way round (the stream
+ * first), an entry released between the stream probe and its schedule's was in neither, and a
+ * shrink completed with it unread on a removed shard.
+ */
+export function pipelineShardProbes(pipeline: ChainableCommander, probe: ShardProbe): void {
+  if (probe.pending) pipeline.xpending(probe.stream, probe.consumerGroup, '-', probe.end, 1);
+  else pipeline.echo('');
+  if (probe.deferred !== null) pipeline.zcard(probe.deferred);
+  if (probe.schedule !== null) pipeline.zcard(probe.schedule);
+  pipeline.xrange(probe.stream, `(${probe.lastDelivered}`, probe.end, 'COUNT', 1);
+}
+
+/** The replies of pipelineShardProbes, in its order: what the shard still holds. */
+export function readShardProbes(
+  replies: [Error | null, unknown][],
+  drained: boolean,
+): { undelivered: boolean; pending: boolean; scheduled: boolean } {
+  const values = replies.map(([error, reply]) => {
+    if (error) throw error;
+    return reply;
+  });
+  const pendingReply = values[0];
+  const scheduled = drained && Number(values[1]) + Number(values[2]) > 0;
+  return {
+    undelivered: (values[values.length - 1] as unknown[]).length > 0,
+    pending: Array.isArray(pendingReply) && pendingReply.length > 0,
+    scheduled,
+  };
 }

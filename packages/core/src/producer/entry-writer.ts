@@ -185,7 +185,7 @@ function outcomeOf(reply: unknown, entryCount: number): ShardAppendOutcome {
   return { status: 'applied', results };
 }
 
-/** An outcome token that is not a failure: a stream id, or 's<n>@<due ms>' for a scheduled entry. */
+/** An outcome token that is not a failure: a stream id, or 's<16 digits>@<due ms>' for a scheduled entry. */
 function placeOf(token: string): EntryPlace {
   const at = token.indexOf('@');
   return at < 0 ? { id: token } : { id: token.slice(0, at), dueAt: Number(token.slice(at + 1)) };

@@ -5,7 +5,7 @@ export interface SendResult {
   shardIndex: number;
   /**
    * Its id in the shard stream; for a delayed entry (`delayMs`, `deliverAt`) its id in the shard's
-   * schedule (`s<n>`): it gets a stream id when it is released, once due.
+   * schedule (`s` and a 16-digit zero-padded sequence number): it gets a stream id when it is released, once due.
    */
   id: string;
   /** A delayed entry's due time (epoch ms, Redis' clock): it is in the shard's schedule until then. */

@@ -7,7 +7,8 @@ export { assertCodec, type BinaryCodec, type PayloadCodec, type TextCodec, jsonC
  * Fields: `p` the encoded payload (required; bytes for a binary codec), `c` the name of the codec
  * that wrote it (absent in entries written before codecs were named: the reader's own codec then),
  * `k` the routing key (optional), `h` the headers as JSON (optional); a released deferred retry also
- * `g` its group and `a` its attempts so far (see Deferral). Anything else in an entry is
+ * `g` its group and `a` its attempts so far, a positive integer (see Deferral, deferralOf: one without
+ * both is no deferral). Anything else in an entry is
  * ignored; an entry without `p` was not written by a producer of this library and goes to the
  * dead-letter stream.
  */
@@ -23,16 +24,22 @@ export interface Deferral {
   attempts: number;
 }
 
-/** The deferral an entry carries, if it is a released deferred retry (fields `g` and `a`). */
+/**
+ * The deferral an entry carries, if it is a released deferred retry: both `g` and `a`, `a` a
+ * positive integer in decimal, as deferFenced-4.lua writes them. An entry written by other code
+ * with a `g` of its own (and no such `a`) is an ordinary entry, handled by every group: taken for
+ * another group's deferral it would be acknowledged unhandled, with no trace.
+ */
 export function deferralOf(fields: readonly string[]): Deferral | undefined {
   let consumerGroup: string | undefined;
-  let attempts = 0;
+  let attempts: string | undefined;
   for (let i = 0; i + 1 < fields.length; i += 2) {
     if (fields[i] === ENTRY_FIELD.deferredFor) consumerGroup = fields[i + 1];
-    else if (fields[i] === ENTRY_FIELD.attempts) attempts = Number(fields[i + 1]);
+    else if (fields[i] === ENTRY_FIELD.attempts) attempts = fields[i + 1];
   }
-  if (consumerGroup === undefined) return undefined;
-  return { consumerGroup, attempts: Number.isSafeInteger(attempts) && attempts > 0 ? attempts : 0 };
+  if (consumerGroup === undefined || attempts === undefined || !/^[1-9][0-9]{0,15}$/.test(attempts)) return undefined;
+  const count = Number(attempts);
+  return Number.isSafeInteger(count) ? { consumerGroup, attempts: count } : undefined;
 }
 
 /**

@@ -259,15 +259,18 @@ export class ShardClient {
    */
   async defer(shardIndex: number, grantEpoch: number, entry: RawEntry, attempts: number, delayMs: number): Promise<number | '' | null> {
     const [stream, fence] = this.shardKeys(shardIndex);
-    const fields: (string | Buffer)[] = [];
+    // Only the fields an entry is read by (entry-format.ts), each once: an entry written by other
+    // code may carry any number more, or repeat one thousands of times, and the release unpacks
+    // the fields it stores (SPEC 10.7; deferFenced-4.lua refuses more than 12 values). Of a
+    // repeated field the last is kept, the one decodeEntry reads.
+    const kept = new Map<string, string | Buffer>();
     for (let i = 0; i + 1 < entry.fields.length; i += 2) {
       const name = entry.fields[i];
-      // Only the fields an entry is read by (entry-format.ts): an entry written by other code may
-      // carry any number more, and the release unpacks the fields it stores (SPEC 10.7).
       if (!DEFERRED_FIELDS.has(name)) continue;
       // A binary payload's text is not its bytes: it is released with the bytes it was written with.
-      fields.push(name, name === ENTRY_FIELD.payload && entry.payloadBytes !== undefined ? entry.payloadBytes : entry.fields[i + 1]);
+      kept.set(name, name === ENTRY_FIELD.payload && entry.payloadBytes !== undefined ? entry.payloadBytes : entry.fields[i + 1]);
     }
+    const fields: (string | Buffer)[] = [...kept].flat();
     fields.push(ENTRY_FIELD.deferredFor, this.consumerGroup, ENTRY_FIELD.attempts, String(attempts));
     const reply = await runScript(
       this.redis,

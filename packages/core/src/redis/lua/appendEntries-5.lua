@@ -33,7 +33,7 @@
   Output: one string, lines separated by '\n':
     status, the shard count in effect (0 when the shard has no marker), then for 'OK':
     the outcome of each entry, space-separated: its id; 's<n>@<due ms>' it is scheduled, with its
-    schedule id and due time (Redis ms); 'E' its write failed (Redis' error is on
+    schedule id ('s' and the 16-digit zero-padded SCHEDULE_SEQ) and due time (Redis ms); 'E' its write failed (Redis' error is on
     one line after this one, one line per 'E', in order); 'S' not attempted (an earlier entry of
     its order group failed).
     'OK'         the shard takes these writes: each entry's outcome follows
@@ -152,7 +152,9 @@ for e = 1, #layout do
     -- pcall: as for a write, a failed schedule write must still tell which entries landed.
     local scheduled = redis.pcall('HINCRBY', KEYS[5], SCHEDULE_SEQ, 1)
     if type(scheduled) == 'number' then
-      scheduled = scheduleEntry(KEYS[4], KEYS[5], 's' .. scheduled, dueMs, { unpack(ARGV, first, last) })
+      -- Zero-padded to a fixed width: the schedule orders entries of one due time by member string
+      -- (releaseDue-6.lua), so only then does that order stay the send order past s9.
+      scheduled = scheduleEntry(KEYS[4], KEYS[5], string.format('s%016d', scheduled), dueMs, { unpack(ARGV, first, last) })
     end
     if type(scheduled) == 'table' then
       failed(e, scheduled)

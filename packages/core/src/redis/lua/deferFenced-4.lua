@@ -24,8 +24,14 @@ local consumerGroup, token, entryId = ARGV[1], ARGV[2], ARGV[3]
 
 if not holdsFence(fence, token) then return -1 end
 if #redis.call('XPENDING', stream, consumerGroup, entryId, entryId, 1) == 0 then return '' end
+-- At most an entry's 4 fields and the two of a deferral (entry-format.ts): 12 values. The caller
+-- keeps each field once (ShardClient.defer); more would make the release's unpack fail on every
+-- turn (releaseDue-6.lua) and hold up the group's other deferred retries on the shard (SPEC 10.7).
+local MAX_VALUES = 12
+if #ARGV - 4 > MAX_VALUES then
+  return redis.error_reply(string.format('deferFenced: at most %d field values, got %d', MAX_VALUES, #ARGV - 4))
+end
 local fields = {}
--- At most an entry's 4 fields and the two of a deferral (entry-format.ts): 12 values.
 for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
 local dueMs = nowMs() + tonumber(ARGV[4])
 -- The schedule first: if it fails (WRONGTYPE, OOM) the script stops before the ack, so the entry

@@ -265,6 +265,28 @@ describe('reliability checker', () => {
     expect(check(produced, [...firstRuns, ...again], [], new Set()).unexplainedDuplicates).toHaveLength(2);
   });
 
+  it('does not expect a reset to re-read what Redis lost after it (a restart without persistence)', () => {
+    // The soak of 424aa44 (seed 20261201): reset-offsets to earliest at 742.6 s, then a
+    // redis-flush-restart 2.6 s later took shard 6's re-read backlog with every key: 986 entries
+    // reported "not handled again after the reset to 0-0" that no longer existed to be read.
+    const produced: Produced[] = [
+      { id: '1-0', shard: 0, key: 'a', seq: 1, at: 5 },
+      { id: '2-0', shard: 0, key: 'a', seq: 2, at: 6 },
+    ];
+    const reset: Fault = {
+      kind: 'reset-offsets',
+      at: 50,
+      resets: [{ group: '', shard: 0, from: '2-0', to: '0-0', oldest: '1-0', resetAt: 50 }],
+    };
+    const firstRuns = [...run('p0', 0, '1-0', 'a', 1, 10, 11), ...run('p0', 0, '2-0', 'a', 2, 12, 13)];
+    const rereadOne = run('p0', 0, '1-0', 'a', 1, 60, 61);
+    const flush: Fault = { kind: 'redis-flush-restart', at: 70, dataLoss: true };
+    expect(check(produced, [...firstRuns, ...rereadOne], [reset, flush], new Set()).notReplayed).toEqual([]);
+    // A flush before the reset explains nothing the reset asked for afterwards.
+    const earlier = check(produced, [...firstRuns, ...rereadOne], [{ ...flush, at: 40 }, reset], new Set());
+    expect(earlier.notReplayed).toEqual(['0/2-0 (a#2) not handled again after the reset to 0-0']);
+  });
+
   it('counts entries Redis lost in a restart without persistence apart from entries the library lost', () => {
     const timed: Produced[] = [
       { id: '1-0', shard: 0, key: 'a', seq: 1, at: 5 },

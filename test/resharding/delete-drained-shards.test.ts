@@ -164,4 +164,18 @@ describe('deleteDrainedShards (SPEC 10.5)', () => {
     expect(stream).toMatchObject({ shardSpan: 4 });
     expect(stream?.retiringShards).toBeUndefined();
   }, 30_000);
+
+  it('a reset of the offsets after the shrink completed moves only the shards the group reads: the drained ones stay deletable', async () => {
+    // The soak of 424aa44: a reset to earliest moved the group back on every shard up to shardSpan,
+    // removed ones included, which no member reads once the shrink completed: their entries were
+    // never read again and deleteDrainedShards was refused for good ("still holds N entries").
+    const { streamPrefix, admin, recorder } = await shrunkAndDrained();
+    const result = await admin.resetOffsets(streamPrefix, 'group', { to: 'earliest', force: true });
+    expect(result.shards.map((s) => s.shardIndex)).toEqual([0, 1]);
+    await expect(admin.resetOffsets(streamPrefix, 'group', { to: 'earliest', force: true, shardIndex: 2 })).rejects.toThrow(
+      /shardIndex 2 was removed by a shrink .* drained it/,
+    );
+    await pollUntil('the surviving shards read again', async () => recorder.runs.length >= 8 + 4);
+    expect(await admin.deleteDrainedShards(streamPrefix)).toEqual([2, 3]);
+  }, 30_000);
 });

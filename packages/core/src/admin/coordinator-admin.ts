@@ -481,9 +481,8 @@ export class CoordinatorAdmin {
     const stream = await this.describeStream(streamPrefix);
     if (!stream) throw new StreamNotFoundError(streamPrefix, `no offsets of group "${consumerGroup}" to reset`);
     if (options.shardIndex !== undefined) checkOption('shardIndex', options.shardIndex, { max: stream.shardSpan - 1 });
-    const chosen = Array.from({ length: stream.shardSpan }, (_, i) => i).filter(
-      (i) => options.shardIndex === undefined || i === options.shardIndex,
-    );
+    const moved = await this.shardsToReset(streamPrefix, consumerGroup, stream, options.shardIndex);
+    const chosen = Array.from({ length: stream.shardSpan }, (_, i) => i).filter((i) => moved.has(i));
     // The tokens first, then the check: a member granted a shard after the check changes its token,
     // and the shard's move (in its slot) sees that (SPEC 10.5).
     let fences: Map<number, string> | null = null;
@@ -493,7 +492,7 @@ export class CoordinatorAdmin {
     }
     const positions = await readShardPositions(this.redis, this.keys, streamPrefix, consumerGroup, stream.shardSpan);
     const shards = positions
-      .filter((position) => options.shardIndex === undefined || position.shardIndex === options.shardIndex)
+      .filter((position) => moved.has(position.shardIndex))
       .map((position) => ({
         shardIndex: position.shardIndex,
         from: position.lastDeliveredId,
@@ -502,6 +501,31 @@ export class CoordinatorAdmin {
       }));
     if (!dryRun) await applyOffsets(this.redis, this.keys, streamPrefix, consumerGroup, shards, fences);
     return { streamPrefix, consumerGroup, dryRun, shards };
+  }
+
+  /**
+   * The shards a reset moves: every shard of the current count, and a shard a shrink removed only
+   * while the group still drains it (its cutover's readable set). A removed shard the group drained
+   * is read by no member again: moved back, its entries would never be re-read and
+   * deleteDrainedShards would refuse it for good (undelivered entries). An explicit `shardIndex` of
+   * such a shard is refused, naming it.
+   */
+  private async shardsToReset(
+    streamPrefix: string,
+    consumerGroup: string,
+    stream: StreamMetadata,
+    shardIndex: number | undefined,
+  ): Promise<Set<number>> {
+    const own = await this.redis.hget(this.keys.groupKey(streamPrefix, consumerGroup).groupMeta, 'readableShardSet');
+    const draining = own === null ? [] : parseShardCsv(own);
+    const moved = new Set([...Array.from({ length: stream.shardCount }, (_, i) => i), ...draining]);
+    if (shardIndex === undefined) return moved;
+    if (!moved.has(shardIndex))
+      throw new RangeError(
+        `shardIndex ${shardIndex} was removed by a shrink (the stream has ${stream.shardCount} shards) and group "${consumerGroup}" ` +
+          'drained it: no member reads it again, so its offset is not moved',
+      );
+    return new Set([shardIndex]);
   }
 
   /** Redis' clock (ms): leases and stream ids use it, so ages computed against it ignore local clock skew. */

@@ -10,7 +10,7 @@ export type OffsetTarget = 'earliest' | 'latest' | { datetime: Date | number } |
 
 export interface ResetOffsetsOptions {
   to: OffsetTarget;
-  /** Only this shard. Default: every shard 0..shardSpan-1. */
+  /** Only this shard. Default: every shard the group reads or still drains (a removed shard it drained is not moved, and refused here). */
   shardIndex?: number;
   /** Report the change; make none. Default false. */
   dryRun?: boolean;

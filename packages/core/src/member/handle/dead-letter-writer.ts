@@ -55,17 +55,10 @@ export class DeadLetterWriter {
       refused: `dead letter of ${entry.id}`,
       call: () =>
         this.client.deadLetter(state.index, state.grantEpoch, entry, { destination, maxLen, error: reason, attempts, cause, stack }),
+      written: (deadLetterId) =>
+        this.events.emit('dead-letter', { shardIndex: state.index, id: entry.id, reason, attempts, cause, deadLetterId, destination }),
     });
     if (written === null || written === undefined) return false;
-    this.events.emit('dead-letter', {
-      shardIndex: state.index,
-      id: entry.id,
-      reason,
-      attempts,
-      cause,
-      deadLetterId: written,
-      destination,
-    });
     this.notify(state, {
       shardIndex: state.index,
       entryId: entry.id,

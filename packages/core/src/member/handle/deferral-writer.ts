@@ -27,10 +27,10 @@ export class DeferralWriter {
       doing: `deferring the retry of ${entry.id}`,
       refused: `deferral of ${entry.id}`,
       call: () => this.client.defer(state.index, state.grantEpoch, entry, attempts, delayMs),
+      // '' : a resent call whose first run landed (the entry was no longer pending): its due time is not known.
+      written: (due) =>
+        this.events.emit('deferred', { shardIndex: state.index, id: entry.id, attempts, dueAt: due === '' ? 0 : due, reason }),
     });
-    if (dueAt === null || dueAt === undefined) return false;
-    // '' : a resent call whose first run landed (the entry was no longer pending): its due time is not known.
-    this.events.emit('deferred', { shardIndex: state.index, id: entry.id, attempts, dueAt: dueAt === '' ? 0 : dueAt, reason });
-    return true;
+    return dueAt !== null && dueAt !== undefined;
   }
 }

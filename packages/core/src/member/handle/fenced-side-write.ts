@@ -18,6 +18,12 @@ export interface SideWrite<R> {
   refused: string;
   /** The fenced script call: its answer, or null when the shard's token refused it (nothing written, nothing acked). */
   call: () => Promise<R | null>;
+  /**
+   * Reports a written answer (the 'dead-letter' or 'deferred' event): called in the same turn as the
+   * 'acknowledged' event, right after it, so that no listener sees the ack of a dead-lettered or
+   * deferred entry without what became of it (the testing kit would take it for handled).
+   */
+  written: (answer: R) => void;
 }
 
 /**
@@ -61,7 +67,7 @@ export async function sideWriteWhileOwned<R>(
         ),
       );
       shards.lose(state, `shard ${state.index} has a newer owner (its fencing token refused the ${write.refused})`);
-    }
+    } else write.written(answer);
     return answer;
   }
   return undefined;

@@ -90,9 +90,50 @@ export async function waitFor(
 }
 
 export function readRecords(file: string): RecordLine[] {
+  if (!fs.existsSync(file)) return [];
+  return parseRecords(fs.readFileSync(file, 'utf8'));
+}
+
+/** How far before `since` a line may stand in a record file: a process's lines are written in time order, give or take its event loop. */
+const RECORD_SLACK_MS = 5_000;
+/** Bytes read at a time, from the end of a record file backwards. */
+const TAIL_CHUNK_BYTES = 1 << 20;
+
+/**
+ * The lines of a record file written at `since` (wall-clock ms) or later, read from its end
+ * backwards, without blocking: the harness's process runs every proxy, and a whole record file of
+ * a long soak (hundreds of MB) read at once stalled them all for as long, a fault of its own.
+ */
+export async function readRecordsSince(file: string, since: number): Promise<RecordLine[]> {
+  const handle = await fs.promises.open(file, 'r').catch(() => undefined);
+  if (handle === undefined) return [];
+  try {
+    let position = (await handle.stat()).size;
+    let rest = Buffer.alloc(0);
+    const chunks: RecordLine[][] = [];
+    while (position > 0) {
+      const length = Math.min(TAIL_CHUNK_BYTES, position);
+      position -= length;
+      const chunk = Buffer.alloc(length);
+      await handle.read(chunk, 0, length, position);
+      let text = Buffer.concat([chunk, rest]);
+      // The first line of a chunk may be cut: kept for the next (earlier) chunk, unless this is the file's start.
+      const cut = position > 0 ? text.indexOf(10) : -1;
+      rest = cut >= 0 ? text.subarray(0, cut) : Buffer.alloc(0);
+      if (cut >= 0) text = text.subarray(cut + 1);
+      const lines = parseRecords(text.toString('utf8'));
+      chunks.unshift(lines);
+      if (lines.length > 0 && lines[0]!.t < since - RECORD_SLACK_MS) break;
+    }
+    return chunks.flat().filter((l) => l.t >= since);
+  } finally {
+    await handle.close();
+  }
+}
+
+function parseRecords(text: string): RecordLine[] {
   const lines: RecordLine[] = [];
-  if (!fs.existsSync(file)) return lines;
-  for (const line of fs.readFileSync(file, 'utf8').split('\n')) {
+  for (const line of text.split('\n')) {
     // A process killed mid-write may leave a torn last line; it was never acknowledged to anyone.
     if (line.trim() === '') continue;
     try {

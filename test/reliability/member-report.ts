@@ -9,7 +9,7 @@
  */
 import type { GroupDescription } from '@redis-stream-coordinator/core';
 import type { ChaosHarness } from './harness';
-import { type MemberProcess, readRecords, sleep } from './harness-tools';
+import { type MemberProcess, readRecordsSince, sleep } from './harness-tools';
 import type { RecordLine } from './records';
 
 /** How long the member processes get to write their 'state' line after SIGWINCH. */
@@ -32,12 +32,12 @@ export async function whoDidWhat(h: ChaosHarness, since: number): Promise<string
   for (const group of h.groups) {
     groups.set(group, await h.admin.describeGroup(h.streamPrefix, group).catch((error: Error) => `describeGroup failed: ${error.message}`));
   }
-  return members.map((member) => memberLine(member, groups.get(member.group), since));
+  const lines: string[] = [];
+  for (const member of members) lines.push(memberLine(member, groups.get(member.group), since, await readRecordsSince(member.recordFile, since)));
+  return lines;
 }
 
-function memberLine(member: MemberProcess, group: GroupDescription | string | undefined, since: number): string {
-  const records = readRecords(member.recordFile);
-  const recent = records.filter((l) => l.t >= since);
+function memberLine(member: MemberProcess, group: GroupDescription | string | undefined, since: number, recent: RecordLine[]): string {
   const at = (l: RecordLine) => `${l.t - since >= 0 ? '+' : ''}${Math.round(l.t - since)} ms`;
   const events = count(recent.filter((l) => ['assigned', 'revoked', 'fenced', 'lease-lost'].includes(l.e)).map((l) => l.e));
   const errors = count(recent.filter((l) => l.e === 'error').map((l) => folded(l.msg ?? '')));
@@ -53,7 +53,7 @@ function memberLine(member: MemberProcess, group: GroupDescription | string | un
         `${at(l)} ${l.e}${l.shards ? ` [${l.shards.join(',')}]` : ''}${l.ep !== undefined ? ` ep ${l.ep}` : ''}${l.msg ? ` ${l.msg.slice(0, TEXT_CHARS)}` : ''}`,
     );
   const runs = recent.filter((l) => l.e === 'start').length;
-  const state = [...records].reverse().find((l) => l.e === 'state') as
+  const state = [...recent].reverse().find((l) => l.e === 'state') as
     | (RecordLine & { stats?: Record<string, unknown>; lifecycle?: string })
     | undefined;
   const says = state?.stats

@@ -726,6 +726,23 @@ describe('record tail (what the harness polls while a fault waits)', () => {
     expect(new RecordTail(file, true).read().map((l) => l.e)).toEqual(['old', 'start', 'start']);
     fs.rmSync(path.dirname(file), { recursive: true, force: true });
   });
+
+  it('readRecordsSince reads a long file from its end: every line written since, whole, across chunk boundaries, nothing older than the slack', async () => {
+    const fs = await import('node:fs');
+    const os = await import('node:os');
+    const path = await import('node:path');
+    const { readRecordsSince } = await import('./harness-tools');
+    const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'rsc-since-')), 'p0.jsonl');
+    // About 5 MB: 60,000 lines one ms apart, multi-byte text so that a chunk boundary cuts a character.
+    const lines = Array.from({ length: 60_000 }, (_, i) => JSON.stringify({ e: 'start', t: i, m: 'p0', msg: `naïve ${'x'.repeat(60)} ${i}` }));
+    fs.writeFileSync(file, `${lines.join('\n')}\n${lines[0]!.slice(0, 15)}`);
+    const since = await readRecordsSince(file, 52_000);
+    expect(since.map((l) => l.t)).toEqual(Array.from({ length: 8_000 }, (_, i) => 52_000 + i));
+    expect(since.every((l) => l.msg?.startsWith('naïve'))).toBe(true);
+    expect((await readRecordsSince(file, 0)).length).toBe(60_000);
+    expect(await readRecordsSince(path.join(path.dirname(file), 'none.jsonl'), 0)).toEqual([]);
+    fs.rmSync(path.dirname(file), { recursive: true, force: true });
+  });
 });
 
 describe('fault kinds per target (single node, Redis Cluster)', () => {

@@ -7,7 +7,7 @@
 import { TcpProxy } from '../support/tcp-proxy';
 import type { Fault } from './checker';
 import type { ChaosHarness, SpawnOptions } from './harness';
-import { type MemberProcess, proxyOf, readRecords, sleep } from './harness-tools';
+import { type MemberProcess, proxyOf, readRecordsSince, sleep } from './harness-tools';
 import { ownedUnreadBoundMs, watchReads } from './read-watch';
 import { evalsha, scriptShas } from './script-match';
 
@@ -111,7 +111,7 @@ export async function halfOpen(h: ChaosHarness, fault: Fault, connection: HalfOp
     // The wake-up subscriber was silenced as the member joined: what it said since then counts.
     const from = connection === 'wake' ? spawnedAt : performance.timeOrigin + performance.now();
     await expectRead(h, fault, holdMs);
-    const said = visibleSince(victim, from, connection);
+    const said = await visibleSince(victim, from, connection);
     if (said.length === 0)
       throw new Error(
         `${victim.memberId} said nothing (${connection === 'reads' ? 'no error, ' : ''}no stats().problems line) while its ${connection} connection was half-open`,
@@ -200,8 +200,8 @@ const ERROR_SUFFICES = new Set<HalfOpenConnection>(['reads', 'wake']);
  * What the member said about its trouble since `from` (wall-clock ms): its stats().problems lines
  * (what health reports); for a lost read, whose reset is immediate, its 'error' events too.
  */
-function visibleSince(member: MemberProcess, from: number, connection: HalfOpenConnection): string[] {
-  const lines = readRecords(member.recordFile).filter((l) => l.t >= from);
+async function visibleSince(member: MemberProcess, from: number, connection: HalfOpenConnection): Promise<string[]> {
+  const lines = await readRecordsSince(member.recordFile, from);
   const problems = lines.filter((l) => l.e === 'problems').flatMap((l) => l.lines ?? []);
   const errors = ERROR_SUFFICES.has(connection) ? lines.filter((l) => l.e === 'error').map((l) => `error: ${l.msg}`) : [];
   return [...problems, ...errors];

@@ -33,7 +33,8 @@ export async function whoDidWhat(h: ChaosHarness, since: number): Promise<string
     groups.set(group, await h.admin.describeGroup(h.streamPrefix, group).catch((error: Error) => `describeGroup failed: ${error.message}`));
   }
   const lines: string[] = [];
-  for (const member of members) lines.push(memberLine(member, groups.get(member.group), since, await readRecordsSince(member.recordFile, since)));
+  for (const member of members)
+    lines.push(memberLine(member, groups.get(member.group), since, await readRecordsSince(member.recordFile, since)));
   return lines;
 }
 

@@ -734,7 +734,9 @@ describe('record tail (what the harness polls while a fault waits)', () => {
     const { readRecordsSince } = await import('./harness-tools');
     const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'rsc-since-')), 'p0.jsonl');
     // About 5 MB: 60,000 lines one ms apart, multi-byte text so that a chunk boundary cuts a character.
-    const lines = Array.from({ length: 60_000 }, (_, i) => JSON.stringify({ e: 'start', t: i, m: 'p0', msg: `naïve ${'x'.repeat(60)} ${i}` }));
+    const lines = Array.from({ length: 60_000 }, (_, i) =>
+      JSON.stringify({ e: 'start', t: i, m: 'p0', msg: `naïve ${'x'.repeat(60)} ${i}` }),
+    );
     fs.writeFileSync(file, `${lines.join('\n')}\n${lines[0]!.slice(0, 15)}`);
     const since = await readRecordsSince(file, 52_000);
     expect(since.map((l) => l.t)).toEqual(Array.from({ length: 8_000 }, (_, i) => 52_000 + i));

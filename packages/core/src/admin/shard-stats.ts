@@ -18,10 +18,24 @@ export async function shardStats(
 ): Promise<ShardStats> {
   const [streamStats, scheduled, deferred] = await Promise.all([
     streamStatsOf(redis, keys, streamPrefix, shardIndex, consumerGroup),
-    redis.zcard(keys.shardSchedule(streamPrefix, shardIndex)),
-    redis.zcard(keys.shardDeferred(streamPrefix, shardIndex, consumerGroup)),
+    scheduleStats(redis, keys.shardSchedule(streamPrefix, shardIndex)),
+    scheduleStats(redis, keys.shardDeferred(streamPrefix, shardIndex, consumerGroup)),
   ]);
-  return { ...streamStats, scheduled, deferred };
+  return {
+    ...streamStats,
+    scheduled: scheduled.count,
+    deferred: deferred.count,
+    nextDueAt: { scheduled: scheduled.nextDueAt, deferred: deferred.nextDueAt },
+  };
+}
+
+/**
+ * How many entries a schedule (a sorted set by due time) holds and when its first is due (its
+ * lowest score: Redis ms as the writing script stored it), or null when it is empty.
+ */
+async function scheduleStats(redis: RedisClient, schedule: string): Promise<{ count: number; nextDueAt: number | null }> {
+  const [count, first] = await Promise.all([redis.zcard(schedule), redis.zrange(schedule, '0', '0', 'WITHSCORES')]);
+  return { count, nextDueAt: first.length === 2 ? Number(first[1]) : null };
 }
 
 async function streamStatsOf(

@@ -39,10 +39,7 @@ export interface BatchCallProbe {
  * group's delayed entries; `deferred`: the group's deferred retries), and how late the earliest due
  * of those is (`dueLagMs`, Redis' clock, 0 when none is due).
  */
-export type ShardPositions = Map<
-  number,
-  { lag: number | null; pending: number; scheduled: number; deferred: number; dueLagMs: number }
->;
+export type ShardPositions = Map<number, { lag: number | null; pending: number; scheduled: number; deferred: number; dueLagMs: number }>;
 
 /** What the member's poller lends its telemetry while it runs. */
 export interface TelemetryTarget {

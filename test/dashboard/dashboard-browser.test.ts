@@ -238,7 +238,7 @@ describeTier('the dashboard in a browser, against the demo', missing, () => {
       expect(await page.textContent('#schedule-totals')).toMatch(/scheduled 1 \(next in .*\)deferred 1 \(next in .*\)/);
       expect(await page.getAttribute('#shard-map .shard[data-shard="1"]', 'title')).toMatch(/ · scheduled 1 · deferred 0$/);
       expect(await page.evaluate(() => (window as unknown as { __pwned?: string }).__pwned)).toBeUndefined();
-      await page.screenshot({ path: path.join(SHOTS, 'schedules.png'), fullPage: true });
+      await page.locator('#schedules').screenshot({ path: path.join(SHOTS, 'schedules.png') });
     } finally {
       await page.close();
       await admin.dropScheduled({ streamPrefix: STREAM, shardIndex: 1 }, sent.id);

@@ -1,5 +1,6 @@
 import type { KeyBuilder } from '../redis/keys';
 import { findGroupInfo, isNoSuchKey } from '../redis/responses';
+import { readScheduleHead } from '../redis/schedule-head';
 import type { RedisClient } from '../redis/scripts';
 import type { ShardStats } from './group-description';
 
@@ -18,24 +19,15 @@ export async function shardStats(
 ): Promise<ShardStats> {
   const [streamStats, scheduled, deferred] = await Promise.all([
     streamStatsOf(redis, keys, streamPrefix, shardIndex, consumerGroup),
-    scheduleStats(redis, keys.shardSchedule(streamPrefix, shardIndex)),
-    scheduleStats(redis, keys.shardDeferred(streamPrefix, shardIndex, consumerGroup)),
+    readScheduleHead(redis, keys.shardSchedule(streamPrefix, shardIndex)),
+    readScheduleHead(redis, keys.shardDeferred(streamPrefix, shardIndex, consumerGroup)),
   ]);
   return {
     ...streamStats,
     scheduled: scheduled.count,
     deferred: deferred.count,
-    nextDueAt: { scheduled: scheduled.nextDueAt, deferred: deferred.nextDueAt },
+    nextDueAt: { scheduled: scheduled.firstDueAt, deferred: deferred.firstDueAt },
   };
-}
-
-/**
- * How many entries a schedule (a sorted set by due time) holds and when its first is due (its
- * lowest score: Redis ms as the writing script stored it), or null when it is empty.
- */
-async function scheduleStats(redis: RedisClient, schedule: string): Promise<{ count: number; nextDueAt: number | null }> {
-  const [count, first] = await Promise.all([redis.zcard(schedule), redis.zrange(schedule, '0', '0', 'WITHSCORES')]);
-  return { count, nextDueAt: first.length === 2 ? Number(first[1]) : null };
 }
 
 async function streamStatsOf(

@@ -4,6 +4,7 @@ import { MAX_SHARD_COUNT } from '../protocol/shard-count';
 import type { KeyBuilder } from './keys';
 import { findGroupInfo, isNoSuchKey, type StreamGroupInfo } from './responses';
 import { withReadDeadline } from './connection/read-deadline';
+import { readScheduleHead } from './schedule-head';
 import { ensureScripts, pipelineScript, type RedisClient, runScript } from './scripts';
 import { NotReplicatedError, type ReplicaWait, waitCommand, waitShortfall } from './connection/replica-wait';
 import { execByNode, execBySlot, isCluster, type NodeBatch, type SlotBatchResult } from './connection/slot-pipelines';
@@ -464,8 +465,8 @@ export class ShardClient {
       Promise.all(
         shards.map((shard) =>
           Promise.all([
-            this.scheduleHead(this.keys.shardSchedule(this.streamPrefix, shard)),
-            this.scheduleHead(this.keys.shardDeferred(this.streamPrefix, shard, this.consumerGroup)),
+            readScheduleHead(this.redis, this.keys.shardSchedule(this.streamPrefix, shard)),
+            readScheduleHead(this.redis, this.keys.shardDeferred(this.streamPrefix, shard, this.consumerGroup)),
           ]),
         ),
       ),
@@ -485,12 +486,6 @@ export class ShardClient {
       });
     });
     return positions;
-  }
-
-  /** A schedule's size and its first entry's due time (Redis ms), null when it is empty. */
-  private async scheduleHead(schedule: string): Promise<{ count: number; firstDueAt: number | null }> {
-    const [count, first] = await Promise.all([this.redis.zcard(schedule), this.redis.zrange(schedule, '0', '0', 'WITHSCORES')]);
-    return { count, firstDueAt: first.length === 2 ? Number(first[1]) : null };
   }
 
   /** Ids of up to `count` entries pending under this member on a shard, in ID order. */

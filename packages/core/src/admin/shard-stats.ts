@@ -1,6 +1,6 @@
 import type { KeyBuilder } from '../redis/keys';
 import { findGroupInfo, isNoSuchKey } from '../redis/responses';
-import { readScheduleHead } from '../redis/schedule-head';
+import { readScheduleHeads } from '../redis/schedule-head';
 import type { RedisClient } from '../redis/scripts';
 import type { ShardStats } from './group-description';
 
@@ -17,10 +17,9 @@ export async function shardStats(
   shardIndex: number,
   consumerGroup: string,
 ): Promise<ShardStats> {
-  const [streamStats, scheduled, deferred] = await Promise.all([
+  const [streamStats, { scheduled, deferred }] = await Promise.all([
     streamStatsOf(redis, keys, streamPrefix, shardIndex, consumerGroup),
-    readScheduleHead(redis, keys.shardSchedule(streamPrefix, shardIndex)),
-    readScheduleHead(redis, keys.shardDeferred(streamPrefix, shardIndex, consumerGroup)),
+    readScheduleHeads(redis, keys.shardSchedule(streamPrefix, shardIndex), keys.shardDeferred(streamPrefix, shardIndex, consumerGroup)),
   ]);
   return {
     ...streamStats,

@@ -1,12 +1,22 @@
-import type { RedisClient } from './scripts';
+import { type RedisClient, runScript } from './scripts';
+
+/** What waits in one schedule: how many entries, and when the first is due (Redis ms), null when it is empty. */
+export interface ScheduleHead {
+  count: number;
+  firstDueAt: number | null;
+}
 
 /**
- * How many entries a schedule (a sorted set by due time: a shard's delayed entries, or a group's
- * deferred retries on it) holds and when its first is due: its lowest score, Redis ms as the
- * writing script stored it; null when it is empty. Two commands on one key, side by side: what
- * describeGroup and the metrics show of a schedule.
+ * A shard's delayed entries and a group's deferred retries on it, as `ScheduleHead`s, in one
+ * read-only script (readScheduleHeads-2.lua: both keys are in the shard's slot): what describeGroup
+ * and the metrics show of the schedules, one round trip per shard.
  */
-export async function readScheduleHead(redis: RedisClient, schedule: string): Promise<{ count: number; firstDueAt: number | null }> {
-  const [count, first] = await Promise.all([redis.zcard(schedule), redis.zrange(schedule, '0', '0', 'WITHSCORES')]);
-  return { count, firstDueAt: first.length === 2 ? Number(first[1]) : null };
+export async function readScheduleHeads(
+  redis: RedisClient,
+  schedule: string,
+  deferred: string,
+): Promise<{ scheduled: ScheduleHead; deferred: ScheduleHead }> {
+  const reply = (await runScript(redis, 'readScheduleHeads', [schedule, deferred], [])) as (number | string)[];
+  const head = (i: number): ScheduleHead => ({ count: Number(reply[i]), firstDueAt: reply[i + 1] === '' ? null : Number(reply[i + 1]) });
+  return { scheduled: head(0), deferred: head(2) };
 }

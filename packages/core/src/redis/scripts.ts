@@ -38,6 +38,7 @@ const SCRIPT_FILES = {
   trimShard: 'trimShard-1.lua',
   resetShardOffset: 'resetShardOffset-2.lua',
   readSchedule: 'readSchedule-2.lua',
+  readScheduleHeads: 'readScheduleHeads-2.lua',
   makeScheduledDue: 'makeScheduledDue-2.lua',
   dropScheduled: 'dropScheduled-2.lua',
 } as const;
@@ -168,7 +169,7 @@ function defineScripts(client: RedisClient, script: ScriptName): string {
       client.defineCommand(commandName(name), {
         lua,
         numberOfKeys: keyCount(SCRIPT_FILES[name]),
-        readOnly: name === 'describeGroup' || name === 'firstAfter' || name === 'readSchedule',
+        readOnly: name === 'describeGroup' || name === 'firstAfter' || name === 'readSchedule' || name === 'readScheduleHeads',
       });
     }
     defined.add(client);

@@ -4,7 +4,7 @@ import { MAX_SHARD_COUNT } from '../protocol/shard-count';
 import type { KeyBuilder } from './keys';
 import { findGroupInfo, isNoSuchKey, type StreamGroupInfo } from './responses';
 import { withReadDeadline } from './connection/read-deadline';
-import { readScheduleHead } from './schedule-head';
+import { readScheduleHeads } from './schedule-head';
 import { ensureScripts, pipelineScript, type RedisClient, runScript } from './scripts';
 import { NotReplicatedError, type ReplicaWait, waitCommand, waitShortfall } from './connection/replica-wait';
 import { execByNode, execBySlot, isCluster, type NodeBatch, type SlotBatchResult } from './connection/slot-pipelines';
@@ -449,8 +449,8 @@ export class ShardClient {
    * (one round trip on a single Redis; on a Cluster each goes to its shard's node). A shard whose
    * stream does not exist yet has neither; one the group has never read has an unknown lag (null).
    * Beside them, what waits in the shard's schedule and the group's deferred retries, and how late
-   * the earliest due of them is by Redis' clock (`dueLagMs`, 0 when none is due): one pipeline of
-   * ZCARD and ZRANGE 0 0 per schedule, in the shard's slot, and one TIME.
+   * the earliest due of them is by Redis' clock (`dueLagMs`, 0 when none is due): one read-only
+   * script per shard (readScheduleHeads-2.lua, in the shard's slot), and one TIME.
    */
   async groupPositions(shards: readonly number[]): Promise<Map<number, GroupShardPosition>> {
     const [replies, schedules, now] = await Promise.all([
@@ -464,10 +464,11 @@ export class ShardClient {
       ),
       Promise.all(
         shards.map((shard) =>
-          Promise.all([
-            readScheduleHead(this.redis, this.keys.shardSchedule(this.streamPrefix, shard)),
-            readScheduleHead(this.redis, this.keys.shardDeferred(this.streamPrefix, shard, this.consumerGroup)),
-          ]),
+          readScheduleHeads(
+            this.redis,
+            this.keys.shardSchedule(this.streamPrefix, shard),
+            this.keys.shardDeferred(this.streamPrefix, shard, this.consumerGroup),
+          ),
         ),
       ),
       this.redis.time(),
@@ -476,7 +477,7 @@ export class ShardClient {
     const positions = new Map<number, GroupShardPosition>();
     shards.forEach((shard, i) => {
       const info = findGroupInfo(replies[i], this.consumerGroup);
-      const [scheduled, deferred] = schedules[i];
+      const { scheduled, deferred } = schedules[i];
       const firstDue = Math.min(scheduled.firstDueAt ?? Infinity, deferred.firstDueAt ?? Infinity);
       positions.set(shard, {
         ...(info ? { lag: info.lag, pending: info.pending } : { lag: (replies[i] as unknown[]).length === 0 ? 0 : null, pending: 0 }),

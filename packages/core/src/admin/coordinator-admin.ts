@@ -540,7 +540,6 @@ export class CoordinatorAdmin {
     return new Set([shardIndex]);
   }
 
-  /** Redis' clock (ms): leases and stream ids use it, so ages computed against it ignore local clock skew. */
   /**
    * One page of a shard's schedule, in due order: its delayed entries (every group's), or with
    * `consumerGroup` that group's deferred retries on it (docs/operations.md, Schedules).
@@ -571,12 +570,11 @@ export class CoordinatorAdmin {
   async releaseAllScheduled(target: Omit<ScheduleTarget, 'shardIndex'> & { shardIndex?: number }): Promise<number> {
     const stream = await this.describeStream(target.streamPrefix);
     if (!stream) throw new StreamNotFoundError(target.streamPrefix, 'no schedules');
-    const shards = target.shardIndex === undefined ? Array.from({ length: stream.shardSpan }, (_, i) => i) : [target.shardIndex];
-    let total = 0;
-    for (const shardIndex of shards) {
-      total += await releaseWholeSchedule(this.redis, this.keys, await this.scheduleTarget({ ...target, shardIndex }, stream));
-    }
-    return total;
+    // The stream, the group and a given shard checked once; each shard's schedule then in its own slot, side by side.
+    const checked = await this.scheduleTarget({ ...target, shardIndex: target.shardIndex ?? 0 }, stream);
+    const shards = target.shardIndex === undefined ? Array.from({ length: stream.shardSpan }, (_, i) => i) : [checked.shardIndex];
+    const counts = await Promise.all(shards.map((shardIndex) => releaseWholeSchedule(this.redis, this.keys, { ...checked, shardIndex })));
+    return counts.reduce((sum, count) => sum + count, 0);
   }
 
   /** Removes one scheduled entry (as `releaseScheduled` names it): it is never released, nor handled. */
@@ -596,6 +594,7 @@ export class CoordinatorAdmin {
     return consumerGroup === undefined ? { streamPrefix, shardIndex } : { streamPrefix, shardIndex, consumerGroup };
   }
 
+  /** Redis' clock (ms): leases and stream ids use it, so ages computed against it ignore local clock skew. */
   async serverTimeMs(): Promise<number> {
     const [seconds, micros] = await this.redis.time();
     return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);

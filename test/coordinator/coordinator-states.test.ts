@@ -115,6 +115,10 @@ describe('group state machine (SPEC 2.2), observed through describeGroup', () =>
       updatedAt: expect.stringMatching(isoTime),
       cutoverInProgress: false,
       notYetReadableBacklog: 0,
+      scheduled: 0,
+      deferred: 0,
+      nextDueAt: { scheduled: null, deferred: null },
+      describedAt: expect.any(Number),
     });
     expect(description.members).toEqual([
       {
@@ -157,6 +161,7 @@ describe('group state machine (SPEC 2.2), observed through describeGroup', () =>
         backlog: 0,
         scheduled: 0,
         deferred: 0,
+        nextDueAt: { scheduled: null, deferred: null },
       },
       {
         shardIndex: 1,
@@ -168,6 +173,7 @@ describe('group state machine (SPEC 2.2), observed through describeGroup', () =>
         backlog: 0,
         scheduled: 0,
         deferred: 0,
+        nextDueAt: { scheduled: null, deferred: null },
       },
     ]);
   });

@@ -7,7 +7,7 @@ import type { INestApplication } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { CoordinatedMember, CoordinatorAdmin, KeyBuilder } from '@redis-stream-coordinator/core';
+import { CoordinatedMember, CoordinatorAdmin, KeyBuilder, StreamProducer } from '@redis-stream-coordinator/core';
 import { StreamListenerRegistry, StreamPublisher } from '@redis-stream-coordinator/nestjs';
 import { chromiumMissing, launchBrowser } from '../support/browser';
 import { pollUntil } from '../support/poll';
@@ -208,6 +208,42 @@ describeTier('the dashboard in a browser, against the demo', missing, () => {
     expect(await page.$$eval('main script, main img', (found) => found.length)).toBe(0);
     expect(await page.evaluate(() => (window as unknown as { __pwned?: string }).__pwned)).toBeUndefined();
     await page.close();
+  });
+
+  it("shows what waits in the group's schedules per shard, when it is next due, and the totals, as text", async () => {
+    const admin = new CoordinatorAdmin(redis.client());
+    const keys = new KeyBuilder();
+    const hour = 3_600_000;
+    const sent = await new StreamProducer(redis.client(), { streamPrefix: STREAM }).send({
+      shardIndex: 1,
+      key: '<script>window.__pwned = "schedule"</script>',
+      payload: { text: 'later' },
+      delayMs: hour,
+    });
+    // A deferred retry of the group on shard 2, as deferFenced-4.lua leaves it (due in two hours).
+    const now = await admin.serverTimeMs();
+    await redis.client().zadd(keys.shardDeferred(STREAM, 2, GROUP), now + 2 * hour, '1-1');
+    await redis.client().hset(keys.shardDeferredEntries(STREAM, 2, GROUP), '1-1', 'x');
+    const page = await browser.context.newPage();
+    try {
+      await page.goto(`${base}/#/group/${STREAM}/${GROUP}`);
+      await page.waitForFunction(() => document.querySelector('#schedules tr[data-shard="2"]') !== null, undefined, { timeout: 15_000 });
+      expect(await page.textContent('#schedules tr[data-shard="1"] td[data-kind="scheduled"]')).toMatch(
+        /^1 \(next in (59 min \d+ s|1 h 00 min)\)$/,
+      );
+      expect(await page.textContent('#schedules tr[data-shard="1"] td[data-kind="deferred"]')).toBe('0');
+      expect(await page.textContent('#schedules tr[data-shard="2"] td[data-kind="deferred"]')).toMatch(
+        /^1 \(next in (1 h 59 min|2 h 00 min)\)$/,
+      );
+      expect(await page.textContent('#schedule-totals')).toMatch(/scheduled 1 \(next in .*\)deferred 1 \(next in .*\)/);
+      expect(await page.getAttribute('#shard-map .shard[data-shard="1"]', 'title')).toMatch(/ · scheduled 1 · deferred 0$/);
+      expect(await page.evaluate(() => (window as unknown as { __pwned?: string }).__pwned)).toBeUndefined();
+      await page.locator('#schedules').screenshot({ path: path.join(SHOTS, 'schedules.png') });
+    } finally {
+      await page.close();
+      await admin.dropScheduled({ streamPrefix: STREAM, shardIndex: 1 }, sent.id);
+      await admin.dropScheduled({ streamPrefix: STREAM, shardIndex: 2, consumerGroup: GROUP }, '1-1');
+    }
   });
 
   it("shows static members' instance ids, and a departed one as AWAY with its awaited shards and when the wait ends, as text", async () => {

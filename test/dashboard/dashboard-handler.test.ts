@@ -4,7 +4,7 @@ import net, { type AddressInfo } from 'node:net';
 import v8 from 'node:v8';
 import vm from 'node:vm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CoordinatorAdmin, CoordinatorClient, KeyBuilder } from '@redis-stream-coordinator/core';
+import { CoordinatorAdmin, CoordinatorClient, KeyBuilder, StreamProducer } from '@redis-stream-coordinator/core';
 import {
   createDashboard,
   CSRF_HEADER,
@@ -264,6 +264,42 @@ describe('dashboard reads', () => {
     } finally {
       controller.abort();
       await served.close();
+    }
+  });
+
+  it("the live snapshot carries each shard's scheduled and deferred counts and next due times, the group's totals, and the counts the page shows", async () => {
+    const served = await serve({ refreshMs: 500 });
+    const stream = uniqueName('live-schedules');
+    const member = aMember({ streamPrefix: stream, consumerGroup: 'g', shardCount: 2, handler: async () => undefined });
+    await member.start();
+    const producer = new StreamProducer(redis.client(), { streamPrefix: stream });
+    const sent = await producer.send({ shardIndex: 1, payload: { text: '<script>x</script>' }, delayMs: 3_600_000 });
+    const controller = new AbortController();
+    try {
+      const response = await fetch(`${served.url}/rsc/api/groups/${stream}/g/live`, { signal: controller.signal });
+      const reader = response.body!.getReader();
+      let text = '';
+      await pollUntil(
+        'a snapshot',
+        async () => {
+          const { value } = await reader.read();
+          text += new TextDecoder().decode(value);
+          return /event: (hello|snapshot)\ndata: .*"snapshot":\{.*\n/.test(text);
+        },
+        { timeoutMs: 15_000, intervalMs: 0 },
+      );
+      // The first message that carries a snapshot (hello has one once the group was read, every snapshot event has one).
+      const data = /event: (?:hello|snapshot)\ndata: (.*"snapshot":\{.*)\n/.exec(text)![1];
+      const { snapshot } = JSON.parse(data) as {
+        snapshot: { scheduleCounts: string[]; group: Record<string, unknown>; shards: Record<string, unknown>[] };
+      };
+      expect(snapshot.scheduleCounts).toEqual(['scheduled', 'deferred']);
+      expect(snapshot.shards[1]).toMatchObject({ scheduled: 1, deferred: 0, nextDueAt: { scheduled: sent.dueAt, deferred: null } });
+      expect(snapshot.group).toMatchObject({ scheduled: 1, deferred: 0, nextDueAt: { scheduled: sent.dueAt, deferred: null } });
+    } finally {
+      controller.abort();
+      await served.close();
+      await member.stop();
     }
   });
 

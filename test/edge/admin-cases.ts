@@ -56,6 +56,34 @@ export const ADMIN_CASES: EdgeCase[] = [
   },
   {
     title:
+      'readSchedule count at its maximum: 1,001 delayed entries listed in two pages, each once, in due order; every one made due is handled',
+    covers: ['admin.readSchedule.count'],
+    tier: 'quick',
+    timeoutMs: 60_000,
+    run: async (env) => {
+      const streamPrefix = uniqueName('edge-schedule');
+      const admin = env.admin();
+      await admin.createStream({ streamPrefix, shardCount: 1 });
+      const count = maxOf('admin.readSchedule.count');
+      const producer = new StreamProducer(env.redis.client(), { streamPrefix });
+      const dueFrom = Date.now() + 3_600_000;
+      const sent = await producer.sendBatch(
+        Array.from({ length: count + 1 }, (_, i) => ({ key: `k${i}`, payload: { seq: i }, deliverAt: dueFrom + (count - i) })),
+      );
+      const first = await admin.readSchedule({ streamPrefix, shardIndex: 0 }, { count });
+      const second = await admin.readSchedule({ streamPrefix, shardIndex: 0 }, { count, after: first.next! });
+      const listed = [...first.entries, ...second.entries];
+      expect([first.total, first.entries.length, second.entries.length, second.next]).toEqual([count + 1, count, 1, null]);
+      // Due order: the last sent is due first.
+      expect(listed.map((e) => e.id)).toEqual(sent.map((s) => s.id).reverse());
+      const handled = new Handled();
+      await env.member(streamPrefix, 'a', { handler: (message: StreamMessage<EdgePayload>) => handled.add(message) }).start();
+      expect(await admin.releaseAllScheduled({ streamPrefix })).toBe(count + 1);
+      await pollUntil('every entry made due handled', async () => handled.runs.size === count + 1, { timeoutMs: 30_000 });
+    },
+  },
+  {
+    title:
       'readDeadLetters count and replay takeOverAfterMs at their maximum: every dead letter listed, replayed once and handled; deadLetter.maxLen at its maximum keeps them all',
     covers: ['admin.readDeadLetters.count', 'admin.replay.takeOverAfterMs', 'member.deadLetter.maxLen'],
     tier: 'quick',

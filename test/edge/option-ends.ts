@@ -75,6 +75,7 @@ export function optionEnds(client: Redis): Record<OptionRangeName, (value: numbe
     'admin.resizeShards.graceMs': (v) => admin.resizeShards('no-such-stream', 2, { graceMs: v }),
     'admin.resizeShards.switchDelayMs': (v) => admin.resizeShards('no-such-stream', 2, { switchDelayMs: v }),
     'admin.readDeadLetters.count': (v) => admin.readDeadLetters('no-such-stream', 'g', { count: v }),
+    'admin.readSchedule.count': (v) => admin.readSchedule({ streamPrefix: 'no-such-stream', shardIndex: 0 }, { count: v }),
     'admin.replay.takeOverAfterMs': (v) => admin.replayDeadLetters('no-such-stream', 'g', {}, { takeOverAfterMs: v }),
     'admin.trim.maxLen': (v) => admin.trim('no-such-stream', { maxLen: v }),
     'admin.readGroupEvents.count': (v) => admin.readGroupEvents('no-such-stream', 'g', { count: v }),

@@ -9,6 +9,7 @@ import {
   CoordinatorModule,
   StreamListener,
   StreamListenerRegistry,
+  type StreamListenerOptions,
   type StreamMessage,
 } from '@redis-stream-coordinator/nestjs';
 import { CoordinatorTesting, InjectedFailureError, TestRedis } from '@redis-stream-coordinator/nestjs/testing';
@@ -23,12 +24,12 @@ const redis = useRedisServer();
 const apps = closedAfterEach<TestingModule>();
 
 /** An application with a listener (`notes`) and a bean consumer (`audit`) on a stream of its own. */
-async function anApp(options: { init?: boolean } = {}) {
+async function anApp(options: { init?: boolean; notes?: Partial<StreamListenerOptions> } = {}) {
   const stream = uniqueName('notes');
   @Injectable()
   class Notes {
     readonly seen: string[] = [];
-    @StreamListener({ streamPrefix: stream, consumerGroup: 'notes', shardCount: 2, maxAttempts: 2, retryBackoffMs: 1 })
+    @StreamListener({ streamPrefix: stream, consumerGroup: 'notes', shardCount: 2, maxAttempts: 2, retryBackoffMs: 1, ...options.notes })
     onNote(message: StreamMessage<{ text: string }>) {
       this.seen.push(message.payload.text);
     }
@@ -147,6 +148,30 @@ describe('CoordinatorTesting', () => {
         container.resume();
       });
     await kit.drained();
+    kit.detach();
+  });
+
+  it('drained() waits for what waits in the schedules (a deferred retry, a delayed entry), and releaseScheduled() makes it due now, without sleeping', async () => {
+    const { kit, stream, notes } = await anApp({ notes: { retryMode: 'deferred', retryBackoffMs: 60_000, retryBackoffMaxMs: 60_000 } });
+    kit.failNext({ group: 'notes' }, 1);
+    const retried = await kit.publish(stream, { key: 'r', payload: { text: 'retried' } });
+    const delayed = await kit.publish(stream, { key: 'd', payload: { text: 'delayed' }, delayMs: 60_000 });
+    await kit.handled({ group: 'audit' }, retried);
+    const waiting = ((await kit.drained({ timeoutMs: 500 }).catch((error: Error) => error)) as Error).message;
+    expect(waiting).toMatch(
+      new RegExp(`^CoordinatorTesting.drained: not drained within 500 ms; last seen: group "notes" of stream "${stream}": shard`),
+    );
+    expect(waiting).toMatch(new RegExp(`shard ${retried.shardIndex} (scheduled 1 )?deferred 1`));
+    expect(waiting).toMatch(new RegExp(`shard ${delayed.shardIndex} scheduled 1`));
+    expect(waiting).toContain(`(in the schedules: kit.releaseScheduled("${stream}") makes them due now)`);
+    expect(await kit.releaseScheduled(stream)).toBe(2);
+    const handled = await kit.handled({ group: 'notes' }, retried);
+    expect(handled.attempts.map((a) => a.outcome)).toEqual(['failed', 'succeeded']);
+    await kit.handled({ group: 'notes' }, (message) => (message.payload as { text: string }).text === 'delayed');
+    expect(delayed.dueAt).toBeGreaterThan(Date.now() + 50_000);
+    await kit.drained();
+    expect(notes().seen.sort()).toEqual(['delayed', 'retried']);
+    expect(await kit.releaseScheduled(stream)).toBe(0);
     kit.detach();
   });
 

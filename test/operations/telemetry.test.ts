@@ -15,6 +15,7 @@ import {
   CoordinatedMember,
   CoordinatorAdmin,
   KeyBuilder,
+  type ReleasedEvent,
   type StreamMessage,
   StreamProducer,
 } from '@redis-stream-coordinator/core';
@@ -427,6 +428,44 @@ describe('metrics', () => {
     await member.stop();
     expect((await points('rsc.consumer.owned_shards', streamPrefix)).map((p) => p.value)).toEqual([0]);
     expect(await byShard('rsc.consumer.pending')).toEqual({ 0: 0, 1: 0 });
+  });
+
+  it('reports scheduled, deferred and due lag per owned shard; a member that releases due entries says so (released event)', async () => {
+    const streamPrefix = uniqueName('otel-schedules');
+    await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 2 });
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    const member = aMember(streamPrefix, 'a', {
+      blockMs: 200,
+      retryMode: 'deferred',
+      retryBackoffMs: 3_600_000,
+      retryBackoffMaxMs: 3_600_000,
+      handler: (message) => {
+        if (message.key === 'bad') throw new Error('bad');
+      },
+    });
+    const released: ReleasedEvent[] = [];
+    member.on('released', (event) => released.push(event));
+    await member.start();
+    await pollUntil('both shards owned', async () => member.ownedShards().length === 2);
+    await producer.send({ shardIndex: 0, key: 'bad', payload: 1 });
+    await producer.send({ shardIndex: 1, payload: 2, delayMs: 3_600_000 });
+    const byShard = async (name: string) =>
+      Object.fromEntries((await points(name, streamPrefix)).map((p) => [p.attributes['messaging.destination.partition.id'], p.value]));
+    await pollUntil('the deferral counted', async () => (await byShard('rsc.consumer.deferred'))['0'] === 1);
+    expect(await byShard('rsc.consumer.deferred')).toEqual({ 0: 1, 1: 0 });
+    expect(await byShard('rsc.consumer.scheduled')).toEqual({ 0: 0, 1: 1 });
+    expect(await byShard('rsc.consumer.due_lag')).toEqual({ 0: 0, 1: 0 });
+
+    member.pause(); // releases nothing: a due entry waits, and its lateness shows
+    await producer.send({ shardIndex: 1, payload: 3, delayMs: 1 });
+    await pollUntil('the due entry late by more than 300 ms', async () => ((await byShard('rsc.consumer.due_lag'))['1'] as number) > 0.3);
+    expect(await byShard('rsc.consumer.scheduled')).toEqual({ 0: 0, 1: 2 });
+    expect(released).toEqual([]);
+    member.resume();
+    await pollUntil('released', async () => released.length === 1);
+    expect(released).toEqual([{ shardIndex: 1, count: 1 }]);
+    await pollUntil('no due lag', async () => (await byShard('rsc.consumer.due_lag'))['1'] === 0);
+    expect(await byShard('rsc.consumer.scheduled')).toEqual({ 0: 0, 1: 1 });
   });
 
   it("counts an acknowledgement batch refused by the fencing token of the shard's next owner", async () => {

@@ -30,6 +30,16 @@ export function duration(ms: number | null | undefined): string {
   return `${sign}${Math.floor(s / 86_400)}d${String(Math.floor((s % 86_400) / 3600)).padStart(2, '0')}h`;
 }
 
+/**
+ * A schedule's count and when its next entry is due, relative to `now` (Redis' clock): `3 (next in
+ * 4.0s)`, `3 (next due 1.2s ago)`, or the count alone when nothing waits or no due time is kept.
+ */
+export function scheduleCell(count: number, nextDueAt: number | null | undefined, now: number): string {
+  if (count === 0 || nextDueAt === null || nextDueAt === undefined) return String(count);
+  const wait = nextDueAt - now;
+  return wait > 0 ? `${count} (next in ${duration(wait)})` : `${count} (next due ${duration(-wait)} ago)`;
+}
+
 /** Shard lists as ranges: 0-3,7. */
 export function shardList(shards: number[]): string {
   const sorted = [...shards].sort((a, b) => a - b);

@@ -8,6 +8,7 @@ import { registerDescribe } from './commands/describe';
 import { registerEvents } from './commands/events';
 import { registerResetOffsets } from './commands/reset-offsets';
 import { registerResize } from './commands/resize';
+import { registerSchedule } from './commands/schedule';
 import { registerInventory } from './commands/streams';
 import { registerTrim } from './commands/trim';
 
@@ -45,6 +46,7 @@ export function buildProgram(io: RscIo = PROCESS_IO): Command {
   registerResize(program, io);
   registerResetOffsets(program, io);
   registerDeadLetters(program, io);
+  registerSchedule(program, io);
   registerTrim(program, io);
   for (const command of program.commands) command.exitOverride().showHelpAfterError(`(rsc ${command.name()} --help shows its options)`);
   return program;

@@ -33,6 +33,7 @@ export type { DeadLetterPurge } from './admin/dead-letter-purge';
 export type { GroupEvent, ReadGroupEventsOptions } from './admin/group-events';
 export type { OffsetTarget, ResetOffsetsOptions, ResetOffsetsResult, ShardOffsetReset } from './admin/offsets';
 export type { ShardPosition } from './admin/shard-positions';
+export type { ReadScheduleOptions, ScheduledEntry, ScheduleDrop, SchedulePage, ScheduleRelease, ScheduleTarget } from './admin/schedules';
 export { TrimError, type ShardTrim, type TrimOptions, type TrimResult } from './admin/retention';
 export {
   TrimSchedule,
@@ -77,5 +78,5 @@ export type {
   ErrorClass,
 } from './member/handle/dead-letter-options';
 export { DEAD_LETTER_STACK_MAX_CHARS } from './member/handle/dead-letter-options';
-export type { DeferredEvent } from './member/shard-state';
+export type { DeferredEvent, ReleasedEvent } from './member/shard-state';
 export { HandlerAbortedError, type HandlerAbortReason, HandlerTimeoutError, ShardError } from './member/consumption-errors';

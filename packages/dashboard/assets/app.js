@@ -192,6 +192,7 @@
       header: h('section', { id: 'group-header' }, h('h2', {}, `Group ${consumerGroup} of stream ${streamPrefix}`), h('p', { class: 'muted' }, 'Connecting…')),
       map: h('section', { id: 'shard-map' }, h('h2', {}, 'Shard map')),
       members: h('section', { id: 'members' }, h('h2', {}, 'Members')),
+      schedules: h('section', { id: 'schedules' }, h('h2', {}, 'Schedules')),
       lag: h('section', { id: 'lag-chart' }, h('h2', {}, 'Backlog over time')),
       cutover: h('section', { id: 'cutover' }, h('h2', {}, 'Resize cutover')),
       events: h('section', { id: 'events' }, h('h2', {}, 'Event log (live)')),
@@ -241,6 +242,7 @@
       renderHeader(sections.header, snapshot, streamPrefix, consumerGroup);
       renderShardMap(sections.map, snapshot, state);
       renderMembers(sections.members, snapshot, state);
+      renderSchedules(sections.schedules, snapshot);
       renderLag(sections.lag, state.history);
       renderCutover(sections.cutover, snapshot.cutover);
     }
@@ -295,7 +297,8 @@
     const maxBacklog = Math.max(1, ...s.shards.map((x) => x.backlog));
     const cells = s.shards.map((shard) => {
       const owner = shard.owner ? state.names.get(shard.owner) || shard.owner : 'no owner';
-      const title = `shard ${shard.shardIndex} · ${shard.readability} · ${shard.state} · ${owner} · lag ${shard.lag} · pending ${shard.pending}`;
+      const waiting = (s.scheduleCounts || []).map((kind) => ` · ${kind} ${shard[kind]}`).join('');
+      const title = `shard ${shard.shardIndex} · ${shard.readability} · ${shard.state} · ${owner} · lag ${shard.lag} · pending ${shard.pending}${waiting}`;
       return h('div', {
         class: `shard ${shard.state} ${shard.readability}`,
         title,
@@ -312,6 +315,39 @@
         owners.map((m) => h('span', {}, h('span', { class: 'swatch', style: { 'background-color': state.colours.get(m.memberId) } }), m.memberName)),
         h('span', {}, h('span', { class: 'swatch revoking' }), 'revoking'),
         h('span', {}, h('span', { class: 'swatch', style: { 'background-color': '#e5e7eb' } }), 'unowned')));
+  }
+
+  /** A long wait for people: 850 ms, 12.0 s, 4 min 10 s, 2 h 05 min, 3 d 4 h. */
+  function fmtWait(ms) {
+    if (ms < 60000) return fmtMs(ms);
+    const s = Math.floor(ms / 1000);
+    if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
+    if (s < 86400) return `${Math.floor(s / 3600)} h ${String(Math.floor((s % 3600) / 60)).padStart(2, '0')} min`;
+    return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
+  }
+  /** A schedule's count and its next due time against Redis' clock `at`: "3 (next in 4.0 s)", "3 (due 1.2 s ago)". */
+  function scheduleCell(count, due, at) {
+    if (!count || due === null || due === undefined) return fmt(count);
+    return due > at ? `${fmt(count)} (next in ${fmtWait(due - at)})` : `${fmt(count)} (due ${fmtWait(at - due)} ago)`;
+  }
+  /** The most shard rows the schedules table shows (a stream may have 8,192 shards); the rest are counted. */
+  const SCHEDULE_ROWS = 200;
+  // What waits outside the streams, one column per count the server lists (s.scheduleCounts).
+  function renderSchedules(section, s) {
+    const kinds = s.scheduleCounts || [];
+    const g = s.group;
+    const at = g.describedAt;
+    const busy = s.shards.filter((shard) => kinds.some((kind) => shard[kind] > 0));
+    const rows = busy.slice(0, SCHEDULE_ROWS).map((shard) => h('tr', { 'data-shard': shard.shardIndex },
+      h('td', { class: 'num' }, shard.shardIndex),
+      kinds.map((kind) => h('td', { class: 'num', 'data-kind': kind }, scheduleCell(shard[kind], (shard.nextDueAt || {})[kind], at)))));
+    replace(section, h('h2', {}, 'Schedules (delayed entries, deferred retries)'),
+      h('div', { class: 'summary', id: 'schedule-totals' }, kinds.map((kind) => h('span', { 'data-kind': kind }, `${kind} `, h('b', {}, scheduleCell(g[kind], (g.nextDueAt || {})[kind], at))))),
+      busy.length === 0
+        ? h('p', { class: 'muted' }, 'Nothing waits in the schedules.')
+        : h('table', {}, h('thead', {}, h('tr', {}, h('th', { class: 'num' }, 'Shard'), kinds.map((kind) => h('th', { class: 'num' }, kind)))), h('tbody', {}, rows)),
+      busy.length > SCHEDULE_ROWS ? h('p', { class: 'muted' }, `and ${busy.length - SCHEDULE_ROWS} more shards`) : null,
+      h('p', { class: 'muted' }, `Delayed entries are the stream's (every group's); deferred retries this group's. Due entries are released by the shard's owner in its next turn. rsc schedule lists them, makes one due now or drops it.`));
   }
 
   function renderMembers(section, s, state) {

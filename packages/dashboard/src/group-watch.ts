@@ -1,10 +1,11 @@
-import type {
-  CoordinatorAdmin,
-  GroupCutoverStatus,
-  GroupEvent,
-  GroupMetadata,
-  MemberMetadata,
-  ShardDescription,
+import {
+  type CoordinatorAdmin,
+  type GroupCutoverStatus,
+  type GroupEvent,
+  type GroupMetadata,
+  type MemberMetadata,
+  SHARD_SCHEDULE_COUNTS,
+  type ShardDescription,
 } from '@redis-stream-coordinator/core';
 import { redisLateAfterMs } from './dashboard-options';
 import type { HandlerRates } from './handler-rates';
@@ -27,6 +28,12 @@ export interface GroupView {
   cutover: GroupCutoverStatus | null;
   /** Lag + pending over every shard. */
   backlog: number;
+  /**
+   * The per-shard counts of entries waiting outside the stream (core's SHARD_SCHEDULE_COUNTS), in
+   * the order the page shows them: the page renders whatever this lists, so a count added to the
+   * core's list is shown without a change here or in the page.
+   */
+  scheduleCounts: readonly string[];
 }
 
 export interface LagPoint {
@@ -203,7 +210,15 @@ export class GroupWatch {
       lag += shard.lag;
       pending += shard.pending;
     }
-    this.snapshot = { at: now, group: description.group, shards: description.shards, members, cutover, backlog: lag + pending };
+    this.snapshot = {
+      at: now,
+      group: description.group,
+      shards: description.shards,
+      members,
+      cutover,
+      backlog: lag + pending,
+      scheduleCounts: SHARD_SCHEDULE_COUNTS,
+    };
     this.snapshotAt = Date.now();
     const point = { at: now, lag, pending };
     this.history.push(point);

@@ -1,8 +1,8 @@
 import { Command } from 'commander';
-import type { CoordinatorAdmin } from '@redis-stream-coordinator/core';
+import { type CoordinatorAdmin, SHARD_SCHEDULE_COUNTS } from '@redis-stream-coordinator/core';
 import { pause, withAdmin } from '../context';
 import type { RscIo } from '../io';
-import { duration, shardList, table } from '../output';
+import { duration, scheduleCell, shardList, table } from '../output';
 
 /** Everything `describe` shows: the group, one row per shard, one per member. */
 async function snapshot(admin: CoordinatorAdmin, prefix: string, group: string) {
@@ -34,14 +34,30 @@ async function snapshot(admin: CoordinatorAdmin, prefix: string, group: string) 
   return { group: description.group, shards, members, at: new Date(now).toISOString() };
 }
 
+/** A schedule's next due time, for the counts that keep one (a count without due times shows alone). */
+const dueOf = (times: object, kind: string): number | null | undefined => (times as Record<string, number | null | undefined>)[kind];
+
 function render(view: Awaited<ReturnType<typeof snapshot>>): string {
   const { group } = view;
   const head =
     `group ${group.consumerGroup} of stream ${group.streamPrefix}: ${group.state}  groupEpoch ${group.groupEpoch}  ` +
     `assignmentEpoch ${group.assignmentEpoch}  metadataVersion ${group.metadataVersion}  shards ${group.shardCount}  ` +
-    `readable ${shardList(group.readableShardSet) || '-'}${group.cutoverInProgress ? `  CUTOVER IN PROGRESS (not yet readable backlog ${group.notYetReadableBacklog})` : ''}`;
+    `readable ${shardList(group.readableShardSet) || '-'}${group.cutoverInProgress ? `  CUTOVER IN PROGRESS (not yet readable backlog ${group.notYetReadableBacklog})` : ''}` +
+    // Every count of SHARD_SCHEDULE_COUNTS, its group total then a column per shard: a count added there shows here.
+    SHARD_SCHEDULE_COUNTS.map((kind) => `  ${kind} ${scheduleCell(group[kind], dueOf(group.nextDueAt, kind), group.describedAt)}`).join('');
   const shards = table(
-    ['SHARD', 'READABILITY', 'STATE', 'OWNER', 'OWNER EPOCH', 'LAG', 'PENDING', 'OLDEST PENDING', 'LAST DELIVERED'],
+    [
+      'SHARD',
+      'READABILITY',
+      'STATE',
+      'OWNER',
+      'OWNER EPOCH',
+      'LAG',
+      'PENDING',
+      ...SHARD_SCHEDULE_COUNTS.map((kind) => kind.toUpperCase()),
+      'OLDEST PENDING',
+      'LAST DELIVERED',
+    ],
     view.shards.map((s) => [
       s.shardIndex,
       s.readability,
@@ -50,6 +66,7 @@ function render(view: Awaited<ReturnType<typeof snapshot>>): string {
       s.ownerEpoch,
       s.lag,
       s.pending,
+      ...SHARD_SCHEDULE_COUNTS.map((kind) => scheduleCell(s[kind], dueOf(s.nextDueAt, kind), group.describedAt)),
       duration(s.oldestPendingAgeMs),
       s.lastDeliveredId,
     ]),
@@ -94,7 +111,9 @@ function render(view: Awaited<ReturnType<typeof snapshot>>): string {
 export function registerDescribe(program: Command, io: RscIo): void {
   program
     .command('describe')
-    .description('one row per shard (owner, epoch, lag, pending, oldest pending, last delivered) and one per member')
+    .description(
+      'one row per shard (owner, epoch, lag, pending, scheduled, deferred and when they are next due, oldest pending, last delivered) and one per member',
+    )
     .argument('<prefix>', 'stream prefix')
     .argument('<group>', 'consumer group')
     .option('-w, --watch', 'redraw every second until Ctrl-C (with --json: one JSON document per line)')

@@ -37,6 +37,18 @@ import { trimShards, type TrimOptions, type TrimResult } from './retention';
 import { type PeriodicTrimOptions, resolvePeriodicTrimOptions, TrimSchedule } from './periodic-trim';
 import { groupReadableShards, toGroupDescription } from './group-description';
 import { shardStats } from './shard-stats';
+import {
+  DEFAULT_SCHEDULE_PAGE,
+  dropScheduled,
+  readSchedule,
+  type ReadScheduleOptions,
+  releaseScheduled,
+  releaseWholeSchedule,
+  type ScheduleDrop,
+  type SchedulePage,
+  type ScheduleRelease,
+  type ScheduleTarget,
+} from './schedules';
 import { deleteRetiredShards, pendingRetirement } from './shard-retirement';
 
 export { MAX_SHARD_COUNT };
@@ -528,6 +540,60 @@ export class CoordinatorAdmin {
     return new Set([shardIndex]);
   }
 
+  /**
+   * One page of a shard's schedule, in due order: its delayed entries (every group's), or with
+   * `consumerGroup` that group's deferred retries on it (docs/operations.md, Schedules).
+   *
+   * @example
+   * let page = await admin.readSchedule({ streamPrefix: 'orders', shardIndex: 3 });
+   * while (page.next) page = await admin.readSchedule({ streamPrefix: 'orders', shardIndex: 3 }, { after: page.next });
+   */
+  async readSchedule(target: ScheduleTarget, options: ReadScheduleOptions = {}): Promise<SchedulePage> {
+    checkOption('admin.readSchedule.count', options.count ?? DEFAULT_SCHEDULE_PAGE);
+    return readSchedule(this.redis, this.keys, await this.scheduleTarget(target), options);
+  }
+
+  /**
+   * Makes one scheduled entry (a delayed entry's schedule id, or with `consumerGroup` a deferred
+   * retry's stream id) due now: the shard's owner releases it into the stream in its next turn
+   * (within about its `blockMs`), fenced as every release. Nothing is written to the stream here.
+   */
+  async releaseScheduled(target: ScheduleTarget, id: string): Promise<ScheduleRelease> {
+    return releaseScheduled(this.redis, this.keys, await this.scheduleTarget(target), id);
+  }
+
+  /**
+   * Makes every entry of a shard's schedule (or a group's deferred retries on it) due now; answers
+   * how many were moved. Without `shardIndex`, every shard of the stream's span. For tests and
+   * for operators who want a backlog now rather than later.
+   */
+  async releaseAllScheduled(target: Omit<ScheduleTarget, 'shardIndex'> & { shardIndex?: number }): Promise<number> {
+    const stream = await this.describeStream(target.streamPrefix);
+    if (!stream) throw new StreamNotFoundError(target.streamPrefix, 'no schedules');
+    // The stream, the group and a given shard checked once; each shard's schedule then in its own slot, side by side.
+    const checked = await this.scheduleTarget({ ...target, shardIndex: target.shardIndex ?? 0 }, stream);
+    const shards = target.shardIndex === undefined ? Array.from({ length: stream.shardSpan }, (_, i) => i) : [checked.shardIndex];
+    const counts = await Promise.all(shards.map((shardIndex) => releaseWholeSchedule(this.redis, this.keys, { ...checked, shardIndex })));
+    return counts.reduce((sum, count) => sum + count, 0);
+  }
+
+  /** Removes one scheduled entry (as `releaseScheduled` names it): it is never released, nor handled. */
+  async dropScheduled(target: ScheduleTarget, id: string): Promise<ScheduleDrop> {
+    return dropScheduled(this.redis, this.keys, await this.scheduleTarget(target), id);
+  }
+
+  /** Checks a schedule's stream, shard (below its span) and group (one of the stream's), naming what is wrong. */
+  private async scheduleTarget(target: ScheduleTarget, known?: StreamMetadata): Promise<ScheduleTarget> {
+    const { streamPrefix, consumerGroup } = target;
+    const stream = known ?? (await this.describeStream(streamPrefix));
+    if (!stream) throw new StreamNotFoundError(streamPrefix, 'no schedules');
+    const shardIndex = checkOption('shardIndex', target.shardIndex, { max: stream.shardSpan - 1 });
+    if (consumerGroup !== undefined && !(await this.listGroups(streamPrefix)).includes(consumerGroup)) {
+      throw new GroupNotFoundError(`group "${consumerGroup}" of stream "${streamPrefix}" does not exist (no deferred retries)`);
+    }
+    return consumerGroup === undefined ? { streamPrefix, shardIndex } : { streamPrefix, shardIndex, consumerGroup };
+  }
+
   /** Redis' clock (ms): leases and stream ids use it, so ages computed against it ignore local clock skew. */
   async serverTimeMs(): Promise<number> {
     const [seconds, micros] = await this.redis.time();
@@ -571,6 +637,7 @@ export class CoordinatorAdmin {
       target: pairs(reply[4]),
       owners: new Map(pairs(reply[5])),
       state: String(reply[6]),
+      describedAt: Number(reply[7]),
       shardStats: new Map(all.map((shard, i) => [shard, stats[i]])),
     });
   }

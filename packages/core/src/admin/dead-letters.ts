@@ -215,7 +215,7 @@ function toDeadLetter(shardIndex: number, deadLetterId: string, flat: string[]):
   };
 }
 
-function payloadText(fields: string[], codec: string | undefined, base64: string | undefined): string | undefined {
+export function payloadText(fields: string[], codec: string | undefined, base64: string | undefined): string | undefined {
   if (base64 === undefined) {
     for (let i = 0; i + 1 < fields.length; i += 2) if (fields[i] === ENTRY_FIELD.payload) return fields[i + 1];
     return undefined;

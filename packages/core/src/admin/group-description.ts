@@ -1,4 +1,12 @@
-import type { GroupDescription, GroupState, MemberMetadata, MemberState, ShardDescription, ShardRef } from '../protocol/records';
+import type {
+  GroupDescription,
+  GroupState,
+  MemberMetadata,
+  MemberState,
+  ScheduleDueTimes,
+  ShardDescription,
+  ShardRef,
+} from '../protocol/records';
 import { parseShardCsv } from '../redis/responses';
 
 export interface ShardStats {
@@ -7,7 +15,11 @@ export interface ShardStats {
   /** Entries in the shard's schedule (delayed delivery) and the group's deferred retries on it. */
   scheduled: number;
   deferred: number;
+  /** When each schedule's first entry is due (Redis ms), null when it is empty. */
+  nextDueAt: ScheduleDueTimes;
 }
+
+const NO_STATS: ShardStats = { lag: 0, pending: 0, scheduled: 0, deferred: 0, nextDueAt: { scheduled: null, deferred: null } };
 
 /** The raw snapshot `describeGroup-14.lua` returns, as maps. */
 export interface GroupSnapshot {
@@ -20,6 +32,8 @@ export interface GroupSnapshot {
   target: [string, string][];
   owners: Map<string, string>;
   state: string;
+  /** Redis' clock (ms) in the describe script's run. */
+  describedAt: number;
   /** Lag and pending of every shard 0..span-1 (readable or not). */
   shardStats: Map<number, ShardStats>;
 }
@@ -102,7 +116,7 @@ export function toGroupDescription(s: GroupSnapshot): GroupDescription {
   const shards: ShardDescription[] = Array.from({ length: span }, (_, shardIndex) => {
     const owner = s.owners.get(String(shardIndex)) ?? null;
     const revoking = owner !== null && byId.get(owner)?.revoking.some((r) => r.shardIndex === shardIndex);
-    const stats = s.shardStats.get(shardIndex) ?? { lag: 0, pending: 0, scheduled: 0, deferred: 0 };
+    const stats = s.shardStats.get(shardIndex) ?? NO_STATS;
     const readability = readable.has(shardIndex)
       ? shardIndex < shardCount
         ? 'readable'
@@ -120,6 +134,7 @@ export function toGroupDescription(s: GroupSnapshot): GroupDescription {
       backlog: stats.lag + stats.pending,
       scheduled: stats.scheduled,
       deferred: stats.deferred,
+      nextDueAt: { ...stats.nextDueAt },
     };
   });
 
@@ -136,6 +151,13 @@ export function toGroupDescription(s: GroupSnapshot): GroupDescription {
       updatedAt: iso(Number(s.group.get('updatedAt'))),
       cutoverInProgress: s.group.has('cutover'),
       notYetReadableBacklog: shards.filter((x) => x.readability === 'not-yet-readable').reduce((sum, x) => sum + x.backlog, 0),
+      scheduled: shards.reduce((sum, x) => sum + x.scheduled, 0),
+      deferred: shards.reduce((sum, x) => sum + x.deferred, 0),
+      nextDueAt: {
+        scheduled: earliest(shards.map((x) => x.nextDueAt.scheduled)),
+        deferred: earliest(shards.map((x) => x.nextDueAt.deferred)),
+      },
+      describedAt: s.describedAt,
     },
     members,
     targetAssignment: {
@@ -147,4 +169,11 @@ export function toGroupDescription(s: GroupSnapshot): GroupDescription {
     },
     shards,
   };
+}
+
+/** The earliest of some due times, null when there is none. A loop, not Math.min(...): a stream may have 8,192 shards. */
+function earliest(times: (number | null)[]): number | null {
+  let first: number | null = null;
+  for (const time of times) if (time !== null && (first === null || time < first)) first = time;
+  return first;
 }

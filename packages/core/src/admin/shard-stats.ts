@@ -1,5 +1,6 @@
 import type { KeyBuilder } from '../redis/keys';
 import { findGroupInfo, isNoSuchKey } from '../redis/responses';
+import { readScheduleHeads } from '../redis/schedule-head';
 import type { RedisClient } from '../redis/scripts';
 import type { ShardStats } from './group-description';
 
@@ -16,12 +17,16 @@ export async function shardStats(
   shardIndex: number,
   consumerGroup: string,
 ): Promise<ShardStats> {
-  const [streamStats, scheduled, deferred] = await Promise.all([
+  const [streamStats, { scheduled, deferred }] = await Promise.all([
     streamStatsOf(redis, keys, streamPrefix, shardIndex, consumerGroup),
-    redis.zcard(keys.shardSchedule(streamPrefix, shardIndex)),
-    redis.zcard(keys.shardDeferred(streamPrefix, shardIndex, consumerGroup)),
+    readScheduleHeads(redis, keys.shardSchedule(streamPrefix, shardIndex), keys.shardDeferred(streamPrefix, shardIndex, consumerGroup)),
   ]);
-  return { ...streamStats, scheduled, deferred };
+  return {
+    ...streamStats,
+    scheduled: scheduled.count,
+    deferred: deferred.count,
+    nextDueAt: { scheduled: scheduled.firstDueAt, deferred: deferred.firstDueAt },
+  };
 }
 
 async function streamStatsOf(

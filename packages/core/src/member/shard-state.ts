@@ -130,12 +130,20 @@ export interface DeferredEvent {
   reason: string;
 }
 
+/** Due entries of a shard moved from its schedules into its stream by this member's turn (docs/runtime.md, Delayed delivery): delayed entries and the group's deferred retries together. */
+export interface ReleasedEvent {
+  shardIndex: number;
+  count: number;
+}
+
 export interface PollerEvents {
   error: [ShardError];
   /** An entry went to the dead-letter stream. */
   'dead-letter': [DeadLetterEvent];
   /** A failed entry was acknowledged and put in the group's deferred schedule (retryMode 'deferred', `nack({ defer: true })`). */
   deferred: [DeferredEvent];
+  /** Due entries of a shard released into its stream (one event per release call that moved some). */
+  released: [ReleasedEvent];
   acknowledged: [AcknowledgedEvent];
   /**
    * A granted shard's claim was refused (a newer token is installed); the poller retries with

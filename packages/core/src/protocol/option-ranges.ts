@@ -257,6 +257,13 @@ export const OPTION_RANGES = {
     max: HOUR_MS,
     appliesTo: ['CoordinatorAdmin.resizeShards switchDelayMs'],
   },
+  'admin.readSchedule.count': {
+    option: 'count',
+    min: 1,
+    max: 1000,
+    appliesTo: ['CoordinatorAdmin.readSchedule count', 'rsc schedule list --count'],
+    why: 'one page is one read-only script run (readSchedule-2.lua, MAX_PAGE): Redis does nothing else meanwhile; page on with `next`',
+  },
   'admin.readDeadLetters.count': {
     option: 'count',
     min: 1,

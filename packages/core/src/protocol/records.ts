@@ -27,6 +27,33 @@ export interface GroupMetadata {
   cutoverInProgress: boolean;
   /** Entries waiting on shards the group cannot read yet (see `ShardDescription.readability`). */
   notYetReadableBacklog: number;
+  /** The sum of every shard's `scheduled` (delayed entries, every group's). */
+  scheduled: number;
+  /** The sum of every shard's `deferred` (this group's deferred retries). */
+  deferred: number;
+  /** The earliest of the shards' `nextDueAt`, per schedule (epoch ms on Redis' clock, or null when all are empty). */
+  nextDueAt: ScheduleDueTimes;
+  /** Redis' clock (epoch ms) when the group was read: a `nextDueAt` before it is due already (its owner releases it in its next turn). */
+  describedAt: number;
+}
+
+/**
+ * The counts of entries that wait outside a shard stream, one `ShardDescription` field each: what a
+ * shard's row shows beside `lag` and `pending` (rsc describe, the dashboard). A count added to
+ * `ShardDescription` and `GroupMetadata` is shown everywhere once it is listed here.
+ */
+export const SHARD_SCHEDULE_COUNTS = ['scheduled', 'deferred'] as const;
+export type ShardScheduleCount = (typeof SHARD_SCHEDULE_COUNTS)[number];
+
+/**
+ * When a shard's (or a group's) next entry is due, per schedule: epoch ms on Redis' clock (the due
+ * time stored with it), or null when that schedule is empty. Only schedules with due times have one.
+ */
+export interface ScheduleDueTimes {
+  /** The shard's delayed entries (every group's). */
+  scheduled: number | null;
+  /** The group's deferred retries. */
+  deferred: number | null;
 }
 
 export interface MemberMetadata {
@@ -103,6 +130,8 @@ export interface ShardDescription {
   scheduled: number;
   /** The group's deferred retries on the shard, waiting for their due time (docs/runtime.md, Deferred retries). */
   deferred: number;
+  /** When the shard's next delayed entry and the group's next deferred retry on it are due (null: none). */
+  nextDueAt: ScheduleDueTimes;
 }
 
 export interface GroupDescription {

@@ -37,6 +37,10 @@ const SCRIPT_FILES = {
   replayEntry: 'replayEntry-4.lua',
   trimShard: 'trimShard-1.lua',
   resetShardOffset: 'resetShardOffset-2.lua',
+  readSchedule: 'readSchedule-2.lua',
+  readScheduleHeads: 'readScheduleHeads-2.lua',
+  makeScheduledDue: 'makeScheduledDue-2.lua',
+  dropScheduled: 'dropScheduled-2.lua',
 } as const;
 
 export type ScriptName = keyof typeof SCRIPT_FILES;
@@ -85,6 +89,19 @@ const defined = new WeakSet<object>();
 export function runScript(client: RedisClient, script: ScriptName, keys: string[], args: (string | number | Buffer)[]): Promise<unknown> {
   const command = (client as unknown as Record<string, (...a: (string | number | Buffer)[]) => Promise<unknown>>)[
     defineScripts(client, script)
+  ];
+  return command.call(client, ...scriptArguments(script, keys, args));
+}
+
+/** `runScript` with a reply of Buffers (ioredis' `…Buffer` variant of a defined command): for replies that carry bytes, such as payloads. */
+export function runScriptBuffer(
+  client: RedisClient,
+  script: ScriptName,
+  keys: string[],
+  args: (string | number | Buffer)[],
+): Promise<unknown> {
+  const command = (client as unknown as Record<string, (...a: (string | number | Buffer)[]) => Promise<unknown>>)[
+    `${defineScripts(client, script)}Buffer`
   ];
   return command.call(client, ...scriptArguments(script, keys, args));
 }
@@ -152,7 +169,7 @@ function defineScripts(client: RedisClient, script: ScriptName): string {
       client.defineCommand(commandName(name), {
         lua,
         numberOfKeys: keyCount(SCRIPT_FILES[name]),
-        readOnly: name === 'describeGroup' || name === 'firstAfter',
+        readOnly: name === 'describeGroup' || name === 'firstAfter' || name === 'readSchedule' || name === 'readScheduleHeads',
       });
     }
     defined.add(client);

@@ -4,6 +4,7 @@ import { MAX_SHARD_COUNT } from '../protocol/shard-count';
 import type { KeyBuilder } from './keys';
 import { findGroupInfo, isNoSuchKey, type StreamGroupInfo } from './responses';
 import { withReadDeadline } from './connection/read-deadline';
+import { readScheduleHeads } from './schedule-head';
 import { ensureScripts, pipelineScript, type RedisClient, runScript } from './scripts';
 import { NotReplicatedError, type ReplicaWait, waitCommand, waitShortfall } from './connection/replica-wait';
 import { execByNode, execBySlot, isCluster, type NodeBatch, type SlotBatchResult } from './connection/slot-pipelines';
@@ -114,6 +115,16 @@ const DEFERRED_FIELDS: ReadonlySet<string> = new Set([ENTRY_FIELD.payload, ENTRY
  * Redis (on a Cluster, `readEach` and `ackMany` send each shard's commands on their own, the shards
  * of one node in one pipeline).
  */
+/** The group's position on a shard and what waits in its schedules, for the metrics (ShardClient.groupPositions). */
+export interface GroupShardPosition extends Pick<StreamGroupInfo, 'lag' | 'pending'> {
+  /** Delayed entries in the shard's schedule (every group's). */
+  scheduled: number;
+  /** The group's deferred retries on the shard. */
+  deferred: number;
+  /** How late the earliest due entry of the two schedules is (Redis' clock), 0 when none is due: a release that does not keep up. */
+  dueLagMs: number;
+}
+
 export class ShardClient {
   constructor(
     private readonly redis: RedisClient,
@@ -437,23 +448,43 @@ export class ShardClient {
    * The group's lag and pending count on each of `shards`, one XINFO GROUPS per shard sent together
    * (one round trip on a single Redis; on a Cluster each goes to its shard's node). A shard whose
    * stream does not exist yet has neither; one the group has never read has an unknown lag (null).
+   * Beside them, what waits in the shard's schedule and the group's deferred retries, and how late
+   * the earliest due of them is by Redis' clock (`dueLagMs`, 0 when none is due): one read-only
+   * script per shard (readScheduleHeads-2.lua, in the shard's slot), and one TIME.
    */
-  async groupPositions(shards: readonly number[]): Promise<Map<number, Pick<StreamGroupInfo, 'lag' | 'pending'>>> {
-    const replies = await Promise.all(
-      shards.map((shard) =>
-        this.redis.xinfo('GROUPS', this.keys.shardStream(this.streamPrefix, shard)).catch((error: unknown) => {
-          if (isNoSuchKey(error)) return [];
-          throw error;
-        }),
+  async groupPositions(shards: readonly number[]): Promise<Map<number, GroupShardPosition>> {
+    const [replies, schedules, now] = await Promise.all([
+      Promise.all(
+        shards.map((shard) =>
+          this.redis.xinfo('GROUPS', this.keys.shardStream(this.streamPrefix, shard)).catch((error: unknown) => {
+            if (isNoSuchKey(error)) return [];
+            throw error;
+          }),
+        ),
       ),
-    );
-    const positions = new Map<number, Pick<StreamGroupInfo, 'lag' | 'pending'>>();
+      Promise.all(
+        shards.map((shard) =>
+          readScheduleHeads(
+            this.redis,
+            this.keys.shardSchedule(this.streamPrefix, shard),
+            this.keys.shardDeferred(this.streamPrefix, shard, this.consumerGroup),
+          ),
+        ),
+      ),
+      this.redis.time(),
+    ]);
+    const nowMs = Number(now[0]) * 1000 + Math.floor(Number(now[1]) / 1000);
+    const positions = new Map<number, GroupShardPosition>();
     shards.forEach((shard, i) => {
       const info = findGroupInfo(replies[i], this.consumerGroup);
-      positions.set(
-        shard,
-        info ? { lag: info.lag, pending: info.pending } : { lag: (replies[i] as unknown[]).length === 0 ? 0 : null, pending: 0 },
-      );
+      const { scheduled, deferred } = schedules[i];
+      const firstDue = Math.min(scheduled.firstDueAt ?? Infinity, deferred.firstDueAt ?? Infinity);
+      positions.set(shard, {
+        ...(info ? { lag: info.lag, pending: info.pending } : { lag: (replies[i] as unknown[]).length === 0 ? 0 : null, pending: 0 }),
+        scheduled: scheduled.count,
+        deferred: deferred.count,
+        dueLagMs: Number.isFinite(firstDue) ? Math.max(0, nowMs - firstDue) : 0,
+      });
     });
     return positions;
   }

@@ -1,6 +1,5 @@
 import type { EventEmitter } from 'node:events';
 import type { StreamMessage } from '../protocol/entry-format';
-import type { StreamGroupInfo } from '../redis/responses';
 
 /**
  * The member's side of its telemetry (MemberTelemetry), in types that name nothing of
@@ -35,13 +34,17 @@ export interface BatchCallProbe {
   end(outcome: { error: unknown; failedIndex: number | undefined } | undefined): void;
 }
 
-/** The group's lag and pending per shard. */
-export type ShardPositions = Map<number, Pick<StreamGroupInfo, 'lag' | 'pending'>>;
+/**
+ * Per shard: the group's lag and pending, what waits in the shard's schedules (`scheduled`: every
+ * group's delayed entries; `deferred`: the group's deferred retries), and how late the earliest due
+ * of those is (`dueLagMs`, Redis' clock, 0 when none is due).
+ */
+export type ShardPositions = Map<number, { lag: number | null; pending: number; scheduled: number; deferred: number; dueLagMs: number }>;
 
 /** What the member's poller lends its telemetry while it runs. */
 export interface TelemetryTarget {
   ownedShards(): number[];
-  /** The group's lag and pending on these shards (one XINFO GROUPS each). */
+  /** The group's lag and pending on these shards (one XINFO GROUPS each), and their schedules (ShardPositions). */
   groupPositions(shards: readonly number[]): Promise<ShardPositions>;
   /** Poller events: 'acknowledged' and 'dead-letter' are counted. */
   events: EventEmitter;

@@ -41,6 +41,9 @@ interface MemberInstruments {
   heartbeatDuration: Histogram;
   lag: ObservableGauge;
   pending: ObservableGauge;
+  scheduled: ObservableGauge;
+  deferred: ObservableGauge;
+  dueLag: ObservableGauge;
   ownedShards: ObservableGauge;
   memberEpoch: ObservableGauge;
 }
@@ -100,6 +103,18 @@ function instrumentsOf(meter: Meter): MemberInstruments {
     pending: meter.createObservableGauge(METRIC.pending, {
       unit: '{message}',
       description: 'Entries of an owned shard delivered and not yet acknowledged',
+    }),
+    scheduled: meter.createObservableGauge(METRIC.scheduled, {
+      unit: '{message}',
+      description: "Delayed entries waiting in an owned shard's schedule (every group's), not due or not released yet",
+    }),
+    deferred: meter.createObservableGauge(METRIC.deferred, {
+      unit: '{message}',
+      description: "The group's deferred retries waiting on an owned shard",
+    }),
+    dueLag: meter.createObservableGauge(METRIC.dueLag, {
+      unit: 's',
+      description: "How late the earliest due entry of an owned shard's schedules is (Redis' clock; 0 when none is due)",
     }),
     ownedShards: meter.createObservableGauge(METRIC.ownedShards, { unit: '{shard}', description: 'Shards this member owns' }),
     memberEpoch: meter.createObservableGauge(METRIC.memberEpoch, {
@@ -220,7 +235,18 @@ export class MemberTelemetry implements BatchRecorder, MemberInstrumentation {
     target.events.on('dead-letter', this.onDeadLetter);
     if (this.observing?.meter !== meter) {
       this.unobserve();
-      this.observing = { meter, instruments: [instruments.lag, instruments.pending, instruments.ownedShards, instruments.memberEpoch] };
+      this.observing = {
+        meter,
+        instruments: [
+          instruments.lag,
+          instruments.pending,
+          instruments.ownedShards,
+          instruments.memberEpoch,
+          instruments.scheduled,
+          instruments.deferred,
+          instruments.dueLag,
+        ],
+      };
       meter.addBatchObservableCallback(this.observe, this.observing.instruments);
     }
   }
@@ -413,15 +439,14 @@ export class MemberTelemetry implements BatchRecorder, MemberInstrumentation {
     const target = this.target;
     const observing = this.observing;
     if (!observing) return;
-    const [lag, pending, ownedShards, memberEpoch] = observing.instruments;
+    const [lag, pending, ownedShards, memberEpoch, scheduled, deferred, dueLag] = observing.instruments;
     const shards = target ? target.ownedShards() : [];
     result.observe(ownedShards, shards.length, this.member);
     result.observe(memberEpoch, target ? this.memberEpoch : 0, this.member);
     for (const shard of this.reportedShards) {
       if (shards.includes(shard)) continue;
       // Lost since the last collection: its new owner reports it now; this member's series ends at 0.
-      result.observe(lag, 0, this.shardAttributesOf(shard));
-      result.observe(pending, 0, this.shardAttributesOf(shard));
+      for (const gauge of [lag, pending, scheduled, deferred, dueLag]) result.observe(gauge, 0, this.shardAttributesOf(shard));
       this.reportedShards.delete(shard);
     }
     if (!target) {
@@ -441,7 +466,7 @@ export class MemberTelemetry implements BatchRecorder, MemberInstrumentation {
       if (!this.positionsFailing) {
         target.reportError(
           new Error(
-            `member ${this.identity.memberId}: reading lag and pending for metrics failed: ${(error as Error).message}; the ${METRIC.lag} and ${METRIC.pending} gauges skip its shards until a read succeeds`,
+            `member ${this.identity.memberId}: reading lag and pending for metrics failed: ${(error as Error).message}; the ${METRIC.lag}, ${METRIC.pending}, ${METRIC.scheduled}, ${METRIC.deferred} and ${METRIC.dueLag} gauges skip its shards until a read succeeds`,
           ),
         );
       }
@@ -456,6 +481,9 @@ export class MemberTelemetry implements BatchRecorder, MemberInstrumentation {
       // Redis cannot always tell the lag (after deletions or trimming): no value rather than a wrong one.
       if (position.lag !== null) result.observe(lag, position.lag, attributes);
       result.observe(pending, position.pending, attributes);
+      result.observe(scheduled, position.scheduled, attributes);
+      result.observe(deferred, position.deferred, attributes);
+      result.observe(dueLag, position.dueLagMs / 1000, attributes);
     }
   };
 

@@ -44,6 +44,11 @@ export const METRIC = {
   ackBatchesRefused: 'rsc.consumer.ack_batches.refused',
   lag: 'rsc.consumer.lag',
   pending: 'rsc.consumer.pending',
+  /** Gauges per owned shard: what waits in its schedule (every group's delayed entries) and the group's deferred retries. */
+  scheduled: 'rsc.consumer.scheduled',
+  deferred: 'rsc.consumer.deferred',
+  /** Gauge per owned shard, seconds: how late the earliest due entry of its schedules is (0 when none is due). */
+  dueLag: 'rsc.consumer.due_lag',
   ownedShards: 'rsc.consumer.owned_shards',
   memberEpoch: 'rsc.consumer.member_epoch',
   rebalances: 'rsc.consumer.rebalances',

@@ -1,11 +1,12 @@
 import type { INestApplicationContext } from '@nestjs/common';
-import type {
-  CoordinatorAdmin,
-  DeadLetterEvent,
-  GroupDescription,
-  OutgoingMessage,
-  SendResult,
-  StreamMessage,
+import {
+  type CoordinatorAdmin,
+  type DeadLetterEvent,
+  type GroupDescription,
+  type OutgoingMessage,
+  type SendResult,
+  SHARD_SCHEDULE_COUNTS,
+  type StreamMessage,
 } from '@redis-stream-coordinator/core';
 import { CoordinatorRegistry, type RegisteredMember } from '../coordinator.registry';
 import { getCoordinatorAdminToken, getStreamPublisherToken } from '../coordinator.tokens';
@@ -161,8 +162,9 @@ export class CoordinatorTesting {
 
   /**
    * Resolves once nothing is left to do: every group of the application has no backlog (nothing
-   * unread, nothing pending, nothing waiting for a cutover) and no member has a handler running or
-   * entries buffered or held.
+   * unread, nothing pending, nothing waiting for a cutover), nothing waits in its streams' schedules
+   * (delayed entries, the group's deferred retries: `releaseScheduled` makes them due now), and no
+   * member has a handler running or entries buffered or held.
    */
   async drained(options: WaitOptions = {}): Promise<void> {
     const timeoutMs = checkTimeout(options.timeoutMs, 'CoordinatorTesting.drained');
@@ -180,6 +182,40 @@ export class CoordinatorTesting {
       },
       () => `CoordinatorTesting.drained: not drained within ${timeoutMs} ms; last seen: ${seen}`,
     );
+  }
+
+  /**
+   * Makes every entry waiting in the stream's schedules due now, without sleeping: its delayed
+   * entries and the deferred retries of the application's groups on it (only `group`'s with
+   * `group`). Each shard's owner then releases them into the stream in its next turn (within about
+   * its `blockMs`), as it would at their due time; wait for them with `handled` or `drained`.
+   * Resolves with how many were made due. Built on `CoordinatorAdmin.releaseAllScheduled`.
+   *
+   * @example
+   * const sent = await kit.publish('orders', { key: 'o-1', payload }, { delayMs: 3_600_000 });
+   * await kit.releaseScheduled('orders');
+   * await kit.handled({ group: 'billing' }, (m) => m.key === 'o-1');
+   */
+  async releaseScheduled(stream: string, options: { group?: string; connection?: string } = {}): Promise<number> {
+    if (typeof stream !== 'string' || stream === '')
+      throw new TypeError(`CoordinatorTesting.releaseScheduled: stream must be a stream prefix, got ${JSON.stringify(stream)}`);
+    const groups =
+      options.group !== undefined
+        ? [this.resolve({ group: options.group, stream }, 'CoordinatorTesting.releaseScheduled').group]
+        : [
+            ...new Set(
+              this.groups(() => true)
+                .filter((g) => g.stream === stream)
+                .map((g) => g.group),
+            ),
+          ];
+    const admin = this.app.get<CoordinatorAdmin>(getCoordinatorAdminToken(options.connection), { strict: false });
+    const where = `CoordinatorTesting.releaseScheduled of "${stream}"`;
+    let count = await within(admin.releaseAllScheduled({ streamPrefix: stream }), DEFAULT_TIMEOUT_MS, where);
+    for (const group of groups) {
+      count += await within(admin.releaseAllScheduled({ streamPrefix: stream, consumerGroup: group }), DEFAULT_TIMEOUT_MS, where);
+    }
+    return count;
   }
 
   /**
@@ -313,6 +349,17 @@ export class CoordinatorTesting {
     if (busy.length > 0) return busy.map((s) => `shard ${s.shardIndex} lag ${s.lag} pending ${s.pending}`).join(', ');
     if (description.group.notYetReadableBacklog > 0)
       return `${description.group.notYetReadableBacklog} entries wait on shards not readable yet`;
+    // What waits outside the stream is not done either: a deferred retry or a delayed entry runs later.
+    const waiting = description.shards.filter((s) => SHARD_SCHEDULE_COUNTS.some((kind) => s[kind] > 0));
+    if (waiting.length > 0)
+      return `${waiting
+        .map(
+          (s) =>
+            `shard ${s.shardIndex} ${SHARD_SCHEDULE_COUNTS.filter((kind) => s[kind] > 0)
+              .map((kind) => `${kind} ${s[kind]}`)
+              .join(' ')}`,
+        )
+        .join(', ')} (in the schedules: kit.releaseScheduled(${JSON.stringify(stream)}) makes them due now)`;
     return undefined;
   }
 

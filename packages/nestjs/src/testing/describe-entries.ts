@@ -26,9 +26,11 @@ export function describeEntry(record: EntryRecord): string {
   const outcome = outcomeOf(record);
   const end = record.deadLetter
     ? `dead-lettered (${record.deadLetter.cause}: ${record.deadLetter.reason})`
-    : outcome === 'handled'
-      ? 'handled'
-      : 'not acknowledged yet';
+    : record.deferred
+      ? `deferred, due at ${new Date(record.deferred.dueAt).toISOString()} (kit.releaseScheduled makes it due now)`
+      : outcome === 'handled'
+        ? 'handled'
+        : 'not acknowledged yet';
   return `${record.id} (shard ${record.shardIndex}${what}): ${attempts === '' ? 'no attempt' : attempts}; ${end}`;
 }
 

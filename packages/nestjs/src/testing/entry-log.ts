@@ -1,4 +1,4 @@
-import type { CoordinatedMember, DeadLetterEvent, StreamMessage } from '@redis-stream-coordinator/core';
+import type { CoordinatedMember, DeadLetterEvent, DeferredEvent, StreamMessage } from '@redis-stream-coordinator/core';
 
 /**
  * The most entries the log keeps per kit: a test that publishes more forgets the oldest (and its
@@ -38,11 +38,19 @@ export interface EntryRecord {
   acknowledged: boolean;
   /** Set when it was moved to the dead-letter stream. */
   deadLetter: DeadLetterEvent | undefined;
+  /**
+   * Set while a failed attempt waits in the group's deferred schedule (`retryMode: 'deferred'`):
+   * its acknowledgement does not make it handled. Its retry, released later under a new stream id,
+   * is told in this same record (its attempts, its outcome): `retriedAs` has the ids it came back as.
+   */
+  deferred: DeferredEvent | undefined;
+  retriedAs: string[];
 }
 
-/** Handled: acknowledged and not dead-lettered. */
+/** Handled: acknowledged and not dead-lettered, nor waiting in a deferred schedule. */
 export function outcomeOf(record: EntryRecord): 'handled' | 'dead-lettered' | 'pending' {
   if (record.deadLetter) return 'dead-lettered';
+  if (record.deferred) return 'pending';
   return record.acknowledged ? 'handled' : 'pending';
 }
 
@@ -60,6 +68,8 @@ function entryKey(stream: string, group: string, shardIndex: number, id: string)
  */
 export class EntryLog {
   private readonly records = new Map<string, EntryRecord>();
+  /** A released deferred retry's key -> the record of the entry it retries (see `attempt`). */
+  private readonly retries = new Map<string, EntryRecord>();
   private readonly listeners = new Set<() => void>();
   private readonly detachers = new Map<CoordinatedMember, () => void>();
   /** How many records were dropped for MAX_LOGGED_ENTRIES. */
@@ -78,18 +88,24 @@ export class EntryLog {
       this.record(stream, group, event.shardIndex, event.id).deadLetter = event;
       this.changed();
     };
+    const onDeferred = (event: DeferredEvent) => {
+      this.record(stream, group, event.shardIndex, event.id).deferred = event;
+      this.changed();
+    };
     member.on('acknowledged', onAck);
     member.on('dead-letter', onDeadLetter);
+    member.on('deferred', onDeferred);
     this.detachers.set(member, () => {
       member.off('acknowledged', onAck);
       member.off('dead-letter', onDeadLetter);
+      member.off('deferred', onDeferred);
     });
   }
 
   /** A handler call starts: returns what to call with its outcome (`failed`, and the error it failed with). */
   attempt(member: CoordinatedMember, message: StreamMessage, injected: boolean): (failed: boolean, error?: unknown) => void {
     const { streamPrefix: stream, consumerGroup: group } = member.options;
-    const record = this.record(stream, group, message.shardIndex, message.id);
+    const record = this.retryOf(stream, group, message) ?? this.record(stream, group, message.shardIndex, message.id);
     record.message ??= {
       id: message.id,
       shardIndex: message.shardIndex,
@@ -123,11 +139,49 @@ export class EntryLog {
     this.listeners.clear();
   }
 
+  /**
+   * The record of the deferred entry that `message` retries, linked to its new id from now on, or
+   * undefined. A released retry carries no id of the entry it retries (only its fields and attempt
+   * count), so it is recognised as the oldest deferred record of its group, shard and key with the
+   * same payload, and only for a message past its first delivery that the log has not seen.
+   */
+  private retryOf(stream: string, group: string, message: StreamMessage): EntryRecord | undefined {
+    const key = entryKey(stream, group, message.shardIndex, message.id);
+    const linked = this.retries.get(key);
+    if (linked || message.deliveryCount < 2 || this.records.has(key)) return linked;
+    const payload = JSON.stringify(message.payload);
+    for (const record of this.records.values()) {
+      if (record.deferred === undefined || record.stream !== stream || record.group !== group) continue;
+      if (record.shardIndex !== message.shardIndex || record.message?.key !== message.key) continue;
+      if (JSON.stringify(record.message?.payload) !== payload) continue;
+      record.deferred = undefined;
+      record.acknowledged = false; // the deferral's own acknowledgement; the retry's is what counts now
+      record.retriedAs.push(message.id);
+      this.retries.set(key, record);
+      if (this.retries.size > MAX_LOGGED_ENTRIES) this.retries.delete(this.retries.keys().next().value!);
+      return record;
+    }
+    return undefined;
+  }
+
   private record(stream: string, group: string, shardIndex: number, id: string): EntryRecord {
     const key = entryKey(stream, group, shardIndex, id);
+    const retried = this.retries.get(key);
+    if (retried) return retried;
     let record = this.records.get(key);
     if (!record) {
-      record = { stream, group, id, shardIndex, message: undefined, attempts: [], acknowledged: false, deadLetter: undefined };
+      record = {
+        stream,
+        group,
+        id,
+        shardIndex,
+        message: undefined,
+        attempts: [],
+        acknowledged: false,
+        deadLetter: undefined,
+        deferred: undefined,
+        retriedAs: [],
+      };
       this.records.set(key, record);
       if (this.records.size > MAX_LOGGED_ENTRIES) {
         this.records.delete(this.records.keys().next().value!);

@@ -80,6 +80,7 @@ export class ScheduleRelease {
     }
     if (!this.shards.isCurrent(state)) return;
     state.problems.delete('schedule');
+    if (outcome !== null && outcome.released > 0) this.events.emit('released', { shardIndex: state.index, count: outcome.released });
     const next = outcome === null || outcome.nextDueInMs < 0 ? this.options.blockMs : Math.min(this.options.blockMs, outcome.nextDueInMs);
     state.nextScheduleCheckAt = Date.now() + next;
   }

@@ -1,0 +1,231 @@
+import { ENTRY_FIELD } from '../protocol/entry-format';
+import { InvalidRequestError } from '../protocol/errors';
+import { checkOption } from '../protocol/option-ranges';
+import type { KeyBuilder } from '../redis/keys';
+import { type RedisClient, runScript, runScriptBuffer } from '../redis/scripts';
+import { payloadText } from './dead-letters';
+
+/**
+ * Which schedule of a shard: its delayed entries (every group's, docs/runtime.md, Delayed delivery),
+ * or, with `consumerGroup`, that group's deferred retries on it (Deferred retries).
+ */
+export interface ScheduleTarget {
+  streamPrefix: string;
+  shardIndex: number;
+  /** A group's deferred retries; without it, the shard's delayed entries. */
+  consumerGroup?: string;
+}
+
+/** One entry waiting in a schedule. */
+export interface ScheduledEntry {
+  /**
+   * Its id in the schedule: a delayed entry's schedule id (`s` and 16 digits, as `send` answered),
+   * or a deferred retry's stream id (the entry it retries). What `releaseScheduled` and
+   * `dropScheduled` take.
+   */
+  id: string;
+  shardIndex: number;
+  /** When it is due: epoch ms on Redis' clock. */
+  dueAt: number;
+  /** `dueAt` minus Redis' clock at the read: negative when it is due already (its owner releases it in its next turn). */
+  dueInMs: number;
+  key: string | undefined;
+  codec: string | undefined;
+  /** Its headers as stored (JSON), when it has any. */
+  headers: string | undefined;
+  /** A deferred retry: the attempts it has used (its next is this + 1). Undefined for a delayed entry. */
+  attempts: number | undefined;
+  /** The fields it is released with (flat name/value list); a binary codec's payload is not its bytes here: see `payloadBase64`. */
+  fields: string[];
+  /** The payload's bytes in base64, when they are not text. */
+  payloadBase64: string | undefined;
+  /** The payload for people, as `DeadLetter.payloadText`. */
+  payloadText: string | undefined;
+}
+
+/** One page of a schedule, in due order. */
+export interface SchedulePage {
+  streamPrefix: string;
+  shardIndex: number;
+  /** The group whose deferred retries these are, or null for the shard's delayed entries. */
+  consumerGroup: string | null;
+  /** Entries in the whole schedule at the read. */
+  total: number;
+  /** Redis' clock (epoch ms) at the read. */
+  readAt: number;
+  entries: ScheduledEntry[];
+  /** Pass as `after` for the next page; null when this page reached the end. */
+  next: string | null;
+}
+
+export interface ReadScheduleOptions {
+  /** At most this many entries (default 100; `admin.readSchedule.count` in OPTION_RANGES). */
+  count?: number;
+  /** The `next` of the previous page. */
+  after?: string;
+}
+
+/** What making one entry due did. */
+export interface ScheduleRelease {
+  id: string;
+  /** False when it is not in the schedule (released, dropped, never was). */
+  found: boolean;
+  /** True when its due time was moved to now; false when it was due already (or not found). */
+  madeDue: boolean;
+  /** The due time it had, epoch ms on Redis' clock; null when not found. */
+  previousDueAt: number | null;
+  /** Its due time now (Redis' clock at the call) when `madeDue`; else its due time (or null). */
+  dueAt: number | null;
+}
+
+/** What dropping one entry did. */
+export interface ScheduleDrop {
+  id: string;
+  /** False when it was not there (released, dropped, never was): nothing changed. */
+  dropped: boolean;
+  /** The due time it had, epoch ms on Redis' clock; null when it was not there. */
+  dueAt: number | null;
+}
+
+export const DEFAULT_SCHEDULE_PAGE = 100;
+/** Entries one `makeScheduledDue` call moves at most (the script's own cap, MAX_MADE_DUE). */
+const MADE_DUE_PER_CALL = 1000;
+
+/** A delayed entry's schedule id, as `appendEntries-5.lua` writes it (`s` and its zero-padded sequence). */
+const DELAYED_ID = /^s\d{16}$/;
+/** A deferred retry's id: the stream id of the entry it retries. */
+const DEFERRED_ID = /^\d{1,20}-\d{1,20}$/;
+const CURSOR = /^(\d{1,16}):(s\d{16}|\d{1,20}-\d{1,20})$/;
+
+/**
+ * Checks an id before it becomes a script argument (SPEC 10.4): it must be exactly the kind of id
+ * the schedule holds, a schedule id for delayed entries, a stream id for deferred retries.
+ */
+export function assertScheduleId(id: unknown, target: ScheduleTarget): string {
+  const deferred = target.consumerGroup !== undefined;
+  if (typeof id === 'string' && (deferred ? DEFERRED_ID : DELAYED_ID).test(id)) return id;
+  throw new InvalidRequestError(
+    deferred
+      ? `deferred retry id ${JSON.stringify(id)} is invalid: it is the stream id of the entry retried, e.g. 1764505000000-0 (rsc schedule list --group shows them)`
+      : `delayed entry id ${JSON.stringify(id)} is invalid: it is "s" and 16 digits, e.g. s0000000000000012 (rsc schedule list shows them)`,
+  );
+}
+
+/** The schedule's two keys (sorted set, fields), in the shard's slot. */
+function scheduleKeys(keys: KeyBuilder, target: ScheduleTarget): [string, string] {
+  const { streamPrefix, shardIndex, consumerGroup } = target;
+  return consumerGroup === undefined
+    ? [keys.shardSchedule(streamPrefix, shardIndex), keys.shardScheduledEntries(streamPrefix, shardIndex)]
+    : [keys.shardDeferred(streamPrefix, shardIndex, consumerGroup), keys.shardDeferredEntries(streamPrefix, shardIndex, consumerGroup)];
+}
+
+/** One page of a schedule, in due order (readSchedule-2.lua). */
+export async function readSchedule(
+  redis: RedisClient,
+  keys: KeyBuilder,
+  target: ScheduleTarget,
+  options: ReadScheduleOptions = {},
+): Promise<SchedulePage> {
+  const count = checkOption('admin.readSchedule.count', options.count ?? DEFAULT_SCHEDULE_PAGE);
+  let afterDue = '';
+  let afterId = '';
+  if (options.after !== undefined) {
+    const cursor = CURSOR.exec(String(options.after));
+    if (!cursor) throw new InvalidRequestError(`after ${JSON.stringify(options.after)} is invalid: pass the next of the previous page`);
+    [, afterDue, afterId] = cursor;
+  }
+  const reply = (await runScriptBuffer(redis, 'readSchedule', scheduleKeys(keys, target), [afterDue, afterId, count])) as [
+    Buffer | number,
+    Buffer,
+    ...[Buffer, Buffer, Buffer[]][],
+  ];
+  const readAt = Number(reply[1].toString());
+  const entries = (reply.slice(2) as [Buffer, Buffer, Buffer[]][]).map(([id, due, values]) =>
+    toScheduledEntry(target.shardIndex, id.toString(), Number(due.toString()), readAt, values),
+  );
+  const last = entries[entries.length - 1];
+  return {
+    streamPrefix: target.streamPrefix,
+    shardIndex: target.shardIndex,
+    consumerGroup: target.consumerGroup ?? null,
+    total: Number(reply[0]),
+    readAt,
+    entries,
+    next: entries.length === count ? `${last.dueAt}:${last.id}` : null,
+  };
+}
+
+function toScheduledEntry(shardIndex: number, id: string, dueAt: number, readAt: number, values: Buffer[]): ScheduledEntry {
+  const fields: string[] = [];
+  const byName = new Map<string, string>();
+  let payloadBytes: Buffer | undefined;
+  for (let i = 0; i + 1 < values.length; i += 2) {
+    const name = values[i].toString();
+    const value = values[i + 1].toString();
+    fields.push(name, value);
+    byName.set(name, value);
+    if (name === ENTRY_FIELD.payload) payloadBytes = values[i + 1];
+  }
+  const codec = byName.get(ENTRY_FIELD.codec);
+  // The text of bytes that are not UTF-8 is not those bytes: those go as base64, as a dead letter's.
+  const binary = payloadBytes !== undefined && Buffer.compare(Buffer.from(payloadBytes.toString(), 'utf8'), payloadBytes) !== 0;
+  const payloadBase64 = binary ? payloadBytes!.toString('base64') : undefined;
+  const attempts = byName.get(ENTRY_FIELD.attempts);
+  return {
+    id,
+    shardIndex,
+    dueAt,
+    dueInMs: dueAt - readAt,
+    key: byName.get(ENTRY_FIELD.key),
+    codec,
+    headers: byName.get(ENTRY_FIELD.headers),
+    attempts: attempts === undefined ? undefined : Number(attempts),
+    fields,
+    payloadBase64,
+    payloadText: payloadText(fields, codec, payloadBase64),
+  };
+}
+
+/**
+ * Makes one entry due now (makeScheduledDue-2.lua): its due time becomes Redis' clock, so the
+ * shard's owner releases it into the stream in its next turn (within about `blockMs`). The release
+ * itself stays the owner's, fenced: nothing here writes to the stream.
+ */
+export async function releaseScheduled(redis: RedisClient, keys: KeyBuilder, target: ScheduleTarget, id: string): Promise<ScheduleRelease> {
+  const checked = assertScheduleId(id, target);
+  const [made, now, previous] = (await runScript(redis, 'makeScheduledDue', scheduleKeys(keys, target), [checked, 0])) as [
+    number,
+    string,
+    string,
+  ];
+  const found = previous !== '';
+  return {
+    id: checked,
+    found,
+    madeDue: Number(made) === 1,
+    previousDueAt: found ? Number(previous) : null,
+    dueAt: Number(made) === 1 ? Number(now) : found ? Number(previous) : null,
+  };
+}
+
+/**
+ * Makes every entry of a schedule due now, a slice of at most 1,000 per script call (so one call
+ * never holds Redis for a whole large schedule); answers how many were moved. Entries scheduled
+ * meanwhile with a later due time may be moved too, or not.
+ */
+export async function releaseWholeSchedule(redis: RedisClient, keys: KeyBuilder, target: ScheduleTarget): Promise<number> {
+  const scheduleKeysOf = scheduleKeys(keys, target);
+  let total = 0;
+  for (;;) {
+    const [made] = (await runScript(redis, 'makeScheduledDue', scheduleKeysOf, ['', MADE_DUE_PER_CALL])) as [number];
+    total += Number(made);
+    if (Number(made) < MADE_DUE_PER_CALL) return total;
+  }
+}
+
+/** Removes one entry and its fields together (dropScheduled-2.lua): it is never released. */
+export async function dropScheduled(redis: RedisClient, keys: KeyBuilder, target: ScheduleTarget, id: string): Promise<ScheduleDrop> {
+  const checked = assertScheduleId(id, target);
+  const [dropped, due] = (await runScript(redis, 'dropScheduled', scheduleKeys(keys, target), [checked])) as [number, string];
+  return { id: checked, dropped: Number(dropped) === 1, dueAt: due === '' ? null : Number(due) };
+}

@@ -28,7 +28,8 @@ const SCRIPT_FILES = {
   endShardRetirement: 'endShardRetirement-1.lua',
   firstAfter: 'firstAfter-n.lua',
   appendEntries: 'appendEntries-5.lua',
-  releaseDue: 'releaseDue-6.lua',
+  releaseDue: 'releaseDue-7.lua',
+  acceptMove: 'acceptMove-3.lua',
   deferFenced: 'deferFenced-4.lua',
   ensureRouting: 'ensureRouting-1.lua',
   claimDeadLetterReplay: 'claimDeadLetterReplay-2.lua',
@@ -85,6 +86,14 @@ const defined = new WeakSet<object>();
 export function runScript(client: RedisClient, script: ScriptName, keys: string[], args: (string | number | Buffer)[]): Promise<unknown> {
   const command = (client as unknown as Record<string, (...a: (string | number | Buffer)[]) => Promise<unknown>>)[
     defineScripts(client, script)
+  ];
+  return command.call(client, ...scriptArguments(script, keys, args));
+}
+
+/** `runScript` with Buffer replies (ioredis' `<command>Buffer`): for a script that returns bytes as they are. */
+export function runScriptBuffer(client: RedisClient, script: ScriptName, keys: string[], args: (string | number | Buffer)[]): Promise<unknown> {
+  const command = (client as unknown as Record<string, (...a: (string | number | Buffer)[]) => Promise<unknown>>)[
+    `${defineScripts(client, script)}Buffer`
   ];
   return command.call(client, ...scriptArguments(script, keys, args));
 }

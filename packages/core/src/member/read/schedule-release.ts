@@ -1,5 +1,6 @@
 import type { EventEmitter } from 'node:events';
-import type { ShardClient } from '../../redis/shard-client';
+import { shardForKey } from '../../producer/key-hash';
+import type { ReleaseOutcome, ShardClient, WaitingMove } from '../../redis/shard-client';
 import { withTimeout } from '../abortable-sleep';
 import { ShardError } from '../consumption-errors';
 import { commandCallTimeoutMs, type ResolvedMemberOptions } from '../member-options';
@@ -7,7 +8,7 @@ import type { PollerEvents, ShardSet, ShardState } from '../shard-state';
 import { forShardsSideBySide } from './shards-side-by-side';
 
 /**
- * The most entries one release call moves (releaseDue-6.lua's MAX_RELEASED): one call is one script
+ * The most entries one release call moves (releaseDue-7.lua's MAX_RELEASED): one call is one script
  * run, during which Redis does nothing else; a shard with more due is called again at once.
  */
 export const RELEASED_PER_CALL = 256;
@@ -20,9 +21,16 @@ export const RELEASED_PER_CALL = 256;
 export const RELEASE_SHARDS_PER_TURN = 1024;
 
 /**
+ * The most release calls one shard makes in a turn while entries wait to move to their key's shard
+ * (each call settles the moves of the one before): after a resize a shard's due entries move in a
+ * few turns, and the member's other shards and reads are not held meanwhile.
+ */
+export const MOVE_ROUNDS_PER_TURN = 4;
+
+/**
  * Delayed delivery, the owner's side (docs/runtime.md, Delayed delivery): in its read loop's turn, a
  * member moves the due entries of each shard it reads from the shard's schedule into its stream
- * (releaseDue-6.lua: one script per call, fenced by the shard's token, due by Redis' clock), where
+ * (releaseDue-7.lua: one script per call, fenced by the shard's token, due by Redis' clock), where
  * every group reads them like any new entry. No process of its own: whichever member owns the shard
  * (in any group) releases, exactly once. Each shard is checked again at its next due time, and at
  * least every `blockMs` (an entry scheduled meanwhile), so an entry is released within about
@@ -57,19 +65,32 @@ export class ScheduleRelease {
   }
 
   /**
-   * One shard's call. Bounded (SPEC 10.1) like the recovery's calls: one that fails or runs past its
+   * One shard's calls. Bounded (SPEC 10.1) like the recovery's calls: one that fails or runs past its
    * bound is an 'error' and a problems line naming the shard (its delayed entries wait meanwhile),
    * tried again after `blockMs`; a call that ran after all moved its entries once (the script is
    * atomic), and the next call moves the rest. A refusal (a newer token) moves nothing: the shard
-   * is someone else's, and the next heartbeat says so.
+   * is someone else's, and the next heartbeat says so. Entries waiting to move (their key's shard
+   * is another since a resize) are moved and the outcome settled in the next call, up to
+   * MOVE_ROUNDS_PER_TURN calls a turn.
    */
   private async release(state: ShardState): Promise<void> {
-    let outcome: Awaited<ReturnType<ShardClient['releaseDue']>>;
+    let outcome: ReleaseOutcome | null = null;
+    let settled = '';
+    let waiting = false;
     try {
-      outcome = await withTimeout(
-        this.client.releaseDue(state.index, state.grantEpoch, RELEASED_PER_CALL),
-        commandCallTimeoutMs(this.options),
-      );
+      for (let round = 0; ; round++) {
+        outcome = await withTimeout(
+          this.client.releaseDue(state.index, state.grantEpoch, RELEASED_PER_CALL, settled),
+          commandCallTimeoutMs(this.options),
+        );
+        if (outcome === null || outcome.moves.length === 0 || round === MOVE_ROUNDS_PER_TURN || !this.shards.isCurrent(state)) break;
+        settled = await this.moveToTheirShards(state.index, outcome.moves);
+        // Nothing could be settled (a key's shard not ready for it yet): tried again after blockMs.
+        if (settled === '') {
+          waiting = true;
+          break;
+        }
+      }
     } catch (error) {
       if (!this.shards.isCurrent(state)) return;
       state.nextScheduleCheckAt = Date.now() + this.options.blockMs;
@@ -80,7 +101,36 @@ export class ScheduleRelease {
     }
     if (!this.shards.isCurrent(state)) return;
     state.problems.delete('schedule');
-    const next = outcome === null || outcome.nextDueInMs < 0 ? this.options.blockMs : Math.min(this.options.blockMs, outcome.nextDueInMs);
-    state.nextScheduleCheckAt = Date.now() + next;
+    const next =
+      outcome === null || waiting || outcome.nextDueInMs < 0 ? this.options.blockMs : Math.min(this.options.blockMs, outcome.nextDueInMs);
+    state.nextScheduleCheckAt = Date.now() + (outcome !== null && outcome.moves.length > 0 && !waiting ? 0 : next);
+  }
+
+  /**
+   * The first step of each move, in move order (docs/runtime.md, Delayed delivery): an entry whose
+   * key routes to this shard under its stamp stays ('s'); one whose key routes elsewhere is written
+   * there (acceptMove-3.lua) and done ('d'), or refused there for a newer resize ('r', stamped again).
+   * One at a time, and never past one that is not settled, nor a move past a stay not yet released:
+   * a key's entries keep their order, and a key's shard has taken every earlier move of this shard
+   * when it takes a later one. What is settled goes in the next release call (the second step).
+   */
+  private async moveToTheirShards(shardIndex: number, moves: readonly WaitingMove[]): Promise<string> {
+    const settled: string[] = [];
+    let stays = false;
+    for (const move of moves) {
+      // No key, or stamped where the shard had no routing marker (Redis lost it): it stays here.
+      const target = move.key === '' || move.count < 1 ? shardIndex : shardForKey(move.key, move.count);
+      if (target === shardIndex) {
+        settled.push(`s${move.id}:${move.seq}`);
+        stays = true;
+        continue;
+      }
+      if (stays) break;
+      const answer = await withTimeout(this.client.acceptMove(target, shardIndex, move), commandCallTimeoutMs(this.options));
+      if (answer === 'WAIT') break;
+      settled.push(`${answer === 'REFUSED' ? 'r' : 'd'}${move.id}:${move.seq}`);
+      if (answer === 'REFUSED') break;
+    }
+    return settled.join(' ');
   }
 }

@@ -1,0 +1,54 @@
+--[[
+  acceptMove-3: writes a due delayed entry that another shard's owner found routed to this shard
+  (releaseDue-7.lua: its key's shard under the shard count now in effect) to the end of this
+  shard's stream, once however often it is sent, and only under the routing its source stamped it
+  with (docs/runtime.md, Delayed delivery). The second step, its removal from the source's
+  schedule, is the source owner's next releaseDue call; a member that dies between the two leaves
+  it waiting to move, and the next owner sends it again: answered 'DONE', written once.
+
+  Once per move: the source's move sequence numbers grow, and its owner moves one entry at a time
+  in their order, the next only once this one is done, so the highest number taken from a source
+  (KEYS[3]) says which moves landed. A resend of an older move (a zombie's, a lost reply's) is 'DONE'
+  and writes nothing.
+
+  Only under its stamp: the entry's stamp (the source's routing marker when it was routed: count
+  and version) must be this shard's marker too, with this shard writable under it: what a
+  producer's write of its key is checked against (SPEC 9.5). A newer resize here refuses it for
+  good ('REFUSED': the source stamps it again and routes it anew; no move of that stamp can land
+  here any more, versions never go back); a marker not yet written or not yet switched answers
+  'WAIT' (the source tries again later, the entry keeps its stamp).
+
+  KEYS[1]  this shard's stream   KEYS[2]  its routing marker (includes/routing.lua)
+  KEYS[3]  the moves it took (hash: source shard index -> the highest move sequence number taken)
+  ARGV[1]  the source shard's index   ARGV[2] the move sequence number
+  ARGV[3]  the stamp's shard count    ARGV[4] the stamp's marker version
+  ARGV[5]  this shard's index          ARGV[6] the entry's fields (cmsgpack, as its schedule keeps them)
+  ARGV[7]  a shard channel to SPUBLISH on once written, or '' for none (appendEntries-5.lua)
+
+  Output: the new entry's id; 'DONE' (taken before); 'REFUSED'; 'WAIT'.
+]]
+--- @include "includes/time"
+--- @include "includes/routing"
+
+local seq = tonumber(ARGV[2])
+local taken = tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or '0')
+if seq <= taken then return 'DONE' end
+
+local m = redis.call('HMGET', KEYS[2], 'version', 'count', 'previous')
+if not m[1] then return 'WAIT' end
+local version, count = tonumber(m[1]), tonumber(ARGV[3])
+if version > tonumber(ARGV[4]) then return 'REFUSED' end
+if version < tonumber(ARGV[4]) then return 'WAIT' end
+local inEffect = routingInEffect(KEYS[2], nowMs)
+if inEffect ~= count then
+  -- Stamped before this resize's switch and read here after it: refused for good. Stamped after it
+  -- and read here before it (another node's clock on a Cluster): not yet.
+  if count == tonumber(m[3]) and inEffect == tonumber(m[2]) then return 'REFUSED' end
+  return 'WAIT'
+end
+if tonumber(ARGV[5]) >= inEffect then return 'REFUSED' end
+
+local id = redis.call('XADD', KEYS[1], '*', unpack(cmsgpack.unpack(ARGV[6])))
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
+if ARGV[7] ~= '' then redis.pcall('SPUBLISH', ARGV[7], '') end
+return id

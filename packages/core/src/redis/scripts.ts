@@ -91,7 +91,12 @@ export function runScript(client: RedisClient, script: ScriptName, keys: string[
 }
 
 /** `runScript` with Buffer replies (ioredis' `<command>Buffer`): for a script that returns bytes as they are. */
-export function runScriptBuffer(client: RedisClient, script: ScriptName, keys: string[], args: (string | number | Buffer)[]): Promise<unknown> {
+export function runScriptBuffer(
+  client: RedisClient,
+  script: ScriptName,
+  keys: string[],
+  args: (string | number | Buffer)[],
+): Promise<unknown> {
   const command = (client as unknown as Record<string, (...a: (string | number | Buffer)[]) => Promise<unknown>>)[
     `${defineScripts(client, script)}Buffer`
   ];

@@ -296,15 +296,7 @@ export class ShardClient {
       this.redis,
       'acceptMove',
       [stream, this.keys.shardRouting(this.streamPrefix, shardIndex), this.keys.shardMovesTaken(this.streamPrefix, shardIndex)],
-      [
-        fromShard,
-        move.seq,
-        move.count,
-        move.version,
-        shardIndex,
-        move.fields,
-        isCluster(this.redis) ? this.wakeChannel(shardIndex) : '',
-      ],
+      [fromShard, move.seq, move.count, move.version, shardIndex, move.fields, isCluster(this.redis) ? this.wakeChannel(shardIndex) : ''],
     );
     return String(reply);
   }

@@ -22,10 +22,12 @@ export const RELEASE_SHARDS_PER_TURN = 1024;
 
 /**
  * The most release calls one shard makes in a turn while entries wait to move to their key's shard
- * (each call settles the moves of the one before): after a resize a shard's due entries move in a
- * few turns, and the member's other shards and reads are not held meanwhile.
+ * (each call settles the moves of the one before), and the most moves (acceptMove calls, one after
+ * another: each waits for the one before) it makes in a turn: after a resize a shard's due entries
+ * move over a few turns, and the member's reads are not held for long meanwhile (SPEC 10.8).
  */
 export const MOVE_ROUNDS_PER_TURN = 4;
+export const MOVES_PER_TURN = 64;
 
 /**
  * Delayed delivery, the owner's side (docs/runtime.md, Delayed delivery): in its read loop's turn, a
@@ -76,7 +78,9 @@ export class ScheduleRelease {
   private async release(state: ShardState): Promise<void> {
     let outcome: ReleaseOutcome | null = null;
     let settled = '';
+    let refused = '';
     let waiting = false;
+    const budget = { moves: MOVES_PER_TURN };
     try {
       for (let round = 0; ; round++) {
         outcome = await withTimeout(
@@ -84,10 +88,18 @@ export class ScheduleRelease {
           commandCallTimeoutMs(this.options),
         );
         if (outcome === null || outcome.moves.length === 0 || round === MOVE_ROUNDS_PER_TURN || !this.shards.isCurrent(state)) break;
-        settled = await this.moveToTheirShards(state.index, outcome.moves);
-        // Nothing could be settled (a key's shard not ready for it yet): tried again after blockMs.
-        if (settled === '') {
+        // Stamped again as it was refused: this shard's marker has not heard of the resize its key's
+        // shard refused it for (its marker is written a moment later): tried again after blockMs.
+        const first = outcome.moves[0];
+        if (refused === stampOf(first)) {
           waiting = true;
+          break;
+        }
+        ({ settled, refused } = await this.moveToTheirShards(state.index, outcome.moves, budget));
+        // Nothing could be settled: a key's shard not ready for it yet (tried again after blockMs),
+        // or this turn's moves spent (the next turn goes on).
+        if (settled === '') {
+          waiting = budget.moves > 0;
           break;
         }
       }
@@ -114,8 +126,13 @@ export class ScheduleRelease {
    * a key's entries keep their order, and a key's shard has taken every earlier move of this shard
    * when it takes a later one. What is settled goes in the next release call (the second step).
    */
-  private async moveToTheirShards(shardIndex: number, moves: readonly WaitingMove[]): Promise<string> {
+  private async moveToTheirShards(
+    shardIndex: number,
+    moves: readonly WaitingMove[],
+    budget: { moves: number },
+  ): Promise<{ settled: string; refused: string }> {
     const settled: string[] = [];
+    let refused = '';
     let stays = false;
     for (const move of moves) {
       // No key, or stamped where the shard had no routing marker (Redis lost it): it stays here.
@@ -125,12 +142,21 @@ export class ScheduleRelease {
         stays = true;
         continue;
       }
-      if (stays) break;
+      if (stays || budget.moves === 0) break;
+      budget.moves--;
       const answer = await withTimeout(this.client.acceptMove(target, shardIndex, move), commandCallTimeoutMs(this.options));
       if (answer === 'WAIT') break;
       settled.push(`${answer === 'REFUSED' ? 'r' : 'd'}${move.id}:${move.seq}`);
-      if (answer === 'REFUSED') break;
+      if (answer === 'REFUSED') {
+        refused = stampOf(move);
+        break;
+      }
     }
-    return settled.join(' ');
+    return { settled: settled.join(' '), refused };
   }
+}
+
+/** A waiting move's stamp, with its id: the same after a refusal means it was stamped again as it was. */
+function stampOf(move: WaitingMove): string {
+  return `${move.id} ${move.seq} ${move.count} ${move.version}`;
 }

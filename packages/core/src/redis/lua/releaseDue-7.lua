@@ -62,15 +62,24 @@ local function forget(schedule, entries, id)
   redis.call('ZREM', schedule, id)
   redis.call('HDEL', entries, id, id .. ROUTED_COUNT, id .. MOVE_STAMP)
 end
--- Each entry is moved whole before the next: should a later XADD fail (OOM), the script stops
--- with the earlier ones released and this one still scheduled, never both or neither.
+-- One entry into the stream (fields as kept), or Redis' error when its XADD failed (OOM).
+local function xadd(packed)
+  local id = redis.pcall('XADD', stream, '*', unpack(cmsgpack.unpack(packed)))
+  if type(id) == 'table' then return id end
+  released = released + 1
+end
 local function release(schedule, entries, id)
   local packed = redis.call('HGET', entries, id)
-  if packed then
-    redis.call('XADD', stream, '*', unpack(cmsgpack.unpack(packed)))
-    released = released + 1
-  end
+  local failed = packed and xadd(packed)
+  if failed then return failed end
   forget(schedule, entries, id)
+end
+-- Released entries' schedule entries and fields, removed a call's worth at once (ZREM and HDEL of
+-- many are far cheaper than one each); at most MAX_RELEASED ids, so one unpack each.
+local function forgetAll(schedule, entries, ids, fields)
+  if #ids == 0 then return end
+  redis.call('ZREM', schedule, unpack(ids))
+  redis.call('HDEL', entries, unpack(fields))
 end
 
 -- What the caller settled, in move order; its ids are checked against the schedule, never trusted.
@@ -82,7 +91,8 @@ for item in string.gmatch(ARGV[4], '%S+') do
   if outcome == 'd' then
     forget(schedule, entries, id)
   elseif outcome == 's' and redis.call('HGET', entries, id .. MOVE_STAMP) == stampNow then
-    release(schedule, entries, id)
+    local failed = release(schedule, entries, id)
+    if failed then return redis.error_reply(tostring(failed.err)) end
   else
     -- Refused by its key's shard for a newer resize, or routed here under a count no longer in
     -- effect: routed again under the marker's stamp now, keeping its place (its sequence number).
@@ -93,8 +103,16 @@ end
 
 local moving = redis.call('ZCOUNT', schedule, '-inf', 0)
 local due = limit > released and redis.call('ZRANGEBYSCORE', schedule, 1, now, 'LIMIT', 0, limit - released) or {}
-for _, id in ipairs(due) do
-  local routed = redis.call('HGET', entries, id .. ROUTED_COUNT)
+local releasedIds, releasedFields, failure = {}, {}, nil
+-- Every due entry's fields and routed count in one HMGET (at most 2 * MAX_RELEASED fields): one
+-- call per entry fewer, the larger part of a release's cost after the XADD itself.
+local wanted = {}
+for i, id in ipairs(due) do
+  wanted[2 * i - 1], wanted[2 * i] = id, id .. ROUTED_COUNT
+end
+local stored = #due > 0 and redis.call('HMGET', entries, unpack(wanted)) or {}
+for i, id in ipairs(due) do
+  local packed, routed = stored[2 * i - 1], stored[2 * i]
   -- Once one entry waits to move, every keyed one due after it does too: a key's later entry must
   -- not be released before its earlier one has found its shard.
   if routed and inEffect > 0 and (moving > 0 or tonumber(routed) ~= inEffect) then
@@ -110,10 +128,16 @@ for _, id in ipairs(due) do
     redis.call('HSET', entries, id .. MOVE_STAMP, stampNow)
     moving = moving + 1
   else
-    release(schedule, entries, id)
+    -- Each entry is written whole before the next: should an XADD fail (OOM), the script stops
+    -- with the earlier ones released (and removed below) and this one still scheduled.
+    failure = packed and xadd(packed)
+    if failure then break end
+    releasedIds[#releasedIds + 1] = id
+    releasedFields[#releasedFields + 1] = id
+    releasedFields[#releasedFields + 1] = id .. ROUTED_COUNT
   end
 end
-
+forgetAll(schedule, entries, releasedIds, releasedFields)
 local nextDueInMs = -1
 local function nextDue(schedule, from)
   local first = redis.call('ZRANGEBYSCORE', schedule, from, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
@@ -125,11 +149,21 @@ end
 
 -- The group's deferred retries: released here, in due order.
 local deferred, deferredEntries = KEYS[5], KEYS[6]
-local dueRetries = limit > released and redis.call('ZRANGEBYSCORE', deferred, '-inf', now, 'LIMIT', 0, limit - released) or {}
-for _, id in ipairs(dueRetries) do release(deferred, deferredEntries, id) end
+local dueRetries = not failure and limit > released and redis.call('ZRANGEBYSCORE', deferred, '-inf', now, 'LIMIT', 0, limit - released) or {}
+releasedIds, releasedFields = {}, {}
+for _, id in ipairs(dueRetries) do
+  local packed = redis.call('HGET', deferredEntries, id)
+  failure = packed and xadd(packed)
+  if failure then break end
+  releasedIds[#releasedIds + 1] = id
+  releasedFields[#releasedFields + 1] = id
+end
+forgetAll(deferred, deferredEntries, releasedIds, releasedFields)
 nextDue(schedule, '(0')
 nextDue(deferred, '-inf')
 if released > 0 and ARGV[3] ~= '' then redis.pcall('SPUBLISH', ARGV[3], '') end
+-- What was released stays released (and removed); the caller hears of the failure and calls again.
+if failure then return redis.error_reply(tostring(failure.err)) end
 
 local reply = { released, nextDueInMs }
 if moving > 0 then

@@ -21,12 +21,14 @@ export const RELEASED_PER_CALL = 256;
 export const RELEASE_SHARDS_PER_TURN = 1024;
 
 /**
- * The most release calls one shard makes in a turn while entries wait to move to their key's shard
- * (each call settles the moves of the one before), and the most moves (acceptMove calls, one after
- * another: each waits for the one before) it makes in a turn: after a resize a shard's due entries
- * move over a few turns, and the member's reads are not held for long meanwhile (SPEC 10.8).
+ * The most release calls one shard makes in a turn while more are due than one call releases, or
+ * entries wait to move to their key's shard (each call settles the moves of the one before), and
+ * the most moves (acceptMove calls, one after another: each waits for the one before) it makes in
+ * a turn: a large due schedule is released at several calls a turn rather than one (a turn also
+ * reads and hands out what was read), and after a resize a shard's due entries move over a few
+ * turns; the member's reads are not held for long meanwhile (SPEC 10.8).
  */
-export const MOVE_ROUNDS_PER_TURN = 4;
+export const RELEASE_CALLS_PER_TURN = 4;
 export const MOVES_PER_TURN = 64;
 
 /**
@@ -71,9 +73,9 @@ export class ScheduleRelease {
    * bound is an 'error' and a problems line naming the shard (its delayed entries wait meanwhile),
    * tried again after `blockMs`; a call that ran after all moved its entries once (the script is
    * atomic), and the next call moves the rest. A refusal (a newer token) moves nothing: the shard
-   * is someone else's, and the next heartbeat says so. Entries waiting to move (their key's shard
-   * is another since a resize) are moved and the outcome settled in the next call, up to
-   * MOVE_ROUNDS_PER_TURN calls a turn.
+   * is someone else's, and the next heartbeat says so. Called again while more are due, and while
+   * entries wait to move (their key's shard is another since a resize: moved, and the outcome
+   * settled in the next call), up to RELEASE_CALLS_PER_TURN calls a turn.
    */
   private async release(state: ShardState): Promise<void> {
     let outcome: ReleaseOutcome | null = null;
@@ -87,7 +89,12 @@ export class ScheduleRelease {
           this.client.releaseDue(state.index, state.grantEpoch, RELEASED_PER_CALL, settled),
           commandCallTimeoutMs(this.options),
         );
-        if (outcome === null || outcome.moves.length === 0 || round === MOVE_ROUNDS_PER_TURN || !this.shards.isCurrent(state)) break;
+        if (outcome === null || round === RELEASE_CALLS_PER_TURN - 1 || !this.shards.isCurrent(state)) break;
+        if (outcome.moves.length === 0) {
+          settled = '';
+          if (outcome.released < RELEASED_PER_CALL || outcome.nextDueInMs !== 0) break;
+          continue;
+        }
         // Stamped again as it was refused: this shard's marker has not heard of the resize its key's
         // shard refused it for (its marker is written a moment later): tried again after blockMs.
         const first = outcome.moves[0];

@@ -39,7 +39,7 @@ if not m[1] then return 'WAIT' end
 local version, count = tonumber(m[1]), tonumber(ARGV[3])
 if version > tonumber(ARGV[4]) then return 'REFUSED' end
 if version < tonumber(ARGV[4]) then return 'WAIT' end
-local inEffect = routingInEffect(KEYS[2], nowMs)
+local inEffect, beforeSwitch = routingInEffect(KEYS[2], nowMs)
 if inEffect ~= count then
   -- Stamped before this resize's switch and read here after it: refused for good. Stamped after it
   -- and read here before it (another node's clock on a Cluster): not yet.
@@ -48,7 +48,17 @@ if inEffect ~= count then
 end
 if tonumber(ARGV[5]) >= inEffect then return 'REFUSED' end
 
-local id = redis.call('XADD', KEYS[1], '*', unpack(cmsgpack.unpack(ARGV[6])))
+local fields = cmsgpack.unpack(ARGV[6])
+local id
+if beforeSwitch then
+  -- Taken under the count before a switch: its id must be below the switch, as a producer's write
+  -- then (appendEntries-5.lua), so it is in the millisecond of the check, not of the XADD.
+  id = redis.pcall('XADD', KEYS[1], string.format('%.0f-*', beforeSwitch), unpack(fields))
+  -- The stream's last id is later already (its newest entries came in that millisecond or after).
+  if type(id) == 'table' and string.find(tostring(id.err), 'equal or smaller', 1, true) then id = nil end
+  if type(id) == 'table' then return redis.error_reply(tostring(id.err)) end
+end
+id = id or redis.call('XADD', KEYS[1], '*', unpack(fields))
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
 if ARGV[7] ~= '' then redis.pcall('SPUBLISH', ARGV[7], '') end
 return id

@@ -181,6 +181,28 @@ describe('delayed entries across a resize', () => {
     expect((await storedEntries(streamPrefix, 8)).streams).toEqual([{ key, seq: 1, shardIndex: shardForKey(key, 8) }]);
   });
 
+  it("an entry whose key's shard has no routing marker waits to move, visibly, and moves once the marker is written", async () => {
+    const streamPrefix = await aStream(2, 'delayed-move-wait');
+    const [key] = keysThat('move', 2, 4, 1);
+    const [from, to] = [shardForKey(key, 2), shardForKey(key, 4)];
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.send({ key, payload: { seq: 1 }, delayMs: 200 });
+    const admin = new CoordinatorAdmin(redis.client());
+    await admin.resizeShards(streamPrefix, 4, { ordered: false });
+    await redis.client().del(keys.shardRouting(streamPrefix, to)); // as if the resize could not write it
+    const recorded = recorder();
+    const member = aMember({ streamPrefix, handler: recorded.handler });
+    await member.start();
+    await pollUntil('the wait shown', async () =>
+      member.stats().problems.some((p) => p.startsWith(`shard ${from}: a due delayed entry waits to move to shard ${to}`)),
+    );
+    expect((await storedEntries(streamPrefix, 4)).scheduled).toBe(1);
+    await admin.resizeShards(streamPrefix, 4); // the same count again writes the missing markers
+    await pollUntil('handled', async () => recorded.seen.length === 1, { timeoutMs: 15_000 });
+    expect(recorded.seen).toEqual([{ key, seq: 1, shardIndex: to }]);
+    await pollUntil('the wait cleared', async () => !member.stats().problems.some((p) => p.includes('waits to move')));
+  });
+
   it("a member whose removal step is lost, and one whose first step's reply is lost, still moves each entry once", async () => {
     const streamPrefix = await aStream(2, 'delayed-move-lost');
     const moved = keysThat('move', 2, 4, 6);

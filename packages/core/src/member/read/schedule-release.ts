@@ -82,6 +82,7 @@ export class ScheduleRelease {
     let settled = '';
     let refused = '';
     let waiting = false;
+    let waitsFor: number | undefined;
     const budget = { moves: MOVES_PER_TURN };
     try {
       for (let round = 0; ; round++) {
@@ -102,7 +103,7 @@ export class ScheduleRelease {
           waiting = true;
           break;
         }
-        ({ settled, refused } = await this.moveToTheirShards(state.index, outcome.moves, budget));
+        ({ settled, refused, waitsFor } = await this.moveToTheirShards(state.index, outcome.moves, budget));
         // Nothing could be settled: a key's shard not ready for it yet (tried again after blockMs),
         // or this turn's moves spent (the next turn goes on).
         if (settled === '') {
@@ -119,7 +120,14 @@ export class ScheduleRelease {
       return;
     }
     if (!this.shards.isCurrent(state)) return;
-    state.problems.delete('schedule');
+    // Nothing is skipped silently (SPEC 9.1): an entry that cannot move says where it waits to go.
+    if (waitsFor === undefined) state.problems.delete('schedule');
+    else {
+      state.problems.set(
+        'schedule',
+        `shard ${state.index}: a due delayed entry waits to move to shard ${waitsFor}, whose routing marker does not take it yet (a resize not written or not switched there); tried again every ${this.options.blockMs} ms`,
+      );
+    }
     const next =
       outcome === null || waiting || outcome.nextDueInMs < 0 ? this.options.blockMs : Math.min(this.options.blockMs, outcome.nextDueInMs);
     state.nextScheduleCheckAt = Date.now() + (outcome !== null && outcome.moves.length > 0 && !waiting ? 0 : next);
@@ -137,7 +145,7 @@ export class ScheduleRelease {
     shardIndex: number,
     moves: readonly WaitingMove[],
     budget: { moves: number },
-  ): Promise<{ settled: string; refused: string }> {
+  ): Promise<{ settled: string; refused: string; waitsFor?: number }> {
     const settled: string[] = [];
     let refused = '';
     let stays = false;
@@ -152,7 +160,7 @@ export class ScheduleRelease {
       if (stays || budget.moves === 0) break;
       budget.moves--;
       const answer = await withTimeout(this.client.acceptMove(target, shardIndex, move), commandCallTimeoutMs(this.options));
-      if (answer === 'WAIT') break;
+      if (answer === 'WAIT') return { settled: settled.join(' '), refused, waitsFor: target };
       settled.push(`${answer === 'REFUSED' ? 'r' : 'd'}${move.id}:${move.seq}`);
       if (answer === 'REFUSED') {
         refused = stampOf(move);

@@ -10,7 +10,7 @@ import { uniqueName, useRedisServer } from '../support/vitest-redis';
 
 // docs/runtime.md, Delayed delivery ("Resharding"): a delayed entry takes its place in its key's
 // order when it is due, so it enters the stream of the shard its key routes to then, whatever the
-// shard count was when it was sent. It moves in two steps in two slots (acceptMove-3.lua on the
+// shard count was when it was sent. It moves in two steps in two slots (acceptMove-5.lua on the
 // key's shard, then its removal by the source's next releaseDue-7.lua call): nothing lost and
 // nothing written twice, whichever step a member dies after.
 
@@ -111,22 +111,25 @@ describe('delayed entries across a resize', () => {
 
   it("unordered growth: a delayed entry due after it enters the shard its key routes to then, in its key's order", () => growthCase(false));
 
-  it("keyed shrink: a removed shard's delayed entry due after the switch moves to its key's surviving shard; the drain waits for it", async () => {
+  it("keyed shrink: a removed shard's delayed entry moves to its key's surviving shard before it is due, so the drain does not wait for it", async () => {
     const streamPrefix = await aStream(2, 'delayed-shrink-keyed');
     const recorded = recorder();
     const member = aMember({ streamPrefix, handler: recorded.handler, cutoverCheckIntervalMs: 50, sessionTimeoutMs: 3000 });
     await member.start();
     const key = keysThat('move', 2, 1, 1)[0];
     const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 100 });
-    await producer.send({ key, payload: { seq: 1 }, delayMs: 3000 });
+    const { dueAt } = await producer.send({ key, payload: { seq: 1 }, delayMs: 8000 });
     const admin = new CoordinatorAdmin(redis.client());
     await admin.resizeShards(streamPrefix, 1, { graceMs: 50, switchDelayMs: 50 });
+    const readabilityOf1 = async () =>
+      (await admin.describeGroup(streamPrefix, 'group')).shards.find((s) => s.shardIndex === 1)?.readability;
+    await pollUntil('shard 1 drained', async () => (await readabilityOf1()) === 'drained', { timeoutMs: 20_000 });
+    const [seconds, micros] = await redis.client().time();
+    expect(Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)).toBeLessThan(dueAt!);
+    expect(recorded.seen).toEqual([]);
+    expect(await redis.client().zcard(keys.shardSchedule(streamPrefix, 0))).toBe(1); // waiting on its key's shard, due time kept
     await pollUntil('handled', async () => recorded.seen.length === 1, { timeoutMs: 20_000 });
-    expect(recorded.seen[0].shardIndex).toBe(0);
-    await pollUntil('shard 1 drained', async () => {
-      const shard = (await admin.describeGroup(streamPrefix, 'group')).shards.find((s) => s.shardIndex === 1);
-      return shard?.readability === 'drained';
-    });
+    expect(recorded.seen).toEqual([{ key, seq: 1, shardIndex: 0 }]);
     expect(await storedEntries(streamPrefix, 2)).toEqual({ scheduled: 0, streams: [{ key, seq: 1, shardIndex: 0 }] });
   });
 
@@ -216,8 +219,8 @@ describe('delayed entries across a resize', () => {
     const schedules = [0, 1].map((i) => keys.shardSchedule(streamPrefix, i));
     const takenLogs = [0, 1, 2, 3].map((i) => keys.shardMovesTaken(streamPrefix, i));
     hookCommands(connection, async (name, args) => {
-      // The second step (a release call settling moves done): lost before it reaches Redis, once per shard.
-      if (schedules.some((s) => isScriptOn(name, args, s)) && /(^| )ds\d/.test(args[args.length - 1]) && lostRemovals < 2) {
+      // The second step (a release call settling moves done, its next-to-last argument): lost before it reaches Redis, twice.
+      if (schedules.some((s) => isScriptOn(name, args, s)) && /(^| )ds\d/.test(args[args.length - 2]) && lostRemovals < 2) {
         lostRemovals++;
         return new Error('connection lost');
       }

@@ -142,7 +142,7 @@ export class KeyBuilder {
   }
 
   /**
-   * The delayed entries a shard took from other shards' schedules (acceptMove-3.lua: a hash, source
+   * The delayed entries a shard took from other shards' schedules (acceptMove-5.lua: a hash, source
    * shard index -> the highest move sequence number taken), in the shard stream's slot, so that a
    * move sent twice lands once. Kept as the routing markers are.
    */

@@ -29,7 +29,7 @@ const SCRIPT_FILES = {
   firstAfter: 'firstAfter-n.lua',
   appendEntries: 'appendEntries-5.lua',
   releaseDue: 'releaseDue-7.lua',
-  acceptMove: 'acceptMove-3.lua',
+  acceptMove: 'acceptMove-5.lua',
   deferFenced: 'deferFenced-4.lua',
   ensureRouting: 'ensureRouting-1.lua',
   claimDeadLetterReplay: 'claimDeadLetterReplay-2.lua',

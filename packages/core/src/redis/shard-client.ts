@@ -41,6 +41,8 @@ export interface WaitingMove {
   version: number;
   key: string;
   fields: Buffer;
+  /** Its due time (Redis ms) when it is not due yet (taken off a shard a shrink removed), else ''. */
+  dueAt: string;
 }
 
 /** What one release call did (ShardClient.releaseDue). */
@@ -268,11 +270,11 @@ export class ShardClient {
         this.keys.shardDeferredEntries(this.streamPrefix, shardIndex, this.consumerGroup),
         this.keys.shardRouting(this.streamPrefix, shardIndex),
       ],
-      [this.token(grantEpoch), count, isCluster(this.redis) ? this.wakeChannel(shardIndex) : '', settled],
+      [this.token(grantEpoch), count, isCluster(this.redis) ? this.wakeChannel(shardIndex) : '', settled, shardIndex],
     )) as (number | Buffer)[];
     if (Number(reply[0]) === -1) return null;
     const moves: WaitingMove[] = [];
-    for (let i = 2; i + 5 < reply.length; i += 6) {
+    for (let i = 2; i + 6 < reply.length; i += 7) {
       moves.push({
         id: String(reply[i]),
         seq: String(reply[i + 1]),
@@ -280,23 +282,40 @@ export class ShardClient {
         version: Number(reply[i + 3]),
         key: String(reply[i + 4]),
         fields: reply[i + 5] as Buffer,
+        dueAt: String(reply[i + 6]),
       });
     }
     return { released: Number(reply[0]), nextDueInMs: Number(reply[1]), moves };
   }
 
   /**
-   * The first step of a move (acceptMove-3.lua): writes a due delayed entry of shard `fromShard`
-   * to the end of `shardIndex`'s stream, under its stamp, once per move sequence number: the new
-   * id, 'DONE' (it landed before), 'REFUSED' (a newer resize there: stamp it again) or 'WAIT'.
+   * The first step of a move (acceptMove-5.lua): writes a due delayed entry of shard `fromShard`
+   * to the end of `shardIndex`'s stream (one not due yet to its schedule), under its stamp, once per
+   * move sequence number: the new id, 'DONE' (it landed before), 'REFUSED' (a newer resize there:
+   * stamp it again) or 'WAIT'.
    */
   async acceptMove(shardIndex: number, fromShard: number, move: WaitingMove): Promise<string> {
     const [stream] = this.shardKeys(shardIndex);
     const reply = await runScript(
       this.redis,
       'acceptMove',
-      [stream, this.keys.shardRouting(this.streamPrefix, shardIndex), this.keys.shardMovesTaken(this.streamPrefix, shardIndex)],
-      [fromShard, move.seq, move.count, move.version, shardIndex, move.fields, isCluster(this.redis) ? this.wakeChannel(shardIndex) : ''],
+      [
+        stream,
+        this.keys.shardRouting(this.streamPrefix, shardIndex),
+        this.keys.shardMovesTaken(this.streamPrefix, shardIndex),
+        this.keys.shardSchedule(this.streamPrefix, shardIndex),
+        this.keys.shardScheduledEntries(this.streamPrefix, shardIndex),
+      ],
+      [
+        fromShard,
+        move.seq,
+        move.count,
+        move.version,
+        shardIndex,
+        move.fields,
+        isCluster(this.redis) ? this.wakeChannel(shardIndex) : '',
+        move.dueAt,
+      ],
     );
     return String(reply);
   }

@@ -136,7 +136,7 @@ export class ScheduleRelease {
   /**
    * The first step of each move, in move order (docs/runtime.md, Delayed delivery): an entry whose
    * key routes to this shard under its stamp stays ('s'); one whose key routes elsewhere is written
-   * there (acceptMove-3.lua) and done ('d'), or refused there for a newer resize ('r', stamped again).
+   * there (acceptMove-5.lua) and done ('d'), or refused there for a newer resize ('r', stamped again).
    * One at a time, and never past one that is not settled, nor a move past a stay not yet released:
    * a key's entries keep their order, and a key's shard has taken every earlier move of this shard
    * when it takes a later one. What is settled goes in the next release call (the second step).

@@ -11,7 +11,7 @@
   before it still wait to move, it is not released here but waits to move, in the schedule with a
   score at or below 0 (includes/schedule.lua: its move sequence number, its stamp). The caller
   routes it (jump hash, which Lua cannot afford per entry) and either writes it to its key's shard
-  (acceptMove-3.lua, in that shard's slot, at most once per move sequence number) and reports it
+  (acceptMove-5.lua, in that shard's slot, at most once per move sequence number) and reports it
   done, or reports that it stays: both in ARGV[4] of its next call, which removes the one and
   releases the other here, each only while it still waits under the sequence number given.
 
@@ -31,9 +31,10 @@
            here under its stamp (released here if the stamp is still the marker's, else stamped
            again), 'r<id>:<seq>' refused by its key's shard for a newer resize (stamped again). The
            first item that does not apply as given ends the list: the rest wait for the next call
+  ARGV[5]  this shard's index: once a shrink removed it, its keyed entries not due yet move too
 
   Output: {released, nextDueInMs, then per entry waiting to move (the first MOVES_REPLIED, in move
-  order): id, seq, stamp count, stamp version, key, fields (cmsgpack)}: how many entries were
+  order): id, seq, stamp count, stamp version, key, fields (cmsgpack), due time ('' when due)}: how many entries were
   released, and how long until the next scheduled entry is due (0: more are due now, beyond the
   count; -1: the schedule is empty); {-1} when the caller no longer holds the shard (nothing moved).
 ]]
@@ -90,18 +91,41 @@ for item in string.gmatch(ARGV[4], '%S+') do
   if not score or tonumber(score) ~= tonumber(seq) - MOVE_BASE then break end
   if outcome == 'd' then
     forget(schedule, entries, id)
-  elseif outcome == 's' and redis.call('HGET', entries, id .. MOVE_STAMP) == stampNow then
-    local failed = release(schedule, entries, id)
-    if failed then return redis.error_reply(tostring(failed.err)) end
+  elseif outcome == 's' and string.sub(redis.call('HGET', entries, id .. MOVE_STAMP) or '', 1, #stampNow + 1) == stampNow .. ' ' then
+    local dueMs = tonumber(string.match(redis.call('HGET', entries, id .. MOVE_STAMP), '^%d+ %d+ (%d+)$') or '')
+    if dueMs and dueMs > now then
+      -- Not due yet (taken off a removed shard that a resize made the stream's again): back to waiting.
+      redis.call('ZADD', schedule, string.format('%.0f', dueMs), id)
+      redis.call('HDEL', entries, id .. MOVE_STAMP)
+    else
+      local failed = release(schedule, entries, id)
+      if failed then return redis.error_reply(tostring(failed.err)) end
+    end
   else
     -- Refused by its key's shard for a newer resize, or routed here under a count no longer in
-    -- effect: routed again under the marker's stamp now, keeping its place (its sequence number).
-    redis.call('HSET', entries, id .. MOVE_STAMP, stampNow)
+    -- effect: routed again under the marker's stamp now, keeping its place (its sequence number)
+    -- and its due time.
+    local stamp = redis.call('HGET', entries, id .. MOVE_STAMP) or ''
+    redis.call('HSET', entries, id .. MOVE_STAMP, stampNow .. ' ' .. (string.match(stamp, '^%S+ %S+ (%d+)$') or ''))
     break
   end
 end
 
 local moving = redis.call('ZCOUNT', schedule, '-inf', 0)
+-- Puts an entry in the moves, after those there: its move number, its stamp, and its due time when
+-- it is not due yet ('' when it is).
+local function toMove(id, dueMs)
+  local seq = redis.call('HINCRBY', entries, MOVE_SEQ, 1)
+  -- Fresh (the hash was deleted with a retired shard): above every number given before, so that a
+  -- key's shard that recorded one (acceptMove-5.lua) takes the new ones.
+  if seq == 1 then
+    seq = now * 1024
+    redis.call('HSET', entries, MOVE_SEQ, string.format('%.0f', seq))
+  end
+  redis.call('ZADD', schedule, string.format('%.0f', seq - MOVE_BASE), id)
+  redis.call('HSET', entries, id .. MOVE_STAMP, stampNow .. ' ' .. dueMs)
+  moving = moving + 1
+end
 local due = limit > released and redis.call('ZRANGEBYSCORE', schedule, 1, now, 'LIMIT', 0, limit - released) or {}
 local releasedIds, releasedFields, failure = {}, {}, nil
 -- Every due entry's fields and routed count in one HMGET (at most 2 * MAX_RELEASED fields): one
@@ -117,16 +141,7 @@ for i, id in ipairs(due) do
   -- not be released before its earlier one has found its shard.
   if routed and inEffect > 0 and (moving > 0 or tonumber(routed) ~= inEffect) then
     if moving >= MAX_MOVING then break end
-    local seq = redis.call('HINCRBY', entries, MOVE_SEQ, 1)
-    -- Fresh (the hash was deleted with a retired shard): above every number given before, so that a
-    -- key's shard that recorded one (acceptMove-3.lua) takes the new ones.
-    if seq == 1 then
-      seq = now * 1024
-      redis.call('HSET', entries, MOVE_SEQ, string.format('%.0f', seq))
-    end
-    redis.call('ZADD', schedule, string.format('%.0f', seq - MOVE_BASE), id)
-    redis.call('HSET', entries, id .. MOVE_STAMP, stampNow)
-    moving = moving + 1
+    toMove(id, '')
   else
     -- Each entry is written whole before the next: should an XADD fail (OOM), the script stops
     -- with the earlier ones released (and removed below) and this one still scheduled.
@@ -138,6 +153,18 @@ for i, id in ipairs(due) do
   end
 end
 forgetAll(schedule, entries, releasedIds, releasedFields)
+
+-- A shard a shrink removed (no longer writable) has no future of its own: its keyed entries not due
+-- yet move to their key's shard now, into its schedule with their due time, rather than hold the
+-- shrink's drain until they are due. After the due ones (they come first in move order), a call's
+-- worth at a time.
+if not failure and inEffect > 0 and tonumber(ARGV[5]) >= inEffect and moving < MAX_MOVING then
+  local ahead = redis.call('ZRANGEBYSCORE', schedule, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, math.min(limit, MAX_MOVING - moving))
+  for i = 1, #ahead, 2 do
+    if redis.call('HEXISTS', entries, ahead[i] .. ROUTED_COUNT) == 1 then toMove(ahead[i], ahead[i + 1]) end
+  end
+end
+
 local nextDueInMs = -1
 local function nextDue(schedule, from)
   local first = redis.call('ZRANGEBYSCORE', schedule, from, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
@@ -177,13 +204,14 @@ if moving > 0 then
     for f = 1, #fields - 1, 2 do
       if fields[f] == 'k' then key = fields[f + 1] end
     end
-    local space = string.find(stamp, ' ', 1, true)
+    local count, version, dueMs = string.match(stamp, '^(%d+) (%d+) ?(%d*)$')
     reply[#reply + 1] = id
     reply[#reply + 1] = string.format('%.0f', tonumber(waiting[i + 1]) + MOVE_BASE)
-    reply[#reply + 1] = tonumber(string.sub(stamp, 1, space - 1))
-    reply[#reply + 1] = tonumber(string.sub(stamp, space + 1))
+    reply[#reply + 1] = tonumber(count or 0)
+    reply[#reply + 1] = tonumber(version or 0)
     reply[#reply + 1] = key or ''
     reply[#reply + 1] = packed or ''
+    reply[#reply + 1] = dueMs or ''
   end
 end
 return reply

@@ -10,7 +10,7 @@ local SCHEDULE_SEQ = '#seq'
 -- the count then routes elsewhere is moved to its shard (docs/runtime.md, Delayed delivery).
 local ROUTED_COUNT = ':c'
 -- The field that stamps an entry waiting to move (`<schedule id>:m`): '<count> <version>', the
--- source's routing marker when it was (last) routed; acceptMove-3.lua takes it only under that.
+-- source's routing marker when it was (last) routed; acceptMove-5.lua takes it only under that.
 local MOVE_STAMP = ':m'
 -- The hash field of the last move sequence number given (releaseDue-7.lua).
 local MOVE_SEQ = '#move'

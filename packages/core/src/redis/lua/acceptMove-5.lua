@@ -1,5 +1,5 @@
 --[[
-  acceptMove-3: writes a due delayed entry that another shard's owner found routed to this shard
+  acceptMove-5: writes a due delayed entry that another shard's owner found routed to this shard
   (releaseDue-7.lua: its key's shard under the shard count now in effect) to the end of this
   shard's stream, once however often it is sent, and only under the routing its source stamped it
   with (docs/runtime.md, Delayed delivery). The second step, its removal from the source's
@@ -20,15 +20,19 @@
 
   KEYS[1]  this shard's stream   KEYS[2]  its routing marker (includes/routing.lua)
   KEYS[3]  the moves it took (hash: source shard index -> the highest move sequence number taken)
+  KEYS[4], KEYS[5]  this shard's schedule and its entries (includes/schedule.lua): an entry not due
+           yet (taken off a shard a shrink removed) waits there for its due time
   ARGV[1]  the source shard's index   ARGV[2] the move sequence number
   ARGV[3]  the stamp's shard count    ARGV[4] the stamp's marker version
   ARGV[5]  this shard's index          ARGV[6] the entry's fields (cmsgpack, as its schedule keeps them)
   ARGV[7]  a shard channel to SPUBLISH on once written, or '' for none (appendEntries-5.lua)
+  ARGV[8]  its due time (Redis ms), or '' when it is due
 
-  Output: the new entry's id; 'DONE' (taken before); 'REFUSED'; 'WAIT'.
+  Output: the new entry's id (its schedule id when not due yet); 'DONE' (taken before); 'REFUSED'; 'WAIT'.
 ]]
 --- @include "includes/time"
 --- @include "includes/routing"
+--- @include "includes/schedule"
 
 local seq = tonumber(ARGV[2])
 local taken = tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or '0')
@@ -48,6 +52,17 @@ if inEffect ~= count then
 end
 if tonumber(ARGV[5]) >= inEffect then return 'REFUSED' end
 
+local dueMs = tonumber(ARGV[8])
+if dueMs and dueMs > nowMs() then
+  -- Not due yet: into this shard's schedule with its due time and the count its key is routed with
+  -- here, released by this shard's owner when due (and moved on, should the count change again).
+  local seqNow = redis.call('HINCRBY', KEYS[5], SCHEDULE_SEQ, 1)
+  local scheduled = string.format('s%016d', seqNow)
+  redis.call('HSET', KEYS[5], scheduled, ARGV[6], scheduled .. ROUTED_COUNT, ARGV[3])
+  redis.call('ZADD', KEYS[4], string.format('%.0f', dueMs), scheduled)
+  redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
+  return scheduled
+end
 local fields = cmsgpack.unpack(ARGV[6])
 local id
 if beforeSwitch then

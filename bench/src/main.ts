@@ -13,6 +13,7 @@ import { RedisServer } from '@redis-stream-coordinator/core/testing';
 import { type CoordinatorFigures, measureCoordinator } from './coordinator-bench';
 import { measureConsumption } from './consumption-bench';
 import { measureCost } from './consumer-cost-bench';
+import { measureSchedules } from './schedule-bench';
 import { drainRepetition, type DrainRepetition } from './drain-bench';
 import { ioBullmq, ioCase } from './io-bench';
 import { crashRecovery, latency, rebalance } from './member-bench';
@@ -144,6 +145,9 @@ async function main(): Promise<void> {
     progress('scenario 12: what consuming one entry costs (CPU, calls, collections)');
     const cost = await measureCost(server.url, quick, repetitions, progress);
 
+    progress('scenario 13: delayed delivery and deferred retries (deferral against a dead letter, release rate)');
+    const schedule = await measureSchedules(server.url, { quick, repetitions }, progress);
+
     const results: BenchResults = {
       environment,
       coordinator,
@@ -159,6 +163,7 @@ async function main(): Promise<void> {
       restart,
       producerSend,
       cost,
+      schedule,
     };
     const docs = path.resolve(__dirname, '../../docs');
     fs.writeFileSync(path.join(docs, 'benchmarks.md'), report(results));

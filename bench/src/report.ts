@@ -3,6 +3,7 @@ import path from 'node:path';
 import type { CoordinatorFigures } from './coordinator-bench';
 import type { DrainRepetition } from './drain-bench';
 import type { MemoryFigures } from './memory-bench';
+import { type ScheduleResults, scheduleSection } from './schedule-bench';
 import { type Spread, spread } from './stats';
 
 export type RestartMode = 'static' | 'plain';
@@ -210,6 +211,8 @@ export interface BenchResults {
   restart: RestartFigures[];
   producerSend: ProducerSendFigures;
   cost: CostResults;
+  /** Section 13, delayed delivery and deferred retries (schedule-bench.ts). */
+  schedule?: ScheduleResults;
 }
 
 const us = (n: number) => `${n.toFixed(1)} µs`;
@@ -801,5 +804,6 @@ export function report(r: BenchResults): string {
     ...consumptionSection(r.consumption),
     ...restartSection(r.restart),
     ...costSection(r.cost),
+    ...(r.schedule ? ['', ...scheduleSection(r.schedule)] : []),
   ].join('\n');
 }

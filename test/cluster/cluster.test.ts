@@ -457,6 +457,34 @@ describe('on a Redis Cluster', () => {
     }
   });
 
+  it("a delayed entry due after a growth moves to its key's shard in another slot, msgpack bytes intact, once", async () => {
+    // docs/runtime.md, Delayed delivery (Resharding): the move's two steps run in the two shards' slots.
+    const streamPrefix = uniqueName('cluster-delayed-grow');
+    const admin = new CoordinatorAdmin(redis.client());
+    await admin.createStream({ streamPrefix, shardCount: 2 });
+    const bytes = Buffer.from([0x00, 0xff, 0xfe, 0x80, 0x0a]); // not UTF-8
+    const seen: { key: string | undefined; shardIndex: number; intact: boolean }[] = [];
+    await aMember(redis.client(), {
+      streamPrefix,
+      codecs: [msgpackCodec],
+      handler: (message) => {
+        const payload = message.payload as unknown as { bytes: Uint8Array };
+        seen.push({ key: message.key, shardIndex: message.shardIndex, intact: Buffer.from(payload.bytes).equals(bytes) });
+      },
+    }).start();
+    const sent = Array.from({ length: 12 }, (_, k) => `k${k}`);
+    const producer = new StreamProducer(redis.client(), { streamPrefix, codec: msgpackCodec });
+    await producer.sendBatch(sent.map((key, seq) => ({ key, payload: { seq, bytes }, delayMs: 1000 })));
+    await admin.resizeShards(streamPrefix, 6, { ordered: false });
+    await pollUntil('all handled', async () => seen.length === sent.length, { timeoutMs: 20_000 });
+    expect(sent.some((key) => shardForKey(key, 2) !== shardForKey(key, 6))).toBe(true);
+    for (const key of sent) expect(seen.find((s) => s.key === key)).toEqual({ key, shardIndex: shardForKey(key, 6), intact: true });
+    for (let shard = 0; shard < 2; shard++) expect(await redis.client().zcard(keys.shardSchedule(streamPrefix, shard))).toBe(0);
+    let written = 0;
+    for (let shard = 0; shard < 6; shard++) written += await redis.client().xlen(keys.shardStream(streamPrefix, shard));
+    expect(written).toBe(sent.length);
+  });
+
   it('goes on after a master fails: with waitForReplicas every send that resolved is handled', async () => {
     const streamPrefix = uniqueName('cluster-failover');
     const recorder = new HandlerRecorder();

@@ -59,7 +59,8 @@ describe('delayed delivery: the producer', () => {
     expect(result.id).toMatch(/^s\d{16}$/);
     expect(result.dueAt).toBeGreaterThanOrEqual(before + 60_000);
     expect(result.dueAt).toBeLessThanOrEqual(after + 60_000);
-    expect(await stored(streamPrefix)).toEqual({ stream: [], scheduled: 1, scheduledFields: 2 }); // the entry and the id counter
+    // The entry, the count its key was routed with (a resize moves it to its key's shard when due), and the id counter.
+    expect(await stored(streamPrefix)).toEqual({ stream: [], scheduled: 1, scheduledFields: 3 });
   });
 
   it('in one batch, delayed and immediate entries go where each belongs; deliverAt in the past and delayMs 0 are written at once', async () => {
@@ -228,6 +229,31 @@ describe('delayed delivery: the release', () => {
     const zombie = new ShardClient(redis.client(), keys, streamPrefix, 'group', 'zombie-member');
     expect(await zombie.releaseDue(0, 1_000_000, 10)).toBeNull();
     expect(await stored(streamPrefix)).toMatchObject({ stream: [], scheduled: 1 });
+  });
+
+  it('a release that fails for OOM releases nothing it does not remove: once memory is back, each entry enters the stream once', async () => {
+    const streamPrefix = await aStream();
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.sendBatch(Array.from({ length: 5 }, (_, i) => ({ key: 'k', payload: { seq: i + 1 }, delayMs: 1 })));
+    const schedule = keys.shardSchedule(streamPrefix, 0);
+    await pollUntil('due', async () => (await redis.client().zcount(schedule, '-inf', await redisNowMs())) === 5);
+    await redis.client().set(keys.shardFence(streamPrefix, 0, 'group'), '0:1:owner');
+    const owner = new ShardClient(redis.client(), keys, streamPrefix, 'group', 'owner');
+    const admin = redis.client();
+    try {
+      await admin.config('SET', 'maxmemory', '1');
+      await expect(owner.releaseDue(0, 1, 256)).rejects.toThrow(/OOM/);
+    } finally {
+      await admin.config('SET', 'maxmemory', '0');
+    }
+    const stream = keys.shardStream(streamPrefix, 0);
+    expect((await redis.client().xlen(stream)) + (await redis.client().zcard(schedule))).toBe(5);
+    await owner.releaseDue(0, 1, 256);
+    expect(await stored(streamPrefix)).toEqual({
+      stream: [1, 2, 3, 4, 5].map((seq) => ({ seq })),
+      scheduled: 0,
+      scheduledFields: 1,
+    });
   });
 
   it("a shrink's drain waits for a removed shard's schedule: the delayed entry is released and handled before the shard leaves the readable set", async () => {

@@ -197,9 +197,17 @@ export class StreamProducer {
 /**
  * When a message is due, as appendEntries-5.lua takes it: '' now, '+<ms>' after the write's Redis
  * time (`delayMs`: Redis' clock, so the producer's clock does not matter), '@<epoch ms>'
- * (`deliverAt`: a time the sender named, on its clock). Refuses a value out of its range, naming it.
+ * (`deliverAt`: a time the sender named, on its clock), a delayed one routed by its key with a
+ * trailing 'k'. Refuses a value out of its range, naming it.
  */
 function dueOf(message: OutgoingMessage): string {
+  const due = dueTimeSpec(message);
+  // Routed by its key (no explicit shardIndex): the schedule keeps the count it was routed with,
+  // and a key that count no longer routes to this shard when it is due is moved to its shard then.
+  return due !== '' && message.key !== undefined && message.shardIndex === undefined ? `${due}k` : due;
+}
+
+function dueTimeSpec(message: OutgoingMessage): string {
   const { delayMs, deliverAt } = message;
   if (delayMs !== undefined && deliverAt !== undefined) {
     throw new TypeError(

@@ -134,11 +134,20 @@ export class KeyBuilder {
   /**
    * A shard's schedule (docs/runtime.md, Delayed delivery): delayed entries by due time (sorted set,
    * score = due time in Redis ms), in the shard stream's slot, so that a producer's write schedules
-   * one (appendEntries-5.lua) and an owner's release moves it into the stream (releaseDue-6.lua)
+   * one (appendEntries-5.lua) and an owner's release moves it into the stream (releaseDue-7.lua)
    * atomically with the stream. Every group sees a released entry: the schedule is the stream's.
    */
   shardSchedule(streamPrefix: string, shardIndex: number): string {
     return `${this.shardStream(streamPrefix, shardIndex)}:schedule`;
+  }
+
+  /**
+   * The delayed entries a shard took from other shards' schedules (acceptMove-5.lua: a hash, source
+   * shard index -> the highest move sequence number taken), in the shard stream's slot, so that a
+   * move sent twice lands once. Kept as the routing markers are.
+   */
+  shardMovesTaken(streamPrefix: string, shardIndex: number): string {
+    return `${this.shardStream(streamPrefix, shardIndex)}:moves-taken`;
   }
 
   /** The fields of the entries in a shard's schedule (hash: schedule id -> fields; includes/schedule.lua), beside it. */

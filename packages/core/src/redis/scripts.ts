@@ -28,7 +28,8 @@ const SCRIPT_FILES = {
   endShardRetirement: 'endShardRetirement-1.lua',
   firstAfter: 'firstAfter-n.lua',
   appendEntries: 'appendEntries-5.lua',
-  releaseDue: 'releaseDue-6.lua',
+  releaseDue: 'releaseDue-7.lua',
+  acceptMove: 'acceptMove-5.lua',
   deferFenced: 'deferFenced-4.lua',
   ensureRouting: 'ensureRouting-1.lua',
   claimDeadLetterReplay: 'claimDeadLetterReplay-2.lua',
@@ -93,7 +94,7 @@ export function runScript(client: RedisClient, script: ScriptName, keys: string[
   return command.call(client, ...scriptArguments(script, keys, args));
 }
 
-/** `runScript` with a reply of Buffers (ioredis' `…Buffer` variant of a defined command): for replies that carry bytes, such as payloads. */
+/** `runScript` with Buffer replies (ioredis' `<command>Buffer`): for a script that returns bytes as they are. */
 export function runScriptBuffer(
   client: RedisClient,
   script: ScriptName,

@@ -5,7 +5,7 @@ import type { KeyBuilder } from './keys';
 import { findGroupInfo, isNoSuchKey, type StreamGroupInfo } from './responses';
 import { withReadDeadline } from './connection/read-deadline';
 import { readScheduleHeads } from './schedule-head';
-import { ensureScripts, pipelineScript, type RedisClient, runScript } from './scripts';
+import { ensureScripts, pipelineScript, type RedisClient, runScript, runScriptBuffer } from './scripts';
 import { NotReplicatedError, type ReplicaWait, waitCommand, waitShortfall } from './connection/replica-wait';
 import { execByNode, execBySlot, isCluster, type NodeBatch, type SlotBatchResult } from './connection/slot-pipelines';
 
@@ -29,6 +29,29 @@ export interface RawEntry {
  * drops them from the pending list as it claims: they cannot be handled, only reported).
  */
 export type ClaimResult = { fenced: true } | { fenced: false; cursor: string; entries: RawEntry[]; deleted: string[] };
+
+/**
+ * A due delayed entry waiting in its shard's schedule to move to its key's shard (releaseDue-7.lua):
+ * its schedule id, move sequence number, stamp (the shard count and marker version it is routed
+ * under), its key ('' when it has none: it stays) and its fields as the schedule keeps them.
+ */
+export interface WaitingMove {
+  id: string;
+  seq: string;
+  count: number;
+  version: number;
+  key: string;
+  fields: Buffer;
+  /** Its due time (Redis ms) when it is not due yet (taken off a shard a shrink removed), else ''. */
+  dueAt: string;
+}
+
+/** What one release call did (ShardClient.releaseDue). */
+export interface ReleaseOutcome {
+  released: number;
+  nextDueInMs: number;
+  moves: WaitingMove[];
+}
 
 /** A shard claim: installed (reading goes on from `cursor`), or refused because `holder`'s token is newer. */
 export type ShardClaim = { claimed: true; cursor: string } | { claimed: false; holder: string };
@@ -238,13 +261,15 @@ export class ShardClient {
 
   /**
    * Moves up to `count` due entries of the shard's schedule, and of this group's deferred retries on
-   * it, into its stream (releaseDue-6.lua),
-   * under this member's fencing token: how many moved and how long until the next is due (0: more
-   * are due now; -1: the schedule is empty), or null when the shard has a newer owner (nothing moved).
+   * it, into its stream (releaseDue-7.lua), under this member's fencing token, first settling what
+   * the member reports of the entries waiting to move (`settled`, in their order: 'd<id>:<seq>' done,
+   * 's<id>:<seq>' stays, 'r<id>:<seq>' refused). How many were released, how long until the next is
+   * due (0: more are due now; -1: the schedule is empty) and the first entries waiting to move (their
+   * key's shard may be another now), or null when the shard has a newer owner (nothing moved).
    */
-  async releaseDue(shardIndex: number, grantEpoch: number, count: number): Promise<{ released: number; nextDueInMs: number } | null> {
+  async releaseDue(shardIndex: number, grantEpoch: number, count: number, settled = ''): Promise<ReleaseOutcome | null> {
     const [stream, fence] = this.shardKeys(shardIndex);
-    const reply = (await runScript(
+    const reply = (await runScriptBuffer(
       this.redis,
       'releaseDue',
       [
@@ -254,11 +279,56 @@ export class ShardClient {
         this.keys.shardScheduledEntries(this.streamPrefix, shardIndex),
         this.keys.shardDeferred(this.streamPrefix, shardIndex, this.consumerGroup),
         this.keys.shardDeferredEntries(this.streamPrefix, shardIndex, this.consumerGroup),
+        this.keys.shardRouting(this.streamPrefix, shardIndex),
       ],
-      [this.token(grantEpoch), count, isCluster(this.redis) ? this.wakeChannel(shardIndex) : ''],
-    )) as number[];
+      [this.token(grantEpoch), count, isCluster(this.redis) ? this.wakeChannel(shardIndex) : '', settled, shardIndex],
+    )) as (number | Buffer)[];
     if (Number(reply[0]) === -1) return null;
-    return { released: Number(reply[0]), nextDueInMs: Number(reply[1]) };
+    const moves: WaitingMove[] = [];
+    for (let i = 2; i + 6 < reply.length; i += 7) {
+      moves.push({
+        id: String(reply[i]),
+        seq: String(reply[i + 1]),
+        count: Number(reply[i + 2]),
+        version: Number(reply[i + 3]),
+        key: String(reply[i + 4]),
+        fields: reply[i + 5] as Buffer,
+        dueAt: String(reply[i + 6]),
+      });
+    }
+    return { released: Number(reply[0]), nextDueInMs: Number(reply[1]), moves };
+  }
+
+  /**
+   * The first step of a move (acceptMove-5.lua): writes a due delayed entry of shard `fromShard`
+   * to the end of `shardIndex`'s stream (one not due yet to its schedule), under its stamp, once per
+   * move sequence number: the new id, 'DONE' (it landed before), 'REFUSED' (a newer resize there:
+   * stamp it again) or 'WAIT'.
+   */
+  async acceptMove(shardIndex: number, fromShard: number, move: WaitingMove): Promise<string> {
+    const [stream] = this.shardKeys(shardIndex);
+    const reply = await runScript(
+      this.redis,
+      'acceptMove',
+      [
+        stream,
+        this.keys.shardRouting(this.streamPrefix, shardIndex),
+        this.keys.shardMovesTaken(this.streamPrefix, shardIndex),
+        this.keys.shardSchedule(this.streamPrefix, shardIndex),
+        this.keys.shardScheduledEntries(this.streamPrefix, shardIndex),
+      ],
+      [
+        fromShard,
+        move.seq,
+        move.count,
+        move.version,
+        shardIndex,
+        move.fields,
+        isCluster(this.redis) ? this.wakeChannel(shardIndex) : '',
+        move.dueAt,
+      ],
+    );
+    return String(reply);
   }
 
   /**

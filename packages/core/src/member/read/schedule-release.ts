@@ -1,5 +1,6 @@
 import type { EventEmitter } from 'node:events';
-import type { ShardClient } from '../../redis/shard-client';
+import { shardForKey } from '../../producer/key-hash';
+import type { ReleaseOutcome, ShardClient, WaitingMove } from '../../redis/shard-client';
 import { withTimeout } from '../abortable-sleep';
 import { ShardError } from '../consumption-errors';
 import { commandCallTimeoutMs, type ResolvedMemberOptions } from '../member-options';
@@ -7,7 +8,7 @@ import type { PollerEvents, ShardSet, ShardState } from '../shard-state';
 import { forShardsSideBySide } from './shards-side-by-side';
 
 /**
- * The most entries one release call moves (releaseDue-6.lua's MAX_RELEASED): one call is one script
+ * The most entries one release call moves (releaseDue-7.lua's MAX_RELEASED): one call is one script
  * run, during which Redis does nothing else; a shard with more due is called again at once.
  */
 export const RELEASED_PER_CALL = 256;
@@ -20,9 +21,20 @@ export const RELEASED_PER_CALL = 256;
 export const RELEASE_SHARDS_PER_TURN = 1024;
 
 /**
+ * The most release calls one shard makes in a turn while more are due than one call releases, or
+ * entries wait to move to their key's shard (each call settles the moves of the one before), and
+ * the most moves (acceptMove calls, one after another: each waits for the one before) it makes in
+ * a turn: a large due schedule is released at several calls a turn rather than one (a turn also
+ * reads and hands out what was read), and after a resize a shard's due entries move over a few
+ * turns; the member's reads are not held for long meanwhile (SPEC 10.8).
+ */
+export const RELEASE_CALLS_PER_TURN = 4;
+export const MOVES_PER_TURN = 64;
+
+/**
  * Delayed delivery, the owner's side (docs/runtime.md, Delayed delivery): in its read loop's turn, a
  * member moves the due entries of each shard it reads from the shard's schedule into its stream
- * (releaseDue-6.lua: one script per call, fenced by the shard's token, due by Redis' clock), where
+ * (releaseDue-7.lua: one script per call, fenced by the shard's token, due by Redis' clock), where
  * every group reads them like any new entry. No process of its own: whichever member owns the shard
  * (in any group) releases, exactly once. Each shard is checked again at its next due time, and at
  * least every `blockMs` (an entry scheduled meanwhile), so an entry is released within about
@@ -57,19 +69,50 @@ export class ScheduleRelease {
   }
 
   /**
-   * One shard's call. Bounded (SPEC 10.1) like the recovery's calls: one that fails or runs past its
+   * One shard's calls. Bounded (SPEC 10.1) like the recovery's calls: one that fails or runs past its
    * bound is an 'error' and a problems line naming the shard (its delayed entries wait meanwhile),
    * tried again after `blockMs`; a call that ran after all moved its entries once (the script is
    * atomic), and the next call moves the rest. A refusal (a newer token) moves nothing: the shard
-   * is someone else's, and the next heartbeat says so.
+   * is someone else's, and the next heartbeat says so. Called again while more are due, and while
+   * entries wait to move (their key's shard is another since a resize: moved, and the outcome
+   * settled in the next call), up to RELEASE_CALLS_PER_TURN calls a turn.
    */
   private async release(state: ShardState): Promise<void> {
-    let outcome: Awaited<ReturnType<ShardClient['releaseDue']>>;
+    let outcome: ReleaseOutcome | null = null;
+    let settled = '';
+    let refused = '';
+    let waiting = false;
+    let waitsFor: number | undefined;
+    let released = 0;
+    const budget = { moves: MOVES_PER_TURN };
     try {
-      outcome = await withTimeout(
-        this.client.releaseDue(state.index, state.grantEpoch, RELEASED_PER_CALL),
-        commandCallTimeoutMs(this.options),
-      );
+      for (let round = 0; ; round++) {
+        outcome = await withTimeout(
+          this.client.releaseDue(state.index, state.grantEpoch, RELEASED_PER_CALL, settled),
+          commandCallTimeoutMs(this.options),
+        );
+        released += outcome?.released ?? 0;
+        if (outcome === null || round === RELEASE_CALLS_PER_TURN - 1 || !this.shards.isCurrent(state)) break;
+        if (outcome.moves.length === 0) {
+          settled = '';
+          if (outcome.released < RELEASED_PER_CALL || outcome.nextDueInMs !== 0) break;
+          continue;
+        }
+        // Stamped again as it was refused: this shard's marker has not heard of the resize its key's
+        // shard refused it for (its marker is written a moment later): tried again after blockMs.
+        const first = outcome.moves[0];
+        if (refused === stampOf(first)) {
+          waiting = true;
+          break;
+        }
+        ({ settled, refused, waitsFor } = await this.moveToTheirShards(state.index, outcome.moves, budget));
+        // Nothing could be settled: a key's shard not ready for it yet (tried again after blockMs),
+        // or this turn's moves spent (the next turn goes on).
+        if (settled === '') {
+          waiting = budget.moves > 0;
+          break;
+        }
+      }
     } catch (error) {
       if (!this.shards.isCurrent(state)) return;
       state.nextScheduleCheckAt = Date.now() + this.options.blockMs;
@@ -79,9 +122,59 @@ export class ScheduleRelease {
       return;
     }
     if (!this.shards.isCurrent(state)) return;
-    state.problems.delete('schedule');
-    if (outcome !== null && outcome.released > 0) this.events.emit('released', { shardIndex: state.index, count: outcome.released });
-    const next = outcome === null || outcome.nextDueInMs < 0 ? this.options.blockMs : Math.min(this.options.blockMs, outcome.nextDueInMs);
-    state.nextScheduleCheckAt = Date.now() + next;
+    // Nothing is skipped silently (SPEC 9.1): an entry that cannot move says where it waits to go.
+    if (waitsFor === undefined) state.problems.delete('schedule');
+    else {
+      state.problems.set(
+        'schedule',
+        `shard ${state.index}: a due delayed entry waits to move to shard ${waitsFor}, whose routing marker does not take it yet (a resize not written or not switched there); tried again every ${this.options.blockMs} ms`,
+      );
+    }
+    if (released > 0) this.events.emit('released', { shardIndex: state.index, count: released });
+    const next =
+      outcome === null || waiting || outcome.nextDueInMs < 0 ? this.options.blockMs : Math.min(this.options.blockMs, outcome.nextDueInMs);
+    state.nextScheduleCheckAt = Date.now() + (outcome !== null && outcome.moves.length > 0 && !waiting ? 0 : next);
   }
+
+  /**
+   * The first step of each move, in move order (docs/runtime.md, Delayed delivery): an entry whose
+   * key routes to this shard under its stamp stays ('s'); one whose key routes elsewhere is written
+   * there (acceptMove-5.lua) and done ('d'), or refused there for a newer resize ('r', stamped again).
+   * One at a time, and never past one that is not settled, nor a move past a stay not yet released:
+   * a key's entries keep their order, and a key's shard has taken every earlier move of this shard
+   * when it takes a later one. What is settled goes in the next release call (the second step).
+   */
+  private async moveToTheirShards(
+    shardIndex: number,
+    moves: readonly WaitingMove[],
+    budget: { moves: number },
+  ): Promise<{ settled: string; refused: string; waitsFor?: number }> {
+    const settled: string[] = [];
+    let refused = '';
+    let stays = false;
+    for (const move of moves) {
+      // No key, or stamped where the shard had no routing marker (Redis lost it): it stays here.
+      const target = move.key === '' || move.count < 1 ? shardIndex : shardForKey(move.key, move.count);
+      if (target === shardIndex) {
+        settled.push(`s${move.id}:${move.seq}`);
+        stays = true;
+        continue;
+      }
+      if (stays || budget.moves === 0) break;
+      budget.moves--;
+      const answer = await withTimeout(this.client.acceptMove(target, shardIndex, move), commandCallTimeoutMs(this.options));
+      if (answer === 'WAIT') return { settled: settled.join(' '), refused, waitsFor: target };
+      settled.push(`${answer === 'REFUSED' ? 'r' : 'd'}${move.id}:${move.seq}`);
+      if (answer === 'REFUSED') {
+        refused = stampOf(move);
+        break;
+      }
+    }
+    return { settled: settled.join(' '), refused };
+  }
+}
+
+/** A waiting move's stamp, with its id: the same after a refusal means it was stamped again as it was. */
+function stampOf(move: WaitingMove): string {
+  return `${move.id} ${move.seq} ${move.count} ${move.version}`;
 }

@@ -4,7 +4,7 @@
   while the caller still holds the shard's fencing token (SPEC 9.2: side writes are fenced like
   acks). Both happen or neither: a member that lost the shard defers nothing and acks nothing (its
   new owner decides about the entry), and a member that dies after this call loses nothing (the
-  entry is in the schedule, whoever owns the shard releases it when due: releaseDue-6.lua).
+  entry is in the schedule, whoever owns the shard releases it when due: releaseDue-7.lua).
 
   KEYS[1]  the shard stream   KEYS[2]  the shard's fencing token of the group
   KEYS[3]  the group's deferred schedule on the shard (sorted set: entry id -> due time, Redis ms)
@@ -26,7 +26,7 @@ if not holdsFence(fence, token) then return -1 end
 if #redis.call('XPENDING', stream, consumerGroup, entryId, entryId, 1) == 0 then return '' end
 -- At most an entry's 4 fields and the two of a deferral (entry-format.ts): 12 values. The caller
 -- keeps each field once (ShardClient.defer); more would make the release's unpack fail on every
--- turn (releaseDue-6.lua) and hold up the group's other deferred retries on the shard (SPEC 10.7).
+-- turn (releaseDue-7.lua) and hold up the group's other deferred retries on the shard (SPEC 10.7).
 local MAX_VALUES = 12
 if #ARGV - 4 > MAX_VALUES then
   return redis.error_reply(string.format('deferFenced: at most %d field values, got %d', MAX_VALUES, #ARGV - 4))

@@ -1,7 +1,7 @@
 --[[
   makeScheduledDue-2: makes scheduled entries due now (CoordinatorAdmin.releaseScheduled, rsc
   schedule release, the testing kit's releaseScheduled): their due time becomes Redis' TIME, so the
-  shard's owner releases them into the stream in its next turn (releaseDue-6.lua, fenced: this
+  shard's owner releases them into the stream in its next turn (releaseDue-7.lua, fenced: this
   script moves nothing into the stream itself). One entry by id, or the schedule's next `limit` not
   yet due; an entry due already is left as it is (its place among the due ones is kept).
 
@@ -22,7 +22,7 @@ local nowText = string.format('%.0f', now)
 
 if id ~= '' then
   local due = redis.call('ZSCORE', schedule, id)
-  -- An id in the sorted set without its fields is not an entry (releaseDue-6.lua would drop it).
+  -- An id in the sorted set without its fields is not an entry (releaseDue-7.lua would drop it).
   if not due or redis.call('HEXISTS', entries, id) == 0 then return { 0, nowText, '' } end
   if tonumber(due) <= now then return { 0, nowText, due } end
   redis.call('ZADD', schedule, 'XX', nowText, id)

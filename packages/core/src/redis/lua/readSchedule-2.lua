@@ -1,7 +1,7 @@
 --[[
   readSchedule-2: one page of a schedule for CoordinatorAdmin.readSchedule (rsc schedule list, the
   testing kit): a shard's delayed entries, or one group's deferred retries on it, in due order (ids
-  of one due time in id order, as releaseDue-6.lua releases them). Read-only.
+  of one due time in id order, as releaseDue-7.lua releases them). Read-only.
 
   KEYS[1]  the schedule (sorted set: id -> due time, Redis ms)
   KEYS[2]  its entries (hash: id -> fields, cmsgpack; includes/schedule.lua)

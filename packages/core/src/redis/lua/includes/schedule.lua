@@ -4,10 +4,32 @@
 -- an entry atomically with the stream. The hash also keeps SCHEDULE_SEQ, the last schedule id given.
 local SCHEDULE_SEQ = '#seq'
 
--- The due time (Redis ms) of a due spec ('+<ms>' after `now`, '@<epoch ms>'), or nil when the
--- entry is due now ('' or a time not after `now`): it is written to the stream at once.
+-- The field beside a scheduled entry (`<schedule id>:c`) that keeps the shard count its key was
+-- routed with (a due spec ending in 'k': the producer routed it by its key, not by an explicit
+-- shardIndex). releaseDue-7.lua compares it with the count in effect when the entry is due: a key
+-- the count then routes elsewhere is moved to its shard (docs/runtime.md, Delayed delivery).
+local ROUTED_COUNT = ':c'
+-- The field that stamps an entry waiting to move (`<schedule id>:m`): '<count> <version>', the
+-- source's routing marker when it was (last) routed; acceptMove-5.lua takes it only under that.
+local MOVE_STAMP = ':m'
+-- The hash field of the last move sequence number given (releaseDue-7.lua).
+local MOVE_SEQ = '#move'
+-- An entry waiting to move keeps its place in the schedule with a score at or below 0 (its move
+-- sequence number less MOVE_BASE): the schedule's ZCARD, hence describeGroup, a shrink's drain and
+-- deleteDrainedShards, still counts it, and it sorts before every due time, in move order.
+local MOVE_BASE = 9007199254740992
+
+-- Whether a due spec is of an entry routed by its key (a trailing 'k').
+local function routedByKey(spec)
+  return string.sub(spec, -1) == 'k'
+end
+
+-- The due time (Redis ms) of a due spec ('+<ms>' after `now`, '@<epoch ms>', either with a trailing
+-- 'k' when routed by its key), or nil when the entry is due now ('' or a time not after `now`): it
+-- is written to the stream at once.
 local function dueTimeOf(spec, now)
   if spec == '' then return nil end
+  if routedByKey(spec) then spec = string.sub(spec, 1, -2) end
   local value = tonumber(string.sub(spec, 2))
   if not value then return nil end
   local due = string.sub(spec, 1, 1) == '+' and now + value or value

@@ -1,0 +1,217 @@
+--[[
+  releaseDue-7: moves a shard's due scheduled entries into its stream, in due order, each one's
+  schedule entry removed and its stream entry added in this one script, so an entry is released
+  exactly once however many members (of however many groups) try (docs/runtime.md, Delayed
+  delivery). Only a current owner of the shard may release: the caller's fencing token of its group
+  must be the one stored (a member that lost the shard releases nothing, SPEC 9.2). Due-ness is
+  Redis' TIME, never the caller's clock.
+
+  A due entry routed by its key goes where a producer's write of its key would go now: when the
+  shard count in effect (the shard's routing marker) is not the one it was routed with, or entries
+  before it still wait to move, it is not released here but waits to move, in the schedule with a
+  score at or below 0 (includes/schedule.lua: its move sequence number, its stamp). The caller
+  routes it (jump hash, which Lua cannot afford per entry) and either writes it to its key's shard
+  (acceptMove-5.lua, in that shard's slot, at most once per move sequence number) and reports it
+  done, or reports that it stays: both in ARGV[4] of its next call, which removes the one and
+  releases the other here, each only while it still waits under the sequence number given.
+
+  KEYS[1]  the shard stream   KEYS[2]  the caller's group's fencing token on the shard
+  KEYS[3]  the shard's schedule (sorted set: schedule id -> due time, Redis ms; <= 0: waiting to move)
+  KEYS[4]  the shard's scheduled entries (hash: schedule id -> fields, cmsgpack; includes/schedule.lua)
+  KEYS[5], KEYS[6]  the same for the caller's group's deferred retries on the shard (deferFenced-4.lua):
+           released into the same stream, each carrying its group and attempt count (fields `g`, `a`),
+           so that the other groups acknowledge it unhandled and the deferring group's count goes on.
+           They never move: a deferred retry promises no place in its key's order (docs/runtime.md)
+  KEYS[7]  the shard's routing marker (includes/routing.lua)
+  ARGV[1]  the caller's token   ARGV[2]  the most entries to release (at most MAX_RELEASED)
+  ARGV[3]  a shard channel to SPUBLISH on once an entry is released, or '' for none (a Cluster's
+           members poll their shards: this wakes them, as appendEntries-5.lua does)
+  ARGV[4]  what the caller settled of the entries waiting to move, in move order, space-separated:
+           'd<id>:<seq>' written to its key's shard (removed here), 's<id>:<seq>' its key routes
+           here under its stamp (released here if the stamp is still the marker's, else stamped
+           again), 'r<id>:<seq>' refused by its key's shard for a newer resize (stamped again). The
+           first item that does not apply as given ends the list: the rest wait for the next call
+  ARGV[5]  this shard's index: once a shrink removed it, its keyed entries not due yet move too
+
+  Output: {released, nextDueInMs, then per entry waiting to move (the first MOVES_REPLIED, in move
+  order): id, seq, stamp count, stamp version, key, fields (cmsgpack), due time ('' when due)}: how many entries were
+  released, and how long until the next scheduled entry is due (0: more are due now, beyond the
+  count; -1: the schedule is empty); {-1} when the caller no longer holds the shard (nothing moved).
+]]
+--- @include "includes/fence"
+--- @include "includes/time"
+--- @include "includes/routing"
+--- @include "includes/schedule"
+
+-- The most entries one call releases: one call is one script run, Redis does nothing else meanwhile;
+-- the rest go in the next call. Each XADD unpacks one entry's fields (at most 12 values).
+local MAX_RELEASED = 256
+-- The most entries waiting to move at once: past it, due keyed entries wait in the schedule (in
+-- order) until the caller has moved some; the reply carries MOVES_REPLIED of them.
+local MAX_MOVING = 1024
+local MOVES_REPLIED = 64
+
+local stream, fence, schedule, entries, marker = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[7]
+if not holdsFence(fence, ARGV[1]) then return { -1 } end
+local limit = math.min(tonumber(ARGV[2]) or 0, MAX_RELEASED)
+local now = nowMs()
+local inEffect = routingInEffect(marker, function() return now end)
+local stampNow = inEffect .. ' ' .. (redis.call('HGET', marker, 'version') or '0')
+
+local released = 0
+local function forget(schedule, entries, id)
+  redis.call('ZREM', schedule, id)
+  redis.call('HDEL', entries, id, id .. ROUTED_COUNT, id .. MOVE_STAMP)
+end
+-- One entry into the stream (fields as kept), or Redis' error when its XADD failed (OOM).
+local function xadd(packed)
+  local id = redis.pcall('XADD', stream, '*', unpack(cmsgpack.unpack(packed)))
+  if type(id) == 'table' then return id end
+  released = released + 1
+end
+local function release(schedule, entries, id)
+  local packed = redis.call('HGET', entries, id)
+  local failed = packed and xadd(packed)
+  if failed then return failed end
+  forget(schedule, entries, id)
+end
+-- Released entries' schedule entries and fields, removed a call's worth at once (ZREM and HDEL of
+-- many are far cheaper than one each); at most MAX_RELEASED ids, so one unpack each.
+local function forgetAll(schedule, entries, ids, fields)
+  if #ids == 0 then return end
+  redis.call('ZREM', schedule, unpack(ids))
+  redis.call('HDEL', entries, unpack(fields))
+end
+
+-- What the caller settled, in move order; its ids are checked against the schedule, never trusted.
+for item in string.gmatch(ARGV[4], '%S+') do
+  local outcome, id, seq = string.match(item, '^([dsr])(s%d+):(%d+)$')
+  if not outcome then break end
+  local score = redis.call('ZSCORE', schedule, id)
+  if not score or tonumber(score) ~= tonumber(seq) - MOVE_BASE then break end
+  if outcome == 'd' then
+    forget(schedule, entries, id)
+  elseif outcome == 's' and string.sub(redis.call('HGET', entries, id .. MOVE_STAMP) or '', 1, #stampNow + 1) == stampNow .. ' ' then
+    local dueMs = tonumber(string.match(redis.call('HGET', entries, id .. MOVE_STAMP), '^%d+ %d+ (%d+)$') or '')
+    if dueMs and dueMs > now then
+      -- Not due yet (taken off a removed shard that a resize made the stream's again): back to waiting.
+      redis.call('ZADD', schedule, string.format('%.0f', dueMs), id)
+      redis.call('HDEL', entries, id .. MOVE_STAMP)
+    else
+      local failed = release(schedule, entries, id)
+      if failed then return redis.error_reply(tostring(failed.err)) end
+    end
+  else
+    -- Refused by its key's shard for a newer resize, or routed here under a count no longer in
+    -- effect: routed again under the marker's stamp now, keeping its place (its sequence number)
+    -- and its due time.
+    local stamp = redis.call('HGET', entries, id .. MOVE_STAMP) or ''
+    redis.call('HSET', entries, id .. MOVE_STAMP, stampNow .. ' ' .. (string.match(stamp, '^%S+ %S+ (%d+)$') or ''))
+    break
+  end
+end
+
+local moving = redis.call('ZCOUNT', schedule, '-inf', 0)
+-- Puts an entry in the moves, after those there: its move number, its stamp, and its due time when
+-- it is not due yet ('' when it is).
+local function toMove(id, dueMs)
+  local seq = redis.call('HINCRBY', entries, MOVE_SEQ, 1)
+  -- Fresh (the hash was deleted with a retired shard): above every number given before, so that a
+  -- key's shard that recorded one (acceptMove-5.lua) takes the new ones.
+  if seq == 1 then
+    seq = now * 1024
+    redis.call('HSET', entries, MOVE_SEQ, string.format('%.0f', seq))
+  end
+  redis.call('ZADD', schedule, string.format('%.0f', seq - MOVE_BASE), id)
+  redis.call('HSET', entries, id .. MOVE_STAMP, stampNow .. ' ' .. dueMs)
+  moving = moving + 1
+end
+local due = limit > released and redis.call('ZRANGEBYSCORE', schedule, 1, now, 'LIMIT', 0, limit - released) or {}
+local releasedIds, releasedFields, failure = {}, {}, nil
+-- Every due entry's fields and routed count in one HMGET (at most 2 * MAX_RELEASED fields): one
+-- call per entry fewer, the larger part of a release's cost after the XADD itself.
+local wanted = {}
+for i, id in ipairs(due) do
+  wanted[2 * i - 1], wanted[2 * i] = id, id .. ROUTED_COUNT
+end
+local stored = #due > 0 and redis.call('HMGET', entries, unpack(wanted)) or {}
+for i, id in ipairs(due) do
+  local packed, routed = stored[2 * i - 1], stored[2 * i]
+  -- Once one entry waits to move, every keyed one due after it does too: a key's later entry must
+  -- not be released before its earlier one has found its shard.
+  if routed and inEffect > 0 and (moving > 0 or tonumber(routed) ~= inEffect) then
+    if moving >= MAX_MOVING then break end
+    toMove(id, '')
+  else
+    -- Each entry is written whole before the next: should an XADD fail (OOM), the script stops
+    -- with the earlier ones released (and removed below) and this one still scheduled.
+    failure = packed and xadd(packed)
+    if failure then break end
+    releasedIds[#releasedIds + 1] = id
+    releasedFields[#releasedFields + 1] = id
+    releasedFields[#releasedFields + 1] = id .. ROUTED_COUNT
+  end
+end
+forgetAll(schedule, entries, releasedIds, releasedFields)
+
+-- A shard a shrink removed (no longer writable) has no future of its own: its keyed entries not due
+-- yet move to their key's shard now, into its schedule with their due time, rather than hold the
+-- shrink's drain until they are due. After the due ones (they come first in move order), a call's
+-- worth at a time.
+if not failure and inEffect > 0 and tonumber(ARGV[5]) >= inEffect and moving < MAX_MOVING then
+  local ahead = redis.call('ZRANGEBYSCORE', schedule, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, math.min(limit, MAX_MOVING - moving))
+  for i = 1, #ahead, 2 do
+    if redis.call('HEXISTS', entries, ahead[i] .. ROUTED_COUNT) == 1 then toMove(ahead[i], ahead[i + 1]) end
+  end
+end
+
+local nextDueInMs = -1
+local function nextDue(schedule, from)
+  local first = redis.call('ZRANGEBYSCORE', schedule, from, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if #first > 0 then
+    local wait = math.max(0, tonumber(first[2]) - now)
+    if nextDueInMs < 0 or wait < nextDueInMs then nextDueInMs = wait end
+  end
+end
+
+-- The group's deferred retries: released here, in due order.
+local deferred, deferredEntries = KEYS[5], KEYS[6]
+local dueRetries = not failure and limit > released and redis.call('ZRANGEBYSCORE', deferred, '-inf', now, 'LIMIT', 0, limit - released) or {}
+releasedIds, releasedFields = {}, {}
+for _, id in ipairs(dueRetries) do
+  local packed = redis.call('HGET', deferredEntries, id)
+  failure = packed and xadd(packed)
+  if failure then break end
+  releasedIds[#releasedIds + 1] = id
+  releasedFields[#releasedFields + 1] = id
+end
+forgetAll(deferred, deferredEntries, releasedIds, releasedFields)
+nextDue(schedule, '(0')
+nextDue(deferred, '-inf')
+if released > 0 and ARGV[3] ~= '' then redis.pcall('SPUBLISH', ARGV[3], '') end
+-- What was released stays released (and removed); the caller hears of the failure and calls again.
+if failure then return redis.error_reply(tostring(failure.err)) end
+
+local reply = { released, nextDueInMs }
+if moving > 0 then
+  local waiting = redis.call('ZRANGEBYSCORE', schedule, '-inf', 0, 'WITHSCORES', 'LIMIT', 0, MOVES_REPLIED)
+  for i = 1, #waiting, 2 do
+    local id = waiting[i]
+    local packed = redis.call('HGET', entries, id)
+    local stamp = redis.call('HGET', entries, id .. MOVE_STAMP) or stampNow
+    local fields = packed and cmsgpack.unpack(packed) or {}
+    local key
+    for f = 1, #fields - 1, 2 do
+      if fields[f] == 'k' then key = fields[f + 1] end
+    end
+    local count, version, dueMs = string.match(stamp, '^(%d+) (%d+) ?(%d*)$')
+    reply[#reply + 1] = id
+    reply[#reply + 1] = string.format('%.0f', tonumber(waiting[i + 1]) + MOVE_BASE)
+    reply[#reply + 1] = tonumber(count or 0)
+    reply[#reply + 1] = tonumber(version or 0)
+    reply[#reply + 1] = key or ''
+    reply[#reply + 1] = packed or ''
+    reply[#reply + 1] = dueMs or ''
+  end
+end
+return reply

@@ -1,0 +1,247 @@
+import { describe, expect, it } from 'vitest';
+import { CoordinatorAdmin, KeyBuilder, StreamProducer, type StreamMessage } from '@redis-stream-coordinator/core';
+import { shardForKey } from '../../packages/core/src/producer/key-hash';
+import { fenceToken, ShardClient } from '../../packages/core/src/redis/shard-client';
+import { hookCommands, isScriptOn } from '../support/command-hooks';
+import type { KeyedPayload } from '../support/handler-recorder';
+import { memberFactory } from '../support/member-factory';
+import { pollUntil } from '../support/poll';
+import { uniqueName, useRedisServer } from '../support/vitest-redis';
+
+// docs/runtime.md, Delayed delivery ("Resharding"): a delayed entry takes its place in its key's
+// order when it is due, so it enters the stream of the shard its key routes to then, whatever the
+// shard count was when it was sent. It moves in two steps in two slots (acceptMove-5.lua on the
+// key's shard, then its removal by the source's next releaseDue-7.lua call): nothing lost and
+// nothing written twice, whichever step a member dies after.
+
+const redis = useRedisServer();
+const BLOCK_MS = 300;
+const aMember = memberFactory(redis, { blockMs: BLOCK_MS });
+const keys = new KeyBuilder();
+
+/** `count` keys that `from` shards route to an old shard and `to` shards to another (moved), or to the same (staying). */
+function keysThat(kind: 'move' | 'stay', from: number, to: number, count: number): string[] {
+  const found: string[] = [];
+  for (let i = 0; found.length < count; i++) {
+    const key = `key-${i}`;
+    const moves = shardForKey(key, from) !== shardForKey(key, to);
+    if (moves === (kind === 'move')) found.push(key);
+  }
+  return found;
+}
+
+async function aStream(shardCount: number, label: string): Promise<string> {
+  const streamPrefix = uniqueName(label);
+  await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount });
+  return streamPrefix;
+}
+
+/** A handler that records each entry's key, seq and shard, in the order handled. */
+function recorder() {
+  const seen: { key: string | undefined; seq: number; shardIndex: number }[] = [];
+  return {
+    seen,
+    handler: (message: StreamMessage<KeyedPayload>) => {
+      seen.push({ key: message.key, seq: message.payload.seq, shardIndex: message.shardIndex });
+    },
+    seqsOf: (key: string) => seen.filter((s) => s.key === key).map((s) => s.seq),
+  };
+}
+
+/** What every shard's schedule and stream hold, as stored. */
+async function storedEntries(streamPrefix: string, shardCount: number) {
+  const client = redis.client();
+  let scheduled = 0;
+  const streams: { key: string; seq: number; shardIndex: number }[] = [];
+  for (let shardIndex = 0; shardIndex < shardCount; shardIndex++) {
+    scheduled += await client.zcard(keys.shardSchedule(streamPrefix, shardIndex));
+    for (const [, fields] of await client.xrange(keys.shardStream(streamPrefix, shardIndex), '-', '+')) {
+      const seq = (JSON.parse(fields[fields.indexOf('p') + 1]) as KeyedPayload).seq;
+      streams.push({ key: fields[fields.indexOf('k') + 1], seq, shardIndex });
+    }
+  }
+  return { scheduled, streams };
+}
+
+/** The shard's fencing token set to a protocol-level owner's (no member holds the shard meanwhile). */
+async function ownedBy(streamPrefix: string, shardIndex: number, memberId: string): Promise<ShardClient> {
+  await redis.client().set(keys.shardFence(streamPrefix, shardIndex, 'group'), fenceToken('0', 1, memberId));
+  return new ShardClient(redis.client(), keys, streamPrefix, 'group', memberId);
+}
+
+/**
+ * Delayed entries of moved and staying keys sent before a growth 2 -> 4, due inside its cutover
+ * (graceMs 2000: the new shards are held until the old ones are processed past it), with entries of
+ * each key before the growth (0), after it and before the due time (1) and after the due time (3).
+ */
+async function growthCase(ordered: boolean): Promise<void> {
+  const streamPrefix = await aStream(2, ordered ? 'delayed-grow' : 'delayed-grow-unordered');
+  const recorded = recorder();
+  const member = aMember({ streamPrefix, handler: recorded.handler, cutoverCheckIntervalMs: 50 });
+  await member.start();
+  await pollUntil('both shards owned', async () => member.ownedShards().length === 2);
+  const moved = keysThat('move', 2, 4, 4);
+  const staying = keysThat('stay', 2, 4, 2);
+  const all = [...moved, ...staying];
+  const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 100 });
+  await producer.sendBatch(all.map((key) => ({ key, payload: { seq: 0 } })));
+  await producer.sendBatch(all.map((key) => ({ key, payload: { seq: 2 }, delayMs: 1500 })));
+  await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 4, { ordered, graceMs: 2000 });
+  await producer.sendBatch(all.map((key) => ({ key, payload: { seq: 1 } }))); // after the growth, before the due time
+  await pollUntil('every delayed entry handled', async () => recorded.seen.filter((s) => s.seq === 2).length === all.length, {
+    timeoutMs: 20_000,
+  });
+  await producer.sendBatch(all.map((key) => ({ key, payload: { seq: 3 } }))); // after the due time
+  await pollUntil('everything handled', async () => recorded.seen.length === all.length * 4, { timeoutMs: 20_000 });
+  for (const key of all) {
+    // Unordered, the key's entry on its old shard (0) may run after those on its new one.
+    const seqs = ordered ? recorded.seqsOf(key) : recorded.seqsOf(key).filter((seq) => seq !== 0);
+    expect(seqs, key).toEqual(ordered ? [0, 1, 2, 3] : [1, 2, 3]);
+    const delayed = recorded.seen.find((s) => s.key === key && s.seq === 2);
+    expect(delayed?.shardIndex, `${key}'s delayed entry`).toBe(shardForKey(key, 4));
+  }
+  const { scheduled, streams } = await storedEntries(streamPrefix, 4);
+  expect(scheduled).toBe(0);
+  expect(streams).toHaveLength(all.length * 4); // each written once
+}
+
+describe('delayed entries across a resize', () => {
+  it("ordered growth: a delayed entry due after it, during the cutover, enters the shard its key routes to then, in its key's order", () =>
+    growthCase(true));
+
+  it("unordered growth: a delayed entry due after it enters the shard its key routes to then, in its key's order", () => growthCase(false));
+
+  it("keyed shrink: a removed shard's delayed entry moves to its key's surviving shard before it is due, so the drain does not wait for it", async () => {
+    const streamPrefix = await aStream(2, 'delayed-shrink-keyed');
+    const recorded = recorder();
+    const member = aMember({ streamPrefix, handler: recorded.handler, cutoverCheckIntervalMs: 50, sessionTimeoutMs: 3000 });
+    await member.start();
+    const key = keysThat('move', 2, 1, 1)[0];
+    const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 100 });
+    const { dueAt } = await producer.send({ key, payload: { seq: 1 }, delayMs: 8000 });
+    const admin = new CoordinatorAdmin(redis.client());
+    await admin.resizeShards(streamPrefix, 1, { graceMs: 50, switchDelayMs: 50 });
+    const readabilityOf1 = async () =>
+      (await admin.describeGroup(streamPrefix, 'group')).shards.find((s) => s.shardIndex === 1)?.readability;
+    await pollUntil('shard 1 drained', async () => (await readabilityOf1()) === 'drained', { timeoutMs: 20_000 });
+    const [seconds, micros] = await redis.client().time();
+    expect(Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)).toBeLessThan(dueAt!);
+    expect(recorded.seen).toEqual([]);
+    expect(await redis.client().zcard(keys.shardSchedule(streamPrefix, 0))).toBe(1); // waiting on its key's shard, due time kept
+    await pollUntil('handled', async () => recorded.seen.length === 1, { timeoutMs: 20_000 });
+    expect(recorded.seen).toEqual([{ key, seq: 1, shardIndex: 0 }]);
+    expect(await storedEntries(streamPrefix, 2)).toEqual({ scheduled: 0, streams: [{ key, seq: 1, shardIndex: 0 }] });
+  });
+
+  it('an owner killed between the two steps of a move loses nothing and writes nothing twice; a late resend of the first step writes nothing', async () => {
+    const streamPrefix = await aStream(2, 'delayed-move-crash');
+    const [key] = keysThat('move', 2, 4, 1);
+    const [from, to] = [shardForKey(key, 2), shardForKey(key, 4)];
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.send({ key, payload: { seq: 1 }, delayMs: 200 });
+    await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 4, { ordered: false });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const dying = await ownedBy(streamPrefix, from, 'dying-member');
+    const outcome = await dying.releaseDue(from, 1, 256);
+    expect(outcome?.released).toBe(0);
+    expect(outcome?.moves.map((m) => [m.key, m.count])).toEqual([[key, 4]]);
+    const move = outcome!.moves[0];
+    expect(await dying.acceptMove(to, from, move)).toMatch(/^\d+-\d+$/);
+    // It dies here: the entry is in its key's shard and still waits in its source's schedule.
+    expect(await storedEntries(streamPrefix, 4)).toEqual({ scheduled: 1, streams: [{ key, seq: 1, shardIndex: to }] });
+    await redis.client().del(keys.shardFence(streamPrefix, from, 'group'));
+    const recorded = recorder();
+    await aMember({ streamPrefix, handler: recorded.handler }).start();
+    await pollUntil('handled', async () => recorded.seen.length === 1, { timeoutMs: 15_000 });
+    await pollUntil('the source schedule emptied', async () => (await storedEntries(streamPrefix, 4)).scheduled === 0);
+    expect(await dying.acceptMove(to, from, move)).toBe('DONE'); // the dead owner's request, arriving late
+    expect(await storedEntries(streamPrefix, 4)).toEqual({ scheduled: 0, streams: [{ key, seq: 1, shardIndex: to }] });
+    expect(recorded.seen).toEqual([{ key, seq: 1, shardIndex: to }]);
+  });
+
+  it('a move stamped before another resize is refused by its old target for good and routed again under the new count', async () => {
+    const streamPrefix = await aStream(2, 'delayed-move-restamp');
+    // Moved by both growths: 2 -> 4 and 4 -> 8.
+    const key = keysThat('move', 2, 4, 50).find((k) => shardForKey(k, 4) !== shardForKey(k, 8))!;
+    const from = shardForKey(key, 2);
+    const admin = new CoordinatorAdmin(redis.client());
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.send({ key, payload: { seq: 1 }, delayMs: 200 });
+    await admin.resizeShards(streamPrefix, 4, { ordered: false });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const dying = await ownedBy(streamPrefix, from, 'dying-member');
+    const move = (await dying.releaseDue(from, 1, 256))!.moves[0];
+    expect(move.count).toBe(4);
+    await admin.resizeShards(streamPrefix, 8, { ordered: false });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(await dying.acceptMove(shardForKey(key, 4), from, move)).toBe('REFUSED');
+    await redis.client().del(keys.shardFence(streamPrefix, from, 'group'));
+    const recorded = recorder();
+    await aMember({ streamPrefix, handler: recorded.handler }).start();
+    await pollUntil('handled', async () => recorded.seen.length === 1, { timeoutMs: 15_000 });
+    expect(recorded.seen).toEqual([{ key, seq: 1, shardIndex: shardForKey(key, 8) }]);
+    await pollUntil('the source schedule emptied', async () => (await storedEntries(streamPrefix, 8)).scheduled === 0);
+    expect((await storedEntries(streamPrefix, 8)).streams).toEqual([{ key, seq: 1, shardIndex: shardForKey(key, 8) }]);
+  });
+
+  it("an entry whose key's shard has no routing marker waits to move, visibly, and moves once the marker is written", async () => {
+    const streamPrefix = await aStream(2, 'delayed-move-wait');
+    const [key] = keysThat('move', 2, 4, 1);
+    const [from, to] = [shardForKey(key, 2), shardForKey(key, 4)];
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.send({ key, payload: { seq: 1 }, delayMs: 200 });
+    const admin = new CoordinatorAdmin(redis.client());
+    await admin.resizeShards(streamPrefix, 4, { ordered: false });
+    await redis.client().del(keys.shardRouting(streamPrefix, to)); // as if the resize could not write it
+    const recorded = recorder();
+    const member = aMember({ streamPrefix, handler: recorded.handler });
+    await member.start();
+    await pollUntil('the wait shown', async () =>
+      member.stats().problems.some((p) => p.startsWith(`shard ${from}: a due delayed entry waits to move to shard ${to}`)),
+    );
+    expect((await storedEntries(streamPrefix, 4)).scheduled).toBe(1);
+    await admin.resizeShards(streamPrefix, 4); // the same count again writes the missing markers
+    await pollUntil('handled', async () => recorded.seen.length === 1, { timeoutMs: 15_000 });
+    expect(recorded.seen).toEqual([{ key, seq: 1, shardIndex: to }]);
+    await pollUntil('the wait cleared', async () => !member.stats().problems.some((p) => p.includes('waits to move')));
+  });
+
+  it("a member whose removal step is lost, and one whose first step's reply is lost, still moves each entry once", async () => {
+    const streamPrefix = await aStream(2, 'delayed-move-lost');
+    const moved = keysThat('move', 2, 4, 6);
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.sendBatch(moved.map((key) => ({ key, payload: { seq: 1 }, delayMs: 200 })));
+    await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 4, { ordered: false });
+    const connection = redis.client();
+    const other = redis.client();
+    let lostRemovals = 0;
+    let lostReplies = 0;
+    const schedules = [0, 1].map((i) => keys.shardSchedule(streamPrefix, i));
+    const takenLogs = [0, 1, 2, 3].map((i) => keys.shardMovesTaken(streamPrefix, i));
+    hookCommands(connection, async (name, args) => {
+      // The second step (a release call settling moves done, its next-to-last argument): lost before it reaches Redis, twice.
+      if (schedules.some((s) => isScriptOn(name, args, s)) && /(^| )ds\d/.test(args[args.length - 2]) && lostRemovals < 2) {
+        lostRemovals++;
+        return new Error('connection lost');
+      }
+      // The first step: run, and its reply lost, twice.
+      if (takenLogs.some((t) => isScriptOn(name, args, t)) && lostReplies < 2) {
+        lostReplies++;
+        await other.call(name, ...args);
+        return new Error('connection lost');
+      }
+      return 'send';
+    });
+    const recorded = recorder();
+    await aMember({ streamPrefix, handler: recorded.handler }, connection).start();
+    await pollUntil('all handled', async () => recorded.seen.length === moved.length, { timeoutMs: 20_000 });
+    await pollUntil('the schedules emptied', async () => (await storedEntries(streamPrefix, 4)).scheduled === 0, { timeoutMs: 15_000 });
+    expect(lostRemovals).toBe(2);
+    expect(lostReplies).toBe(2);
+    const { streams } = await storedEntries(streamPrefix, 4);
+    expect(streams.map((s) => s.key).sort()).toEqual([...moved].sort());
+    for (const s of streams) expect(s.shardIndex).toBe(shardForKey(s.key, 4));
+    await new Promise((resolve) => setTimeout(resolve, 2 * BLOCK_MS));
+    expect(recorded.seen).toHaveLength(moved.length);
+  });
+});

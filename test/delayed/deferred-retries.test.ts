@@ -104,7 +104,10 @@ describe('deferred retries', () => {
     const streamPrefix = await aStream('deferred-handoff');
     const first = recorder(() => true);
     const second = recorder(() => true);
-    const options = { streamPrefix, retryMode: 'deferred' as const, maxAttempts: 3, retryBackoffMs: 800 };
+    // The backoff outlasts b's start and a's stop: had it run out before, a would release the copy and
+    // read it before it stopped (a delivery it never ran, which b's XPENDING count then includes: an
+    // attempt counted that no handler made, seen as [3, 3] under load).
+    const options = { streamPrefix, retryMode: 'deferred' as const, maxAttempts: 3, retryBackoffMs: 3_000, retryBackoffMaxMs: 3_000 };
     const a = aMember({ ...options, handler: first.handler });
     await a.start();
     await new StreamProducer(redis.client(), { streamPrefix }).send({ key: 'k', payload: { seq: 1 } });
@@ -116,7 +119,7 @@ describe('deferred retries', () => {
     await b.start();
     await a.stop(); // the shard goes to b
     await pollUntil('dead-lettered by the second member', async () => (await deadLetters(streamPrefix)).length === 1, {
-      timeoutMs: 20_000,
+      timeoutMs: 25_000,
     });
     expect(first.seen.map((s) => s.deliveryCount)).toEqual([1]);
     expect(second.seen.map((s) => s.deliveryCount)).toEqual([2, 3]);

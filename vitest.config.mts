@@ -1,5 +1,6 @@
 import path from 'node:path';
 import { defineConfig } from 'vitest/config';
+import SlowFirstSequencer from './test/support/slow-first-sequencer.mts';
 
 export default defineConfig({
   resolve: {
@@ -20,6 +21,8 @@ export default defineConfig({
     // file's time is waiting (sessions, sweeps, timeouts), and one at a time took npm test past 5
     // minutes (325 s at 61 files).
     maxWorkers: 2,
+    // The slow files first, in CI's clean clone too (test/support/slow-first-sequencer.mts).
+    sequence: { sequencer: SlowFirstSequencer },
     testTimeout: 30_000,
     hookTimeout: 30_000,
     // After vitest's summary: the tiers this run skipped (no chromium, a long variant not asked for) and why.

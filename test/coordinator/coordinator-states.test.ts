@@ -157,6 +157,7 @@ describe('group state machine (SPEC 2.2), observed through describeGroup', () =>
         backlog: 0,
         scheduled: 0,
         deferred: 0,
+        parked: 0,
       },
       {
         shardIndex: 1,
@@ -168,6 +169,7 @@ describe('group state machine (SPEC 2.2), observed through describeGroup', () =>
         backlog: 0,
         scheduled: 0,
         deferred: 0,
+        parked: 0,
       },
     ]);
   });

@@ -7,6 +7,7 @@ export interface ShardStats {
   /** Entries in the shard's schedule (delayed delivery) and the group's deferred retries on it. */
   scheduled: number;
   deferred: number;
+  parked: number;
 }
 
 /** The raw snapshot `describeGroup-14.lua` returns, as maps. */
@@ -102,7 +103,7 @@ export function toGroupDescription(s: GroupSnapshot): GroupDescription {
   const shards: ShardDescription[] = Array.from({ length: span }, (_, shardIndex) => {
     const owner = s.owners.get(String(shardIndex)) ?? null;
     const revoking = owner !== null && byId.get(owner)?.revoking.some((r) => r.shardIndex === shardIndex);
-    const stats = s.shardStats.get(shardIndex) ?? { lag: 0, pending: 0, scheduled: 0, deferred: 0 };
+    const stats = s.shardStats.get(shardIndex) ?? { lag: 0, pending: 0, scheduled: 0, deferred: 0, parked: 0 };
     const readability = readable.has(shardIndex)
       ? shardIndex < shardCount
         ? 'readable'
@@ -120,6 +121,7 @@ export function toGroupDescription(s: GroupSnapshot): GroupDescription {
       backlog: stats.lag + stats.pending,
       scheduled: stats.scheduled,
       deferred: stats.deferred,
+      parked: stats.parked,
     };
   });
 

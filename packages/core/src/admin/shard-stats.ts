@@ -7,7 +7,7 @@ const LAG_PAGE = 1000;
 
 /**
  * Lag and pending of the group on one shard stream (zero when the stream or group does not exist
- * yet), and what waits in the shard's schedule and the group's deferred retries (SPEC 9.6).
+ * yet), and what waits in the shard's schedule and the group's deferred retries and parked entries (SPEC 9.6).
  */
 export async function shardStats(
   redis: RedisClient,
@@ -16,12 +16,16 @@ export async function shardStats(
   shardIndex: number,
   consumerGroup: string,
 ): Promise<ShardStats> {
-  const [streamStats, scheduled, deferred] = await Promise.all([
+  const [streamStats, scheduled, inSchedule, parkedCount] = await Promise.all([
     streamStatsOf(redis, keys, streamPrefix, shardIndex, consumerGroup),
     redis.zcard(keys.shardSchedule(streamPrefix, shardIndex)),
     redis.zcard(keys.shardDeferred(streamPrefix, shardIndex, consumerGroup)),
+    redis.hget(keys.shardDeferredKeys(streamPrefix, shardIndex, consumerGroup), '#parked'),
   ]);
-  return { ...streamStats, scheduled, deferred };
+  // The group's schedule holds its deferred retries and its parked entries (deferredOrder 'key'),
+  // the parked ones counted beside them (lua/includes/keyOrder.lua PARKED_COUNT).
+  const parked = Math.min(inSchedule, Math.max(0, Number(parkedCount ?? 0)));
+  return { ...streamStats, scheduled, deferred: inSchedule - parked, parked };
 }
 
 async function streamStatsOf(

@@ -1,5 +1,5 @@
 import type { ErrorCode } from '../protocol/error-codes';
-import type { AcknowledgedEvent, DeferredEvent } from './shard-state';
+import type { AcknowledgedEvent, DeferredEvent, ParkedEvent } from './shard-state';
 import type { AckRefusedEvent } from './consumption-errors';
 import type { DeadLetterEvent } from './handle/dead-letter-options';
 
@@ -24,6 +24,8 @@ export interface MemberEvents {
   'dead-letter': [DeadLetterEvent];
   /** A failed entry was retried deferred: acknowledged and put in the group's durable schedule until `dueAt` (docs/runtime.md, Deferred retries). */
   deferred: [DeferredEvent];
+  /** An entry was acknowledged and parked behind its key's deferred retry, in the group's schedule (deferredOrder 'key'). */
+  parked: [ParkedEvent];
   /** Acknowledgements sent for a shard; `accepted` is false when a newer owner's fencing token refused them. */
   acknowledged: [AcknowledgedEvent];
   /** ackMode 'manual': a `message.ack()`/`nack()` that could not count (the entry runs again); also counted in `stats().refusedAcks`. */

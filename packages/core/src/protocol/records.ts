@@ -103,6 +103,8 @@ export interface ShardDescription {
   scheduled: number;
   /** The group's deferred retries on the shard, waiting for their due time (docs/runtime.md, Deferred retries). */
   deferred: number;
+  /** The group's entries parked on the shard behind their key's deferred retries (deferredOrder 'key'; docs/runtime.md, Deferred retries). */
+  parked: number;
 }
 
 export interface GroupDescription {

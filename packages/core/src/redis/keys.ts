@@ -155,9 +155,19 @@ export class KeyBuilder {
     return `${this.shardStream(streamPrefix, shardIndex)}:deferred:${assertConsumerGroup(consumerGroup)}`;
   }
 
-  /** The fields of a group's deferred entries on a shard (hash: entry id -> fields), beside them. */
+  /** The fields of a group's deferred entries on a shard (hash: schedule id -> fields), beside them. */
   shardDeferredEntries(streamPrefix: string, shardIndex: number, consumerGroup: string): string {
     return `${this.shardDeferred(streamPrefix, shardIndex, consumerGroup)}:entries`;
+  }
+
+  /**
+   * The states of the keys with entries in a group's deferred schedule on a shard (deferredOrder
+   * 'key', docs/runtime.md, Deferred retries): hash, an entry's key as a field (never as a key name,
+   * SPEC 10.4) -> how many of its entries wait there, their due time and its barrier
+   * (lua/includes/keyOrder.lua), beside them in the shard stream's slot.
+   */
+  shardDeferredKeys(streamPrefix: string, shardIndex: number, consumerGroup: string): string {
+    return `${this.shardDeferred(streamPrefix, shardIndex, consumerGroup)}:keys`;
   }
 
   /**

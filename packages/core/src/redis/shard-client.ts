@@ -108,6 +108,53 @@ function binaryPayload(entry: RawEntry): string | undefined {
 const DEFERRED_FIELDS: ReadonlySet<string> = new Set([ENTRY_FIELD.payload, ENTRY_FIELD.codec, ENTRY_FIELD.key, ENTRY_FIELD.headers]);
 
 /**
+ * The fields a deferred or parked entry is released with: only the fields an entry is read by
+ * (entry-format.ts), each once, then its group and the attempts it has used (and `q` when none:
+ * deferralOf). An entry written by other code may carry any number more, or repeat one thousands of
+ * times, and the release unpacks the fields it stores (SPEC 10.7; deferFenced-5.lua and
+ * parkFenced-5.lua refuse more). Of a repeated field the last is kept, the one decodeEntry reads.
+ */
+function deferredFields(entry: RawEntry, consumerGroup: string, attempts: number): (string | Buffer)[] {
+  const kept = new Map<string, string | Buffer>();
+  for (let i = 0; i + 1 < entry.fields.length; i += 2) {
+    const name = entry.fields[i];
+    if (!DEFERRED_FIELDS.has(name)) continue;
+    // A binary payload's text is not its bytes: it is released with the bytes it was written with.
+    kept.set(name, name === ENTRY_FIELD.payload && entry.payloadBytes !== undefined ? entry.payloadBytes : entry.fields[i + 1]);
+  }
+  const fields: (string | Buffer)[] = [...kept].flat();
+  fields.push(ENTRY_FIELD.deferredFor, consumerGroup, ENTRY_FIELD.attempts, String(attempts));
+  if (attempts === 0) fields.push(ENTRY_FIELD.parked, '1');
+  return fields;
+}
+
+/**
+ * A key's state in a group's deferred order on a shard (lua/includes/keyOrder.lua): its key field
+ * ('k' and the routing key, '-' without one), how many of its entries wait in the group's deferred
+ * schedule, their due time (Redis ms), whether its release stopped part way, and its barrier (the
+ * stream id of its last released entry once none waits, '' for none).
+ */
+export interface KeyState {
+  field: string;
+  count: number;
+  due: number;
+  partial: boolean;
+  barrier: string;
+}
+
+/** A key state as a script replies it: field, count, due, partial, barrier. */
+function keyStateOf(reply: unknown[]): KeyState {
+  return { field: String(reply[0]), count: Number(reply[1]), due: Number(reply[2]), partial: Number(reply[3]) === 1, barrier: String(reply[4] ?? '') };
+}
+
+/** A key state as the hash stores it ("count|due|partial|barrier"), or undefined when it is no state. */
+function parseKeyState(field: string, value: string): KeyState | undefined {
+  const match = /^(\d+)\|(\d+)\|([01])\|(.*)$/.exec(value);
+  if (!match) return undefined;
+  return { field, count: Number(match[1]), due: Number(match[2]), partial: match[3] === '1', barrier: match[4] };
+}
+
+/**
  * The shard-side operations of one member on one group: fencing, reading, acknowledging, taking over
  * pending work, dead-lettering. Every call touches keys of one shard's hash slot only (Cluster-safe),
  * except `readNew` and `ackMany`, which read or acknowledge several shards in one call on a single
@@ -226,12 +273,17 @@ export class ShardClient {
   }
 
   /**
-   * Moves up to `count` due entries of the shard's schedule, and of this group's deferred retries on
-   * it, into its stream (releaseDue-6.lua),
-   * under this member's fencing token: how many moved and how long until the next is due (0: more
-   * are due now; -1: the schedule is empty), or null when the shard has a newer owner (nothing moved).
+   * Moves up to `count` due entries of the shard's schedule, and of this group's deferred retries and
+   * parked entries on it, into its stream (releaseDue-7.lua), under this member's fencing token: how
+   * many moved, how long until the next is due (0: more are due now; -1: the schedule is empty), the
+   * new states of the keys it counted out and the keys whose stale barrier it swept; or null when
+   * the shard has a newer owner (nothing moved).
    */
-  async releaseDue(shardIndex: number, grantEpoch: number, count: number): Promise<{ released: number; nextDueInMs: number } | null> {
+  async releaseDue(
+    shardIndex: number,
+    grantEpoch: number,
+    count: number,
+  ): Promise<{ released: number; nextDueInMs: number; keyStates: KeyState[]; swept: string[] } | null> {
     const [stream, fence] = this.shardKeys(shardIndex);
     const reply = (await runScript(
       this.redis,
@@ -241,50 +293,104 @@ export class ShardClient {
         fence,
         this.keys.shardSchedule(this.streamPrefix, shardIndex),
         this.keys.shardScheduledEntries(this.streamPrefix, shardIndex),
-        this.keys.shardDeferred(this.streamPrefix, shardIndex, this.consumerGroup),
-        this.keys.shardDeferredEntries(this.streamPrefix, shardIndex, this.consumerGroup),
+        ...this.deferredKeys(shardIndex),
       ],
-      [this.token(grantEpoch), count, isCluster(this.redis) ? this.wakeChannel(shardIndex) : ''],
-    )) as number[];
+      [this.token(grantEpoch), count, isCluster(this.redis) ? this.wakeChannel(shardIndex) : '', this.consumerGroup],
+    )) as unknown[];
     if (Number(reply[0]) === -1) return null;
-    return { released: Number(reply[0]), nextDueInMs: Number(reply[1]) };
+    const flat = (reply[2] ?? []) as unknown[];
+    const keyStates: KeyState[] = [];
+    for (let i = 0; i + 4 < flat.length; i += 5) keyStates.push(keyStateOf(flat.slice(i, i + 5)));
+    return { released: Number(reply[0]), nextDueInMs: Number(reply[1]), keyStates, swept: ((reply[3] ?? []) as unknown[]).map(String) };
+  }
+
+  /** The group's deferred schedule of a shard, its entries and its key states (deferFenced-5.lua, parkFenced-5.lua, releaseDue-7.lua). */
+  private deferredKeys(shardIndex: number): [string, string, string] {
+    return [
+      this.keys.shardDeferred(this.streamPrefix, shardIndex, this.consumerGroup),
+      this.keys.shardDeferredEntries(this.streamPrefix, shardIndex, this.consumerGroup),
+      this.keys.shardDeferredKeys(this.streamPrefix, shardIndex, this.consumerGroup),
+    ];
   }
 
   /**
-   * A deferred retry (deferFenced-4.lua): acknowledges the entry and schedules it in this group's
+   * A deferred retry (deferFenced-5.lua): acknowledges the entry and schedules it in this group's
    * deferred schedule of the shard, `delayMs` from Redis' now, with `attempts` (the attempts it has
-   * used) and the group in its fields, under this member's fencing token. The due time (Redis ms);
-   * '' when the entry was no longer pending (a resent call whose first run landed); null when the
+   * used) and the group in its fields, under this member's fencing token; counted in its key's state
+   * when `keyField` is given (deferredOrder 'key'). The due time (Redis ms), '' when the entry was no
+   * longer pending (a resent call whose first run landed), and the key's state then; null when the
    * shard has a newer owner (nothing scheduled, nothing acknowledged).
    */
-  async defer(shardIndex: number, grantEpoch: number, entry: RawEntry, attempts: number, delayMs: number): Promise<number | '' | null> {
+  async defer(
+    shardIndex: number,
+    grantEpoch: number,
+    entry: RawEntry,
+    attempts: number,
+    delayMs: number,
+    keyField?: string,
+  ): Promise<{ dueAt: number | ''; keyState: KeyState | undefined } | null> {
     const [stream, fence] = this.shardKeys(shardIndex);
-    // Only the fields an entry is read by (entry-format.ts), each once: an entry written by other
-    // code may carry any number more, or repeat one thousands of times, and the release unpacks
-    // the fields it stores (SPEC 10.7; deferFenced-4.lua refuses more than 12 values). Of a
-    // repeated field the last is kept, the one decodeEntry reads.
-    const kept = new Map<string, string | Buffer>();
-    for (let i = 0; i + 1 < entry.fields.length; i += 2) {
-      const name = entry.fields[i];
-      if (!DEFERRED_FIELDS.has(name)) continue;
-      // A binary payload's text is not its bytes: it is released with the bytes it was written with.
-      kept.set(name, name === ENTRY_FIELD.payload && entry.payloadBytes !== undefined ? entry.payloadBytes : entry.fields[i + 1]);
-    }
-    const fields: (string | Buffer)[] = [...kept].flat();
-    fields.push(ENTRY_FIELD.deferredFor, this.consumerGroup, ENTRY_FIELD.attempts, String(attempts));
+    const fields = deferredFields(entry, this.consumerGroup, attempts);
+    const [schedule, entries, keyStates] = this.deferredKeys(shardIndex);
     const reply = await runScript(
       this.redis,
       'deferFenced',
-      [
-        stream,
-        fence,
-        this.keys.shardDeferred(this.streamPrefix, shardIndex, this.consumerGroup),
-        this.keys.shardDeferredEntries(this.streamPrefix, shardIndex, this.consumerGroup),
-      ],
-      [this.consumerGroup, this.token(grantEpoch), entry.id, delayMs, ...fields],
+      [stream, fence, schedule, entries, keyStates],
+      [this.consumerGroup, this.token(grantEpoch), entry.id, delayMs, keyField ?? '', ...fields],
     );
-    if (Number(reply) === -1) return null;
-    return reply === '' ? '' : Number(reply);
+    if (!Array.isArray(reply)) return null;
+    const state = reply[1] as unknown[];
+    return { dueAt: reply[0] === '' ? '' : Number(reply[0]), keyState: state.length === 5 ? keyStateOf(state) : undefined };
+  }
+
+  /**
+   * Parks an entry behind its key's deferred ones (parkFenced-5.lua), under this member's fencing
+   * token: 'parked' (acknowledged and scheduled), 'run' (its key has nothing to wait for: nothing
+   * written), 'hold' (a released copy of a key released in part: it waits for the rest), '' (no
+   * longer pending: a resent call whose first run landed), with the key's state; null when the shard
+   * has a newer owner (nothing written, nothing acknowledged). `attempts` (the attempts it has used,
+   * 0 for an entry never run) travels with it.
+   */
+  async park(
+    shardIndex: number,
+    grantEpoch: number,
+    entry: RawEntry,
+    attempts: number,
+    keyField: string,
+    releasedCopy: boolean,
+  ): Promise<{ outcome: 'parked' | 'run' | 'hold' | ''; keyState: KeyState } | null> {
+    const [stream, fence] = this.shardKeys(shardIndex);
+    const fields = deferredFields(entry, this.consumerGroup, attempts);
+    const reply = await runScript(
+      this.redis,
+      'parkFenced',
+      [stream, fence, ...this.deferredKeys(shardIndex)],
+      [this.consumerGroup, this.token(grantEpoch), entry.id, keyField, releasedCopy ? '1' : '0', ...fields],
+    );
+    if (!Array.isArray(reply)) return null;
+    return { outcome: String(reply[0]) as 'parked' | 'run' | 'hold' | '', keyState: keyStateOf(reply[1] as unknown[]) };
+  }
+
+  /**
+   * The group's key states on a shard (deferredOrder 'key'), read in HSCAN pages of `pageSize`
+   * until the hash is read or `cap` states are: `complete` says whether every state was read (the
+   * caller bounds the whole read).
+   */
+  async loadKeyStates(shardIndex: number, cap: number, pageSize: number): Promise<{ keyStates: KeyState[]; complete: boolean }> {
+    const key = this.keys.shardDeferredKeys(this.streamPrefix, shardIndex, this.consumerGroup);
+    const keyStates: KeyState[] = [];
+    let cursor = '0';
+    do {
+      const [next, flat] = await this.redis.hscan(key, cursor, 'COUNT', pageSize);
+      for (let i = 0; i + 1 < flat.length; i += 2) {
+        if (flat[i].startsWith('#')) continue;
+        const state = parseKeyState(flat[i], flat[i + 1]);
+        if (state) keyStates.push(state);
+      }
+      cursor = next;
+      if (keyStates.length >= cap) return { keyStates: keyStates.slice(0, cap), complete: false };
+    } while (cursor !== '0');
+    return { keyStates, complete: true };
   }
 
   /**

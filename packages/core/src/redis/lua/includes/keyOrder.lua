@@ -1,0 +1,63 @@
+-- A group's deferred order on a shard (docs/runtime.md, Deferred retries, deferredOrder 'key'): a
+-- hash (keys.ts shardDeferredKeys), in the shard stream's slot, field = an entry's key ('k' and the
+-- routing key; '-' for entries without one: user data is a field, never a key name) -> its state
+-- "count|due|partial|barrier":
+--   count    how many of its entries are in the group's deferred schedule (deferred or parked): while
+--            more than 0 its later entries are parked behind them (parkFenced-5.lua);
+--   due      the due time (Redis ms) a parked entry takes: the key's latest deferral's;
+--   partial  1 when a release stopped at its bound with some of them still due (releaseDue-7.lua):
+--            a released copy of the key then waits for the rest instead of being parked behind them;
+--   barrier  once count is 0 again, the stream id of its last released entry: an entry of the key
+--            still unhandled below it was read before the release and is parked (due now) behind it.
+-- Reserved fields start with '#' (no entry key field does): the parked count and the barrier sweep's cursor.
+local PARKED_COUNT = '#parked'
+local BARRIER_CURSOR = '#cursor'
+-- The group's deferral sequence, kept in its deferred entries hash (as the schedule's SCHEDULE_SEQ).
+local DEFERRAL_SEQ = '#seq'
+
+local function readKeyState(keysKey, field)
+  local raw = redis.call('HGET', keysKey, field)
+  if raw then
+    local count, due, partial, barrier = string.match(raw, '^(%d+)|(%d+)|(%d)|(.*)$')
+    if count then return { count = tonumber(count), due = tonumber(due), partial = tonumber(partial), barrier = barrier } end
+  end
+  return { count = 0, due = 0, partial = 0, barrier = '' }
+end
+
+-- Writes a key's state; a state with nothing in the schedule and no barrier is deleted.
+local function writeKeyState(keysKey, field, s)
+  if s.count <= 0 and s.barrier == '' then
+    redis.call('HDEL', keysKey, field)
+  else
+    redis.call('HSET', keysKey, field, string.format('%d|%.0f|%d|%s', math.max(s.count, 0), s.due, s.partial, s.barrier))
+  end
+end
+
+-- A key's state as replies carry it (the member's mirror, ShardClient.keyStateOf): field, count, due, partial, barrier.
+local function keyStateReply(field, s)
+  return { field, s.count, string.format('%.0f', s.due), s.partial, s.barrier }
+end
+
+-- A schedule member id for a deferral ('' counted in its key's state, 'p' parked, 'n' not counted:
+-- deferredOrder 'none'): 'd' and the group's next sequence number, zero-padded, so that entries of
+-- one due time release in the order they were scheduled (members of one score sort as strings).
+-- Ids written before (stream ids) still release, first among their due time, counted in no key.
+local function nextDeferralId(entriesKey, kind)
+  local seq = redis.call('HINCRBY', entriesKey, DEFERRAL_SEQ, 1)
+  return string.format('d%016d%s', seq, kind)
+end
+
+-- The kind of a schedule member id: '' counted, 'p' parked, anything else not counted.
+local function deferralKindOf(id)
+  if string.sub(id, 1, 1) ~= 'd' or #id < 17 then return 'n' end
+  return string.sub(id, 18)
+end
+
+-- The key field of an entry's field list (name, value, ...), as the member's laneOf names it.
+local function keyFieldOf(fields)
+  local field = '-'
+  for i = 1, #fields - 1, 2 do
+    if fields[i] == 'k' then field = 'k' .. fields[i + 1] end
+  end
+  return field
+end

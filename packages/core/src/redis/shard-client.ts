@@ -318,7 +318,8 @@ export class ShardClient {
    * deferred schedule of the shard, `delayMs` from Redis' now, with `attempts` (the attempts it has
    * used) and the group in its fields, under this member's fencing token; counted in its key's state
    * when `keyField` is given (deferredOrder 'key'). The due time (Redis ms), '' when the entry was no
-   * longer pending (a resent call whose first run landed), and the key's state then; null when the
+   * longer pending (a resent call whose first run landed), 'busy' when its key still counts entries
+   * (nothing written: the caller retries in place), and the key's state then; null when the
    * shard has a newer owner (nothing scheduled, nothing acknowledged).
    */
   async defer(
@@ -328,7 +329,7 @@ export class ShardClient {
     attempts: number,
     delayMs: number,
     keyField?: string,
-  ): Promise<{ dueAt: number | ''; keyState: KeyState | undefined } | null> {
+  ): Promise<{ dueAt: number | '' | 'busy'; keyState: KeyState | undefined } | null> {
     const [stream, fence] = this.shardKeys(shardIndex);
     const fields = deferredFields(entry, this.consumerGroup, attempts);
     const [schedule, entries, keyStates] = this.deferredKeys(shardIndex);
@@ -340,7 +341,7 @@ export class ShardClient {
     );
     if (!Array.isArray(reply)) return null;
     const state = reply[1] as unknown[];
-    return { dueAt: reply[0] === '' ? '' : Number(reply[0]), keyState: state.length === 5 ? keyStateOf(state) : undefined };
+    return { dueAt: reply[0] === '' || reply[0] === 'busy' ? reply[0] : Number(reply[0]), keyState: state.length === 5 ? keyStateOf(state) : undefined };
   }
 
   /**

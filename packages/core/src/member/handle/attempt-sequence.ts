@@ -310,10 +310,14 @@ export class AttemptSequence {
     }
     if (attempt < this.options.maxAttempts) {
       // Deferred: acknowledged and scheduled in one fenced step; the lane is free once it is written.
+      // 'busy': its key has entries parked behind a barrier that must come after this one (deferredOrder
+      // 'key'); a deferral due later would come out after them, so this retry runs in place, holding the key.
       if (this.policy.defers(error)) {
-        this.options.telemetry?.retried();
-        await this.deferrals.defer(state, queued.entry, attempt, this.policy.delayOf(attempt, error), reason);
-        return;
+        const deferred = await this.deferrals.defer(state, queued.entry, attempt, this.policy.delayOf(attempt, error), reason);
+        if (deferred !== 'busy') {
+          this.options.telemetry?.retried();
+          return;
+        }
       }
       if (!(await this.policy.backoff(state, attempt, error))) return;
       if (!(await this.workers.acquire(state, work))) return;

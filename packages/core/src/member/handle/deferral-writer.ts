@@ -23,8 +23,12 @@ export class DeferralWriter {
     private readonly options: ResolvedMemberOptions,
   ) {}
 
-  /** Defers the entry `delayMs` (Redis' clock) after `attempts` attempts; resolves true when written. */
-  async defer(state: ShardState, entry: RawEntry, attempts: number, delayMs: number, reason: string): Promise<boolean> {
+  /**
+   * Defers the entry `delayMs` (Redis' clock) after `attempts` attempts: 'deferred' when written;
+   * 'busy' when its key still counts entries parked behind a barrier (deferFenced-5.lua: nothing
+   * written, the caller retries in place); 'gone' when refused or the shard was released first.
+   */
+  async defer(state: ShardState, entry: RawEntry, attempts: number, delayMs: number, reason: string): Promise<'deferred' | 'busy' | 'gone'> {
     // Counted in its key's state only where the mirror follows it: 'key' order, and a member that defers.
     const keyField = state.keyOrder ? keyFieldOf(entry.fields) : undefined;
     const answer = await sideWriteWhileOwned(this.shards, this.events, this.options, state, entry.id, {
@@ -33,12 +37,15 @@ export class DeferralWriter {
       refused: `deferral of ${entry.id}`,
       call: () => this.client.defer(state.index, state.grantEpoch, entry, attempts, delayMs, keyField),
       // '' : a resent call whose first run landed (the entry was no longer pending): its due time is not known.
+      acked: ({ dueAt }) => dueAt !== 'busy',
       written: ({ dueAt, keyState }) => {
         if (keyState) state.keyOrder?.update(keyState);
+        if (dueAt === 'busy') return;
         this.events.emit('deferred', { shardIndex: state.index, id: entry.id, attempts, dueAt: dueAt === '' ? 0 : dueAt, reason });
       },
     });
-    return answer !== null && answer !== undefined;
+    if (answer === null || answer === undefined) return 'gone';
+    return answer.dueAt === 'busy' ? 'busy' : 'deferred';
   }
 
   /**

@@ -23,12 +23,16 @@ export function keyFieldOf(fields: readonly string[]): string {
  * What the scripts decide for an entry of a key in state `state` (parkFenced-5.lua), as a pure
  * function: the mirror's rule and the model test's. 'park': its key has entries in the group's
  * deferred schedule (they came first), or a barrier above it (it was read before its key's last
- * release, whose entries came first); 'hold': it is a released copy of a key released in part (the
- * rest of its release comes after it, next call); 'run': nothing to wait for.
+ * release, whose entries came first); but a released copy at or below the barrier runs (it came
+ * before what was parked behind the barrier); 'hold': a released copy of a key released in part
+ * (the rest of its release comes after it, next call); 'run': nothing to wait for.
  */
 export function keyOrderVerdict(state: KeyState | undefined, entryId: string, releasedCopy: boolean): 'run' | 'park' | 'hold' {
   if (state === undefined) return 'run';
-  if (state.count > 0) return releasedCopy && state.partial ? 'hold' : 'park';
+  if (state.count > 0) {
+    if (releasedCopy && state.barrier !== '' && compareStreamIds(entryId, state.barrier) <= 0) return 'run';
+    return releasedCopy && state.partial ? 'hold' : 'park';
+  }
   if (state.barrier !== '' && !releasedCopy && compareStreamIds(entryId, state.barrier) < 0) return 'park';
   return 'run';
 }

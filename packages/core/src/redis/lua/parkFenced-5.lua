@@ -6,8 +6,10 @@
   Both happen or neither. The key's state (includes/keyOrder.lua) decides here, not the caller's
   mirror of it, which may be behind (a release whose reply was lost):
   - the key has entries in the schedule: the entry is parked behind them, unless it is a released
-    copy of the group's and the key's release stopped at its bound (partial): it was released ahead
-    of the rest, so it runs once they are released ('hold');
+    copy of the group's at or below the key's barrier (released before them: they are entries read
+    before that release, parked behind it; it runs), or a released copy of a key whose release
+    stopped at its bound (partial: it was released ahead of the rest, so it runs once they are
+    released, 'hold');
   - the key has none, but a barrier above the entry, and the entry is no released copy: it was read
     before its key's last release, whose entries come before it, so it is parked behind them, due now;
   - else it runs ('run'), nothing written.
@@ -36,6 +38,9 @@ local state = readKeyState(keyStates, keyField)
 if #redis.call('XPENDING', stream, consumerGroup, entryId, entryId, 1) == 0 then return { '', keyStateReply(keyField, state) } end
 local dueMs
 if state.count > 0 then
+  if releasedCopy and state.barrier ~= '' and compareStreamIds(entryId, state.barrier) <= 0 then
+    return { 'run', keyStateReply(keyField, state) }
+  end
   if releasedCopy and state.partial == 1 then return { 'hold', keyStateReply(keyField, state) } end
   dueMs = state.due
 elseif state.barrier ~= '' and not releasedCopy and compareStreamIds(entryId, state.barrier) < 0 then

@@ -104,7 +104,7 @@ describe('deferredOrder', () => {
     await pollUntil('everything acknowledged', async () => (await pendingCount(streamPrefix)) === 0 && (await scheduleEmpty(streamPrefix)));
   });
 
-  it("an entry read before its key's release and handled after it (the barrier) still runs after the released retry", async () => {
+  it("an entry read before its key's release and handled after it (below the barrier) is appended again and runs after the released retry", async () => {
     const streamPrefix = await aStream('order-barrier');
     // bad 1 fails and is deferred 200 ms; slow 2 holds the shard 1.5 s; bad 3 waits in the buffer
     // meanwhile, read before the release, while its key counts nothing any more.
@@ -117,6 +117,24 @@ describe('deferredOrder', () => {
     ]);
     await pollUntil('all handled', async () => group.seen.length === 4, { timeoutMs: 15_000 });
     expect(group.of('bad')).toEqual([1, 1, 3]);
+    await pollUntil('everything acknowledged', async () => (await pendingCount(streamPrefix)) === 0 && (await scheduleEmpty(streamPrefix)));
+  });
+
+  it('a released retry that fails again while an entry of its key was appended again behind it retries in place: a later deferral would come out after that entry', async () => {
+    const streamPrefix = await aStream('order-barrier-busy');
+    const group = recorder({ 1: 2 }, { 2: 1500 });
+    const member = aMember({ streamPrefix, ...oneWorker, retryBackoffMs: 200, handler: group.handler });
+    const deferred: number[] = [];
+    member.on('deferred', (event) => deferred.push(event.attempts));
+    await member.start();
+    await new StreamProducer(redis.client(), { streamPrefix }).sendBatch([
+      { key: 'bad', payload: { seq: 1 } },
+      { key: 'slow', payload: { seq: 2 } },
+      { key: 'bad', payload: { seq: 3 } },
+    ]);
+    await pollUntil('all handled', async () => group.seen.length === 5, { timeoutMs: 15_000 });
+    expect(group.of('bad')).toEqual([1, 1, 1, 3]);
+    expect(deferred).toEqual([1]); // the second retry ran in place
     await pollUntil('everything acknowledged', async () => (await pendingCount(streamPrefix)) === 0 && (await scheduleEmpty(streamPrefix)));
   });
 
@@ -177,9 +195,9 @@ describe('deferredOrder', () => {
     const { id } = await new StreamProducer(redis.client(), { streamPrefix }).send({ key: 'k', payload: { seq: 1 } });
     await pollUntil('the entry pending at the owner', async () => (await pendingCount(streamPrefix)) === 1);
     // A key with a deferral, so that the park would be written were the token good.
-    await redis.client().hset(keys.shardDeferredKeys(streamPrefix, 0, 'group'), 'kk', '1|0|0|');
+    await redis.client().hset(keys.shardDeferredKeys(streamPrefix, 0, 'group'), 'kk', '1|0|0|||');
     const zombie = new ShardClient(redis.client(), keys, streamPrefix, 'group', 'zombie-member');
-    expect(await zombie.park(0, 1, { id, fields: ['p', '{"seq":1}', 'k', 'k'] }, 0, 'kk', false)).toBeNull();
+    expect(await zombie.park(0, 1, { id, fields: ['p', '{"seq":1}', 'k', 'k'] }, 0, 'kk', 'original')).toBeNull();
     expect(await scheduleEmpty(streamPrefix)).toBe(true);
     expect(await pendingCount(streamPrefix)).toBe(1);
     release();

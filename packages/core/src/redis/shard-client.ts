@@ -104,13 +104,16 @@ function binaryPayload(entry: RawEntry): string | undefined {
   return text !== undefined && Buffer.from(text, 'utf8').equals(bytes) ? undefined : bytes.toString('base64');
 }
 
+/** An entry's origin as parkFenced-5.lua takes it. */
+const ORIGIN_ARGUMENT = { original: 'o', released: 'r', reappended: 'a' } as const;
+
 /** The fields a deferred retry keeps of its entry (the rest are not read by a member): at most 8 values, then `g` and `a`. */
 const DEFERRED_FIELDS: ReadonlySet<string> = new Set([ENTRY_FIELD.payload, ENTRY_FIELD.codec, ENTRY_FIELD.key, ENTRY_FIELD.headers]);
 
 /**
  * The fields a deferred or parked entry is released with: only the fields an entry is read by
  * (entry-format.ts), each once, then its group and the attempts it has used (and `q` when none:
- * deferralOf). An entry written by other code may carry any number more, or repeat one thousands of
+ * deferralOf; an entry appended again gets `r` beside them in parkFenced-5.lua). An entry written by other code may carry any number more, or repeat one thousands of
  * times, and the release unpacks the fields it stores (SPEC 10.7; deferFenced-5.lua and
  * parkFenced-5.lua refuse more). Of a repeated field the last is kept, the one decodeEntry reads.
  */
@@ -131,27 +134,40 @@ function deferredFields(entry: RawEntry, consumerGroup: string, attempts: number
 /**
  * A key's state in a group's deferred order on a shard (lua/includes/keyOrder.lua): its key field
  * ('k' and the routing key, '-' without one), how many of its entries wait in the group's deferred
- * schedule, their due time (Redis ms), whether its release stopped part way, and its barrier (the
- * stream id of its last released entry once none waits, '' for none).
+ * schedule, their due time (Redis ms), whether its release stopped part way, its floor and its
+ * barrier (the stream id of its last released entry once none waits, '' for none).
  */
 export interface KeyState {
   field: string;
   count: number;
   due: number;
   partial: boolean;
+  /** The stream id of the first copy released since its last deferral, '' before any. */
+  floor: string;
+  /** The stream id of its last released copy, '' before any. */
+  released: string;
+  /** The stream id of its last copy appended to the stream (released or appended again), '' before any. */
   barrier: string;
 }
 
-/** A key state as a script replies it: field, count, due, partial, barrier. */
+/** A key state as a script replies it: field, count, due, partial, floor, released, barrier. */
 function keyStateOf(reply: unknown[]): KeyState {
-  return { field: String(reply[0]), count: Number(reply[1]), due: Number(reply[2]), partial: Number(reply[3]) === 1, barrier: String(reply[4] ?? '') };
+  return {
+    field: String(reply[0]),
+    count: Number(reply[1]),
+    due: Number(reply[2]),
+    partial: Number(reply[3]) === 1,
+    floor: String(reply[4] ?? ''),
+    released: String(reply[5] ?? ''),
+    barrier: String(reply[6] ?? ''),
+  };
 }
 
-/** A key state as the hash stores it ("count|due|partial|barrier"), or undefined when it is no state. */
+/** A key state as the hash stores it ("count|due|partial|floor|released|barrier"), or undefined when it is no state. */
 function parseKeyState(field: string, value: string): KeyState | undefined {
-  const match = /^(\d+)\|(\d+)\|([01])\|(.*)$/.exec(value);
+  const match = /^(\d+)\|(\d+)\|([01])\|([0-9-]*)\|([0-9-]*)\|([0-9-]*)$/.exec(value);
   if (!match) return undefined;
-  return { field, count: Number(match[1]), due: Number(match[2]), partial: match[3] === '1', barrier: match[4] };
+  return { field, count: Number(match[1]), due: Number(match[2]), partial: match[3] === '1', floor: match[4], released: match[5], barrier: match[6] };
 }
 
 /**
@@ -300,7 +316,7 @@ export class ShardClient {
     if (Number(reply[0]) === -1) return null;
     const flat = (reply[2] ?? []) as unknown[];
     const keyStates: KeyState[] = [];
-    for (let i = 0; i + 4 < flat.length; i += 5) keyStates.push(keyStateOf(flat.slice(i, i + 5)));
+    for (let i = 0; i + 6 < flat.length; i += 7) keyStates.push(keyStateOf(flat.slice(i, i + 7)));
     return { released: Number(reply[0]), nextDueInMs: Number(reply[1]), keyStates, swept: ((reply[3] ?? []) as unknown[]).map(String) };
   }
 
@@ -341,16 +357,16 @@ export class ShardClient {
     );
     if (!Array.isArray(reply)) return null;
     const state = reply[1] as unknown[];
-    return { dueAt: reply[0] === '' || reply[0] === 'busy' ? reply[0] : Number(reply[0]), keyState: state.length === 5 ? keyStateOf(state) : undefined };
+    return { dueAt: reply[0] === '' || reply[0] === 'busy' ? reply[0] : Number(reply[0]), keyState: state.length === 7 ? keyStateOf(state) : undefined };
   }
 
   /**
-   * Parks an entry behind its key's deferred ones (parkFenced-5.lua), under this member's fencing
-   * token: 'parked' (acknowledged and scheduled), 'run' (its key has nothing to wait for: nothing
-   * written), 'hold' (a released copy of a key released in part: it waits for the rest), '' (no
-   * longer pending: a resent call whose first run landed), with the key's state; null when the shard
-   * has a newer owner (nothing written, nothing acknowledged). `attempts` (the attempts it has used,
-   * 0 for an entry never run) travels with it.
+   * Keeps an entry in its key's order behind the key's deferred entries (parkFenced-5.lua, which
+   * decides on the key's state), under this member's fencing token: 'park' (acknowledged and put in
+   * the group's schedule), 'reappend' (acknowledged and appended again at the stream end), 'hold'
+   * or 'run' (nothing written), '' (no longer pending: a resent call whose first run landed), with
+   * the key's state; null when the shard has a newer owner (nothing written, nothing acknowledged).
+   * `attempts` (the attempts it has used, 0 for an entry never run) travels with it.
    */
   async park(
     shardIndex: number,
@@ -358,18 +374,18 @@ export class ShardClient {
     entry: RawEntry,
     attempts: number,
     keyField: string,
-    releasedCopy: boolean,
-  ): Promise<{ outcome: 'parked' | 'run' | 'hold' | ''; keyState: KeyState } | null> {
+    origin: 'original' | 'released' | 'reappended',
+  ): Promise<{ outcome: 'park' | 'reappend' | 'hold' | 'run' | ''; keyState: KeyState } | null> {
     const [stream, fence] = this.shardKeys(shardIndex);
     const fields = deferredFields(entry, this.consumerGroup, attempts);
     const reply = await runScript(
       this.redis,
       'parkFenced',
       [stream, fence, ...this.deferredKeys(shardIndex)],
-      [this.consumerGroup, this.token(grantEpoch), entry.id, keyField, releasedCopy ? '1' : '0', ...fields],
+      [this.consumerGroup, this.token(grantEpoch), entry.id, keyField, ORIGIN_ARGUMENT[origin], ...fields],
     );
     if (!Array.isArray(reply)) return null;
-    return { outcome: String(reply[0]) as 'parked' | 'run' | 'hold' | '', keyState: keyStateOf(reply[1] as unknown[]) };
+    return { outcome: String(reply[0]) as 'park' | 'reappend' | 'hold' | 'run' | '', keyState: keyStateOf(reply[1] as unknown[]) };
   }
 
   /**

@@ -19,7 +19,7 @@ import { DeadLetterWriter, failureReason, isThenable } from './dead-letter-write
 import { DeferralWriter } from './deferral-writer';
 import { checkEntry, type DecodedPayload, type EntryCheck } from './entry-check';
 import { HandlerMessage } from './handler-message';
-import { keyFieldOf } from './key-order';
+import { type EntryOrigin, keyFieldOf } from './key-order';
 import { ManualSettlement } from './manual-ack';
 import type { Workers } from './workers';
 import { sleep } from '../abortable-sleep';
@@ -98,28 +98,30 @@ export class AttemptSequence {
     const used = deferral?.attempts ?? 0;
     // deferredOrder 'key', checked at dispatch (what the key's state is now, not when it was read):
     // the mirror lets most entries run with no call; the rest Redis decides (parkFenced-5.lua).
-    if (state.keyOrder && state.keyOrder.verdict(keyFieldOf(queued.entry.fields), queued.entry.id, deferral !== undefined) !== 'run')
-      return this.inKeyOrder(state, work, queued, used, deferral !== undefined);
+    const origin: EntryOrigin = deferral === undefined ? 'original' : deferral.reappended ? 'reappended' : 'released';
+    if (state.keyOrder && state.keyOrder.verdict(keyFieldOf(queued.entry.fields), queued.entry.id, origin) !== 'run')
+      return this.inKeyOrder(state, work, queued, used, origin);
     return this.check(state, work, queued, used);
   }
 
   /**
-   * An entry whose key may have to wait (deferredOrder 'key'): parked behind its key's deferred
-   * entries (acknowledged, in the group's schedule: its lane is free at once, as a deferral's), or
-   * run when Redis says its key has nothing to wait for; a released copy of a key released in part
-   * waits for the rest of its release (HOLD_RECHECK_MS, then asked again), keeping its lane and no
-   * worker. A failed park is a deferral's failure (retried while the shard is owned, visibly).
+   * An entry whose key may have to wait (deferredOrder 'key'; the rules: key-order.ts): parked
+   * behind its key's deferred entries, or appended again behind its key's copies in the stream
+   * (acknowledged either way: its lane is free at once, as a deferral's), or run when Redis says it
+   * has nothing to wait for; an entry of a key released in part waits for the rest of its release
+   * (HOLD_RECHECK_MS, then asked again), keeping its lane and no worker. A failed call is a
+   * deferral's failure (retried while the shard is owned, visibly).
    */
-  private async inKeyOrder(state: ShardState, work: Work, queued: QueuedEntry, used: number, releasedCopy: boolean): Promise<void> {
+  private async inKeyOrder(state: ShardState, work: Work, queued: QueuedEntry, used: number, origin: EntryOrigin): Promise<void> {
     this.workers.release(state, work);
     const field = keyFieldOf(queued.entry.fields);
     for (;;) {
-      const outcome = await this.deferrals.park(state, queued.entry, used, releasedCopy);
-      if (outcome !== 'run' && outcome !== 'hold') return; // parked, refused, or the shard released
+      const outcome = await this.deferrals.park(state, queued.entry, used, origin);
+      if (outcome !== 'run' && outcome !== 'hold') return; // parked, appended again, refused, or the shard released
       if (outcome === 'run') break;
       await sleep(HOLD_RECHECK_MS, state.released.signal);
       if (state.released.signal.aborted) return;
-      if (state.keyOrder?.verdict(field, queued.entry.id, releasedCopy) === 'run') break;
+      if (state.keyOrder?.verdict(field, queued.entry.id, origin) === 'run') break;
     }
     if (!(await this.workers.acquire(state, work))) return;
     return this.check(state, work, queued, used);

@@ -3,7 +3,7 @@ import type { RawEntry, ShardClient } from '../../redis/shard-client';
 import type { ResolvedMemberOptions } from '../member-options';
 import type { PollerEvents, ShardSet, ShardState } from '../shard-state';
 import { sideWriteWhileOwned } from './fenced-side-write';
-import { keyFieldOf } from './key-order';
+import { type EntryOrigin, keyFieldOf } from './key-order';
 
 /**
  * Writes deferred retries and parks (docs/runtime.md, Deferred retries): the entry acknowledged and
@@ -49,27 +49,31 @@ export class DeferralWriter {
   }
 
   /**
-   * Asks Redis to park the entry behind its key's deferred ones (parkFenced-5.lua, which decides on
-   * the key's state): 'parked' (acknowledged, in the schedule), 'run' or 'hold' (nothing written);
-   * null when refused (the shard given up) or undefined when the shard was released first.
+   * Asks Redis where the entry stands in its key's order (parkFenced-5.lua, which decides on the
+   * key's state): 'park' or 'reappend' (acknowledged, written behind what comes before it), 'run'
+   * or 'hold' (nothing written); null when refused (the shard given up) or undefined when the shard
+   * was released first.
    */
-  async park(state: ShardState, entry: RawEntry, attempts: number, releasedCopy: boolean): Promise<'parked' | 'run' | 'hold' | null | undefined> {
+  async park(
+    state: ShardState,
+    entry: RawEntry,
+    attempts: number,
+    origin: EntryOrigin,
+  ): Promise<'park' | 'reappend' | 'run' | 'hold' | null | undefined> {
     const answer = await sideWriteWhileOwned(this.shards, this.events, this.options, state, entry.id, {
       problem: `park ${entry.id}`,
-      doing: `parking ${entry.id} behind its key's deferred entries`,
+      doing: `keeping ${entry.id} behind its key's deferred entries`,
       refused: `park of ${entry.id}`,
-      call: () => this.client.park(state.index, state.grantEpoch, entry, attempts, keyFieldOf(entry.fields), releasedCopy),
-      acked: ({ outcome }) => outcome === 'parked' || outcome === '',
+      call: () => this.client.park(state.index, state.grantEpoch, entry, attempts, keyFieldOf(entry.fields), origin),
+      acked: ({ outcome }) => outcome === 'park' || outcome === 'reappend' || outcome === '',
       written: ({ outcome, keyState }) => {
         state.keyOrder?.update(keyState);
-        if (outcome === 'parked' || outcome === '') {
-          this.events.emit('parked', { shardIndex: state.index, id: entry.id, attempts, dueAt: outcome === '' ? 0 : keyState.due });
-          // Due now (behind a barrier): released in the next turn, not at the next idle check.
-          if (outcome === 'parked' && keyState.count === 1) state.nextScheduleCheckAt = 0;
-        }
+        if (outcome === 'run' || outcome === 'hold') return;
+        // dueAt 0: appended again at the stream end, or a resent call's first run did it.
+        this.events.emit('parked', { shardIndex: state.index, id: entry.id, attempts, dueAt: outcome === 'park' ? keyState.due : 0 });
       },
     });
     if (answer === null || answer === undefined) return answer;
-    return answer.outcome === '' ? 'parked' : answer.outcome;
+    return answer.outcome === '' ? 'park' : answer.outcome;
   }
 }

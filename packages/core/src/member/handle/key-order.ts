@@ -20,21 +20,52 @@ export function keyFieldOf(fields: readonly string[]): string {
 }
 
 /**
- * What the scripts decide for an entry of a key in state `state` (parkFenced-5.lua), as a pure
- * function: the mirror's rule and the model test's. 'park': its key has entries in the group's
- * deferred schedule (they came first), or a barrier above it (it was read before its key's last
- * release, whose entries came first); but a released copy at or below the barrier runs (it came
- * before what was parked behind the barrier); 'hold': a released copy of a key released in part
- * (the rest of its release comes after it, next call); 'run': nothing to wait for.
+ * How an entry of a key stands to the key's order (parkFenced-5.lua): an original, a copy released
+ * from the group's schedule (deferred or parked), or a copy appended again (`r`).
  */
-export function keyOrderVerdict(state: KeyState | undefined, entryId: string, releasedCopy: boolean): 'run' | 'park' | 'hold' {
+export type EntryOrigin = 'original' | 'released' | 'reappended';
+
+/**
+ * What the scripts decide for an entry of a key in state `state` (parkFenced-5.lua), as a pure
+ * function: the mirror's rule and the model test's (key-order.spec.ts). It rests on one fact: of a
+ * key's unhandled entries, the released copies (in stream order) come before the rest (originals,
+ * and copies appended again, in stream order) in the key's order, since an entry is released only
+ * once it was dispatched, and appended again only behind the copies before it.
+ * - While the key's release stopped part way (`partial`: the rest is due, next call), everything
+ *   of it waits ('hold'): the rest is released behind the copies in the stream, so nothing may be
+ *   appended again or parked between them.
+ * - A released copy of the current cycle (at or past `floor`, the first copy released since the
+ *   key's last deferral) runs once nothing of the key waits in the schedule ('hold' until then).
+ * - A released copy from before the cycle comes after the cycle's copies: parked behind a waiting
+ *   key, else appended again at the stream end ('reappend').
+ * - An original below the key's barrier (the last copy appended to the stream, released or
+ *   appended again), or a copy appended again below the key's last released copy, may be behind
+ *   unhandled copies: appended again at the stream end. (Copies appended again do not hold each
+ *   other back: they were appended in their order.)
+ * - Else: parked behind a waiting key, or it runs.
+ */
+export function keyOrderVerdict(state: KeyState | undefined, entryId: string, origin: EntryOrigin): 'run' | 'park' | 'hold' | 'reappend' {
   if (state === undefined) return 'run';
-  if (state.count > 0) {
-    if (releasedCopy && state.barrier !== '' && compareStreamIds(entryId, state.barrier) <= 0) return 'run';
-    return releasedCopy && state.partial ? 'hold' : 'park';
+  if (state.partial) return 'hold';
+  if (origin === 'released') {
+    if (state.floor !== '' && compareStreamIds(entryId, state.floor) >= 0) return state.count > 0 ? 'hold' : 'run';
+    if (state.count > 0) return 'park';
+    return state.floor === '' ? 'run' : 'reappend';
   }
-  if (state.barrier !== '' && !releasedCopy && compareStreamIds(entryId, state.barrier) < 0) return 'park';
-  return 'run';
+  const barrier = origin === 'original' ? state.barrier : state.released;
+  if (barrier !== '' && compareStreamIds(entryId, barrier) < 0) return 'reappend';
+  return state.count > 0 ? 'park' : 'run';
+}
+
+/**
+ * Whether an entry of a key in state `state` may be deferred (deferFenced-5.lua; else 'busy': it is
+ * retried in place, holding its key): only while nothing of the key waits in the schedule and no
+ * copy was appended again since its last release. Either may leave entries behind it that a
+ * deferral, released later, would come out after: entries due before it, or copies appended again
+ * ahead of its release in the stream.
+ */
+export function keyMayDefer(state: KeyState | undefined): boolean {
+  return state === undefined || (state.count === 0 && state.barrier === state.released);
 }
 
 /**
@@ -62,10 +93,10 @@ export class KeyOrderMirror {
   }
 
   /** 'run' when the mirror proves the entry may run now; 'ask' when Redis must decide. */
-  verdict(field: string, entryId: string, releasedCopy: boolean): 'run' | 'ask' {
+  verdict(field: string, entryId: string, origin: EntryOrigin): 'run' | 'ask' {
     const state = this.states.get(field);
     if (state === undefined) return this.complete ? 'run' : 'ask';
-    return keyOrderVerdict(state, entryId, releasedCopy) === 'run' ? 'run' : 'ask';
+    return keyOrderVerdict(state, entryId, origin) === 'run' ? 'run' : 'ask';
   }
 
   /** A state a script replied with; one with nothing left is forgotten. */

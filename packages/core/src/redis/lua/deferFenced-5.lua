@@ -15,9 +15,9 @@
   ARGV[5]  the entry's key field (includes/keyOrder.lua), counted in its key's state so that the
            key's later entries are parked behind it (deferredOrder 'key'); '' for none ('none')
   ARGV[6..]  the fields the entry is released with (its own, its group `g` and attempts `a`)
-  A key that still counts entries (parked behind a barrier, read before its last release: this
-  entry is a released copy that came before them) defers nothing: 'busy', the caller retries in
-  place, holding the key, since a deferral due later than they are would come out after them.
+  A key that may have entries behind this one that a later release would not come out before
+  (includes/keyOrder.lua keyMayDefer: entries in the schedule, or copies appended again since its
+  last release) defers nothing: 'busy', the caller retries in place, holding the key.
   Output: {due time (Redis ms), key state} (key state: includes/keyOrder.lua keyStateReply, {} for
   none); {'busy', key state} (above); {'', key state} when the entry is no longer pending (a resent call whose first run landed:
   nothing is written twice, and the state tells the caller what its first run counted); -1 when
@@ -26,6 +26,7 @@
 --- @include "includes/fence"
 --- @include "includes/time"
 --- @include "includes/schedule"
+--- @include "includes/compareStreamIds"
 --- @include "includes/keyOrder"
 
 local stream, fence, schedule, entries, keyStates = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -48,7 +49,7 @@ end
 local fields = {}
 for i = 6, #ARGV do fields[#fields + 1] = ARGV[i] end
 local dueMs = nowMs() + tonumber(ARGV[4])
-if keyField ~= '' and readKeyState(keyStates, keyField).count > 0 then return { 'busy', stateReply() } end
+if keyField ~= '' and not keyMayDefer(readKeyState(keyStates, keyField)) then return { 'busy', stateReply() } end
 -- The schedule first: if it fails (WRONGTYPE, OOM) the script stops before the ack, so the entry
 -- stays pending and the caller tries again.
 local scheduled = scheduleEntry(schedule, entries, nextDeferralId(entries, keyField == '' and 'n' or ''), dueMs, fields)
@@ -56,12 +57,12 @@ if type(scheduled) == 'table' then return redis.error_reply(tostring(scheduled.e
 if keyField ~= '' then
   -- Counted in its key's state: the key's later entries are parked behind it until it is released.
   -- A parked entry takes the latest due time, so it never comes out before the deferral it waits for.
-  -- Its barrier goes: the key's released copies still unhandled come after this entry now, and are
-  -- parked behind it like any later entry.
+  -- A new cycle: the key's copies released before it come after it now (includes/keyOrder.lua).
   local state = readKeyState(keyStates, keyField)
   state.count = state.count + 1
   state.due = dueMs
-  state.barrier = ''
+  state.floor = ''
+  state.partial = 0
   writeKeyState(keyStates, keyField, state)
 end
 redis.call('XACK', stream, consumerGroup, entryId)

@@ -14,8 +14,9 @@
            its group and attempt count (fields `g`, `a`), so that the other groups acknowledge it
            unhandled and the deferring group's count goes on
   KEYS[7]  the caller's group's key states on the shard (includes/keyOrder.lua): each released
-           entry counted in its key's state is counted out; a key whose count reaches 0 keeps a
-           barrier, its last released entry's id; barriers no entry can be below any more are swept
+           entry counted in its key's state is counted out, and is its key's last released and last
+           appended copy; states of keys counting nothing whose last appended copy no entry can be
+           below any more (delivered, none pending) are swept
   ARGV[1]  the caller's token   ARGV[2]  the most entries to release (at most MAX_RELEASED)
   ARGV[3]  a shard channel to SPUBLISH on once an entry is released, or '' for none (a Cluster's
            members poll their shards: this wakes them, as appendEntries-5.lua does)
@@ -28,8 +29,8 @@
 ]]
 --- @include "includes/fence"
 --- @include "includes/time"
---- @include "includes/keyOrder"
 --- @include "includes/compareStreamIds"
+--- @include "includes/keyOrder"
 
 -- The most entries one call releases: one call is one script run, Redis does nothing else meanwhile;
 -- the rest go in the next call. Each XADD unpacks one entry's fields (at most 12 values).
@@ -68,10 +69,10 @@ for k = 3, 5, 2 do
           touchedOrder[#touchedOrder + 1] = field
         end
         state.count = math.max(0, state.count - 1)
-        if state.count == 0 then
-          state.barrier = streamId
-          state.partial = 0
-        end
+        if state.floor == '' then state.floor = streamId end
+        state.released = streamId
+        state.barrier = streamId
+        if state.count == 0 then state.partial = 0 end
         -- Written with each entry: should a later one fail, what was released is counted out.
         writeKeyState(keyStates, field, state)
         if kind == 'p' and redis.call('HINCRBY', keyStates, PARKED_COUNT, -1) <= 0 then redis.call('HDEL', keyStates, PARKED_COUNT) end

@@ -1,14 +1,13 @@
 -- A group's deferred order on a shard (docs/runtime.md, Deferred retries, deferredOrder 'key'): a
 -- hash (keys.ts shardDeferredKeys), in the shard stream's slot, field = an entry's key ('k' and the
 -- routing key; '-' for entries without one: user data is a field, never a key name) -> its state
--- "count|due|partial|barrier":
---   count    how many of its entries are in the group's deferred schedule (deferred or parked): while
---            more than 0 its later entries are parked behind them (parkFenced-5.lua);
---   due      the due time (Redis ms) a parked entry takes: the key's latest deferral's;
---   partial  1 when a release stopped at its bound with some of them still due (releaseDue-7.lua):
---            a released copy of the key then waits for the rest instead of being parked behind them;
---   barrier  once count is 0 again, the stream id of its last released entry: an entry of the key
---            still unhandled below it was read before the release and is parked (due now) behind it.
+-- "count|due|partial|floor|released|barrier" (the rules: member/handle/key-order.ts keyOrderVerdict):
+--   count     how many of its entries are in the group's deferred schedule (deferred or parked);
+--   due       the due time (Redis ms) a parked entry takes: the key's latest deferral's;
+--   partial   1 when a release stopped at its bound with some of them still due (releaseDue-7.lua);
+--   floor     the stream id of the first copy released since the key's last deferral ('' before);
+--   released  the stream id of its last released copy;
+--   barrier   the stream id of its last copy appended to the stream (released, or appended again).
 -- Reserved fields start with '#' (no entry key field does): the parked count and the barrier sweep's cursor.
 local PARKED_COUNT = '#parked'
 local BARRIER_CURSOR = '#cursor'
@@ -18,24 +17,47 @@ local DEFERRAL_SEQ = '#seq'
 local function readKeyState(keysKey, field)
   local raw = redis.call('HGET', keysKey, field)
   if raw then
-    local count, due, partial, barrier = string.match(raw, '^(%d+)|(%d+)|(%d)|(.*)$')
-    if count then return { count = tonumber(count), due = tonumber(due), partial = tonumber(partial), barrier = barrier } end
+    local count, due, partial, floor, released, barrier = string.match(raw, '^(%d+)|(%d+)|(%d)|([%d-]*)|([%d-]*)|([%d-]*)$')
+    if count then
+      return { count = tonumber(count), due = tonumber(due), partial = tonumber(partial), floor = floor, released = released, barrier = barrier }
+    end
   end
-  return { count = 0, due = 0, partial = 0, barrier = '' }
+  return { count = 0, due = 0, partial = 0, floor = '', released = '', barrier = '' }
 end
 
--- Writes a key's state; a state with nothing in the schedule and no barrier is deleted.
+-- Writes a key's state; a state with nothing in the schedule and nothing appended is deleted.
 local function writeKeyState(keysKey, field, s)
   if s.count <= 0 and s.barrier == '' then
     redis.call('HDEL', keysKey, field)
   else
-    redis.call('HSET', keysKey, field, string.format('%d|%.0f|%d|%s', math.max(s.count, 0), s.due, s.partial, s.barrier))
+    redis.call('HSET', keysKey, field,
+      string.format('%d|%.0f|%d|%s|%s|%s', math.max(s.count, 0), s.due, s.partial, s.floor, s.released, s.barrier))
   end
 end
 
--- A key's state as replies carry it (the member's mirror, ShardClient.keyStateOf): field, count, due, partial, barrier.
+-- A key's state as replies carry it (ShardClient keyStateOf): field, count, due, partial, floor, released, barrier.
 local function keyStateReply(field, s)
-  return { field, s.count, string.format('%.0f', s.due), s.partial, s.barrier }
+  return { field, s.count, string.format('%.0f', s.due), s.partial, s.floor, s.released, s.barrier }
+end
+
+-- Whether an entry of the key may be deferred (member/handle/key-order.ts keyMayDefer).
+local function keyMayDefer(s)
+  return s.count == 0 and s.barrier == s.released
+end
+
+-- What becomes of an entry (member/handle/key-order.ts keyOrderVerdict, the same rules): origin
+-- 'o' an original, 'r' a copy released from the schedule, 'a' a copy appended again.
+local function keyOrderVerdict(s, entryId, origin)
+  if s.count == 0 and s.barrier == '' then return 'run' end
+  if s.partial == 1 then return 'hold' end
+  if origin == 'r' then
+    if s.floor ~= '' and compareStreamIds(entryId, s.floor) >= 0 then return s.count > 0 and 'hold' or 'run' end
+    if s.count > 0 then return 'park' end
+    return s.floor == '' and 'run' or 'reappend'
+  end
+  local barrier = origin == 'o' and s.barrier or s.released
+  if barrier ~= '' and compareStreamIds(entryId, barrier) < 0 then return 'reappend' end
+  return s.count > 0 and 'park' or 'run'
 end
 
 -- A schedule member id for a deferral ('' counted in its key's state, 'p' parked, 'n' not counted:

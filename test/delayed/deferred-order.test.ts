@@ -3,6 +3,7 @@ import { CoordinatorAdmin, KeyBuilder, type ParkedEvent, StreamProducer, type St
 import { ShardClient } from '../../packages/core/src/redis/shard-client';
 import type { KeyedPayload } from '../support/handler-recorder';
 import { memberFactory } from '../support/member-factory';
+import { oneShardStream } from '../support/one-shard-stream';
 import { pollUntil } from '../support/poll';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
 
@@ -14,11 +15,7 @@ const redis = useRedisServer();
 const aMember = memberFactory(redis, { blockMs: 300 });
 const keys = new KeyBuilder();
 
-async function aStream(label: string): Promise<string> {
-  const streamPrefix = uniqueName(label);
-  await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 1 });
-  return streamPrefix;
-}
+const aStream = (label: string) => oneShardStream(redis, label);
 
 /** Every handler call in order; `failures` says how many times each seq fails before it succeeds. */
 function recorder(failures: Record<number, number> = {}, slow: Record<number, number> = {}) {
@@ -59,15 +56,21 @@ async function sendMixed(streamPrefix: string): Promise<void> {
 
 const oneWorker = { runtimeMaxConcurrency: 1, retryMode: 'deferred' as const, maxAttempts: 3 };
 
+/** A member of one worker, started, and the mixed entries sent: the member and its `parked` events. */
+async function parkingMember(streamPrefix: string, retryBackoffMs: number, handler: (m: StreamMessage<KeyedPayload>) => Promise<void>) {
+  const member = aMember({ streamPrefix, ...oneWorker, retryBackoffMs, handler });
+  const parked: ParkedEvent[] = [];
+  member.on('parked', (event) => parked.push(event));
+  await member.start();
+  await sendMixed(streamPrefix);
+  return { member, parked };
+}
+
 describe('deferredOrder', () => {
   it("'key' (the default): a failing key's later entries wait behind its deferred retry and run after it, in order; the other keys never wait (one worker, no lanes)", async () => {
     const streamPrefix = await aStream('order-key');
     const group = recorder({ 1: 1 });
-    const member = aMember({ streamPrefix, ...oneWorker, retryBackoffMs: 1500, handler: group.handler });
-    const parked: ParkedEvent[] = [];
-    member.on('parked', (event) => parked.push(event));
-    await member.start();
-    await sendMixed(streamPrefix);
+    const { parked } = await parkingMember(streamPrefix, 1500, group.handler);
     await pollUntil('the other keys handled', async () => group.seen.filter((s) => s.key !== 'bad').length === 2);
     expect(group.of('bad')).toEqual([1]);
     // The retry and the two entries parked behind it wait in the group's schedule, visibly.
@@ -152,11 +155,7 @@ describe('deferredOrder', () => {
   it('a handoff while a key is parked: the next owner releases and runs it in order', async () => {
     const streamPrefix = await aStream('order-handoff');
     const first = recorder({ 1: 1 });
-    const a = aMember({ streamPrefix, ...oneWorker, retryBackoffMs: 2000, handler: first.handler });
-    const parked: ParkedEvent[] = [];
-    a.on('parked', (event) => parked.push(event));
-    await a.start();
-    await sendMixed(streamPrefix);
+    const { member: a, parked } = await parkingMember(streamPrefix, 2000, first.handler);
     await pollUntil('parked at the first member', async () => parked.length === 2);
     const second = recorder();
     const b = aMember({ streamPrefix, ...oneWorker, retryBackoffMs: 2000, handler: second.handler });

@@ -4,6 +4,7 @@ import { runScript } from '../../packages/core/src/redis/scripts';
 import { ShardClient } from '../../packages/core/src/redis/shard-client';
 import type { KeyedPayload } from '../support/handler-recorder';
 import { memberFactory } from '../support/member-factory';
+import { oneShardStream } from '../support/one-shard-stream';
 import { pollUntil } from '../support/poll';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
 
@@ -14,11 +15,7 @@ const redis = useRedisServer();
 const aMember = memberFactory(redis, { blockMs: 300 });
 const keys = new KeyBuilder();
 
-async function aStream(label: string): Promise<string> {
-  const streamPrefix = uniqueName(label);
-  await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 1 });
-  return streamPrefix;
-}
+const aStream = (label: string) => oneShardStream(redis, label);
 
 /** Every handler call, in order: payload seq, key and delivery count. */
 function recorder(fails: (message: StreamMessage<KeyedPayload>) => boolean = () => false) {

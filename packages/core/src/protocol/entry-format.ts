@@ -13,7 +13,16 @@ export { assertCodec, type BinaryCodec, type PayloadCodec, type TextCodec, jsonC
  * ignored; an entry without `p` was not written by a producer of this library and goes to the
  * dead-letter stream.
  */
-export const ENTRY_FIELD = { payload: 'p', codec: 'c', key: 'k', headers: 'h', deferredFor: 'g', attempts: 'a', parked: 'q', reappended: 'r' } as const;
+export const ENTRY_FIELD = {
+  payload: 'p',
+  codec: 'c',
+  key: 'k',
+  headers: 'h',
+  deferredFor: 'g',
+  attempts: 'a',
+  parked: 'q',
+  reappended: 'r',
+} as const;
 
 /**
  * A deferred retry as released into its shard stream (docs/runtime.md, Deferred retries): the group

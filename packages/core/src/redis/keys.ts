@@ -134,7 +134,7 @@ export class KeyBuilder {
   /**
    * A shard's schedule (docs/runtime.md, Delayed delivery): delayed entries by due time (sorted set,
    * score = due time in Redis ms), in the shard stream's slot, so that a producer's write schedules
-   * one (appendEntries-5.lua) and an owner's release moves it into the stream (releaseDue-6.lua)
+   * one (appendEntries-5.lua) and an owner's release moves it into the stream (releaseDue-7.lua)
    * atomically with the stream. Every group sees a released entry: the schedule is the stream's.
    */
   shardSchedule(streamPrefix: string, shardIndex: number): string {
@@ -148,7 +148,7 @@ export class KeyBuilder {
 
   /**
    * One group's deferred retries on a shard (docs/runtime.md, Deferred retries): entries its members
-   * acknowledged and put off (deferFenced-4.lua), by due time, in the shard stream's slot. A
+   * acknowledged and put off (deferFenced-5.lua), by due time, in the shard stream's slot. A
    * deferral is the group's own: other groups never see it in their schedules.
    */
   shardDeferred(streamPrefix: string, shardIndex: number, consumerGroup: string): string {

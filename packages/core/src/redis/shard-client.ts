@@ -167,7 +167,15 @@ function keyStateOf(reply: unknown[]): KeyState {
 function parseKeyState(field: string, value: string): KeyState | undefined {
   const match = /^(\d+)\|(\d+)\|([01])\|([0-9-]*)\|([0-9-]*)\|([0-9-]*)$/.exec(value);
   if (!match) return undefined;
-  return { field, count: Number(match[1]), due: Number(match[2]), partial: match[3] === '1', floor: match[4], released: match[5], barrier: match[6] };
+  return {
+    field,
+    count: Number(match[1]),
+    due: Number(match[2]),
+    partial: match[3] === '1',
+    floor: match[4],
+    released: match[5],
+    barrier: match[6],
+  };
 }
 
 /**
@@ -357,7 +365,10 @@ export class ShardClient {
     );
     if (!Array.isArray(reply)) return null;
     const state = reply[1] as unknown[];
-    return { dueAt: reply[0] === '' || reply[0] === 'busy' ? reply[0] : Number(reply[0]), keyState: state.length === 7 ? keyStateOf(state) : undefined };
+    return {
+      dueAt: reply[0] === '' || reply[0] === 'busy' ? reply[0] : Number(reply[0]),
+      keyState: state.length === 7 ? keyStateOf(state) : undefined,
+    };
   }
 
   /**

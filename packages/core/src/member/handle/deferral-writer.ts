@@ -28,7 +28,13 @@ export class DeferralWriter {
    * 'busy' when its key still counts entries parked behind a barrier (deferFenced-5.lua: nothing
    * written, the caller retries in place); 'gone' when refused or the shard was released first.
    */
-  async defer(state: ShardState, entry: RawEntry, attempts: number, delayMs: number, reason: string): Promise<'deferred' | 'busy' | 'gone'> {
+  async defer(
+    state: ShardState,
+    entry: RawEntry,
+    attempts: number,
+    delayMs: number,
+    reason: string,
+  ): Promise<'deferred' | 'busy' | 'gone'> {
     // Counted in its key's state only where the mirror follows it: 'key' order, and a member that defers.
     const keyField = state.keyOrder ? keyFieldOf(entry.fields) : undefined;
     const answer = await sideWriteWhileOwned(this.shards, this.events, this.options, state, entry.id, {

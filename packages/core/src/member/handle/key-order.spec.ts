@@ -135,7 +135,9 @@ class KeyOrderModel {
     const entry = this.buffer[0];
     if (!entry) return;
     const verdict = keyOrderVerdict(this.state, entry.id, entry.origin);
-    this.trace?.push(`${this.now} ${entry.id} s${entry.seq} ${entry.origin}: ${verdict} ${JSON.stringify(this.state)} [${this.buffer.map((b) => b.id)}]`);
+    this.trace?.push(
+      `${this.now} ${entry.id} s${entry.seq} ${entry.origin}: ${verdict} ${JSON.stringify(this.state)} [${this.buffer.map((b) => b.id)}]`,
+    );
     if (verdict === 'hold') return;
     this.buffer.shift();
     if (verdict === 'park') {
@@ -175,7 +177,12 @@ class KeyOrderModel {
   }
 }
 
-type Step = { kind: 'write' } | { kind: 'read'; count: number } | { kind: 'release'; limit: number } | { kind: 'tick'; ms: number } | { kind: 'dispatch' };
+type Step =
+  | { kind: 'write' }
+  | { kind: 'read'; count: number }
+  | { kind: 'release'; limit: number }
+  | { kind: 'tick'; ms: number }
+  | { kind: 'dispatch' };
 
 const aStep: fc.Arbitrary<Step> = fc.oneof(
   fc.constant<Step>({ kind: 'write' }),
@@ -212,7 +219,8 @@ describe('the key order model', () => {
             model.read(3);
             model.dispatch();
           }
-          if (model.trace && model.handled.join() !== Array.from({ length: written }, (_, seq) => seq).join()) console.log(model.trace.join('\n'));
+          if (model.trace && model.handled.join() !== Array.from({ length: written }, (_, seq) => seq).join())
+            console.log(model.trace.join('\n'));
           expect(model.handled).toEqual(Array.from({ length: written }, (_, seq) => seq));
           expect(model.schedule).toEqual([]);
         },

@@ -4,7 +4,7 @@
   while the caller still holds the shard's fencing token (SPEC 9.2: side writes are fenced like
   acks). Both happen or neither: a member that lost the shard defers nothing and acks nothing (its
   new owner decides about the entry), and a member that dies after this call loses nothing (the
-  entry is in the schedule, whoever owns the shard releases it when due: releaseDue-6.lua).
+  entry is in the schedule, whoever owns the shard releases it when due: releaseDue-7.lua).
 
   KEYS[1]  the shard stream   KEYS[2]  the shard's fencing token of the group
   KEYS[3]  the group's deferred schedule on the shard (sorted set: entry id -> due time, Redis ms)
@@ -26,6 +26,7 @@
 --- @include "includes/fence"
 --- @include "includes/time"
 --- @include "includes/schedule"
+--- @include "includes/boundedFields"
 --- @include "includes/compareStreamIds"
 --- @include "includes/keyOrder"
 
@@ -39,15 +40,9 @@ end
 
 if not holdsFence(fence, token) then return -1 end
 if #redis.call('XPENDING', stream, consumerGroup, entryId, entryId, 1) == 0 then return { '', stateReply() } end
--- At most an entry's 4 fields and the two of a deferral (entry-format.ts): 12 values. The caller
--- keeps each field once (ShardClient.defer); more would make the release's unpack fail on every
--- turn (releaseDue-6.lua) and hold up the group's other deferred retries on the shard (SPEC 10.7).
-local MAX_VALUES = 12
-if #ARGV - 5 > MAX_VALUES then
-  return redis.error_reply(string.format('deferFenced: at most %d field values, got %d', MAX_VALUES, #ARGV - 5))
-end
-local fields = {}
-for i = 6, #ARGV do fields[#fields + 1] = ARGV[i] end
+-- At most an entry's 4 fields and the two of a deferral (entry-format.ts): 12 values.
+local fields, refused = boundedFields(6, 12, 'deferFenced')
+if not fields then return refused end
 local dueMs = nowMs() + tonumber(ARGV[4])
 if keyField ~= '' and not keyMayDefer(readKeyState(keyStates, keyField)) then return { 'busy', stateReply() } end
 -- The schedule first: if it fails (WRONGTYPE, OOM) the script stops before the ack, so the entry

@@ -22,6 +22,7 @@
 ]]
 --- @include "includes/fence"
 --- @include "includes/schedule"
+--- @include "includes/boundedFields"
 --- @include "includes/compareStreamIds"
 --- @include "includes/keyOrder"
 
@@ -33,14 +34,9 @@ local state = readKeyState(keyStates, keyField)
 if #redis.call('XPENDING', stream, consumerGroup, entryId, entryId, 1) == 0 then return { '', keyStateReply(keyField, state) } end
 local verdict = keyOrderVerdict(state, entryId, origin)
 if verdict == 'run' or verdict == 'hold' then return { verdict, keyStateReply(keyField, state) } end
--- An entry's 4 fields, `g`, `a` and `q` (entry-format.ts): 14 values; more would make the
--- release's unpack fail on every turn (SPEC 10.7), as deferFenced-5.lua refuses.
-local MAX_VALUES = 14
-if #ARGV - 5 > MAX_VALUES then
-  return redis.error_reply(string.format('parkFenced: at most %d field values, got %d', MAX_VALUES, #ARGV - 5))
-end
-local fields = {}
-for i = 6, #ARGV do fields[#fields + 1] = ARGV[i] end
+-- An entry's 4 fields, `g`, `a` and `q` (entry-format.ts): 14 values.
+local fields, refused = boundedFields(6, 14, 'parkFenced')
+if not fields then return refused end
 -- The write first: if it fails (WRONGTYPE, OOM) the script stops before the ack, the entry stays
 -- pending and the caller tries again.
 if verdict == 'park' then

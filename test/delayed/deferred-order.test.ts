@@ -184,6 +184,42 @@ describe('deferredOrder', () => {
     expect(other.seen).toHaveLength(5);
   });
 
+  it('a park that fails (WRONGTYPE) is retried while the shard is owned, visibly (a problems line), and lands in order once Redis takes it', async () => {
+    const streamPrefix = await aStream('order-park-fails');
+    const group = recorder({ 1: 1 });
+    const member = aMember({ streamPrefix, ...oneWorker, retryBackoffMs: 1500, handler: group.handler });
+    await member.start();
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.send({ key: 'bad', payload: { seq: 1 } });
+    await pollUntil('deferred', async () => !(await scheduleEmpty(streamPrefix)));
+    // The deferred entries' hash replaced by a string: the park's schedule write fails, as an OOM would.
+    const entries = keys.shardDeferredEntries(streamPrefix, 0, 'group');
+    await redis.client().rename(entries, `${entries}.aside`);
+    await redis.client().set(entries, 'not a hash');
+    const { id } = await producer.send({ key: 'bad', payload: { seq: 3 } });
+    await pollUntil('the park failing, visibly', async () =>
+      member.stats().problems.some((line) => line.includes(`keeping ${id} behind its key's deferred entries failed`)),
+    );
+    expect(await pendingCount(streamPrefix)).toBe(1); // nothing acknowledged
+    await redis.client().del(entries);
+    await redis.client().rename(`${entries}.aside`, entries);
+    await pollUntil('all handled', async () => group.seen.length === 3, { timeoutMs: 15_000 });
+    expect(group.of('bad')).toEqual([1, 1, 3]);
+    expect(member.stats().problems).toEqual([]);
+  });
+
+  it('past MIRRORED_KEY_STATES_MAX key states a member asks Redis about the keys it does not hold, and handles them', async () => {
+    const streamPrefix = await aStream('order-mirror-cap');
+    // 5,000 keys each with a copy appended long ago (their barrier), nothing waiting.
+    const states = Array.from({ length: 5000 }, (_, i) => [`kold-${i}`, '0|0|0|1-1|1-1|1-1']).flat();
+    await redis.client().hset(keys.shardDeferredKeys(streamPrefix, 0, 'group'), ...states);
+    const group = recorder({ 1: 1 });
+    await aMember({ streamPrefix, ...oneWorker, retryBackoffMs: 300, handler: group.handler }).start();
+    await sendMixed(streamPrefix);
+    await pollUntil('all handled', async () => group.seen.length === 6, { timeoutMs: 15_000 });
+    expect(group.seen.map((s) => s.seq)).toEqual([1, 2, 4, 1, 3, 5]);
+  });
+
   it('a zombie cannot park: its token is refused, nothing is scheduled and the entry stays pending for the owner', async () => {
     const streamPrefix = await aStream('order-zombie');
     let release!: () => void;

@@ -58,14 +58,15 @@ export function keyOrderVerdict(state: KeyState | undefined, entryId: string, or
 }
 
 /**
- * Whether an entry of a key in state `state` may be deferred (deferFenced-5.lua; else 'busy': it is
- * retried in place, holding its key): only while nothing of the key waits in the schedule and no
- * copy was appended again since its last release. Either may leave entries behind it that a
- * deferral, released later, would come out after: entries due before it, or copies appended again
- * ahead of its release in the stream.
+ * Whether entry `entryId` of a key in state `state` may be deferred (deferFenced-5.lua; else 'busy':
+ * it is retried in place, holding its key): only while nothing of the key waits in the schedule
+ * (entries due before a deferral would come out ahead of it), and no copy appended again since its
+ * last release is still behind it in the stream (its release would come out after such a copy).
+ * An entry at or past the key's barrier has no copy behind it (the barrier is the last one).
  */
-export function keyMayDefer(state: KeyState | undefined): boolean {
-  return state === undefined || (state.count === 0 && state.barrier === state.released);
+export function keyMayDefer(state: KeyState | undefined, entryId: string): boolean {
+  if (state === undefined) return true;
+  return state.count === 0 && (state.barrier === state.released || compareStreamIds(entryId, state.barrier) >= 0);
 }
 
 /**

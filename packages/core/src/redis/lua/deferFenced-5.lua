@@ -17,7 +17,7 @@
   ARGV[6..]  the fields the entry is released with (its own, its group `g` and attempts `a`)
   A key that may have entries behind this one that a later release would not come out before
   (includes/keyOrder.lua keyMayDefer: entries in the schedule, or copies appended again since its
-  last release) defers nothing: 'busy', the caller retries in place, holding the key.
+  last release and after this entry) defers nothing: 'busy', the caller retries in place, holding the key.
   Output: {due time (Redis ms), key state} (key state: includes/keyOrder.lua keyStateReply, {} for
   none); {'busy', key state} (above); {'', key state} when the entry is no longer pending (a resent call whose first run landed:
   nothing is written twice, and the state tells the caller what its first run counted); -1 when
@@ -44,7 +44,7 @@ if #redis.call('XPENDING', stream, consumerGroup, entryId, entryId, 1) == 0 then
 local fields, refused = boundedFields(6, 12, 'deferFenced')
 if not fields then return refused end
 local dueMs = nowMs() + tonumber(ARGV[4])
-if keyField ~= '' and not keyMayDefer(readKeyState(keyStates, keyField)) then return { 'busy', stateReply() } end
+if keyField ~= '' and not keyMayDefer(readKeyState(keyStates, keyField), entryId) then return { 'busy', stateReply() } end
 -- The schedule first: if it fails (WRONGTYPE, OOM) the script stops before the ack, so the entry
 -- stays pending and the caller tries again.
 local scheduled = scheduleEntry(schedule, entries, nextDeferralId(entries, keyField == '' and 'n' or ''), dueMs, fields)

@@ -41,8 +41,8 @@ local function keyStateReply(field, s)
 end
 
 -- Whether an entry of the key may be deferred (member/handle/key-order.ts keyMayDefer).
-local function keyMayDefer(s)
-  return s.count == 0 and s.barrier == s.released
+local function keyMayDefer(s, entryId)
+  return s.count == 0 and (s.barrier == s.released or compareStreamIds(entryId, s.barrier) >= 0)
 end
 
 -- What becomes of an entry (member/handle/key-order.ts keyOrderVerdict, the same rules): origin

@@ -7,7 +7,7 @@ import type { PollerEvents, ShardSet, ShardState } from '../shard-state';
 import { forShardsSideBySide } from './shards-side-by-side';
 
 /**
- * The most entries one release call moves (releaseDue-6.lua's MAX_RELEASED): one call is one script
+ * The most entries one release call moves (releaseDue-7.lua's MAX_RELEASED): one call is one script
  * run, during which Redis does nothing else; a shard with more due is called again at once.
  */
 export const RELEASED_PER_CALL = 256;
@@ -22,7 +22,7 @@ export const RELEASE_SHARDS_PER_TURN = 1024;
 /**
  * Delayed delivery, the owner's side (docs/runtime.md, Delayed delivery): in its read loop's turn, a
  * member moves the due entries of each shard it reads from the shard's schedule into its stream
- * (releaseDue-6.lua: one script per call, fenced by the shard's token, due by Redis' clock), where
+ * (releaseDue-7.lua: one script per call, fenced by the shard's token, due by Redis' clock), where
  * every group reads them like any new entry. No process of its own: whichever member owns the shard
  * (in any group) releases, exactly once. Each shard is checked again at its next due time, and at
  * least every `blockMs` (an entry scheduled meanwhile), so an entry is released within about
@@ -80,6 +80,10 @@ export class ScheduleRelease {
     }
     if (!this.shards.isCurrent(state)) return;
     state.problems.delete('schedule');
+    if (outcome !== null && state.keyOrder) {
+      for (const keyState of outcome.keyStates) state.keyOrder.update(keyState);
+      state.keyOrder.forget(outcome.swept);
+    }
     if (outcome !== null && outcome.released > 0) this.events.emit('released', { shardIndex: state.index, count: outcome.released });
     const next = outcome === null || outcome.nextDueInMs < 0 ? this.options.blockMs : Math.min(this.options.blockMs, outcome.nextDueInMs);
     state.nextScheduleCheckAt = Date.now() + next;

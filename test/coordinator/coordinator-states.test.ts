@@ -117,6 +117,7 @@ describe('group state machine (SPEC 2.2), observed through describeGroup', () =>
       notYetReadableBacklog: 0,
       scheduled: 0,
       deferred: 0,
+      parked: 0,
       nextDueAt: { scheduled: null, deferred: null },
       describedAt: expect.any(Number),
     });
@@ -162,6 +163,7 @@ describe('group state machine (SPEC 2.2), observed through describeGroup', () =>
         scheduled: 0,
         deferred: 0,
         nextDueAt: { scheduled: null, deferred: null },
+        parked: 0,
       },
       {
         shardIndex: 1,
@@ -174,6 +176,7 @@ describe('group state machine (SPEC 2.2), observed through describeGroup', () =>
         scheduled: 0,
         deferred: 0,
         nextDueAt: { scheduled: null, deferred: null },
+        parked: 0,
       },
     ]);
   });

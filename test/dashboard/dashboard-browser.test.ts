@@ -220,7 +220,7 @@ describeTier('the dashboard in a browser, against the demo', missing, () => {
       payload: { text: 'later' },
       delayMs: hour,
     });
-    // A deferred retry of the group on shard 2, as deferFenced-4.lua leaves it (due in two hours).
+    // A deferred retry of the group on shard 2 as deferFenced-5.lua left it, before parking (its stream id as its schedule id; due in two hours).
     const now = await admin.serverTimeMs();
     await redis.client().zadd(keys.shardDeferred(STREAM, 2, GROUP), now + 2 * hour, '1-1');
     await redis.client().hset(keys.shardDeferredEntries(STREAM, 2, GROUP), '1-1', 'x');
@@ -236,7 +236,7 @@ describeTier('the dashboard in a browser, against the demo', missing, () => {
         /^1 \(next in (1 h 59 min|2 h 00 min)\)$/,
       );
       expect(await page.textContent('#schedule-totals')).toMatch(/scheduled 1 \(next in .*\)deferred 1 \(next in .*\)/);
-      expect(await page.getAttribute('#shard-map .shard[data-shard="1"]', 'title')).toMatch(/ · scheduled 1 · deferred 0$/);
+      expect(await page.getAttribute('#shard-map .shard[data-shard="1"]', 'title')).toMatch(/ · scheduled 1 · deferred 0 · parked 0$/);
       expect(await page.evaluate(() => (window as unknown as { __pwned?: string }).__pwned)).toBeUndefined();
       await page.locator('#schedules').screenshot({ path: path.join(SHOTS, 'schedules.png') });
     } finally {

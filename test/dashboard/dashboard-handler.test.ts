@@ -293,9 +293,14 @@ describe('dashboard reads', () => {
       const { snapshot } = JSON.parse(data) as {
         snapshot: { scheduleCounts: string[]; group: Record<string, unknown>; shards: Record<string, unknown>[] };
       };
-      expect(snapshot.scheduleCounts).toEqual(['scheduled', 'deferred']);
-      expect(snapshot.shards[1]).toMatchObject({ scheduled: 1, deferred: 0, nextDueAt: { scheduled: sent.dueAt, deferred: null } });
-      expect(snapshot.group).toMatchObject({ scheduled: 1, deferred: 0, nextDueAt: { scheduled: sent.dueAt, deferred: null } });
+      expect(snapshot.scheduleCounts).toEqual(['scheduled', 'deferred', 'parked']);
+      expect(snapshot.shards[1]).toMatchObject({
+        scheduled: 1,
+        deferred: 0,
+        parked: 0,
+        nextDueAt: { scheduled: sent.dueAt, deferred: null },
+      });
+      expect(snapshot.group).toMatchObject({ scheduled: 1, deferred: 0, parked: 0, nextDueAt: { scheduled: sent.dueAt, deferred: null } });
     } finally {
       controller.abort();
       await served.close();

@@ -4,6 +4,7 @@ import { runScript } from '../../packages/core/src/redis/scripts';
 import { ShardClient } from '../../packages/core/src/redis/shard-client';
 import type { KeyedPayload } from '../support/handler-recorder';
 import { memberFactory } from '../support/member-factory';
+import { oneShardStream } from '../support/one-shard-stream';
 import { pollUntil } from '../support/poll';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
 
@@ -14,11 +15,7 @@ const redis = useRedisServer();
 const aMember = memberFactory(redis, { blockMs: 300 });
 const keys = new KeyBuilder();
 
-async function aStream(label: string): Promise<string> {
-  const streamPrefix = uniqueName(label);
-  await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount: 1 });
-  return streamPrefix;
-}
+const aStream = (label: string) => oneShardStream(redis, label);
 
 /** Every handler call, in order: payload seq, key and delivery count. */
 function recorder(fails: (message: StreamMessage<KeyedPayload>) => boolean = () => false) {
@@ -127,12 +124,13 @@ describe('deferred retries', () => {
     expect(await redis.client().zcard(keys.shardDeferred(streamPrefix, 0, 'group'))).toBe(0);
   });
 
-  it("ackMode 'manual': nack({ retryAfterMs, defer: true }) defers that entry alone; the shard goes on", async () => {
+  it("ackMode 'manual', deferredOrder 'none': nack({ retryAfterMs, defer: true }) defers that entry alone; the shard goes on", async () => {
     const streamPrefix = await aStream('deferred-nack');
     const seen: { seq: number; deliveryCount: number }[] = [];
     const member = aMember({
       streamPrefix,
       ackMode: 'manual',
+      deferredOrder: 'none',
       handler: async (message: StreamMessage<KeyedPayload>) => {
         seen.push({ seq: message.payload.seq, deliveryCount: message.deliveryCount });
         if (message.payload.seq === 1 && message.deliveryCount === 1) await message.nack({ retryAfterMs: 700, defer: true });
@@ -142,7 +140,7 @@ describe('deferred retries', () => {
     await member.start();
     await new StreamProducer(redis.client(), { streamPrefix }).sendBatch([1, 2, 3].map((seq) => ({ key: 'same-key', payload: { seq } })));
     await pollUntil('all handled', async () => seen.length === 4, { timeoutMs: 15_000 });
-    // Not in place: the key's later entries did not wait for the deferred one (docs/runtime.md).
+    // Not in place, and 'none': the key's later entries did not wait for the deferred one (docs/runtime.md).
     expect(seen).toEqual([
       { seq: 1, deliveryCount: 1 },
       { seq: 2, deliveryCount: 1 },
@@ -194,7 +192,7 @@ describe('deferred retries', () => {
     expect(fields).toEqual(['p', '{"seq":3000}', 'k', 'k2999', 'g', 'group', 'a', '1']);
   });
 
-  it('deferFenced-4.lua refuses more field values than an entry and its deferral have (12), and schedules and acknowledges nothing', async () => {
+  it('deferFenced-5.lua refuses more field values than an entry and its deferral have (12), and schedules and acknowledges nothing', async () => {
     const streamPrefix = await aStream('deferred-refused');
     const { id, release } = await oneEntryHeld(streamPrefix);
     // The owner's own token: only the count of values refuses the call.
@@ -209,8 +207,9 @@ describe('deferred retries', () => {
         keys.shardFence(streamPrefix, 0, 'group'),
         deferred,
         keys.shardDeferredEntries(streamPrefix, 0, 'group'),
+        keys.shardDeferredKeys(streamPrefix, 0, 'group'),
       ],
-      ['group', token, id, 1000, ...fields],
+      ['group', token, id, 1000, 'kk', ...fields],
     ).catch((error: Error) => error);
     try {
       expect(String(await call)).toMatch(/at most 12 field values, got 14/);

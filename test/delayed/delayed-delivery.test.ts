@@ -178,6 +178,7 @@ describe('delayed delivery: the release', () => {
     expect((await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'group')).shards[0]).toMatchObject({
       scheduled: 1,
       deferred: 0,
+      parked: 0,
       backlog: 0,
     });
     await member.start();

@@ -11,7 +11,7 @@ import { uniqueName, useRedisServer } from '../support/vitest-redis';
 // docs/runtime.md, Delayed delivery ("Resharding"): a delayed entry takes its place in its key's
 // order when it is due, so it enters the stream of the shard its key routes to then, whatever the
 // shard count was when it was sent. It moves in two steps in two slots (acceptMove-5.lua on the
-// key's shard, then its removal by the source's next releaseDue-7.lua call): nothing lost and
+// key's shard, then its removal by the source's next releaseDue-8.lua call): nothing lost and
 // nothing written twice, whichever step a member dies after.
 
 const redis = useRedisServer();
@@ -206,6 +206,35 @@ describe('delayed entries across a resize', () => {
     await pollUntil('the wait cleared', async () => !member.stats().problems.some((p) => p.includes('waits to move')));
   });
 
+  it("one release call counts a deferred key's retry out of its state and leaves a moved key's due delayed entry waiting to move", async () => {
+    const streamPrefix = await aStream(2, 'delayed-move-deferred');
+    const [moved] = keysThat('move', 2, 4, 1);
+    const from = shardForKey(moved, 2);
+    const staying = keysThat('stay', 2, 4, 50).find((k) => shardForKey(k, 2) === from)!;
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.send({ key: moved, payload: { seq: 1 }, delayMs: 200 });
+    await producer.send({ key: staying, payload: { seq: 1 } });
+    await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 4, { ordered: false });
+    const stream = keys.shardStream(streamPrefix, from);
+    await redis.client().xgroup('CREATE', stream, 'group', '0');
+    const read = (await redis.client().xreadgroup('GROUP', 'group', 'c', 'STREAMS', stream, '>')) as [string, [string, string[]][]][];
+    const [id, fields] = read[0][1][0];
+    const owner = await ownedBy(streamPrefix, from, 'owner-member');
+    expect((await owner.defer(from, 1, { id, fields }, 1, 0, `k${staying}`))?.keyState?.count).toBe(1);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const outcome = (await owner.releaseDue(from, 1, 256))!;
+    expect(outcome.released).toBe(1);
+    expect(outcome.keyStates.map((k) => [k.field, k.count, k.partial])).toEqual([[`k${staying}`, 0, false]]);
+    expect(outcome.moves.map((m) => [m.key, m.count])).toEqual([[moved, 4]]);
+    // The released copy is the key's first and last released and its last appended (its barrier).
+    const { due, barrier } = outcome.keyStates[0];
+    expect(await redis.client().hget(keys.shardDeferredKeys(streamPrefix, from, 'group'), `k${staying}`)).toBe(
+      `0|${due}|0|${barrier}|${barrier}|${barrier}`,
+    );
+    const streamIds = (await redis.client().xrange(stream, '-', '+')).map(([entryId]) => entryId);
+    expect(streamIds).toEqual([id, barrier]);
+  });
+
   it("a member whose removal step is lost, and one whose first step's reply is lost, still moves each entry once", async () => {
     const streamPrefix = await aStream(2, 'delayed-move-lost');
     const moved = keysThat('move', 2, 4, 6);
@@ -219,8 +248,8 @@ describe('delayed entries across a resize', () => {
     const schedules = [0, 1].map((i) => keys.shardSchedule(streamPrefix, i));
     const takenLogs = [0, 1, 2, 3].map((i) => keys.shardMovesTaken(streamPrefix, i));
     hookCommands(connection, async (name, args) => {
-      // The second step (a release call settling moves done, its next-to-last argument): lost before it reaches Redis, twice.
-      if (schedules.some((s) => isScriptOn(name, args, s)) && /(^| )ds\d/.test(args[args.length - 2]) && lostRemovals < 2) {
+      // The second step (a release call settling moves done, its ARGV[4]: third from the end): lost before it reaches Redis, twice.
+      if (schedules.some((s) => isScriptOn(name, args, s)) && /(^| )ds\d/.test(args[args.length - 3]) && lostRemovals < 2) {
         lostRemovals++;
         return new Error('connection lost');
       }

@@ -175,6 +175,27 @@ describe('CoordinatorTesting', () => {
     kit.detach();
   });
 
+  it("follows an entry parked behind its key's deferred retry (deferredOrder 'key'): acknowledged by the park yet not handled, then handled as its copy, after the retry", async () => {
+    const { kit, stream, notes } = await anApp({ notes: { retryMode: 'deferred', retryBackoffMs: 60_000, retryBackoffMaxMs: 60_000 } });
+    kit.failNext({ group: 'notes' }, 1);
+    const retried = await kit.publish(stream, { key: 'r', payload: { text: 'retried' } });
+    await kit.handled({ group: 'audit' }, retried);
+    const after = await kit.publish(stream, { key: 'r', payload: { text: 'after' } });
+    await kit.handled({ group: 'audit' }, after);
+    const early = (await kit.handled({ group: 'notes' }, after, { timeoutMs: 700 }).catch((error: Error) => error)) as Error;
+    expect(early.message).toContain(
+      `${after.id} (shard ${after.shardIndex}, not given to a handler): no attempt; parked behind its key's deferred retry`,
+    );
+    expect(await kit.releaseScheduled(stream)).toBe(2);
+    const handled = await kit.handled({ group: 'notes' }, after);
+    expect(handled.attempts.map((a) => a.outcome)).toEqual(['succeeded']);
+    expect(handled.retriedAs).toHaveLength(1);
+    expect((await kit.handled({ group: 'notes' }, retried)).attempts.map((a) => a.outcome)).toEqual(['failed', 'succeeded']);
+    await kit.drained();
+    expect(notes().seen).toEqual(['retried', 'after']);
+    kit.detach();
+  });
+
   it('names what is wrong: an unknown group, bad arguments, an application not started, a second kit', async () => {
     const { app, kit } = await anApp({ init: false });
     await expect(kit.ready({ timeoutMs: 1000 })).rejects.toThrow(

@@ -122,20 +122,21 @@ describe('readSchedule, releaseScheduled, dropScheduled', () => {
   });
 
   it("lists a group's deferred retries with their attempts; drop removes one for good, and dropping it again changes nothing", async () => {
-    const { streamPrefix, producer, handled, member } = await aGroup('sched-drop', 1, (m) => m.key === 'bad');
-    await producer.send({ key: 'bad', payload: { seq: 7 } });
-    await producer.send({ key: 'bad', payload: { seq: 8 } });
+    // Two keys: a second failure of one key would be parked behind its deferral, not deferred (deferredOrder 'key').
+    const { streamPrefix, producer, handled, member } = await aGroup('sched-drop', 1, (m) => m.key?.startsWith('bad') === true);
+    await producer.send({ key: 'bad-7', payload: { seq: 7 } });
+    await producer.send({ key: 'bad-8', payload: { seq: 8 } });
     const target = { streamPrefix, shardIndex: 0, consumerGroup: 'group' };
     await pollUntil('both deferred', async () => (await admin().readSchedule(target)).total === 2);
     const page = await admin().readSchedule(target);
     expect(page.consumerGroup).toBe('group');
     expect(page.entries.map((e) => [e.key, e.attempts, e.payloadText])).toEqual([
-      ['bad', 1, '{"seq":7}'],
-      ['bad', 1, '{"seq":8}'],
+      ['bad-7', 1, '{"seq":7}'],
+      ['bad-8', 1, '{"seq":8}'],
     ]);
     const [seven, eight] = page.entries;
-    expect(await admin().dropScheduled(target, seven.id)).toEqual({ id: seven.id, dropped: true, dueAt: seven.dueAt });
-    expect(await admin().dropScheduled(target, seven.id)).toEqual({ id: seven.id, dropped: false, dueAt: null });
+    expect(await admin().dropScheduled(target, seven.id)).toEqual({ id: seven.id, dropped: true, dueAt: seven.dueAt, parkedMadeDue: 0 });
+    expect(await admin().dropScheduled(target, seven.id)).toEqual({ id: seven.id, dropped: false, dueAt: null, parkedMadeDue: 0 });
     expect(await redis.client().hexists(keys.shardDeferredEntries(streamPrefix, 0, 'group'), seven.id)).toBe(0);
     // The other one made due: it comes back as attempt 2; the dropped one never does.
     await admin().releaseScheduled(target, eight.id);
@@ -152,7 +153,7 @@ describe('readSchedule, releaseScheduled, dropScheduled', () => {
     for (const bad of ['', '*', 's1', 's00000000000000012', '1-0', `${id}\n`, '../x']) {
       await expect(admin().dropScheduled(delayed, bad), bad).rejects.toThrow(/delayed entry id .* is invalid/);
     }
-    for (const bad of [id, '1', '1-x', '1-0 ']) {
+    for (const bad of [id, '1', '1-x', '1-0 ', 'd1', 'd0000000000000001x', 'd0000000000000001pp']) {
       await expect(admin().releaseScheduled(deferred, bad), bad).rejects.toThrow(/deferred retry id .* is invalid/);
     }
     await expect(admin().readSchedule({ streamPrefix, shardIndex: 2 })).rejects.toThrow(/shardIndex must be an integer from 0 to 1, got 2/);
@@ -170,13 +171,18 @@ describe('rsc schedule and rsc describe', () => {
     const described = await rsc('describe', streamPrefix, 'group');
     expect(described.code).toBe(0);
     expect(described.stdout).toMatch(
-      /^SHARD\s+READABILITY\s+STATE\s+OWNER\s+OWNER EPOCH\s+LAG\s+PENDING\s+SCHEDULED\s+DEFERRED\s+OLDEST PENDING/m,
+      /^SHARD\s+READABILITY\s+STATE\s+OWNER\s+OWNER EPOCH\s+LAG\s+PENDING\s+SCHEDULED\s+DEFERRED\s+PARKED\s+OLDEST PENDING/m,
     );
-    expect(described.stdout).toMatch(/^1\s+readable\s+OWNED\s+\S+\s+\d+\s+0\s+0\s+1 \(next in (59m\d\ds|1h00m)\)\s+0\s+/m);
-    expect(described.stdout).toMatch(/scheduled 1 \(next in .*\)\s+deferred 0$/m);
+    expect(described.stdout).toMatch(/^1\s+readable\s+OWNED\s+\S+\s+\d+\s+0\s+0\s+1 \(next in (59m\d\ds|1h00m)\)\s+0\s+0\s+/m);
+    expect(described.stdout).toMatch(/scheduled 1 \(next in .*\)\s+deferred 0\s+parked 0$/m);
     const view = JSON.parse((await rsc('describe', streamPrefix, 'group', '--json')).stdout);
-    expect(view.shards[1]).toMatchObject({ scheduled: 1, deferred: 0, nextDueAt: { scheduled: expect.any(Number), deferred: null } });
-    expect(view.group).toMatchObject({ scheduled: 1, deferred: 0 });
+    expect(view.shards[1]).toMatchObject({
+      scheduled: 1,
+      deferred: 0,
+      parked: 0,
+      nextDueAt: { scheduled: expect.any(Number), deferred: null },
+    });
+    expect(view.group).toMatchObject({ scheduled: 1, deferred: 0, parked: 0 });
   });
 
   it('schedule list (paged, --json), release and drop (only with --yes); bad ids and shards refused', async () => {

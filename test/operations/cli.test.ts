@@ -70,7 +70,7 @@ describe('rsc streams, groups, describe', () => {
     const described = await rsc('describe', streamPrefix, 'group');
     expect(described.code).toBe(0);
     expect(described.stdout).toMatch(new RegExp(`^group group of stream ${streamPrefix}: STABLE`, 'm'));
-    expect(described.stdout).toMatch(/^0\s+readable\s+OWNED\s+cli-a\s+\d+\s+0\s+0\s+0\s+0\s+-\s+/m);
+    expect(described.stdout).toMatch(/^0\s+readable\s+OWNED\s+cli-a\s+\d+\s+0\s+0\s+0\s+0\s+0\s+-\s+/m);
     expect(described.stdout).toMatch(
       new RegExp(`^${member.memberId}\\s+cli-a\\s+ACTIVE\\s+\\d+\\s+\\S+\\s+\\S+ ago\\s+0-1\\s+-\\s+1\\s+-$`, 'm'),
     );

@@ -78,5 +78,5 @@ export type {
   ErrorClass,
 } from './member/handle/dead-letter-options';
 export { DEAD_LETTER_STACK_MAX_CHARS } from './member/handle/dead-letter-options';
-export type { DeferredEvent, ReleasedEvent } from './member/shard-state';
+export type { DeferredEvent, ParkedEvent, ReleasedEvent } from './member/shard-state';
 export { HandlerAbortedError, type HandlerAbortReason, HandlerTimeoutError, ShardError } from './member/consumption-errors';

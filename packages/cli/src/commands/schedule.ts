@@ -39,6 +39,11 @@ function renderPage(page: SchedulePage, target: ScheduleTarget): string {
   return `${head}\n${rows}${page.next === null ? '' : `\n(more: --after ${page.next})`}`;
 }
 
+/** Entries of the same key the change took along (deferredOrder 'key': a deferral and its parked entries). */
+function withKey(count: number, what: string): string {
+  return count > 0 ? `; ${count} ${count === 1 ? 'entry' : 'entries'} of its key ${what}` : '';
+}
+
 async function act(
   admin: CoordinatorAdmin,
   target: ScheduleTarget,
@@ -61,7 +66,7 @@ async function act(
       if (json) out.json(result);
       else if (result.madeDue)
         out.print(
-          `${id} is due now (was due ${new Date(result.previousDueAt!).toISOString()}): the shard's owner releases it in its next turn`,
+          `${id} is due now (was due ${new Date(result.previousDueAt!).toISOString()})${withKey(result.keyEntriesMadeDue, 'made due with it, in order')}: the shard's owner releases it in its next turn`,
         );
       else if (result.found)
         out.print(
@@ -73,7 +78,10 @@ async function act(
     case 'drop': {
       const result = await admin.dropScheduled(target, id!);
       if (json) out.json(result);
-      else if (result.dropped) out.print(`dropped ${id} (was due ${new Date(result.dueAt!).toISOString()}): it will not be handled`);
+      else if (result.dropped)
+        out.print(
+          `dropped ${id} (was due ${new Date(result.dueAt!).toISOString()}): it will not be handled${withKey(result.parkedMadeDue, 'parked behind it made due now, in order')}`,
+        );
       if (!result.dropped) throw new Error(`${id} is not among the ${which(target)} (released or dropped already?)`);
       return;
     }

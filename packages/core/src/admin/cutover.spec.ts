@@ -14,7 +14,7 @@ interface Entry {
   pastLastDelivered: boolean;
 }
 
-/** The moves the shard's owner makes (releaseDue-7.lua, a read, deferFenced-4.lua, an ack). */
+/** The moves the shard's owner makes (releaseDue-8.lua, a read, deferFenced-5.lua, an ack). */
 function movesOf(entry: Entry): Entry[] {
   switch (entry.place) {
     case 'schedule':

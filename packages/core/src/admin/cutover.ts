@@ -215,10 +215,11 @@ export interface ShardProbe {
 /**
  * Queues one shard's probes, in the order an entry moves between the places they look at, so that
  * an entry moved by another client while they run is seen by a later probe (SPEC 10.5: the probes
- * are separate commands, and the shard's owner runs releaseDue-7.lua and deferFenced-4.lua and
- * reads between them). An entry moves: pending -> deferred (deferFenced-4.lua acks and schedules
- * it), deferred -> stream and schedule -> stream (releaseDue-7.lua, with a new id, past any
- * last-delivered id), stream -> pending (a read). So: XPENDING first (an entry deferred after it
+ * are separate commands, and the shard's owner runs releaseDue-8.lua and deferFenced-5.lua and
+ * reads between them). An entry moves: pending -> deferred (deferFenced-5.lua and parkFenced-5.lua
+ * ack and schedule it), pending -> stream (parkFenced-5.lua appends it again, acked, with a new id
+ * past any last-delivered id), deferred -> stream and schedule -> stream (releaseDue-8.lua, with a
+ * new id, past any last-delivered id), stream -> pending (a read). So: XPENDING first (an entry deferred after it
  * is in the deferred schedule, or released from it into the stream, when those are read), then the
  * deferred schedule, then the schedule (an entry released after either is in the stream when it is
  * read), the stream last. The stream probe uses the last-delivered id read before all of these, so

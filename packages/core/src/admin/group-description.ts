@@ -12,14 +12,15 @@ import { parseShardCsv } from '../redis/responses';
 export interface ShardStats {
   lag: number;
   pending: number;
-  /** Entries in the shard's schedule (delayed delivery) and the group's deferred retries on it. */
+  /** Entries in the shard's schedule (delayed delivery), the group's deferred retries on it and its entries parked behind them. */
   scheduled: number;
   deferred: number;
-  /** When each schedule's first entry is due (Redis ms), null when it is empty. */
+  parked: number;
+  /** When each schedule's first entry is due (Redis ms), null when it is empty (parked entries are in the deferred one). */
   nextDueAt: ScheduleDueTimes;
 }
 
-const NO_STATS: ShardStats = { lag: 0, pending: 0, scheduled: 0, deferred: 0, nextDueAt: { scheduled: null, deferred: null } };
+const NO_STATS: ShardStats = { lag: 0, pending: 0, scheduled: 0, deferred: 0, parked: 0, nextDueAt: { scheduled: null, deferred: null } };
 
 /** The raw snapshot `describeGroup-14.lua` returns, as maps. */
 export interface GroupSnapshot {
@@ -135,6 +136,7 @@ export function toGroupDescription(s: GroupSnapshot): GroupDescription {
       scheduled: stats.scheduled,
       deferred: stats.deferred,
       nextDueAt: { ...stats.nextDueAt },
+      parked: stats.parked,
     };
   });
 
@@ -153,6 +155,7 @@ export function toGroupDescription(s: GroupSnapshot): GroupDescription {
       notYetReadableBacklog: shards.filter((x) => x.readability === 'not-yet-readable').reduce((sum, x) => sum + x.backlog, 0),
       scheduled: shards.reduce((sum, x) => sum + x.scheduled, 0),
       deferred: shards.reduce((sum, x) => sum + x.deferred, 0),
+      parked: shards.reduce((sum, x) => sum + x.parked, 0),
       nextDueAt: {
         scheduled: earliest(shards.map((x) => x.nextDueAt.scheduled)),
         deferred: earliest(shards.map((x) => x.nextDueAt.deferred)),

@@ -20,8 +20,9 @@ export interface ScheduleTarget {
 export interface ScheduledEntry {
   /**
    * Its id in the schedule: a delayed entry's schedule id (`s` and 16 digits, as `send` answered),
-   * or a deferred retry's stream id (the entry it retries). What `releaseScheduled` and
-   * `dropScheduled` take.
+   * or a deferred retry's schedule id (`d` and 16 digits, then `p` for an entry parked behind its
+   * key's deferral, `n` for one of `deferredOrder: 'none'`; a stream id for one written before).
+   * What `releaseScheduled` and `dropScheduled` take.
    */
   id: string;
   shardIndex: number;
@@ -76,6 +77,11 @@ export interface ScheduleRelease {
   previousDueAt: number | null;
   /** Its due time now (Redis' clock at the call) when `madeDue`; else its due time (or null). */
   dueAt: number | null;
+  /**
+   * Other entries of its key made due with it (deferredOrder 'key'): a deferral's parked entries,
+   * or a parked entry's deferral and fellow parked entries, kept in their order (docs/operations.md, Schedules).
+   */
+  keyEntriesMadeDue: number;
 }
 
 /** What dropping one entry did. */
@@ -85,6 +91,8 @@ export interface ScheduleDrop {
   dropped: boolean;
   /** The due time it had, epoch ms on Redis' clock; null when it was not there. */
   dueAt: number | null;
+  /** A dropped deferral's parked entries (deferredOrder 'key'), made due now: they waited only for it. */
+  parkedMadeDue: number;
 }
 
 export const DEFAULT_SCHEDULE_PAGE = 100;
@@ -93,9 +101,12 @@ const MADE_DUE_PER_CALL = 1000;
 
 /** A delayed entry's schedule id, as `appendEntries-5.lua` writes it (`s` and its zero-padded sequence). */
 const DELAYED_ID = /^s\d{16}$/;
-/** A deferred retry's id: the stream id of the entry it retries. */
-const DEFERRED_ID = /^\d{1,20}-\d{1,20}$/;
-const CURSOR = /^(\d{1,16}):(s\d{16}|\d{1,20}-\d{1,20})$/;
+/**
+ * A deferred retry's or parked entry's schedule id (`d`, 16 digits, `p` parked or `n` not counted
+ * per key: deferFenced-5.lua, parkFenced-5.lua), or the stream id a deferral written before took.
+ */
+const DEFERRED_ID = /^(?:d\d{16}[pn]?|\d{1,20}-\d{1,20})$/;
+const CURSOR = /^(\d{1,16}):(s\d{16}|d\d{16}[pn]?|\d{1,20}-\d{1,20})$/;
 
 /**
  * Checks an id before it becomes a script argument (SPEC 10.4): it must be exactly the kind of id
@@ -106,17 +117,27 @@ export function assertScheduleId(id: unknown, target: ScheduleTarget): string {
   if (typeof id === 'string' && (deferred ? DEFERRED_ID : DELAYED_ID).test(id)) return id;
   throw new InvalidRequestError(
     deferred
-      ? `deferred retry id ${JSON.stringify(id)} is invalid: it is the stream id of the entry retried, e.g. 1764505000000-0 (rsc schedule list --group shows them)`
+      ? `deferred retry id ${JSON.stringify(id)} is invalid: it is "d" and 16 digits, then "p" for a parked entry or "n", e.g. d0000000000000012 (or the stream id of a deferral written before, e.g. 1764505000000-0; rsc schedule list --group shows them)`
       : `delayed entry id ${JSON.stringify(id)} is invalid: it is "s" and 16 digits, e.g. s0000000000000012 (rsc schedule list shows them)`,
   );
 }
 
-/** The schedule's two keys (sorted set, fields), in the shard's slot. */
-function scheduleKeys(keys: KeyBuilder, target: ScheduleTarget): [string, string] {
+/**
+ * The schedule's two keys (sorted set, fields), in the shard's slot, and the group's key states of
+ * a deferred schedule (deferredOrder 'key'). Delayed entries count in no key state: the schedule's
+ * own key stands in for it there (the scripts never read it for them; one slot, no extra key).
+ */
+function scheduleKeys(keys: KeyBuilder, target: ScheduleTarget): [string, string, string] {
   const { streamPrefix, shardIndex, consumerGroup } = target;
-  return consumerGroup === undefined
-    ? [keys.shardSchedule(streamPrefix, shardIndex), keys.shardScheduledEntries(streamPrefix, shardIndex)]
-    : [keys.shardDeferred(streamPrefix, shardIndex, consumerGroup), keys.shardDeferredEntries(streamPrefix, shardIndex, consumerGroup)];
+  if (consumerGroup === undefined) {
+    const schedule = keys.shardSchedule(streamPrefix, shardIndex);
+    return [schedule, keys.shardScheduledEntries(streamPrefix, shardIndex), schedule];
+  }
+  return [
+    keys.shardDeferred(streamPrefix, shardIndex, consumerGroup),
+    keys.shardDeferredEntries(streamPrefix, shardIndex, consumerGroup),
+    keys.shardDeferredKeys(streamPrefix, shardIndex, consumerGroup),
+  ];
 }
 
 /** One page of a schedule, in due order (readSchedule-2.lua). */
@@ -134,7 +155,7 @@ export async function readSchedule(
     if (!cursor) throw new InvalidRequestError(`after ${JSON.stringify(options.after)} is invalid: pass the next of the previous page`);
     [, afterDue, afterId] = cursor;
   }
-  const reply = (await runScriptBuffer(redis, 'readSchedule', scheduleKeys(keys, target), [afterDue, afterId, count])) as [
+  const reply = (await runScriptBuffer(redis, 'readSchedule', scheduleKeys(keys, target).slice(0, 2), [afterDue, afterId, count])) as [
     Buffer | number,
     Buffer,
     ...[Buffer, Buffer, Buffer[]][],
@@ -187,16 +208,18 @@ function toScheduledEntry(shardIndex: number, id: string, dueAt: number, readAt:
 }
 
 /**
- * Makes one entry due now (makeScheduledDue-2.lua): its due time becomes Redis' clock, so the
+ * Makes one entry due now (makeScheduledDue-3.lua): its due time becomes Redis' clock, so the
  * shard's owner releases it into the stream in its next turn (within about `blockMs`). The release
- * itself stays the owner's, fenced: nothing here writes to the stream.
+ * itself stays the owner's, fenced: nothing here writes to the stream. A deferral and the entries
+ * parked behind it (deferredOrder 'key') are made due together, in their order.
  */
 export async function releaseScheduled(redis: RedisClient, keys: KeyBuilder, target: ScheduleTarget, id: string): Promise<ScheduleRelease> {
   const checked = assertScheduleId(id, target);
-  const [made, now, previous] = (await runScript(redis, 'makeScheduledDue', scheduleKeys(keys, target), [checked, 0])) as [
+  const [made, now, previous, withIt] = (await runScript(redis, 'makeScheduledDue', scheduleKeys(keys, target), [checked, 0])) as [
     number,
     string,
     string,
+    number,
   ];
   const found = previous !== '';
   return {
@@ -205,6 +228,7 @@ export async function releaseScheduled(redis: RedisClient, keys: KeyBuilder, tar
     madeDue: Number(made) === 1,
     previousDueAt: found ? Number(previous) : null,
     dueAt: Number(made) === 1 ? Number(now) : found ? Number(previous) : null,
+    keyEntriesMadeDue: Number(withIt),
   };
 }
 
@@ -223,9 +247,17 @@ export async function releaseWholeSchedule(redis: RedisClient, keys: KeyBuilder,
   }
 }
 
-/** Removes one entry and its fields together (dropScheduled-2.lua): it is never released. */
+/**
+ * Removes one entry and its fields together (dropScheduled-3.lua): it is never released. An entry
+ * counted in its key's state (deferredOrder 'key') is counted out of it in the same script; a
+ * dropped deferral's parked entries are made due now, in their order.
+ */
 export async function dropScheduled(redis: RedisClient, keys: KeyBuilder, target: ScheduleTarget, id: string): Promise<ScheduleDrop> {
   const checked = assertScheduleId(id, target);
-  const [dropped, due] = (await runScript(redis, 'dropScheduled', scheduleKeys(keys, target), [checked])) as [number, string];
-  return { id: checked, dropped: Number(dropped) === 1, dueAt: due === '' ? null : Number(due) };
+  const [dropped, due, parked] = (await runScript(redis, 'dropScheduled', scheduleKeys(keys, target), [checked])) as [
+    number,
+    string,
+    number,
+  ];
+  return { id: checked, dropped: Number(dropped) === 1, dueAt: due === '' ? null : Number(due), parkedMadeDue: Number(parked) };
 }

@@ -8,7 +8,7 @@ const LAG_PAGE = 1000;
 
 /**
  * Lag and pending of the group on one shard stream (zero when the stream or group does not exist
- * yet), and what waits in the shard's schedule and the group's deferred retries (SPEC 9.6).
+ * yet), and what waits in the shard's schedule and the group's deferred retries and parked entries (SPEC 9.6).
  */
 export async function shardStats(
   redis: RedisClient,
@@ -17,14 +17,20 @@ export async function shardStats(
   shardIndex: number,
   consumerGroup: string,
 ): Promise<ShardStats> {
-  const [streamStats, { scheduled, deferred }] = await Promise.all([
+  const [streamStats, { scheduled, deferred, parked }] = await Promise.all([
     streamStatsOf(redis, keys, streamPrefix, shardIndex, consumerGroup),
-    readScheduleHeads(redis, keys.shardSchedule(streamPrefix, shardIndex), keys.shardDeferred(streamPrefix, shardIndex, consumerGroup)),
+    readScheduleHeads(
+      redis,
+      keys.shardSchedule(streamPrefix, shardIndex),
+      keys.shardDeferred(streamPrefix, shardIndex, consumerGroup),
+      keys.shardDeferredKeys(streamPrefix, shardIndex, consumerGroup),
+    ),
   ]);
   return {
     ...streamStats,
     scheduled: scheduled.count,
     deferred: deferred.count,
+    parked,
     nextDueAt: { scheduled: scheduled.firstDueAt, deferred: deferred.firstDueAt },
   };
 }

@@ -24,6 +24,7 @@ export interface ResolvedConsumptionOptions {
   lanes: number;
   ackMode: 'auto' | 'manual';
   retryMode: 'in-place' | 'deferred';
+  deferredOrder: 'key' | 'none';
   ackTimeoutMs: number;
   batch: Required<BatchOptions> | undefined;
 }
@@ -32,12 +33,13 @@ interface ConsumptionInput {
   lanes?: unknown;
   ackMode?: unknown;
   retryMode?: unknown;
+  deferredOrder?: unknown;
   ackTimeoutMs?: unknown;
   batch?: unknown;
 }
 
 /**
- * Checks `lanes`, `ackMode`, `retryMode`, `ackTimeoutMs` and `batch`, alone and together: a batch is one shard's
+ * Checks `lanes`, `ackMode`, `retryMode`, `deferredOrder`, `ackTimeoutMs` and `batch`, alone and together: a batch is one shard's
  * entries in order, acknowledged as one, so it runs on no lanes and takes no manual acks.
  */
 export function resolveConsumptionOptions(options: ConsumptionInput): ResolvedConsumptionOptions {
@@ -53,6 +55,9 @@ export function resolveConsumptionOptions(options: ConsumptionInput): ResolvedCo
   const retryMode = options.retryMode ?? 'in-place';
   if (retryMode !== 'in-place' && retryMode !== 'deferred')
     throw new TypeError(`retryMode must be 'in-place' or 'deferred', got ${JSON.stringify(retryMode)}`);
+  const deferredOrder = options.deferredOrder ?? 'key';
+  if (deferredOrder !== 'key' && deferredOrder !== 'none')
+    throw new TypeError(`deferredOrder must be 'key' or 'none', got ${JSON.stringify(deferredOrder)}`);
   const ackTimeoutMs = options.ackTimeoutMs ?? 30_000;
   checkOption('member.ackTimeoutMs', ackTimeoutMs);
   let batch: Required<BatchOptions> | undefined;
@@ -76,5 +81,5 @@ export function resolveConsumptionOptions(options: ConsumptionInput): ResolvedCo
         "batch and retryMode 'deferred' cannot be combined: a batch is retried as one, in place (docs/runtime.md, Deferred retries)",
       );
   }
-  return { lanes: lanes as number, ackMode, retryMode, ackTimeoutMs: ackTimeoutMs as number, batch };
+  return { lanes: lanes as number, ackMode, retryMode, deferredOrder, ackTimeoutMs: ackTimeoutMs as number, batch };
 }

@@ -177,6 +177,7 @@ export class CoordinatedMember<T = unknown> extends EventEmitter<MemberEvents> {
     this.poller.on('dead-letter', (event) => this.emit('dead-letter', event));
     this.poller.on('deferred', (event) => this.emit('deferred', event));
     this.poller.on('released', (event) => this.emit('released', event));
+    this.poller.on('parked', (event) => this.emit('parked', event));
     this.poller.on('acknowledged', (event) => this.emit('acknowledged', event));
     this.poller.on('ack-refused', (event) => this.emit('ack-refused', event));
     this.poller.on('claim-refused', requestHeartbeat); // the grant may be stale: ask now

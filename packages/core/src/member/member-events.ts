@@ -1,5 +1,5 @@
 import type { ErrorCode } from '../protocol/error-codes';
-import type { AcknowledgedEvent, DeferredEvent, ReleasedEvent } from './shard-state';
+import type { AcknowledgedEvent, DeferredEvent, ParkedEvent, ReleasedEvent } from './shard-state';
 import type { AckRefusedEvent } from './consumption-errors';
 import type { DeadLetterEvent } from './handle/dead-letter-options';
 
@@ -26,6 +26,8 @@ export interface MemberEvents {
   deferred: [DeferredEvent];
   /** This member released due entries of a shard (delayed entries, the group's deferred retries) into its stream: `count` of them, in one call. */
   released: [ReleasedEvent];
+  /** An entry was acknowledged and parked behind its key's deferred retry, in the group's schedule (deferredOrder 'key'). */
+  parked: [ParkedEvent];
   /** Acknowledgements sent for a shard; `accepted` is false when a newer owner's fencing token refused them. */
   acknowledged: [AcknowledgedEvent];
   /** ackMode 'manual': a `message.ack()`/`nack()` that could not count (the entry runs again); also counted in `stats().refusedAcks`. */

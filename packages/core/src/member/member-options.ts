@@ -176,9 +176,19 @@ export interface CoordinatedMemberSettings<T = unknown> {
    * durable schedule of its shard in one fenced step, with its attempt count, and released into the
    * shard stream after its backoff; the shard goes on with its other entries at once, and the
    * attempts count on across restarts and handoffs (after `maxAttempts`, dead-lettered as usual).
-   * The entry's key's later entries do not wait for it. Not with `batch`.
+   * Its key's later entries wait for it as `deferredOrder` says. Not with `batch`.
    */
   retryMode?: 'in-place' | 'deferred';
+  /**
+   * The order of a key whose entry was deferred (`retryMode: 'deferred'`, `nack({ defer: true })`;
+   * docs/runtime.md, Deferred retries). 'key' (default): while a key has a deferred entry on a shard,
+   * the group's later entries of that key on the shard are parked behind it, durably and in order,
+   * and run after it settles; other keys never wait. 'none': they do not wait (they may run before
+   * it, the retry-topic behaviour).
+   * @example
+   * new CoordinatedMember(redis, { streamPrefix, consumerGroup, handler, retryMode: 'deferred', deferredOrder: 'key' });
+   */
+  deferredOrder?: 'key' | 'none';
   /** ackMode 'manual': an entry neither acked nor nacked this long after its handler started counts as failed. Default 30000 ms. */
   ackTimeoutMs?: number;
   /**

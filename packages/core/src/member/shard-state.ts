@@ -5,6 +5,7 @@ import type { BufferShare } from '../redis/read-hubs/buffer-budget';
 import type { CallSignal } from './handle/call-signal';
 import { type AckRefusedEvent, HandlerAbortedError, type HandlerAbortReason, type ShardError } from './consumption-errors';
 import type { DeadLetterEvent } from './handle/dead-letter-options';
+import type { KeyOrderMirror } from './handle/key-order';
 
 /**
  * Where a granted shard is: installing its fencing token (and retrying while a newer token refuses
@@ -60,6 +61,8 @@ export interface ShardState {
   batchWaitFrom: number | undefined;
   /** Aborted when the shard is released: stops retries and backoffs of its entries. */
   released: AbortController;
+  /** deferredOrder 'key': the group's key states on the shard, loaded at its claim (handle/key-order.ts). */
+  keyOrder: KeyOrderMirror | undefined;
 }
 
 /** Entries in flight on one lane of a shard: one entry, or one batch. */
@@ -136,6 +139,19 @@ export interface ReleasedEvent {
   count: number;
 }
 
+/**
+ * An entry parked behind its key's deferred ones (deferredOrder 'key'; docs/runtime.md, Deferred
+ * retries): acknowledged and put in the group's schedule, due with them; the attempts it has used.
+ */
+export interface ParkedEvent {
+  shardIndex: number;
+  id: string;
+  /** Its routing key (undefined without one): its copy comes back among the key's, in their order. */
+  key: string | undefined;
+  attempts: number;
+  dueAt: number;
+}
+
 export interface PollerEvents {
   error: [ShardError];
   /** An entry went to the dead-letter stream. */
@@ -144,6 +160,8 @@ export interface PollerEvents {
   deferred: [DeferredEvent];
   /** Due entries of a shard released into its stream (one event per release call that moved some). */
   released: [ReleasedEvent];
+  /** An entry was acknowledged and parked behind its key's deferred entries (deferredOrder 'key'). */
+  parked: [ParkedEvent];
   acknowledged: [AcknowledgedEvent];
   /**
    * A granted shard's claim was refused (a newer token is installed); the poller retries with
@@ -264,6 +282,7 @@ export class ShardSet {
       problems: new Map(),
       batchWaitFrom: undefined,
       released: releaseSignal(),
+      keyOrder: undefined,
     };
     this.states.set(shardIndex, state);
     this.sorted = undefined;

@@ -8,11 +8,21 @@ export { assertCodec, type BinaryCodec, type PayloadCodec, type TextCodec, jsonC
  * that wrote it (absent in entries written before codecs were named: the reader's own codec then),
  * `k` the routing key (optional), `h` the headers as JSON (optional); a released deferred retry also
  * `g` its group and `a` its attempts so far, a positive integer (see Deferral, deferralOf: one without
- * both is no deferral). Anything else in an entry is
+ * both is no deferral); a parked entry that never ran `a` 0 and `q` 1; an entry appended again
+ * behind its key's copies (deferredOrder 'key') also `r` 1. Anything else in an entry is
  * ignored; an entry without `p` was not written by a producer of this library and goes to the
  * dead-letter stream.
  */
-export const ENTRY_FIELD = { payload: 'p', codec: 'c', key: 'k', headers: 'h', deferredFor: 'g', attempts: 'a' } as const;
+export const ENTRY_FIELD = {
+  payload: 'p',
+  codec: 'c',
+  key: 'k',
+  headers: 'h',
+  deferredFor: 'g',
+  attempts: 'a',
+  parked: 'q',
+  reappended: 'r',
+} as const;
 
 /**
  * A deferred retry as released into its shard stream (docs/runtime.md, Deferred retries): the group
@@ -22,24 +32,34 @@ export const ENTRY_FIELD = { payload: 'p', codec: 'c', key: 'k', headers: 'h', d
 export interface Deferral {
   consumerGroup: string;
   attempts: number;
+  /** Appended again at the stream end behind its key's copies (`r`; deferredOrder 'key'), not released from the schedule. */
+  reappended: boolean;
 }
 
 /**
- * The deferral an entry carries, if it is a released deferred retry: both `g` and `a`, `a` a
- * positive integer in decimal, as deferFenced-4.lua writes them. An entry written by other code
- * with a `g` of its own (and no such `a`) is an ordinary entry, handled by every group: taken for
- * another group's deferral it would be acknowledged unhandled, with no trace.
+ * The deferral an entry carries, if it is a released deferred retry or parked entry: both `g` and
+ * `a`, `a` a positive integer in decimal, as deferFenced-5.lua and parkFenced-5.lua write them; or
+ * `a` exactly '0' with `q` exactly '1' beside it (a parked entry that never ran: parkFenced-5.lua).
+ * An entry written by other code with a `g` of its own and no such `a` (a '0' without that `q`
+ * among them) is an ordinary entry, handled by every group: taken for another group's deferral it
+ * would be acknowledged unhandled, with no trace.
  */
 export function deferralOf(fields: readonly string[]): Deferral | undefined {
   let consumerGroup: string | undefined;
   let attempts: string | undefined;
+  let parked: string | undefined;
+  let reappended = false;
   for (let i = 0; i + 1 < fields.length; i += 2) {
     if (fields[i] === ENTRY_FIELD.deferredFor) consumerGroup = fields[i + 1];
     else if (fields[i] === ENTRY_FIELD.attempts) attempts = fields[i + 1];
+    else if (fields[i] === ENTRY_FIELD.parked) parked = fields[i + 1];
+    else if (fields[i] === ENTRY_FIELD.reappended) reappended = fields[i + 1] === '1';
   }
-  if (consumerGroup === undefined || attempts === undefined || !/^[1-9][0-9]{0,15}$/.test(attempts)) return undefined;
+  if (consumerGroup === undefined || attempts === undefined) return undefined;
+  if (attempts === '0' && parked === '1') return { consumerGroup, attempts: 0, reappended };
+  if (!/^[1-9][0-9]{0,15}$/.test(attempts)) return undefined;
   const count = Number(attempts);
-  return Number.isSafeInteger(count) ? { consumerGroup, attempts: count } : undefined;
+  return Number.isSafeInteger(count) ? { consumerGroup, attempts: count, reappended } : undefined;
 }
 
 /**

@@ -31,6 +31,8 @@ export interface GroupMetadata {
   scheduled: number;
   /** The sum of every shard's `deferred` (this group's deferred retries). */
   deferred: number;
+  /** The sum of every shard's `parked` (this group's entries parked behind their key's deferred retries). */
+  parked: number;
   /** The earliest of the shards' `nextDueAt`, per schedule (epoch ms on Redis' clock, or null when all are empty). */
   nextDueAt: ScheduleDueTimes;
   /** Redis' clock (epoch ms) when the group was read: a `nextDueAt` before it is due already (its owner releases it in its next turn). */
@@ -42,7 +44,7 @@ export interface GroupMetadata {
  * shard's row shows beside `lag` and `pending` (rsc describe, the dashboard). A count added to
  * `ShardDescription` and `GroupMetadata` is shown everywhere once it is listed here.
  */
-export const SHARD_SCHEDULE_COUNTS = ['scheduled', 'deferred'] as const;
+export const SHARD_SCHEDULE_COUNTS = ['scheduled', 'deferred', 'parked'] as const;
 export type ShardScheduleCount = (typeof SHARD_SCHEDULE_COUNTS)[number];
 
 /**
@@ -132,6 +134,8 @@ export interface ShardDescription {
   deferred: number;
   /** When the shard's next delayed entry and the group's next deferred retry on it are due (null: none). */
   nextDueAt: ScheduleDueTimes;
+  /** The group's entries parked on the shard behind their key's deferred retries (deferredOrder 'key'; docs/runtime.md, Deferred retries). */
+  parked: number;
 }
 
 export interface GroupDescription {

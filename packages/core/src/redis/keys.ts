@@ -134,7 +134,7 @@ export class KeyBuilder {
   /**
    * A shard's schedule (docs/runtime.md, Delayed delivery): delayed entries by due time (sorted set,
    * score = due time in Redis ms), in the shard stream's slot, so that a producer's write schedules
-   * one (appendEntries-5.lua) and an owner's release moves it into the stream (releaseDue-7.lua)
+   * one (appendEntries-5.lua) and an owner's release moves it into the stream (releaseDue-8.lua)
    * atomically with the stream. Every group sees a released entry: the schedule is the stream's.
    */
   shardSchedule(streamPrefix: string, shardIndex: number): string {
@@ -157,16 +157,26 @@ export class KeyBuilder {
 
   /**
    * One group's deferred retries on a shard (docs/runtime.md, Deferred retries): entries its members
-   * acknowledged and put off (deferFenced-4.lua), by due time, in the shard stream's slot. A
+   * acknowledged and put off (deferFenced-5.lua), by due time, in the shard stream's slot. A
    * deferral is the group's own: other groups never see it in their schedules.
    */
   shardDeferred(streamPrefix: string, shardIndex: number, consumerGroup: string): string {
     return `${this.shardStream(streamPrefix, shardIndex)}:deferred:${assertConsumerGroup(consumerGroup)}`;
   }
 
-  /** The fields of a group's deferred entries on a shard (hash: entry id -> fields), beside them. */
+  /** The fields of a group's deferred entries on a shard (hash: schedule id -> fields), beside them. */
   shardDeferredEntries(streamPrefix: string, shardIndex: number, consumerGroup: string): string {
     return `${this.shardDeferred(streamPrefix, shardIndex, consumerGroup)}:entries`;
+  }
+
+  /**
+   * The states of the keys with entries in a group's deferred schedule on a shard (deferredOrder
+   * 'key', docs/runtime.md, Deferred retries): hash, an entry's key as a field (never as a key name,
+   * SPEC 10.4) -> how many of its entries wait there, their due time and its barrier
+   * (lua/includes/keyOrder.lua), beside them in the shard stream's slot.
+   */
+  shardDeferredKeys(streamPrefix: string, shardIndex: number, consumerGroup: string): string {
+    return `${this.shardDeferred(streamPrefix, shardIndex, consumerGroup)}:keys`;
   }
 
   /**

@@ -28,9 +28,10 @@ const SCRIPT_FILES = {
   endShardRetirement: 'endShardRetirement-1.lua',
   firstAfter: 'firstAfter-n.lua',
   appendEntries: 'appendEntries-5.lua',
-  releaseDue: 'releaseDue-7.lua',
+  releaseDue: 'releaseDue-8.lua',
   acceptMove: 'acceptMove-5.lua',
-  deferFenced: 'deferFenced-4.lua',
+  deferFenced: 'deferFenced-5.lua',
+  parkFenced: 'parkFenced-5.lua',
   ensureRouting: 'ensureRouting-1.lua',
   claimDeadLetterReplay: 'claimDeadLetterReplay-2.lua',
   dropDeadLetter: 'dropDeadLetter-2.lua',
@@ -39,9 +40,9 @@ const SCRIPT_FILES = {
   trimShard: 'trimShard-1.lua',
   resetShardOffset: 'resetShardOffset-2.lua',
   readSchedule: 'readSchedule-2.lua',
-  readScheduleHeads: 'readScheduleHeads-2.lua',
-  makeScheduledDue: 'makeScheduledDue-2.lua',
-  dropScheduled: 'dropScheduled-2.lua',
+  readScheduleHeads: 'readScheduleHeads-3.lua',
+  makeScheduledDue: 'makeScheduledDue-3.lua',
+  dropScheduled: 'dropScheduled-3.lua',
 } as const;
 
 export type ScriptName = keyof typeof SCRIPT_FILES;

@@ -31,7 +31,7 @@ export interface RawEntry {
 export type ClaimResult = { fenced: true } | { fenced: false; cursor: string; entries: RawEntry[]; deleted: string[] };
 
 /**
- * A due delayed entry waiting in its shard's schedule to move to its key's shard (releaseDue-7.lua):
+ * A due delayed entry waiting in its shard's schedule to move to its key's shard (releaseDue-8.lua):
  * its schedule id, move sequence number, stamp (the shard count and marker version it is routed
  * under), its key ('' when it has none: it stays) and its fields as the schedule keeps them.
  */
@@ -50,6 +50,9 @@ export interface WaitingMove {
 export interface ReleaseOutcome {
   released: number;
   nextDueInMs: number;
+  /** The new states of the keys the call counted out of the group's deferred order, and the keys whose stale barrier it swept. */
+  keyStates: KeyState[];
+  swept: string[];
   moves: WaitingMove[];
 }
 
@@ -128,8 +131,79 @@ function binaryPayload(entry: RawEntry): string | undefined {
   return text !== undefined && Buffer.from(text, 'utf8').equals(bytes) ? undefined : bytes.toString('base64');
 }
 
+/** An entry's origin as parkFenced-5.lua takes it. */
+const ORIGIN_ARGUMENT = { original: 'o', released: 'r', reappended: 'a' } as const;
+
 /** The fields a deferred retry keeps of its entry (the rest are not read by a member): at most 8 values, then `g` and `a`. */
 const DEFERRED_FIELDS: ReadonlySet<string> = new Set([ENTRY_FIELD.payload, ENTRY_FIELD.codec, ENTRY_FIELD.key, ENTRY_FIELD.headers]);
+
+/**
+ * The fields a deferred or parked entry is released with: only the fields an entry is read by
+ * (entry-format.ts), each once, then its group and the attempts it has used (and `q` when none:
+ * deferralOf; an entry appended again gets `r` beside them in parkFenced-5.lua). An entry written by other code may carry any number more, or repeat one thousands of
+ * times, and the release unpacks the fields it stores (SPEC 10.7; deferFenced-5.lua and
+ * parkFenced-5.lua refuse more). Of a repeated field the last is kept, the one decodeEntry reads.
+ */
+function deferredFields(entry: RawEntry, consumerGroup: string, attempts: number): (string | Buffer)[] {
+  const kept = new Map<string, string | Buffer>();
+  for (let i = 0; i + 1 < entry.fields.length; i += 2) {
+    const name = entry.fields[i];
+    if (!DEFERRED_FIELDS.has(name)) continue;
+    // A binary payload's text is not its bytes: it is released with the bytes it was written with.
+    kept.set(name, name === ENTRY_FIELD.payload && entry.payloadBytes !== undefined ? entry.payloadBytes : entry.fields[i + 1]);
+  }
+  const fields: (string | Buffer)[] = [...kept].flat();
+  fields.push(ENTRY_FIELD.deferredFor, consumerGroup, ENTRY_FIELD.attempts, String(attempts));
+  if (attempts === 0) fields.push(ENTRY_FIELD.parked, '1');
+  return fields;
+}
+
+/**
+ * A key's state in a group's deferred order on a shard (lua/includes/keyOrder.lua): its key field
+ * ('k' and the routing key, '-' without one), how many of its entries wait in the group's deferred
+ * schedule, their due time (Redis ms), whether its release stopped part way, its floor and its
+ * barrier (the stream id of its last released entry once none waits, '' for none).
+ */
+export interface KeyState {
+  field: string;
+  count: number;
+  due: number;
+  partial: boolean;
+  /** The stream id of the first copy released since its last deferral, '' before any. */
+  floor: string;
+  /** The stream id of its last released copy, '' before any. */
+  released: string;
+  /** The stream id of its last copy appended to the stream (released or appended again), '' before any. */
+  barrier: string;
+}
+
+/** A key state as a script replies it: field, count, due, partial, floor, released, barrier. */
+function keyStateOf(reply: unknown[]): KeyState {
+  return {
+    field: String(reply[0]),
+    count: Number(reply[1]),
+    due: Number(reply[2]),
+    partial: Number(reply[3]) === 1,
+    floor: String(reply[4] ?? ''),
+    released: String(reply[5] ?? ''),
+    barrier: String(reply[6] ?? ''),
+  };
+}
+
+/** A key state as the hash stores it ("count|due|partial|floor|released|barrier"), or undefined when it is no state. */
+function parseKeyState(field: string, value: string): KeyState | undefined {
+  const match = /^(\d+)\|(\d+)\|([01])\|([0-9-]*)\|([0-9-]*)\|([0-9-]*)$/.exec(value);
+  if (!match) return undefined;
+  return {
+    field,
+    count: Number(match[1]),
+    due: Number(match[2]),
+    partial: match[3] === '1',
+    floor: match[4],
+    released: match[5],
+    barrier: match[6],
+  };
+}
 
 /**
  * The shard-side operations of one member on one group: fencing, reading, acknowledging, taking over
@@ -144,6 +218,8 @@ export interface GroupShardPosition extends Pick<StreamGroupInfo, 'lag' | 'pendi
   scheduled: number;
   /** The group's deferred retries on the shard. */
   deferred: number;
+  /** The group's entries parked on the shard behind their key's deferred retries (deferredOrder 'key'). */
+  parked: number;
   /** How late the earliest due entry of the two schedules is (Redis' clock), 0 when none is due: a release that does not keep up. */
   dueLagMs: number;
 }
@@ -260,12 +336,13 @@ export class ShardClient {
   }
 
   /**
-   * Moves up to `count` due entries of the shard's schedule, and of this group's deferred retries on
-   * it, into its stream (releaseDue-7.lua), under this member's fencing token, first settling what
-   * the member reports of the entries waiting to move (`settled`, in their order: 'd<id>:<seq>' done,
-   * 's<id>:<seq>' stays, 'r<id>:<seq>' refused). How many were released, how long until the next is
-   * due (0: more are due now; -1: the schedule is empty) and the first entries waiting to move (their
-   * key's shard may be another now), or null when the shard has a newer owner (nothing moved).
+   * Moves up to `count` due entries of the shard's schedule, and of this group's deferred retries and
+   * parked entries on it, into its stream (releaseDue-8.lua), under this member's fencing token, first
+   * settling what the member reports of the entries waiting to move (`settled`, in their order:
+   * 'd<id>:<seq>' done, 's<id>:<seq>' stays, 'r<id>:<seq>' refused). How many were released, how long
+   * until the next is due (0: more are due now; -1: the schedule is empty), the new states of the keys
+   * it counted out, the keys whose stale barrier it swept, and the first entries waiting to move
+   * (their key's shard may be another now); or null when the shard has a newer owner (nothing moved).
    */
   async releaseDue(shardIndex: number, grantEpoch: number, count: number, settled = ''): Promise<ReleaseOutcome | null> {
     const [stream, fence] = this.shardKeys(shardIndex);
@@ -277,15 +354,18 @@ export class ShardClient {
         fence,
         this.keys.shardSchedule(this.streamPrefix, shardIndex),
         this.keys.shardScheduledEntries(this.streamPrefix, shardIndex),
-        this.keys.shardDeferred(this.streamPrefix, shardIndex, this.consumerGroup),
-        this.keys.shardDeferredEntries(this.streamPrefix, shardIndex, this.consumerGroup),
+        ...this.deferredKeys(shardIndex),
         this.keys.shardRouting(this.streamPrefix, shardIndex),
       ],
-      [this.token(grantEpoch), count, isCluster(this.redis) ? this.wakeChannel(shardIndex) : '', settled, shardIndex],
-    )) as (number | Buffer)[];
+      [this.token(grantEpoch), count, isCluster(this.redis) ? this.wakeChannel(shardIndex) : '', settled, shardIndex, this.consumerGroup],
+    )) as (number | Buffer | unknown[])[];
     if (Number(reply[0]) === -1) return null;
+    const flat = (reply[2] ?? []) as unknown[];
+    const keyStates: KeyState[] = [];
+    for (let i = 0; i + 6 < flat.length; i += 7) keyStates.push(keyStateOf(flat.slice(i, i + 7)));
+    const swept = ((reply[3] ?? []) as unknown[]).map(String);
     const moves: WaitingMove[] = [];
-    for (let i = 2; i + 6 < reply.length; i += 7) {
+    for (let i = 4; i + 6 < reply.length; i += 7) {
       moves.push({
         id: String(reply[i]),
         seq: String(reply[i + 1]),
@@ -296,7 +376,7 @@ export class ShardClient {
         dueAt: String(reply[i + 6]),
       });
     }
-    return { released: Number(reply[0]), nextDueInMs: Number(reply[1]), moves };
+    return { released: Number(reply[0]), nextDueInMs: Number(reply[1]), keyStates, swept, moves };
   }
 
   /**
@@ -331,41 +411,97 @@ export class ShardClient {
     return String(reply);
   }
 
+  /** The group's deferred schedule of a shard, its entries and its key states (deferFenced-5.lua, parkFenced-5.lua, releaseDue-8.lua). */
+  private deferredKeys(shardIndex: number): [string, string, string] {
+    return [
+      this.keys.shardDeferred(this.streamPrefix, shardIndex, this.consumerGroup),
+      this.keys.shardDeferredEntries(this.streamPrefix, shardIndex, this.consumerGroup),
+      this.keys.shardDeferredKeys(this.streamPrefix, shardIndex, this.consumerGroup),
+    ];
+  }
+
   /**
-   * A deferred retry (deferFenced-4.lua): acknowledges the entry and schedules it in this group's
+   * A deferred retry (deferFenced-5.lua): acknowledges the entry and schedules it in this group's
    * deferred schedule of the shard, `delayMs` from Redis' now, with `attempts` (the attempts it has
-   * used) and the group in its fields, under this member's fencing token. The due time (Redis ms);
-   * '' when the entry was no longer pending (a resent call whose first run landed); null when the
+   * used) and the group in its fields, under this member's fencing token; counted in its key's state
+   * when `keyField` is given (deferredOrder 'key'). The due time (Redis ms), '' when the entry was no
+   * longer pending (a resent call whose first run landed), 'busy' when its key still counts entries
+   * (nothing written: the caller retries in place), and the key's state then; null when the
    * shard has a newer owner (nothing scheduled, nothing acknowledged).
    */
-  async defer(shardIndex: number, grantEpoch: number, entry: RawEntry, attempts: number, delayMs: number): Promise<number | '' | null> {
+  async defer(
+    shardIndex: number,
+    grantEpoch: number,
+    entry: RawEntry,
+    attempts: number,
+    delayMs: number,
+    keyField?: string,
+  ): Promise<{ dueAt: number | '' | 'busy'; keyState: KeyState | undefined } | null> {
     const [stream, fence] = this.shardKeys(shardIndex);
-    // Only the fields an entry is read by (entry-format.ts), each once: an entry written by other
-    // code may carry any number more, or repeat one thousands of times, and the release unpacks
-    // the fields it stores (SPEC 10.7; deferFenced-4.lua refuses more than 12 values). Of a
-    // repeated field the last is kept, the one decodeEntry reads.
-    const kept = new Map<string, string | Buffer>();
-    for (let i = 0; i + 1 < entry.fields.length; i += 2) {
-      const name = entry.fields[i];
-      if (!DEFERRED_FIELDS.has(name)) continue;
-      // A binary payload's text is not its bytes: it is released with the bytes it was written with.
-      kept.set(name, name === ENTRY_FIELD.payload && entry.payloadBytes !== undefined ? entry.payloadBytes : entry.fields[i + 1]);
-    }
-    const fields: (string | Buffer)[] = [...kept].flat();
-    fields.push(ENTRY_FIELD.deferredFor, this.consumerGroup, ENTRY_FIELD.attempts, String(attempts));
+    const fields = deferredFields(entry, this.consumerGroup, attempts);
+    const [schedule, entries, keyStates] = this.deferredKeys(shardIndex);
     const reply = await runScript(
       this.redis,
       'deferFenced',
-      [
-        stream,
-        fence,
-        this.keys.shardDeferred(this.streamPrefix, shardIndex, this.consumerGroup),
-        this.keys.shardDeferredEntries(this.streamPrefix, shardIndex, this.consumerGroup),
-      ],
-      [this.consumerGroup, this.token(grantEpoch), entry.id, delayMs, ...fields],
+      [stream, fence, schedule, entries, keyStates],
+      [this.consumerGroup, this.token(grantEpoch), entry.id, delayMs, keyField ?? '', ...fields],
     );
-    if (Number(reply) === -1) return null;
-    return reply === '' ? '' : Number(reply);
+    if (!Array.isArray(reply)) return null;
+    const state = reply[1] as unknown[];
+    return {
+      dueAt: reply[0] === '' || reply[0] === 'busy' ? reply[0] : Number(reply[0]),
+      keyState: state.length === 7 ? keyStateOf(state) : undefined,
+    };
+  }
+
+  /**
+   * Keeps an entry in its key's order behind the key's deferred entries (parkFenced-5.lua, which
+   * decides on the key's state), under this member's fencing token: 'park' (acknowledged and put in
+   * the group's schedule), 'reappend' (acknowledged and appended again at the stream end), 'hold'
+   * or 'run' (nothing written), '' (no longer pending: a resent call whose first run landed), with
+   * the key's state; null when the shard has a newer owner (nothing written, nothing acknowledged).
+   * `attempts` (the attempts it has used, 0 for an entry never run) travels with it.
+   */
+  async park(
+    shardIndex: number,
+    grantEpoch: number,
+    entry: RawEntry,
+    attempts: number,
+    keyField: string,
+    origin: 'original' | 'released' | 'reappended',
+  ): Promise<{ outcome: 'park' | 'reappend' | 'hold' | 'run' | ''; keyState: KeyState } | null> {
+    const [stream, fence] = this.shardKeys(shardIndex);
+    const fields = deferredFields(entry, this.consumerGroup, attempts);
+    const reply = await runScript(
+      this.redis,
+      'parkFenced',
+      [stream, fence, ...this.deferredKeys(shardIndex)],
+      [this.consumerGroup, this.token(grantEpoch), entry.id, keyField, ORIGIN_ARGUMENT[origin], ...fields],
+    );
+    if (!Array.isArray(reply)) return null;
+    return { outcome: String(reply[0]) as 'park' | 'reappend' | 'hold' | 'run' | '', keyState: keyStateOf(reply[1] as unknown[]) };
+  }
+
+  /**
+   * The group's key states on a shard (deferredOrder 'key'), read in HSCAN pages of `pageSize`
+   * until the hash is read or `cap` states are: `complete` says whether every state was read (the
+   * caller bounds the whole read).
+   */
+  async loadKeyStates(shardIndex: number, cap: number, pageSize: number): Promise<{ keyStates: KeyState[]; complete: boolean }> {
+    const key = this.keys.shardDeferredKeys(this.streamPrefix, shardIndex, this.consumerGroup);
+    const keyStates: KeyState[] = [];
+    let cursor = '0';
+    do {
+      const [next, flat] = await this.redis.hscan(key, cursor, 'COUNT', pageSize);
+      for (let i = 0; i + 1 < flat.length; i += 2) {
+        if (flat[i].startsWith('#')) continue;
+        const state = parseKeyState(flat[i], flat[i + 1]);
+        if (state) keyStates.push(state);
+      }
+      cursor = next;
+      if (keyStates.length >= cap) return { keyStates: keyStates.slice(0, cap), complete: false };
+    } while (cursor !== '0');
+    return { keyStates, complete: true };
   }
 
   /**
@@ -520,7 +656,7 @@ export class ShardClient {
    * stream does not exist yet has neither; one the group has never read has an unknown lag (null).
    * Beside them, what waits in the shard's schedule and the group's deferred retries, and how late
    * the earliest due of them is by Redis' clock (`dueLagMs`, 0 when none is due): one read-only
-   * script per shard (readScheduleHeads-2.lua, in the shard's slot), and one TIME.
+   * script per shard (readScheduleHeads-3.lua, in the shard's slot), and one TIME.
    */
   async groupPositions(shards: readonly number[]): Promise<Map<number, GroupShardPosition>> {
     const [replies, schedules, now] = await Promise.all([
@@ -538,6 +674,7 @@ export class ShardClient {
             this.redis,
             this.keys.shardSchedule(this.streamPrefix, shard),
             this.keys.shardDeferred(this.streamPrefix, shard, this.consumerGroup),
+            this.keys.shardDeferredKeys(this.streamPrefix, shard, this.consumerGroup),
           ),
         ),
       ),
@@ -547,12 +684,13 @@ export class ShardClient {
     const positions = new Map<number, GroupShardPosition>();
     shards.forEach((shard, i) => {
       const info = findGroupInfo(replies[i], this.consumerGroup);
-      const { scheduled, deferred } = schedules[i];
+      const { scheduled, deferred, parked } = schedules[i];
       const firstDue = Math.min(scheduled.firstDueAt ?? Infinity, deferred.firstDueAt ?? Infinity);
       positions.set(shard, {
         ...(info ? { lag: info.lag, pending: info.pending } : { lag: (replies[i] as unknown[]).length === 0 ? 0 : null, pending: 0 }),
         scheduled: scheduled.count,
         deferred: deferred.count,
+        parked,
         dueLagMs: Number.isFinite(firstDue) ? Math.max(0, nowMs - firstDue) : 0,
       });
     });

@@ -36,10 +36,13 @@ export interface BatchCallProbe {
 
 /**
  * Per shard: the group's lag and pending, what waits in the shard's schedules (`scheduled`: every
- * group's delayed entries; `deferred`: the group's deferred retries), and how late the earliest due
+ * group's delayed entries; `deferred`: the group's deferred retries; `parked`: its entries parked behind them), and how late the earliest due
  * of those is (`dueLagMs`, Redis' clock, 0 when none is due).
  */
-export type ShardPositions = Map<number, { lag: number | null; pending: number; scheduled: number; deferred: number; dueLagMs: number }>;
+export type ShardPositions = Map<
+  number,
+  { lag: number | null; pending: number; scheduled: number; deferred: number; parked: number; dueLagMs: number }
+>;
 
 /** What the member's poller lends its telemetry while it runs. */
 export interface TelemetryTarget {

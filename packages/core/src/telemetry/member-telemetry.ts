@@ -43,6 +43,7 @@ interface MemberInstruments {
   pending: ObservableGauge;
   scheduled: ObservableGauge;
   deferred: ObservableGauge;
+  parked: ObservableGauge;
   dueLag: ObservableGauge;
   ownedShards: ObservableGauge;
   memberEpoch: ObservableGauge;
@@ -111,6 +112,10 @@ function instrumentsOf(meter: Meter): MemberInstruments {
     deferred: meter.createObservableGauge(METRIC.deferred, {
       unit: '{message}',
       description: "The group's deferred retries waiting on an owned shard",
+    }),
+    parked: meter.createObservableGauge(METRIC.parked, {
+      unit: '{message}',
+      description: "The group's entries parked on an owned shard behind their key's deferred retries (deferredOrder 'key')",
     }),
     dueLag: meter.createObservableGauge(METRIC.dueLag, {
       unit: 's',
@@ -244,6 +249,7 @@ export class MemberTelemetry implements BatchRecorder, MemberInstrumentation {
           instruments.memberEpoch,
           instruments.scheduled,
           instruments.deferred,
+          instruments.parked,
           instruments.dueLag,
         ],
       };
@@ -439,14 +445,14 @@ export class MemberTelemetry implements BatchRecorder, MemberInstrumentation {
     const target = this.target;
     const observing = this.observing;
     if (!observing) return;
-    const [lag, pending, ownedShards, memberEpoch, scheduled, deferred, dueLag] = observing.instruments;
+    const [lag, pending, ownedShards, memberEpoch, scheduled, deferred, parked, dueLag] = observing.instruments;
     const shards = target ? target.ownedShards() : [];
     result.observe(ownedShards, shards.length, this.member);
     result.observe(memberEpoch, target ? this.memberEpoch : 0, this.member);
     for (const shard of this.reportedShards) {
       if (shards.includes(shard)) continue;
       // Lost since the last collection: its new owner reports it now; this member's series ends at 0.
-      for (const gauge of [lag, pending, scheduled, deferred, dueLag]) result.observe(gauge, 0, this.shardAttributesOf(shard));
+      for (const gauge of [lag, pending, scheduled, deferred, parked, dueLag]) result.observe(gauge, 0, this.shardAttributesOf(shard));
       this.reportedShards.delete(shard);
     }
     if (!target) {
@@ -466,7 +472,7 @@ export class MemberTelemetry implements BatchRecorder, MemberInstrumentation {
       if (!this.positionsFailing) {
         target.reportError(
           new Error(
-            `member ${this.identity.memberId}: reading lag and pending for metrics failed: ${(error as Error).message}; the ${METRIC.lag}, ${METRIC.pending}, ${METRIC.scheduled}, ${METRIC.deferred} and ${METRIC.dueLag} gauges skip its shards until a read succeeds`,
+            `member ${this.identity.memberId}: reading lag and pending for metrics failed: ${(error as Error).message}; the ${METRIC.lag}, ${METRIC.pending}, ${METRIC.scheduled}, ${METRIC.deferred}, ${METRIC.parked} and ${METRIC.dueLag} gauges skip its shards until a read succeeds`,
           ),
         );
       }
@@ -483,6 +489,7 @@ export class MemberTelemetry implements BatchRecorder, MemberInstrumentation {
       result.observe(pending, position.pending, attributes);
       result.observe(scheduled, position.scheduled, attributes);
       result.observe(deferred, position.deferred, attributes);
+      result.observe(parked, position.parked, attributes);
       result.observe(dueLag, position.dueLagMs / 1000, attributes);
     }
   };

@@ -44,9 +44,10 @@ export const METRIC = {
   ackBatchesRefused: 'rsc.consumer.ack_batches.refused',
   lag: 'rsc.consumer.lag',
   pending: 'rsc.consumer.pending',
-  /** Gauges per owned shard: what waits in its schedule (every group's delayed entries) and the group's deferred retries. */
+  /** Gauges per owned shard: what waits in its schedule (every group's delayed entries), the group's deferred retries and its entries parked behind them. */
   scheduled: 'rsc.consumer.scheduled',
   deferred: 'rsc.consumer.deferred',
+  parked: 'rsc.consumer.parked',
   /** Gauge per owned shard, seconds: how late the earliest due entry of its schedules is (0 when none is due). */
   dueLag: 'rsc.consumer.due_lag',
   ownedShards: 'rsc.consumer.owned_shards',

@@ -28,9 +28,13 @@ export function describeEntry(record: EntryRecord): string {
     ? `dead-lettered (${record.deadLetter.cause}: ${record.deadLetter.reason})`
     : record.deferred
       ? `deferred, due at ${new Date(record.deferred.dueAt).toISOString()} (kit.releaseScheduled makes it due now)`
-      : outcome === 'handled'
-        ? 'handled'
-        : 'not acknowledged yet';
+      : record.parked
+        ? record.parked.dueAt > 0
+          ? `parked behind its key's deferred retry, due with it at ${new Date(record.parked.dueAt).toISOString()} (kit.releaseScheduled makes them due now)`
+          : "appended again behind its key's copies, not handled yet"
+        : outcome === 'handled'
+          ? 'handled'
+          : 'not acknowledged yet';
   return `${record.id} (shard ${record.shardIndex}${what}): ${attempts === '' ? 'no attempt' : attempts}; ${end}`;
 }
 

@@ -1,4 +1,4 @@
-import type { CoordinatedMember, DeadLetterEvent, DeferredEvent, StreamMessage } from '@redis-stream-coordinator/core';
+import type { CoordinatedMember, DeadLetterEvent, DeferredEvent, ParkedEvent, StreamMessage } from '@redis-stream-coordinator/core';
 
 /**
  * The most entries the log keeps per kit: a test that publishes more forgets the oldest (and its
@@ -44,13 +44,19 @@ export interface EntryRecord {
    * is told in this same record (its attempts, its outcome): `retriedAs` has the ids it came back as.
    */
   deferred: DeferredEvent | undefined;
+  /**
+   * Set while it waits behind its key's deferred retry (`deferredOrder: 'key'`): parked in the
+   * group's schedule, or appended again at the stream end (`dueAt` 0). Acknowledged, yet not handled:
+   * its copy, under a new stream id, is told in this same record (`retriedAs`).
+   */
+  parked: ParkedEvent | undefined;
   retriedAs: string[];
 }
 
 /** Handled: acknowledged and not dead-lettered, nor waiting in a deferred schedule. */
 export function outcomeOf(record: EntryRecord): 'handled' | 'dead-lettered' | 'pending' {
   if (record.deadLetter) return 'dead-lettered';
-  if (record.deferred) return 'pending';
+  if (record.deferred || record.parked) return 'pending';
   return record.acknowledged ? 'handled' : 'pending';
 }
 
@@ -92,13 +98,19 @@ export class EntryLog {
       this.record(stream, group, event.shardIndex, event.id).deferred = event;
       this.changed();
     };
+    const onParked = (event: ParkedEvent) => {
+      this.record(stream, group, event.shardIndex, event.id).parked = event;
+      this.changed();
+    };
     member.on('acknowledged', onAck);
     member.on('dead-letter', onDeadLetter);
     member.on('deferred', onDeferred);
+    member.on('parked', onParked);
     this.detachers.set(member, () => {
       member.off('acknowledged', onAck);
       member.off('dead-letter', onDeadLetter);
       member.off('deferred', onDeferred);
+      member.off('parked', onParked);
     });
   }
 
@@ -140,21 +152,30 @@ export class EntryLog {
   }
 
   /**
-   * The record of the deferred entry that `message` retries, linked to its new id from now on, or
-   * undefined. A released retry carries no id of the entry it retries (only its fields and attempt
-   * count), so it is recognised as the oldest deferred record of its group, shard and key with the
-   * same payload, and only for a message past its first delivery that the log has not seen.
+   * The record of the deferred or parked entry that `message` is the copy of, linked to its new id
+   * from now on, or undefined; only for a message the log has not seen. A copy carries no id of the
+   * entry it copies (only its fields and attempt count), so it is recognised as the oldest such
+   * record of its group, shard and key: a released retry (past its first delivery) by the same
+   * payload; a parked entry's copy (released or appended again) by its delivery (its attempts + 1)
+   * and, when a handler saw it before, its payload. A key's parked entries come back in their order,
+   * behind its retry, so the oldest is the one.
    */
   private retryOf(stream: string, group: string, message: StreamMessage): EntryRecord | undefined {
     const key = entryKey(stream, group, message.shardIndex, message.id);
     const linked = this.retries.get(key);
-    if (linked || message.deliveryCount < 2 || this.records.has(key)) return linked;
+    if (linked || this.records.has(key)) return linked;
     const payload = JSON.stringify(message.payload);
     for (const record of this.records.values()) {
-      if (record.deferred === undefined || record.stream !== stream || record.group !== group) continue;
-      if (record.shardIndex !== message.shardIndex || record.message?.key !== message.key) continue;
-      if (JSON.stringify(record.message?.payload) !== payload) continue;
+      if (record.stream !== stream || record.group !== group || record.shardIndex !== message.shardIndex) continue;
+      const copied = record.deferred
+        ? message.deliveryCount >= 2 && record.message?.key === message.key && JSON.stringify(record.message?.payload) === payload
+        : record.parked !== undefined &&
+          record.parked.key === message.key &&
+          message.deliveryCount === record.parked.attempts + 1 &&
+          (record.message === undefined || JSON.stringify(record.message.payload) === payload);
+      if (!copied) continue;
       record.deferred = undefined;
+      record.parked = undefined;
       record.acknowledged = false; // the deferral's own acknowledgement; the retry's is what counts now
       record.retriedAs.push(message.id);
       this.retries.set(key, record);
@@ -180,6 +201,7 @@ export class EntryLog {
         acknowledged: false,
         deadLetter: undefined,
         deferred: undefined,
+        parked: undefined,
         retriedAs: [],
       };
       this.records.set(key, record);

@@ -19,8 +19,16 @@ import { DeadLetterWriter, failureReason, isThenable } from './dead-letter-write
 import { DeferralWriter } from './deferral-writer';
 import { checkEntry, type DecodedPayload, type EntryCheck } from './entry-check';
 import { HandlerMessage } from './handler-message';
+import { type EntryOrigin, keyFieldOf } from './key-order';
 import { ManualSettlement } from './manual-ack';
 import type { Workers } from './workers';
+import { sleep } from '../abortable-sleep';
+
+/**
+ * How long a released copy of a key released in part waits before it asks again (parkFenced-5.lua
+ * 'hold'): the rest of the key's release is due now, in the owner's next read turn.
+ */
+const HOLD_RECHECK_MS = 100;
 
 /**
  * The life of one piece of work once the dispatcher started it: check the entry, run the handler,
@@ -88,6 +96,39 @@ export class AttemptSequence {
       return undefined;
     }
     const used = deferral?.attempts ?? 0;
+    // deferredOrder 'key', checked at dispatch (what the key's state is now, not when it was read):
+    // the mirror lets most entries run with no call; the rest Redis decides (parkFenced-5.lua).
+    const origin: EntryOrigin = deferral === undefined ? 'original' : deferral.reappended ? 'reappended' : 'released';
+    if (state.keyOrder && state.keyOrder.verdict(keyFieldOf(queued.entry.fields), queued.entry.id, origin) !== 'run')
+      return this.inKeyOrder(state, work, queued, used, origin);
+    return this.check(state, work, queued, used);
+  }
+
+  /**
+   * An entry whose key may have to wait (deferredOrder 'key'; the rules: key-order.ts): parked
+   * behind its key's deferred entries, or appended again behind its key's copies in the stream
+   * (acknowledged either way: its lane is free at once, as a deferral's), or run when Redis says it
+   * has nothing to wait for; an entry of a key released in part waits for the rest of its release
+   * (HOLD_RECHECK_MS, then asked again), keeping its lane and no worker. A failed call is a
+   * deferral's failure (retried while the shard is owned, visibly).
+   */
+  private async inKeyOrder(state: ShardState, work: Work, queued: QueuedEntry, used: number, origin: EntryOrigin): Promise<void> {
+    this.workers.release(state, work);
+    const field = keyFieldOf(queued.entry.fields);
+    for (;;) {
+      const outcome = await this.deferrals.park(state, queued.entry, used, origin);
+      if (outcome !== 'run' && outcome !== 'hold') return; // parked, appended again, refused, or the shard released
+      if (outcome === 'run') break;
+      await sleep(HOLD_RECHECK_MS, state.released.signal);
+      if (state.released.signal.aborted) return;
+      if (state.keyOrder?.verdict(field, queued.entry.id, origin) === 'run') break;
+    }
+    if (!(await this.workers.acquire(state, work))) return;
+    return this.check(state, work, queued, used);
+  }
+
+  /** The entry's checks (codec, schema), then its attempts. */
+  private check(state: ShardState, work: Work, queued: QueuedEntry, used: number): Promise<void> | undefined {
     const checked = checkEntry(queued.entry, this.options);
     if (!(checked instanceof Promise)) return this.checked(state, work, queued, checked, used);
     return checked.then(async (result) => {
@@ -271,10 +312,14 @@ export class AttemptSequence {
     }
     if (attempt < this.options.maxAttempts) {
       // Deferred: acknowledged and scheduled in one fenced step; the lane is free once it is written.
+      // 'busy': its key has entries parked behind a barrier that must come after this one (deferredOrder
+      // 'key'); a deferral due later would come out after them, so this retry runs in place, holding the key.
       if (this.policy.defers(error)) {
-        this.options.telemetry?.retried();
-        await this.deferrals.defer(state, queued.entry, attempt, this.policy.delayOf(attempt, error), reason);
-        return;
+        const deferred = await this.deferrals.defer(state, queued.entry, attempt, this.policy.delayOf(attempt, error), reason);
+        if (deferred !== 'busy') {
+          this.options.telemetry?.retried();
+          return;
+        }
       }
       if (!(await this.policy.backoff(state, attempt, error))) return;
       if (!(await this.workers.acquire(state, work))) return;

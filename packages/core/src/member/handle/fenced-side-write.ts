@@ -24,6 +24,8 @@ export interface SideWrite<R> {
    * deferred entry without what became of it (the testing kit would take it for handled).
    */
   written: (answer: R) => void;
+  /** Whether an answer acknowledged the entry (a park may answer that the entry runs instead); default: every answer does. */
+  acked?: (answer: R) => boolean;
 }
 
 /**
@@ -57,7 +59,8 @@ export async function sideWriteWhileOwned<R>(
       continue;
     }
     state.problems.delete(write.problem);
-    events.emit('acknowledged', { shardIndex: state.index, grantEpoch: state.grantEpoch, ids: [entryId], accepted: answer !== null });
+    if (answer === null || (write.acked?.(answer) ?? true))
+      events.emit('acknowledged', { shardIndex: state.index, grantEpoch: state.grantEpoch, ids: [entryId], accepted: answer !== null });
     if (answer === null) {
       events.emit(
         'error',

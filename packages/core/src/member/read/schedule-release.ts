@@ -8,7 +8,7 @@ import type { PollerEvents, ShardSet, ShardState } from '../shard-state';
 import { forShardsSideBySide } from './shards-side-by-side';
 
 /**
- * The most entries one release call moves (releaseDue-7.lua's MAX_RELEASED): one call is one script
+ * The most entries one release call moves (releaseDue-8.lua's MAX_RELEASED): one call is one script
  * run, during which Redis does nothing else; a shard with more due is called again at once.
  */
 export const RELEASED_PER_CALL = 256;
@@ -34,7 +34,7 @@ export const MOVES_PER_TURN = 64;
 /**
  * Delayed delivery, the owner's side (docs/runtime.md, Delayed delivery): in its read loop's turn, a
  * member moves the due entries of each shard it reads from the shard's schedule into its stream
- * (releaseDue-7.lua: one script per call, fenced by the shard's token, due by Redis' clock), where
+ * (releaseDue-8.lua: one script per call, fenced by the shard's token, due by Redis' clock), where
  * every group reads them like any new entry. No process of its own: whichever member owns the shard
  * (in any group) releases, exactly once. Each shard is checked again at its next due time, and at
  * least every `blockMs` (an entry scheduled meanwhile), so an entry is released within about
@@ -92,6 +92,12 @@ export class ScheduleRelease {
           commandCallTimeoutMs(this.options),
         );
         released += outcome?.released ?? 0;
+        // Each call's counted-out key states and swept barriers, as it made them: a later call that
+        // fails leaves these written in Redis all the same.
+        if (outcome !== null && state.keyOrder && this.shards.isCurrent(state)) {
+          for (const keyState of outcome.keyStates) state.keyOrder.update(keyState);
+          state.keyOrder.forget(outcome.swept);
+        }
         if (outcome === null || round === RELEASE_CALLS_PER_TURN - 1 || !this.shards.isCurrent(state)) break;
         if (outcome.moves.length === 0) {
           settled = '';

@@ -11,6 +11,7 @@ import { commandCallTimeoutMs, type ResolvedMemberOptions } from '../member-opti
 import { fewestQueued } from './read-turns';
 import { ScheduleRelease } from './schedule-release';
 import { backOffShard, ShardRecovery, setBackShard } from './shard-recovery';
+import { KEY_STATES_PAGE, KeyOrderMirror, MIRRORED_KEY_STATES_MAX } from '../handle/key-order';
 import { forShardsSideBySide } from './shards-side-by-side';
 import { type PollerEvents, type ShardSet, type ShardState } from '../shard-state';
 
@@ -605,6 +606,37 @@ export class ShardReader implements HubReader {
     await forShardsSideBySide(due, (state) => this.claim(state));
   }
 
+  /**
+   * deferredOrder 'key', a member that may defer: the group's key states on the shard, mirrored
+   * before any entry of it is handled (handle/key-order.ts), in pages up to MIRRORED_KEY_STATES_MAX.
+   * Bounded as the claim (SPEC 10.1); a failed read is a failed claim (an 'error', a problems line,
+   * the claim tried again with backoff: installing one's own token again is harmless). False then.
+   */
+  private async loadKeyOrder(state: ShardState): Promise<boolean> {
+    const { deferredOrder, retryMode, ackMode, batch } = this.options;
+    if (deferredOrder !== 'key' || batch || (retryMode !== 'deferred' && ackMode !== 'manual')) return true;
+    try {
+      const loaded = await withTimeout(
+        this.client.loadKeyStates(state.index, MIRRORED_KEY_STATES_MAX, KEY_STATES_PAGE),
+        commandCallTimeoutMs(this.options),
+      );
+      if (state.phase !== 'claiming') return false;
+      state.keyOrder = new KeyOrderMirror(loaded.keyStates, loaded.complete);
+      return true;
+    } catch (error) {
+      if (state.phase !== 'claiming') return false;
+      setBackShard(
+        state,
+        this.events,
+        'claim',
+        (attempts) =>
+          `shard ${state.index}: reading its key states (deferredOrder 'key') failed (${(error as Error).message}); not reading it (failed ${attempts} time(s))`,
+        error,
+      );
+      return false;
+    }
+  }
+
   private async claim(state: ShardState): Promise<void> {
     let claim: Awaited<ReturnType<ShardClient['claimShard']>>;
     try {
@@ -623,6 +655,7 @@ export class ShardReader implements HubReader {
       return;
     }
     if (state.phase !== 'claiming') return;
+    if (claim.claimed && !(await this.loadKeyOrder(state))) return;
     if (claim.claimed) {
       state.readCursor = claim.cursor;
       state.phase = 'takeover';

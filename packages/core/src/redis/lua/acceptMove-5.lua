@@ -1,6 +1,6 @@
 --[[
   acceptMove-5: writes a due delayed entry that another shard's owner found routed to this shard
-  (releaseDue-7.lua: its key's shard under the shard count now in effect) to the end of this
+  (releaseDue-8.lua: its key's shard under the shard count now in effect) to the end of this
   shard's stream, once however often it is sent, and only under the routing its source stamped it
   with (docs/runtime.md, Delayed delivery). The second step, its removal from the source's
   schedule, is the source owner's next releaseDue call; a member that dies between the two leaves

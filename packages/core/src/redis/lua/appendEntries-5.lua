@@ -2,7 +2,7 @@
   appendEntries-5: writes a producer's entries for one shard, in order, if the shard still takes
   writes with the shard count the producer routed them with (SPEC 9.5, docs/resharding.md), at
   most once per write sequence number. A delayed entry goes to the shard's schedule instead of its
-  stream (docs/runtime.md, Delayed delivery): releaseDue-7.lua moves it into the stream once due.
+  stream (docs/runtime.md, Delayed delivery): releaseDue-8.lua moves it into the stream once due.
 
   KEYS[1]  the shard stream        KEYS[2]  the shard's routing marker (includes/routing.lua)
   KEYS[3]  this producer's write log on the shard (a string: its last call's sequence number, '\n',
@@ -155,12 +155,12 @@ for e = 1, #layout do
     local scheduled = redis.pcall('HINCRBY', KEYS[5], SCHEDULE_SEQ, 1)
     if type(scheduled) == 'number' then
       -- Zero-padded to a fixed width: the schedule orders entries of one due time by member string
-      -- (releaseDue-7.lua), so only then does that order stay the send order past s9.
+      -- (releaseDue-8.lua), so only then does that order stay the send order past s9.
       scheduled = scheduleEntry(KEYS[4], KEYS[5], string.format('s%016d', scheduled), dueMs, { unpack(ARGV, first, last) })
     end
     if type(scheduled) == 'string' and routedByKey(dues[e]) then
       -- The count it was routed with: when it is due, a key the count then in effect routes
-      -- elsewhere is moved there (releaseDue-7.lua). Without it the entry would stay (an old one).
+      -- elsewhere is moved there (releaseDue-8.lua). Without it the entry would stay (an old one).
       local noted = redis.pcall('HSET', KEYS[5], scheduled .. ROUTED_COUNT, ARGV[2])
       if type(noted) == 'table' then
         redis.pcall('ZREM', KEYS[4], scheduled)

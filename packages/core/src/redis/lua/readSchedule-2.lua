@@ -1,7 +1,7 @@
 --[[
   readSchedule-2: one page of a schedule for CoordinatorAdmin.readSchedule (rsc schedule list, the
   testing kit): a shard's delayed entries, or one group's deferred retries on it, in due order (ids
-  of one due time in id order, as releaseDue-7.lua releases them). Read-only.
+  of one due time in id order, as releaseDue-8.lua releases them). Read-only.
 
   KEYS[1]  the schedule (sorted set: id -> due time, Redis ms)
   KEYS[2]  its entries (hash: id -> fields, cmsgpack; includes/schedule.lua)
@@ -13,7 +13,7 @@
 --- @include "includes/time"
 
 -- One page is one script run, Redis does nothing else meanwhile; each entry's fields are at most
--- 12 values (deferFenced-4.lua, appendEntries-5.lua), so a page is at most this many of them.
+-- 12 values (deferFenced-5.lua, appendEntries-5.lua; a parked entry 14: parkFenced-5.lua), so a page is at most this many of them.
 local MAX_PAGE = 1000
 
 local schedule, entries = KEYS[1], KEYS[2]

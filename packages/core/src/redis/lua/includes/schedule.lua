@@ -6,13 +6,13 @@ local SCHEDULE_SEQ = '#seq'
 
 -- The field beside a scheduled entry (`<schedule id>:c`) that keeps the shard count its key was
 -- routed with (a due spec ending in 'k': the producer routed it by its key, not by an explicit
--- shardIndex). releaseDue-7.lua compares it with the count in effect when the entry is due: a key
+-- shardIndex). releaseDue-8.lua compares it with the count in effect when the entry is due: a key
 -- the count then routes elsewhere is moved to its shard (docs/runtime.md, Delayed delivery).
 local ROUTED_COUNT = ':c'
 -- The field that stamps an entry waiting to move (`<schedule id>:m`): '<count> <version>', the
 -- source's routing marker when it was (last) routed; acceptMove-5.lua takes it only under that.
 local MOVE_STAMP = ':m'
--- The hash field of the last move sequence number given (releaseDue-7.lua).
+-- The hash field of the last move sequence number given (releaseDue-8.lua).
 local MOVE_SEQ = '#move'
 -- An entry waiting to move keeps its place in the schedule with a score at or below 0 (its move
 -- sequence number less MOVE_BASE): the schedule's ZCARD, hence describeGroup, a shrink's drain and

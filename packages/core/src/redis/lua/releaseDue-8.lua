@@ -1,5 +1,5 @@
 --[[
-  releaseDue-7: moves a shard's due scheduled entries into its stream, in due order, each one's
+  releaseDue-8: moves a shard's due scheduled entries into its stream, in due order, each one's
   schedule entry removed and its stream entry added in this one script, so an entry is released
   exactly once however many members (of however many groups) try (docs/runtime.md, Delayed
   delivery). Only a current owner of the shard may release: the caller's fencing token of its group
@@ -18,11 +18,16 @@
   KEYS[1]  the shard stream   KEYS[2]  the caller's group's fencing token on the shard
   KEYS[3]  the shard's schedule (sorted set: schedule id -> due time, Redis ms; <= 0: waiting to move)
   KEYS[4]  the shard's scheduled entries (hash: schedule id -> fields, cmsgpack; includes/schedule.lua)
-  KEYS[5], KEYS[6]  the same for the caller's group's deferred retries on the shard (deferFenced-4.lua):
-           released into the same stream, each carrying its group and attempt count (fields `g`, `a`),
-           so that the other groups acknowledge it unhandled and the deferring group's count goes on.
-           They never move: a deferred retry promises no place in its key's order (docs/runtime.md)
-  KEYS[7]  the shard's routing marker (includes/routing.lua)
+  KEYS[5], KEYS[6]  the same for the caller's group's deferred retries and parked entries on the
+           shard (deferFenced-5.lua, parkFenced-5.lua): released into the same stream, each carrying
+           its group and attempt count (fields `g`, `a`), so that the other groups acknowledge it
+           unhandled and the deferring group's count goes on. They never move to another shard: the
+           key order they keep (deferredOrder 'key') is their group's on this shard (docs/runtime.md)
+  KEYS[7]  the caller's group's key states on the shard (includes/keyOrder.lua): each released
+           entry counted in its key's state is counted out, and is its key's last released and last
+           appended copy; states of keys counting nothing whose last appended copy no entry can be
+           below any more (delivered, none pending) are swept
+  KEYS[8]  the shard's routing marker (includes/routing.lua)
   ARGV[1]  the caller's token   ARGV[2]  the most entries to release (at most MAX_RELEASED)
   ARGV[3]  a shard channel to SPUBLISH on once an entry is released, or '' for none (a Cluster's
            members poll their shards: this wakes them, as appendEntries-5.lua does)
@@ -32,16 +37,21 @@
            again), 'r<id>:<seq>' refused by its key's shard for a newer resize (stamped again). The
            first item that does not apply as given ends the list: the rest wait for the next call
   ARGV[5]  this shard's index: once a shrink removed it, its keyed entries not due yet move too
+  ARGV[6]  consumerGroup (the barrier sweep reads its last-delivered id and pending entries)
 
-  Output: {released, nextDueInMs, then per entry waiting to move (the first MOVES_REPLIED, in move
-  order): id, seq, stamp count, stamp version, key, fields (cmsgpack), due time ('' when due)}: how many entries were
-  released, and how long until the next scheduled entry is due (0: more are due now, beyond the
-  count; -1: the schedule is empty); {-1} when the caller no longer holds the shard (nothing moved).
+  Output: {released, nextDueInMs, states, swept, then per entry waiting to move (the first
+  MOVES_REPLIED, in move order): id, seq, stamp count, stamp version, key, fields (cmsgpack), due
+  time ('' when due)}: how many entries were released, how long until the next scheduled entry is
+  due (0: more are due now, beyond the count; -1: the schedule is empty), the new states of the keys
+  this call counted out (keyStateReply, flattened) and the key fields whose barrier was swept;
+  {-1} when the caller no longer holds the shard (nothing moved).
 ]]
 --- @include "includes/fence"
 --- @include "includes/time"
 --- @include "includes/routing"
 --- @include "includes/schedule"
+--- @include "includes/compareStreamIds"
+--- @include "includes/keyOrder"
 
 -- The most entries one call releases: one call is one script run, Redis does nothing else meanwhile;
 -- the rest go in the next call. Each XADD unpacks one entry's fields (at most 12 values).
@@ -50,8 +60,11 @@ local MAX_RELEASED = 256
 -- order) until the caller has moved some; the reply carries MOVES_REPLIED of them.
 local MAX_MOVING = 1024
 local MOVES_REPLIED = 64
+-- Key states one call looks at for barriers to sweep (HSCAN's COUNT hint): a little each call, so
+-- the sweep costs a call nothing noticeable, and every stale barrier goes within a few calls.
+local SWEPT_PER_CALL = 16
 
-local stream, fence, schedule, entries, marker = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[7]
+local stream, fence, schedule, entries, marker = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[8]
 if not holdsFence(fence, ARGV[1]) then return { -1 } end
 local limit = math.min(tonumber(ARGV[2]) or 0, MAX_RELEASED)
 local now = nowMs()
@@ -63,11 +76,16 @@ local function forget(schedule, entries, id)
   redis.call('ZREM', schedule, id)
   redis.call('HDEL', entries, id, id .. ROUTED_COUNT, id .. MOVE_STAMP)
 end
--- One entry into the stream (fields as kept), or Redis' error when its XADD failed (OOM).
-local function xadd(packed)
-  local id = redis.pcall('XADD', stream, '*', unpack(cmsgpack.unpack(packed)))
+-- One entry into the stream (fields as given), or Redis' error when its XADD failed (OOM), and the
+-- new stream id.
+local function xaddFields(fields)
+  local id = redis.pcall('XADD', stream, '*', unpack(fields))
   if type(id) == 'table' then return id end
   released = released + 1
+  return nil, id
+end
+local function xadd(packed)
+  return (xaddFields(cmsgpack.unpack(packed)))
 end
 local function release(schedule, entries, id)
   local packed = redis.call('HGET', entries, id)
@@ -174,25 +192,101 @@ local function nextDue(schedule, from)
   end
 end
 
--- The group's deferred retries: released here, in due order.
+-- The group's deferred retries and parked entries: released here, in due order, each one counted in
+-- its key's state (deferredOrder 'key') counted out of it.
 local deferred, deferredEntries = KEYS[5], KEYS[6]
+local keyStates, consumerGroup = KEYS[7], ARGV[6]
+-- The key states counted out in this call, by field, written with each entry and replied at the end.
+local touched, touchedOrder = {}, {}
 local dueRetries = not failure and limit > released and redis.call('ZRANGEBYSCORE', deferred, '-inf', now, 'LIMIT', 0, limit - released) or {}
 releasedIds, releasedFields = {}, {}
-for _, id in ipairs(dueRetries) do
-  local packed = redis.call('HGET', deferredEntries, id)
-  failure = packed and xadd(packed)
-  if failure then break end
+local storedRetries = #dueRetries > 0 and redis.call('HMGET', deferredEntries, unpack(dueRetries)) or {}
+for i, id in ipairs(dueRetries) do
+  local packed = storedRetries[i]
+  if packed then
+    local fields = cmsgpack.unpack(packed)
+    local streamId
+    failure, streamId = xaddFields(fields)
+    if failure then break end
+    local kind = deferralKindOf(id)
+    if kind == '' or kind == 'p' then
+      local field = keyFieldOf(fields)
+      local state = touched[field]
+      if not state then
+        state = readKeyState(keyStates, field)
+        touched[field] = state
+        touchedOrder[#touchedOrder + 1] = field
+      end
+      state.count = math.max(0, state.count - 1)
+      if state.floor == '' then state.floor = streamId end
+      state.released = streamId
+      state.barrier = streamId
+      if state.count == 0 then state.partial = 0 end
+      -- Written with each entry: should a later one fail, what was released is counted out.
+      writeKeyState(keyStates, field, state)
+      if kind == 'p' and redis.call('HINCRBY', keyStates, PARKED_COUNT, -1) <= 0 then redis.call('HDEL', keyStates, PARKED_COUNT) end
+    end
+  end
   releasedIds[#releasedIds + 1] = id
   releasedFields[#releasedFields + 1] = id
 end
 forgetAll(deferred, deferredEntries, releasedIds, releasedFields)
+
+-- Stopped at the bound (or by a failed XADD): a key still counting entries was released in part,
+-- the rest due now or next call. Its released copies wait for them (parkFenced-5.lua 'hold') rather
+-- than be parked behind them, which would turn the key's order round.
+local states = {}
+for _, field in ipairs(touchedOrder) do
+  local state = touched[field]
+  if (released >= limit or failure) and state.count > 0 then
+    state.partial = 1
+    writeKeyState(keyStates, field, state)
+  end
+  for _, value in ipairs(keyStateReply(field, state)) do states[#states + 1] = value end
+end
+
+-- The barrier sweep: a barrier is stale once every entry of the shard up to it was delivered to the
+-- group and none of them is pending (so none is in a member's buffer, nor ever will be again).
+local swept = {}
+if not failure and redis.call('EXISTS', keyStates) == 1 then
+  local lastDelivered
+  local groups = redis.pcall('XINFO', 'GROUPS', stream)
+  -- A stream or group gone (an error reply): nothing to sweep now.
+  if type(groups) ~= 'table' or groups.err then groups = {} end
+  for _, info in ipairs(groups) do
+    local group = {}
+    for g = 1, #info - 1, 2 do group[info[g]] = info[g + 1] end
+    if group['name'] == consumerGroup then lastDelivered = group['last-delivered-id'] end
+  end
+  local pendingSummary = lastDelivered and redis.call('XPENDING', stream, consumerGroup) or { 0 }
+  local lowestPending = tonumber(pendingSummary[1]) > 0 and pendingSummary[2] or nil
+  local cursor = redis.call('HGET', keyStates, BARRIER_CURSOR) or '0'
+  local page = redis.call('HSCAN', keyStates, cursor, 'COUNT', SWEPT_PER_CALL)
+  for p = 1, #page[2] - 1, 2 do
+    local field = page[2][p]
+    if string.sub(field, 1, 1) ~= '#' and not touched[field] and lastDelivered then
+      local state = readKeyState(keyStates, field)
+      if state.count == 0 and state.barrier ~= '' and compareStreamIds(state.barrier, lastDelivered) <= 0
+        and (not lowestPending or compareStreamIds(state.barrier, lowestPending) < 0) then
+        redis.call('HDEL', keyStates, field)
+        swept[#swept + 1] = field
+      end
+    end
+  end
+  if redis.call('HLEN', keyStates) <= 1 and page[1] == '0' then
+    redis.call('HDEL', keyStates, BARRIER_CURSOR)
+  else
+    redis.call('HSET', keyStates, BARRIER_CURSOR, page[1])
+  end
+end
+
 nextDue(schedule, '(0')
 nextDue(deferred, '-inf')
 if released > 0 and ARGV[3] ~= '' then redis.pcall('SPUBLISH', ARGV[3], '') end
 -- What was released stays released (and removed); the caller hears of the failure and calls again.
 if failure then return redis.error_reply(tostring(failure.err)) end
 
-local reply = { released, nextDueInMs }
+local reply = { released, nextDueInMs, states, swept }
 if moving > 0 then
   local waiting = redis.call('ZRANGEBYSCORE', schedule, '-inf', 0, 'WITHSCORES', 'LIMIT', 0, MOVES_REPLIED)
   for i = 1, #waiting, 2 do

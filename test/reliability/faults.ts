@@ -355,9 +355,13 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
           },
           30_000,
           100,
-        ).catch((error: Error) => {
-          // Why it was not allowed: what a NOT RECOVERED line needs to be read.
-          throw new Error(`${error.message}; its last refusal: ${refusal}`);
+        ).catch(async (error: Error) => {
+          // Why it was not allowed: what a NOT RECOVERED line needs to be read, with what the shard it
+          // names holds (its length and ends, each group's last-delivered id and pending: a group
+          // missing there counts the whole stream as undelivered).
+          const shard = /removed shard (\d+)/.exec(refusal)?.[1];
+          const holds = shard === undefined ? '' : `; shard ${shard} holds ${await shardHoldings(h, Number(shard))}`;
+          throw new Error(`${error.message}; its last refusal: ${refusal}${holds}`);
         });
         h.shardsDeleted(deleted);
         fault.target += ` deleted [${deleted.join(',')}]`;
@@ -536,4 +540,30 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
 async function refused(member: MemberProcess, tail: RecordTail): Promise<boolean> {
   if (member.child.exitCode !== null) return true;
   return tail.read().some((l) => l.e === 'error' && /FENCED_INSTANCE_ID|instance/i.test(l.msg ?? ''));
+}
+
+/** A shard stream's length, first and last ids, and each group's last-delivered id and pending count, in one line. */
+async function shardHoldings(h: ChaosHarness, shard: number): Promise<string> {
+  const stream = h.admin.keys.shardStream(h.streamPrefix, shard);
+  try {
+    const [length, first, last, groups] = await Promise.all([
+      h.redis.xlen(stream),
+      h.redis.xrange(stream, '-', '+', 'COUNT', 1),
+      h.redis.xrevrange(stream, '+', '-', 'COUNT', 1),
+      h.redis.xinfo('GROUPS', stream) as Promise<unknown[]>,
+    ]);
+    const described = groups.map((group) => {
+      const fields = group instanceof Map ? Object.fromEntries(group) : pairs(group as unknown[]);
+      return `${String(fields.name)} at ${String(fields['last-delivered-id'])} (pending ${String(fields.pending)})`;
+    });
+    return `${length} entries (${first[0]?.[0] ?? '-'} .. ${last[0]?.[0] ?? '-'}), groups: ${described.join(', ') || 'none'}`;
+  } catch (error) {
+    return `(not read: ${(error as Error).message})`;
+  }
+}
+
+function pairs(list: unknown[]): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (let i = 0; i + 1 < list.length; i += 2) out[String(list[i])] = list[i + 1];
+  return out;
 }

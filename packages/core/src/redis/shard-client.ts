@@ -46,6 +46,16 @@ export interface WaitingMove {
   dueAt: string;
 }
 
+/**
+ * What a member settles of a waiting move in its next release call (ShardClient.releaseDue's
+ * `settled`): 'd' written to its key's shard, 'r' refused there for a newer resize, 's' its key
+ * routes to the source shard under its stamp, which it carries: a stay is released only while the
+ * entry keeps that stamp (another group's owner may have stamped it again and moved it since).
+ */
+export function settledMove(outcome: 'd' | 'r' | 's', move: WaitingMove): string {
+  return outcome === 's' ? `s${move.id}:${move.seq}:${move.count}:${move.version}` : `${outcome}${move.id}:${move.seq}`;
+}
+
 /** What one release call did (ShardClient.releaseDue). */
 export interface ReleaseOutcome {
   released: number;
@@ -339,7 +349,7 @@ export class ShardClient {
    * Moves up to `count` due entries of the shard's schedule, and of this group's deferred retries and
    * parked entries on it, into its stream (releaseDue-8.lua), under this member's fencing token, first
    * settling what the member reports of the entries waiting to move (`settled`, in their order:
-   * 'd<id>:<seq>' done, 's<id>:<seq>' stays, 'r<id>:<seq>' refused). How many were released, how long
+   * settledMove: done, stays under its stamp, refused). How many were released, how long
    * until the next is due (0: more are due now; -1: the schedule is empty), the new states of the keys
    * it counted out, the keys whose stale barrier it swept, and the first entries waiting to move
    * (their key's shard may be another now); or null when the shard has a newer owner (nothing moved).

@@ -1,6 +1,6 @@
 import type { EventEmitter } from 'node:events';
 import { shardForKey } from '../../producer/key-hash';
-import type { ReleaseOutcome, ShardClient, WaitingMove } from '../../redis/shard-client';
+import { settledMove, type ReleaseOutcome, type ShardClient, type WaitingMove } from '../../redis/shard-client';
 import { withTimeout } from '../abortable-sleep';
 import { ShardError } from '../consumption-errors';
 import { commandCallTimeoutMs, type ResolvedMemberOptions } from '../member-options';
@@ -162,7 +162,7 @@ export class ScheduleRelease {
       // No key, or stamped where the shard had no routing marker (Redis lost it): it stays here.
       const target = move.key === '' || move.count < 1 ? shardIndex : shardForKey(move.key, move.count);
       if (target === shardIndex) {
-        settled.push(`s${move.id}:${move.seq}`);
+        settled.push(settledMove('s', move));
         stays = true;
         continue;
       }
@@ -170,7 +170,7 @@ export class ScheduleRelease {
       budget.moves--;
       const answer = await withTimeout(this.client.acceptMove(target, shardIndex, move), commandCallTimeoutMs(this.options));
       if (answer === 'WAIT') return { settled: settled.join(' '), refused, waitsFor: target };
-      settled.push(`${answer === 'REFUSED' ? 'r' : 'd'}${move.id}:${move.seq}`);
+      settled.push(settledMove(answer === 'REFUSED' ? 'r' : 'd', move));
       if (answer === 'REFUSED') {
         refused = stampOf(move);
         break;

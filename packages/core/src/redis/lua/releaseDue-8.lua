@@ -32,9 +32,10 @@
   ARGV[3]  a shard channel to SPUBLISH on once an entry is released, or '' for none (a Cluster's
            members poll their shards: this wakes them, as appendEntries-5.lua does)
   ARGV[4]  what the caller settled of the entries waiting to move, in move order, space-separated:
-           'd<id>:<seq>' written to its key's shard (removed here), 's<id>:<seq>' its key routes
-           here under its stamp (released here if the stamp is still the marker's, else stamped
-           again), 'r<id>:<seq>' refused by its key's shard for a newer resize (stamped again). The
+           'd<id>:<seq>' written to its key's shard (removed here), 's<id>:<seq>:<count>:<version>'
+           its key routes here under that stamp (released here if it is still both its stamp and
+           the marker's, stamped again if only its stamp), 'r<id>:<seq>' refused by its key's shard
+           for a newer resize (stamped again). The
            first item that does not apply as given ends the list: the rest wait for the next call
   ARGV[5]  this shard's index: once a shrink removed it, its keyed entries not due yet move too
   ARGV[6]  consumerGroup (the barrier sweep reads its last-delivered id and pending entries)
@@ -103,14 +104,20 @@ end
 
 -- What the caller settled, in move order; its ids are checked against the schedule, never trusted.
 for item in string.gmatch(ARGV[4], '%S+') do
-  local outcome, id, seq = string.match(item, '^([dsr])(s%d+):(%d+)$')
+  local outcome, id, seq, routedWith = string.match(item, '^([dsr])(s%d+):(%d+)(.*)$')
   if not outcome then break end
   local score = redis.call('ZSCORE', schedule, id)
   if not score or tonumber(score) ~= tonumber(seq) - MOVE_BASE then break end
+  local stamp = redis.call('HGET', entries, id .. MOVE_STAMP) or ''
+  local count, version = string.match(routedWith, '^:(%d+):(%d+)$')
+  -- A stay holds only under the stamp the caller routed it with: stamped again since (another
+  -- group's owner settled it under a newer resize, and may have moved it already, keeping its move
+  -- number), it is left as it is, listed again with its new stamp.
+  if outcome == 's' and (not count or (stamp ~= '' and string.match(stamp, '^%d+ %d+') ~= count .. ' ' .. version)) then break end
   if outcome == 'd' then
     forget(schedule, entries, id)
-  elseif outcome == 's' and string.sub(redis.call('HGET', entries, id .. MOVE_STAMP) or '', 1, #stampNow + 1) == stampNow .. ' ' then
-    local dueMs = tonumber(string.match(redis.call('HGET', entries, id .. MOVE_STAMP), '^%d+ %d+ (%d+)$') or '')
+  elseif outcome == 's' and string.sub(stamp, 1, #stampNow + 1) == stampNow .. ' ' then
+    local dueMs = tonumber(string.match(stamp, '^%d+ %d+ (%d+)$') or '')
     if dueMs and dueMs > now then
       -- Not due yet (taken off a removed shard that a resize made the stream's again): back to waiting.
       redis.call('ZADD', schedule, string.format('%.0f', dueMs), id)
@@ -123,7 +130,6 @@ for item in string.gmatch(ARGV[4], '%S+') do
     -- Refused by its key's shard for a newer resize, or routed here under a count no longer in
     -- effect: routed again under the marker's stamp now, keeping its place (its sequence number)
     -- and its due time.
-    local stamp = redis.call('HGET', entries, id .. MOVE_STAMP) or ''
     redis.call('HSET', entries, id .. MOVE_STAMP, stampNow .. ' ' .. (string.match(stamp, '^%S+ %S+ (%d+)$') or ''))
     break
   end

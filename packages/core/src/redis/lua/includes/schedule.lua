@@ -9,7 +9,7 @@ local SCHEDULE_SEQ = '#seq'
 -- shardIndex). releaseDue-8.lua compares it with the count in effect when the entry is due: a key
 -- the count then routes elsewhere is moved to its shard (docs/runtime.md, Delayed delivery).
 local ROUTED_COUNT = ':c'
--- The field that stamps an entry waiting to move (`<schedule id>:m`): '<count> <version>', the
+-- The field that stamps an entry waiting to move (`<schedule id>:m`): '<count> <version> <due>', the
 -- source's routing marker when it was (last) routed; acceptMove-5.lua takes it only under that.
 local MOVE_STAMP = ':m'
 -- The hash field of the last move sequence number given (releaseDue-8.lua).

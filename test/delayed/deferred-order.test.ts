@@ -254,7 +254,7 @@ describe('deferredOrder and the admin schedules', () => {
   async function parkedBehind(label: string) {
     const streamPrefix = await aStream(label);
     const group = recorder({ 1: 1 });
-    const { parked } = await parkingMember(streamPrefix, 9_000, group.handler);
+    const { member, parked } = await parkingMember(streamPrefix, 9_000, group.handler);
     await pollUntil('both later entries parked', async () => parked.length === 2 && group.seen.length === 3);
     const admin = new CoordinatorAdmin(redis.client());
     const target = { streamPrefix, shardIndex: 0, consumerGroup: 'group' };
@@ -263,7 +263,7 @@ describe('deferredOrder and the admin schedules', () => {
     expect(ids.filter((id) => id.endsWith('p'))).toHaveLength(2);
     return {
       streamPrefix,
-      group,
+      group: { ...group, member },
       admin,
       target,
       deferral: ids.find((id) => !id.endsWith('p'))!,
@@ -311,6 +311,22 @@ describe('deferredOrder and the admin schedules', () => {
     expect(group.seen.map((s) => s.seq)).toEqual([1, 2, 4, 3, 5]);
     await settled(streamPrefix);
     // The key is not blocked: a later entry of it runs at once.
+    await new StreamProducer(redis.client(), { streamPrefix }).send({ key: 'bad', payload: { seq: 7 } });
+    await pollUntil('a later entry of the key handled', async () => group.seen.length === 6);
+  });
+
+  it("a parked entry whose fields were deleted from outside is counted out of its key when due, visibly: the key's other entries still run in order, and the key is free after", async () => {
+    const { streamPrefix, group, admin, parkedIds } = await parkedBehind('lost-parked');
+    expect(await redis.client().hdel(keys.shardDeferredEntries(streamPrefix, 0, 'group'), parkedIds[0])).toBe(1);
+    const errors: Error[] = [];
+    group.member.on('error', (error) => errors.push(error));
+    expect(await admin.releaseAllScheduled({ streamPrefix, consumerGroup: 'group' })).toBe(3);
+    await pollUntil('the key handled', async () => group.seen.length === 5, { timeoutMs: 4_000 });
+    expect(group.seen.map((s) => s.seq)).toEqual([1, 2, 4, 1, 5]);
+    await settled(streamPrefix);
+    expect(errors.map((e) => e.message)).toEqual([
+      expect.stringContaining(`deferred or parked entries ${parkedIds[0]} of group group were due without their fields`),
+    ]);
     await new StreamProducer(redis.client(), { streamPrefix }).send({ key: 'bad', payload: { seq: 7 } });
     await pollUntil('a later entry of the key handled', async () => group.seen.length === 6);
   });

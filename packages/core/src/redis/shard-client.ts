@@ -63,6 +63,8 @@ export interface ReleaseOutcome {
   /** The new states of the keys the call counted out of the group's deferred order, and the keys whose stale barrier it swept. */
   keyStates: KeyState[];
   swept: string[];
+  /** Schedule ids of the group's due deferred or parked entries found without their fields (deleted from outside): dropped, counted out of their key. */
+  lost: string[];
   moves: WaitingMove[];
 }
 
@@ -374,8 +376,9 @@ export class ShardClient {
     const keyStates: KeyState[] = [];
     for (let i = 0; i + 6 < flat.length; i += 7) keyStates.push(keyStateOf(flat.slice(i, i + 7)));
     const swept = ((reply[3] ?? []) as unknown[]).map(String);
+    const lost = ((reply[4] ?? []) as unknown[]).map(String);
     const moves: WaitingMove[] = [];
-    for (let i = 4; i + 6 < reply.length; i += 7) {
+    for (let i = 5; i + 6 < reply.length; i += 7) {
       moves.push({
         id: String(reply[i]),
         seq: String(reply[i + 1]),
@@ -386,7 +389,7 @@ export class ShardClient {
         dueAt: String(reply[i + 6]),
       });
     }
-    return { released: Number(reply[0]), nextDueInMs: Number(reply[1]), keyStates, swept, moves };
+    return { released: Number(reply[0]), nextDueInMs: Number(reply[1]), keyStates, swept, lost, moves };
   }
 
   /**

@@ -98,6 +98,11 @@ export class ScheduleRelease {
           for (const keyState of outcome.keyStates) state.keyOrder.update(keyState);
           state.keyOrder.forget(outcome.swept);
         }
+        // Nothing is skipped silently (SPEC 9.1): entries whose fields were deleted from outside.
+        if (outcome !== null && outcome.lost.length > 0) {
+          const message = `shard ${state.index}: deferred or parked entries ${outcome.lost.join(', ')} of group ${this.options.consumerGroup} were due without their fields (deleted from outside the library); dropped, each counted out of its key's order`;
+          this.events.emit('error', new ShardError(message, state.index));
+        }
         if (outcome === null || round === RELEASE_CALLS_PER_TURN - 1 || !this.shards.isCurrent(state)) break;
         if (outcome.moves.length === 0) {
           settled = '';

@@ -17,6 +17,7 @@
   many of its key's parked entries were made due now }
 ]]
 --- @include "includes/time"
+--- @include "includes/schedule"
 --- @include "includes/compareStreamIds"
 --- @include "includes/keyOrder"
 
@@ -26,7 +27,7 @@ local id = ARGV[1]
 local due = redis.call('ZSCORE', schedule, id)
 local field = due and countedKeyFieldOf(entries, id)
 redis.call('ZREM', schedule, id)
-local removed = redis.call('HDEL', entries, id)
+local removed = math.min(1, redis.call('HDEL', entries, id, id .. KEY_FIELD))
 local madeDue = 0
 if field then
   local state = readKeyState(keyStates, field)

@@ -19,6 +19,7 @@
   key were made due with it (0 for a slice: they are in its count) }
 ]]
 --- @include "includes/time"
+--- @include "includes/schedule"
 --- @include "includes/compareStreamIds"
 --- @include "includes/keyOrder"
 

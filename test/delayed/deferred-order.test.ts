@@ -182,6 +182,18 @@ describe('deferredOrder', () => {
     expect(deferring.of('bad')).toEqual([1, 1, 3, 5]);
     await pollUntil('the other group acknowledged the copies', async () => (await pendingCount(streamPrefix, 'other')) === 0);
     expect(other.seen).toHaveLength(5);
+    // The parked copies never ran, yet carry a positive `a` (1, with `q` 2: attempts 0), so that a
+    // member of a version that knows only deferrals acknowledges them unhandled in other groups too.
+    const copies = (await redis.client().xrange(keys.shardStream(streamPrefix, 0), '-', '+')).slice(5).map(([, fields]) => {
+      const byName = new Map<string, string>();
+      for (let i = 0; i + 1 < fields.length; i += 2) byName.set(fields[i], fields[i + 1]);
+      return [(JSON.parse(byName.get('p')!) as KeyedPayload).seq, byName.get('g'), byName.get('a'), byName.get('q')];
+    });
+    expect(copies).toEqual([
+      [1, 'group', '1', undefined],
+      [3, 'group', '1', '2'],
+      [5, 'group', '1', '2'],
+    ]);
   });
 
   it('a park that fails (WRONGTYPE) is retried while the shard is owned, visibly (a problems line), and lands in order once Redis takes it', async () => {

@@ -1,4 +1,4 @@
-import { ENTRY_FIELD } from '../protocol/entry-format';
+import { deferralOf, ENTRY_FIELD } from '../protocol/entry-format';
 import { InvalidRequestError } from '../protocol/errors';
 import { checkOption } from '../protocol/option-ranges';
 import type { KeyBuilder } from '../redis/keys';
@@ -206,7 +206,7 @@ function toScheduledEntry(shardIndex: number, id: string, dueAt: number, readAt:
     key: byName.get(ENTRY_FIELD.key),
     codec,
     headers: byName.get(ENTRY_FIELD.headers),
-    attempts: attempts === undefined ? undefined : Number(attempts),
+    attempts: deferralOf(fields)?.attempts ?? (attempts === undefined ? undefined : Number(attempts)),
     fields,
     payloadBase64,
     payloadText: payloadText(fields, codec, payloadBase64),

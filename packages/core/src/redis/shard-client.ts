@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { ENTRY_FIELD } from '../protocol/entry-format';
+import { ENTRY_FIELD, NEVER_RAN } from '../protocol/entry-format';
 import { MAX_SHARD_COUNT } from '../protocol/shard-count';
 import type { KeyBuilder } from './keys';
 import { findGroupInfo, isNoSuchKey, type StreamGroupInfo } from './responses';
@@ -151,7 +151,7 @@ const DEFERRED_FIELDS: ReadonlySet<string> = new Set([ENTRY_FIELD.payload, ENTRY
 
 /**
  * The fields a deferred or parked entry is released with: only the fields an entry is read by
- * (entry-format.ts), each once, then its group and the attempts it has used (and `q` when none:
+ * (entry-format.ts), each once, then its group and the attempts it has used (none: NEVER_RAN,
  * deferralOf; an entry appended again gets `r` beside them in parkFenced-5.lua). An entry written by other code may carry any number more, or repeat one thousands of
  * times, and the release unpacks the fields it stores (SPEC 10.7; deferFenced-5.lua and
  * parkFenced-5.lua refuse more). Of a repeated field the last is kept, the one decodeEntry reads.
@@ -165,8 +165,9 @@ function deferredFields(entry: RawEntry, consumerGroup: string, attempts: number
     kept.set(name, name === ENTRY_FIELD.payload && entry.payloadBytes !== undefined ? entry.payloadBytes : entry.fields[i + 1]);
   }
   const fields: (string | Buffer)[] = [...kept].flat();
-  fields.push(ENTRY_FIELD.deferredFor, consumerGroup, ENTRY_FIELD.attempts, String(attempts));
-  if (attempts === 0) fields.push(ENTRY_FIELD.parked, '1');
+  fields.push(ENTRY_FIELD.deferredFor, consumerGroup);
+  if (attempts === 0) fields.push(ENTRY_FIELD.attempts, NEVER_RAN.attempts, ENTRY_FIELD.parked, NEVER_RAN.parked);
+  else fields.push(ENTRY_FIELD.attempts, String(attempts));
   return fields;
 }
 

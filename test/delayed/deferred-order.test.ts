@@ -182,6 +182,18 @@ describe('deferredOrder', () => {
     expect(deferring.of('bad')).toEqual([1, 1, 3, 5]);
     await pollUntil('the other group acknowledged the copies', async () => (await pendingCount(streamPrefix, 'other')) === 0);
     expect(other.seen).toHaveLength(5);
+    // The parked copies never ran, yet carry a positive `a` (1, with `q` 2: attempts 0), so that a
+    // member of a version that knows only deferrals acknowledges them unhandled in other groups too.
+    const copies = (await redis.client().xrange(keys.shardStream(streamPrefix, 0), '-', '+')).slice(5).map(([, fields]) => {
+      const byName = new Map<string, string>();
+      for (let i = 0; i + 1 < fields.length; i += 2) byName.set(fields[i], fields[i + 1]);
+      return [(JSON.parse(byName.get('p')!) as KeyedPayload).seq, byName.get('g'), byName.get('a'), byName.get('q')];
+    });
+    expect(copies).toEqual([
+      [1, 'group', '1', undefined],
+      [3, 'group', '1', '2'],
+      [5, 'group', '1', '2'],
+    ]);
   });
 
   it('a park that fails (WRONGTYPE) is retried while the shard is owned, visibly (a problems line), and lands in order once Redis takes it', async () => {
@@ -254,7 +266,7 @@ describe('deferredOrder and the admin schedules', () => {
   async function parkedBehind(label: string) {
     const streamPrefix = await aStream(label);
     const group = recorder({ 1: 1 });
-    const { parked } = await parkingMember(streamPrefix, 9_000, group.handler);
+    const { member, parked } = await parkingMember(streamPrefix, 9_000, group.handler);
     await pollUntil('both later entries parked', async () => parked.length === 2 && group.seen.length === 3);
     const admin = new CoordinatorAdmin(redis.client());
     const target = { streamPrefix, shardIndex: 0, consumerGroup: 'group' };
@@ -263,7 +275,7 @@ describe('deferredOrder and the admin schedules', () => {
     expect(ids.filter((id) => id.endsWith('p'))).toHaveLength(2);
     return {
       streamPrefix,
-      group,
+      group: { ...group, member },
       admin,
       target,
       deferral: ids.find((id) => !id.endsWith('p'))!,
@@ -311,6 +323,22 @@ describe('deferredOrder and the admin schedules', () => {
     expect(group.seen.map((s) => s.seq)).toEqual([1, 2, 4, 3, 5]);
     await settled(streamPrefix);
     // The key is not blocked: a later entry of it runs at once.
+    await new StreamProducer(redis.client(), { streamPrefix }).send({ key: 'bad', payload: { seq: 7 } });
+    await pollUntil('a later entry of the key handled', async () => group.seen.length === 6);
+  });
+
+  it("a parked entry whose fields were deleted from outside is counted out of its key when due, visibly: the key's other entries still run in order, and the key is free after", async () => {
+    const { streamPrefix, group, admin, parkedIds } = await parkedBehind('lost-parked');
+    expect(await redis.client().hdel(keys.shardDeferredEntries(streamPrefix, 0, 'group'), parkedIds[0])).toBe(1);
+    const errors: Error[] = [];
+    group.member.on('error', (error) => errors.push(error));
+    expect(await admin.releaseAllScheduled({ streamPrefix, consumerGroup: 'group' })).toBe(3);
+    await pollUntil('the key handled', async () => group.seen.length === 5, { timeoutMs: 4_000 });
+    expect(group.seen.map((s) => s.seq)).toEqual([1, 2, 4, 1, 5]);
+    await settled(streamPrefix);
+    expect(errors.map((e) => e.message)).toEqual([
+      expect.stringContaining(`deferred or parked entries ${parkedIds[0]} of group group were due without their fields`),
+    ]);
     await new StreamProducer(redis.client(), { streamPrefix }).send({ key: 'bad', payload: { seq: 7 } });
     await pollUntil('a later entry of the key handled', async () => group.seen.length === 6);
   });

@@ -231,10 +231,15 @@ describe('deferred retries', () => {
     await redis.client().xadd(stream, '*', 'p', '{"seq":2}', 'k', 'a', 'g', 'some-other-group', 'a', 'x');
     // A real deferral of another group (both fields, a positive count) is still acknowledged unhandled.
     await redis.client().xadd(stream, '*', 'p', '{"seq":3}', 'k', 'a', 'g', 'some-other-group', 'a', '2');
+    // Another group's parked copies that never ran: as this version writes them, and as the one before did.
+    await redis.client().xadd(stream, '*', 'p', '{"seq":5}', 'k', 'a', 'g', 'some-other-group', 'a', '1', 'q', '2');
+    await redis.client().xadd(stream, '*', 'p', '{"seq":6}', 'k', 'a', 'g', 'some-other-group', 'a', '0', 'q', '1');
+    // `a` 0 without that `q` is no deferral.
+    await redis.client().xadd(stream, '*', 'p', '{"seq":7}', 'k', 'a', 'g', 'some-other-group', 'a', '0');
     await redis.client().xadd(stream, '*', 'p', '{"seq":4}', 'k', 'a');
     await pollUntil('the last one handled', async () => group.seen.some((s) => s.seq === 4));
     await pollUntil('everything acknowledged', async () => (await pendingCount(streamPrefix)) === 0);
-    expect(group.seen.map((s) => s.seq)).toEqual([1, 2, 4]);
+    expect(group.seen.map((s) => s.seq)).toEqual([1, 2, 7, 4]);
   });
 
   it("retryMode is 'in-place' or 'deferred', and not with batch", async () => {

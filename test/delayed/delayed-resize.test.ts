@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { CoordinatorAdmin, KeyBuilder, StreamProducer, type StreamMessage } from '@redis-stream-coordinator/core';
 import { shardForKey } from '../../packages/core/src/producer/key-hash';
-import { fenceToken, ShardClient } from '../../packages/core/src/redis/shard-client';
+import { fenceToken, settledMove, ShardClient } from '../../packages/core/src/redis/shard-client';
 import { hookCommands, isScriptOn } from '../support/command-hooks';
 import type { KeyedPayload } from '../support/handler-recorder';
 import { memberFactory } from '../support/member-factory';
@@ -64,9 +64,9 @@ async function storedEntries(streamPrefix: string, shardCount: number) {
 }
 
 /** The shard's fencing token set to a protocol-level owner's (no member holds the shard meanwhile). */
-async function ownedBy(streamPrefix: string, shardIndex: number, memberId: string): Promise<ShardClient> {
-  await redis.client().set(keys.shardFence(streamPrefix, shardIndex, 'group'), fenceToken('0', 1, memberId));
-  return new ShardClient(redis.client(), keys, streamPrefix, 'group', memberId);
+async function ownedBy(streamPrefix: string, shardIndex: number, memberId: string, group = 'group'): Promise<ShardClient> {
+  await redis.client().set(keys.shardFence(streamPrefix, shardIndex, group), fenceToken('0', 1, memberId));
+  return new ShardClient(redis.client(), keys, streamPrefix, group, memberId);
 }
 
 /**
@@ -182,6 +182,34 @@ describe('delayed entries across a resize', () => {
     expect(recorded.seen).toEqual([{ key, seq: 1, shardIndex: shardForKey(key, 8) }]);
     await pollUntil('the source schedule emptied', async () => (await storedEntries(streamPrefix, 8)).scheduled === 0);
     expect((await storedEntries(streamPrefix, 8)).streams).toEqual([{ key, seq: 1, shardIndex: shardForKey(key, 8) }]);
+  });
+
+  it("a stale 'stays here' from one group, settled after another group re-stamped the entry and moved it elsewhere, releases nothing", async () => {
+    const streamPrefix = await aStream(2, 'delayed-move-stale-stay');
+    // Stays on its shard in the growth 2 -> 4 (but waits to move: routed under 2), moves in 4 -> 8.
+    const key = keysThat('stay', 2, 4, 50).find((k) => shardForKey(k, 4) !== shardForKey(k, 8))!;
+    const [from, to] = [shardForKey(key, 4), shardForKey(key, 8)];
+    const admin = new CoordinatorAdmin(redis.client());
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    await producer.send({ key, payload: { seq: 1 }, delayMs: 200 });
+    await admin.resizeShards(streamPrefix, 4, { ordered: false });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const ownerA = await ownedBy(streamPrefix, from, 'member-a', 'group-a');
+    const ownerB = await ownedBy(streamPrefix, from, 'member-b', 'group-b');
+    // Both groups' owners read the entry waiting to move under 4: its key routes here, it stays.
+    expect((await ownerA.releaseDue(from, 1, 256))!.moves.map((m) => [m.key, m.count])).toEqual([[key, 4]]);
+    const staleMove = (await ownerB.releaseDue(from, 1, 256))!.moves[0];
+    await admin.resizeShards(streamPrefix, 8, { ordered: false });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    // Group A settles its stay after the switch: stamped again under 8, and moved to its key's shard there.
+    expect((await ownerA.releaseDue(from, 1, 256, settledMove('s', staleMove)))!.released).toBe(0);
+    const move = (await ownerA.releaseDue(from, 1, 256))!.moves[0];
+    expect([move.id, move.seq, move.count]).toEqual([staleMove.id, staleMove.seq, 8]);
+    expect(await ownerA.acceptMove(to, from, move)).toMatch(/^\d+-\d+$/);
+    // Group B's stay, computed under 4, arrives now: the move number matches, the stamp does not.
+    expect((await ownerB.releaseDue(from, 1, 256, settledMove('s', staleMove)))!.released).toBe(0);
+    expect((await ownerA.releaseDue(from, 1, 256, settledMove('d', move)))!.moves).toEqual([]);
+    expect(await storedEntries(streamPrefix, 8)).toEqual({ scheduled: 0, streams: [{ key, seq: 1, shardIndex: to }] });
   });
 
   it("an entry whose key's shard has no routing marker waits to move, visibly, and moves once the marker is written", async () => {

@@ -1,5 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { CoordinatorAdmin, KeyBuilder, StreamProducer, type StreamMessage } from '@redis-stream-coordinator/core';
+import { shardForKey } from '../../packages/core/src/producer/key-hash';
+import { fenceToken, ShardClient } from '../../packages/core/src/redis/shard-client';
 import type { KeyedPayload } from '../support/handler-recorder';
 import { memberFactory } from '../support/member-factory';
 import { pollUntil } from '../support/poll';
@@ -143,6 +145,40 @@ describe('readSchedule, releaseScheduled, dropScheduled', () => {
     await pollUntil('the retry of 8 handled', async () => handled.filter((s) => s === 8).length === 2, { timeoutMs: 5_000 });
     await member.stop();
     expect(handled.filter((s) => s === 7)).toEqual([7]);
+  });
+
+  it("a delayed entry waiting to move to its key's shard after a resize is refused by drop, naming it, and release says it waits to move", async () => {
+    const streamPrefix = uniqueName('sched-moving');
+    await admin().createStream({ streamPrefix, shardCount: 2 });
+    let key = 'key-0';
+    for (let i = 1; shardForKey(key, 2) === shardForKey(key, 4); i++) key = `key-${i}`;
+    const from = shardForKey(key, 2);
+    await new StreamProducer(redis.client(), { streamPrefix }).send({ key, payload: { seq: 1 }, delayMs: 100 });
+    await admin().resizeShards(streamPrefix, 4, { ordered: false });
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    // Its shard's owner (no member: the protocol's calls) finds it due and routed elsewhere: it waits to move.
+    await redis.client().set(keys.shardFence(streamPrefix, from, 'group'), fenceToken('0', 1, 'owner'));
+    const owner = new ShardClient(redis.client(), keys, streamPrefix, 'group', 'owner');
+    const [move] = (await owner.releaseDue(from, 1, 256))!.moves;
+    const target = { streamPrefix, shardIndex: from };
+    await expect(admin().dropScheduled(target, move.id)).rejects.toThrow(
+      `delayed entry ${move.id} of shard ${from} of "${streamPrefix}" is due and waits to move to its key's shard after a resize`,
+    );
+    expect(await admin().releaseScheduled(target, move.id)).toEqual({
+      id: move.id,
+      found: true,
+      madeDue: false,
+      waitingToMove: true,
+      previousDueAt: null,
+      dueAt: null,
+      keyEntriesMadeDue: 0,
+    });
+    // Nothing changed: it still waits, stamped, and moves once.
+    expect(await redis.client().hget(keys.shardScheduledEntries(streamPrefix, from), `${move.id}:m`)).toMatch(/^4 /);
+    expect(await owner.acceptMove(shardForKey(key, 4), from, move)).toMatch(/^\d+-\d+$/);
+    expect((await owner.releaseDue(from, 1, 256, `d${move.id}:${move.seq}`))!.moves).toEqual([]);
+    // Nothing of it left behind: only the schedule's and the moves' sequences.
+    expect((await redis.client().hkeys(keys.shardScheduledEntries(streamPrefix, from))).sort()).toEqual(['#move', '#seq']);
   });
 
   it('refuses ids that are not the kind the schedule holds, shards outside the stream and unknown groups, changing nothing', async () => {

@@ -68,6 +68,8 @@ async function act(
         out.print(
           `${id} is due now (was due ${new Date(result.previousDueAt!).toISOString()})${withKey(result.keyEntriesMadeDue, 'made due with it, in order')}: the shard's owner releases it in its next turn`,
         );
+      else if (result.waitingToMove)
+        out.print(`${id} is due and waits to move to its key's shard after a resize: the shard's owner moves it in its next turn`);
       else if (result.found)
         out.print(
           `${id} was due already (${new Date(result.previousDueAt!).toISOString()}): the shard's owner releases it in its next turn`,

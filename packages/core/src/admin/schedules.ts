@@ -1,4 +1,4 @@
-import { ENTRY_FIELD } from '../protocol/entry-format';
+import { deferralOf, ENTRY_FIELD } from '../protocol/entry-format';
 import { InvalidRequestError } from '../protocol/errors';
 import { checkOption } from '../protocol/option-ranges';
 import type { KeyBuilder } from '../redis/keys';
@@ -73,6 +73,12 @@ export interface ScheduleRelease {
   found: boolean;
   /** True when its due time was moved to now; false when it was due already (or not found). */
   madeDue: boolean;
+  /**
+   * True when it is a delayed entry due already and waiting to move to its key's shard after a
+   * resize (docs/runtime.md, Delayed delivery): its owner moves it in its next turn; it has no due
+   * time any more (`previousDueAt` and `dueAt` null).
+   */
+  waitingToMove: boolean;
   /** The due time it had, epoch ms on Redis' clock; null when not found. */
   previousDueAt: number | null;
   /** Its due time now (Redis' clock at the call) when `madeDue`; else its due time (or null). */
@@ -200,7 +206,7 @@ function toScheduledEntry(shardIndex: number, id: string, dueAt: number, readAt:
     key: byName.get(ENTRY_FIELD.key),
     codec,
     headers: byName.get(ENTRY_FIELD.headers),
-    attempts: attempts === undefined ? undefined : Number(attempts),
+    attempts: deferralOf(fields)?.attempts ?? (attempts === undefined ? undefined : Number(attempts)),
     fields,
     payloadBase64,
     payloadText: payloadText(fields, codec, payloadBase64),
@@ -222,12 +228,15 @@ export async function releaseScheduled(redis: RedisClient, keys: KeyBuilder, tar
     number,
   ];
   const found = previous !== '';
+  const waitingToMove = previous === 'moving';
+  const previousDueAt = found && !waitingToMove ? Number(previous) : null;
   return {
     id: checked,
     found,
     madeDue: Number(made) === 1,
-    previousDueAt: found ? Number(previous) : null,
-    dueAt: Number(made) === 1 ? Number(now) : found ? Number(previous) : null,
+    waitingToMove,
+    previousDueAt,
+    dueAt: Number(made) === 1 ? Number(now) : previousDueAt,
     keyEntriesMadeDue: Number(withIt),
   };
 }
@@ -250,7 +259,8 @@ export async function releaseWholeSchedule(redis: RedisClient, keys: KeyBuilder,
 /**
  * Removes one entry and its fields together (dropScheduled-3.lua): it is never released. An entry
  * counted in its key's state (deferredOrder 'key') is counted out of it in the same script; a
- * dropped deferral's parked entries are made due now, in their order.
+ * dropped deferral's parked entries are made due now, in their order. A delayed entry waiting to
+ * move to its key's shard after a resize is refused (InvalidRequestError naming it), nothing changed.
  */
 export async function dropScheduled(redis: RedisClient, keys: KeyBuilder, target: ScheduleTarget, id: string): Promise<ScheduleDrop> {
   const checked = assertScheduleId(id, target);
@@ -259,5 +269,10 @@ export async function dropScheduled(redis: RedisClient, keys: KeyBuilder, target
     string,
     number,
   ];
+  if (Number(dropped) === -1) {
+    throw new InvalidRequestError(
+      `delayed entry ${checked} of shard ${target.shardIndex} of "${target.streamPrefix}" is due and waits to move to its key's shard after a resize (its owner moves it within about blockMs): it cannot be dropped while it moves; once moved it is in that shard's stream`,
+    );
+  }
   return { id: checked, dropped: Number(dropped) === 1, dueAt: due === '' ? null : Number(due), parkedMadeDue: Number(parked) };
 }

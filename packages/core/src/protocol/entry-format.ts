@@ -8,7 +8,7 @@ export { assertCodec, type BinaryCodec, type PayloadCodec, type TextCodec, jsonC
  * that wrote it (absent in entries written before codecs were named: the reader's own codec then),
  * `k` the routing key (optional), `h` the headers as JSON (optional); a released deferred retry also
  * `g` its group and `a` its attempts so far, a positive integer (see Deferral, deferralOf: one without
- * both is no deferral); a parked entry that never ran `a` 0 and `q` 1; an entry appended again
+ * both is no deferral); a parked entry that never ran `a` 1 and `q` 2 (NEVER_RAN); an entry appended again
  * behind its key's copies (deferredOrder 'key') also `r` 1. Anything else in an entry is
  * ignored; an entry without `p` was not written by a producer of this library and goes to the
  * dead-letter stream.
@@ -25,6 +25,15 @@ export const ENTRY_FIELD = {
 } as const;
 
 /**
+ * How a parked (or appended-again) entry that never ran carries its 0 attempts: `a` 1 with `q` 2,
+ * a positive `a`, so that a member of a version that knows only deferrals (`g` and a positive `a`)
+ * acknowledges it unhandled in the other groups rather than run it again. The version before wrote
+ * `a` 0 with `q` 1 (LEGACY_NEVER_RAN), still read as 0 attempts.
+ */
+export const NEVER_RAN = { attempts: '1', parked: '2' } as const;
+const LEGACY_NEVER_RAN = { attempts: '0', parked: '1' } as const;
+
+/**
  * A deferred retry as released into its shard stream (docs/runtime.md, Deferred retries): the group
  * that deferred it (`g`) and the attempts it had used (`a`). Other groups acknowledge it unhandled;
  * the deferring group's next attempt is `attempts + 1`.
@@ -38,8 +47,9 @@ export interface Deferral {
 
 /**
  * The deferral an entry carries, if it is a released deferred retry or parked entry: both `g` and
- * `a`, `a` a positive integer in decimal, as deferFenced-5.lua and parkFenced-5.lua write them; or
- * `a` exactly '0' with `q` exactly '1' beside it (a parked entry that never ran: parkFenced-5.lua).
+ * `a`, `a` a positive integer in decimal, as deferFenced-5.lua and parkFenced-5.lua write them
+ * (`a` 1 with `q` 2 beside it: a parked entry that never ran, 0 attempts, NEVER_RAN); or `a` exactly
+ * '0' with `q` exactly '1' beside it (the same, as the version before wrote it).
  * An entry written by other code with a `g` of its own and no such `a` (a '0' without that `q`
  * among them) is an ordinary entry, handled by every group: taken for another group's deferral it
  * would be acknowledged unhandled, with no trace.
@@ -56,7 +66,10 @@ export function deferralOf(fields: readonly string[]): Deferral | undefined {
     else if (fields[i] === ENTRY_FIELD.reappended) reappended = fields[i + 1] === '1';
   }
   if (consumerGroup === undefined || attempts === undefined) return undefined;
-  if (attempts === '0' && parked === '1') return { consumerGroup, attempts: 0, reappended };
+  const neverRan =
+    (attempts === NEVER_RAN.attempts && parked === NEVER_RAN.parked) ||
+    (attempts === LEGACY_NEVER_RAN.attempts && parked === LEGACY_NEVER_RAN.parked);
+  if (neverRan) return { consumerGroup, attempts: 0, reappended };
   if (!/^[1-9][0-9]{0,15}$/.test(attempts)) return undefined;
   const count = Number(attempts);
   return Number.isSafeInteger(count) ? { consumerGroup, attempts: count, reappended } : undefined;

@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { ENTRY_FIELD } from '../protocol/entry-format';
+import { ENTRY_FIELD, NEVER_RAN } from '../protocol/entry-format';
 import { MAX_SHARD_COUNT } from '../protocol/shard-count';
 import type { KeyBuilder } from './keys';
 import { findGroupInfo, isNoSuchKey, type StreamGroupInfo } from './responses';
@@ -46,6 +46,16 @@ export interface WaitingMove {
   dueAt: string;
 }
 
+/**
+ * What a member settles of a waiting move in its next release call (ShardClient.releaseDue's
+ * `settled`): 'd' written to its key's shard, 'r' refused there for a newer resize, 's' its key
+ * routes to the source shard under its stamp, which it carries: a stay is released only while the
+ * entry keeps that stamp (another group's owner may have stamped it again and moved it since).
+ */
+export function settledMove(outcome: 'd' | 'r' | 's', move: WaitingMove): string {
+  return outcome === 's' ? `s${move.id}:${move.seq}:${move.count}:${move.version}` : `${outcome}${move.id}:${move.seq}`;
+}
+
 /** What one release call did (ShardClient.releaseDue). */
 export interface ReleaseOutcome {
   released: number;
@@ -53,6 +63,8 @@ export interface ReleaseOutcome {
   /** The new states of the keys the call counted out of the group's deferred order, and the keys whose stale barrier it swept. */
   keyStates: KeyState[];
   swept: string[];
+  /** Schedule ids of the group's due deferred or parked entries found without their fields (deleted from outside): dropped, counted out of their key. */
+  lost: string[];
   moves: WaitingMove[];
 }
 
@@ -139,7 +151,7 @@ const DEFERRED_FIELDS: ReadonlySet<string> = new Set([ENTRY_FIELD.payload, ENTRY
 
 /**
  * The fields a deferred or parked entry is released with: only the fields an entry is read by
- * (entry-format.ts), each once, then its group and the attempts it has used (and `q` when none:
+ * (entry-format.ts), each once, then its group and the attempts it has used (none: NEVER_RAN,
  * deferralOf; an entry appended again gets `r` beside them in parkFenced-5.lua). An entry written by other code may carry any number more, or repeat one thousands of
  * times, and the release unpacks the fields it stores (SPEC 10.7; deferFenced-5.lua and
  * parkFenced-5.lua refuse more). Of a repeated field the last is kept, the one decodeEntry reads.
@@ -153,8 +165,9 @@ function deferredFields(entry: RawEntry, consumerGroup: string, attempts: number
     kept.set(name, name === ENTRY_FIELD.payload && entry.payloadBytes !== undefined ? entry.payloadBytes : entry.fields[i + 1]);
   }
   const fields: (string | Buffer)[] = [...kept].flat();
-  fields.push(ENTRY_FIELD.deferredFor, consumerGroup, ENTRY_FIELD.attempts, String(attempts));
-  if (attempts === 0) fields.push(ENTRY_FIELD.parked, '1');
+  fields.push(ENTRY_FIELD.deferredFor, consumerGroup);
+  if (attempts === 0) fields.push(ENTRY_FIELD.attempts, NEVER_RAN.attempts, ENTRY_FIELD.parked, NEVER_RAN.parked);
+  else fields.push(ENTRY_FIELD.attempts, String(attempts));
   return fields;
 }
 
@@ -339,7 +352,7 @@ export class ShardClient {
    * Moves up to `count` due entries of the shard's schedule, and of this group's deferred retries and
    * parked entries on it, into its stream (releaseDue-8.lua), under this member's fencing token, first
    * settling what the member reports of the entries waiting to move (`settled`, in their order:
-   * 'd<id>:<seq>' done, 's<id>:<seq>' stays, 'r<id>:<seq>' refused). How many were released, how long
+   * settledMove: done, stays under its stamp, refused). How many were released, how long
    * until the next is due (0: more are due now; -1: the schedule is empty), the new states of the keys
    * it counted out, the keys whose stale barrier it swept, and the first entries waiting to move
    * (their key's shard may be another now); or null when the shard has a newer owner (nothing moved).
@@ -364,8 +377,9 @@ export class ShardClient {
     const keyStates: KeyState[] = [];
     for (let i = 0; i + 6 < flat.length; i += 7) keyStates.push(keyStateOf(flat.slice(i, i + 7)));
     const swept = ((reply[3] ?? []) as unknown[]).map(String);
+    const lost = ((reply[4] ?? []) as unknown[]).map(String);
     const moves: WaitingMove[] = [];
-    for (let i = 4; i + 6 < reply.length; i += 7) {
+    for (let i = 5; i + 6 < reply.length; i += 7) {
       moves.push({
         id: String(reply[i]),
         seq: String(reply[i + 1]),
@@ -376,7 +390,7 @@ export class ShardClient {
         dueAt: String(reply[i + 6]),
       });
     }
-    return { released: Number(reply[0]), nextDueInMs: Number(reply[1]), keyStates, swept, moves };
+    return { released: Number(reply[0]), nextDueInMs: Number(reply[1]), keyStates, swept, lost, moves };
   }
 
   /**

@@ -1,6 +1,6 @@
 import type { EventEmitter } from 'node:events';
 import { shardForKey } from '../../producer/key-hash';
-import type { ReleaseOutcome, ShardClient, WaitingMove } from '../../redis/shard-client';
+import { settledMove, type ReleaseOutcome, type ShardClient, type WaitingMove } from '../../redis/shard-client';
 import { withTimeout } from '../abortable-sleep';
 import { ShardError } from '../consumption-errors';
 import { commandCallTimeoutMs, type ResolvedMemberOptions } from '../member-options';
@@ -98,6 +98,11 @@ export class ScheduleRelease {
           for (const keyState of outcome.keyStates) state.keyOrder.update(keyState);
           state.keyOrder.forget(outcome.swept);
         }
+        // Nothing is skipped silently (SPEC 9.1): entries whose fields were deleted from outside.
+        if (outcome !== null && outcome.lost.length > 0) {
+          const message = `shard ${state.index}: deferred or parked entries ${outcome.lost.join(', ')} of group ${this.options.consumerGroup} were due without their fields (deleted from outside the library); dropped, each counted out of its key's order`;
+          this.events.emit('error', new ShardError(message, state.index));
+        }
         if (outcome === null || round === RELEASE_CALLS_PER_TURN - 1 || !this.shards.isCurrent(state)) break;
         if (outcome.moves.length === 0) {
           settled = '';
@@ -162,7 +167,7 @@ export class ScheduleRelease {
       // No key, or stamped where the shard had no routing marker (Redis lost it): it stays here.
       const target = move.key === '' || move.count < 1 ? shardIndex : shardForKey(move.key, move.count);
       if (target === shardIndex) {
-        settled.push(`s${move.id}:${move.seq}`);
+        settled.push(settledMove('s', move));
         stays = true;
         continue;
       }
@@ -170,7 +175,7 @@ export class ScheduleRelease {
       budget.moves--;
       const answer = await withTimeout(this.client.acceptMove(target, shardIndex, move), commandCallTimeoutMs(this.options));
       if (answer === 'WAIT') return { settled: settled.join(' '), refused, waitsFor: target };
-      settled.push(`${answer === 'REFUSED' ? 'r' : 'd'}${move.id}:${move.seq}`);
+      settled.push(settledMove(answer === 'REFUSED' ? 'r' : 'd', move));
       if (answer === 'REFUSED') {
         refused = stampOf(move);
         break;

@@ -47,7 +47,7 @@ local dueMs = nowMs() + tonumber(ARGV[4])
 if keyField ~= '' and not keyMayDefer(readKeyState(keyStates, keyField), entryId) then return { 'busy', stateReply() } end
 -- The schedule first: if it fails (WRONGTYPE, OOM) the script stops before the ack, so the entry
 -- stays pending and the caller tries again.
-local scheduled = scheduleEntry(schedule, entries, nextDeferralId(entries, keyField == '' and 'n' or ''), dueMs, fields)
+local scheduled = scheduleEntry(schedule, entries, nextDeferralId(entries, keyField == '' and 'n' or ''), dueMs, fields, keyField ~= '' and keyField or nil)
 if type(scheduled) == 'table' then return redis.error_reply(tostring(scheduled.err)) end
 if keyField ~= '' then
   -- Counted in its key's state: the key's later entries are parked behind it until it is released.

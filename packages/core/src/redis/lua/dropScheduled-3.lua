@@ -13,10 +13,12 @@
   KEYS[3]  the group's key states on the shard (a deferred schedule's; for delayed entries, which
            no key state counts, the schedule's own key: never read)
   ARGV[1]  the entry's id
-  Output: { 1 when it was dropped now, 0 when it was not there; the due time it had, or ''; how
-  many of its key's parked entries were made due now }
+  Output: { 1 when it was dropped now, 0 when it was not there, -1 when it is a delayed entry
+  waiting to move to its key's shard (releaseDue-8.lua: refused, nothing changed); the due time it
+  had, or ''; how many of its key's parked entries were made due now }
 ]]
 --- @include "includes/time"
+--- @include "includes/schedule"
 --- @include "includes/compareStreamIds"
 --- @include "includes/keyOrder"
 
@@ -24,9 +26,12 @@ local schedule, entries, keyStates = KEYS[1], KEYS[2], KEYS[3]
 local id = ARGV[1]
 
 local due = redis.call('ZSCORE', schedule, id)
+-- A delayed entry waiting to move (score at or below 0, releaseDue-8.lua) is being written to its
+-- key's shard, maybe at this moment: dropping it here could not undo that. Refused, nothing changed.
+if due and tonumber(due) <= 0 then return { -1, '', 0 } end
 local field = due and countedKeyFieldOf(entries, id)
 redis.call('ZREM', schedule, id)
-local removed = redis.call('HDEL', entries, id)
+local removed = math.min(1, redis.call('HDEL', entries, id, id .. KEY_FIELD, id .. ROUTED_COUNT, id .. MOVE_STAMP))
 local madeDue = 0
 if field then
   local state = readKeyState(keyStates, field)

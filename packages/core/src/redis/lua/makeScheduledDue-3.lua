@@ -15,10 +15,12 @@
   ARGV[1]  an entry's id, or '' for the next ARGV[2] entries not yet due (at most MAX_MADE_DUE,
            and the rest of the last one's due time)
   Output: { how many entries were made due now, Redis' clock (ms), the due time the one entry had
-  before ('' for none: it is not in the schedule, or ARGV[1] is ''), how many other entries of its
+  before ('' for none: it is not in the schedule, or ARGV[1] is ''; 'moving' for a delayed entry
+  due and waiting to move to its key's shard after a resize), how many other entries of its
   key were made due with it (0 for a slice: they are in its count) }
 ]]
 --- @include "includes/time"
+--- @include "includes/schedule"
 --- @include "includes/compareStreamIds"
 --- @include "includes/keyOrder"
 
@@ -34,6 +36,9 @@ if id ~= '' then
   local due = redis.call('ZSCORE', schedule, id)
   -- An id in the sorted set without its fields is not an entry (releaseDue-8.lua would drop it).
   if not due or redis.call('HEXISTS', entries, id) == 0 then return { 0, nowText, '', 0 } end
+  -- A delayed entry waiting to move to its key's shard (score at or below 0, releaseDue-8.lua): due
+  -- already, its score is its move number, not a due time.
+  if tonumber(due) <= 0 then return { 0, nowText, 'moving', 0 } end
   if tonumber(due) <= now then return { 0, nowText, due, 0 } end
   local field = countedKeyFieldOf(entries, id)
   if not field then

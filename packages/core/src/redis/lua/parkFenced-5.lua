@@ -40,7 +40,7 @@ if not fields then return refused end
 -- The write first: if it fails (WRONGTYPE, OOM) the script stops before the ack, the entry stays
 -- pending and the caller tries again.
 if verdict == 'park' then
-  local scheduled = scheduleEntry(schedule, entries, nextDeferralId(entries, 'p'), state.due, fields)
+  local scheduled = scheduleEntry(schedule, entries, nextDeferralId(entries, 'p'), state.due, fields, keyField)
   if type(scheduled) == 'table' then return redis.error_reply(tostring(scheduled.err)) end
   state.count = state.count + 1
   redis.call('HINCRBY', keyStates, PARKED_COUNT, 1)

@@ -32,18 +32,20 @@
   ARGV[3]  a shard channel to SPUBLISH on once an entry is released, or '' for none (a Cluster's
            members poll their shards: this wakes them, as appendEntries-5.lua does)
   ARGV[4]  what the caller settled of the entries waiting to move, in move order, space-separated:
-           'd<id>:<seq>' written to its key's shard (removed here), 's<id>:<seq>' its key routes
-           here under its stamp (released here if the stamp is still the marker's, else stamped
-           again), 'r<id>:<seq>' refused by its key's shard for a newer resize (stamped again). The
+           'd<id>:<seq>' written to its key's shard (removed here), 's<id>:<seq>:<count>:<version>'
+           its key routes here under that stamp (released here if it is still both its stamp and
+           the marker's, stamped again if only its stamp), 'r<id>:<seq>' refused by its key's shard
+           for a newer resize (stamped again). The
            first item that does not apply as given ends the list: the rest wait for the next call
   ARGV[5]  this shard's index: once a shrink removed it, its keyed entries not due yet move too
   ARGV[6]  consumerGroup (the barrier sweep reads its last-delivered id and pending entries)
 
-  Output: {released, nextDueInMs, states, swept, then per entry waiting to move (the first
+  Output: {released, nextDueInMs, states, swept, lost, then per entry waiting to move (the first
   MOVES_REPLIED, in move order): id, seq, stamp count, stamp version, key, fields (cmsgpack), due
   time ('' when due)}: how many entries were released, how long until the next scheduled entry is
   due (0: more are due now, beyond the count; -1: the schedule is empty), the new states of the keys
-  this call counted out (keyStateReply, flattened) and the key fields whose barrier was swept;
+  this call counted out (keyStateReply, flattened), the key fields whose barrier was swept and the
+  schedule ids of the group's due entries found without their fields (dropped, counted out);
   {-1} when the caller no longer holds the shard (nothing moved).
 ]]
 --- @include "includes/fence"
@@ -103,14 +105,20 @@ end
 
 -- What the caller settled, in move order; its ids are checked against the schedule, never trusted.
 for item in string.gmatch(ARGV[4], '%S+') do
-  local outcome, id, seq = string.match(item, '^([dsr])(s%d+):(%d+)$')
+  local outcome, id, seq, routedWith = string.match(item, '^([dsr])(s%d+):(%d+)(.*)$')
   if not outcome then break end
   local score = redis.call('ZSCORE', schedule, id)
   if not score or tonumber(score) ~= tonumber(seq) - MOVE_BASE then break end
+  local stamp = redis.call('HGET', entries, id .. MOVE_STAMP) or ''
+  local count, version = string.match(routedWith, '^:(%d+):(%d+)$')
+  -- A stay holds only under the stamp the caller routed it with: stamped again since (another
+  -- group's owner settled it under a newer resize, and may have moved it already, keeping its move
+  -- number), it is left as it is, listed again with its new stamp.
+  if outcome == 's' and (not count or (stamp ~= '' and string.match(stamp, '^%d+ %d+') ~= count .. ' ' .. version)) then break end
   if outcome == 'd' then
     forget(schedule, entries, id)
-  elseif outcome == 's' and string.sub(redis.call('HGET', entries, id .. MOVE_STAMP) or '', 1, #stampNow + 1) == stampNow .. ' ' then
-    local dueMs = tonumber(string.match(redis.call('HGET', entries, id .. MOVE_STAMP), '^%d+ %d+ (%d+)$') or '')
+  elseif outcome == 's' and string.sub(stamp, 1, #stampNow + 1) == stampNow .. ' ' then
+    local dueMs = tonumber(string.match(stamp, '^%d+ %d+ (%d+)$') or '')
     if dueMs and dueMs > now then
       -- Not due yet (taken off a removed shard that a resize made the stream's again): back to waiting.
       redis.call('ZADD', schedule, string.format('%.0f', dueMs), id)
@@ -123,7 +131,6 @@ for item in string.gmatch(ARGV[4], '%S+') do
     -- Refused by its key's shard for a newer resize, or routed here under a count no longer in
     -- effect: routed again under the marker's stamp now, keeping its place (its sequence number)
     -- and its due time.
-    local stamp = redis.call('HGET', entries, id .. MOVE_STAMP) or ''
     redis.call('HSET', entries, id .. MOVE_STAMP, stampNow .. ' ' .. (string.match(stamp, '^%S+ %S+ (%d+)$') or ''))
     break
   end
@@ -200,35 +207,56 @@ local keyStates, consumerGroup = KEYS[7], ARGV[6]
 local touched, touchedOrder = {}, {}
 local dueRetries = not failure and limit > released and redis.call('ZRANGEBYSCORE', deferred, '-inf', now, 'LIMIT', 0, limit - released) or {}
 releasedIds, releasedFields = {}, {}
-local storedRetries = #dueRetries > 0 and redis.call('HMGET', deferredEntries, unpack(dueRetries)) or {}
+-- Each one's fields and the key field kept beside it (KEY_FIELD): at most 2 * MAX_RELEASED values.
+wanted = {}
 for i, id in ipairs(dueRetries) do
-  local packed = storedRetries[i]
+  wanted[2 * i - 1], wanted[2 * i] = id, id .. KEY_FIELD
+end
+local storedRetries = #dueRetries > 0 and redis.call('HMGET', deferredEntries, unpack(wanted)) or {}
+-- Due entries whose fields were gone (deleted from outside): nothing to release, but each counted
+-- in its key's state is counted out all the same (else its key would wait for it for good), and
+-- the caller hears of them.
+local lost = {}
+-- Counts one released (or lost) entry out of its key's state: its stream id, or nil when lost.
+local function countOut(id, field, streamId)
+  local state = touched[field]
+  if not state then
+    state = readKeyState(keyStates, field)
+    touched[field] = state
+    touchedOrder[#touchedOrder + 1] = field
+  end
+  state.count = math.max(0, state.count - 1)
+  if streamId then
+    if state.floor == '' then state.floor = streamId end
+    state.released = streamId
+    state.barrier = streamId
+  end
+  if state.count == 0 then state.partial = 0 end
+  -- Written with each entry: should a later one fail, what was released is counted out.
+  writeKeyState(keyStates, field, state)
+  if deferralKindOf(id) == 'p' and redis.call('HINCRBY', keyStates, PARKED_COUNT, -1) <= 0 then redis.call('HDEL', keyStates, PARKED_COUNT) end
+end
+for i, id in ipairs(dueRetries) do
+  local packed, kept = storedRetries[2 * i - 1], storedRetries[2 * i]
+  local kind = deferralKindOf(id)
+  local counted = kind == '' or kind == 'p'
   if packed then
     local fields = cmsgpack.unpack(packed)
     local streamId
     failure, streamId = xaddFields(fields)
     if failure then break end
-    local kind = deferralKindOf(id)
-    if kind == '' or kind == 'p' then
-      local field = keyFieldOf(fields)
-      local state = touched[field]
-      if not state then
-        state = readKeyState(keyStates, field)
-        touched[field] = state
-        touchedOrder[#touchedOrder + 1] = field
-      end
-      state.count = math.max(0, state.count - 1)
-      if state.floor == '' then state.floor = streamId end
-      state.released = streamId
-      state.barrier = streamId
-      if state.count == 0 then state.partial = 0 end
-      -- Written with each entry: should a later one fail, what was released is counted out.
-      writeKeyState(keyStates, field, state)
-      if kind == 'p' and redis.call('HINCRBY', keyStates, PARKED_COUNT, -1) <= 0 then redis.call('HDEL', keyStates, PARKED_COUNT) end
+    if counted then countOut(id, kept or keyFieldOf(fields), streamId) end
+  else
+    lost[#lost + 1] = id
+    if counted and kept then
+      countOut(id, kept, nil)
+    elseif kind == 'p' and redis.call('HINCRBY', keyStates, PARKED_COUNT, -1) <= 0 then
+      redis.call('HDEL', keyStates, PARKED_COUNT)
     end
   end
   releasedIds[#releasedIds + 1] = id
   releasedFields[#releasedFields + 1] = id
+  releasedFields[#releasedFields + 1] = id .. KEY_FIELD
 end
 forgetAll(deferred, deferredEntries, releasedIds, releasedFields)
 
@@ -286,7 +314,7 @@ if released > 0 and ARGV[3] ~= '' then redis.pcall('SPUBLISH', ARGV[3], '') end
 -- What was released stays released (and removed); the caller hears of the failure and calls again.
 if failure then return redis.error_reply(tostring(failure.err)) end
 
-local reply = { released, nextDueInMs, states, swept }
+local reply = { released, nextDueInMs, states, swept, lost }
 if moving > 0 then
   local waiting = redis.call('ZRANGEBYSCORE', schedule, '-inf', 0, 'WITHSCORES', 'LIMIT', 0, MOVES_REPLIED)
   for i = 1, #waiting, 2 do

@@ -112,10 +112,13 @@ local function makeKeyDue(schedule, entries, keyStates, field, due, now, nowText
 end
 
 -- The key field of a schedule entry counted in its key's state (a deferral or a parked entry of
--- deferredOrder 'key'), or nil (a delayed entry, one not counted, one without fields).
+-- deferredOrder 'key'): the one kept beside it (KEY_FIELD), else its fields' (an entry scheduled
+-- by a version before this one); nil for a delayed entry, one not counted, one without either.
 local function countedKeyFieldOf(entries, id)
   local kind = deferralKindOf(id)
   if kind ~= '' and kind ~= 'p' then return nil end
+  local kept = redis.call('HGET', entries, id .. KEY_FIELD)
+  if kept then return kept end
   local packed = redis.call('HGET', entries, id)
   return packed and keyFieldOf(cmsgpack.unpack(packed)) or nil
 end

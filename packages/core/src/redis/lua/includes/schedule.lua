@@ -9,9 +9,13 @@ local SCHEDULE_SEQ = '#seq'
 -- shardIndex). releaseDue-8.lua compares it with the count in effect when the entry is due: a key
 -- the count then routes elsewhere is moved to its shard (docs/runtime.md, Delayed delivery).
 local ROUTED_COUNT = ':c'
--- The field that stamps an entry waiting to move (`<schedule id>:m`): '<count> <version>', the
+-- The field that stamps an entry waiting to move (`<schedule id>:m`): '<count> <version> <due>', the
 -- source's routing marker when it was (last) routed; acceptMove-5.lua takes it only under that.
 local MOVE_STAMP = ':m'
+-- The field beside a group's deferral or parked entry counted in its key's state (`<schedule id>:k`,
+-- in the group's deferred entries hash): its key field (includes/keyOrder.lua), so that it is counted
+-- out of its key even when its fields are gone (deleted from outside), rather than hold the key for good.
+local KEY_FIELD = ':k'
 -- The hash field of the last move sequence number given (releaseDue-8.lua).
 local MOVE_SEQ = '#move'
 -- An entry waiting to move keeps its place in the schedule with a score at or below 0 (its move
@@ -39,12 +43,18 @@ end
 
 -- Adds one entry to a schedule: its id, or Redis' error (a table with err) when a write failed,
 -- leaving nothing of it behind. pcall: a failed write (OOM, WRONGTYPE) is the entry's, not the call's.
-local function scheduleEntry(scheduleKey, entriesKey, id, dueMs, fields)
-  local stored = redis.pcall('HSET', entriesKey, id, cmsgpack.pack(fields))
+-- `keyField` (optional): the key field it is counted in, kept beside it (KEY_FIELD).
+local function scheduleEntry(scheduleKey, entriesKey, id, dueMs, fields, keyField)
+  local stored
+  if keyField then
+    stored = redis.pcall('HSET', entriesKey, id, cmsgpack.pack(fields), id .. KEY_FIELD, keyField)
+  else
+    stored = redis.pcall('HSET', entriesKey, id, cmsgpack.pack(fields))
+  end
   if type(stored) == 'table' then return stored end
   local added = redis.pcall('ZADD', scheduleKey, string.format('%.0f', dueMs), id)
   if type(added) == 'table' then
-    redis.pcall('HDEL', entriesKey, id)
+    redis.pcall('HDEL', entriesKey, id, id .. KEY_FIELD)
     return added
   end
   return id

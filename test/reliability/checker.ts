@@ -7,7 +7,7 @@
 import { orderEvidence, type OrderViolation } from './order-evidence';
 import { deadLetterOutcomes } from './dead-letter-outcomes';
 import { type KindReport, reportPerKind } from './kind-report';
-import { offsetResets, rewound } from './offset-resets';
+import { offsetResets, rewound, skippedBy } from './offset-resets';
 import { deadLetterFencing, grantDuplicates, stuckEntries, writtenTwice } from './promises';
 import type {
   DeadLetter,
@@ -80,6 +80,13 @@ export interface CheckReport {
    * that did not keep what a group still needed. Apart from `redisLost`; must be none.
    */
   trimmedUnhandled: string[];
+  /**
+   * Produced entries a reset-offsets moved its group forward over, undelivered (after the group's
+   * last-delivered id then, up to the reset point): skipped on the operator's word (`--to-datetime`
+   * makes entries at or after the time the next ones read; a shard the group was behind on moves
+   * forward), counted apart from `lost`.
+   */
+  skippedByReset: string[];
   /** Keys whose first handling of a sequence number came after a later one of the same key. */
   orderViolations: string[];
   /** For the first few order violations: the key's entries, their first runs and the resizes around them (order-evidence.ts). */
@@ -338,6 +345,8 @@ export function check(
   };
   const lost: string[] = [];
   const redisLost: string[] = [];
+  const skippedByReset: string[] = [];
+  const forwardResets = offsetResets(faults).filter((r) => r.from !== null && compareStreamIds(r.to, r.from) > 0);
   const trimmedUnhandled: string[] = [];
   const trimmedAway = extras.trimmedAway ?? new Set<string>();
   let handled = 0;
@@ -357,6 +366,10 @@ export function check(
       // master), and not handled by then: Redis lost it, not the library.
       if (!done.has(entry) && redisMayHaveLost(p)) {
         redisLost.push(`${label(g)}${entry} (${p.key}#${p.seq})`);
+        continue;
+      }
+      if (!done.has(entry) && !isOpen && forwardResets.some((r) => (r.group || DEFAULT_GROUP) === g && skippedBy(r, p.shard, p.id))) {
+        skippedByReset.push(`${label(g)}${entry} (${p.key}#${p.seq})`);
         continue;
       }
       lost.push(`${label(g)}${entry} (${p.key}#${p.seq})${isOpen ? ' not acknowledged' : ''}${lastRunBy(g, entry)}`);
@@ -513,6 +526,7 @@ export function check(
     acknowledged,
     lost,
     redisLost,
+    skippedByReset,
     trimmedUnhandled,
     orderViolations,
     orderEvidence: violations.slice(0, 3).flatMap((v) => orderEvidence(v, produced, runs, faults, extras.resizeHistory)),

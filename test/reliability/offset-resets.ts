@@ -25,3 +25,8 @@ export function resetBetween(resets: OffsetReset[], group: string, shard: number
   const [from, to] = a <= b ? [a, b] : [b, a];
   return resets.some((r) => (r.group || '') === (group || '') && r.resetAt > from && r.resetAt <= to && rewound(r, shard, id));
 }
+
+/** Whether `r` moved its group forward over entry `id` of `shard`: after its last-delivered id then, up to the reset point. */
+export function skippedBy(r: OffsetReset, shard: number, id: string): boolean {
+  return r.shard === shard && r.from !== null && compareStreamIds(id, r.from) > 0 && compareStreamIds(id, r.to) <= 0;
+}

@@ -20,7 +20,7 @@ export function faultTable(report: CheckReport): { kind: FaultKind; count: numbe
 /** A person-readable summary: the counts the checker found and the recovery times per fault kind. */
 export function formatReport(report: CheckReport): string {
   const lines = [
-    `entries produced ${report.produced}, handled ${report.handled}, acknowledged ${report.acknowledged}, lost ${report.lost.length} (Redis lost ${report.redisLost.length}, trimmed unhandled ${report.trimmedUnhandled.length}), ` +
+    `entries produced ${report.produced}, handled ${report.handled}, acknowledged ${report.acknowledged}, lost ${report.lost.length} (Redis lost ${report.redisLost.length}, trimmed unhandled ${report.trimmedUnhandled.length}; skipped by a reset ${report.skippedByReset.length}), ` +
       `order violations ${report.orderViolations.length}, overlaps ${report.overlaps.length}, key overlaps ${report.keyOverlaps.length}, stuck ${report.stuck.length}, ` +
       `dead letters ${report.deadLetters} (unfenced ${report.unfencedDeadLetters.length}), runs twice in a grant ${report.grantDuplicates.length}, written twice ${report.writtenTwice.length}, ` +
       `duplicates ${report.duplicates} (unexplained ${report.unexplainedDuplicates.length}), unrecovered faults ${report.unrecovered.length}, not replayed after a reset ${report.notReplayed.length}, dead letters not replayed once ${report.deadLetterOutcomes.length}, producer stalls ${report.producerStalls.length}`,

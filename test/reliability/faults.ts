@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
+import { pairs } from '../../packages/core/src/redis/responses';
 import { TcpProxy } from '../support/tcp-proxy';
 import type { Fault, FaultKind } from './checker';
 import { failingSpell, groupKeysLost, revokeTwice, trimHistory, unsafeLease, whatItDid, zombieDeadLetter } from './fault-scenarios';
@@ -556,17 +557,11 @@ async function shardHoldings(h: ChaosHarness, shard: number): Promise<string> {
       h.redis.xinfo('GROUPS', stream) as Promise<unknown[]>,
     ]);
     const described = groups.map((group) => {
-      const fields = group instanceof Map ? Object.fromEntries(group) : pairs(group as unknown[]);
+      const fields: Record<string, unknown> = group instanceof Map ? Object.fromEntries(group) : Object.fromEntries(pairs(group));
       return `${String(fields.name)} at ${String(fields['last-delivered-id'])} (pending ${String(fields.pending)})`;
     });
     return `${length} entries (${first[0]?.[0] ?? '-'} .. ${last[0]?.[0] ?? '-'}), groups: ${described.join(', ') || 'none'}`;
   } catch (error) {
     return `(not read: ${(error as Error).message})`;
   }
-}
-
-function pairs(list: unknown[]): Record<string, unknown> {
-  const out: Record<string, unknown> = {};
-  for (let i = 0; i + 1 < list.length; i += 2) out[String(list[i])] = list[i + 1];
-  return out;
 }

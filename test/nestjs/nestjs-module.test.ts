@@ -60,7 +60,8 @@ async function anApp(providers: unknown[], options: Record<string, unknown> = {}
 async function stable(streamPrefix: string, count: number) {
   return pollUntil(`${count} members, STABLE, every shard owned`, async () => {
     const d = await new CoordinatorAdmin(redis.client()).describeGroup(streamPrefix, 'summary-group').catch(() => undefined);
-    const active = d?.members.filter((m) => m.state === 'ACTIVE') ?? [];
+    // A join not proven yet is ACTIVE but not counted in the assignment: the group is STABLE without it.
+    const active = d?.members.filter((m) => m.state === 'ACTIVE' && m.unprovenSince === null) ?? [];
     return d && active.length === count && d.group.state === 'STABLE' && d.shards.every((s) => s.state === 'OWNED') && d;
   });
 }

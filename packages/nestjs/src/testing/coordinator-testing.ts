@@ -326,6 +326,11 @@ export class CoordinatorTesting {
     const description = await this.describe(entries[0], stream, group);
     if (typeof description === 'string') return description;
     if (description.group.state !== 'STABLE') return `the group is ${description.group.state}`;
+    // A join taken while the member's renewals were not yet proven counts in the assignment only
+    // once proven: until then the group is STABLE without it and it is granted nothing.
+    const mine = new Set(entries.map((entry) => entry.member.memberId));
+    const unproven = description.members.filter((m) => mine.has(m.memberId) && m.unprovenSince !== null).map((m) => m.memberId);
+    if (unproven.length > 0) return `the joins of ${unproven.join(', ')} are not proven yet`;
     if (description.group.cutoverInProgress) return 'a cutover is in progress';
     const unowned = description.shards.filter((s) => s.readability === 'readable' && s.state !== 'OWNED');
     if (unowned.length > 0) return `shards ${unowned.map((s) => `${s.shardIndex} ${s.state}`).join(', ')}`;

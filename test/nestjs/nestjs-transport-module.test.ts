@@ -7,7 +7,7 @@ import { EventPattern, MessagePattern, Payload } from '@nestjs/microservices';
 import { lastValueFrom } from 'rxjs';
 import { describe, expect, it } from 'vitest';
 import { CoordinatorAdmin, type CoordinatedMember } from '@redis-stream-coordinator/core';
-import { CoordinatorModule } from '@redis-stream-coordinator/nestjs';
+import { CoordinatorHealthIndicator, CoordinatorModule } from '@redis-stream-coordinator/nestjs';
 import {
   CoordinatorClientProxy,
   CoordinatorClientsModule,
@@ -62,6 +62,12 @@ describe('the transport on the module: the example of docs/nestjs.md', () => {
     // The module's defaults: the stream was created with its shardCount.
     expect((await new CoordinatorAdmin(redis.client()).describeStream('orders'))?.shardCount).toBe(8);
     expect(members.map((m) => m.options.consumerGroup)).toEqual(['billing', 'billing']);
+    // The module's health indicator reports the server's members beside the listener's.
+    const health = (await app.get(CoordinatorHealthIndicator).check()).coordinator;
+    expect(health.status).toBe('up');
+    const reported = health.members.filter((m) => m.listenerId.startsWith('transport:'));
+    expect(reported.map((m) => m.memberId).sort()).toEqual(members.map((m) => m.memberId).sort());
+    expect(reported.every((m) => m.joined && m.connection === 'default')).toBe(true);
     const inbox = client.inboxKey;
     expect(await redis.client().exists(inbox)).toBe(1);
     await app.close();

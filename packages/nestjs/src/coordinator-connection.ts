@@ -1,5 +1,5 @@
 import { Cluster, Redis } from 'ioredis';
-import { checkOption, LOADING_RETRY_MS, reconnectOnReadonly } from '@redis-stream-coordinator/core';
+import { type CoordinatedMember, checkOption, LOADING_RETRY_MS, reconnectOnReadonly } from '@redis-stream-coordinator/core';
 import { DEFAULT_CONNECTION_NAME } from './coordinator.constants';
 import type { CoordinatorModuleOptions } from './coordinator-module-options';
 import { assertMemberDefaults } from './member-defaults';
@@ -10,6 +10,18 @@ export type PingResult = { ok: true; latencyMs: number } | { ok: false; error: s
 const DEFAULT_HEALTH_CHECK_TIMEOUT_MS = 1000;
 
 /**
+ * A member that runs on a connection outside CoordinatorModule's registry (the members of a
+ * RedisStreamsServer built from it), as the health indicator reports it.
+ */
+export interface ConnectionMember {
+  member: CoordinatedMember;
+  /** What runs it, in place of a listener container's id (`transport:<pattern>`). */
+  listenerId: string;
+  /** Why it stopped for good (another live process has its member id), if it did. */
+  fatalError?: string;
+}
+
+/**
  * One `CoordinatorModule.forRoot`: its name, its options, its Redis client, and whether the module
  * created that client (then it also closes it).
  */
@@ -18,6 +30,8 @@ export class CoordinatorConnection {
   private pendingPing: Promise<number> | undefined;
   /** What runs on this connection and must close before it (a client's inbox is deleted through it). */
   private readonly dependents = new Set<() => Promise<void>>();
+  /** Who runs members on this connection besides the module (a transport server), for health checks. */
+  private readonly memberSources = new Set<() => readonly ConnectionMember[]>();
 
   private constructor(
     readonly client: Redis | Cluster,
@@ -76,6 +90,19 @@ export class CoordinatorConnection {
     const client = redis.url ? new Redis(redis.url, clientOptions) : new Redis(clientOptions);
     client.on('error', onError); // ioredis reconnects by itself; the error is logged, never thrown
     return new CoordinatorConnection(client, true, name, options);
+  }
+
+  /**
+   * Shows the members `source` runs on this connection to the health indicator (the members of a
+   * RedisStreamsServer built from it, which the module's registry does not hold).
+   */
+  reportMembers(source: () => readonly ConnectionMember[]): void {
+    this.memberSources.add(source);
+  }
+
+  /** The members reported with `reportMembers`, as they are now. */
+  reportedMembers(): ConnectionMember[] {
+    return [...this.memberSources].flatMap((source) => source());
   }
 
   /** How long a health check waits for PONG (`healthCheckTimeoutMs`, default 1000 ms). */

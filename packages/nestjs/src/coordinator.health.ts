@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { CoordinatorRegistry } from './coordinator.registry';
+import { CoordinatorRegistry, type RegisteredMember } from './coordinator.registry';
 import { CoordinatorConnections } from './coordinator-connections';
 
 export interface MemberHealth {
@@ -9,7 +9,7 @@ export interface MemberHealth {
   consumerGroup: string;
   /** The name of the connection (`forRoot({ name })`) the member uses; `'default'` when unnamed. */
   connection: string;
-  /** The listener container it belongs to (`StreamListenerRegistry.get(listenerId)`). */
+  /** The listener container it belongs to (`StreamListenerRegistry.get(listenerId)`), or `transport:<pattern>` for a RedisStreamsServer's member. */
   listenerId: string;
   /**
    * `running`, `paused` (joined, fetching nothing: `pause()`), or `stopped` (its container was
@@ -92,7 +92,7 @@ export class CoordinatorHealthIndicator {
           : { name: connection.name, status: 'down', error: ping.error };
       }),
     );
-    const members = this.registry.entries().map(({ member, source, connection, fatalError, listenerId, desired }): MemberHealth => {
+    const members = this.allMembers().map(({ member, source, connection, fatalError, listenerId, desired }): MemberHealth => {
       const stats = member.stats();
       // A member stopped on purpose (its container's stop(), autoStartup false) is not expected to be joined.
       const stopped = desired === 'stopped' && !stats.running;
@@ -135,8 +135,7 @@ export class CoordinatorHealthIndicator {
 
   /** Liveness: down only when a member stopped for good. Never talks to Redis. */
   checkLiveness(key = 'coordinator'): CoordinatorLiveness {
-    const problems = this.registry
-      .entries()
+    const problems = this.allMembers()
       .filter((entry) => entry.fatalError)
       .map(({ member, source, fatalError }) => `member ${member.memberId} (${member.options.memberName ?? source}): ${fatalError}`);
     return { [key]: { status: problems.length === 0 ? 'up' : 'down', problems } };
@@ -145,5 +144,19 @@ export class CoordinatorHealthIndicator {
   /** Liveness, as a terminus indicator (async only for terminus' signature). */
   async isLive(key = 'coordinator'): Promise<CoordinatorLiveness> {
     return this.checkLiveness(key);
+  }
+
+  /** The module's members, then those a transport server built from one of its connections runs on it. */
+  private allMembers(): Pick<RegisteredMember, 'member' | 'source' | 'connection' | 'fatalError' | 'listenerId' | 'desired'>[] {
+    return [
+      ...this.registry.entries(),
+      ...this.connections
+        .all()
+        .flatMap((connection) =>
+          connection
+            .reportedMembers()
+            .map((reported) => ({ ...reported, source: reported.listenerId, connection, desired: 'running' as const })),
+        ),
+    ];
   }
 }

@@ -119,6 +119,8 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
   /** That module's member defaults, under the server's own options. */
   private defaults: MemberDefaults = {};
   private groups: PatternGroup[] = [];
+  /** Members whose start failed for good (another live process has the id), by member id: what health reports. */
+  private readonly fatalErrors = new Map<string, string>();
   private closing = false;
   /** The key prefix of the coordinator keys, and of the inboxes the server may answer to. */
   private readonly keyPrefix: string;
@@ -157,6 +159,16 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
     server.moduleConnection = connection;
     server.defaults = connection.options.defaults ?? {};
     server.transportId = getRedisStreamsTransportId(connection.name);
+    // The module's health indicator reports the server's members with its own.
+    connection.reportMembers(() =>
+      server.groups.flatMap((group) =>
+        group.members.map((member) => ({
+          member,
+          listenerId: `transport:${group.streamPrefix}`,
+          ...(server.fatalErrors.has(member.memberId) ? { fatalError: server.fatalErrors.get(member.memberId) } : {}),
+        })),
+      ),
+    );
     return server;
   }
 
@@ -205,6 +217,7 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
     );
     for (const member of members) member.removeAllListeners();
     this.groups = [];
+    this.fatalErrors.clear();
     if (this.connection !== this.moduleConnection) await this.connection?.close();
     this.connection = undefined;
   }
@@ -296,7 +309,10 @@ export class RedisStreamsServer extends Server implements CustomTransportStrateg
           `member ${member.memberId} (${group.streamPrefix}) cannot start${fatal ? '' : ' yet'}: ${(error as Error).message}${fatal ? '' : `; retrying every ${delayMs} ms`}`,
         );
         this.events.emit('error', error);
-        if (fatal) return;
+        if (fatal) {
+          this.fatalErrors.set(member.memberId, `gave up starting: ${(error as Error).message}`);
+          return;
+        }
         await new Promise((resolve) => setTimeout(resolve, delayMs));
       }
     }

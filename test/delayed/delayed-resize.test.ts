@@ -285,7 +285,7 @@ describe('delayed entries across a resize', () => {
     );
     expect(inStream).toEqual([1, 3]);
     // The two waiting to move are the schedule's only entries, each with its fields.
-    const left = await client.zrange(keys.shardSchedule(streamPrefix, from), 0, -1);
+    const left = await client.zrange(keys.shardSchedule(streamPrefix, from), '0', '-1');
     expect(left).toEqual(outcome.moves.map((m) => m.id));
     const fields = await client.hmget(keys.shardScheduledEntries(streamPrefix, from), ...left);
     expect(fields.every((f) => f !== null)).toBe(true);

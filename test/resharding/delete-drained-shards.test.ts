@@ -178,4 +178,39 @@ describe('deleteDrainedShards (SPEC 10.5)', () => {
     await pollUntil('the surviving shards read again', async () => recorder.runs.length >= 8 + 4);
     expect(await admin.deleteDrainedShards(streamPrefix)).toEqual([2, 3]);
   }, 30_000);
+
+  it("deletes every key of a drained shard: its schedule's and the groups' deferred schedules' hashes and key states too", async () => {
+    const streamPrefix = uniqueName('delete-drained-all');
+    const admin = new CoordinatorAdmin(redis.client());
+    const recorder = new HandlerRecorder();
+    const member = aMember({ streamPrefix, memberId: 'a', shardCount: 4, handler: recorder.handler('a') });
+    await member.start();
+    // A delayed entry on each shard to be removed, released and handled before the shrink: their
+    // schedules' hashes keep the last schedule id given.
+    await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(
+      Array.from({ length: 4 }, (_, seq) => ({ shardIndex: seq % 4, payload: { key: 'k', seq }, delayMs: 50 })),
+    );
+    await pollUntil('the delayed entries handled', async () => recorder.distinctEntries() === 4);
+    // What a deferred retry of the group leaves on a shard once released and handled: its deferral
+    // sequence and its key's state (nothing counted, its barrier kept until a release call sweeps it).
+    const client = redis.client();
+    for (const shard of [2, 3]) {
+      await client.hset(keys.shardDeferredEntries(streamPrefix, shard, 'group'), '#seq', '1');
+      await client.hset(keys.shardDeferredKeys(streamPrefix, shard, 'group'), 'kk', '0|0|0|1-0|1-0|1-0', '#cursor', '0');
+    }
+    await admin.resizeShards(streamPrefix, 2, { graceMs: 50, switchDelayMs: 50 });
+    await pollUntil('the shrink drained', async () => (await admin.cutoverStatus(streamPrefix)).every((s) => s.cutover === null), {
+      timeoutMs: 20_000,
+    });
+    await member.stop();
+    expect(await admin.deleteDrainedShards(streamPrefix)).toEqual([2, 3]);
+    for (const shard of [2, 3]) {
+      const left = await client.keys(`${keys.shardStream(streamPrefix, shard)}*`);
+      // Kept by design: the routing marker refuses late writes (and a moves-taken log, when moves
+      // landed there); a producer's write log expires on its own (its name is the producer's).
+      const writeLogs = left.filter((key) => key.includes(':writes:'));
+      for (const log of writeLogs) expect(await client.pttl(log)).toBeGreaterThan(0);
+      expect(left.filter((key) => !key.endsWith(':routing') && !key.endsWith(':moves-taken') && !writeLogs.includes(key))).toEqual([]);
+    }
+  }, 30_000);
 });

@@ -13,17 +13,25 @@ const redis = useRedisServer();
 const aMember = memberFactory(redis, { coordinator: { heartbeatIntervalMs: 200 }, sessionTimeoutMs: 1000, cutoverCheckIntervalMs: 50 });
 const keys = new KeyBuilder();
 
-/** A stream of 4 shards read by a running member of "group", shrunk to 2 and drained. */
-async function shrunkAndDrained() {
+/**
+ * A stream of 4 shards read by a running member of "group", shrunk to 2 and drained. With `delayMs`,
+ * its 8 entries are sent delayed (released and handled before the shrink); `beforeShrink` runs then.
+ */
+async function shrunkAndDrained(options: { delayMs?: number; beforeShrink?: (streamPrefix: string) => Promise<void> } = {}) {
   const streamPrefix = uniqueName('delete-drained');
   const admin = new CoordinatorAdmin(redis.client());
   const recorder = new HandlerRecorder();
   const member = aMember({ streamPrefix, memberId: 'a', shardCount: 4, handler: recorder.handler('a') });
   await member.start();
   await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(
-    Array.from({ length: 8 }, (_, seq) => ({ shardIndex: seq % 4, payload: { key: 'k', seq } })),
+    Array.from({ length: 8 }, (_, seq) => ({
+      shardIndex: seq % 4,
+      payload: { key: 'k', seq },
+      ...(options.delayMs === undefined ? {} : { delayMs: options.delayMs }),
+    })),
   );
   await pollUntil('the first entries handled', async () => recorder.distinctEntries() === 8);
+  await options.beforeShrink?.(streamPrefix);
   await admin.resizeShards(streamPrefix, 2, { graceMs: 50, switchDelayMs: 50 });
   await pollUntil('the shrink drained', async () => (await admin.cutoverStatus(streamPrefix)).every((s) => s.cutover === null), {
     timeoutMs: 20_000,
@@ -180,29 +188,19 @@ describe('deleteDrainedShards (SPEC 10.5)', () => {
   }, 30_000);
 
   it("deletes every key of a drained shard: its schedule's and the groups' deferred schedules' hashes and key states too", async () => {
-    const streamPrefix = uniqueName('delete-drained-all');
-    const admin = new CoordinatorAdmin(redis.client());
-    const recorder = new HandlerRecorder();
-    const member = aMember({ streamPrefix, memberId: 'a', shardCount: 4, handler: recorder.handler('a') });
-    await member.start();
-    // A delayed entry on each shard to be removed, released and handled before the shrink: their
-    // schedules' hashes keep the last schedule id given.
-    await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(
-      Array.from({ length: 4 }, (_, seq) => ({ shardIndex: seq % 4, payload: { key: 'k', seq }, delayMs: 50 })),
-    );
-    await pollUntil('the delayed entries handled', async () => recorder.distinctEntries() === 4);
-    // What a deferred retry of the group leaves on a shard once released and handled: its deferral
-    // sequence and its key's state (nothing counted, its barrier kept until a release call sweeps it).
     const client = redis.client();
-    for (const shard of [2, 3]) {
-      await client.hset(keys.shardDeferredEntries(streamPrefix, shard, 'group'), '#seq', '1');
-      await client.hset(keys.shardDeferredKeys(streamPrefix, shard, 'group'), 'kk', '0|0|0|1-0|1-0|1-0', '#cursor', '0');
-    }
-    await admin.resizeShards(streamPrefix, 2, { graceMs: 50, switchDelayMs: 50 });
-    await pollUntil('the shrink drained', async () => (await admin.cutoverStatus(streamPrefix)).every((s) => s.cutover === null), {
-      timeoutMs: 20_000,
+    // Its entries sent delayed: the schedules' hashes keep the last schedule id given.
+    const { streamPrefix, admin } = await shrunkAndDrained({
+      delayMs: 50,
+      // What a deferred retry of the group leaves on a shard once released and handled: its deferral
+      // sequence and its key's state (nothing counted, its barrier kept until a release call sweeps it).
+      beforeShrink: async (prefix) => {
+        for (const shard of [2, 3]) {
+          await client.hset(keys.shardDeferredEntries(prefix, shard, 'group'), '#seq', '1');
+          await client.hset(keys.shardDeferredKeys(prefix, shard, 'group'), 'kk', '0|0|0|1-0|1-0|1-0', '#cursor', '0');
+        }
+      },
     });
-    await member.stop();
     expect(await admin.deleteDrainedShards(streamPrefix)).toEqual([2, 3]);
     for (const shard of [2, 3]) {
       const left = await client.keys(`${keys.shardStream(streamPrefix, shard)}*`);

@@ -150,6 +150,29 @@ describe('deleteDrainedShards (SPEC 10.5)', () => {
     expect(await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 3, { ordered: false })).toMatchObject({ shardCount: 3 });
   }, 30_000);
 
+  it("re-checks each shard's schedules right before deleting it: a deferred retry written since the look is not deleted", async () => {
+    const { streamPrefix } = await shrunkAndDrained();
+    const deleting = redis.client();
+    const isDelete = deletes(streamPrefix, 2);
+    const deferred = keys.shardDeferred(streamPrefix, 2, 'group');
+    let raced = false;
+    hookCommands(deleting, async (name, args): Promise<CommandVerdict> => {
+      if (raced || !isDelete(name, args)) return 'send';
+      raced = true;
+      // A deferral lands on the shard after the look (written by hand: no member holds it any more).
+      await redis.client().zadd(deferred, Date.now() + 60_000, 'd0000000000000001');
+      await redis.client().hset(`${deferred}:entries`, 'd0000000000000001', 'x');
+      return 'send';
+    });
+    await expect(new CoordinatorAdmin(deleting).deleteDrainedShards(streamPrefix)).rejects.toThrow(
+      /shard 2 still holds 0 delayed entries and 1 deferred retry of group group not released/,
+    );
+    expect(await redis.client().zcard(deferred)).toBe(1);
+    expect(await redis.client().exists(keys.shardStream(streamPrefix, 2))).toBe(1);
+    // Back in the span: the stream can still be resized.
+    expect(await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 3, { ordered: false })).toMatchObject({ shardCount: 3 });
+  }, 30_000);
+
   it('does not delete a retired shard whose routing marker lets writes in; it goes back into the span', async () => {
     const { streamPrefix } = await shrunkAndDrained();
     const deleting = redis.client();

@@ -263,6 +263,34 @@ describe('delayed entries across a resize', () => {
     expect(streamIds).toEqual([id, barrier]);
   });
 
+  it('one release call that releases some due entries and moves others removes exactly the released ones from the schedule', async () => {
+    const streamPrefix = await aStream(2, 'delayed-move-mixed');
+    const from = 0;
+    const [first, other] = keysThat('move', 2, 4, 40).filter((k) => shardForKey(k, 2) === from);
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    // In due order: an entry sent to the shard itself (never moves), a keyed one whose key moves, again.
+    await producer.send({ shardIndex: from, payload: { seq: 1 }, delayMs: 200 });
+    await producer.send({ key: first, payload: { seq: 2 }, delayMs: 200 });
+    await producer.send({ shardIndex: from, payload: { seq: 3 }, delayMs: 200 });
+    await producer.send({ key: other, payload: { seq: 4 }, delayMs: 200 });
+    await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 4, { ordered: false });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const owner = await ownedBy(streamPrefix, from, 'owner-member');
+    const outcome = (await owner.releaseDue(from, 1, 256))!;
+    expect(outcome.released).toBe(2);
+    expect(outcome.moves.map((m) => m.key)).toEqual([first, other]);
+    const client = redis.client();
+    const inStream = (await client.xrange(keys.shardStream(streamPrefix, from), '-', '+')).map(
+      ([, fields]) => (JSON.parse(fields[fields.indexOf('p') + 1]) as KeyedPayload).seq,
+    );
+    expect(inStream).toEqual([1, 3]);
+    // The two waiting to move are the schedule's only entries, each with its fields.
+    const left = await client.zrange(keys.shardSchedule(streamPrefix, from), '0', '-1');
+    expect(left).toEqual(outcome.moves.map((m) => m.id));
+    const fields = await client.hmget(keys.shardScheduledEntries(streamPrefix, from), ...left);
+    expect(fields.every((f) => f !== null)).toBe(true);
+  });
+
   it("a member whose removal step is lost, and one whose first step's reply is lost, still moves each entry once", async () => {
     const streamPrefix = await aStream(2, 'delayed-move-lost');
     const moved = keysThat('move', 2, 4, 6);

@@ -161,6 +161,17 @@ describe('readSchedule, releaseScheduled, dropScheduled', () => {
     const owner = new ShardClient(redis.client(), keys, streamPrefix, 'group', 'owner');
     const [move] = (await owner.releaseDue(from, 1, 256))!.moves;
     const target = { streamPrefix, shardIndex: from };
+    // Listed as waiting for its move (its number), not with a due time (its score is no time).
+    const page = await admin().readSchedule(target);
+    expect(page.entries.map((e) => [e.id, e.dueAt, e.dueInMs, e.waitingForMove])).toEqual([[move.id, null, null, Number(move.seq)]]);
+    const listed = await rsc('schedule', streamPrefix, String(from), 'list');
+    expect(listed.stdout).toMatch(new RegExp(`^${move.id}\\s+waiting for move ${move.seq}\\s+-\\s+${key}\\s`, 'm'));
+    const json = JSON.parse((await rsc('--json', 'schedule', streamPrefix, String(from), 'list')).stdout);
+    expect(json.entries[0]).toMatchObject({ id: move.id, dueAt: null, dueInMs: null, waitingForMove: Number(move.seq) });
+    // A page ending on it goes on after it.
+    const first = await admin().readSchedule(target, { count: 1 });
+    expect(first.next).not.toBeNull();
+    expect((await admin().readSchedule(target, { after: first.next! })).entries).toEqual([]);
     await expect(admin().dropScheduled(target, move.id)).rejects.toThrow(
       `delayed entry ${move.id} of shard ${from} of "${streamPrefix}" is due and waits to move to its key's shard after a resize`,
     );

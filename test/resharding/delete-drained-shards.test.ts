@@ -13,17 +13,25 @@ const redis = useRedisServer();
 const aMember = memberFactory(redis, { coordinator: { heartbeatIntervalMs: 200 }, sessionTimeoutMs: 1000, cutoverCheckIntervalMs: 50 });
 const keys = new KeyBuilder();
 
-/** A stream of 4 shards read by a running member of "group", shrunk to 2 and drained. */
-async function shrunkAndDrained() {
+/**
+ * A stream of 4 shards read by a running member of "group", shrunk to 2 and drained. With `delayMs`,
+ * its 8 entries are sent delayed (released and handled before the shrink); `beforeShrink` runs then.
+ */
+async function shrunkAndDrained(options: { delayMs?: number; beforeShrink?: (streamPrefix: string) => Promise<void> } = {}) {
   const streamPrefix = uniqueName('delete-drained');
   const admin = new CoordinatorAdmin(redis.client());
   const recorder = new HandlerRecorder();
   const member = aMember({ streamPrefix, memberId: 'a', shardCount: 4, handler: recorder.handler('a') });
   await member.start();
   await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(
-    Array.from({ length: 8 }, (_, seq) => ({ shardIndex: seq % 4, payload: { key: 'k', seq } })),
+    Array.from({ length: 8 }, (_, seq) => ({
+      shardIndex: seq % 4,
+      payload: { key: 'k', seq },
+      ...(options.delayMs === undefined ? {} : { delayMs: options.delayMs }),
+    })),
   );
   await pollUntil('the first entries handled', async () => recorder.distinctEntries() === 8);
+  await options.beforeShrink?.(streamPrefix);
   await admin.resizeShards(streamPrefix, 2, { graceMs: 50, switchDelayMs: 50 });
   await pollUntil('the shrink drained', async () => (await admin.cutoverStatus(streamPrefix)).every((s) => s.cutover === null), {
     timeoutMs: 20_000,
@@ -142,6 +150,29 @@ describe('deleteDrainedShards (SPEC 10.5)', () => {
     expect(await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 3, { ordered: false })).toMatchObject({ shardCount: 3 });
   }, 30_000);
 
+  it("re-checks each shard's schedules right before deleting it: a deferred retry written since the look is not deleted", async () => {
+    const { streamPrefix } = await shrunkAndDrained();
+    const deleting = redis.client();
+    const isDelete = deletes(streamPrefix, 2);
+    const deferred = keys.shardDeferred(streamPrefix, 2, 'group');
+    let raced = false;
+    hookCommands(deleting, async (name, args): Promise<CommandVerdict> => {
+      if (raced || !isDelete(name, args)) return 'send';
+      raced = true;
+      // A deferral lands on the shard after the look (written by hand: no member holds it any more).
+      await redis.client().zadd(deferred, Date.now() + 60_000, 'd0000000000000001');
+      await redis.client().hset(`${deferred}:entries`, 'd0000000000000001', 'x');
+      return 'send';
+    });
+    await expect(new CoordinatorAdmin(deleting).deleteDrainedShards(streamPrefix)).rejects.toThrow(
+      /shard 2 still holds 0 delayed entries and 1 deferred retry of group group not released/,
+    );
+    expect(await redis.client().zcard(deferred)).toBe(1);
+    expect(await redis.client().exists(keys.shardStream(streamPrefix, 2))).toBe(1);
+    // Back in the span: the stream can still be resized.
+    expect(await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 3, { ordered: false })).toMatchObject({ shardCount: 3 });
+  }, 30_000);
+
   it('does not delete a retired shard whose routing marker lets writes in; it goes back into the span', async () => {
     const { streamPrefix } = await shrunkAndDrained();
     const deleting = redis.client();
@@ -177,5 +208,30 @@ describe('deleteDrainedShards (SPEC 10.5)', () => {
     );
     await pollUntil('the surviving shards read again', async () => recorder.runs.length >= 8 + 4);
     expect(await admin.deleteDrainedShards(streamPrefix)).toEqual([2, 3]);
+  }, 30_000);
+
+  it("deletes every key of a drained shard: its schedule's and the groups' deferred schedules' hashes and key states too", async () => {
+    const client = redis.client();
+    // Its entries sent delayed: the schedules' hashes keep the last schedule id given.
+    const { streamPrefix, admin } = await shrunkAndDrained({
+      delayMs: 50,
+      // What a deferred retry of the group leaves on a shard once released and handled: its deferral
+      // sequence and its key's state (nothing counted, its barrier kept until a release call sweeps it).
+      beforeShrink: async (prefix) => {
+        for (const shard of [2, 3]) {
+          await client.hset(keys.shardDeferredEntries(prefix, shard, 'group'), '#seq', '1');
+          await client.hset(keys.shardDeferredKeys(prefix, shard, 'group'), 'kk', '0|0|0|1-0|1-0|1-0', '#cursor', '0');
+        }
+      },
+    });
+    expect(await admin.deleteDrainedShards(streamPrefix)).toEqual([2, 3]);
+    for (const shard of [2, 3]) {
+      const left = await client.keys(`${keys.shardStream(streamPrefix, shard)}*`);
+      // Kept by design: the routing marker refuses late writes (and a moves-taken log, when moves
+      // landed there); a producer's write log expires on its own (its name is the producer's).
+      const writeLogs = left.filter((key) => key.includes(':writes:'));
+      for (const log of writeLogs) expect(await client.pttl(log)).toBeGreaterThan(0);
+      expect(left.filter((key) => !key.endsWith(':routing') && !key.endsWith(':moves-taken') && !writeLogs.includes(key))).toEqual([]);
+    }
   }, 30_000);
 });

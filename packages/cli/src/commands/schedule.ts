@@ -29,8 +29,9 @@ function renderPage(page: SchedulePage, target: ScheduleTarget): string {
     ['ID', 'DUE AT', 'DUE IN', 'KEY', ...(target.consumerGroup === undefined ? [] : ['ATTEMPTS']), 'PAYLOAD'],
     page.entries.map((e) => [
       e.id,
-      new Date(e.dueAt).toISOString(),
-      e.dueInMs > 0 ? duration(e.dueInMs) : `due ${duration(-e.dueInMs)} ago`,
+      // Due already and waiting to move to its key's shard after a resize: its place in the moves, no time.
+      e.dueAt === null ? `waiting for move ${e.waitingForMove}` : new Date(e.dueAt).toISOString(),
+      e.dueInMs === null ? '' : e.dueInMs > 0 ? duration(e.dueInMs) : `due ${duration(-e.dueInMs)} ago`,
       e.key,
       ...(target.consumerGroup === undefined ? [] : [e.attempts]),
       clip(e.payloadText, 60),

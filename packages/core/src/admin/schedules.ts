@@ -26,10 +26,16 @@ export interface ScheduledEntry {
    */
   id: string;
   shardIndex: number;
-  /** When it is due: epoch ms on Redis' clock. */
-  dueAt: number;
-  /** `dueAt` minus Redis' clock at the read: negative when it is due already (its owner releases it in its next turn). */
-  dueInMs: number;
+  /** When it is due: epoch ms on Redis' clock; null while it waits to move (`waitingForMove`). */
+  dueAt: number | null;
+  /** `dueAt` minus Redis' clock at the read: negative when it is due already (its owner releases it in its next turn); null while it waits to move. */
+  dueInMs: number | null;
+  /**
+   * A delayed entry due already and waiting to move to its key's shard after a resize
+   * (docs/runtime.md, Delayed delivery): its move number (its shard's owner moves them in that
+   * order, in its next turns); it has no due time then. Null for every other entry.
+   */
+  waitingForMove: number | null;
   key: string | undefined;
   codec: string | undefined;
   /** Its headers as stored (JSON), when it has any. */
@@ -105,6 +111,12 @@ export const DEFAULT_SCHEDULE_PAGE = 100;
 /** Entries one `makeScheduledDue` call moves at most (the script's own cap, MAX_MADE_DUE). */
 const MADE_DUE_PER_CALL = 1000;
 
+/**
+ * A delayed entry waiting to move keeps its place in the schedule with its move number less 2^53 as
+ * its score, at or below 0 (includes/schedule.lua MOVE_BASE): every due time sorts after it.
+ */
+const MOVE_BASE = 2 ** 53;
+
 /** A delayed entry's schedule id, as `appendEntries-5.lua` writes it (`s` and its zero-padded sequence). */
 const DELAYED_ID = /^s\d{16}$/;
 /**
@@ -112,7 +124,7 @@ const DELAYED_ID = /^s\d{16}$/;
  * per key: deferFenced-5.lua, parkFenced-5.lua), or the stream id a deferral written before took.
  */
 const DEFERRED_ID = /^(?:d\d{16}[pn]?|\d{1,20}-\d{1,20})$/;
-const CURSOR = /^(\d{1,16}):(s\d{16}|d\d{16}[pn]?|\d{1,20}-\d{1,20})$/;
+const CURSOR = /^(-?\d{1,16}):(s\d{16}|d\d{16}[pn]?|\d{1,20}-\d{1,20})$/;
 
 /**
  * Checks an id before it becomes a script argument (SPEC 10.4): it must be exactly the kind of id
@@ -167,10 +179,13 @@ export async function readSchedule(
     ...[Buffer, Buffer, Buffer[]][],
   ];
   const readAt = Number(reply[1].toString());
-  const entries = (reply.slice(2) as [Buffer, Buffer, Buffer[]][]).map(([id, due, values]) =>
-    toScheduledEntry(target.shardIndex, id.toString(), Number(due.toString()), readAt, values),
+  const listed = reply.slice(2) as [Buffer, Buffer, Buffer[]][];
+  const entries = listed.map(([id, score, values]) =>
+    toScheduledEntry(target.shardIndex, id.toString(), Number(score.toString()), readAt, values),
   );
   const last = entries[entries.length - 1];
+  // The cursor names the last entry's score as Redis holds it (a move's is no due time).
+  const lastScore = listed.length > 0 ? Number(listed[listed.length - 1][1].toString()) : 0;
   return {
     streamPrefix: target.streamPrefix,
     shardIndex: target.shardIndex,
@@ -178,11 +193,11 @@ export async function readSchedule(
     total: Number(reply[0]),
     readAt,
     entries,
-    next: entries.length === count ? `${last.dueAt}:${last.id}` : null,
+    next: entries.length === count ? `${lastScore}:${last.id}` : null,
   };
 }
 
-function toScheduledEntry(shardIndex: number, id: string, dueAt: number, readAt: number, values: Buffer[]): ScheduledEntry {
+function toScheduledEntry(shardIndex: number, id: string, score: number, readAt: number, values: Buffer[]): ScheduledEntry {
   const fields: string[] = [];
   const byName = new Map<string, string>();
   let payloadBytes: Buffer | undefined;
@@ -201,8 +216,9 @@ function toScheduledEntry(shardIndex: number, id: string, dueAt: number, readAt:
   return {
     id,
     shardIndex,
-    dueAt,
-    dueInMs: dueAt - readAt,
+    dueAt: score > 0 ? score : null,
+    dueInMs: score > 0 ? score - readAt : null,
+    waitingForMove: score > 0 ? null : score + MOVE_BASE,
     key: byName.get(ENTRY_FIELD.key),
     codec,
     headers: byName.get(ENTRY_FIELD.headers),

@@ -53,7 +53,14 @@ export async function deleteRetiredShards(
       [
         keys.shardStream(streamPrefix, shard),
         keys.shardRouting(streamPrefix, shard),
-        ...groups.map((group) => keys.shardFence(streamPrefix, shard, group)),
+        keys.shardSchedule(streamPrefix, shard),
+        keys.shardScheduledEntries(streamPrefix, shard),
+        ...groups.flatMap((group) => [
+          keys.shardFence(streamPrefix, shard, group),
+          keys.shardDeferred(streamPrefix, shard, group),
+          keys.shardDeferredEntries(streamPrefix, shard, group),
+          keys.shardDeferredKeys(streamPrefix, shard, group),
+        ]),
       ],
       [shard, retirement.version, groups.length, ...groups],
     )) as (string | number)[];
@@ -74,6 +81,16 @@ export async function deleteRetiredShards(
           `stream "${streamPrefix}": removed shard ${shard} still holds ${total} entr${total === 1 ? 'y' : 'ies'} group ${group} has not ` +
             `processed (${undelivered} undelivered, ${pending} pending), written after its drain was checked; it is not deleted and ` +
             'is back in the stream span (describeGroup shows it)',
+        );
+      }
+      case 'scheduled': {
+        await endRetirement(redis, keys, streamPrefix, retirement, 'kept');
+        const [, group, scheduled, deferred] = reply;
+        throw toCoordinatorError(
+          ErrorCode.RESIZE_IN_PROGRESS,
+          `stream "${streamPrefix}": removed shard ${shard} still holds ${scheduled} delayed entr${Number(scheduled) === 1 ? 'y' : 'ies'} and ` +
+            `${deferred} deferred retr${Number(deferred) === 1 ? 'y' : 'ies'}${group === '' ? '' : ` of group ${group}`} not released, ` +
+            'scheduled after its drain was checked; it is not deleted and is back in the stream span (describeGroup shows it)',
         );
       }
       default:

@@ -131,6 +131,68 @@ class KeyOrderModel {
     if (due.length >= limit && this.state.count > 0 && due.length > 0) this.state.partial = true;
   }
 
+  /** The schedule in release order: due time, then schedule id (members of one score sort by id). */
+  private inOrder(): Scheduled[] {
+    return [...this.schedule].sort((a, b) => a.due - b.due || a.sid - b.sid);
+  }
+
+  /**
+   * makeKeyDue (includes/keyOrder.lua): the key's entries due at `due`, when it is later than now,
+   * made due now in their order, and the key's due time (what a later parked entry takes) now.
+   */
+  private makeKeyDue(due: number): number {
+    let moved = 0;
+    if (due > this.now) {
+      for (const s of this.schedule) {
+        if (s.due === due) {
+          s.due = this.now;
+          moved++;
+        }
+      }
+    }
+    if (this.state.count > 0 && this.state.due > this.now) this.state = { ...this.state, due: this.now };
+    return moved;
+  }
+
+  /**
+   * An operator's release of one entry by id (makeScheduledDue-3.lua): one not due yet is made due
+   * now with its key's other entries of its due time (a deferral and its parked entries, in order).
+   */
+  makeDue(pick: number): void {
+    const ordered = this.inOrder();
+    const entry = ordered[pick % Math.max(1, ordered.length)];
+    if (entry === undefined || entry.due <= this.now) return;
+    this.makeKeyDue(entry.due);
+  }
+
+  /**
+   * The testing kit's release of the next `limit` entries not due yet (makeScheduledDue-3.lua
+   * without an id): made due now, and the rest of the last one's due time with them.
+   */
+  makeNextDue(limit: number): void {
+    const later = this.inOrder().filter((s) => s.due > this.now);
+    const slice = later.slice(0, limit);
+    const lastDue = slice.length === limit ? slice[slice.length - 1]?.due : undefined;
+    for (const s of later) if (slice.includes(s) || s.due === lastDue) s.due = this.now;
+    if (slice.length > 0) this.makeKeyDue(0);
+  }
+
+  /**
+   * An operator's drop of one entry by id (dropScheduled-3.lua): never released, counted out of its
+   * key; a dropped deferral's parked entries waited only for it: made due now, in their order.
+   * Returns the dropped entry's seq.
+   */
+  drop(pick: number): number | undefined {
+    const ordered = this.inOrder();
+    const entry = ordered[pick % Math.max(1, ordered.length)];
+    if (entry === undefined) return undefined;
+    this.schedule.splice(this.schedule.indexOf(entry), 1);
+    const count = Math.max(0, this.state.count - 1);
+    this.state = { ...this.state, count, partial: count === 0 ? false : this.state.partial };
+    if (!entry.parked && count > 0) this.makeKeyDue(entry.due);
+    return entry.entry.seq;
+  }
+
   /** The buffer's first entry, as the member's dispatch walks it (one lane: one at a time). */
   dispatch(): void {
     const entry = this.buffer[0];
@@ -183,7 +245,10 @@ type Step =
   | { kind: 'read'; count: number }
   | { kind: 'release'; limit: number }
   | { kind: 'tick'; ms: number }
-  | { kind: 'dispatch' };
+  | { kind: 'dispatch' }
+  | { kind: 'make-due'; pick: number }
+  | { kind: 'make-next-due'; limit: number }
+  | { kind: 'drop'; pick: number };
 
 const aStep: fc.Arbitrary<Step> = fc.oneof(
   fc.constant<Step>({ kind: 'write' }),
@@ -192,10 +257,13 @@ const aStep: fc.Arbitrary<Step> = fc.oneof(
   fc.integer({ min: 0, max: 30 }).map<Step>((ms) => ({ kind: 'tick', ms })),
   fc.constant<Step>({ kind: 'dispatch' }),
   fc.constant<Step>({ kind: 'dispatch' }),
+  fc.nat(8).map<Step>((pick) => ({ kind: 'make-due', pick })),
+  fc.integer({ min: 1, max: 3 }).map<Step>((limit) => ({ kind: 'make-next-due', limit })),
+  fc.nat(8).map<Step>((pick) => ({ kind: 'drop', pick })),
 );
 
 describe('the key order model', () => {
-  it('whatever the order of writes, reads, releases (of any bound), clock ticks and dispatches, a key is handled in its order, each entry once', () => {
+  it('whatever the order of writes, reads, releases (of any bound), clock ticks, dispatches, and an operator making entries due now or dropping one, a key is handled in its order, each entry not dropped once', () => {
     fc.assert(
       fc.property(
         fc.array(fc.integer({ min: 0, max: 3 }), { minLength: 12, maxLength: 12 }),
@@ -205,24 +273,30 @@ describe('the key order model', () => {
           const model = new KeyOrderModel(failures, delays);
           model.trace = process.env.KEY_ORDER_TRACE ? [] : undefined;
           let written = 0;
+          const dropped = new Set<number>();
           for (const step of steps) {
             if (step.kind === 'write') {
               if (written < failures.length) model.write(written++);
             } else if (step.kind === 'read') model.read(step.count);
             else if (step.kind === 'release') model.release(step.limit);
             else if (step.kind === 'tick') model.now += step.ms;
-            else model.dispatch();
+            else if (step.kind === 'make-due') model.makeDue(step.pick);
+            else if (step.kind === 'make-next-due') model.makeNextDue(step.limit);
+            else if (step.kind === 'drop') {
+              const seq = model.drop(step.pick);
+              if (seq !== undefined) dropped.add(seq);
+            } else model.dispatch();
           }
+          const expected = Array.from({ length: written }, (_, seq) => seq).filter((seq) => !dropped.has(seq));
           // Then drained: time goes on, everything is read, released and dispatched.
-          for (let round = 0; round < 10_000 && model.handled.length < written; round++) {
+          for (let round = 0; round < 10_000 && model.handled.length < expected.length; round++) {
             model.now += 10;
             model.release(2);
             model.read(3);
             model.dispatch();
           }
-          if (model.trace && model.handled.join() !== Array.from({ length: written }, (_, seq) => seq).join())
-            console.log(model.trace.join('\n'));
-          expect(model.handled).toEqual(Array.from({ length: written }, (_, seq) => seq));
+          if (model.trace && model.handled.join() !== expected.join()) console.log(model.trace.join('\n'));
+          expect(model.handled).toEqual(expected);
           expect(model.schedule).toEqual([]);
         },
       ),

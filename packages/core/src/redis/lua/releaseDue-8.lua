@@ -152,32 +152,56 @@ local function toMove(id, dueMs)
   moving = moving + 1
 end
 local due = limit > released and redis.call('ZRANGEBYSCORE', schedule, 1, now, 'LIMIT', 0, limit - released) or {}
-local releasedIds, releasedFields, failure = {}, {}, nil
+local failure
 -- Every due entry's fields and routed count in one HMGET (at most 2 * MAX_RELEASED fields): one
 -- call per entry fewer, the larger part of a release's cost after the XADD itself.
 local wanted = {}
-for i, id in ipairs(due) do
+for i = 1, #due do
+  local id = due[i]
   wanted[2 * i - 1], wanted[2 * i] = id, id .. ROUTED_COUNT
 end
 local stored = #due > 0 and redis.call('HMGET', entries, unpack(wanted)) or {}
-for i, id in ipairs(due) do
+-- The due entries released before any is moved are the schedule's ranks right after those scored
+-- below 1 (waiting to move): removed by rank in one call each (no id looked up), before the first
+-- entry is moved (its new score puts it ahead of them) or at the end. One released after that is
+-- removed on its own (a schedule being moved is rare and short).
+local base, run, runOpen = redis.call('ZCOUNT', schedule, '-inf', '(1'), 0, true
+local function forgetRun()
+  runOpen = false
+  if run == 0 then return end
+  redis.call('ZREMRANGEBYRANK', schedule, base, base + run - 1)
+  redis.call('HDEL', entries, unpack(wanted, 1, 2 * run))
+end
+local inEffectText = tostring(inEffect)
+-- The hot loop (a release costs per entry): no call but the XADD, no string built.
+for i = 1, #due do
   local packed, routed = stored[2 * i - 1], stored[2 * i]
   -- Once one entry waits to move, every keyed one due after it does too: a key's later entry must
   -- not be released before its earlier one has found its shard.
-  if routed and inEffect > 0 and (moving > 0 or tonumber(routed) ~= inEffect) then
+  if routed and inEffect > 0 and (moving > 0 or (routed ~= inEffectText and tonumber(routed) ~= inEffect)) then
     if moving >= MAX_MOVING then break end
-    toMove(id, '')
+    if runOpen then forgetRun() end
+    toMove(due[i], '')
   else
     -- Each entry is written whole before the next: should an XADD fail (OOM), the script stops
-    -- with the earlier ones released (and removed below) and this one still scheduled.
-    failure = packed and xadd(packed)
-    if failure then break end
-    releasedIds[#releasedIds + 1] = id
-    releasedFields[#releasedFields + 1] = id
-    releasedFields[#releasedFields + 1] = id .. ROUTED_COUNT
+    -- with the earlier ones released (and removed) and this one still scheduled.
+    if packed then
+      local added = redis.pcall('XADD', stream, '*', unpack(cmsgpack.unpack(packed)))
+      if type(added) == 'table' then
+        failure = added
+        break
+      end
+      released = released + 1
+    end
+    if runOpen then
+      run = i
+    else
+      redis.call('ZREM', schedule, due[i])
+      redis.call('HDEL', entries, wanted[2 * i - 1], wanted[2 * i])
+    end
   end
 end
-forgetAll(schedule, entries, releasedIds, releasedFields)
+if runOpen then forgetRun() end
 
 -- A shard a shrink removed (no longer writable) has no future of its own: its keyed entries not due
 -- yet move to their key's shard now, into its schedule with their due time, rather than hold the
@@ -206,7 +230,7 @@ local keyStates, consumerGroup = KEYS[7], ARGV[6]
 -- The key states counted out in this call, by field, written with each entry and replied at the end.
 local touched, touchedOrder = {}, {}
 local dueRetries = not failure and limit > released and redis.call('ZRANGEBYSCORE', deferred, '-inf', now, 'LIMIT', 0, limit - released) or {}
-releasedIds, releasedFields = {}, {}
+local releasedIds, releasedFields = {}, {}
 -- Each one's fields and the key field kept beside it (KEY_FIELD): at most 2 * MAX_RELEASED values.
 wanted = {}
 for i, id in ipairs(dueRetries) do

@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import {
   CoordinatorAdmin,
   KeyBuilder,
@@ -397,6 +397,23 @@ describe('merged sends', () => {
     expect((await storedEntries(streamPrefix, 1)).map((s) => s.seq)).toEqual([1, 2]);
   });
 
+  it('sends one at a time arm no timer each: one timer bounds every call in flight', async () => {
+    const streamPrefix = await aStream(4, 'merged-one-timer');
+    const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 3_600_000 });
+    await producer.send({ key: 'warm-up', payload: { seq: 0 } });
+    const timers = vi.spyOn(globalThis, 'setTimeout');
+    let set: number;
+    try {
+      for (let seq = 1; seq <= 50; seq++) await producer.send({ key: `key-${seq % 7}`, payload: { seq } });
+    } finally {
+      set = timers.mock.calls.length;
+      timers.mockRestore();
+    }
+    // A timer set and cleared per call cost a send at one in flight more Node CPU than the rest of
+    // the producer's own work for it (docs/benchmarks.md, section 7).
+    expect(set, 'timers set for 50 sends one after another').toBeLessThanOrEqual(1);
+    expect((await storedEntries(streamPrefix, 4)).filter((s) => s.key !== 'warm-up')).toHaveLength(50);
+  });
   it('a lone send goes at once; the sends made after it in the same tick queue behind it and keep their key order', async () => {
     const streamPrefix = await aStream(1);
     const client = redis.client();

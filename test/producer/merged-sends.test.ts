@@ -106,6 +106,50 @@ describe('merged sends', () => {
     expect(await scriptCalls(client)).toBeLessThanOrEqual(32);
   });
 
+  it("on a single Redis, one flush's calls for several shards are one script call, each shard's part answered on its own", async () => {
+    const streamPrefix = await aStream(8, 'merged-many');
+    const client = redis.client();
+    const producer = new StreamProducer(client, { streamPrefix });
+    const burst = (seq: number) =>
+      Promise.all(Array.from({ length: 64 }, (_, i) => producer.send({ key: `k${i % 16}`, payload: { seq: seq + i } })));
+    await producer.send({ key: 'warm-up', payload: { seq: -1 } }); // routing read, appendEntries loaded
+    await burst(1_000); // appendEntriesMany loaded
+    await client.config('RESETSTAT');
+    const sent = await burst(0);
+    // The first send goes at once alone; the other 63 go in the next flush, one call for the 7
+    // idle shards and one for the first send's shard once it answered: not one per shard.
+    expect(await scriptCalls(client)).toBeLessThanOrEqual(3);
+    const stored = await storedEntries(streamPrefix, 8);
+    for (const [i, result] of sent.entries()) {
+      expect(stored.find((s) => s.id === result.id && s.shard === result.shardIndex)?.seq, `send ${i}`).toBe(i);
+    }
+  });
+
+  it("a shard's part that raises Redis' error fails that shard's entries only, not written; the other parts land", async () => {
+    const streamPrefix = await aStream(4, 'merged-many-part-error');
+    const client = redis.client();
+    const producer = new StreamProducer(client, { streamPrefix });
+    await producer.send({ key: 'warm-up', payload: { seq: 0 } });
+    const broken = 2;
+    // The routing check's HMGET raises WRONGTYPE: the part fails as a whole.
+    await client.del(keys.shardRouting(streamPrefix, broken));
+    await client.set(keys.shardRouting(streamPrefix, broken), 'not a hash');
+    const keyOn = (shard: number) => Array.from({ length: 1_000 }, (_, i) => `key-${i}`).find((key) => shardForKey(key, 4) === shard)!;
+    const outcomes = await Promise.all(
+      [0, 1, broken, 3, 0, broken].map((shard, seq) =>
+        producer.send({ key: keyOn(shard), payload: { seq } }).then(
+          (result) => ({ shard, written: result.shardIndex === shard }),
+          (error: Error & { maybeWritten?: boolean }) => ({ shard, error: error.message }),
+        ),
+      ),
+    );
+    for (const outcome of outcomes) {
+      if (outcome.shard === broken) expect(outcome).toMatchObject({ error: expect.stringMatching(/WRONGTYPE|not written/) });
+      else expect(outcome).toEqual({ shard: outcome.shard, written: true });
+    }
+    expect((await storedEntries(streamPrefix, 4)).filter((s) => s.shard === broken)).toEqual([]);
+  });
+
   it('per-key order holds under 1,024 concurrent sends across keys, with each send answered with its own id and shard', async () => {
     const streamPrefix = await aStream(8);
     const producer = new StreamProducer(redis.client(), { streamPrefix });

@@ -356,7 +356,7 @@ export class SendMerger {
     return this.roundRobin;
   }
 
-  /** Sends one call for every shard with entries queued and none in flight: together, one pipeline when several. */
+  /** Sends one call for every shard with entries queued and none in flight: together, one script call when several (appendToShards). */
   private flushIdle(): void {
     // Refused while this step awaited: they go before what was queued after them, routed again first.
     if (this.returned.length > 0) {
@@ -375,7 +375,7 @@ export class SendMerger {
     }
     if (calls.length === 0) return;
     // On a single Redis the calls share one connection and their replies come in order: one
-    // pipeline, settled together. On a Cluster each shard's call settles on its own, so that a slow
+    // script call, settled together. On a Cluster each shard's call settles on its own, so that a slow
     // master holds only its own shards' next calls (SPEC 10.8).
     if (isCluster(this.redis)) for (const call of calls) this.send([call]);
     else this.send(calls);

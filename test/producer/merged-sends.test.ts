@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import {
   CoordinatorAdmin,
   KeyBuilder,
@@ -104,6 +104,50 @@ describe('merged sends', () => {
     // 8 shards × 128 entries: one call each when the sends join before the first flush; a few more
     // when some arrive while a shard's call is in flight. Never one call per send.
     expect(await scriptCalls(client)).toBeLessThanOrEqual(32);
+  });
+
+  it("on a single Redis, one flush's calls for several shards are one script call, each shard's part answered on its own", async () => {
+    const streamPrefix = await aStream(8, 'merged-many');
+    const client = redis.client();
+    const producer = new StreamProducer(client, { streamPrefix });
+    const burst = (seq: number) =>
+      Promise.all(Array.from({ length: 64 }, (_, i) => producer.send({ key: `k${i % 16}`, payload: { seq: seq + i } })));
+    await producer.send({ key: 'warm-up', payload: { seq: -1 } }); // routing read, appendEntries loaded
+    await burst(1_000); // appendEntriesMany loaded
+    await client.config('RESETSTAT');
+    const sent = await burst(0);
+    // The first send goes at once alone; the other 63 go in the next flush, one call for the 7
+    // idle shards and one for the first send's shard once it answered: not one per shard.
+    expect(await scriptCalls(client)).toBeLessThanOrEqual(3);
+    const stored = await storedEntries(streamPrefix, 8);
+    for (const [i, result] of sent.entries()) {
+      expect(stored.find((s) => s.id === result.id && s.shard === result.shardIndex)?.seq, `send ${i}`).toBe(i);
+    }
+  });
+
+  it("a shard's part that raises Redis' error fails that shard's entries only, not written; the other parts land", async () => {
+    const streamPrefix = await aStream(4, 'merged-many-part-error');
+    const client = redis.client();
+    const producer = new StreamProducer(client, { streamPrefix });
+    await producer.send({ key: 'warm-up', payload: { seq: 0 } });
+    const broken = 2;
+    // The routing check's HMGET raises WRONGTYPE: the part fails as a whole.
+    await client.del(keys.shardRouting(streamPrefix, broken));
+    await client.set(keys.shardRouting(streamPrefix, broken), 'not a hash');
+    const keyOn = (shard: number) => Array.from({ length: 1_000 }, (_, i) => `key-${i}`).find((key) => shardForKey(key, 4) === shard)!;
+    const outcomes = await Promise.all(
+      [0, 1, broken, 3, 0, broken].map((shard, seq) =>
+        producer.send({ key: keyOn(shard), payload: { seq } }).then(
+          (result) => ({ shard, written: result.shardIndex === shard }),
+          (error: Error & { maybeWritten?: boolean }) => ({ shard, error: error.message }),
+        ),
+      ),
+    );
+    for (const outcome of outcomes) {
+      if (outcome.shard === broken) expect(outcome).toMatchObject({ error: expect.stringMatching(/WRONGTYPE|not written/) });
+      else expect(outcome).toEqual({ shard: outcome.shard, written: true });
+    }
+    expect((await storedEntries(streamPrefix, 4)).filter((s) => s.shard === broken)).toEqual([]);
   });
 
   it('per-key order holds under 1,024 concurrent sends across keys, with each send answered with its own id and shard', async () => {
@@ -405,6 +449,23 @@ describe('merged sends', () => {
     expect((await storedEntries(streamPrefix, 1)).map((s) => s.seq)).toEqual([1, 2]);
   });
 
+  it('sends one at a time arm no timer each: one timer bounds every call in flight', async () => {
+    const streamPrefix = await aStream(4, 'merged-one-timer');
+    const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 3_600_000 });
+    await producer.send({ key: 'warm-up', payload: { seq: 0 } });
+    const timers = vi.spyOn(globalThis, 'setTimeout');
+    let set: number;
+    try {
+      for (let seq = 1; seq <= 50; seq++) await producer.send({ key: `key-${seq % 7}`, payload: { seq } });
+    } finally {
+      set = timers.mock.calls.length;
+      timers.mockRestore();
+    }
+    // A timer set and cleared per call cost a send at one in flight more Node CPU than the rest of
+    // the producer's own work for it (docs/benchmarks.md, section 7).
+    expect(set, 'timers set for 50 sends one after another').toBeLessThanOrEqual(1);
+    expect((await storedEntries(streamPrefix, 4)).filter((s) => s.key !== 'warm-up')).toHaveLength(50);
+  });
   it('a lone send goes at once; the sends made after it in the same tick queue behind it and keep their key order', async () => {
     const streamPrefix = await aStream(1);
     const client = redis.client();

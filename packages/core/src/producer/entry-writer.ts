@@ -1,6 +1,6 @@
 import { ensureScripts, pipelineScript, type RedisClient, runScriptBySha } from '../redis/scripts';
 import { NotReplicatedError, type ReplicaWait, waitCommand, waitShortfall } from '../redis/connection/replica-wait';
-import { execBySlot } from '../redis/connection/slot-pipelines';
+import { execBySlot, isCluster } from '../redis/connection/slot-pipelines';
 
 /**
  * Entries per appendEntries call. A call is one script run: Redis does nothing else meanwhile, and
@@ -72,12 +72,14 @@ export type ShardAppendOutcome =
   | { status: 'failed'; error: Error; replied: boolean };
 
 /**
- * Runs one `appendEntries` call per append. One call alone, without a replica wait, is sent as it
- * is, a plain EVALSHA (`runScriptBySha`): a pipeline would buy nothing and cost its construction
- * (ioredis copies every defined script onto each one). Several go in one pipeline on a single Redis (one write, one round trip), one
- * pipeline per call on a Cluster (each shard has its own slot), sent side by side. With
- * `replicaWait`, a `WAIT` follows on the same connection (once per pipeline). Each call's outcome
- * is independent of the others'; this never throws.
+ * Runs the appends' `appendEntries` calls; each call's outcome is independent of the others', and
+ * this never throws. One call alone, without a replica wait, is sent as it is, a plain EVALSHA
+ * (`runScriptBySha`): a pipeline would buy nothing and cost its construction (ioredis copies every
+ * defined script onto each one). Several on a single Redis without a replica wait go in one
+ * `appendEntriesMany` call (per MAX_ENTRIES_PER_CALL entries): each shard's part is its own
+ * appendEntries call inside it, and the Lua call and its reply are paid once. On a Cluster (each
+ * shard has its own slot) one pipeline per call, sent side by side; with `replicaWait`, one
+ * pipeline on a single Redis, and a `WAIT` follows on the same connection (once per pipeline).
  */
 export async function appendToShards(
   client: RedisClient,
@@ -87,14 +89,10 @@ export async function appendToShards(
   replicaWait?: ReplicaWait,
 ): Promise<ShardAppendOutcome[]> {
   const cap = maxLenApprox === undefined ? '' : String(maxLenApprox);
-  if (appends.length === 1 && !replicaWait) {
-    const [append] = appends;
-    try {
-      const reply = await runScriptBySha(client, 'appendEntries', scriptKeys(append), scriptArgs(append, routedCount, cap));
-      return [outcomeOf(reply, append.entries.length)];
-    } catch (error) {
-      return [{ status: 'failed', error: error as Error, replied: isReplyError(error as Error) }];
-    }
+  if (appends.length === 1 && !replicaWait) return [await appendOne(client, routedCount, cap, appends[0])];
+  if (!replicaWait && !isCluster(client)) {
+    const outcomes = await Promise.all(mergedCalls(appends).map((parts) => appendMany(client, routedCount, cap, parts)));
+    return outcomes.flat();
   }
   ensureScripts(client);
   const results = await execBySlot(
@@ -114,6 +112,64 @@ export async function appendToShards(
     const outcome = outcomeOf(reply, appends[i].entries.length);
     return replicaWait && outcome.status === 'applied' ? replicated(outcome, result.tail[0], replicaWait) : outcome;
   });
+}
+
+/** One shard's call, a plain EVALSHA. */
+async function appendOne(client: RedisClient, routedCount: number, cap: string, append: ShardAppend): Promise<ShardAppendOutcome> {
+  try {
+    const reply = await runScriptBySha(client, 'appendEntries', scriptKeys(append), scriptArgs(append, routedCount, cap));
+    return outcomeOf(reply, append.entries.length);
+  } catch (error) {
+    return callFailed(error as Error);
+  }
+}
+
+/** The appends in order, grouped into calls of at most MAX_ENTRIES_PER_CALL entries (a longer append alone). */
+function mergedCalls(appends: readonly ShardAppend[]): ShardAppend[][] {
+  const calls: ShardAppend[][] = [];
+  let call: ShardAppend[] = [];
+  let entries = 0;
+  for (const append of appends) {
+    if (call.length > 0 && entries + append.entries.length > MAX_ENTRIES_PER_CALL) {
+      calls.push(call);
+      call = [];
+      entries = 0;
+    }
+    call.push(append);
+    entries += append.entries.length;
+  }
+  calls.push(call);
+  return calls;
+}
+
+/** Several shards' calls as the parts of one `appendEntriesMany` call (appendEntriesMany-n.lua), each part's outcome its own. */
+async function appendMany(client: RedisClient, routedCount: number, cap: string, parts: ShardAppend[]): Promise<ShardAppendOutcome[]> {
+  if (parts.length === 1) return [await appendOne(client, routedCount, cap, parts[0])];
+  const keys: string[] = [];
+  const counts: (string | number | Buffer)[] = [parts.length];
+  const values: (string | number | Buffer)[] = [];
+  for (const part of parts) {
+    for (const key of scriptKeys(part)) keys.push(key);
+    const args = scriptArgs(part, routedCount, cap);
+    counts.push(args.length);
+    for (const arg of args) values.push(arg);
+  }
+  let replies: unknown;
+  try {
+    replies = await runScriptBySha(client, 'appendEntriesMany', keys, counts.concat(values));
+  } catch (error) {
+    return parts.map(() => callFailed(error as Error));
+  }
+  if (!Array.isArray(replies) || replies.length !== parts.length) {
+    const error = new Error(`unexpected reply to appendEntriesMany: ${String(replies).slice(0, 200)}`);
+    return parts.map((): ShardAppendOutcome => ({ status: 'failed', error, replied: true }));
+  }
+  return parts.map((part, i) => outcomeOf(replies[i], part.entries.length));
+}
+
+/** A call that failed as a whole: Redis' error (nothing written), or no reply (maybe written). */
+function callFailed(error: Error): ShardAppendOutcome {
+  return { status: 'failed', error, replied: isReplyError(error) };
 }
 
 function scriptKeys(append: ShardAppend): string[] {
@@ -162,6 +218,8 @@ function outcomeOf(reply: unknown, entryCount: number): ShardAppendOutcome {
   const [status, inEffect, outcomes] = lines;
   if (status === 'REROUTE') return { status: 'reroute', shardCountInEffect: Number(inEffect) };
   if (status === 'UNROUTED') return { status: 'unrouted' };
+  // A part of an appendEntriesMany call that raised Redis' error: as a call Redis answered with it.
+  if (status === 'FAILED') return { status: 'failed', error: new Error(lines.slice(2).join('\n')), replied: true };
   if (status === 'SUPERSEDED') {
     // Only a resend of a call given up past its deadline: its first run's entries may be in the stream.
     return {

@@ -3,6 +3,7 @@ import { checkOption } from '../protocol/option-ranges';
 import type { ReplicaWait } from '../redis/connection/replica-wait';
 import { isCluster } from '../redis/connection/slot-pipelines';
 import type { RedisClient } from '../redis/scripts';
+import { CallDeadlines } from './call-deadlines';
 import { appendToShards, MAX_ENTRIES_PER_CALL, type ShardAppend, type ShardAppendOutcome } from './entry-writer';
 import { shardForKey } from './key-hash';
 import type { ProducerRouting } from './producer-routing';
@@ -121,12 +122,19 @@ export class SendMerger {
   private roundRobin = 0;
   private readonly routes = new Map<string, number>();
   private readonly writeSeqs = new Map<number, number>();
+  /** A call's bound for its reply: `appendTimeoutMs`, plus the replica wait's timeout (WAIT runs on the server for up to it). */
+  private readonly callTimeoutMs: number;
+  /** Every call in flight's bound, on one timer. */
+  private readonly deadlines: CallDeadlines;
 
   constructor(
     private readonly redis: RedisClient,
     private readonly routing: ProducerRouting,
     private readonly options: SendMergerOptions,
-  ) {}
+  ) {
+    this.callTimeoutMs = options.appendTimeoutMs + (options.replicaWait?.timeoutMs ?? 0);
+    this.deadlines = new CallDeadlines(this.callTimeoutMs);
+  }
 
   /**
    * Queues a unit's entries (their fields encoded, and due times, in order). With nothing else under
@@ -348,7 +356,7 @@ export class SendMerger {
     return this.roundRobin;
   }
 
-  /** Sends one call for every shard with entries queued and none in flight: together, one pipeline when several. */
+  /** Sends one call for every shard with entries queued and none in flight: together, one script call when several (appendToShards). */
   private flushIdle(): void {
     // Refused while this step awaited: they go before what was queued after them, routed again first.
     if (this.returned.length > 0) {
@@ -367,7 +375,7 @@ export class SendMerger {
     }
     if (calls.length === 0) return;
     // On a single Redis the calls share one connection and their replies come in order: one
-    // pipeline, settled together. On a Cluster each shard's call settles on its own, so that a slow
+    // script call, settled together. On a Cluster each shard's call settles on its own, so that a slow
     // master holds only its own shards' next calls (SPEC 10.8).
     if (isCluster(this.redis)) for (const call of calls) this.send([call]);
     else this.send(calls);
@@ -377,8 +385,7 @@ export class SendMerger {
     const routedCount = this.laneCount;
     const inFlight = calls.map((call) => ({ shard: call.append.shardIndex, routedCount, entries: call.entries }));
     for (const call of inFlight) this.inFlight.add(call);
-    // WAIT runs on the server for up to its own timeout: the bound counts from when it may end.
-    const timeoutMs = this.options.appendTimeoutMs + (this.options.replicaWait?.timeoutMs ?? 0);
+    const timeoutMs = this.callTimeoutMs;
     const appended = appendToShards(
       this.redis,
       routedCount,
@@ -389,22 +396,23 @@ export class SendMerger {
     // Past the bound the call counts as a lost reply (maybe written): ioredis may still resend it,
     // and the write log answers that resend without writing twice; its late reply is ignored here.
     // Until that reply comes, the call may still land: its keys' entries routed to other shards
-    // meanwhile fail rather than overtake it (mayStillLand). One timer and one callback per call,
-    // not a race of promises: this runs once per call, and one send at a time pays it per send.
+    // meanwhile fail rather than overtake it (mayStillLand). One bound on the producer's shared
+    // timer and one callback per call, not a race of promises: this runs once per call, and one
+    // send at a time pays it per send.
     let decided = false;
     const failAll = (error: Error) => calls.map((): ShardAppendOutcome => ({ status: 'failed', error, replied: false }));
-    const timer = setTimeout(() => {
+    const deadline = this.deadlines.start(() => {
       decided = true;
       for (const call of inFlight) this.unanswered.add(call);
       this.settleCalls(calls, inFlight, failAll(noAnswer(new NoAnswerError(timeoutMs), calls, timeoutMs)), routedCount);
-    }, timeoutMs);
+    });
     const answered = (outcomes: ShardAppendOutcome[]) => {
       if (decided) {
         for (const call of inFlight) this.unanswered.delete(call);
         return;
       }
       decided = true;
-      clearTimeout(timer);
+      this.deadlines.end(deadline);
       this.settleCalls(calls, inFlight, outcomes, routedCount);
     };
     appended.then(answered, (error: unknown) => answered(failAll(error as Error)));

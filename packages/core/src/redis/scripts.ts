@@ -28,6 +28,7 @@ const SCRIPT_FILES = {
   endShardRetirement: 'endShardRetirement-1.lua',
   firstAfter: 'firstAfter-n.lua',
   appendEntries: 'appendEntries-5.lua',
+  appendEntriesMany: 'appendEntriesMany-n.lua',
   releaseDue: 'releaseDue-8.lua',
   acceptMove: 'acceptMove-5.lua',
   deferFenced: 'deferFenced-5.lua',

@@ -668,6 +668,79 @@ describe('reliability checker', () => {
     expect(alone.kinds.find((k) => k.kind === 'static')?.problems).toEqual([]);
   });
 
+  describe('deferred retries and delayed entries', () => {
+    /** One handler call of group `g` (a copy has an id of its own, the key and sequence number of its original). */
+    const call = (g: string, m: string, s: number, id: string, k: string, q: number, start: number, ok = true): RecordLine[] => [
+      { e: 'start', t: start, g, m, s, id, k, q },
+      { e: 'end', t: start + 1, g, m, s, id, k, q, ok },
+    ];
+    const acked = (g: string, m: string, s: number, ids: string[], t: number): RecordLine => ({ e: 'ack', t, g, m, s, ids, ok: true });
+    const deferring = { groups: ['d'], deferringGroups: ['d'] };
+    // a#1 fails and is deferred (acknowledged as it goes into the schedule), a#2 is parked behind
+    // it; both come back as copies (7-0, 8-0) and run in order.
+    const inOrder = [
+      ...call('d', 'p0', 0, '1-0', 'a', 1, 10, false),
+      { e: 'deferred', t: 12, g: 'd', m: 'p0', s: 0, id: '1-0', n: 1, due: 200 },
+      { e: 'parked', t: 13, g: 'd', m: 'p0', s: 0, id: '2-0', n: 0, due: 200 },
+      ...call('d', 'p0', 0, '7-0', 'a', 1, 210),
+      ...call('d', 'p0', 0, '8-0', 'a', 2, 212),
+      acked('d', 'p0', 0, ['7-0', '8-0'], 215),
+    ];
+
+    it('maps a deferred entry and its parked key to their copies: not lost, not written twice, in key order', () => {
+      const report = check(produced.slice(0, 2), inOrder, [], new Set(), deferring);
+      expect(report).toMatchObject({
+        handled: 2,
+        acknowledged: 2,
+        lost: [],
+        orderViolations: [],
+        writtenTwice: [],
+        unexplainedDuplicates: [],
+      });
+      expect(report.deferrals).toEqual({ deferred: 1, parked: 1 });
+    });
+
+    it("finds a deferred entry whose copy ran after its key's later entry (the later one not parked)", () => {
+      const outOfOrder = [
+        ...call('d', 'p0', 0, '1-0', 'a', 1, 10, false),
+        { e: 'deferred', t: 12, g: 'd', m: 'p0', s: 0, id: '1-0', n: 1, due: 200 },
+        ...call('d', 'p0', 0, '2-0', 'a', 2, 14),
+        ...call('d', 'p0', 0, '7-0', 'a', 1, 210),
+        acked('d', 'p0', 0, ['2-0', '7-0'], 215),
+      ];
+      const report = check(produced.slice(0, 2), outOfOrder, [], new Set(), deferring);
+      expect(report.orderViolations).toEqual(['d: a: 1 settled after 2 (shard 0, p0)']);
+      expect(report.lost).toEqual([]);
+    });
+
+    it('finds a deferred entry lost (its copy never ran) or left unacknowledged, and a key#seq run to success from two entries', () => {
+      const copyNeverRan = inOrder.filter((l) => l.id !== '7-0' || l.e === 'ack');
+      expect(check(produced.slice(0, 2), copyNeverRan, [], new Set(), deferring).lost).toEqual(['d: 0/1-0 (a#1), last run by p0']);
+      expect(check(produced.slice(0, 2), inOrder, [], new Set(['d/0/8-0']), deferring).lost).toEqual(['d: 0/2-0 (a#2) not acknowledged']);
+      const twice = [...inOrder, ...call('d', 'p0', 0, '9-0', 'a', 2, 220), acked('d', 'p0', 0, ['9-0'], 225)];
+      expect(check(produced.slice(0, 2), twice, [], new Set(), deferring).writtenTwice).toEqual(['d: a#2 in 0/8-0 and 0/9-0']);
+    });
+
+    // Delayed: a#1 due at 1000, its id the schedule's; released as 5-0.
+    const delayed: Produced[] = [{ id: 's0000000000000001', shard: 0, key: 'a', seq: 1, dueAt: 1000 }];
+
+    it('finds a delayed entry run before its due time, not one run after it', () => {
+      const onTime = [...run('p0', 0, '5-0', 'a', 1, 1003, 1004), ack('p0', 0, ['5-0'], true, 1005)];
+      const report = check(delayed, onTime, [], new Set());
+      expect(report).toMatchObject({ handled: 1, acknowledged: 1, lost: [], early: [], delayed: { count: 1, lateMaxMs: 3 } });
+      const early = [...run('p0', 0, '5-0', 'a', 1, 700, 701), ack('p0', 0, ['5-0'], true, 702)];
+      expect(check(delayed, early, [], new Set()).early).toEqual([
+        'a#1 (0/s0000000000000001) run 300 ms before its due time, as 0/5-0 by p0',
+      ]);
+    });
+
+    it('finds a delayed entry lost: never released, or released and left unacknowledged', () => {
+      expect(check(delayed, [], [], new Set()).lost).toEqual(['0/s0000000000000001 (a#1)']);
+      const unacknowledged = run('p0', 0, '5-0', 'a', 1, 1003, 1004);
+      expect(check(delayed, unacknowledged, [], new Set(['0/5-0'])).lost).toEqual(['0/s0000000000000001 (a#1) not acknowledged']);
+    });
+  });
+
   describe('dead letters replayed and purged by the soak actors', () => {
     // 1-0 (a#1) fails for good on shard 0 and is dead-lettered by p0 as ref 0/100-0; a replay writes
     // it again as 0/5-0 (a#1 once more, after a#2), which p0 handles.

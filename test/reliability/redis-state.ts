@@ -63,7 +63,8 @@ export async function trimmedAway(s: StreamState, produced: Produced[]): Promise
   const gone = new Set<string>();
   for (const p of produced) {
     const cut = below.get(p.shard);
-    if (!cut) continue;
+    // A delayed entry's id is its schedule id: its stream entry is found by its runs (the checker).
+    if (!cut || p.dueAt !== undefined) continue;
     const order = compareStreamIds(p.id, cut.id);
     if (order < 0 || (cut.inclusive && order === 0)) gone.add(`${p.shard}/${p.id}`);
   }

@@ -455,7 +455,9 @@ export function check(
     // after it by p0, #28 written after it and run first by p3). One member keeps a shard in order.
     const straddles = lossTimes.some((t) => Math.min(pa.at!, pb.at!) <= t && t < Math.max(pa.at!, pb.at!));
     if (straddles && late.member !== top.member) return true;
-    if (pa.shard === pb.shard) return false;
+    // Written to one shard and run from one: a delayed entry (or a deferred copy) may be released
+    // into another shard than it was written to, its key's shard after a resize.
+    if (pa.shard === pb.shard && late.shard === top.shard) return false;
     const [from, to] = [Math.min(pa.at, pb.at) - UNORDERED_SLACK_MS, Math.max(pa.at, pb.at) + UNORDERED_SLACK_MS];
     return unordered.some((t) => t >= from && t <= to);
   };

@@ -734,6 +734,18 @@ describe('reliability checker', () => {
       ]);
     });
 
+    it('excuses delayed entries of one schedule released into two shards around an unordered growth (one due before the switch, released late into the old shard; one after it, moved), not into one', () => {
+      const twoDelayed: Produced[] = [
+        { id: 's0000000000000001', shard: 4, key: 'a', seq: 1, at: 100, dueAt: 250 },
+        { id: 's0000000000000002', shard: 4, key: 'a', seq: 2, at: 200, dueAt: 350 },
+      ];
+      const grow: Fault = { kind: 'grow-unordered', at: 300 };
+      const moved = [...run('p1', 8, '9-0', 'a', 2, 360, 361), ...run('p0', 4, '8-0', 'a', 1, 700, 701)];
+      expect(check(twoDelayed, moved, [grow], new Set()).orderViolations).toEqual([]);
+      const oneShard = [...run('p0', 4, '9-0', 'a', 2, 360, 361), ...run('p0', 4, '8-0', 'a', 1, 700, 701)];
+      expect(check(twoDelayed, oneShard, [grow], new Set()).orderViolations).toEqual(['a: 1 after 2 (shard 4, p0)']);
+    });
+
     it('finds a delayed entry lost: never released, or released and left unacknowledged', () => {
       expect(check(delayed, [], [], new Set()).lost).toEqual(['0/s0000000000000001 (a#1)']);
       const unacknowledged = run('p0', 0, '5-0', 'a', 1, 1003, 1004);

@@ -783,6 +783,19 @@ describe('reliability checker', () => {
       expect(report.lost).toEqual([]);
     });
 
+    it("another group's copy of the replay (a deferring group parked or deferred it: a new id, the replay's headers) is no second replay", () => {
+      const copy = (id: string, start: number): RecordLine[] => replayRun(id, start).map((l) => ({ ...l, g: 'd', m: 'p9' }));
+      const lines = [
+        ...original,
+        ...replayRun('5-0', 200),
+        ack('p0', 0, ['5-0'], true, 202),
+        ...copy('7-0', 400),
+        { e: 'ack', t: 402, g: 'd', m: 'p9', s: 0, ids: ['7-0'], ok: true } as RecordLine,
+      ];
+      const report = outcomes(lines, { deadLetters: [], groups: ['', 'd'], deadLetterOperations: operations('replay', '0/5-0') });
+      expect(report.deadLetterOutcomes).toEqual([]);
+    });
+
     it('finds a dead letter replayed twice (a retry that did not find the earlier write), one gone without a replay, and one listed although replayed', () => {
       const twice = [...original, ...replayRun('5-0', 200), ...replayRun('6-0', 300), ack('p0', 0, ['5-0', '6-0'], true, 302)];
       expect(outcomes(twice, { deadLetters: [], deadLetterOperations: operations('replay', '0/6-0') }).deadLetterOutcomes).toEqual([

@@ -100,12 +100,17 @@ export interface CheckReport {
    * entries, as `deferredOrder: 'none'` allows and 'key' must not).
    */
   orderViolations: string[];
-  /** Delayed entries (`Produced.dueAt`) some group began to handle before their due time (must be none). */
+  /** Delayed entries (`Produced.dueAt`) released into a stream before their due time (must be none). */
   early: string[];
   /** What the deferring groups' members recorded: entries deferred (a failure retried later) and parked (behind a deferral of their key). */
   deferrals: { deferred: number; parked: number };
-  /** Delayed entries: how many, and how late their first run came after their due time at most and at the 99th percentile (ms). */
-  delayed: { count: number; lateP99Ms: number; lateMaxMs: number };
+  /**
+   * Delayed entries: how many; how late they were released into a stream after their due time (its
+   * stream id's time, Redis' clock) and how late their first run in a group came, at the 99th
+   * percentile and at most (ms). Within about `blockMs` of the due time when the shard's owner runs
+   * unfaulted; a fault on it makes the next owner release them.
+   */
+  delayed: { count: number; releaseLateP99Ms: number; releaseLateMaxMs: number; lateP99Ms: number; lateMaxMs: number };
   /** For the first few order violations: the key's entries, their first runs and the resizes around them (order-evidence.ts). */
   orderEvidence: string[];
   /** Two members on one shard at the same time where the earlier one's acknowledgement counted. */
@@ -210,13 +215,6 @@ const DEFAULT_GROUP = '';
  * old master: its replica trails it by milliseconds here; an older write gone is the library's loss.
  */
 export const REPLICATION_WINDOW_MS = 2000;
-
-/**
- * How much earlier than its due time a delayed entry's first run may seem to start: the members'
- * record times come from \`performance\` (a monotonic clock from the process's start), the due time
- * from Redis' TIME; both are this host's clock, which the monotonic one drifts from by a little.
- */
-const EARLY_SLACK_MS = 50;
 
 /** How far from an unordered resize two writes of a key may be and still be excused an inversion. */
 const UNORDERED_SLACK_MS = 5000;
@@ -497,26 +495,35 @@ export function check(
     reported,
   );
 
-  // Delayed entries: never handled before their due time (a small slack: the members' clocks are the
-  // host's, read through \`performance\`, Redis' through TIME); how late is a figure.
+  // Delayed entries: never released before their due time (the stream id's time, on Redis' clock as
+  // the due time is: a run cannot start before its entry is in a stream); how late they were
+  // released, and first run, are figures. Run times are not compared with the due time: they are
+  // the members' monotonic clock, which drifts from Redis' over a long run.
   const early: string[] = [];
   const lateness: number[] = [];
+  const releaseLateness: number[] = [];
+  const idMs = (id: string) => Number(id.slice(0, id.indexOf('-')));
   for (const p of produced) {
     if (p.dueAt === undefined) continue;
+    const released = [...(streamIdsOfKey.get(`${p.key}#${p.seq}`) ?? [])].map((e) => idMs(e.slice(e.indexOf('/') + 1)));
+    if (released.length > 0) {
+      const at = Math.min(...released);
+      if (at < p.dueAt) early.push(`${p.key}#${p.seq} (${p.shard}/${p.id}) released ${p.dueAt - at} ms before its due time`);
+      else releaseLateness.push(at - p.dueAt);
+    }
     for (const g of groups) {
       const first = (runsOfKey.get(`${g} ${p.key}#${p.seq}`) ?? []).reduce<Run | undefined>(
         (a, r) => (a && a.start <= r.start ? a : r),
         undefined,
       );
-      if (!first) continue;
-      if (first.start < p.dueAt - EARLY_SLACK_MS)
-        early.push(
-          `${label(g)}${p.key}#${p.seq} (${p.shard}/${p.id}) run ${Math.round(p.dueAt - first.start)} ms before its due time, as ${first.shard}/${first.id} by ${first.process}`,
-        );
-      else lateness.push(first.start - p.dueAt);
+      if (first) lateness.push(first.start - p.dueAt);
     }
   }
-  lateness.sort((a, b) => a - b);
+  const p99 = (values: number[]) => {
+    values.sort((a, b) => a - b);
+    return values.length === 0 ? 0 : Math.round(values[Math.min(values.length - 1, Math.floor(values.length * 0.99))]);
+  };
+  const max = (values: number[]) => (values.length === 0 ? 0 : Math.round(Math.max(...values)));
 
   // One reader per shard: no run by another member may start while an acknowledged run is in flight.
   const overlaps: string[] = [];
@@ -630,8 +637,10 @@ export function check(
     deferrals: { deferred: lines.filter((l) => l.e === 'deferred').length, parked: lines.filter((l) => l.e === 'parked').length },
     delayed: {
       count: produced.filter((p) => p.dueAt !== undefined).length,
-      lateP99Ms: lateness.length === 0 ? 0 : Math.round(lateness[Math.min(lateness.length - 1, Math.floor(lateness.length * 0.99))]),
-      lateMaxMs: lateness.length === 0 ? 0 : Math.round(lateness[lateness.length - 1]),
+      releaseLateP99Ms: p99(releaseLateness),
+      releaseLateMaxMs: max(releaseLateness),
+      lateP99Ms: p99(lateness),
+      lateMaxMs: max(lateness),
     },
     orderEvidence: violations.slice(0, 3).flatMap((v) => orderEvidence(v, produced, runs, faults, extras.resizeHistory)),
     overlaps,

@@ -721,17 +721,21 @@ describe('reliability checker', () => {
       expect(check(produced.slice(0, 2), twice, [], new Set(), deferring).writtenTwice).toEqual(['d: a#2 in 0/8-0 and 0/9-0']);
     });
 
-    // Delayed: a#1 due at 1000, its id the schedule's; released as 5-0.
+    // Delayed: a#1 due at 1000, its id the schedule's; released as 1001-0.
     const delayed: Produced[] = [{ id: 's0000000000000001', shard: 0, key: 'a', seq: 1, dueAt: 1000 }];
 
-    it('finds a delayed entry run before its due time, not one run after it', () => {
-      const onTime = [...run('p0', 0, '5-0', 'a', 1, 1003, 1004), ack('p0', 0, ['5-0'], true, 1005)];
+    it('finds a delayed entry released before its due time (its stream id), not one released after it', () => {
+      const onTime = [...run('p0', 0, '1001-0', 'a', 1, 1003, 1004), ack('p0', 0, ['1001-0'], true, 1005)];
       const report = check(delayed, onTime, [], new Set());
-      expect(report).toMatchObject({ handled: 1, acknowledged: 1, lost: [], early: [], delayed: { count: 1, lateMaxMs: 3 } });
-      const early = [...run('p0', 0, '5-0', 'a', 1, 700, 701), ack('p0', 0, ['5-0'], true, 702)];
-      expect(check(delayed, early, [], new Set()).early).toEqual([
-        'a#1 (0/s0000000000000001) run 300 ms before its due time, as 0/5-0 by p0',
-      ]);
+      expect(report).toMatchObject({
+        handled: 1,
+        acknowledged: 1,
+        lost: [],
+        early: [],
+        delayed: { count: 1, releaseLateMaxMs: 1, lateMaxMs: 3 },
+      });
+      const releasedEarly = [...run('p0', 0, '990-0', 'a', 1, 1003, 1004), ack('p0', 0, ['990-0'], true, 1005)];
+      expect(check(delayed, releasedEarly, [], new Set()).early).toEqual(['a#1 (0/s0000000000000001) released 10 ms before its due time']);
     });
 
     it('excuses delayed entries of one schedule released into two shards around an unordered growth (one due before the switch, released late into the old shard; one after it, moved), not into one', () => {
@@ -748,8 +752,8 @@ describe('reliability checker', () => {
 
     it('finds a delayed entry lost: never released, or released and left unacknowledged', () => {
       expect(check(delayed, [], [], new Set()).lost).toEqual(['0/s0000000000000001 (a#1)']);
-      const unacknowledged = run('p0', 0, '5-0', 'a', 1, 1003, 1004);
-      expect(check(delayed, unacknowledged, [], new Set(['0/5-0'])).lost).toEqual(['0/s0000000000000001 (a#1) not acknowledged']);
+      const unacknowledged = run('p0', 0, '1001-0', 'a', 1, 1003, 1004);
+      expect(check(delayed, unacknowledged, [], new Set(['0/1001-0'])).lost).toEqual(['0/s0000000000000001 (a#1) not acknowledged']);
     });
   });
 

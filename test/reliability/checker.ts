@@ -60,6 +60,13 @@ export interface CheckExtras {
   replayWrites?: ReplayWrite[];
   /** What the transport actors recorded, one episode per transport fault (transport-actors.ts). */
   transportEpisodes?: TransportEpisode[];
+  /**
+   * Groups whose members retry deferred (`retryMode: 'deferred'`): a failed entry is acknowledged
+   * and comes back as a copy with a new id (its parked later entries too), so an entry of theirs is
+   * found by key and sequence number, and a key#seq in several stream entries is a copy, not a
+   * second write, unless two of them ran to success.
+   */
+  deferringGroups?: string[];
 }
 
 export interface CheckReport {
@@ -87,8 +94,23 @@ export interface CheckReport {
    * forward), counted apart from `lost`.
    */
   skippedByReset: string[];
-  /** Keys whose first handling of a sequence number came after a later one of the same key. */
+  /**
+   * Keys whose first handling of a sequence number came after a later one of the same key, or whose
+   * first successful handling did ("settled": a deferred entry whose copy ran after its key's later
+   * entries, as `deferredOrder: 'none'` allows and 'key' must not).
+   */
   orderViolations: string[];
+  /** Delayed entries (`Produced.dueAt`) released into a stream before their due time (must be none). */
+  early: string[];
+  /** What the deferring groups' members recorded: entries deferred (a failure retried later) and parked (behind a deferral of their key). */
+  deferrals: { deferred: number; parked: number };
+  /**
+   * Delayed entries: how many; how late they were released into a stream after their due time (its
+   * stream id's time, Redis' clock) and how late their first run in a group came, at the 99th
+   * percentile and at most (ms). Within about `blockMs` of the due time when the shard's owner runs
+   * unfaulted; a fault on it makes the next owner release them.
+   */
+  delayed: { count: number; releaseLateP99Ms: number; releaseLateMaxMs: number; lateP99Ms: number; lateMaxMs: number };
   /** For the first few order violations: the key's entries, their first runs and the resizes around them (order-evidence.ts). */
   orderEvidence: string[];
   /** Two members on one shard at the same time where the earlier one's acknowledgement counted. */
@@ -343,6 +365,25 @@ export function check(
     const run = lastRun.get(`${g}/${entry}`);
     return run ? `, last run by ${run.process}` : '';
   };
+  // Entries found by key and sequence number where their id does not name them: a delayed entry
+  // (its produced id is its schedule id), and every entry in a deferring group (copies get new ids).
+  const deferring = new Set(extras.deferringGroups ?? []);
+  const runsOfKey = new Map<string, Run[]>(); // "group key#seq" -> its runs, replays left out
+  const streamIdsOfKey = new Map<string, Set<string>>(); // "key#seq" -> "shard/id" it ran from, in any group
+  for (const run of runs) {
+    if (run.replayOf) continue;
+    const k = `${run.group} ${run.key}#${run.seq}`;
+    const list = runsOfKey.get(k);
+    if (list) list.push(run);
+    else runsOfKey.set(k, [run]);
+    const ids = streamIdsOfKey.get(`${run.key}#${run.seq}`);
+    if (ids) ids.add(`${run.shard}/${run.id}`);
+    else streamIdsOfKey.set(`${run.key}#${run.seq}`, new Set([`${run.shard}/${run.id}`]));
+  }
+  const byKeySeq = (g: string, p: Produced) => p.dueAt !== undefined || deferring.has(g);
+  /** The stream entries a produced entry is: its own id, or (delayed) the ids it was released with, as its runs show. */
+  const streamEntries = (p: Produced) =>
+    p.dueAt === undefined ? [`${p.shard}/${p.id}`] : [...(streamIdsOfKey.get(`${p.key}#${p.seq}`) ?? [])];
   const lost: string[] = [];
   const redisLost: string[] = [];
   const skippedByReset: string[] = [];
@@ -352,29 +393,41 @@ export function check(
   let handled = 0;
   let acknowledged = 0;
   for (const g of groups) {
-    const done = new Set(runs.filter((r) => r.group === g && r.end !== undefined && r.ok).map((r) => `${r.shard}/${r.id}`));
-    for (const d of deadLetters) if ((d.group || DEFAULT_GROUP) === g || groups.length === 1) done.add(`${d.shard}/${d.id}`);
+    const doneIds = new Set(runs.filter((r) => r.group === g && r.end !== undefined && r.ok).map((r) => `${r.shard}/${r.id}`));
+    for (const d of deadLetters) if ((d.group || DEFAULT_GROUP) === g || groups.length === 1) doneIds.add(`${d.shard}/${d.id}`);
     const cannotRead = extras.unreadable?.get(g) ?? new Set<string>();
     for (const p of produced) {
       const entry = `${p.shard}/${p.id}`;
-      if (cannotRead.has(entry)) continue;
-      const isOpen = open(g, p.shard, p.id);
-      if (done.has(entry)) handled += 1;
+      if (streamEntries(p).some((e) => cannotRead.has(e))) continue;
+      let isDone: boolean;
+      let isOpen: boolean;
+      if (byKeySeq(g, p)) {
+        // Handled when any stream entry of its key#seq (the original, a release, a copy) was handled
+        // to the end or dead-lettered; open while any of them is unacknowledged.
+        const own = runsOfKey.get(`${g} ${p.key}#${p.seq}`) ?? [];
+        isDone = doneIds.has(entry) || own.some((r) => doneIds.has(`${r.shard}/${r.id}`));
+        isOpen = (p.dueAt === undefined && open(g, p.shard, p.id)) || own.some((r) => open(g, r.shard, r.id));
+      } else {
+        isDone = doneIds.has(entry);
+        isOpen = open(g, p.shard, p.id);
+      }
+      if (isDone) handled += 1;
       if (!isOpen) acknowledged += 1;
-      if (done.has(entry) && !isOpen) continue;
+      if (isDone && !isOpen) continue;
       // Written before Redis lost every key (or just before an unreplicated failover of its shard's
       // master), and not handled by then: Redis lost it, not the library.
-      if (!done.has(entry) && redisMayHaveLost(p)) {
+      if (!isDone && redisMayHaveLost(p)) {
         redisLost.push(`${label(g)}${entry} (${p.key}#${p.seq})`);
         continue;
       }
-      if (!done.has(entry) && !isOpen && forwardResets.some((r) => (r.group || DEFAULT_GROUP) === g && skippedBy(r, p.shard, p.id))) {
+      const skipped = (r: (typeof forwardResets)[number]) =>
+        streamEntries(p).some((e) => skippedBy(r, Number(e.slice(0, e.indexOf('/'))), e.slice(e.indexOf('/') + 1)));
+      if (!isDone && !isOpen && forwardResets.some((r) => (r.group || DEFAULT_GROUP) === g && skipped(r))) {
         skippedByReset.push(`${label(g)}${entry} (${p.key}#${p.seq})`);
         continue;
       }
       lost.push(`${label(g)}${entry} (${p.key}#${p.seq})${isOpen ? ' not acknowledged' : ''}${lastRunBy(g, entry)}`);
-      if (!done.has(entry) && trimmedAway.has(entry))
-        trimmedUnhandled.push(`${label(g)}${entry} (${p.key}#${p.seq}) trimmed, never handled`);
+      if (!isDone && trimmedAway.has(entry)) trimmedUnhandled.push(`${label(g)}${entry} (${p.key}#${p.seq}) trimmed, never handled`);
     }
   }
 
@@ -400,26 +453,77 @@ export function check(
     // after it by p0, #28 written after it and run first by p3). One member keeps a shard in order.
     const straddles = lossTimes.some((t) => Math.min(pa.at!, pb.at!) <= t && t < Math.max(pa.at!, pb.at!));
     if (straddles && late.member !== top.member) return true;
-    if (pa.shard === pb.shard) return false;
+    // Written to one shard and run from one: a delayed entry (or a deferred copy) may be released
+    // into another shard than it was written to, its key's shard after a resize.
+    if (pa.shard === pb.shard && late.shard === top.shard) return false;
     const [from, to] = [Math.min(pa.at, pb.at) - UNORDERED_SLACK_MS, Math.max(pa.at, pb.at) + UNORDERED_SLACK_MS];
     return unordered.some((t) => t >= from && t <= to);
   };
   const orderViolations: string[] = [];
   const violations: OrderViolation[] = [];
-  const highest = new Map<string, Run>();
-  const seen = new Set<string>();
-  for (const run of [...runs].sort((a, b) => a.start - b.start)) {
-    const entry = `${run.group}/${run.key}#${run.seq}`;
-    // A dead letter's replay is a new entry after its key's newer ones, by design (docs/operations.md, Replay).
-    if (seen.has(entry) || run.replayOf) continue;
-    seen.add(entry);
-    const top = highest.get(`${run.group}/${run.key}`);
-    if (top && run.seq < top.seq && !excused(run.key, run, top)) {
-      orderViolations.push(`${label(run.group)}${run.key}: ${run.seq} after ${top.seq} (shard ${run.shard}, ${run.member})`);
-      violations.push({ group: run.group, key: run.key, seq: run.seq, top: top.seq });
+  const sortedRuns = [...runs].sort((a, b) => a.start - b.start);
+  /**
+   * Per group and key, the first run of each sequence number among `chosen` never comes after a
+   * later one's; "group/key#seq" reported in `known` are not reported again.
+   */
+  const inOrder = (chosen: Run[], what: string, known: Set<string>) => {
+    const highest = new Map<string, Run>();
+    const seen = new Set<string>();
+    for (const run of chosen) {
+      const entry = `${run.group}/${run.key}#${run.seq}`;
+      // A dead letter's replay is a new entry after its key's newer ones, by design (docs/operations.md, Replay).
+      if (seen.has(entry) || run.replayOf) continue;
+      seen.add(entry);
+      const top = highest.get(`${run.group}/${run.key}`);
+      if (top && run.seq < top.seq && !excused(run.key, run, top) && !known.has(entry)) {
+        known.add(entry);
+        orderViolations.push(`${label(run.group)}${run.key}: ${run.seq} ${what} ${top.seq} (shard ${run.shard}, ${run.member})`);
+        violations.push({ group: run.group, key: run.key, seq: run.seq, top: top.seq });
+      }
+      if (!top || run.seq > top.seq) highest.set(`${run.group}/${run.key}`, run);
     }
-    if (!top || run.seq > top.seq) highest.set(`${run.group}/${run.key}`, run);
+  };
+  const reported = new Set<string>();
+  // First runs: no entry is delivered after a later one of its key.
+  inOrder(sortedRuns, 'after', reported);
+  // First successful runs: no entry settles after a later one of its key. A retry in place holds its
+  // key (its lane) until it succeeds, and with deferredOrder 'key' the key's later entries are parked
+  // behind a deferral, so only this finds a deferred entry's copy run after its key's later entries.
+  inOrder(
+    sortedRuns.filter((r) => r.ok && r.end !== undefined),
+    'settled after',
+    reported,
+  );
+
+  // Delayed entries: never released before their due time (the stream id's time, on Redis' clock as
+  // the due time is: a run cannot start before its entry is in a stream); how late they were
+  // released, and first run, are figures. Run times are not compared with the due time: they are
+  // the members' monotonic clock, which drifts from Redis' over a long run.
+  const early: string[] = [];
+  const lateness: number[] = [];
+  const releaseLateness: number[] = [];
+  const idMs = (id: string) => Number(id.slice(0, id.indexOf('-')));
+  for (const p of produced) {
+    if (p.dueAt === undefined) continue;
+    const released = [...(streamIdsOfKey.get(`${p.key}#${p.seq}`) ?? [])].map((e) => idMs(e.slice(e.indexOf('/') + 1)));
+    if (released.length > 0) {
+      const at = Math.min(...released);
+      if (at < p.dueAt) early.push(`${p.key}#${p.seq} (${p.shard}/${p.id}) released ${p.dueAt - at} ms before its due time`);
+      else releaseLateness.push(at - p.dueAt);
+    }
+    for (const g of groups) {
+      const first = (runsOfKey.get(`${g} ${p.key}#${p.seq}`) ?? []).reduce<Run | undefined>(
+        (a, r) => (a && a.start <= r.start ? a : r),
+        undefined,
+      );
+      if (first) lateness.push(first.start - p.dueAt);
+    }
   }
+  const p99 = (values: number[]) => {
+    values.sort((a, b) => a - b);
+    return values.length === 0 ? 0 : Math.round(values[Math.min(values.length - 1, Math.floor(values.length * 0.99))]);
+  };
+  const max = (values: number[]) => (values.length === 0 ? 0 : Math.round(Math.max(...values)));
 
   // One reader per shard: no run by another member may start while an acknowledged run is in flight.
   const overlaps: string[] = [];
@@ -529,6 +633,15 @@ export function check(
     skippedByReset,
     trimmedUnhandled,
     orderViolations,
+    early,
+    deferrals: { deferred: lines.filter((l) => l.e === 'deferred').length, parked: lines.filter((l) => l.e === 'parked').length },
+    delayed: {
+      count: produced.filter((p) => p.dueAt !== undefined).length,
+      releaseLateP99Ms: p99(releaseLateness),
+      releaseLateMaxMs: max(releaseLateness),
+      lateP99Ms: p99(lateness),
+      lateMaxMs: max(lateness),
+    },
     orderEvidence: violations.slice(0, 3).flatMap((v) => orderEvidence(v, produced, runs, faults, extras.resizeHistory)),
     overlaps,
     keyOverlaps,
@@ -539,7 +652,7 @@ export function check(
     unfencedDeadLetters: deadLetterFencing(lines, deadLetters, faults),
     grantDuplicates: grantDuplicates(runs.filter((run) => !replayed(run))),
     notReplayed,
-    writtenTwice: writtenTwice(runs, extras.mayBeTwice ?? new Set()),
+    writtenTwice: writtenTwice(runs, extras.mayBeTwice ?? new Set(), deferring),
     producerStalls: extras.producerStalls ?? [],
     deadLetterOutcomes: extras.deadLetterOperations
       ? deadLetterOutcomes({
@@ -562,6 +675,7 @@ export function check(
     const problems = [
       ...report.lost,
       ...report.orderViolations,
+      ...report.early,
       ...report.overlaps,
       ...report.keyOverlaps,
       ...report.unexplainedDuplicates,

@@ -37,7 +37,11 @@ export function deadLetterOutcomes(input: DeadLetterOutcomeInput): string[] {
     writes.set(k, byEntry);
   };
   for (const w of input.writes) addWrite(w);
-  for (const run of runs) if (run.replayOf) addWrite({ group: run.replayOf.group, ref: run.replayOf.ref, shard: run.shard, id: run.id });
+  // The replay's group's runs only: another group's copy of it (a deferring group's parked or
+  // deferred copy keeps its headers, under a new id) is no write of the replay.
+  for (const run of runs)
+    if (run.replayOf && run.group === run.replayOf.group)
+      addWrite({ group: run.replayOf.group, ref: run.replayOf.ref, shard: run.shard, id: run.id });
   const listed = new Set(input.listedAtEnd.filter((d) => d.ref !== undefined).map((d) => deadLetterKey(d.group, d.ref!)));
 
   const problems: string[] = [];

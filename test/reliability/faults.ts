@@ -107,10 +107,11 @@ async function limitMemory(h: ChaosHarness, deltaBytes: number): Promise<void> {
 
 /** Replaces one member of the first group (graceful stop, new process with `clockOffsetMs`). */
 async function replace(h: ChaosHarness, fault: Fault, signal: NodeJS.Signals, clockOffsetMs?: number): Promise<void> {
-  const victim = h.pick();
+  const victim = h.pickAnyGroup();
   fault.target = victim.memberId;
   await h.removeMember(victim.handle, signal);
-  await h.spawnMember({ clockOffsetMs });
+  // A process of the first group is followed by the next kind in turn; the deferring group's by its own kind.
+  await h.spawnMember(victim.group === h.consumerGroup ? { clockOffsetMs } : { clockOffsetMs, group: victim.group, kind: victim.kind });
 }
 
 export const FAULTS: Record<FaultKind, FaultSpec> = {
@@ -318,7 +319,7 @@ export const FAULTS: Record<FaultKind, FaultSpec> = {
       // third group's two processes read about 600 entries/s each, never caught up with its history,
       // and every ordered resize waited for it past its bound (the soaks of a7497d4 and 4549efb).
       if (h.groups.length >= 2) {
-        fault.target = 'no new group (two already)';
+        fault.target = `no new group (two already: ${h.groups.join(', ')})`;
         return;
       }
       const group = `late-${h.groups.length}`;

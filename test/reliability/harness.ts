@@ -71,9 +71,28 @@ export interface HarnessOptions {
    * true; RSC_CHAOS_MEMBER_KINDS=0 runs plain members only).
    */
   memberKinds?: boolean;
+  /**
+   * A second consumer group from the start (DEFERRED_GROUP, two member processes of the `deferred`
+   * kind: `retryMode: 'deferred'`, deferredOrder 'key'): its handlers' failures are deferred and its
+   * keys' later entries parked behind them. A group of its own because members of one group must
+   * agree on retryMode (docs/runtime.md, Deferred retries: a member retrying in place parks nothing).
+   * Default false (RSC_CHAOS_DEFERRED=1 or 0 overrides; the soak turns it on).
+   */
+  deferredGroup?: boolean;
+  /**
+   * Every how-manyth key of the main producer is delayed, each with a constant `delayMs` of its own
+   * (load.ts, delayedMsOf); 0: none. Default 10 (RSC_CHAOS_DELAYED_EVERY overrides).
+   */
+  delayedEvery?: number;
   /** Progress lines (one per fault); default: none. */
   progress?: (line: string) => void;
 }
+
+/** The deferring group's name (`HarnessOptions.deferredGroup`). */
+export const DEFERRED_GROUP = 'chaos-deferred';
+
+/** Member processes of the deferring group (replaced one for one when a kill or a graceful stop hits one). */
+const DEFERRED_MEMBERS = 2;
 
 type Settings = Required<Omit<HarnessOptions, 'progress' | 'target' | 'waitForReplicas'>>;
 
@@ -200,8 +219,13 @@ export class ChaosHarness {
       sharedReads: false,
       retentionMs: Math.max(0, Number(process.env.RSC_CHAOS_RETENTION_MS ?? 500) || 0),
       memberKinds: process.env.RSC_CHAOS_MEMBER_KINDS !== '0',
+      deferredGroup: false,
+      delayedEvery: 10,
       ...options,
     };
+    const env = process.env;
+    if (env.RSC_CHAOS_DEFERRED === '0' || env.RSC_CHAOS_DEFERRED === '1') this.settings.deferredGroup = env.RSC_CHAOS_DEFERRED === '1';
+    if (env.RSC_CHAOS_DELAYED_EVERY !== undefined) this.settings.delayedEvery = Math.max(0, Number(env.RSC_CHAOS_DELAYED_EVERY) || 0);
     this.maxShards = this.settings.shards;
     this.progress = options.progress ?? (() => undefined);
     this.random = seededRandom(options.seed);
@@ -244,12 +268,17 @@ export class ChaosHarness {
     await this.admin.createStream({ streamPrefix: this.streamPrefix, shardCount: this.settings.shards });
     this.resumeRetention();
     await Promise.all(Array.from({ length: this.settings.members }, () => this.spawnMember()));
+    if (this.settings.deferredGroup) {
+      this.addGroup(DEFERRED_GROUP);
+      await Promise.all(Array.from({ length: DEFERRED_MEMBERS }, () => this.spawnMember({ group: DEFERRED_GROUP, kind: 'deferred' })));
+    }
     await this.waitUntilRecovered(30_000);
     this.load = await LoadProducer.start(this, {
       keyPrefix: 'key',
       keys: this.settings.keys,
       rate: this.settings.rate,
       viaProxy: false,
+      delayedEvery: this.settings.delayedEvery,
     });
     // Batches of 20 keys every 200 ms: a batch held in flight has an entry for nearly every shard.
     this.staleLoad = await LoadProducer.start(this, {
@@ -424,6 +453,16 @@ export class ChaosHarness {
     this.members.delete(handle);
   }
 
+  /**
+   * A kill's or a graceful stop's victim: with the deferring group on, one time in three one of its
+   * processes (its deferrals and parked keys must survive the handoff), else `pick()`.
+   */
+  pickAnyGroup(): MemberProcess {
+    const deferring = [...this.members.values()].filter((m) => m.group === DEFERRED_GROUP && !m.twin && !m.isolated);
+    if (deferring.length > 0 && this.random() < 1 / 3) return deferring[Math.floor(this.random() * deferring.length)];
+    return this.pick();
+  }
+
   /** A running member of the first group, not cut off, chosen by the seed. */
   pick(): MemberProcess {
     const candidates = this.firstGroupMembers().filter((m) => !m.isolated);
@@ -453,8 +492,13 @@ export class ChaosHarness {
   cutoverBoundMs(): number {
     // A group created mid-run also reads the whole backlog before its last cutover completes, and
     // every resize waits for it (one resize at a time): allow it the time to catch up.
-    const catchingUp = this.groups.length > 1 ? 150_000 : 0;
+    const catchingUp = this.lateGroups() > 0 ? 150_000 : 0;
     return 30_000 + 1_000 * this.resizes + catchingUp;
+  }
+
+  /** Groups created mid-run (by the new-group fault), which read the whole history. */
+  lateGroups(): number {
+    return this.groups.filter((g) => g !== this.consumerGroup && g !== DEFERRED_GROUP).length;
   }
 
   // ---- faults ---------------------------------------------------------------------------------
@@ -599,9 +643,19 @@ export class ChaosHarness {
     const produced = [...this.load.produced, ...this.staleLoad.produced];
     // Dead letters' replays (dead-letter-faults.ts) are written too, and must be handled as well.
     const expected = [...produced, ...(await replayWritesInStreams(this).catch(() => []))];
+    const written = new Set(expected.map((p) => `${p.shard}/${p.id}`));
     const outstanding = async () => {
       const open = await unacknowledged(this);
-      return expected.filter((p) => this.groups.some((g) => open.has(`${g}/${p.shard}/${p.id}`))).length;
+      // Delayed entries and deferred retries wait in schedules, and come out with ids of their own
+      // (released, copies): everything in the stream must be acknowledged, every schedule empty.
+      let waiting = 0;
+      for (const g of this.groups) {
+        const d = await this.admin.describeGroup(this.streamPrefix, g).catch(() => undefined);
+        // Not answered (Redis restarting): not drained yet.
+        waiting += d ? d.group.scheduled + d.group.deferred + d.group.parked : 1;
+      }
+      const others = [...open].filter((entry) => !written.has(entry.slice(entry.indexOf('/') + 1))).length;
+      return expected.filter((p) => this.groups.some((g) => open.has(`${g}/${p.shard}/${p.id}`))).length + others + waiting;
     };
     try {
       await waitFor(
@@ -638,7 +692,8 @@ export class ChaosHarness {
         groups: this.groups,
         unreadable: this.unreadable,
         lanes: (member) => (kindSettings(this.kindsSeen.get(member) ?? 'plain', this.settings.lanes).lanes ?? 1) > 1,
-        memberKinds: this.settings.memberKinds ? this.kindsSeen : undefined,
+        memberKinds: this.settings.memberKinds || this.settings.deferredGroup ? this.kindsSeen : undefined,
+        deferringGroups: this.settings.deferredGroup ? [DEFERRED_GROUP] : [],
         mayBeTwice: new Set([...this.load.mayBeTwice, ...this.staleLoad.mayBeTwice]),
         producerStalls: this.producerStalls,
         resizeHistory,

@@ -19,12 +19,29 @@ export interface LoadOptions {
   tickMs?: number;
   /** Distinct keys per batch (each repeated to fill the batch). Default 5. */
   keysPerBatch?: number;
+  /**
+   * Every how-manyth key is delayed (0: none): all its entries are sent with the one `delayMs` of
+   * that key (`delayedMsOf`), so they come out of the schedule in the order they were sent and the
+   * key's order holds by construction (docs/runtime.md, Delayed delivery).
+   */
+  delayedEvery?: number;
+}
+
+/** The delays a delayed key may have: each key keeps one for the whole run. */
+const DELAYS_MS = [150, 400, 1000];
+
+/** The constant delay of key number `index` (the suffix of its name) when it is of the delayed class, else 0. */
+export function delayedMsOf(index: number, every: number): number {
+  if (every <= 0 || index % every !== every - 1) return 0;
+  return DELAYS_MS[Math.floor(index / every) % DELAYS_MS.length];
 }
 
 /** One written entry as `sendBatch` reports it. */
 interface Outcome {
   shardIndex: number;
   id: string;
+  /** A delayed entry's due time (epoch ms on Redis' clock); its `id` is then its schedule id. */
+  dueAt?: number;
 }
 
 /** The shape of a `PartialBatchError` (SPEC 9.5, d998fcf), read by shape so this compiles before and after it exists. */
@@ -103,10 +120,12 @@ export class LoadProducer {
       let batch = Array.from({ length: perTick }, (_, i) => {
         // Each key several times per batch (at most five keys a batch): a batch written only in part and sent again
         // whole would write a key's entries twice, which the checker reports.
-        const key = `${options.keyPrefix}-${(round * width + (i % width)) % options.keys}`;
+        const index = (round * width + (i % width)) % options.keys;
+        const key = `${options.keyPrefix}-${index}`;
         const seq = (next.get(key) ?? 0) + 1;
         next.set(key, seq);
-        return { key, payload: { seq } };
+        const delayMs = delayedMsOf(index, options.delayedEvery ?? 0);
+        return delayMs > 0 ? { key, payload: { seq }, delayMs } : { key, payload: { seq } };
       });
       round += 1;
       while (batch.length > 0) {
@@ -117,6 +136,7 @@ export class LoadProducer {
             key: batch[index].key,
             seq: batch[index].payload.seq,
             at: performance.timeOrigin + performance.now(),
+            ...(r.dueAt === undefined ? {} : { dueAt: r.dueAt }),
           });
         try {
           this.sendingSince = performance.now();

@@ -9,11 +9,13 @@ import type { MemberProcessSettings } from '../../packages/core/src/testing/memb
  * `plain`: a member with the run's lanes (1 in the short tier, 4 in the soak); `static`: static
  * membership (`memberInstanceId`), restarted inside its session by the static-restart fault;
  * `batch`: a batch handler (one lane: batches take none); `manual-acks`: `ackMode: 'manual'`,
- * acked or nacked just after the handler returned; `lanes`: more key-ordered lanes than the others.
+ * acked or nacked just after the handler returned; `lanes`: more key-ordered lanes than the others; `deferred`: `retryMode: 'deferred'` (deferredOrder
+ * 'key'), the kind of the deferring group's processes only (harness.ts, DEFERRED_GROUP): members of
+ * one group must agree on retryMode (docs/runtime.md, Deferred retries), so it is not in the turn.
  */
-export type MemberKind = 'plain' | 'static' | 'batch' | 'manual-acks' | 'lanes';
+export type MemberKind = 'plain' | 'static' | 'batch' | 'manual-acks' | 'lanes' | 'deferred';
 
-/** In the order new processes take them: the first three (a run's first members) differ. */
+/** In the order new processes of the first group take them: the first three (a run's first members) differ. */
 export const MEMBER_KINDS: readonly MemberKind[] = ['plain', 'static', 'batch', 'manual-acks', 'lanes'];
 
 /** Entries per batch call of a batch member: several per call at 200 entries/s over 8 shards. */
@@ -26,7 +28,7 @@ const BATCH_MAX_SIZE = 16;
 export function kindSettings(
   kind: MemberKind,
   runLanes: number,
-): Pick<MemberProcessSettings, 'lanes' | 'staticMember' | 'batchMaxSize' | 'manualAcks'> {
+): Pick<MemberProcessSettings, 'lanes' | 'staticMember' | 'batchMaxSize' | 'manualAcks' | 'deferred'> {
   switch (kind) {
     case 'plain':
       return { lanes: runLanes };
@@ -38,5 +40,7 @@ export function kindSettings(
       return { lanes: runLanes, manualAcks: true };
     case 'lanes':
       return { lanes: Math.max(4, 2 * runLanes) };
+    case 'deferred':
+      return { lanes: runLanes, deferred: 'key' };
   }
 }

@@ -254,10 +254,11 @@ export function grantDuplicates(runs: Run[]): string[] {
 
 /**
  * Key#seq handled from two different stream entries (of one group): the producer wrote it twice.
+ * In a `deferring` group (CheckExtras.deferringGroups), handled to success from two.
  * `allowed`: those sent again after a reply that never came (at-least-once). A dead letter's replay
  * is no second write of the producer (whether it was replayed once is `deadLetterOutcomes`).
  */
-export function writtenTwice(runs: Run[], allowed: Set<string>): string[] {
+export function writtenTwice(runs: Run[], allowed: Set<string>, deferring: Set<string> = new Set()): string[] {
   const entryOf = new Map<string, string>();
   const problems = new Set<string>();
   for (const run of runs) {
@@ -266,6 +267,9 @@ export function writtenTwice(runs: Run[], allowed: Set<string>): string[] {
     const seen = entryOf.get(k);
     // A dead letter's replay carries the original's key and sequence number: written again on purpose.
     if (allowed.has(`${run.key}#${run.seq}`) || run.replayOf) continue;
+    // A deferring group's failed, parked or appended-again entry comes back as a copy with a new id:
+    // only entries that ran to success count there (a copy follows an entry that did not).
+    if (deferring.has(run.group) && !(run.ok && run.end !== undefined)) continue;
     if (seen === undefined) entryOf.set(k, entry);
     else if (seen !== entry) problems.add(`${run.group ? `${run.group}: ` : ''}${run.key}#${run.seq} in ${seen} and ${entry}`);
   }

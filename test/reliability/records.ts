@@ -6,6 +6,12 @@ export interface Produced {
   seq: number;
   /** When the write was acknowledged to the producer (wall-clock ms). Needed to tell entries Redis lost. */
   at?: number;
+  /**
+   * A delayed entry (`delayMs`): its due time (epoch ms, Redis' clock, the host's), and `id` is its
+   * id in the shard's schedule; it gets a stream id when released, so the checker finds its runs by
+   * key and sequence number. It must not run before `dueAt`.
+   */
+  dueAt?: number;
 }
 
 /** One line of a member process's record file (packages/core/src/testing/member-process.ts). */
@@ -34,6 +40,8 @@ export interface RecordLine {
   /** A replayed entry's `rsc-replay-of` (the dead letter's ref) and `rsc-replay-group` headers (e: 'start'). */
   rp?: string;
   rg?: string;
+  /** e: 'deferred' | 'parked': when the entry is due again (epoch ms). */
+  due?: number;
 }
 
 export type FaultKind =

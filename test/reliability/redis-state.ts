@@ -4,6 +4,7 @@
  */
 import { compareStreamIds, type CoordinatorAdmin, type RedisClient, REPLAY_HEADER } from '@redis-stream-coordinator/core';
 import { Cluster } from 'ioredis';
+import { deferralOf } from '../../packages/core/src/protocol/entry-format';
 import { findGroupInfo } from '../../packages/core/src/redis/responses';
 import type { DeadLetter, PendingSample } from './checker';
 import type { Produced, ReplayWrite } from './records';
@@ -63,7 +64,8 @@ export async function trimmedAway(s: StreamState, produced: Produced[]): Promise
   const gone = new Set<string>();
   for (const p of produced) {
     const cut = below.get(p.shard);
-    if (!cut) continue;
+    // A delayed entry's id is its schedule id: its stream entry is found by its runs (the checker).
+    if (!cut || p.dueAt !== undefined) continue;
     const order = compareStreamIds(p.id, cut.id);
     if (order < 0 || (cut.inclusive && order === 0)) gone.add(`${p.shard}/${p.id}`);
   }
@@ -171,6 +173,8 @@ export async function replayWritesInStreams(h: StreamState): Promise<ReplayWrite
   for (let shard = 0; shard < h.maxShards; shard++) {
     const entries = await h.redis.xrange(h.admin.keys.shardStream(h.streamPrefix, shard), '-', '+').catch(() => []);
     for (const [id, fields] of entries) {
+      // A deferring group's copy of a replay (released, parked, appended again) keeps its headers: no replay write.
+      if (deferralOf(fields) !== undefined) continue;
       for (let i = 0; i + 1 < fields.length; i += 2) {
         if (fields[i] !== 'h' || !fields[i + 1].includes(REPLAY_HEADER.of)) continue;
         const headers = JSON.parse(fields[i + 1]) as Record<string, string>;

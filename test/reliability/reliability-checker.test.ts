@@ -668,6 +668,95 @@ describe('reliability checker', () => {
     expect(alone.kinds.find((k) => k.kind === 'static')?.problems).toEqual([]);
   });
 
+  describe('deferred retries and delayed entries', () => {
+    /** One handler call of group `g` (a copy has an id of its own, the key and sequence number of its original). */
+    const call = (g: string, m: string, s: number, id: string, k: string, q: number, start: number, ok = true): RecordLine[] => [
+      { e: 'start', t: start, g, m, s, id, k, q },
+      { e: 'end', t: start + 1, g, m, s, id, k, q, ok },
+    ];
+    const acked = (g: string, m: string, s: number, ids: string[], t: number): RecordLine => ({ e: 'ack', t, g, m, s, ids, ok: true });
+    const deferring = { groups: ['d'], deferringGroups: ['d'] };
+    // a#1 fails and is deferred (acknowledged as it goes into the schedule), a#2 is parked behind
+    // it; both come back as copies (7-0, 8-0) and run in order.
+    const inOrder = [
+      ...call('d', 'p0', 0, '1-0', 'a', 1, 10, false),
+      { e: 'deferred', t: 12, g: 'd', m: 'p0', s: 0, id: '1-0', n: 1, due: 200 },
+      { e: 'parked', t: 13, g: 'd', m: 'p0', s: 0, id: '2-0', n: 0, due: 200 },
+      ...call('d', 'p0', 0, '7-0', 'a', 1, 210),
+      ...call('d', 'p0', 0, '8-0', 'a', 2, 212),
+      acked('d', 'p0', 0, ['7-0', '8-0'], 215),
+    ];
+
+    it('maps a deferred entry and its parked key to their copies: not lost, not written twice, in key order', () => {
+      const report = check(produced.slice(0, 2), inOrder, [], new Set(), deferring);
+      expect(report).toMatchObject({
+        handled: 2,
+        acknowledged: 2,
+        lost: [],
+        orderViolations: [],
+        writtenTwice: [],
+        unexplainedDuplicates: [],
+      });
+      expect(report.deferrals).toEqual({ deferred: 1, parked: 1 });
+    });
+
+    it("finds a deferred entry whose copy ran after its key's later entry (the later one not parked)", () => {
+      const outOfOrder = [
+        ...call('d', 'p0', 0, '1-0', 'a', 1, 10, false),
+        { e: 'deferred', t: 12, g: 'd', m: 'p0', s: 0, id: '1-0', n: 1, due: 200 },
+        ...call('d', 'p0', 0, '2-0', 'a', 2, 14),
+        ...call('d', 'p0', 0, '7-0', 'a', 1, 210),
+        acked('d', 'p0', 0, ['2-0', '7-0'], 215),
+      ];
+      const report = check(produced.slice(0, 2), outOfOrder, [], new Set(), deferring);
+      expect(report.orderViolations).toEqual(['d: a: 1 settled after 2 (shard 0, p0)']);
+      expect(report.lost).toEqual([]);
+    });
+
+    it('finds a deferred entry lost (its copy never ran) or left unacknowledged, and a key#seq run to success from two entries', () => {
+      const copyNeverRan = inOrder.filter((l) => l.id !== '7-0' || l.e === 'ack');
+      expect(check(produced.slice(0, 2), copyNeverRan, [], new Set(), deferring).lost).toEqual(['d: 0/1-0 (a#1), last run by p0']);
+      expect(check(produced.slice(0, 2), inOrder, [], new Set(['d/0/8-0']), deferring).lost).toEqual(['d: 0/2-0 (a#2) not acknowledged']);
+      const twice = [...inOrder, ...call('d', 'p0', 0, '9-0', 'a', 2, 220), acked('d', 'p0', 0, ['9-0'], 225)];
+      expect(check(produced.slice(0, 2), twice, [], new Set(), deferring).writtenTwice).toEqual(['d: a#2 in 0/8-0 and 0/9-0']);
+    });
+
+    // Delayed: a#1 due at 1000, its id the schedule's; released as 1001-0.
+    const delayed: Produced[] = [{ id: 's0000000000000001', shard: 0, key: 'a', seq: 1, dueAt: 1000 }];
+
+    it('finds a delayed entry released before its due time (its stream id), not one released after it', () => {
+      const onTime = [...run('p0', 0, '1001-0', 'a', 1, 1003, 1004), ack('p0', 0, ['1001-0'], true, 1005)];
+      const report = check(delayed, onTime, [], new Set());
+      expect(report).toMatchObject({
+        handled: 1,
+        acknowledged: 1,
+        lost: [],
+        early: [],
+        delayed: { count: 1, releaseLateMaxMs: 1, lateMaxMs: 3 },
+      });
+      const releasedEarly = [...run('p0', 0, '990-0', 'a', 1, 1003, 1004), ack('p0', 0, ['990-0'], true, 1005)];
+      expect(check(delayed, releasedEarly, [], new Set()).early).toEqual(['a#1 (0/s0000000000000001) released 10 ms before its due time']);
+    });
+
+    it('excuses delayed entries of one schedule released into two shards around an unordered growth (one due before the switch, released late into the old shard; one after it, moved), not into one', () => {
+      const twoDelayed: Produced[] = [
+        { id: 's0000000000000001', shard: 4, key: 'a', seq: 1, at: 100, dueAt: 250 },
+        { id: 's0000000000000002', shard: 4, key: 'a', seq: 2, at: 200, dueAt: 350 },
+      ];
+      const grow: Fault = { kind: 'grow-unordered', at: 300 };
+      const moved = [...run('p1', 8, '9-0', 'a', 2, 360, 361), ...run('p0', 4, '8-0', 'a', 1, 700, 701)];
+      expect(check(twoDelayed, moved, [grow], new Set()).orderViolations).toEqual([]);
+      const oneShard = [...run('p0', 4, '9-0', 'a', 2, 360, 361), ...run('p0', 4, '8-0', 'a', 1, 700, 701)];
+      expect(check(twoDelayed, oneShard, [grow], new Set()).orderViolations).toEqual(['a: 1 after 2 (shard 4, p0)']);
+    });
+
+    it('finds a delayed entry lost: never released, or released and left unacknowledged', () => {
+      expect(check(delayed, [], [], new Set()).lost).toEqual(['0/s0000000000000001 (a#1)']);
+      const unacknowledged = run('p0', 0, '1001-0', 'a', 1, 1003, 1004);
+      expect(check(delayed, unacknowledged, [], new Set(['0/1001-0'])).lost).toEqual(['0/s0000000000000001 (a#1) not acknowledged']);
+    });
+  });
+
   describe('dead letters replayed and purged by the soak actors', () => {
     // 1-0 (a#1) fails for good on shard 0 and is dead-lettered by p0 as ref 0/100-0; a replay writes
     // it again as 0/5-0 (a#1 once more, after a#2), which p0 handles.
@@ -696,6 +785,19 @@ describe('reliability checker', () => {
       expect(report.orderViolations).toEqual([]);
       // The dead letter the actor saw (gone from Redis now) still accounts for 1-0: not lost.
       expect(report.lost).toEqual([]);
+    });
+
+    it("another group's copy of the replay (a deferring group parked or deferred it: a new id, the replay's headers) is no second replay", () => {
+      const copy = (id: string, start: number): RecordLine[] => replayRun(id, start).map((l) => ({ ...l, g: 'd', m: 'p9' }));
+      const lines = [
+        ...original,
+        ...replayRun('5-0', 200),
+        ack('p0', 0, ['5-0'], true, 202),
+        ...copy('7-0', 400),
+        { e: 'ack', t: 402, g: 'd', m: 'p9', s: 0, ids: ['7-0'], ok: true } as RecordLine,
+      ];
+      const report = outcomes(lines, { deadLetters: [], groups: ['', 'd'], deadLetterOperations: operations('replay', '0/5-0') });
+      expect(report.deadLetterOutcomes).toEqual([]);
     });
 
     it('finds a dead letter replayed twice (a retry that did not find the earlier write), one gone without a replay, and one listed although replayed', () => {

@@ -24,6 +24,8 @@ export function formatReport(report: CheckReport): string {
       `order violations ${report.orderViolations.length}, overlaps ${report.overlaps.length}, key overlaps ${report.keyOverlaps.length}, stuck ${report.stuck.length}, ` +
       `dead letters ${report.deadLetters} (unfenced ${report.unfencedDeadLetters.length}), runs twice in a grant ${report.grantDuplicates.length}, written twice ${report.writtenTwice.length}, ` +
       `duplicates ${report.duplicates} (unexplained ${report.unexplainedDuplicates.length}), unrecovered faults ${report.unrecovered.length}, not replayed after a reset ${report.notReplayed.length}, dead letters not replayed once ${report.deadLetterOutcomes.length}, producer stalls ${report.producerStalls.length}`,
+    `  delayed entries ${report.delayed.count}, early ${report.early.length}, released after their due time p99 ${report.delayed.releaseLateP99Ms} ms (max ${report.delayed.releaseLateMaxMs} ms), first run p99 ${report.delayed.lateP99Ms} ms (max ${report.delayed.lateMaxMs} ms); ` +
+      `deferred ${report.deferrals.deferred}, parked ${report.deferrals.parked}`,
     ...faultTable(report).map((r) => `  ${r.kind}: ${r.count} × recovery p50 ${Math.round(r.p50)} ms, p99 ${Math.round(r.p99)} ms`),
     ...report.kinds.map(
       (k) =>
@@ -47,6 +49,7 @@ export function formatReport(report: CheckReport): string {
     ...report.trimmedUnhandled.slice(0, 5).map((l) => `  trimmed unhandled ${l}`),
     ...report.lost.slice(0, 5).map((l) => `  lost ${l}`),
     ...report.orderViolations.slice(0, 5).map((l) => `  order ${l}`),
+    ...report.early.slice(0, 5).map((l) => `  early ${l}`),
     ...(report.orderEvidence ?? []).map((l) => `  ${l}`),
     ...report.overlaps.slice(0, 5).map((l) => `  overlap ${l}`),
     ...report.keyOverlaps.slice(0, 5).map((l) => `  key overlap ${l}`),

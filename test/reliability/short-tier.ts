@@ -133,6 +133,7 @@ function broken(report: CheckReport): boolean {
     report.trimmedUnhandled,
     report.stuck,
     report.orderViolations,
+    report.early,
     report.overlaps,
     report.keyOverlaps,
     report.unfencedDeadLetters,
@@ -214,6 +215,7 @@ export function shortTier(): void {
         expect(report.trimmedUnhandled, summary).toEqual([]);
         expect(report.stuck, summary).toEqual([]);
         expect(report.orderViolations, summary).toEqual([]);
+        expect(report.early, summary).toEqual([]);
         expect(report.overlaps, summary).toEqual([]);
         expect(report.keyOverlaps, summary).toEqual([]);
         expect(report.unfencedDeadLetters, summary).toEqual([]);

@@ -5,7 +5,7 @@ import { afterAll, expect, it, onTestFinished } from 'vitest';
 import type { CheckReport } from './checker';
 import { faultKindsOn, selectedFaultKinds } from './fault-selection';
 import { FAULTS } from './faults';
-import { ChaosHarness } from './harness';
+import { ChaosHarness, DEFERRED_GROUP } from './harness';
 import { faultTable, formatReport } from './report';
 import type { TargetKind } from './target';
 
@@ -47,6 +47,8 @@ it(`soak: random faults for ${Math.round(durationMs / 1000)} s on a ${target ===
     seed,
     rate: 1000,
     lanes,
+    // Deferred retries in a group of their own beside the first (harness.ts, DEFERRED_GROUP).
+    deferredGroup: true,
     target,
     waitForReplicas,
     progress: (line) => progress(`${elapsed()} ${line}`),
@@ -58,7 +60,7 @@ it(`soak: random faults for ${Math.round(durationMs / 1000)} s on a ${target ===
         ? `a cluster of 3 masters and 3 replicas${waitForReplicas ? ', sends and acks waiting for a replica' : ', nothing waiting for replicas'}`
         : 'AOF (appendfsync always)';
     progress(
-      `${elapsed()} seed ${seed}, ${Math.round(durationMs / 1000)} s of faults (${kinds.join(', ')}); 3 member processes, 8 shards, ${lanes} lane${lanes === 1 ? '' : 's'} per shard, ${redis}`,
+      `${elapsed()} seed ${seed}, ${Math.round(durationMs / 1000)} s of faults (${kinds.join(', ')}); 3 member processes (and 2 of the deferring group ${harness.groups.includes(DEFERRED_GROUP) ? 'beside them' : 'not run'}), 8 shards, ${lanes} lane${lanes === 1 ? '' : 's'} per shard, ${redis}`,
     );
     while (Date.now() - begin < durationMs) {
       await new Promise((resolve) => setTimeout(resolve, 500 + harness.random() * 2500));
@@ -83,6 +85,7 @@ it(`soak: random faults for ${Math.round(durationMs / 1000)} s on a ${target ===
   expect(report.deadLetterOutcomes, replay).toEqual([]);
   expect(report.stuck, replay).toEqual([]);
   expect(report.orderViolations, replay).toEqual([]);
+  expect(report.early, replay).toEqual([]);
   expect(report.overlaps, replay).toEqual([]);
   expect(report.keyOverlaps, replay).toEqual([]);
   expect(report.unfencedDeadLetters, replay).toEqual([]);

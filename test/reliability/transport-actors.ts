@@ -16,6 +16,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { KeyBuilder, StreamProducer } from '@redis-stream-coordinator/core';
 import type { TransportProcessSettings } from '../../packages/nestjs/src/testing/transport-process';
+import { deferralOf } from '../../packages/core/src/protocol/entry-format';
 import { findGroupInfo } from '../../packages/core/src/redis/responses';
 import { TcpProxy } from '../support/tcp-proxy';
 import type { ChaosHarness } from './harness';
@@ -381,7 +382,11 @@ function replyWriteKeys(request: string): string[] {
   return [...request.matchAll(REPLY_XADD)].map((m) => m[1]);
 }
 
-/** Every entry since `fromMs` in any stream but the transport's inboxes that has a reply's fields (`q` and `r`). */
+/**
+ * Every entry since `fromMs` in any stream but the transport's inboxes that has a reply's fields (`q`
+ * and `r`) and is no deferral (docs/runtime.md, Deferred retries: an entry appended again behind its
+ * key's copies has `q` and `r` among its fields, with `g` and `a`).
+ */
 async function strayReplies(h: ChaosHarness, fromMs: number): Promise<string[]> {
   const stray: string[] = [];
   let cursor = '0';
@@ -395,7 +400,8 @@ async function strayReplies(h: ChaosHarness, fromMs: number): Promise<string[]> 
         const entries = await h.redis.xrange(key, from, '+', 'COUNT', SCAN_PAGE);
         for (const [id, fields] of entries) {
           const names = new Set(fields.filter((_, i) => i % 2 === 0));
-          if (names.has('q') && names.has('r')) stray.push(`${key} ${id}`);
+          // A deferring group's entry appended again carries `q` and `r` too, beside `g` and `a`: a deferral, no reply.
+          if (names.has('q') && names.has('r') && deferralOf(fields) === undefined) stray.push(`${key} ${id}`);
         }
         if (entries.length < SCAN_PAGE) break;
         from = `(${entries[entries.length - 1][0]}`;

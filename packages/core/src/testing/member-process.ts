@@ -17,6 +17,7 @@
  * { e: 'end', ep, s, id, k, q, ok }                 it settled (ok false: it threw, on purpose)
  * { e: 'ack', s, ge, ids, ok }                      acknowledgements sent; ok: the fencing check accepted them
  * { e: 'dead-letter', s, id, n }                    the member says it dead-lettered the entry
+ * { e: 'deferred' | 'parked', s, id, n, due }        (deferred members) the entry was acknowledged into the group's schedule, due at `due`
  * { e: 'assigned' | 'revoked' | 'fenced' | 'lease-lost', shards, ep }
  * { e: 'error', msg }, { e: 'stopped' }
  * { e: 'problems', lines }                           stats().problems changed (sampled every PROBLEMS_SAMPLE_MS; [] once clear)
@@ -57,6 +58,13 @@ export interface MemberProcessSettings {
   batchMaxSize?: number;
   /** `ackMode: 'manual'`: each entry is acked (or nacked, to fail the attempt) just after its handler returned. */
   manualAcks?: boolean;
+  /**
+   * `retryMode: 'deferred'` with this `deferredOrder`: a failed attempt is acknowledged and put in the
+   * group's schedule, and comes back as a copy with a new id (docs/runtime.md, Deferred retries).
+   * Failures are then decided by the entry's key and sequence number and its `deliveryCount` (which
+   * goes on across copies), not by its id: a copy fails or succeeds as its original would.
+   */
+  deferred?: 'key' | 'none';
   /** This process's name in the records (`h`), when another process may run with the same memberId (static restarts). */
   handle?: string;
   /** How long each handler call takes (a timer). */
@@ -187,11 +195,13 @@ function main(): void {
     const base = { ep: member.currentMemberEpoch(), s: message.shardIndex, id: message.id, k: message.key, q: message.payload.seq };
     record({ e: 'start', ...base, dc: message.deliveryCount, n, ...replayOf(message.headers) });
     if (wait) await new Promise((resolve) => setTimeout(resolve, handlerDelayMs));
-    const hash = entryHash(message.id);
+    // A deferred copy has a new id and its attempts go on in deliveryCount: decided by key and sequence number.
+    const hash = settings.deferred ? entryHash(`${message.key}#${message.payload.seq}`) : entryHash(message.id);
+    const tries = settings.deferred ? message.deliveryCount : n;
     const fail =
       hash < (failingSpell ? 300 : (settings.deadPermille ?? 0)) ||
-      (flakySpell && hash < 300 && n < (settings.maxAttempts ?? 3)) ||
-      (n === 1 && hash % 100 < (settings.failPercent ?? 0));
+      (flakySpell && hash < 300 && tries < (settings.maxAttempts ?? 3)) ||
+      (tries === 1 && hash % 100 < (settings.failPercent ?? 0));
     record({ e: 'end', ...base, ok: !fail });
     if (!fail) attempts.delete(attemptKey);
     return !fail;
@@ -237,6 +247,7 @@ function main(): void {
     sessionTimeoutMs: settings.sessionTimeoutMs,
     runtimeMaxConcurrency: settings.runtimeMaxConcurrency,
     lanes: settings.lanes,
+    ...(settings.deferred ? { retryMode: 'deferred' as const, deferredOrder: settings.deferred } : {}),
     blockMs: 500,
     sweepIntervalMs: settings.sweepIntervalMs ?? 500,
     maxAttempts: settings.maxAttempts,
@@ -248,6 +259,8 @@ function main(): void {
   } as CoordinatedMemberOptions<{ seq: number }>);
   member.on('acknowledged', (a) => record({ e: 'ack', s: a.shardIndex, ge: a.grantEpoch, ids: a.ids, ok: a.accepted }));
   member.on('dead-letter', (d) => record({ e: 'dead-letter', s: d.shardIndex, id: d.id, n: d.attempts }));
+  member.on('deferred', (d) => record({ e: 'deferred', s: d.shardIndex, id: d.id, n: d.attempts, due: d.dueAt }));
+  member.on('parked', (d) => record({ e: 'parked', s: d.shardIndex, id: d.id, n: d.attempts, due: d.dueAt }));
   member.on('assigned', (a) => record({ e: 'assigned', shards: a.shards, ep: a.memberEpoch }));
   member.on('revoked', (a) => record({ e: 'revoked', shards: a.shards, ep: a.memberEpoch }));
   member.on('fenced', (a) => record({ e: 'fenced', shards: a.shards, ep: a.memberEpoch, msg: a.message }));

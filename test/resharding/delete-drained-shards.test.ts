@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { CoordinatorAdmin, KeyBuilder, type SendResult, StreamProducer } from '@redis-stream-coordinator/core';
 import { type CommandVerdict, failing, hookCommands, isScriptOn } from '../support/command-hooks';
+import { shardForKey } from '../../packages/core/src/producer/key-hash';
 import { HandlerRecorder } from '../support/handler-recorder';
 import { memberFactory } from '../support/member-factory';
 import { pollUntil } from '../support/poll';
@@ -234,4 +235,45 @@ describe('deleteDrainedShards (SPEC 10.5)', () => {
       expect(left.filter((key) => !key.endsWith(':routing') && !key.endsWith(':moves-taken') && !writeLogs.includes(key))).toEqual([]);
     }
   }, 30_000);
+  it("a shard deleted and grown back moves its delayed entries again at the next shrink: its move numbers start above those its keys' shards took", async () => {
+    const streamPrefix = uniqueName('delete-drained-moves');
+    const admin = new CoordinatorAdmin(redis.client());
+    const client = redis.client();
+    const member = aMember({ streamPrefix, memberId: 'a', shardCount: 4, handler: new HandlerRecorder().handler('a') });
+    await member.start();
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    // Keys of shard 3 (under 4 shards), sent delayed far ahead: a shrink moves them to their key's
+    // surviving shard before they are due, each move taken once by its number (acceptMove-5.lua).
+    const onShard3 = Array.from({ length: 200 }, (_, i) => `moved-${i}`)
+      .filter((key) => shardForKey(key, 4) === 3)
+      .slice(0, 3);
+    const sendDelayed = (round: number) =>
+      producer.sendBatch(onShard3.map((key, i) => ({ key, payload: { key, seq: round * 10 + i }, delayMs: 600_000 })));
+    const shrink = async () => {
+      await admin.resizeShards(streamPrefix, 2, { graceMs: 50, switchDelayMs: 50 });
+      await pollUntil('the shrink drained', async () => (await admin.cutoverStatus(streamPrefix)).every((s) => s.cutover === null), {
+        timeoutMs: 20_000,
+      });
+    };
+    const scheduled = async () => {
+      const counts: number[] = [];
+      for (let shard = 0; shard < 4; shard++) counts.push(await client.zcard(keys.shardSchedule(streamPrefix, shard)));
+      return counts;
+    };
+    await sendDelayed(0);
+    await shrink();
+    expect((await scheduled())[3]).toBe(0);
+    // The deletion takes the schedule's hash with its last move number.
+    expect(await admin.deleteDrainedShards(streamPrefix)).toEqual([2, 3]);
+    expect(await client.exists(keys.shardScheduledEntries(streamPrefix, 3))).toBe(0);
+    await admin.resizeShards(streamPrefix, 4, { ordered: false });
+    await sendDelayed(1);
+    expect((await scheduled())[3]).toBe(3);
+    await shrink();
+    // Were its numbers to start again from 1, its keys' shards would answer its moves 'taken' and
+    // they would be dropped from its schedule unwritten.
+    const counts = await scheduled();
+    expect(counts[3]).toBe(0);
+    expect(counts.reduce((a, b) => a + b, 0)).toBe(6);
+  }, 60_000);
 });

@@ -300,7 +300,9 @@ describe('delayed entries across a resize', () => {
     const keyed = (j: number) => j % 7 === 3;
     await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(
       Array.from({ length: total }, (_, j) =>
-        keyed(j) ? { key: movedKeys[j], payload: { seq: j }, delayMs: 600_000 } : { shardIndex: from, payload: { seq: j }, delayMs: 600_000 },
+        keyed(j)
+          ? { key: movedKeys[j], payload: { seq: j }, delayMs: 600_000 }
+          : { shardIndex: from, payload: { seq: j }, delayMs: 600_000 },
       ),
     );
     const client = redis.client();

@@ -276,4 +276,20 @@ describe('deleteDrainedShards (SPEC 10.5)', () => {
     expect(counts[3]).toBe(0);
     expect(counts.reduce((a, b) => a + b, 0)).toBe(6);
   }, 60_000);
+  it('a shard deleted and grown back never gives a schedule id again: a drop by an id send answered before drops nothing of the new entries', async () => {
+    const client = redis.client();
+    // Its 8 entries sent delayed: shard 2's were s0000000000000001 and s0000000000000002, released and handled.
+    const { streamPrefix, admin } = await shrunkAndDrained({ delayMs: 50 });
+    expect(await admin.deleteDrainedShards(streamPrefix)).toEqual([2, 3]);
+    await admin.resizeShards(streamPrefix, 4, { ordered: false });
+    const sent = await new StreamProducer(redis.client(), { streamPrefix }).send({
+      shardIndex: 2,
+      payload: { key: 'later', seq: 1 },
+      delayMs: 600_000,
+    });
+    expect(Number(sent.id.slice(1))).toBeGreaterThan(2);
+    // A caller cancelling an entry it sent before the deletion (by the id send answered) drops nothing now.
+    expect(await admin.dropScheduled({ streamPrefix, shardIndex: 2 }, 's0000000000000001')).toMatchObject({ dropped: false });
+    expect(await client.zrange(keys.shardSchedule(streamPrefix, 2), '0', '-1')).toEqual([sent.id]);
+  }, 30_000);
 });

@@ -374,6 +374,56 @@ describe('delayed entries across a resize', () => {
     expect(waiting.length).toBeGreaterThan(0);
   });
 
+  it('an XADD that fails keeps every entry once, with a run released before it and after a move in the same call: those released removed, it and the rest kept', async () => {
+    const streamPrefix = await aStream(2, 'delayed-move-failed');
+    const from = 0;
+    const [moved] = keysThat('move', 2, 4, 40).filter((k) => shardForKey(k, 2) === from);
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    // In due order: released, failing, moved, failing, released (seq 3 is the moved one).
+    for (const seq of [1, 2, 3, 4, 5]) {
+      await producer.send(
+        seq === 3 ? { key: moved, payload: { seq }, delayMs: 200 } : { shardIndex: from, payload: { seq }, delayMs: 200 },
+      );
+    }
+    await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 4, { ordered: false });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const client = redis.client();
+    const schedule = keys.shardSchedule(streamPrefix, from);
+    const entries = keys.shardScheduledEntries(streamPrefix, from);
+    const ids = await client.zrange(schedule, '0', '-1');
+    // The fields of seq 2 and 4 made unwritable (an odd field list: the XADD fails; OOM cannot fail a
+    // script's XADD after its first write), their own fields kept to put back.
+    const unwritable = async (i: number) => {
+      const fields = await client.hgetBuffer(entries, ids[i]);
+      await client.eval("redis.call('HSET', KEYS[1], ARGV[1], cmsgpack.pack({ 'odd' }))", 1, entries, ids[i]);
+      return () => client.hset(entries, ids[i], fields!);
+    };
+    const putBack2 = await unwritable(1);
+    const putBack4 = await unwritable(3);
+    const owner = await ownedBy(streamPrefix, from, 'owner-member');
+    const inStream = async () =>
+      (await client.xrange(keys.shardStream(streamPrefix, from), '-', '+')).map(
+        ([, fields]) => (JSON.parse(fields[fields.indexOf('p') + 1]) as KeyedPayload).seq,
+      );
+    // A run released before the failure (removed by rank at the failure).
+    await expect(owner.releaseDue(from, 1, 256)).rejects.toThrow(/wrong number of arg/i);
+    expect(await inStream()).toEqual([1]);
+    expect(await client.zrange(schedule, '0', '-1')).toEqual(ids.slice(1));
+    // A run closed by a move, then the failure.
+    await putBack2();
+    await expect(owner.releaseDue(from, 1, 256)).rejects.toThrow(/wrong number of arg/i);
+    expect(await inStream()).toEqual([1, 2]);
+    expect(await client.zrange(schedule, '0', '-1')).toEqual([ids[2], ids[3], ids[4]]);
+    // A run behind the one waiting to move.
+    await putBack4();
+    const outcome = (await owner.releaseDue(from, 1, 256))!;
+    expect(outcome.released).toBe(2);
+    expect(outcome.moves.map((m) => m.id)).toEqual([ids[2]]);
+    expect(await inStream()).toEqual([1, 2, 4, 5]);
+    expect(await client.zrange(schedule, '0', '-1')).toEqual([ids[2]]);
+    expect((await client.hkeys(entries)).sort()).toEqual(['#move', '#seq', ids[2], `${ids[2]}:c`, `${ids[2]}:m`].sort());
+  });
+
   it("a member whose removal step is lost, and one whose first step's reply is lost, still moves each entry once", async () => {
     const streamPrefix = await aStream(2, 'delayed-move-lost');
     const moved = keysThat('move', 2, 4, 6);

@@ -174,6 +174,28 @@ describe('deleteDrainedShards (SPEC 10.5)', () => {
     expect(await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 3, { ordered: false })).toMatchObject({ shardCount: 3 });
   }, 30_000);
 
+  it("re-checks the shard's own schedule too: a delayed entry waiting to move there since the look is not deleted", async () => {
+    const { streamPrefix } = await shrunkAndDrained();
+    const deleting = redis.client();
+    const isDelete = deletes(streamPrefix, 2);
+    const schedule = keys.shardSchedule(streamPrefix, 2);
+    let raced = false;
+    hookCommands(deleting, async (name, args): Promise<CommandVerdict> => {
+      if (raced || !isDelete(name, args)) return 'send';
+      raced = true;
+      // An entry waiting to move (a score at or below 0, its move number's) lands after the look, by hand.
+      await redis.client().zadd(schedule, -1000, 's0000000000000009');
+      await redis.client().hset(keys.shardScheduledEntries(streamPrefix, 2), 's0000000000000009', 'x');
+      return 'send';
+    });
+    await expect(new CoordinatorAdmin(deleting).deleteDrainedShards(streamPrefix)).rejects.toThrow(
+      /shard 2 still holds 1 delayed entry and 0 deferred retries not released/,
+    );
+    expect(await redis.client().zrange(schedule, '0', '-1')).toEqual(['s0000000000000009']);
+    expect(await redis.client().hexists(keys.shardScheduledEntries(streamPrefix, 2), 's0000000000000009')).toBe(1);
+    expect(await redis.client().exists(keys.shardStream(streamPrefix, 2))).toBe(1);
+  }, 30_000);
+
   it('does not delete a retired shard whose routing marker lets writes in; it goes back into the span', async () => {
     const { streamPrefix } = await shrunkAndDrained();
     const deleting = redis.client();

@@ -44,6 +44,20 @@ async function shrunkAndDrained(options: { delayMs?: number; beforeShrink?: (str
 const deletes = (streamPrefix: string, shard: number) => (name: string, args: string[]) =>
   args.includes(keys.shardStream(streamPrefix, shard)) && (name === 'del' || isScriptOn(name, args, keys.shardStream(streamPrefix, shard)));
 
+/** A client whose first delete of shard `shard` waits for `act` (another client's writes) before it reaches Redis. */
+function racedBeforeDelete(streamPrefix: string, shard: number, act: () => Promise<unknown>) {
+  const deleting = redis.client();
+  const isDelete = deletes(streamPrefix, shard);
+  let raced = false;
+  hookCommands(deleting, async (name, args): Promise<CommandVerdict> => {
+    if (raced || !isDelete(name, args)) return 'send';
+    raced = true;
+    await act();
+    return 'send';
+  });
+  return deleting;
+}
+
 const removedKeys = (streamPrefix: string) => [
   keys.shardStream(streamPrefix, 2),
   keys.shardStream(streamPrefix, 3),
@@ -153,17 +167,11 @@ describe('deleteDrainedShards (SPEC 10.5)', () => {
 
   it("re-checks each shard's schedules right before deleting it: a deferred retry written since the look is not deleted", async () => {
     const { streamPrefix } = await shrunkAndDrained();
-    const deleting = redis.client();
-    const isDelete = deletes(streamPrefix, 2);
     const deferred = keys.shardDeferred(streamPrefix, 2, 'group');
-    let raced = false;
-    hookCommands(deleting, async (name, args): Promise<CommandVerdict> => {
-      if (raced || !isDelete(name, args)) return 'send';
-      raced = true;
-      // A deferral lands on the shard after the look (written by hand: no member holds it any more).
+    // A deferral lands on the shard after the look (written by hand: no member holds it any more).
+    const deleting = racedBeforeDelete(streamPrefix, 2, async () => {
       await redis.client().zadd(deferred, Date.now() + 60_000, 'd0000000000000001');
       await redis.client().hset(`${deferred}:entries`, 'd0000000000000001', 'x');
-      return 'send';
     });
     await expect(new CoordinatorAdmin(deleting).deleteDrainedShards(streamPrefix)).rejects.toThrow(
       /shard 2 still holds 0 delayed entries and 1 deferred retry of group group not released/,
@@ -176,17 +184,11 @@ describe('deleteDrainedShards (SPEC 10.5)', () => {
 
   it("re-checks the shard's own schedule too: a delayed entry waiting to move there since the look is not deleted", async () => {
     const { streamPrefix } = await shrunkAndDrained();
-    const deleting = redis.client();
-    const isDelete = deletes(streamPrefix, 2);
     const schedule = keys.shardSchedule(streamPrefix, 2);
-    let raced = false;
-    hookCommands(deleting, async (name, args): Promise<CommandVerdict> => {
-      if (raced || !isDelete(name, args)) return 'send';
-      raced = true;
-      // An entry waiting to move (a score at or below 0, its move number's) lands after the look, by hand.
+    // An entry waiting to move (a score at or below 0, its move number's) lands after the look, by hand.
+    const deleting = racedBeforeDelete(streamPrefix, 2, async () => {
       await redis.client().zadd(schedule, -1000, 's0000000000000009');
       await redis.client().hset(keys.shardScheduledEntries(streamPrefix, 2), 's0000000000000009', 'x');
-      return 'send';
     });
     await expect(new CoordinatorAdmin(deleting).deleteDrainedShards(streamPrefix)).rejects.toThrow(
       /shard 2 still holds 1 delayed entry and 0 deferred retries not released/,
@@ -198,17 +200,9 @@ describe('deleteDrainedShards (SPEC 10.5)', () => {
 
   it('does not delete a retired shard whose routing marker lets writes in; it goes back into the span', async () => {
     const { streamPrefix } = await shrunkAndDrained();
-    const deleting = redis.client();
-    const isDelete = deletes(streamPrefix, 3);
     const marker = keys.shardRouting(streamPrefix, 3);
-    let opened = false;
-    hookCommands(deleting, async (name, args): Promise<CommandVerdict> => {
-      if (opened || !isDelete(name, args)) return 'send';
-      opened = true;
-      // Something rewrote the marker (same resize version) so that it lets writes in.
-      await redis.client().hset(marker, 'count', 4, 'previous', 4);
-      return 'send';
-    });
+    // Something rewrote the marker (same resize version) so that it lets writes in.
+    const deleting = racedBeforeDelete(streamPrefix, 3, () => redis.client().hset(marker, 'count', 4, 'previous', 4));
     await expect(new CoordinatorAdmin(deleting).deleteDrainedShards(streamPrefix)).rejects.toThrow(
       /removed shard 3's routing marker lets writes in \(count 4\); it is not deleted/,
     );

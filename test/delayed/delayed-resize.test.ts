@@ -291,6 +291,139 @@ describe('delayed entries across a resize', () => {
     expect(fields.every((f) => f !== null)).toBe(true);
   });
 
+  it('release calls across the per-call cap, with ties in due time, entries waiting to move ahead and fields gone, release each entry once and in due order', async () => {
+    const streamPrefix = await aStream(2, 'delayed-move-model');
+    const from = 0;
+    const movedKeys = keysThat('move', 2, 4, 1200).filter((k) => shardForKey(k, 2) === from);
+    const total = 300;
+    expect(movedKeys.length).toBeGreaterThanOrEqual(total);
+    const keyed = (j: number) => j % 7 === 3;
+    await new StreamProducer(redis.client(), { streamPrefix }).sendBatch(
+      Array.from({ length: total }, (_, j) =>
+        keyed(j)
+          ? { key: movedKeys[j], payload: { seq: j }, delayMs: 600_000 }
+          : { shardIndex: from, payload: { seq: j }, delayMs: 600_000 },
+      ),
+    );
+    const client = redis.client();
+    const schedule = keys.shardSchedule(streamPrefix, from);
+    const entries = keys.shardScheduledEntries(streamPrefix, from);
+    // One batch, one due time: the schedule's order is the batch's.
+    const ids = await client.zrange(schedule, '0', '-1');
+    expect(ids).toHaveLength(total);
+    await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 4, { ordered: false });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    // Due times by hand: 11 distinct ones, so ties interleave keyed and unkeyed entries (a tie goes
+    // in id order), and three entries not due yet.
+    const [seconds] = await client.time();
+    const nowMs = Number(seconds) * 1000;
+    const notDue = new Set([100, 200, 250]);
+    const score = (j: number) => (notDue.has(j) ? nowMs + 600_000 + j : nowMs - 100_000 + ((j * 37) % 11));
+    for (let j = 0; j < total; j++) await client.zadd(schedule, 'XX', score(j), ids[j]);
+    // Two unkeyed entries' fields gone (deleted from outside): removed, nothing written.
+    const gone = new Set([11, 50]);
+    for (const j of gone) await client.hdel(entries, ids[j]);
+
+    // The model: due entries in (due time, id) order; a call takes the first `limit` of those left,
+    // every keyed one waits to move (its key routes under 4 shards now), every other is released.
+    const byId = new Map(ids.map((id, j) => [id, j]));
+    let dueLeft = ids
+      .map((id, j) => ({ id, j }))
+      .filter(({ j }) => !notDue.has(j))
+      .sort((a, b) => score(a.j) - score(b.j) || (a.id < b.id ? -1 : 1));
+    const waiting: string[] = [];
+    const releasedSeqs: number[] = [];
+    const owner = await ownedBy(streamPrefix, from, 'owner-member');
+    // The first call ends on a keyed entry (the 7th due), so the second starts with one waiting to
+    // move ahead of a run of released ones; the second stops at the cap mid-schedule.
+    for (const limit of [7, 256, 256]) {
+      const taken = dueLeft.slice(0, limit);
+      if (limit === 7) expect(keyed(taken[6].j) && !keyed(dueLeft[7].j)).toBe(true);
+      dueLeft = dueLeft.slice(limit);
+      let releasedNow = 0;
+      for (const { id, j } of taken) {
+        if (keyed(j)) waiting.push(id);
+        else if (!gone.has(j)) {
+          releasedSeqs.push(j);
+          releasedNow++;
+        }
+      }
+      const outcome = (await owner.releaseDue(from, 1, limit))!;
+      expect(outcome.released).toBe(releasedNow);
+      expect(outcome.moves.map((m) => m.id)).toEqual(waiting.slice(0, 64));
+      const inStream = (await client.xrange(keys.shardStream(streamPrefix, from), '-', '+')).map(
+        ([, fields]) => (JSON.parse(fields[fields.indexOf('p') + 1]) as KeyedPayload).seq,
+      );
+      expect(inStream).toEqual(releasedSeqs);
+      // What is left: the waiting ones in move order, then the due ones not reached, then those not due.
+      const left = await client.zrange(schedule, '0', '-1');
+      const notDueIds = [...notDue].map((j) => ids[j]);
+      expect(left).toEqual([...waiting, ...dueLeft.map((e) => e.id), ...notDueIds]);
+      // Exactly their fields stay: nothing of a released entry, nothing of a waiting one lost.
+      // The last move number given is kept once one was given.
+      const expectedFields = waiting.length > 0 ? ['#seq', '#move'] : ['#seq'];
+      for (const id of left) {
+        const j = byId.get(id)!;
+        if (!gone.has(j)) expectedFields.push(id);
+        if (keyed(j)) expectedFields.push(`${id}:c`);
+        if (waiting.includes(id)) expectedFields.push(`${id}:m`);
+      }
+      expect((await client.hkeys(entries)).sort()).toEqual(expectedFields.sort());
+    }
+    expect(dueLeft).toEqual([]);
+    expect(waiting.length).toBeGreaterThan(0);
+  });
+
+  it('an XADD that fails keeps every entry once, with a run released before it and after a move in the same call: those released removed, it and the rest kept', async () => {
+    const streamPrefix = await aStream(2, 'delayed-move-failed');
+    const from = 0;
+    const [moved] = keysThat('move', 2, 4, 40).filter((k) => shardForKey(k, 2) === from);
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    // In due order: released, failing, moved, failing, released (seq 3 is the moved one).
+    for (const seq of [1, 2, 3, 4, 5]) {
+      await producer.send(
+        seq === 3 ? { key: moved, payload: { seq }, delayMs: 200 } : { shardIndex: from, payload: { seq }, delayMs: 200 },
+      );
+    }
+    await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 4, { ordered: false });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const client = redis.client();
+    const schedule = keys.shardSchedule(streamPrefix, from);
+    const entries = keys.shardScheduledEntries(streamPrefix, from);
+    const ids = await client.zrange(schedule, '0', '-1');
+    // The fields of seq 2 and 4 made unwritable (an odd field list: the XADD fails; OOM cannot fail a
+    // script's XADD after its first write), their own fields kept to put back.
+    const unwritable = async (i: number) => {
+      const fields = await client.hgetBuffer(entries, ids[i]);
+      await client.eval("redis.call('HSET', KEYS[1], ARGV[1], cmsgpack.pack({ 'odd' }))", 1, entries, ids[i]);
+      return () => client.hset(entries, ids[i], fields!);
+    };
+    const putBack2 = await unwritable(1);
+    const putBack4 = await unwritable(3);
+    const owner = await ownedBy(streamPrefix, from, 'owner-member');
+    const inStream = async () =>
+      (await client.xrange(keys.shardStream(streamPrefix, from), '-', '+')).map(
+        ([, fields]) => (JSON.parse(fields[fields.indexOf('p') + 1]) as KeyedPayload).seq,
+      );
+    // A run released before the failure (removed by rank at the failure).
+    await expect(owner.releaseDue(from, 1, 256)).rejects.toThrow(/wrong number of arg/i);
+    expect(await inStream()).toEqual([1]);
+    expect(await client.zrange(schedule, '0', '-1')).toEqual(ids.slice(1));
+    // A run closed by a move, then the failure.
+    await putBack2();
+    await expect(owner.releaseDue(from, 1, 256)).rejects.toThrow(/wrong number of arg/i);
+    expect(await inStream()).toEqual([1, 2]);
+    expect(await client.zrange(schedule, '0', '-1')).toEqual([ids[2], ids[3], ids[4]]);
+    // A run behind the one waiting to move.
+    await putBack4();
+    const outcome = (await owner.releaseDue(from, 1, 256))!;
+    expect(outcome.released).toBe(2);
+    expect(outcome.moves.map((m) => m.id)).toEqual([ids[2]]);
+    expect(await inStream()).toEqual([1, 2, 4, 5]);
+    expect(await client.zrange(schedule, '0', '-1')).toEqual([ids[2]]);
+    expect((await client.hkeys(entries)).sort()).toEqual(['#move', '#seq', ids[2], `${ids[2]}:c`, `${ids[2]}:m`].sort());
+  });
+
   it("a member whose removal step is lost, and one whose first step's reply is lost, still moves each entry once", async () => {
     const streamPrefix = await aStream(2, 'delayed-move-lost');
     const moved = keysThat('move', 2, 4, 6);

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { CoordinatorAdmin, KeyBuilder, type SendResult, StreamProducer } from '@redis-stream-coordinator/core';
 import { type CommandVerdict, failing, hookCommands, isScriptOn } from '../support/command-hooks';
+import { shardForKey } from '../../packages/core/src/producer/key-hash';
 import { HandlerRecorder } from '../support/handler-recorder';
 import { memberFactory } from '../support/member-factory';
 import { pollUntil } from '../support/poll';
@@ -42,6 +43,20 @@ async function shrunkAndDrained(options: { delayMs?: number; beforeShrink?: (str
 /** True for the first command that deletes shard `shard`'s keys (a DEL, or the script that does it). */
 const deletes = (streamPrefix: string, shard: number) => (name: string, args: string[]) =>
   args.includes(keys.shardStream(streamPrefix, shard)) && (name === 'del' || isScriptOn(name, args, keys.shardStream(streamPrefix, shard)));
+
+/** A client whose first delete of shard `shard` waits for `act` (another client's writes) before it reaches Redis. */
+function racedBeforeDelete(streamPrefix: string, shard: number, act: () => Promise<unknown>) {
+  const deleting = redis.client();
+  const isDelete = deletes(streamPrefix, shard);
+  let raced = false;
+  hookCommands(deleting, async (name, args): Promise<CommandVerdict> => {
+    if (raced || !isDelete(name, args)) return 'send';
+    raced = true;
+    await act();
+    return 'send';
+  });
+  return deleting;
+}
 
 const removedKeys = (streamPrefix: string) => [
   keys.shardStream(streamPrefix, 2),
@@ -152,17 +167,11 @@ describe('deleteDrainedShards (SPEC 10.5)', () => {
 
   it("re-checks each shard's schedules right before deleting it: a deferred retry written since the look is not deleted", async () => {
     const { streamPrefix } = await shrunkAndDrained();
-    const deleting = redis.client();
-    const isDelete = deletes(streamPrefix, 2);
     const deferred = keys.shardDeferred(streamPrefix, 2, 'group');
-    let raced = false;
-    hookCommands(deleting, async (name, args): Promise<CommandVerdict> => {
-      if (raced || !isDelete(name, args)) return 'send';
-      raced = true;
-      // A deferral lands on the shard after the look (written by hand: no member holds it any more).
+    // A deferral lands on the shard after the look (written by hand: no member holds it any more).
+    const deleting = racedBeforeDelete(streamPrefix, 2, async () => {
       await redis.client().zadd(deferred, Date.now() + 60_000, 'd0000000000000001');
       await redis.client().hset(`${deferred}:entries`, 'd0000000000000001', 'x');
-      return 'send';
     });
     await expect(new CoordinatorAdmin(deleting).deleteDrainedShards(streamPrefix)).rejects.toThrow(
       /shard 2 still holds 0 delayed entries and 1 deferred retry of group group not released/,
@@ -173,19 +182,27 @@ describe('deleteDrainedShards (SPEC 10.5)', () => {
     expect(await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 3, { ordered: false })).toMatchObject({ shardCount: 3 });
   }, 30_000);
 
+  it("re-checks the shard's own schedule too: a delayed entry waiting to move there since the look is not deleted", async () => {
+    const { streamPrefix } = await shrunkAndDrained();
+    const schedule = keys.shardSchedule(streamPrefix, 2);
+    // An entry waiting to move (a score at or below 0, its move number's) lands after the look, by hand.
+    const deleting = racedBeforeDelete(streamPrefix, 2, async () => {
+      await redis.client().zadd(schedule, -1000, 's0000000000000009');
+      await redis.client().hset(keys.shardScheduledEntries(streamPrefix, 2), 's0000000000000009', 'x');
+    });
+    await expect(new CoordinatorAdmin(deleting).deleteDrainedShards(streamPrefix)).rejects.toThrow(
+      /shard 2 still holds 1 delayed entry and 0 deferred retries not released/,
+    );
+    expect(await redis.client().zrange(schedule, '0', '-1')).toEqual(['s0000000000000009']);
+    expect(await redis.client().hexists(keys.shardScheduledEntries(streamPrefix, 2), 's0000000000000009')).toBe(1);
+    expect(await redis.client().exists(keys.shardStream(streamPrefix, 2))).toBe(1);
+  }, 30_000);
+
   it('does not delete a retired shard whose routing marker lets writes in; it goes back into the span', async () => {
     const { streamPrefix } = await shrunkAndDrained();
-    const deleting = redis.client();
-    const isDelete = deletes(streamPrefix, 3);
     const marker = keys.shardRouting(streamPrefix, 3);
-    let opened = false;
-    hookCommands(deleting, async (name, args): Promise<CommandVerdict> => {
-      if (opened || !isDelete(name, args)) return 'send';
-      opened = true;
-      // Something rewrote the marker (same resize version) so that it lets writes in.
-      await redis.client().hset(marker, 'count', 4, 'previous', 4);
-      return 'send';
-    });
+    // Something rewrote the marker (same resize version) so that it lets writes in.
+    const deleting = racedBeforeDelete(streamPrefix, 3, () => redis.client().hset(marker, 'count', 4, 'previous', 4));
     await expect(new CoordinatorAdmin(deleting).deleteDrainedShards(streamPrefix)).rejects.toThrow(
       /removed shard 3's routing marker lets writes in \(count 4\); it is not deleted/,
     );
@@ -233,5 +250,62 @@ describe('deleteDrainedShards (SPEC 10.5)', () => {
       for (const log of writeLogs) expect(await client.pttl(log)).toBeGreaterThan(0);
       expect(left.filter((key) => !key.endsWith(':routing') && !key.endsWith(':moves-taken') && !writeLogs.includes(key))).toEqual([]);
     }
+  }, 30_000);
+  it("a shard deleted and grown back moves its delayed entries again at the next shrink: its move numbers start above those its keys' shards took", async () => {
+    const streamPrefix = uniqueName('delete-drained-moves');
+    const admin = new CoordinatorAdmin(redis.client());
+    const client = redis.client();
+    const member = aMember({ streamPrefix, memberId: 'a', shardCount: 4, handler: new HandlerRecorder().handler('a') });
+    await member.start();
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    // Keys of shard 3 (under 4 shards), sent delayed far ahead: a shrink moves them to their key's
+    // surviving shard before they are due, each move taken once by its number (acceptMove-5.lua).
+    const onShard3 = Array.from({ length: 200 }, (_, i) => `moved-${i}`)
+      .filter((key) => shardForKey(key, 4) === 3)
+      .slice(0, 3);
+    const sendDelayed = (round: number) =>
+      producer.sendBatch(onShard3.map((key, i) => ({ key, payload: { key, seq: round * 10 + i }, delayMs: 600_000 })));
+    const shrink = async () => {
+      await admin.resizeShards(streamPrefix, 2, { graceMs: 50, switchDelayMs: 50 });
+      await pollUntil('the shrink drained', async () => (await admin.cutoverStatus(streamPrefix)).every((s) => s.cutover === null), {
+        timeoutMs: 20_000,
+      });
+    };
+    const scheduled = async () => {
+      const counts: number[] = [];
+      for (let shard = 0; shard < 4; shard++) counts.push(await client.zcard(keys.shardSchedule(streamPrefix, shard)));
+      return counts;
+    };
+    await sendDelayed(0);
+    await shrink();
+    expect((await scheduled())[3]).toBe(0);
+    // The deletion takes the schedule's hash with its last move number.
+    expect(await admin.deleteDrainedShards(streamPrefix)).toEqual([2, 3]);
+    expect(await client.exists(keys.shardScheduledEntries(streamPrefix, 3))).toBe(0);
+    await admin.resizeShards(streamPrefix, 4, { ordered: false });
+    await sendDelayed(1);
+    expect((await scheduled())[3]).toBe(3);
+    await shrink();
+    // Were its numbers to start again from 1, its keys' shards would answer its moves 'taken' and
+    // they would be dropped from its schedule unwritten.
+    const counts = await scheduled();
+    expect(counts[3]).toBe(0);
+    expect(counts.reduce((a, b) => a + b, 0)).toBe(6);
+  }, 60_000);
+  it('a shard deleted and grown back never gives a schedule id again: a drop by an id send answered before drops nothing of the new entries', async () => {
+    const client = redis.client();
+    // Its 8 entries sent delayed: shard 2's were s0000000000000001 and s0000000000000002, released and handled.
+    const { streamPrefix, admin } = await shrunkAndDrained({ delayMs: 50 });
+    expect(await admin.deleteDrainedShards(streamPrefix)).toEqual([2, 3]);
+    await admin.resizeShards(streamPrefix, 4, { ordered: false });
+    const sent = await new StreamProducer(redis.client(), { streamPrefix }).send({
+      shardIndex: 2,
+      payload: { key: 'later', seq: 1 },
+      delayMs: 600_000,
+    });
+    expect(Number(sent.id.slice(1))).toBeGreaterThan(2);
+    // A caller cancelling an entry it sent before the deletion (by the id send answered) drops nothing now.
+    expect(await admin.dropScheduled({ streamPrefix, shardIndex: 2 }, 's0000000000000001')).toMatchObject({ dropped: false });
+    expect(await client.zrange(keys.shardSchedule(streamPrefix, 2), '0', '-1')).toEqual([sent.id]);
   }, 30_000);
 });

@@ -56,7 +56,8 @@ local dueMs = tonumber(ARGV[8])
 if dueMs and dueMs > nowMs() then
   -- Not due yet: into this shard's schedule with its due time and the count its key is routed with
   -- here, released by this shard's owner when due (and moved on, should the count change again).
-  local seqNow = redis.call('HINCRBY', KEYS[5], SCHEDULE_SEQ, 1)
+  local seqNow = nextScheduleSeq(KEYS[5], KEYS[2])
+  if type(seqNow) == 'table' then return redis.error_reply(tostring(seqNow.err)) end
   local scheduled = string.format('s%016d', seqNow)
   redis.call('HSET', KEYS[5], scheduled, ARGV[6], scheduled .. ROUTED_COUNT, ARGV[3])
   redis.call('ZADD', KEYS[4], string.format('%.0f', dueMs), scheduled)

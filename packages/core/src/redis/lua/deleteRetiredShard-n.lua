@@ -8,8 +8,10 @@
   the shard: its stream, its schedule and the hash beside it (which keeps the last schedule id and
   move number given even when empty), and per group its fencing token, its deferred schedule, that
   schedule's hash (the last deferral number given) and its key states (barriers not swept yet).
-  The routing marker stays (it is what refuses late writes), and so do the moves-taken log (kept as
-  the marker is), the dead-letter streams and replay records; a producer's write log expires.
+  The routing marker stays (it is what refuses late writes; it keeps the schedule's last id then,
+  includes/schedule.lua MARKER_SCHEDULE_SEQ, so that a shard grown back never gives an id again),
+  and so do the moves-taken log (kept as the marker is), the dead-letter streams and replay
+  records; a producer's write log expires.
 
   KEYS[1]  the shard stream   KEYS[2]  its routing marker (includes/routing.lua)
   KEYS[3]  its schedule   KEYS[4]  its scheduled entries
@@ -28,6 +30,7 @@
 ]]
 --- @include "includes/time"
 --- @include "includes/routing"
+--- @include "includes/schedule"
 
 -- Counting what a group has not been delivered stops here: the refusal needs a number, not all of it.
 local MAX_COUNTED = 1000
@@ -75,6 +78,9 @@ if redis.call('EXISTS', stream) == 1 then
     if undelivered + pending > 0 then return { 'unprocessed', group, undelivered, pending } end
   end
 end
+-- The last schedule id given outlives the hash, in the marker: a shard grown back goes on after it.
+local lastScheduled = redis.call('HGET', scheduledEntries, SCHEDULE_SEQ)
+if lastScheduled then redis.call('HSET', marker, MARKER_SCHEDULE_SEQ, lastScheduled) end
 redis.call('DEL', stream, schedule, scheduledEntries)
 for i = 1, groupCount do redis.call('DEL', groupKeys(i)) end
 return { 'deleted' }

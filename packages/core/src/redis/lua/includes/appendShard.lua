@@ -103,7 +103,7 @@ for e = from, count do
     outcomes[e] = 'S'
   elseif dueMs then
     -- pcall: as for a write, a failed schedule write must still tell which entries landed.
-    local scheduled = redis.pcall('HINCRBY', KEYS[5], SCHEDULE_SEQ, 1)
+    local scheduled = nextScheduleSeq(KEYS[5], KEYS[2])
     if type(scheduled) == 'number' then
       -- Zero-padded to a fixed width: the schedule orders entries of one due time by member string
       -- (releaseDue-8.lua), so only then does that order stay the send order past s9.

@@ -3,6 +3,23 @@
 -- in the shard stream's hash slot (keys.ts shardSchedule), so a write schedules and a release moves
 -- an entry atomically with the stream. The hash also keeps SCHEDULE_SEQ, the last schedule id given.
 local SCHEDULE_SEQ = '#seq'
+-- The shard routing marker's field (includes/routing.lua) that keeps the last schedule id given once
+-- deleteRetiredShard-n.lua deleted the hash (the marker stays): a shard grown back goes on after it,
+-- so that an id `send` answered never names another entry of the shard (a drop by it drops nothing).
+local MARKER_SCHEDULE_SEQ = 'scheduleSeq'
+
+-- The next schedule sequence number (SCHEDULE_SEQ), after the one the marker kept when the hash is
+-- fresh; or Redis' error (a table with err) when the write failed. pcall: a failed write (OOM) is
+-- the entry's, not the call's.
+local function nextScheduleSeq(entriesKey, markerKey)
+  local seq = redis.pcall('HINCRBY', entriesKey, SCHEDULE_SEQ, 1)
+  if seq ~= 1 then return seq end
+  local kept = tonumber(redis.call('HGET', markerKey, MARKER_SCHEDULE_SEQ) or '')
+  if not kept then return seq end
+  local stored = redis.pcall('HSET', entriesKey, SCHEDULE_SEQ, string.format('%.0f', kept + 1))
+  if type(stored) == 'table' then return stored end
+  return kept + 1
+end
 
 -- The field beside a scheduled entry (`<schedule id>:c`) that keeps the shard count its key was
 -- routed with (a due spec ending in 'k': the producer routed it by its key, not by an explicit

@@ -7,7 +7,8 @@
   deferred schedule, and that every group has processed all of it. Only then deletes every key of
   the shard: its stream, its schedule and the hash beside it (which keeps the last schedule id and
   move number given even when empty), and per group its fencing token, its deferred schedule, that
-  schedule's hash (the last deferral number given) and its key states (barriers not swept yet).
+  schedule's hash but for the last deferral number given (kept alone in it, so that a shard grown
+  back never gives a deferral id again) and its key states (barriers not swept yet).
   The routing marker stays (it is what refuses late writes; it keeps the schedule's last id then,
   includes/schedule.lua MARKER_SCHEDULE_SEQ, so that a shard grown back never gives an id again),
   and so do the moves-taken log (kept as the marker is), the dead-letter streams and replay
@@ -82,5 +83,13 @@ end
 local lastScheduled = redis.call('HGET', scheduledEntries, SCHEDULE_SEQ)
 if lastScheduled then redis.call('HSET', marker, MARKER_SCHEDULE_SEQ, lastScheduled) end
 redis.call('DEL', stream, schedule, scheduledEntries)
-for i = 1, groupCount do redis.call('DEL', groupKeys(i)) end
+for i = 1, groupCount do
+  local token, deferred, deferredEntries, keyStates = groupKeys(i)
+  -- A group's last deferral id stays, alone in its hash: a shard grown back goes on after it, so that
+  -- an id an operator saw before (schedule drop/release by id) never names another entry.
+  -- ('#seq': includes/keyOrder.lua DEFERRAL_SEQ, the field deferrals are numbered from.)
+  local lastDeferred = redis.call('HGET', deferredEntries, '#seq')
+  redis.call('DEL', token, deferred, deferredEntries, keyStates)
+  if lastDeferred then redis.call('HSET', deferredEntries, '#seq', lastDeferred) end
+end
 return { 'deleted' }

@@ -93,7 +93,10 @@ describe('appendEntriesMany', () => {
     const [k0, k1, k2] = [keyOn(0), keyOn(1), keyOn(2)];
     // k0's send goes at once alone; k1's and k2's go together next, one appendEntriesMany call: both held.
     const held = proxy.holdNextRequest(
-      (request) => TcpProxy.command('EVALSHA')(request) && request.includes(keys.shardStream(streamPrefix, 1)) && request.includes(keys.shardStream(streamPrefix, 2)),
+      (request) =>
+        TcpProxy.command('EVALSHA')(request) &&
+        request.includes(keys.shardStream(streamPrefix, 1)) &&
+        request.includes(keys.shardStream(streamPrefix, 2)),
     );
     const settled: string[] = [];
     // Each a batch of one: its error says whether the entry may be in the stream.

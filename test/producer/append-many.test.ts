@@ -125,4 +125,31 @@ describe('appendEntriesMany', () => {
     expect(await keyed(1, k1)).toEqual([`${k1}:1`, `${k1}:2`]);
     expect(await keyed(2, k2)).toEqual([`${k2}:1`, `${k2}:2`]);
   });
+
+  it("each part checks its own shard's routing: one mid-resize takes writes with the count before it, one switched is refused, one at rest ignores a stale switchAt", async () => {
+    const streamPrefix = await aStream(3);
+    const client = redis.client();
+    const [seconds] = await client.time();
+    const nowMs = Number(seconds) * 1000;
+    // A growth 3 -> 6: shard 0 has not switched yet, shard 1 has; shard 2's marker is at rest (count
+    // = previous) with a switchAt still ahead, which says nothing then.
+    await client.hset(keys.shardRouting(streamPrefix, 0), 'count', 6, 'previous', 3, 'switchAt', nowMs + 600_000);
+    await client.hset(keys.shardRouting(streamPrefix, 1), 'count', 6, 'previous', 3, 'switchAt', nowMs - 1);
+    await client.hset(keys.shardRouting(streamPrefix, 2), 'count', 3, 'previous', 3, 'switchAt', nowMs + 600_000);
+    const call = () =>
+      appendToShards(client, 3, undefined, [
+        part(streamPrefix, 0, 1, [entry('a', 1), entry('a', 2)], [1, 1]),
+        part(streamPrefix, 1, 1, [entry('b', 1)], [1]),
+        part(streamPrefix, 2, 1, [entry('c', 1)], [1]),
+      ]);
+    const outcomes = await call();
+    expect(outcomes[1]).toEqual({ status: 'reroute', shardCountInEffect: 6 });
+    expect(outcomes[2]).toMatchObject({ status: 'applied' });
+    expect(outcomes[0]).toMatchObject({ status: 'applied' });
+    // Sent again (a lost reply): each part's first answer, from its write log.
+    expect(await call()).toEqual(outcomes);
+    expect((await stored(streamPrefix, 0)).map((s) => s.split(' ')[0])).toEqual(['a:1', 'a:2']);
+    expect(await stored(streamPrefix, 1)).toEqual([]);
+    expect((await stored(streamPrefix, 2)).map((s) => s.split(' ')[0])).toEqual(['c:1']);
+  });
 });

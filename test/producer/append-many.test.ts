@@ -152,4 +152,51 @@ describe('appendEntriesMany', () => {
     expect(await stored(streamPrefix, 1)).toEqual([]);
     expect((await stored(streamPrefix, 2)).map((s) => s.split(' ')[0])).toEqual(['c:1']);
   });
+
+  it('memory full: a merged call says exactly what landed, never "not written" for a written entry, and the retry keeps each key in order', async () => {
+    const streamPrefix = await aStream(4);
+    const client = redis.client();
+    const producer = new StreamProducer(client, { streamPrefix });
+    // 16 keys over 4 shards, 8 entries each of ~1 KB a batch: one appendEntriesMany call of 4 parts.
+    const batch = (n: number) =>
+      Array.from({ length: 128 }, (_, i) => ({
+        key: `key-${i % 16}`,
+        payload: { seq: n * 8 + Math.floor(i / 16) + 1 },
+        headers: { pad: 'x'.repeat(1000) },
+      }));
+    const written: { shardIndex: number; id: string }[] = [...(await producer.sendBatch(batch(0)))]; // scripts loaded
+    const used = Number(/used_memory:(\d+)/.exec(await client.info('memory'))![1]);
+    await client.config('SET', 'maxmemory-policy', 'noeviction');
+    await client.config('SET', 'maxmemory', String(used + 300_000));
+    let partial: PartialBatchError | undefined;
+    let sent = 1;
+    try {
+      for (; sent < 20 && !partial; sent++) {
+        try {
+          written.push(...(await producer.sendBatch(batch(sent))));
+        } catch (error) {
+          partial = error as PartialBatchError;
+        }
+      }
+    } finally {
+      await client.config('SET', 'maxmemory', '0');
+    }
+    expect(partial?.failed.length).toBeGreaterThan(0);
+    expect(partial!.failed.every((f) => !f.maybeWritten && /OOM/.test(f.error.message))).toBe(true);
+    written.push(...partial!.written);
+    const inStreams: string[] = [];
+    for (let shard = 0; shard < 4; shard++)
+      for (const s of await stored(streamPrefix, shard)) inStreams.push(`${shard}/${s.split(' ')[1]}`);
+    expect(inStreams.sort()).toEqual(written.map((w) => `${w.shardIndex}/${w.id}`).sort());
+    await producer.sendBatch(partial!.retryBatch());
+    const seqs = new Map<string, number[]>();
+    for (let shard = 0; shard < 4; shard++) {
+      for (const s of await stored(streamPrefix, shard)) {
+        const [key, seq] = s.split(' ')[0].split(':');
+        seqs.set(key, [...(seqs.get(key) ?? []), Number(seq)]);
+      }
+    }
+    expect(seqs.size).toBe(16);
+    for (const list of seqs.values()) expect(list).toEqual(Array.from({ length: sent * 8 }, (_, i) => i + 1));
+  });
 });

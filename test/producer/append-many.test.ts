@@ -1,6 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { CoordinatorAdmin, KeyBuilder, type PartialBatchError, shardForKey, StreamProducer } from '@redis-stream-coordinator/core';
-import { appendToShards, type ShardAppend, type ShardAppendOutcome } from '../../packages/core/src/producer/entry-writer';
+import {
+  appendToShards,
+  MAX_ENTRIES_PER_CALL,
+  type ShardAppend,
+  type ShardAppendOutcome,
+} from '../../packages/core/src/producer/entry-writer';
 import { proxyFactory } from '../support/proxy-fixture';
 import { TcpProxy } from '../support/tcp-proxy';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
@@ -198,5 +203,25 @@ describe('appendEntriesMany', () => {
     }
     expect(seqs.size).toBe(16);
     for (const list of seqs.values()) expect(list).toEqual(Array.from({ length: sent * 8 }, (_, i) => i + 1));
+  });
+
+  it(`at its extreme, a call of ${MAX_ENTRIES_PER_CALL} entries of 4 fields each over two shards, each part's values unpacked at once, writes every entry`, async () => {
+    const streamPrefix = await aStream(2);
+    const full = (key: string, seq: number) => ['p', `{"seq":${seq}}`, 'c', 'json', 'k', key, 'h', '{}'];
+    const big = Array.from({ length: MAX_ENTRIES_PER_CALL - 1 }, (_, i) => full(`k${i}`, i));
+    const outcomes = await appendToShards(redis.client(), 2, undefined, [
+      part(
+        streamPrefix,
+        0,
+        1,
+        big,
+        big.map((_, i) => i + 1),
+      ),
+      part(streamPrefix, 1, 1, [full('z', 0)], [1]),
+    ]);
+    expect(
+      outcomes.map((o) => (o.status === 'applied' ? o.results.filter((r) => r !== undefined && !(r instanceof Error)).length : o.status)),
+    ).toEqual([MAX_ENTRIES_PER_CALL - 1, 1]);
+    expect(await stored(streamPrefix, 0)).toHaveLength(MAX_ENTRIES_PER_CALL - 1);
   });
 });

@@ -1,5 +1,5 @@
 import type { KeyBuilder } from '../redis/keys';
-import { findGroupInfo, isNoSuchKey } from '../redis/responses';
+import { findGroupInfo, isNoSuchKey, trustedLag } from '../redis/responses';
 import { readScheduleHeads } from '../redis/schedule-head';
 import type { RedisClient } from '../redis/scripts';
 import type { ShardStats } from './group-description';
@@ -44,8 +44,9 @@ async function streamStatsOf(
 ): Promise<{ lag: number; pending: number }> {
   const stream = keys.shardStream(streamPrefix, shardIndex);
   let reply: unknown;
+  let last: [string, string[]][];
   try {
-    reply = await redis.xinfo('GROUPS', stream);
+    [reply, last] = await Promise.all([redis.xinfo('GROUPS', stream), redis.xrevrange(stream, '+', '-', 'COUNT', 1)]);
   } catch (error) {
     if (isNoSuchKey(error)) return { lag: 0, pending: 0 };
     throw error;
@@ -54,7 +55,8 @@ async function streamStatsOf(
   if (info) {
     // Where Redis cannot tell the lag (after deletions, trimming or a restart), count what is
     // after the group's last-delivered id instead.
-    return { lag: info.lag ?? (await countAfter(redis, stream, info.lastDelivered)), pending: info.pending };
+    const lag = trustedLag(info, last[0]?.[0]);
+    return { lag: lag ?? (await countAfter(redis, stream, info.lastDelivered)), pending: info.pending };
   }
   // The group has never read this shard: all of it is lag.
   return { lag: await redis.xlen(stream), pending: 0 };

@@ -1,4 +1,5 @@
 import { ErrorCode, errorCodeFromWire } from '../protocol/error-codes';
+import { compareStreamIds } from '../protocol/stream-ids';
 import type { AssignmentInput, HeartbeatResponse } from '../protocol/heartbeat';
 import type { GroupState } from '../protocol/records';
 
@@ -38,6 +39,18 @@ export function findGroupInfo(reply: unknown, consumerGroup: string): StreamGrou
     };
   }
   return undefined;
+}
+
+/**
+ * The group's lag as far as Redis' own figure can be trusted: 0 once the group was delivered
+ * `lastEntryId` (the stream's last entry; undefined for an empty stream), else Redis' figure but at
+ * least 1 (null where Redis cannot tell). Redis before 7.4 keeps counting entries the group was
+ * delivered once the stream was trimmed past its last-delivered id (redis/redis#13957): a drained
+ * shard showed lag for good, and deleteDrainedShards refused it for good.
+ */
+export function trustedLag(info: StreamGroupInfo, lastEntryId: string | undefined): number | null {
+  if (lastEntryId === undefined || compareStreamIds(info.lastDelivered, lastEntryId) >= 0) return 0;
+  return info.lag === null ? null : Math.max(1, info.lag);
 }
 
 /** A count XINFO may leave out or give as nil (RESP2 '' or 'null' once stringified). */

@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import { ENTRY_FIELD, NEVER_RAN } from '../protocol/entry-format';
 import { MAX_SHARD_COUNT } from '../protocol/shard-count';
 import type { KeyBuilder } from './keys';
-import { findGroupInfo, isNoSuchKey, type StreamGroupInfo } from './responses';
+import { findGroupInfo, isNoSuchKey, type StreamGroupInfo, trustedLag } from './responses';
 import { withReadDeadline } from './connection/read-deadline';
 import { readScheduleHeads } from './schedule-head';
 import { ensureScripts, pipelineScript, type RedisClient, runScript, runScriptBuffer } from './scripts';
@@ -666,14 +666,15 @@ export class ShardClient {
 
   /**
    * The group's lag and pending count on each of `shards`, one XINFO GROUPS per shard sent together
-   * (one round trip on a single Redis; on a Cluster each goes to its shard's node). A shard whose
+   * (one round trip on a single Redis; on a Cluster each goes to its shard's node), and the last
+   * entry of each (XREVRANGE), against which the lag is checked (trustedLag). A shard whose
    * stream does not exist yet has neither; one the group has never read has an unknown lag (null).
    * Beside them, what waits in the shard's schedule and the group's deferred retries, and how late
    * the earliest due of them is by Redis' clock (`dueLagMs`, 0 when none is due): one read-only
    * script per shard (readScheduleHeads-3.lua, in the shard's slot), and one TIME.
    */
   async groupPositions(shards: readonly number[]): Promise<Map<number, GroupShardPosition>> {
-    const [replies, schedules, now] = await Promise.all([
+    const [replies, lastEntries, schedules, now] = await Promise.all([
       Promise.all(
         shards.map((shard) =>
           this.redis.xinfo('GROUPS', this.keys.shardStream(this.streamPrefix, shard)).catch((error: unknown) => {
@@ -682,6 +683,8 @@ export class ShardClient {
           }),
         ),
       ),
+      // Each stream's last entry: a group delivered it has no lag, whatever XINFO says (trustedLag).
+      Promise.all(shards.map((shard) => this.redis.xrevrange(this.keys.shardStream(this.streamPrefix, shard), '+', '-', 'COUNT', 1))),
       Promise.all(
         shards.map((shard) =>
           readScheduleHeads(
@@ -701,7 +704,9 @@ export class ShardClient {
       const { scheduled, deferred, parked } = schedules[i];
       const firstDue = Math.min(scheduled.firstDueAt ?? Infinity, deferred.firstDueAt ?? Infinity);
       positions.set(shard, {
-        ...(info ? { lag: info.lag, pending: info.pending } : { lag: (replies[i] as unknown[]).length === 0 ? 0 : null, pending: 0 }),
+        ...(info
+          ? { lag: trustedLag(info, lastEntries[i][0]?.[0]), pending: info.pending }
+          : { lag: (replies[i] as unknown[]).length === 0 ? 0 : null, pending: 0 }),
         scheduled: scheduled.count,
         deferred: deferred.count,
         parked,

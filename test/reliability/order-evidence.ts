@@ -52,7 +52,9 @@ export function orderEvidence(
     );
   }
   const times = written.map((p) => p.at).filter((t): t is number => t !== undefined);
-  const [from, to] = times.length ? [Math.min(...times) - AROUND_MS, Math.max(...times) + AROUND_MS] : [-Infinity, Infinity];
+  const [from, to] = times.length
+    ? [times.reduce((a, b) => Math.min(a, b), Infinity) - AROUND_MS, times.reduce((a, b) => Math.max(a, b), -Infinity) + AROUND_MS]
+    : [-Infinity, Infinity];
   for (const f of faults.filter((f) => RESIZES.has(f.kind) && f.at >= from && f.at <= to)) {
     lines.push(`  fault ${f.kind} ${f.target ?? ''}${f.detail ? ` ${f.detail}` : ''} at ${time(f.at)}`);
   }

@@ -13,7 +13,13 @@ export function faultTable(report: CheckReport): { kind: FaultKind; count: numbe
     const count = report.faults.filter((f) => f.kind === kind).length;
     // A graceful stop that makes room for a join has no recovery of its own (the join's covers it).
     const times = report.faults.filter((f) => f.kind === kind && f.recoveryMs !== undefined).map((f) => f.recoveryMs!);
-    return { kind, count, p50: percentile(times, 50), p99: percentile(times, 99), max: times.length ? Math.max(...times) : Number.NaN };
+    return {
+      kind,
+      count,
+      p50: percentile(times, 50),
+      p99: percentile(times, 99),
+      max: times.length ? times.reduce((a, b) => Math.max(a, b), -Infinity) : Number.NaN,
+    };
   });
 }
 

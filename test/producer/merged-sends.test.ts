@@ -15,7 +15,8 @@ import { pollUntil } from '../support/poll';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
 
 // Merged sends (docs/runtime.md "Producer"): concurrent send() calls join a per-shard micro-batch,
-// one appendEntries call per shard per flush, and every promise of a single send still holds.
+// at most one script call per shard per flush (on a single Redis one call for all of a flush's shards,
+// test/producer/append-many.test.ts), and every promise of a single send still holds.
 const redis = useRedisServer();
 const keys = new KeyBuilder();
 const aProxy = proxyFactory(redis);
@@ -93,7 +94,7 @@ function oneCall(
 }
 
 describe('merged sends', () => {
-  it('1,024 concurrent sends over 8 shards are merged: one appendEntries call per shard per flush, not one per send', async () => {
+  it('1,024 concurrent sends over 8 shards are merged: at most one script call per shard per flush, not one per send', async () => {
     const streamPrefix = await aStream(8);
     const client = redis.client();
     const producer = new StreamProducer(client, { streamPrefix });
@@ -101,8 +102,9 @@ describe('merged sends', () => {
     await client.config('RESETSTAT');
     const sent = await Promise.all(Array.from({ length: 1024 }, (_, i) => producer.send({ key: `k${i % 64}`, payload: { seq: i } })));
     expect(sent).toHaveLength(1024);
-    // 8 shards × 128 entries: one call each when the sends join before the first flush; a few more
-    // when some arrive while a shard's call is in flight. Never one call per send.
+    // 8 shards × 128 entries: at most one call each when the sends join before the first flush (one
+    // for all of them on a single Redis); a few more when some arrive while a call is in flight.
+    // Never one call per send.
     expect(await scriptCalls(client)).toBeLessThanOrEqual(32);
   });
 

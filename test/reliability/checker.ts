@@ -483,14 +483,22 @@ export function check(
       if (!top || run.seq > top.seq) highest.set(`${run.group}/${run.key}`, run);
     }
   };
+  // reset-offsets: a run of what a reset moved the group back over, after the reset, is the re-read
+  // the operator asked for (below), not a redelivery.
+  const resets = offsetResets(faults);
+  const replayed = (run: Run) =>
+    resets.some((r) => (r.group || DEFAULT_GROUP) === run.group && r.resetAt <= run.start && rewound(r, run.shard, run.id));
   const reported = new Set<string>();
   // First runs: no entry is delivered after a later one of its key.
   inOrder(sortedRuns, 'after', reported);
   // First successful runs: no entry settles after a later one of its key. A retry in place holds its
   // key (its lane) until it succeeds, and with deferredOrder 'key' the key's later entries are parked
   // behind a deferral, so only this finds a deferred entry's copy run after its key's later entries.
+  // A reset's re-read is left out: an entry dead-lettered before the reset and read again by it
+  // settles after its key's later entries by the operator's word (the soak of 09bfcd1: key-33 #1282,
+  // dead-lettered, read again by a reset a minute later, succeeded after #2376).
   inOrder(
-    sortedRuns.filter((r) => r.ok && r.end !== undefined),
+    sortedRuns.filter((r) => r.ok && r.end !== undefined && !replayed(r)),
     'settled after',
     reported,
   );
@@ -573,9 +581,6 @@ export function check(
   // After the reset point (and not below what the stream kept then): a run of it after the reset is
   // the re-read the operator asked for. `from` is read before the move, so an entry delivered in
   // between is re-read too: only the expectation below is bounded by it.
-  const resets = offsetResets(faults);
-  const replayed = (run: Run) =>
-    resets.some((r) => (r.group || DEFAULT_GROUP) === run.group && r.resetAt <= run.start && rewound(r, run.shard, run.id));
   const notReplayed: string[] = [];
   for (const r of resets) {
     if (r.from === null) continue;

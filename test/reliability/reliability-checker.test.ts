@@ -307,6 +307,32 @@ describe('reliability checker', () => {
     expect(check(produced, [...firstRuns, ...again], [], new Set()).unexplainedDuplicates).toHaveLength(2);
   });
 
+  it("an entry that failed before a reset and succeeded on the reset's re-read is no order violation; without the reset it is", () => {
+    // The soak of 09bfcd1: key-33 #1282 dead-lettered, read again by a reset a minute later, succeeded after #2376.
+    const produced: Produced[] = [
+      { id: '1-0', shard: 0, key: 'a', seq: 1, at: 5 },
+      { id: '2-0', shard: 0, key: 'a', seq: 2, at: 6 },
+    ];
+    const reset: Fault = {
+      kind: 'reset-offsets',
+      at: 50,
+      resets: [{ group: '', shard: 0, from: '2-0', to: '0-0', oldest: '1-0', resetAt: 50 }],
+    };
+    const failed: RecordLine[] = [
+      { e: 'start', t: 10, m: 'p0', s: 0, id: '1-0', k: 'a', q: 1 },
+      { e: 'end', t: 11, m: 'p0', s: 0, id: '1-0', k: 'a', q: 1, ok: false },
+    ];
+    const lines = [
+      ...failed,
+      ...run('p0', 0, '2-0', 'a', 2, 12, 13),
+      ...run('p0', 0, '1-0', 'a', 1, 60, 61),
+      ...run('p0', 0, '2-0', 'a', 2, 62, 63),
+      ack('p0', 0, ['1-0', '2-0'], true, 64),
+    ];
+    expect(check(produced, lines, [reset], new Set()).orderViolations).toEqual([]);
+    expect(check(produced, lines, [], new Set()).orderViolations).toEqual(['a: 1 settled after 2 (shard 0, p0)']);
+  });
+
   it('does not expect a reset to re-read what Redis lost after it (a restart without persistence)', () => {
     // The soak of 424aa44 (seed 20261201): reset-offsets to earliest at 742.6 s, then a
     // redis-flush-restart 2.6 s later took shard 6's re-read backlog with every key: 986 entries

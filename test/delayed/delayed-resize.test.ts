@@ -133,6 +133,76 @@ describe('delayed entries across a resize', () => {
     expect(await storedEntries(streamPrefix, 2)).toEqual({ scheduled: 0, streams: [{ key, seq: 1, shardIndex: 0 }] });
   });
 
+  it("ordered shrink: a removed shard's keyed delayed entry moved late still goes before its key's later delayed entry on the surviving shard", async () => {
+    // The removed shard's owner cannot release (its release calls fail) until well after the key's
+    // next delayed entry, sent to the surviving shard after the switch, is due there: that one must
+    // not enter the surviving shard's stream before the moved one (both are held by the cutover,
+    // then handled in stream order).
+    const streamPrefix = await aStream(2, 'delayed-shrink-late-move');
+    const key = keysThat('move', 2, 1, 1)[0];
+    const removedSchedule = keys.shardSchedule(streamPrefix, 1);
+    let removedReleasesFrom = Number.POSITIVE_INFINITY;
+    const connection = redis.client();
+    hookCommands(connection, (name, args) =>
+      isScriptOn(name, args, removedSchedule) && Date.now() < removedReleasesFrom ? new Error('connection lost') : 'send',
+    );
+    const recorded = recorder();
+    const member = aMember({ streamPrefix, handler: recorded.handler, cutoverCheckIntervalMs: 50, sessionTimeoutMs: 3000 }, connection);
+    await member.start();
+    await pollUntil('both shards owned', async () => member.ownedShards().length === 2);
+    const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 100 });
+    // Due after the switch (which waits for the member's lease as of the resize to run out).
+    const first = await producer.send({ key, payload: { seq: 1 }, delayMs: 6000 });
+    expect(first.shardIndex).toBe(1);
+    const resized = await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 1, {
+      ordered: true,
+      switchDelayMs: 300,
+      graceMs: 50,
+    });
+    const redisNow = async () => {
+      const [seconds, micros] = await redis.client().time();
+      return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+    };
+    await pollUntil('switched', async () => (await redisNow()) > Date.parse(resized.switchAt!), { timeoutMs: 10_000 });
+    expect(await redisNow()).toBeLessThan(first.dueAt!);
+    const second = await producer.send({ key, payload: { seq: 2 }, delayMs: first.dueAt! - (await redisNow()) + 300 });
+    expect(second.shardIndex).toBe(0);
+    expect(second.dueAt!).toBeGreaterThan(first.dueAt!);
+    removedReleasesFrom = second.dueAt! + 1000;
+    await pollUntil('both handled', async () => recorded.seen.length === 2, { timeoutMs: 20_000 });
+    expect(recorded.seqsOf(key)).toEqual([1, 2]);
+    expect(recorded.seen.map((s) => s.shardIndex)).toEqual([0, 0]);
+  });
+
+  it("a surviving shard's schedule held for an ordered shrink releases before the switch, nothing after it, and all once the hold is lifted", async () => {
+    const streamPrefix = await aStream(2, 'delayed-shrink-held');
+    const key = keysThat('stay', 2, 1, 1)[0];
+    const owner = await ownedBy(streamPrefix, 0, 'owner');
+    const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 100 });
+    const resized = await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 1, { ordered: true, switchDelayMs: 1500 });
+    const before = await producer.send({ key, payload: { seq: 1 }, delayMs: 20 });
+    const schedule = keys.shardSchedule(streamPrefix, 0);
+    // Due before the switch: released although held (its id is below switchAt, which the cutover does not hold).
+    await pollUntil('released before the switch', async () => ((await owner.releaseDue(0, 1, 256, '', true))?.released ?? 0) === 1);
+    const [seconds] = await redis.client().time();
+    expect(Number(seconds) * 1000).toBeLessThan(Date.parse(resized.switchAt!));
+    expect(before.shardIndex).toBe(0);
+    await pollUntil('switched', async () => {
+      const [s, micros] = await redis.client().time();
+      return Number(s) * 1000 + Math.floor(Number(micros) / 1000) > Date.parse(resized.switchAt!);
+    });
+    const after = await producer.send({ key, payload: { seq: 2 }, delayMs: 1 });
+    await pollUntil('due', async () => {
+      const [s, micros] = await redis.client().time();
+      return Number(s) * 1000 + Math.floor(Number(micros) / 1000) > after.dueAt!;
+    });
+    expect(await owner.releaseDue(0, 1, 256, '', true)).toMatchObject({ released: 0, nextDueInMs: -1, moves: [] });
+    expect(await redis.client().zcard(schedule)).toBe(1);
+    expect(await owner.releaseDue(0, 1, 256)).toMatchObject({ released: 1, moves: [] });
+    expect(await redis.client().zcard(schedule)).toBe(0);
+    expect((await storedEntries(streamPrefix, 1)).streams.map((e) => e.seq)).toEqual([1, 2]);
+  });
+
   it('an owner killed between the two steps of a move loses nothing and writes nothing twice; a late resend of the first step writes nothing', async () => {
     const streamPrefix = await aStream(2, 'delayed-move-crash');
     const [key] = keysThat('move', 2, 4, 1);
@@ -437,8 +507,8 @@ describe('delayed entries across a resize', () => {
     const schedules = [0, 1].map((i) => keys.shardSchedule(streamPrefix, i));
     const takenLogs = [0, 1, 2, 3].map((i) => keys.shardMovesTaken(streamPrefix, i));
     hookCommands(connection, async (name, args) => {
-      // The second step (a release call settling moves done, its ARGV[4]: third from the end): lost before it reaches Redis, twice.
-      if (schedules.some((s) => isScriptOn(name, args, s)) && /(^| )ds\d/.test(args[args.length - 3]) && lostRemovals < 2) {
+      // The second step (a release call settling moves done, its ARGV[4]: fourth from the end): lost before it reaches Redis, twice.
+      if (schedules.some((s) => isScriptOn(name, args, s)) && /(^| )ds\d/.test(args[args.length - 4]) && lostRemovals < 2) {
         lostRemovals++;
         return new Error('connection lost');
       }

@@ -152,12 +152,6 @@ async function runLane(lane: number, kinds: FaultKind[], seed: number): Promise<
   const harness = await ChaosHarness.start({
     seed,
     rate: 200,
-    // No delayed keys in npm test while a known defect stands: a keyed delayed entry sent before an
-    // ordered shrink's switch to a removed shard, due after it, is moved to its key's surviving shard
-    // only at its owner's next release, which can come after the surviving shard released the key's
-    // later delayed entries (soak of 09bfcd1, key-9 #9097-9100 after #9101-9104; CI of ac3be7d, key-9
-    // 121 after 122). The soak runs them (RSC_CHAOS_DELAYED_EVERY=10 here brings them back).
-    delayedEvery: Number(process.env.RSC_CHAOS_DELAYED_EVERY ?? 0) || 0,
     sharedReads: sharedReads(lane),
     progress: (line) => process.stderr.write(`  [${lane}] ${line}\n`),
   });

@@ -157,8 +157,8 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
    * Entries of the given shards from `fromId` on are read but not handled until the holds are
    * replaced; a shard stops being read once it has held entries. An empty map releases every hold.
    */
-  setHolds(holds: Map<number, string>): void {
-    this.shards.setHolds(holds);
+  setHolds(holds: Map<number, string>, scheduleHolds?: ReadonlySet<number>): void {
+    this.shards.setHolds(holds, scheduleHolds);
     this.dispatcher.dispatch();
     this.reader.interruptRead();
   }

@@ -212,6 +212,12 @@ export class ShardSet {
   /** shardIndex -> stream id from which entries wait (ordered shrink, docs/resharding.md). */
   holds = new Map<number, string>();
   /**
+   * Surviving shards of an ordered shrink whose cutover the group has not completed: once the shrink
+   * has switched, their schedules release nothing (releaseDue-8.lua ARGV[7]) until it completes,
+   * which is only once the removed shards' schedules are empty (every keyed entry moved).
+   */
+  scheduleHolds: ReadonlySet<number> = new Set();
+  /**
    * shardIndex -> a released grant whose handler is still running (a handler cannot be stopped: the
    * lease was lost, or a revocation's wait ran out). A new grant of the shard starts no handler
    * until it settled, or the entry it runs (pending under this member's name, so the new grant's
@@ -329,8 +335,9 @@ export class ShardSet {
    * Replaces the holds: entries below a shard's new hold point (or of a shard with none) are queued,
    * and queued entries at or past it (read before the member heard of the hold) wait in `held`.
    */
-  setHolds(holds: Map<number, string>): void {
+  setHolds(holds: Map<number, string>, scheduleHolds: ReadonlySet<number> = new Set()): void {
     this.holds = holds;
+    this.scheduleHolds = scheduleHolds;
     for (const state of this.states.values()) {
       if (state.held.length === 0 && state.queue.length === 0) continue;
       const entries = inIdOrder(state.queue, state.held);

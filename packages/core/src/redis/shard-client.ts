@@ -356,8 +356,16 @@ export class ShardClient {
    * until the next is due (0: more are due now; -1: the schedule is empty), the new states of the keys
    * it counted out, the keys whose stale barrier it swept, and the first entries waiting to move
    * (their key's shard may be another now); or null when the shard has a newer owner (nothing moved).
+   * `scheduleHeld`: the member's group holds the shard in an ordered shrink's cutover; once the
+   * shrink switched, its schedule is left as it is (only the group's deferred retries are released).
    */
-  async releaseDue(shardIndex: number, grantEpoch: number, count: number, settled = ''): Promise<ReleaseOutcome | null> {
+  async releaseDue(
+    shardIndex: number,
+    grantEpoch: number,
+    count: number,
+    settled = '',
+    scheduleHeld = false,
+  ): Promise<ReleaseOutcome | null> {
     const [stream, fence] = this.shardKeys(shardIndex);
     const reply = (await runScriptBuffer(
       this.redis,
@@ -370,7 +378,15 @@ export class ShardClient {
         ...this.deferredKeys(shardIndex),
         this.keys.shardRouting(this.streamPrefix, shardIndex),
       ],
-      [this.token(grantEpoch), count, isCluster(this.redis) ? this.wakeChannel(shardIndex) : '', settled, shardIndex, this.consumerGroup],
+      [
+        this.token(grantEpoch),
+        count,
+        isCluster(this.redis) ? this.wakeChannel(shardIndex) : '',
+        settled,
+        shardIndex,
+        this.consumerGroup,
+        scheduleHeld ? '1' : '',
+      ],
     )) as (number | Buffer | unknown[])[];
     if (Number(reply[0]) === -1) return null;
     const flat = (reply[2] ?? []) as unknown[];

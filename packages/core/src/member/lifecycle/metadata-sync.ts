@@ -46,7 +46,7 @@ export class MetadataSync {
       cutoverCheckIntervalMs: options.cutoverCheckIntervalMs,
       readTimeoutMs: callTimeoutMs,
       checkTimeoutMs: commandCallTimeoutMs(options),
-      setHolds: (holds) => poller.setHolds(holds),
+      setHolds: (holds, scheduleHolds) => poller.setHolds(holds, scheduleHolds),
       onCheckFailed: (error) =>
         events.emit('error', new Error(`member ${options.memberId}: checking the group's cutover failed: ${error.message}`)),
       onCompleted,

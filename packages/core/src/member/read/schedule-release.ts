@@ -75,7 +75,10 @@ export class ScheduleRelease {
    * atomic), and the next call moves the rest. A refusal (a newer token) moves nothing: the shard
    * is someone else's, and the next heartbeat says so. Called again while more are due, and while
    * entries wait to move (their key's shard is another since a resize: moved, and the outcome
-   * settled in the next call), up to RELEASE_CALLS_PER_TURN calls a turn.
+   * settled in the next call), up to RELEASE_CALLS_PER_TURN calls a turn. A surviving shard of an
+   * ordered shrink that the group's cutover holds releases nothing of its schedule once the shrink
+   * has switched (ShardSet.scheduleHolds): a removed shard's keyed entries moved to it late must
+   * not land behind their keys' later entries released here meanwhile.
    */
   private async release(state: ShardState): Promise<void> {
     let outcome: ReleaseOutcome | null = null;
@@ -88,7 +91,7 @@ export class ScheduleRelease {
     try {
       for (let round = 0; ; round++) {
         outcome = await withTimeout(
-          this.client.releaseDue(state.index, state.grantEpoch, RELEASED_PER_CALL, settled),
+          this.client.releaseDue(state.index, state.grantEpoch, RELEASED_PER_CALL, settled, this.shards.scheduleHolds.has(state.index)),
           commandCallTimeoutMs(this.options),
         );
         released += outcome?.released ?? 0;

@@ -39,6 +39,16 @@
            first item that does not apply as given ends the list: the rest wait for the next call
   ARGV[5]  this shard's index: once a shrink removed it, its keyed entries not due yet move too
   ARGV[6]  consumerGroup (the barrier sweep reads its last-delivered id and pending entries)
+  ARGV[7]  '1': the caller's group holds this shard in an ordered shrink's cutover (a surviving
+           shard): once the shrink has switched (this shard's marker), nothing of its schedule is
+           released, settled or moved here, and its next due time is not answered (the caller
+           calls again after blockMs); the group's deferred retries are released as ever. A removed
+           shard's keyed entries move here (acceptMove-5.lua) only from the switch on, and an owner
+           may move them late: had this shard released its own due entries of a moved key meanwhile,
+           sent after the switch, the key's earlier entry moved after them would follow them in the
+           stream, and the cutover hands both out in stream order (docs/resharding.md, Shrinking).
+           The cutover completes only once the removed shards' schedules are empty, so whatever is
+           released here after it comes after every moved entry
 
   Output: {released, nextDueInMs, states, swept, lost, then per entry waiting to move (the first
   MOVES_REPLIED, in move order): id, seq, stamp count, stamp version, key, fields (cmsgpack), due
@@ -71,6 +81,9 @@ if not holdsFence(fence, ARGV[1]) then return { -1 } end
 local limit = math.min(tonumber(ARGV[2]) or 0, MAX_RELEASED)
 local now = nowMs()
 local inEffect = routingInEffect(marker, function() return now end)
+-- Held (ARGV[7]) only once the shrink has switched: before it no entry here is routed with the new
+-- count, and what is released then has an id below switchAt, which the cutover does not hold.
+local held = ARGV[7] == '1' and inEffect > 0 and inEffect < (tonumber(redis.call('HGET', marker, 'previous')) or 0)
 local stampNow = inEffect .. ' ' .. (redis.call('HGET', marker, 'version') or '0')
 
 local released = 0
@@ -104,7 +117,7 @@ local function forgetAll(schedule, entries, ids, fields)
 end
 
 -- What the caller settled, in move order; its ids are checked against the schedule, never trusted.
-for item in string.gmatch(ARGV[4], '%S+') do
+for item in string.gmatch(held and '' or ARGV[4], '%S+') do
   local outcome, id, seq, routedWith = string.match(item, '^([dsr])(s%d+):(%d+)(.*)$')
   if not outcome then break end
   local score = redis.call('ZSCORE', schedule, id)
@@ -151,7 +164,7 @@ local function toMove(id, dueMs)
   redis.call('HSET', entries, id .. MOVE_STAMP, stampNow .. ' ' .. dueMs)
   moving = moving + 1
 end
-local due = limit > released and redis.call('ZRANGEBYSCORE', schedule, 1, now, 'LIMIT', 0, limit - released) or {}
+local due = not held and limit > released and redis.call('ZRANGEBYSCORE', schedule, 1, now, 'LIMIT', 0, limit - released) or {}
 local failure
 -- Every due entry's fields and routed count in one HMGET (at most 2 * MAX_RELEASED fields): one
 -- call per entry fewer, the larger part of a release's cost after the XADD itself.
@@ -207,7 +220,7 @@ if runOpen then forgetRun() end
 -- yet move to their key's shard now, into its schedule with their due time, rather than hold the
 -- shrink's drain until they are due. After the due ones (they come first in move order), a call's
 -- worth at a time.
-if not failure and inEffect > 0 and tonumber(ARGV[5]) >= inEffect and moving < MAX_MOVING then
+if not failure and not held and inEffect > 0 and tonumber(ARGV[5]) >= inEffect and moving < MAX_MOVING then
   local ahead = redis.call('ZRANGEBYSCORE', schedule, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, math.min(limit, MAX_MOVING - moving))
   for i = 1, #ahead, 2 do
     if redis.call('HEXISTS', entries, ahead[i] .. ROUTED_COUNT) == 1 then toMove(ahead[i], ahead[i + 1]) end
@@ -332,14 +345,14 @@ if not failure and redis.call('EXISTS', keyStates) == 1 then
   end
 end
 
-nextDue(schedule, '(0')
+if not held then nextDue(schedule, '(0') end
 nextDue(deferred, '-inf')
 if released > 0 and ARGV[3] ~= '' then redis.pcall('SPUBLISH', ARGV[3], '') end
 -- What was released stays released (and removed); the caller hears of the failure and calls again.
 if failure then return redis.error_reply(tostring(failure.err)) end
 
 local reply = { released, nextDueInMs, states, swept, lost }
-if moving > 0 then
+if moving > 0 and not held then
   local waiting = redis.call('ZRANGEBYSCORE', schedule, '-inf', 0, 'WITHSCORES', 'LIMIT', 0, MOVES_REPLIED)
   for i = 1, #waiting, 2 do
     local id = waiting[i]

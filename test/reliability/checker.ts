@@ -658,7 +658,7 @@ export function check(
     unfencedDeadLetters: deadLetterFencing(lines, deadLetters, faults),
     grantDuplicates: grantDuplicates(runs.filter((run) => !replayed(run))),
     notReplayed,
-    writtenTwice: writtenTwice(runs, extras.mayBeTwice ?? new Set(), deferring),
+    writtenTwice: writtenTwice(runs, extras.mayBeTwice ?? new Set(), deferring, lossTimes),
     producerStalls: extras.producerStalls ?? [],
     deadLetterOutcomes: extras.deadLetterOperations
       ? deadLetterOutcomes({

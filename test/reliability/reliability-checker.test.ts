@@ -651,6 +651,10 @@ describe('reliability checker', () => {
     expect(check(produced.slice(0, 1), redelivered, [{ kind: 'kill', target: 'p0', at: 15 }], new Set()).writtenTwice).toEqual([]);
     // Sent again after the reply was lost: at-least-once allows the copy.
     expect(check(produced.slice(0, 2), copies, [], new Set(), { mayBeTwice: new Set(['a#1']) }).writtenTwice).toEqual([]);
+    // Written on either side of a loss of every key (the write log lost with it): a resend no log could recognise.
+    const flush: Fault = { kind: 'redis-flush-restart', at: 2, dataLoss: true };
+    expect(check(produced.slice(0, 2), copies, [flush], new Set()).writtenTwice).toEqual([]);
+    expect(check(produced.slice(0, 2), copies, [{ ...flush, at: 5 }], new Set()).writtenTwice).toEqual(['a#1 in 0/1-0 and 0/3-0']);
   });
 
   it("reports per member kind: each kind's share of the work and the problem lines naming its members (a static member's instances are its own)", () => {

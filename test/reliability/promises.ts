@@ -283,7 +283,8 @@ export function writtenTwice(runs: Run[], allowed: Set<string>, deferring: Set<s
     // only entries that ran to success count there (a copy follows an entry that did not).
     if (deferring.has(run.group) && !(run.ok && run.end !== undefined)) continue;
     if (seen === undefined) entryOf.set(k, entry);
-    else if (seen !== entry && !straddlesLoss(seen, entry, lossTimes)) problems.add(`${run.group ? `${run.group}: ` : ''}${run.key}#${run.seq} in ${seen} and ${entry}`);
+    else if (seen !== entry && !straddlesLoss(seen, entry, lossTimes))
+      problems.add(`${run.group ? `${run.group}: ` : ''}${run.key}#${run.seq} in ${seen} and ${entry}`);
   }
   return [...problems];
 }

@@ -19,6 +19,17 @@ function run(m: string, s: number, id: string, k: string, q: number, start: numb
 }
 const ack = (m: string, s: number, ids: string[], ok: boolean, t: number): RecordLine => ({ e: 'ack', t, m, s, ids, ok });
 
+/** Entries a#1 and a#2 on shard 0, and a reset of the default group's shard 0 to its start at 50 ms. */
+function twoEntriesResetToStart(): { produced: Produced[]; reset: Fault } {
+  return {
+    produced: [
+      { id: '1-0', shard: 0, key: 'a', seq: 1, at: 5 },
+      { id: '2-0', shard: 0, key: 'a', seq: 2, at: 6 },
+    ],
+    reset: { kind: 'reset-offsets', at: 50, resets: [{ group: '', shard: 0, from: '2-0', to: '0-0', oldest: '1-0', resetAt: 50 }] },
+  };
+}
+
 describe('reliability checker', () => {
   it('a clean run: nothing lost, no violation, no overlap, no duplicate', () => {
     const lines = [
@@ -309,15 +320,7 @@ describe('reliability checker', () => {
 
   it("an entry that failed before a reset and succeeded on the reset's re-read is no order violation; without the reset it is", () => {
     // The soak of 09bfcd1: key-33 #1282 dead-lettered, read again by a reset a minute later, succeeded after #2376.
-    const produced: Produced[] = [
-      { id: '1-0', shard: 0, key: 'a', seq: 1, at: 5 },
-      { id: '2-0', shard: 0, key: 'a', seq: 2, at: 6 },
-    ];
-    const reset: Fault = {
-      kind: 'reset-offsets',
-      at: 50,
-      resets: [{ group: '', shard: 0, from: '2-0', to: '0-0', oldest: '1-0', resetAt: 50 }],
-    };
+    const { produced, reset } = twoEntriesResetToStart();
     const failed: RecordLine[] = [
       { e: 'start', t: 10, m: 'p0', s: 0, id: '1-0', k: 'a', q: 1 },
       { e: 'end', t: 11, m: 'p0', s: 0, id: '1-0', k: 'a', q: 1, ok: false },
@@ -337,15 +340,7 @@ describe('reliability checker', () => {
     // The soak of 424aa44 (seed 20261201): reset-offsets to earliest at 742.6 s, then a
     // redis-flush-restart 2.6 s later took shard 6's re-read backlog with every key: 986 entries
     // reported "not handled again after the reset to 0-0" that no longer existed to be read.
-    const produced: Produced[] = [
-      { id: '1-0', shard: 0, key: 'a', seq: 1, at: 5 },
-      { id: '2-0', shard: 0, key: 'a', seq: 2, at: 6 },
-    ];
-    const reset: Fault = {
-      kind: 'reset-offsets',
-      at: 50,
-      resets: [{ group: '', shard: 0, from: '2-0', to: '0-0', oldest: '1-0', resetAt: 50 }],
-    };
+    const { produced, reset } = twoEntriesResetToStart();
     const firstRuns = [...run('p0', 0, '1-0', 'a', 1, 10, 11), ...run('p0', 0, '2-0', 'a', 2, 12, 13)];
     const rereadOne = run('p0', 0, '1-0', 'a', 1, 60, 61);
     const flush: Fault = { kind: 'redis-flush-restart', at: 70, dataLoss: true };

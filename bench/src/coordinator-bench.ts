@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { type AssignmentInput, CoordinatorAdmin, CoordinatorClient, StickyAssignor } from '@redis-stream-coordinator/core';
+import { type AssignmentInput, CoordinatorAdmin, CoordinatorClient, OPTION_RANGES, StickyAssignor } from '@redis-stream-coordinator/core';
 import { ProtocolMember, settle } from '@redis-stream-coordinator/core/testing';
 import { resetCommandStats, scriptStat } from './redis-stats';
 import { elapsedMs, median, percentile, type Spread, spread } from './stats';
@@ -52,7 +52,7 @@ export function measureAssignor(members: number, shards: number, repetitions: nu
 }
 
 /**
- * A group of `members` members with 10 shards each on one Redis: the Redis-side cost (INFO
+ * A group of `members` members with 10 shards each (at most the `shardCount` range's maximum, 8,192) on one Redis: the Redis-side cost (INFO
  * commandstats, usec per EVALSHA) and client round trips of joins, target commits and steady-state
  * heartbeats.
  */
@@ -61,7 +61,7 @@ export async function measureCoordinator(
   members: number,
   options: { steadyCalls: number; commitSamples: number; progress: (line: string) => void },
 ): Promise<CoordinatorFigures> {
-  const shards = members * SHARDS_PER_MEMBER;
+  const shards = Math.min(members * SHARDS_PER_MEMBER, OPTION_RANGES.shardCount.max);
   const streamPrefix = `bench-${members}`;
   await new CoordinatorAdmin(redis).createStream({ streamPrefix, shardCount: shards });
   const coordinator = new CoordinatorClient(redis);

@@ -9,6 +9,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Redis } from 'ioredis';
+import { OPTION_RANGES } from '@redis-stream-coordinator/core';
 import { RedisServer } from '@redis-stream-coordinator/core/testing';
 import { type CoordinatorFigures, measureCoordinator } from './coordinator-bench';
 import { measureConsumption } from './consumption-bench';
@@ -119,7 +120,7 @@ async function main(): Promise<void> {
     progress('scenario 5: coordinator cost curve');
     const coordinator: CoordinatorFigures[] = [];
     for (const members of quick ? [10, 100, 1000] : [10, 30, 100, 300, 1000]) {
-      progress(`  ${members} members, ${members * 10} shards`);
+      progress(`  ${members} members, ${Math.min(members * 10, OPTION_RANGES.shardCount.max)} shards`);
       coordinator.push(
         await measureCoordinator(redis, members, {
           steadyCalls: quick ? 500 : 10_000,

@@ -69,6 +69,44 @@ async function ownedBy(streamPrefix: string, shardIndex: number, memberId: strin
   return new ShardClient(redis.client(), keys, streamPrefix, group, memberId);
 }
 
+/** Redis' clock, in ms. */
+async function redisNow(): Promise<number> {
+  const [seconds, micros] = await redis.client().time();
+  return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+}
+
+/** The payload seqs in a shard's stream, in stream order. */
+async function streamSeqs(streamPrefix: string, shardIndex: number): Promise<number[]> {
+  const entries = await redis.client().xrange(keys.shardStream(streamPrefix, shardIndex), '-', '+');
+  return entries.map(([, fields]) => (JSON.parse(fields[fields.indexOf('p') + 1]) as KeyedPayload).seq);
+}
+
+/**
+ * A member (of `group`) that comes to own all `shards` of the stream and whose release calls on
+ * `schedule` fail, as a slow or absent owner's would, until `slow.releasesFrom` (epoch ms) is set.
+ */
+async function slowReleaser(streamPrefix: string, schedule: string, shards: number, group?: string) {
+  const slow = { releasesFrom: Number.POSITIVE_INFINITY };
+  const connection = redis.client();
+  hookCommands(connection, (name, args) =>
+    isScriptOn(name, args, schedule) && Date.now() < slow.releasesFrom ? new Error('connection lost') : 'send',
+  );
+  const recorded = recorder();
+  const member = aMember(
+    {
+      streamPrefix,
+      handler: recorded.handler,
+      cutoverCheckIntervalMs: 50,
+      sessionTimeoutMs: 3000,
+      ...(group ? { consumerGroup: group } : {}),
+    },
+    connection,
+  );
+  await member.start();
+  await pollUntil('every shard owned', async () => member.ownedShards().length === shards, { timeoutMs: 10_000 });
+  return { slow, recorded, member };
+}
+
 /**
  * Delayed entries of moved and staying keys sent before a growth 2 -> 4, due inside its cutover
  * (graceMs 2000: the new shards are held until the old ones are processed past it), with entries of
@@ -140,16 +178,7 @@ describe('delayed entries across a resize', () => {
     // then handled in stream order).
     const streamPrefix = await aStream(2, 'delayed-shrink-late-move');
     const key = keysThat('move', 2, 1, 1)[0];
-    const removedSchedule = keys.shardSchedule(streamPrefix, 1);
-    let removedReleasesFrom = Number.POSITIVE_INFINITY;
-    const connection = redis.client();
-    hookCommands(connection, (name, args) =>
-      isScriptOn(name, args, removedSchedule) && Date.now() < removedReleasesFrom ? new Error('connection lost') : 'send',
-    );
-    const recorded = recorder();
-    const member = aMember({ streamPrefix, handler: recorded.handler, cutoverCheckIntervalMs: 50, sessionTimeoutMs: 3000 }, connection);
-    await member.start();
-    await pollUntil('both shards owned', async () => member.ownedShards().length === 2);
+    const { slow, recorded } = await slowReleaser(streamPrefix, keys.shardSchedule(streamPrefix, 1), 2);
     const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 100 });
     // Due after the switch (which waits for the member's lease as of the resize to run out).
     const first = await producer.send({ key, payload: { seq: 1 }, delayMs: 6000 });
@@ -159,16 +188,12 @@ describe('delayed entries across a resize', () => {
       switchDelayMs: 300,
       graceMs: 50,
     });
-    const redisNow = async () => {
-      const [seconds, micros] = await redis.client().time();
-      return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
-    };
     await pollUntil('switched', async () => (await redisNow()) > Date.parse(resized.switchAt!), { timeoutMs: 10_000 });
     expect(await redisNow()).toBeLessThan(first.dueAt!);
     const second = await producer.send({ key, payload: { seq: 2 }, delayMs: first.dueAt! - (await redisNow()) + 300 });
     expect(second.shardIndex).toBe(0);
     expect(second.dueAt!).toBeGreaterThan(first.dueAt!);
-    removedReleasesFrom = second.dueAt! + 1000;
+    slow.releasesFrom = second.dueAt! + 1000;
     await pollUntil('both handled', async () => recorded.seen.length === 2, { timeoutMs: 20_000 });
     expect(recorded.seqsOf(key)).toEqual([1, 2]);
     expect(recorded.seen.map((s) => s.shardIndex)).toEqual([0, 0]);
@@ -531,5 +556,80 @@ describe('delayed entries across a resize', () => {
     for (const s of streams) expect(s.shardIndex).toBe(shardForKey(s.key, 4));
     await new Promise((resolve) => setTimeout(resolve, 2 * BLOCK_MS));
     expect(recorded.seen).toHaveLength(moved.length);
+  });
+});
+
+// Known gaps in a key's order for delayed entries across resizes (docs/runtime.md, Delayed
+// delivery, "Known gaps"): each test reproduces one with a slow owner on one side and fails today
+// (an attack review of afcd154, which holds a surviving shard's schedule while its group's ordered
+// shrink cutover is pending). Skipped so that npm test stays green; take the skip off with the fix.
+describe.skip('known gaps in delayed order across resizes (open)', () => {
+  it('a group created after the switch (replayed step, no schedule hold) releases the surviving shard ahead of a late move: the live group handles the key out of order', async () => {
+    const streamPrefix = await aStream(2, 'gap-replay-hold');
+    const key = keysThat('move', 2, 1, 1)[0];
+    const removedSchedule = keys.shardSchedule(streamPrefix, 1);
+    const live = await slowReleaser(streamPrefix, removedSchedule, 2);
+    const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 100 });
+    const first = await producer.send({ key, payload: { seq: 1 }, delayMs: 8000 });
+    const resized = await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 1, {
+      ordered: true,
+      switchDelayMs: 300,
+      graceMs: 50,
+    });
+    await pollUntil('switched', async () => (await redisNow()) > Date.parse(resized.switchAt!), { timeoutMs: 10_000 });
+    // A new group, created now: its cutover is a replayed step (scheduleHeldShards: nothing held).
+    const created = await slowReleaser(streamPrefix, removedSchedule, 2, 'late-group');
+    expect(await redisNow()).toBeLessThan(first.dueAt!);
+    const second = await producer.send({ key, payload: { seq: 2 }, delayMs: first.dueAt! - (await redisNow()) + 300 });
+    live.slow.releasesFrom = created.slow.releasesFrom = second.dueAt! + 1000;
+    await pollUntil('both handled by the live group', async () => live.recorded.seen.length === 2, { timeoutMs: 25_000 });
+    const order = {
+      stream0: await streamSeqs(streamPrefix, 0),
+      liveGroup: live.recorded.seqsOf(key),
+      newGroup: created.recorded.seqsOf(key),
+    };
+    expect(order).toEqual({ stream0: [1, 2], liveGroup: [1, 2], newGroup: [1, 2] });
+  });
+
+  it("ordered growth, after its cutover: a key's delayed entry left on its old shard and moved late goes after the key's later delayed entry on the new shard", async () => {
+    const streamPrefix = await aStream(2, 'gap-growth-late-move');
+    const key = keysThat('move', 2, 4, 1)[0];
+    const [oldShard, newShard] = [shardForKey(key, 2), shardForKey(key, 4)];
+    const { slow, recorded, member } = await slowReleaser(streamPrefix, keys.shardSchedule(streamPrefix, oldShard), 2);
+    const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 100 });
+    const first = await producer.send({ key, payload: { seq: 1 }, delayMs: 6000 });
+    await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 4, { ordered: true, graceMs: 200 });
+    await pollUntil('cutover completed, all four shards owned', async () => member.ownedShards().length === 4, { timeoutMs: 10_000 });
+    expect(await redisNow()).toBeLessThan(first.dueAt!);
+    const second = await producer.send({ key, payload: { seq: 2 }, delayMs: first.dueAt! - (await redisNow()) + 300 });
+    expect(second.shardIndex).toBe(newShard);
+    slow.releasesFrom = second.dueAt! + 1000;
+    await pollUntil('both handled', async () => recorded.seen.length === 2, { timeoutMs: 20_000 });
+    expect({ stream: await streamSeqs(streamPrefix, newShard), handled: recorded.seqsOf(key) }).toEqual({
+      stream: [1, 2],
+      handled: [1, 2],
+    });
+  });
+
+  it("ordered shrink: a removed shard's keyed entry moved (not due) to the surviving shard's schedule keeps its place among its key's entries of the same due time", async () => {
+    const streamPrefix = await aStream(2, 'gap-same-due');
+    const key = keysThat('move', 2, 1, 1)[0];
+    const { slow, recorded } = await slowReleaser(streamPrefix, keys.shardSchedule(streamPrefix, 1), 2);
+    const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 100 });
+    const deliverAt = (await redisNow()) + 9000;
+    const first = await producer.send({ key, payload: { seq: 1 }, deliverAt });
+    const resized = await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 1, {
+      ordered: true,
+      switchDelayMs: 300,
+      graceMs: 50,
+    });
+    await pollUntil('switched', async () => (await redisNow()) > Date.parse(resized.switchAt!), { timeoutMs: 10_000 });
+    // Sent after the switch, for the same delivery time: after the first in send order.
+    const second = await producer.send({ key, payload: { seq: 2 }, deliverAt });
+    expect(second.dueAt).toBe(first.dueAt);
+    slow.releasesFrom = 0; // the removed shard's owner gets to its schedule now (moved before it is due)
+    await pollUntil('moved', async () => (await redis.client().zcard(keys.shardSchedule(streamPrefix, 0))) === 2, { timeoutMs: 10_000 });
+    await pollUntil('both handled', async () => recorded.seen.length === 2, { timeoutMs: 20_000 });
+    expect(recorded.seqsOf(key)).toEqual([1, 2]);
   });
 });

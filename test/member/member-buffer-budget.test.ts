@@ -146,7 +146,13 @@ describe('one buffer budget per client', () => {
     await a.start();
     await settledAssignment([a], 4);
     const written = await write(streamPrefix, 400);
-    await pollUntil('a buffers its whole budget', async () => a.stats().clientBuffer.entries === 20);
+    // What a holds is said when the wait runs out (CI runs of 993a1e0 timed out here twice; alone it takes 0.6 s).
+    await pollUntil('a buffers its whole budget', async () => a.stats().clientBuffer.entries === 20, {
+      state: () => {
+        const { clientBuffer, bufferedEntries, activeHandlers, ownedShards, problems } = a.stats();
+        return { clientBuffer, bufferedEntries, activeHandlers, ownedShards, problems };
+      },
+    });
     // Another member, on a client (and budget) of its own, takes two shards: their queued entries leave a's buffer.
     const b = aMember({ streamPrefix, memberId: 'b', handler: recorder.handler('b') });
     await b.start();

@@ -8,7 +8,7 @@
  */
 import { CoordinatorClient, compareStreamIds, ErrorCode, type HeartbeatResponse } from '@redis-stream-coordinator/core';
 import { ProtocolMember } from '@redis-stream-coordinator/core/testing';
-import { heldFrom } from '../../packages/core/src/admin/cutover';
+import { heldFrom, readGroupCutover } from '../../packages/core/src/admin/cutover';
 import { findGroupInfo } from '../../packages/core/src/redis/responses';
 import type { Fault, RecordLine } from './checker';
 import { evalsha, scriptShas } from './script-match';
@@ -277,7 +277,7 @@ export async function waitUntilRead(h: ChaosHarness, group: string, timeoutMs: n
       'every shard read again',
       async () => {
         behind = [];
-        const cutover = (await h.admin.cutoverStatus(h.streamPrefix)).find((s) => s.consumerGroup === group)?.cutover ?? null;
+        const { cutover } = await readGroupCutover(h.redis, h.admin.keys, h.streamPrefix, group);
         for (const [shard, start] of from) {
           const now = await delivered(shard);
           if (compareStreamIds(now, start) > 0) continue;

@@ -146,8 +146,11 @@ describe('one buffer budget per client', () => {
     await a.start();
     await settledAssignment([a], 4);
     const written = await write(streamPrefix, 400);
-    // What a holds is said when the wait runs out (CI runs of 993a1e0 timed out here twice; alone it takes 0.6 s).
-    await pollUntil('a buffers its whole budget', async () => a.stats().clientBuffer.entries === 20, {
+    // a fills its budget of 20, but for at most one entry: a read asks each shard for 2 entries at
+    // least (half of a shard's share of 5), so with 5 entries of room it reads two shards, 2 each, and
+    // the last entry of room waits for a handler to free more. Waiting for exactly 20 timed out in CI
+    // runs whenever the reads happened to end there.
+    await pollUntil('a buffers its whole budget, less one entry at most', async () => a.stats().clientBuffer.entries >= 19, {
       state: () => {
         const { clientBuffer, bufferedEntries, activeHandlers, ownedShards, problems } = a.stats();
         return { clientBuffer, bufferedEntries, activeHandlers, ownedShards, problems };

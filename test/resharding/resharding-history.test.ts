@@ -230,6 +230,7 @@ describe('a consumer group created after resizes reads every key in order', () =
       readTimeoutMs: 2000,
       checkTimeoutMs: 2000,
       setHolds: (h) => holds.push(h),
+      setResizeHistory: () => undefined,
       onCheckFailed: () => undefined,
       onCompleted: () => undefined,
     });

@@ -216,8 +216,9 @@ function toScheduledEntry(shardIndex: number, id: string, score: number, readAt:
   return {
     id,
     shardIndex,
-    dueAt: score > 0 ? score : null,
-    dueInMs: score > 0 ? score - readAt : null,
+    // Whole ms: an entry moved here before it was due scores half a millisecond before its due time (acceptMove-5.lua).
+    dueAt: score > 0 ? Math.ceil(score) : null,
+    dueInMs: score > 0 ? Math.ceil(score) - readAt : null,
     waitingForMove: score > 0 ? null : score + MOVE_BASE,
     key: byName.get(ENTRY_FIELD.key),
     codec,
@@ -245,7 +246,7 @@ export async function releaseScheduled(redis: RedisClient, keys: KeyBuilder, tar
   ];
   const found = previous !== '';
   const waitingToMove = previous === 'moving';
-  const previousDueAt = found && !waitingToMove ? Number(previous) : null;
+  const previousDueAt = found && !waitingToMove ? Math.ceil(Number(previous)) : null;
   return {
     id: checked,
     found,
@@ -290,5 +291,5 @@ export async function dropScheduled(redis: RedisClient, keys: KeyBuilder, target
       `delayed entry ${checked} of shard ${target.shardIndex} of "${target.streamPrefix}" is due and waits to move to its key's shard after a resize (its owner moves it within about blockMs): it cannot be dropped while it moves; once moved it is in that shard's stream`,
     );
   }
-  return { id: checked, dropped: Number(dropped) === 1, dueAt: due === '' ? null : Number(due), parkedMadeDue: Number(parked) };
+  return { id: checked, dropped: Number(dropped) === 1, dueAt: due === '' ? null : Math.ceil(Number(due)), parkedMadeDue: Number(parked) };
 }

@@ -6,6 +6,7 @@ import type { ResolvedMemberOptions } from './member-options';
 import type { MemberStats } from './member-stats';
 import { ShardDispatcher } from './handle/shard-dispatcher';
 import { type ReadTransport, ShardReader } from './read/shard-reader';
+import type { ResizeStep } from './read/schedule-givers';
 import { sweepPhaseMs } from './read/shard-recovery';
 import { type HandlerAbortReason, ShardError } from './consumption-errors';
 import { abortCalls, inFlightIds, type PollerEvents, ShardSet, type ShardState, workInFlight } from './shard-state';
@@ -157,6 +158,11 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
    * Entries of the given shards from `fromId` on are read but not handled until the holds are
    * replaced; a shard stops being read once it has held entries. An empty map releases every hold.
    */
+  /** The stream's resize history (ScheduleGivers: whose schedules bound each shard's releases). */
+  setResizeHistory(history: readonly ResizeStep[], shardCount: number, metadataVersion: number): void {
+    this.shards.resizeHistory = { history, shardCount, metadataVersion };
+  }
+
   setHolds(holds: Map<number, string>, scheduleHolds?: ReadonlySet<number>): void {
     this.shards.setHolds(holds, scheduleHolds);
     this.dispatcher.dispatch();

@@ -6,6 +6,7 @@ import type { CallSignal } from './handle/call-signal';
 import { type AckRefusedEvent, HandlerAbortedError, type HandlerAbortReason, type ShardError } from './consumption-errors';
 import type { DeadLetterEvent } from './handle/dead-letter-options';
 import type { KeyOrderMirror } from './handle/key-order';
+import type { ResizeStep } from './read/schedule-givers';
 
 /**
  * Where a granted shard is: installing its fencing token (and retrying while a newer token refuses
@@ -46,6 +47,11 @@ export interface ShardState {
   lastSweepAt: number;
   /** When its schedule is checked for due delayed entries next (ms since the epoch; read/schedule-release.ts). */
   nextScheduleCheckAt: number;
+  /**
+   * Since when its due delayed entries wait for a shard that gave it keys in a resize (ScheduleGivers;
+   * undefined while none wait): past HELD_VISIBLE_AFTER_BLOCKS idle waits it is a problems line.
+   */
+  scheduleHeldSince?: number;
   /**
    * True while the shard's sweeps collect entries (other consumers', then this member's untracked
    * ones): no handler starts on the shard meanwhile, since either part may find entries older than
@@ -217,6 +223,12 @@ export class ShardSet {
    * which is only once the removed shards' schedules are empty (every keyed entry moved).
    */
   scheduleHolds: ReadonlySet<number> = new Set();
+  /** The stream's resize history as the last metadata sync read it (ScheduleGivers). */
+  resizeHistory: { history: readonly ResizeStep[]; shardCount: number; metadataVersion: number } = {
+    history: [],
+    shardCount: 0,
+    metadataVersion: 0,
+  };
   /**
    * shardIndex -> a released grant whose handler is still running (a handler cannot be stopped: the
    * lease was lost, or a revocation's wait ran out). A new grant of the shard starts no handler

@@ -20,7 +20,11 @@ export async function readScheduleHeads(
   keyStates: string,
 ): Promise<{ scheduled: ScheduleHead; deferred: ScheduleHead; parked: number }> {
   const reply = (await runScript(redis, 'readScheduleHeads', [schedule, deferred, keyStates], [])) as (number | string)[];
-  const head = (i: number): ScheduleHead => ({ count: Number(reply[i]), firstDueAt: reply[i + 1] === '' ? null : Number(reply[i + 1]) });
+  // Whole ms: an entry moved before it was due scores half a millisecond before its due time (acceptMove-5.lua).
+  const head = (i: number): ScheduleHead => ({
+    count: Number(reply[i]),
+    firstDueAt: reply[i + 1] === '' ? null : Math.ceil(Number(reply[i + 1])),
+  });
   const inDeferred = head(2);
   // Both read in one script: the parked count is never above the schedule's (a key-states hash
   // alone, its schedule deleted, counts nothing).

@@ -42,6 +42,7 @@ const SCRIPT_FILES = {
   resetShardOffset: 'resetShardOffset-2.lua',
   readSchedule: 'readSchedule-2.lua',
   readScheduleHeads: 'readScheduleHeads-3.lua',
+  scheduleBound: 'scheduleBound-2.lua',
   makeScheduledDue: 'makeScheduledDue-3.lua',
   dropScheduled: 'dropScheduled-3.lua',
 } as const;
@@ -165,6 +166,15 @@ function scriptArguments(script: ScriptName, keys: string[], args: (string | num
   return KEY_COUNTS.get(script) === undefined ? [keys.length, ...keys, ...args] : (keys as (string | number | Buffer)[]).concat(args);
 }
 
+/** The scripts that write nothing: ioredis may send them to a replica (`scaleReads`). */
+const READ_ONLY_SCRIPTS: ReadonlySet<ScriptName> = new Set([
+  'describeGroup',
+  'firstAfter',
+  'readSchedule',
+  'readScheduleHeads',
+  'scheduleBound',
+]);
+
 /** Defines every script on the client once; returns the command name of `script`. */
 function defineScripts(client: RedisClient, script: ScriptName): string {
   if (!defined.has(client)) {
@@ -172,7 +182,7 @@ function defineScripts(client: RedisClient, script: ScriptName): string {
       client.defineCommand(commandName(name), {
         lua,
         numberOfKeys: keyCount(SCRIPT_FILES[name]),
-        readOnly: name === 'describeGroup' || name === 'firstAfter' || name === 'readSchedule' || name === 'readScheduleHeads',
+        readOnly: READ_ONLY_SCRIPTS.has(name),
       });
     }
     defined.add(client);

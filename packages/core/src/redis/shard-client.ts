@@ -65,7 +65,20 @@ export interface ReleaseOutcome {
   swept: string[];
   /** Schedule ids of the group's due deferred or parked entries found without their fields (deleted from outside): dropped, counted out of their key. */
   lost: string[];
+  /** Due entries the givers' bound held (releaseDue's `bound`): the caller reads it again and calls later. */
+  heldDue: number;
   moves: WaitingMove[];
+}
+
+/**
+ * What a shard's schedule says to the shards that received its keys in a resize (scheduleBound-2.lua):
+ * the score of its first entry (null when it is empty; at or below 0 while one waits to move), and
+ * whether its routing marker's latest count, of `version`, is in effect.
+ */
+export interface ScheduleBound {
+  first: number | null;
+  switched: boolean;
+  version: number;
 }
 
 /** A shard claim: installed (reading goes on from `cursor`), or refused because `holder`'s token is newer. */
@@ -358,6 +371,8 @@ export class ShardClient {
    * (their key's shard may be another now); or null when the shard has a newer owner (nothing moved).
    * `scheduleHeld`: the member's group holds the shard in an ordered shrink's cutover; once the
    * shrink switched, its schedule is left as it is (only the group's deferred retries are released).
+   * `bound`: only schedule entries scored below it are released (ScheduleGivers: the first entry
+   * still waiting on a shard that gave this one keys in a resize); undefined for none.
    */
   async releaseDue(
     shardIndex: number,
@@ -365,6 +380,7 @@ export class ShardClient {
     count: number,
     settled = '',
     scheduleHeld = false,
+    bound?: number,
   ): Promise<ReleaseOutcome | null> {
     const [stream, fence] = this.shardKeys(shardIndex);
     const reply = (await runScriptBuffer(
@@ -386,6 +402,7 @@ export class ShardClient {
         shardIndex,
         this.consumerGroup,
         scheduleHeld ? '1' : '',
+        bound === undefined || bound === Number.POSITIVE_INFINITY ? '' : String(bound),
       ],
     )) as (number | Buffer | unknown[])[];
     if (Number(reply[0]) === -1) return null;
@@ -395,7 +412,7 @@ export class ShardClient {
     const swept = ((reply[3] ?? []) as unknown[]).map(String);
     const lost = ((reply[4] ?? []) as unknown[]).map(String);
     const moves: WaitingMove[] = [];
-    for (let i = 5; i + 6 < reply.length; i += 7) {
+    for (let i = 6; i + 6 < reply.length; i += 7) {
       moves.push({
         id: String(reply[i]),
         seq: String(reply[i + 1]),
@@ -406,7 +423,19 @@ export class ShardClient {
         dueAt: String(reply[i + 6]),
       });
     }
-    return { released: Number(reply[0]), nextDueInMs: Number(reply[1]), keyStates, swept, lost, moves };
+    return { released: Number(reply[0]), nextDueInMs: Number(reply[1]), keyStates, swept, lost, heldDue: Number(reply[5] ?? 0), moves };
+  }
+
+  /** A shard's schedule as the shards that received its keys in a resize see it (scheduleBound-2.lua), read-only. */
+  async scheduleBound(shardIndex: number): Promise<ScheduleBound> {
+    const reply = (await runScript(
+      this.redis,
+      'scheduleBound',
+      [this.keys.shardSchedule(this.streamPrefix, shardIndex), this.keys.shardRouting(this.streamPrefix, shardIndex)],
+      [],
+    )) as (string | number | Buffer)[];
+    const first = String(reply[0]);
+    return { first: first === '' ? null : Number(first), switched: Number(reply[1]) === 1, version: Number(reply[2]) };
   }
 
   /**

@@ -2,6 +2,7 @@ import { type Cutover, cutoverProgress, heldFrom, readGroupCutover } from '../..
 import type { CoordinatorClient } from '../../redis/coordinator-client';
 import type { RedisClient } from '../../redis/scripts';
 import { withTimeout } from '../abortable-sleep';
+import { parseResizeHistory, type ResizeStep } from '../read/schedule-givers';
 
 export interface CutoverWatchSettings {
   streamPrefix: string;
@@ -22,6 +23,11 @@ export interface CutoverWatchSettings {
    * later group's steps); so do the schedules of `scheduleHolds` (scheduleHeldShards).
    */
   setHolds(holds: Map<number, string>, scheduleHolds: ReadonlySet<number>): void;
+  /**
+   * The stream's resize history, shard count and metadata version, read with the cutover: the
+   * shards that gave each shard keys, whose schedules bound its releases (ScheduleGivers).
+   */
+  setResizeHistory(history: readonly ResizeStep[], shardCount: number, metadataVersion: number): void;
   /** A check of the cutover's progress failed; it is tried again at the next interval. */
   onCheckFailed(error: Error): void;
   /** This member completed the cutover: the group's metadata changed, heartbeat now. */
@@ -69,9 +75,15 @@ export class CutoverWatch {
    * life's (recreated meanwhile), it rejects too and the holds stay: "no cutover" read then would
    * release entries that the group, in either life, still orders after others.
    */
-  async sync(incarnation: string): Promise<void> {
+  async sync(incarnation: string, metadataVersion = 0): Promise<void> {
     const { streamPrefix, consumerGroup, readTimeoutMs } = this.settings;
-    const read = await withTimeout(readGroupCutover(this.redis, this.coordinator.keys, streamPrefix, consumerGroup), readTimeoutMs);
+    const [read, [history, shardCount]] = await withTimeout(
+      Promise.all([
+        readGroupCutover(this.redis, this.coordinator.keys, streamPrefix, consumerGroup),
+        this.redis.hmget(this.coordinator.keys.streamMeta(streamPrefix), 'resizeHistory', 'shardCount'),
+      ]),
+      readTimeoutMs,
+    );
     if (read.incarnation === null)
       throw new Error(`the group's keys are gone (lost, or the group deleted); what is held stays held until the member has rejoined`);
     if (read.incarnation !== incarnation) {
@@ -79,6 +91,7 @@ export class CutoverWatch {
         `the group was recreated since the answer (incarnation ${read.incarnation}, the answer's ${incarnation}); what is held stays held until the member has rejoined`,
       );
     }
+    this.settings.setResizeHistory(parseResizeHistory(history), Number(shardCount ?? 0), metadataVersion);
     const cutover = read.cutover;
     const fresh = cutover !== null && cutover.version !== this.cutover?.version;
     this.cutover = cutover;

@@ -47,6 +47,7 @@ export class MetadataSync {
       readTimeoutMs: callTimeoutMs,
       checkTimeoutMs: commandCallTimeoutMs(options),
       setHolds: (holds, scheduleHolds) => poller.setHolds(holds, scheduleHolds),
+      setResizeHistory: (history, shardCount, metadataVersion) => poller.setResizeHistory(history, shardCount, metadataVersion),
       onCheckFailed: (error) =>
         events.emit('error', new Error(`member ${options.memberId}: checking the group's cutover failed: ${error.message}`)),
       onCompleted,
@@ -75,7 +76,7 @@ export class MetadataSync {
     // Behind from the moment a newer version is known until its cutover is read.
     this.behind = true;
     try {
-      await this.cutover.sync(incarnation);
+      await this.cutover.sync(incarnation, metadataVersion);
     } catch (error) {
       const problem = `reading the group's cutover failed: ${(error as Error).message}; no new shards and no handler starts until it succeeds`;
       this.problems.set('metadata', problem);

@@ -5,6 +5,7 @@ import { withTimeout } from '../abortable-sleep';
 import { ShardError } from '../consumption-errors';
 import { commandCallTimeoutMs, type ResolvedMemberOptions } from '../member-options';
 import type { PollerEvents, ShardSet, ShardState } from '../shard-state';
+import { ScheduleGivers } from './schedule-givers';
 import { forShardsSideBySide } from './shards-side-by-side';
 
 /**
@@ -32,6 +33,13 @@ export const RELEASE_CALLS_PER_TURN = 4;
 export const MOVES_PER_TURN = 64;
 
 /**
+ * How many idle waits (`blockMs`) a shard's due entries may wait for a shard that gave it keys before
+ * `problems` says so: its owner releases or moves them in its own turn, about one idle wait away;
+ * longer means that shard has no owner reading it, or its owner is stuck.
+ */
+const HELD_VISIBLE_AFTER_BLOCKS = 3;
+
+/**
  * Delayed delivery, the owner's side (docs/runtime.md, Delayed delivery): in its read loop's turn, a
  * member moves the due entries of each shard it reads from the shard's schedule into its stream
  * (releaseDue-8.lua: one script per call, fenced by the shard's token, due by Redis' clock), where
@@ -41,15 +49,21 @@ export const MOVES_PER_TURN = 64;
  * `blockMs` of its due time while its shard has an owner.
  */
 export class ScheduleRelease {
+  private readonly givers: ScheduleGivers;
+
   constructor(
     private readonly shards: ShardSet,
     private readonly client: ShardClient,
     private readonly events: EventEmitter<PollerEvents>,
     private readonly options: ResolvedMemberOptions,
-  ) {}
+  ) {
+    this.givers = new ScheduleGivers(client);
+  }
 
   /** Releases what is due on every shard whose check is due, RELEASE_SHARDS_PER_TURN at most. */
   async releaseDue(): Promise<void> {
+    const { history, shardCount, metadataVersion } = this.shards.resizeHistory;
+    this.givers.setHistory(history, shardCount, metadataVersion);
     const now = Date.now();
     const due = this.shards
       .all()
@@ -78,7 +92,9 @@ export class ScheduleRelease {
    * settled in the next call), up to RELEASE_CALLS_PER_TURN calls a turn. A surviving shard of an
    * ordered shrink that the group's cutover holds releases nothing of its schedule once the shrink
    * has switched (ShardSet.scheduleHolds): a removed shard's keyed entries moved to it late must
-   * not land behind their keys' later entries released here meanwhile.
+   * not land behind their keys' later entries released here meanwhile. Nor does any shard that
+   * received keys in a resize release entries due at or past the first entry still waiting in the
+   * schedule of a shard that gave them (ScheduleGivers), whichever group's member calls.
    */
   private async release(state: ShardState): Promise<void> {
     let outcome: ReleaseOutcome | null = null;
@@ -88,10 +104,20 @@ export class ScheduleRelease {
     let waitsFor: number | undefined;
     let released = 0;
     const budget = { moves: MOVES_PER_TURN };
+    let bounded: { bound: number; by: number } | undefined;
     try {
+      // Bounded (SPEC 10.1) as a call: its reads go side by side, a few at most in the common case.
+      bounded = await withTimeout(this.givers.bound(state.index), commandCallTimeoutMs(this.options));
       for (let round = 0; ; round++) {
         outcome = await withTimeout(
-          this.client.releaseDue(state.index, state.grantEpoch, RELEASED_PER_CALL, settled, this.shards.scheduleHolds.has(state.index)),
+          this.client.releaseDue(
+            state.index,
+            state.grantEpoch,
+            RELEASED_PER_CALL,
+            settled,
+            this.shards.scheduleHolds.has(state.index),
+            bounded?.bound,
+          ),
           commandCallTimeoutMs(this.options),
         );
         released += outcome?.released ?? 0;
@@ -136,6 +162,19 @@ export class ScheduleRelease {
       return;
     }
     if (!this.shards.isCurrent(state)) return;
+    // Nothing waits silently (SPEC 9.1): due entries held for a giver past a few idle waits say for which.
+    if (outcome === null || outcome.heldDue === 0 || bounded === undefined) {
+      state.scheduleHeldSince = undefined;
+      state.problems.delete('schedule-order');
+    } else {
+      state.scheduleHeldSince ??= Date.now();
+      if (Date.now() - state.scheduleHeldSince >= HELD_VISIBLE_AFTER_BLOCKS * this.options.blockMs) {
+        state.problems.set(
+          'schedule-order',
+          `shard ${state.index}: ${outcome.heldDue} due delayed entries wait for shard ${bounded.by}, which gave this shard keys in a resize and still holds an entry due before them (released or moved by its owner in any group; none reads it now, or its owner is stuck)`,
+        );
+      }
+    }
     // Nothing is skipped silently (SPEC 9.1): an entry that cannot move says where it waits to go.
     if (waitsFor === undefined) state.problems.delete('schedule');
     else {

@@ -60,7 +60,10 @@ if dueMs and dueMs > nowMs() then
   if type(seqNow) == 'table' then return redis.error_reply(tostring(seqNow.err)) end
   local scheduled = string.format('s%016d', seqNow)
   redis.call('HSET', KEYS[5], scheduled, ARGV[6], scheduled .. ROUTED_COUNT, ARGV[3])
-  redis.call('ZADD', KEYS[4], string.format('%.0f', dueMs), scheduled)
+  -- Half a millisecond before its due time: ahead of this shard's own entries due then, which were
+  -- sent after the switch (its key's were all on the source before it), so it keeps its place in
+  -- send order among its key's entries of one due time; due at the same Redis millisecond.
+  redis.call('ZADD', KEYS[4], string.format('%.1f', dueMs - 0.5), scheduled)
   redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
   return scheduled
 end

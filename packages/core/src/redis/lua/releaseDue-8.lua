@@ -49,8 +49,15 @@
            stream, and the cutover hands both out in stream order (docs/resharding.md, Shrinking).
            The cutover completes only once the removed shards' schedules are empty, so whatever is
            released here after it comes after every moved entry
+  ARGV[8]  the bound the shards that gave this shard keys in a resize set ('' for none): only its
+           schedule's entries scored below it are released (scheduleBound-2.lua: the first score in
+           those shards' schedules, read once each had switched). A key's delayed entry sent before
+           the switch waits there until it is released or moved here; its later ones sent here
+           after the switch must not enter the stream before it, whichever group's owner releases
+           this shard (docs/runtime.md, Delayed delivery). Entries due but held by it are counted
+           in the reply (heldDue); the caller reads the bound again and calls again later
 
-  Output: {released, nextDueInMs, states, swept, lost, then per entry waiting to move (the first
+  Output: {released, nextDueInMs, states, swept, lost, heldDue, then per entry waiting to move (the first
   MOVES_REPLIED, in move order): id, seq, stamp count, stamp version, key, fields (cmsgpack), due
   time ('' when due)}: how many entries were released, how long until the next scheduled entry is
   due (0: more are due now, beyond the count; -1: the schedule is empty), the new states of the keys
@@ -164,7 +171,10 @@ local function toMove(id, dueMs)
   redis.call('HSET', entries, id .. MOVE_STAMP, stampNow .. ' ' .. dueMs)
   moving = moving + 1
 end
-local due = not held and limit > released and redis.call('ZRANGEBYSCORE', schedule, 1, now, 'LIMIT', 0, limit - released) or {}
+-- Below the givers' bound only (ARGV[8]): exclusive, since an entry due at it waits there still.
+local bound = tonumber(ARGV[8] or '')
+local upTo = (bound and bound <= now) and ('(' .. string.format('%.17g', bound)) or now
+local due = not held and limit > released and redis.call('ZRANGEBYSCORE', schedule, 1, upTo, 'LIMIT', 0, limit - released) or {}
 local failure
 -- Every due entry's fields and routed count in one HMGET (at most 2 * MAX_RELEASED fields): one
 -- call per entry fewer, the larger part of a release's cost after the XADD itself.
@@ -223,7 +233,8 @@ if runOpen then forgetRun() end
 if not failure and not held and inEffect > 0 and tonumber(ARGV[5]) >= inEffect and moving < MAX_MOVING then
   local ahead = redis.call('ZRANGEBYSCORE', schedule, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, math.min(limit, MAX_MOVING - moving))
   for i = 1, #ahead, 2 do
-    if redis.call('HEXISTS', entries, ahead[i] .. ROUTED_COUNT) == 1 then toMove(ahead[i], ahead[i + 1]) end
+    -- Its due time in whole ms (one moved here not due yet scores half a millisecond before it: acceptMove-5.lua).
+    if redis.call('HEXISTS', entries, ahead[i] .. ROUTED_COUNT) == 1 then toMove(ahead[i], string.format('%.0f', math.ceil(tonumber(ahead[i + 1])))) end
   end
 end
 
@@ -231,7 +242,8 @@ local nextDueInMs = -1
 local function nextDue(schedule, from)
   local first = redis.call('ZRANGEBYSCORE', schedule, from, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if #first > 0 then
-    local wait = math.max(0, tonumber(first[2]) - now)
+    -- Whole ms: a moved entry scores half a millisecond before its due time (acceptMove-5.lua).
+    local wait = math.max(0, math.ceil(tonumber(first[2]) - now))
     if nextDueInMs < 0 or wait < nextDueInMs then nextDueInMs = wait end
   end
 end
@@ -345,13 +357,23 @@ if not failure and redis.call('EXISTS', keyStates) == 1 then
   end
 end
 
-if not held then nextDue(schedule, '(0') end
+-- Due but held by the givers' bound: counted, and not timed (when the givers' owners release or
+-- move what is before them decides it). The next due time is that of an entry still releasable
+-- (below the bound: due now, beyond this call's count) or not due yet.
+local heldDue = 0
+if not held and bound and bound <= now then
+  local from = string.format('%.17g', math.max(1, bound))
+  heldDue = redis.call('ZCOUNT', schedule, from, now)
+  if heldDue > 0 and redis.call('ZCOUNT', schedule, 1, '(' .. from) == 0 then nextDue(schedule, '(' .. now) else nextDue(schedule, '(0') end
+elseif not held then
+  nextDue(schedule, '(0')
+end
 nextDue(deferred, '-inf')
 if released > 0 and ARGV[3] ~= '' then redis.pcall('SPUBLISH', ARGV[3], '') end
 -- What was released stays released (and removed); the caller hears of the failure and calls again.
 if failure then return redis.error_reply(tostring(failure.err)) end
 
-local reply = { released, nextDueInMs, states, swept, lost }
+local reply = { released, nextDueInMs, states, swept, lost, heldDue }
 if moving > 0 and not held then
   local waiting = redis.call('ZRANGEBYSCORE', schedule, '-inf', 0, 'WITHSCORES', 'LIMIT', 0, MOVES_REPLIED)
   for i = 1, #waiting, 2 do

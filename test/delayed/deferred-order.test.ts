@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { CoordinatorAdmin, KeyBuilder, type ParkedEvent, StreamProducer, type StreamMessage } from '@redis-stream-coordinator/core';
-import { ShardClient } from '../../packages/core/src/redis/shard-client';
+import { fenceToken, ShardClient } from '../../packages/core/src/redis/shard-client';
 import type { KeyedPayload } from '../support/handler-recorder';
 import { memberFactory } from '../support/member-factory';
 import { oneShardStream } from '../support/one-shard-stream';
@@ -249,6 +249,55 @@ describe('deferredOrder', () => {
     expect(await pendingCount(streamPrefix)).toBe(1);
     release();
     await pollUntil('the owner acknowledged it', async () => (await pendingCount(streamPrefix)) === 0);
+  });
+
+  it('a park sent again after its first run landed writes nothing twice: its answer says so, and the schedule, key state and parked count are as after the first', async () => {
+    const streamPrefix = await aStream('order-park-resent');
+    const stream = keys.shardStream(streamPrefix, 0);
+    await redis.client().xgroup('CREATE', stream, 'group', '0', 'MKSTREAM');
+    const { id } = await new StreamProducer(redis.client(), { streamPrefix }).send({ key: 'k', payload: { seq: 1 } });
+    await redis.client().xreadgroup('GROUP', 'group', 'owner', 'STREAMS', stream, '>');
+    await redis.client().set(keys.shardFence(streamPrefix, 0, 'group'), fenceToken('0', 1, 'owner'));
+    const states = keys.shardDeferredKeys(streamPrefix, 0, 'group');
+    await redis.client().hset(states, 'kk', '1|0|0|||');
+    const owner = new ShardClient(redis.client(), keys, streamPrefix, 'group', 'owner');
+    const entry = { id, fields: ['p', '{"seq":1}', 'k', 'k'] };
+    const after = async () => ({
+      scheduled: await redis.client().zcard(keys.shardDeferred(streamPrefix, 0, 'group')),
+      fields: (await redis.client().hkeys(keys.shardDeferredEntries(streamPrefix, 0, 'group'))).filter((f) => !f.startsWith('#')).length,
+      state: await redis.client().hget(states, 'kk'),
+      parked: await redis.client().hget(states, '#parked'),
+      pending: await pendingCount(streamPrefix),
+    });
+    expect((await owner.park(0, 1, entry, 0, 'kk', 'original'))?.outcome).toBe('park');
+    const first = await after();
+    expect(first).toEqual({ scheduled: 1, fields: 2, state: '2|0|0|||', parked: '1', pending: 0 });
+    expect((await owner.park(0, 1, entry, 0, 'kk', 'original'))?.outcome).toBe('');
+    expect(await after()).toEqual(first);
+  });
+
+  it('a deferral sent again after its first run landed writes nothing twice, counted in its key or not', async () => {
+    for (const keyField of ['kk', undefined]) {
+      const streamPrefix = await aStream('order-defer-resent');
+      const stream = keys.shardStream(streamPrefix, 0);
+      await redis.client().xgroup('CREATE', stream, 'group', '0', 'MKSTREAM');
+      const { id } = await new StreamProducer(redis.client(), { streamPrefix }).send({ key: 'k', payload: { seq: 1 } });
+      await redis.client().xreadgroup('GROUP', 'group', 'owner', 'STREAMS', stream, '>');
+      await redis.client().set(keys.shardFence(streamPrefix, 0, 'group'), fenceToken('0', 1, 'owner'));
+      const owner = new ShardClient(redis.client(), keys, streamPrefix, 'group', 'owner');
+      const entry = { id, fields: ['p', '{"seq":1}', 'k', 'k'] };
+      const after = async () => ({
+        scheduled: await redis.client().zcard(keys.shardDeferred(streamPrefix, 0, 'group')),
+        fields: (await redis.client().hkeys(keys.shardDeferredEntries(streamPrefix, 0, 'group'))).filter((f) => !f.startsWith('#')).length,
+        states: await redis.client().hgetall(keys.shardDeferredKeys(streamPrefix, 0, 'group')),
+        pending: await pendingCount(streamPrefix),
+      });
+      expect(typeof (await owner.defer(0, 1, entry, 1, 60_000, keyField))?.dueAt).toBe('number');
+      const first = await after();
+      expect(first).toMatchObject({ scheduled: 1, fields: keyField ? 2 : 1, pending: 0 });
+      expect((await owner.defer(0, 1, entry, 1, 60_000, keyField))?.dueAt).toBe('');
+      expect(await after()).toEqual(first);
+    }
   });
 
   it("is 'key' or 'none', refused otherwise naming the option and the value", () => {

@@ -14,8 +14,8 @@ local BARRIER_CURSOR = '#cursor'
 -- The group's deferral sequence, kept in its deferred entries hash (as the schedule's SCHEDULE_SEQ).
 local DEFERRAL_SEQ = '#seq'
 
-local function readKeyState(keysKey, field)
-  local raw = redis.call('HGET', keysKey, field)
+-- A key's state from its stored text (nil or malformed: the empty state).
+local function parseKeyState(raw)
   if raw then
     local count, due, partial, floor, released, barrier = string.match(raw, '^(%d+)|(%d+)|(%d)|([%d-]*)|([%d-]*)|([%d-]*)$')
     if count then
@@ -25,13 +25,21 @@ local function readKeyState(keysKey, field)
   return { count = 0, due = 0, partial = 0, floor = '', released = '', barrier = '' }
 end
 
+local function readKeyState(keysKey, field)
+  return parseKeyState(redis.call('HGET', keysKey, field))
+end
+
+-- A key's state as stored (writeKeyState), for a state that counts entries or has a barrier.
+local function keyStateText(s)
+  return string.format('%d|%.0f|%d|%s|%s|%s', math.max(s.count, 0), s.due, s.partial, s.floor, s.released, s.barrier)
+end
+
 -- Writes a key's state; a state with nothing in the schedule and nothing appended is deleted.
 local function writeKeyState(keysKey, field, s)
   if s.count <= 0 and s.barrier == '' then
     redis.call('HDEL', keysKey, field)
   else
-    redis.call('HSET', keysKey, field,
-      string.format('%d|%.0f|%d|%s|%s|%s', math.max(s.count, 0), s.due, s.partial, s.floor, s.released, s.barrier))
+    redis.call('HSET', keysKey, field, keyStateText(s))
   end
 end
 

@@ -262,7 +262,7 @@ describe('deferredOrder', () => {
     await redis.client().hset(states, 'kk', '1|0|0|||');
     const owner = new ShardClient(redis.client(), keys, streamPrefix, 'group', 'owner');
     const entry = { id, fields: ['p', '{"seq":1}', 'k', 'k'] };
-    const after = async () => ({
+    const sideState = async () => ({
       scheduled: await redis.client().zcard(keys.shardDeferred(streamPrefix, 0, 'group')),
       fields: (await redis.client().hkeys(keys.shardDeferredEntries(streamPrefix, 0, 'group'))).filter((f) => !f.startsWith('#')).length,
       state: await redis.client().hget(states, 'kk'),
@@ -270,10 +270,10 @@ describe('deferredOrder', () => {
       pending: await pendingCount(streamPrefix),
     });
     expect((await owner.park(0, 1, entry, 0, 'kk', 'original'))?.outcome).toBe('park');
-    const first = await after();
+    const first = await sideState();
     expect(first).toEqual({ scheduled: 1, fields: 2, state: '2|0|0|||', parked: '1', pending: 0 });
     expect((await owner.park(0, 1, entry, 0, 'kk', 'original'))?.outcome).toBe('');
-    expect(await after()).toEqual(first);
+    expect(await sideState()).toEqual(first);
   });
 
   it('a deferral sent again after its first run landed writes nothing twice, counted in its key or not', async () => {
@@ -286,17 +286,17 @@ describe('deferredOrder', () => {
       await redis.client().set(keys.shardFence(streamPrefix, 0, 'group'), fenceToken('0', 1, 'owner'));
       const owner = new ShardClient(redis.client(), keys, streamPrefix, 'group', 'owner');
       const entry = { id, fields: ['p', '{"seq":1}', 'k', 'k'] };
-      const after = async () => ({
+      const sideState = async () => ({
         scheduled: await redis.client().zcard(keys.shardDeferred(streamPrefix, 0, 'group')),
         fields: (await redis.client().hkeys(keys.shardDeferredEntries(streamPrefix, 0, 'group'))).filter((f) => !f.startsWith('#')).length,
         states: await redis.client().hgetall(keys.shardDeferredKeys(streamPrefix, 0, 'group')),
         pending: await pendingCount(streamPrefix),
       });
       expect(typeof (await owner.defer(0, 1, entry, 1, 60_000, keyField))?.dueAt).toBe('number');
-      const first = await after();
+      const first = await sideState();
       expect(first).toMatchObject({ scheduled: 1, fields: keyField ? 2 : 1, pending: 0 });
       expect((await owner.defer(0, 1, entry, 1, 60_000, keyField))?.dueAt).toBe('');
-      expect(await after()).toEqual(first);
+      expect(await sideState()).toEqual(first);
     }
   });
 

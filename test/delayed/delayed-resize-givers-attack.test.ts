@@ -1,0 +1,153 @@
+import { describe, expect, it } from 'vitest';
+import { CoordinatorAdmin, KeyBuilder, StreamProducer, type StreamMessage } from '@redis-stream-coordinator/core';
+import { shardForKey } from '../../packages/core/src/producer/key-hash';
+import { hookCommands, isScriptOn } from '../support/command-hooks';
+import type { KeyedPayload } from '../support/handler-recorder';
+import { memberFactory } from '../support/member-factory';
+import { pollUntil } from '../support/poll';
+import { uniqueName, useRedisServer } from '../support/vitest-redis';
+
+// Attack review of 91f85ac ("Delayed order across resizes holds whichever owner is slow"): a shard
+// that received keys releases only below its givers' first score. These tests probe what that bound
+// does not cover. Each `it.fails` fails on the code as of 91f85ac (the branch stays green).
+
+const redis = useRedisServer();
+const BLOCK_MS = 300;
+const aMember = memberFactory(redis, { blockMs: BLOCK_MS });
+const keys = new KeyBuilder();
+
+async function aStream(shardCount: number, label: string): Promise<string> {
+  const streamPrefix = uniqueName(label);
+  await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount });
+  return streamPrefix;
+}
+
+/** The first key whose shard under each count of `counts` is `shards[i]` (undefined: any). */
+function keyRouted(counts: number[], shards: (number | undefined)[]): string {
+  for (let i = 0; ; i++) {
+    const key = `key-${i}`;
+    if (counts.every((c, j) => shards[j] === undefined || shardForKey(key, c) === shards[j])) return key;
+  }
+}
+
+function recorder() {
+  const seen: { key: string | undefined; seq: number; shardIndex: number }[] = [];
+  return {
+    seen,
+    handler: (message: StreamMessage<KeyedPayload>) => {
+      seen.push({ key: message.key, seq: message.payload.seq, shardIndex: message.shardIndex });
+    },
+    seqsOf: (key: string) => seen.filter((s) => s.key === key).map((s) => s.seq),
+  };
+}
+
+async function redisNow(): Promise<number> {
+  const [seconds, micros] = await redis.client().time();
+  return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+}
+
+async function streamSeqs(streamPrefix: string, shardIndex: number): Promise<number[]> {
+  const entries = await redis.client().xrange(keys.shardStream(streamPrefix, shardIndex), '-', '+');
+  return entries.map(([, fields]) => (JSON.parse(fields[fields.indexOf('p') + 1]) as KeyedPayload).seq);
+}
+
+/** As delayed-resize.test.ts: a member owning every shard whose release calls on `schedule` fail until `slow.releasesFrom`. */
+async function slowReleaser(streamPrefix: string, schedule: string, shards: number) {
+  const slow = { releasesFrom: Number.POSITIVE_INFINITY };
+  const connection = redis.client();
+  hookCommands(connection, (name, args) =>
+    isScriptOn(name, args, schedule) && args[1] === '8' && Date.now() < slow.releasesFrom ? new Error('connection lost') : 'send',
+  );
+  const recorded = recorder();
+  const member = aMember({ streamPrefix, handler: recorded.handler, cutoverCheckIntervalMs: 50, sessionTimeoutMs: 3000 }, connection);
+  await member.start();
+  await pollUntil('every shard owned', async () => member.ownedShards().length === shards, { timeoutMs: 10_000 });
+  return { slow, recorded, member };
+}
+
+describe('attack on 91f85ac: delayed order across resizes', () => {
+  it.fails("growth, the RECEIVER slow: the old shard's owner writes the key's due entry straight into the new shard's stream, ahead of the key's earlier-due entry still in the new shard's schedule", async () => {
+    const streamPrefix = await aStream(2, 'atk-recv-slow');
+    const key = keyRouted([2, 4], [0, 2]);
+    const { slow, recorded, member } = await slowReleaser(streamPrefix, keys.shardSchedule(streamPrefix, 2), 2);
+    const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 100 });
+    const first = await producer.send({ key, payload: { seq: 1 }, delayMs: 4000 });
+    expect(first.shardIndex).toBe(0);
+    await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 4, { ordered: true, graceMs: 200 });
+    await pollUntil('cutover completed, all four shards owned', async () => member.ownedShards().length === 4, { timeoutMs: 10_000 });
+    // Sent after the switch with an earlier due time: due order says it is handled first.
+    const second = await producer.send({ key, payload: { seq: 2 }, delayMs: 800 });
+    expect(second.shardIndex).toBe(2);
+    expect(second.dueAt!).toBeLessThan(first.dueAt!);
+    await pollUntil('the first moved into shard 2', async () => (await streamSeqs(streamPrefix, 2)).length === 1, { timeoutMs: 15_000 });
+    slow.releasesFrom = 0;
+    await pollUntil('both handled', async () => recorded.seen.length === 2, { timeoutMs: 15_000 });
+    console.log('receiver slow:', { stream2: await streamSeqs(streamPrefix, 2), handled: recorded.seqsOf(key) });
+    expect({ stream2: await streamSeqs(streamPrefix, 2), handled: recorded.seqsOf(key) }).toEqual({ stream2: [2, 1], handled: [2, 1] });
+  });
+
+  /**
+   * A key routed to shard 0 under 2 shards and to shard 3 under 4: its first delayed entry waits on
+   * shard 0 (whose release calls fail), its second, due 300 ms later, on shard 3, held there by the
+   * bound (shard 0 gave shard 3 the key in the growth). Then a shrink to 3 (shard 3 removed).
+   */
+  async function growThenShrink(label: string, ordered: boolean) {
+    const streamPrefix = await aStream(2, label);
+    const key = keyRouted([2, 4], [0, 3]);
+    const { slow, recorded, member } = await slowReleaser(streamPrefix, keys.shardSchedule(streamPrefix, 0), 2);
+    const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 100 });
+    const admin = new CoordinatorAdmin(redis.client());
+    const first = await producer.send({ key, payload: { seq: 1 }, delayMs: 2500 });
+    expect(first.shardIndex).toBe(0);
+    await admin.resizeShards(streamPrefix, 4, { ordered: true, graceMs: 200 });
+    await pollUntil('growth cutover completed, all four shards owned', async () => member.ownedShards().length === 4, {
+      timeoutMs: 10_000,
+    });
+    const second = await producer.send({ key, payload: { seq: 2 }, delayMs: first.dueAt! - (await redisNow()) + 300 });
+    expect(second.shardIndex).toBe(3);
+    // Both due; shard 3 holds the second (its giver shard 0 still holds the first): as 91f85ac meant.
+    await pollUntil('both due', async () => (await redisNow()) > second.dueAt! + 3 * BLOCK_MS, { timeoutMs: 10_000 });
+    expect(await streamSeqs(streamPrefix, 3)).toEqual([]);
+    const shrunk = await admin.resizeShards(streamPrefix, 3, { ordered, graceMs: 50, switchDelayMs: 50 });
+    // Give shard 3's owner a few turns with the new history while shard 0's owner is still slow.
+    await new Promise((resolve) => setTimeout(resolve, 6 * BLOCK_MS));
+    const beforeSwitch = (await redisNow()) < Date.parse(shrunk.switchAt!);
+    const streamsBefore = await Promise.all([0, 1, 2, 3].map((i) => streamSeqs(streamPrefix, i)));
+    slow.releasesFrom = 0;
+    await pollUntil('both handled', async () => recorded.seen.length === 2, { timeoutMs: 15_000 });
+    const streams = await Promise.all([0, 1, 2, 3].map((i) => streamSeqs(streamPrefix, i)));
+    console.log(label, { key3: shardForKey(key, 3), beforeSwitch, streamsBefore, streams, handled: recorded.seqsOf(key) });
+    expect(recorded.seqsOf(key)).toEqual([1, 2]);
+  }
+
+  it.fails("growth 2 -> 4 then an ORDERED shrink 4 -> 3, before its switch: the member's givers already use the new count, so shard 3 (still live under 4) has none and releases the key's later entry ahead of the one still on shard 0", () =>
+    growThenShrink('atk-chain-pending', true));
+
+  it.fails("growth 2 -> 4 then an UNORDERED shrink 4 -> 3: the removed shard 3, which received the key in the growth, has no givers and moves the key's due entry straight into its key's stream, past the key's earlier one still on shard 0", () =>
+    growThenShrink('atk-chain-removed', false));
+
+  it.fails('readSchedule pages through a schedule holding an entry moved not yet due (fractional score)', async () => {
+    const streamPrefix = await aStream(2, 'atk-page');
+    const key = keyRouted([2, 1], [1, 0]);
+    const recorded = recorder();
+    const member = aMember({ streamPrefix, handler: recorded.handler, cutoverCheckIntervalMs: 50, sessionTimeoutMs: 3000 });
+    await member.start();
+    const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 100 });
+    await producer.send({ key, payload: { seq: 1 }, delayMs: 20_000 });
+    await producer.send({ key, payload: { seq: 2 }, delayMs: 21_000 });
+    const admin = new CoordinatorAdmin(redis.client());
+    await admin.resizeShards(streamPrefix, 1, { graceMs: 50, switchDelayMs: 50 });
+    await pollUntil('both moved to shard 0', async () => (await redis.client().zcard(keys.shardSchedule(streamPrefix, 0))) === 2, {
+      timeoutMs: 10_000,
+    });
+    const target = { streamPrefix, shardIndex: 0 };
+    const page = await admin.readSchedule(target, { count: 1 });
+    console.log('page.next:', page.next);
+    const next = await admin.readSchedule(target, { count: 1, after: page.next! }).catch((error: Error) => {
+      console.log('second page:', error.message);
+      throw error;
+    });
+    expect(next.entries).toHaveLength(1);
+    await member.stop();
+  });
+});

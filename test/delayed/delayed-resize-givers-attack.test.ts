@@ -1,69 +1,16 @@
 import { describe, expect, it } from 'vitest';
-import { CoordinatorAdmin, KeyBuilder, StreamProducer, type StreamMessage } from '@redis-stream-coordinator/core';
+import { CoordinatorAdmin, StreamProducer } from '@redis-stream-coordinator/core';
 import { shardForKey } from '../../packages/core/src/producer/key-hash';
-import { hookCommands, isScriptOn } from '../support/command-hooks';
-import type { KeyedPayload } from '../support/handler-recorder';
-import { memberFactory } from '../support/member-factory';
 import { pollUntil } from '../support/poll';
-import { uniqueName, useRedisServer } from '../support/vitest-redis';
+import { useRedisServer } from '../support/vitest-redis';
+import { BLOCK_MS, giversFixtures, keyRouted, keys, recorder } from './givers-attack-fixtures';
 
 // Attack review of 91f85ac ("Delayed order across resizes holds whichever owner is slow"): a shard
-// that received keys releases only below its givers' first score. These tests probe what that bound
-// does not cover. Each `it.fails` fails on the code as of 91f85ac (the branch stays green).
+// that received keys releases only below its givers' first score. These tests probe what that bound does not cover.
+// Each `it.fails` fails on the code as of 91f85ac (the branch stays green).
 
 const redis = useRedisServer();
-const BLOCK_MS = 300;
-const aMember = memberFactory(redis, { blockMs: BLOCK_MS });
-const keys = new KeyBuilder();
-
-async function aStream(shardCount: number, label: string): Promise<string> {
-  const streamPrefix = uniqueName(label);
-  await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount });
-  return streamPrefix;
-}
-
-/** The first key whose shard under each count of `counts` is `shards[i]` (undefined: any). */
-function keyRouted(counts: number[], shards: (number | undefined)[]): string {
-  for (let i = 0; ; i++) {
-    const key = `key-${i}`;
-    if (counts.every((c, j) => shards[j] === undefined || shardForKey(key, c) === shards[j])) return key;
-  }
-}
-
-function recorder() {
-  const seen: { key: string | undefined; seq: number; shardIndex: number }[] = [];
-  return {
-    seen,
-    handler: (message: StreamMessage<KeyedPayload>) => {
-      seen.push({ key: message.key, seq: message.payload.seq, shardIndex: message.shardIndex });
-    },
-    seqsOf: (key: string) => seen.filter((s) => s.key === key).map((s) => s.seq),
-  };
-}
-
-async function redisNow(): Promise<number> {
-  const [seconds, micros] = await redis.client().time();
-  return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
-}
-
-async function streamSeqs(streamPrefix: string, shardIndex: number): Promise<number[]> {
-  const entries = await redis.client().xrange(keys.shardStream(streamPrefix, shardIndex), '-', '+');
-  return entries.map(([, fields]) => (JSON.parse(fields[fields.indexOf('p') + 1]) as KeyedPayload).seq);
-}
-
-/** As delayed-resize.test.ts: a member owning every shard whose release calls on `schedule` fail until `slow.releasesFrom`. */
-async function slowReleaser(streamPrefix: string, schedule: string, shards: number) {
-  const slow = { releasesFrom: Number.POSITIVE_INFINITY };
-  const connection = redis.client();
-  hookCommands(connection, (name, args) =>
-    isScriptOn(name, args, schedule) && args[1] === '8' && Date.now() < slow.releasesFrom ? new Error('connection lost') : 'send',
-  );
-  const recorded = recorder();
-  const member = aMember({ streamPrefix, handler: recorded.handler, cutoverCheckIntervalMs: 50, sessionTimeoutMs: 3000 }, connection);
-  await member.start();
-  await pollUntil('every shard owned', async () => member.ownedShards().length === shards, { timeoutMs: 10_000 });
-  return { slow, recorded, member };
-}
+const { aMember, aStream, redisNow, streamSeqs, slowReleaser } = giversFixtures(redis);
 
 describe('attack on 91f85ac: delayed order across resizes', () => {
   it.fails("growth, the RECEIVER slow: the old shard's owner writes the key's due entry straight into the new shard's stream, ahead of the key's earlier-due entry still in the new shard's schedule", async () => {
@@ -126,28 +73,22 @@ describe('attack on 91f85ac: delayed order across resizes', () => {
   it.fails("growth 2 -> 4 then an UNORDERED shrink 4 -> 3: the removed shard 3, which received the key in the growth, has no givers and moves the key's due entry straight into its key's stream, past the key's earlier one still on shard 0", () =>
     growThenShrink('atk-chain-removed', false));
 
-  it.fails('readSchedule pages through a schedule holding an entry moved not yet due (fractional score)', async () => {
-    const streamPrefix = await aStream(2, 'atk-page');
-    const key = keyRouted([2, 1], [1, 0]);
+  it.fails("ordered growth, every owner on time: the new shard is not released during the cutover, so the old shard's owner writes the key's later-due entry into its stream first", async () => {
+    const streamPrefix = await aStream(2, 'atk-recv-cutover');
+    const key = keyRouted([2, 4], [0, 2]);
     const recorded = recorder();
     const member = aMember({ streamPrefix, handler: recorded.handler, cutoverCheckIntervalMs: 50, sessionTimeoutMs: 3000 });
     await member.start();
+    await pollUntil('both shards owned', async () => member.ownedShards().length === 2);
     const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 100 });
-    await producer.send({ key, payload: { seq: 1 }, delayMs: 20_000 });
-    await producer.send({ key, payload: { seq: 2 }, delayMs: 21_000 });
-    const admin = new CoordinatorAdmin(redis.client());
-    await admin.resizeShards(streamPrefix, 1, { graceMs: 50, switchDelayMs: 50 });
-    await pollUntil('both moved to shard 0', async () => (await redis.client().zcard(keys.shardSchedule(streamPrefix, 0))) === 2, {
-      timeoutMs: 10_000,
-    });
-    const target = { streamPrefix, shardIndex: 0 };
-    const page = await admin.readSchedule(target, { count: 1 });
-    console.log('page.next:', page.next);
-    const next = await admin.readSchedule(target, { count: 1, after: page.next! }).catch((error: Error) => {
-      console.log('second page:', error.message);
-      throw error;
-    });
-    expect(next.entries).toHaveLength(1);
+    const first = await producer.send({ key, payload: { seq: 1 }, delayMs: 1500 });
+    await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 4, { ordered: true, graceMs: 3000 });
+    const second = await producer.send({ key, payload: { seq: 2 }, delayMs: 300 });
+    expect(second.shardIndex).toBe(2);
+    expect(second.dueAt!).toBeLessThan(first.dueAt!);
+    await pollUntil('both handled', async () => recorded.seen.length === 2, { timeoutMs: 15_000 });
+    console.log('cutover:', { stream2: await streamSeqs(streamPrefix, 2), handled: recorded.seqsOf(key) });
+    expect(recorded.seqsOf(key)).toEqual([2, 1]);
     await member.stop();
   });
 });

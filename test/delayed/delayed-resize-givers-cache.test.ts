@@ -79,4 +79,34 @@ describe('attack on 91f85ac: the bound cache and fractional scores', () => {
     expect(next.entries).toHaveLength(1);
     await member.stop();
   });
+
+  it.fails("growth 2 -> 4 then shrink back to 2: the key's entry moved back (not due) scores half a millisecond before its equal-due entry sent earlier that never left the shard", async () => {
+    const streamPrefix = await aStream(2, 'atk-half-ms');
+    const key = keyRouted([2, 4], [1, 3]);
+    const recorded = recorder();
+    const member = aMember({ streamPrefix, handler: recorded.handler, cutoverCheckIntervalMs: 50, sessionTimeoutMs: 3000 });
+    await member.start();
+    await pollUntil('both shards owned', async () => member.ownedShards().length === 2);
+    const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 100 });
+    const admin = new CoordinatorAdmin(redis.client());
+    const deliverAt = (await redisNow()) + 8000;
+    const first = await producer.send({ key, payload: { seq: 1 }, deliverAt });
+    expect(first.shardIndex).toBe(1);
+    await admin.resizeShards(streamPrefix, 4, { ordered: true, graceMs: 200 });
+    await pollUntil('growth cutover completed, all four shards owned', async () => member.ownedShards().length === 4, {
+      timeoutMs: 10_000,
+    });
+    // The same delivery time, sent after: after the first in send order.
+    const second = await producer.send({ key, payload: { seq: 2 }, deliverAt });
+    expect(second.shardIndex).toBe(3);
+    expect(second.dueAt).toBe(first.dueAt);
+    await admin.resizeShards(streamPrefix, 2, { ordered: false, graceMs: 50, switchDelayMs: 50 });
+    await pollUntil('moved back to shard 1', async () => (await redis.client().zcard(keys.shardSchedule(streamPrefix, 1))) === 2, {
+      timeoutMs: 10_000,
+    });
+    const scores = await redis.client().zrange(keys.shardSchedule(streamPrefix, 1), '0', '-1', 'WITHSCORES');
+    await pollUntil('both handled', async () => recorded.seen.length === 2, { timeoutMs: 15_000 });
+    console.log('half ms:', { shard1Schedule: scores, stream1: await streamSeqs(streamPrefix, 1), handled: recorded.seqsOf(key) });
+    expect(recorded.seqsOf(key)).toEqual([1, 2]);
+  });
 });

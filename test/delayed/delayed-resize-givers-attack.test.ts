@@ -91,4 +91,37 @@ describe('attack on 91f85ac: delayed order across resizes', () => {
     expect(recorded.seqsOf(key)).toEqual([2, 1]);
     await member.stop();
   });
+
+  it.fails("unordered shrink 2 -> 1 while the member's metadata read fails: it releases with its resize history of before, so the surviving shard has no givers and releases the key's later entry ahead of the one still on the removed shard", async () => {
+    const streamPrefix = await aStream(2, 'atk-stale-history');
+    const key = keyRouted([2, 1], [1, 0]);
+    const metadataReads = { fail: false };
+    const { slow, recorded, member } = await slowReleaser(streamPrefix, keys.shardSchedule(streamPrefix, 1), 2, (name, args) =>
+      metadataReads.fail && name === 'hmget' && args.includes('resizeHistory') ? new Error('connection lost') : undefined,
+    );
+    const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 100 });
+    const first = await producer.send({ key, payload: { seq: 1 }, delayMs: 2000 });
+    expect(first.shardIndex).toBe(1);
+    metadataReads.fail = true;
+    const shrunk = await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 1, {
+      ordered: false,
+      graceMs: 50,
+      switchDelayMs: 50,
+    });
+    await pollUntil('switched', async () => (await redisNow()) > Date.parse(shrunk.switchAt!), { timeoutMs: 10_000 });
+    const second = await producer.send({ key, payload: { seq: 2 }, delayMs: first.dueAt! - (await redisNow()) + 300 });
+    expect(second.shardIndex).toBe(0);
+    await pollUntil('the second due', async () => (await redisNow()) > second.dueAt! + 3 * BLOCK_MS, { timeoutMs: 10_000 });
+    const stream0Behind = await streamSeqs(streamPrefix, 0);
+    metadataReads.fail = false;
+    slow.releasesFrom = 0;
+    await pollUntil('both handled', async () => recorded.seen.length === 2, { timeoutMs: 15_000 });
+    console.log('stale history:', {
+      stream0Behind,
+      stream0: await streamSeqs(streamPrefix, 0),
+      handled: recorded.seqsOf(key),
+      problems: member.stats().problems.length,
+    });
+    expect(recorded.seqsOf(key)).toEqual([1, 2]);
+  });
 });

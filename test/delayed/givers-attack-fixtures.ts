@@ -49,12 +49,21 @@ export function giversFixtures(redis: ReturnType<typeof useRedisServer>) {
       const entries = await redis.client().xrange(keys.shardStream(streamPrefix, shardIndex), '-', '+');
       return entries.map(([, fields]) => (JSON.parse(fields[fields.indexOf('p') + 1]) as KeyedPayload).seq);
     },
-    /** A member owning every shard whose release calls on `schedule` fail until `slow.releasesFrom`; `log` sees every command. */
-    async slowReleaser(streamPrefix: string, schedule: string, shards: number, log?: (name: string, args: string[]) => void) {
+    /**
+     * A member owning every shard whose release calls on `schedule` fail until `slow.releasesFrom`;
+     * `log` sees every command, and fails it by answering an Error.
+     */
+    async slowReleaser(
+      streamPrefix: string,
+      schedule: string,
+      shards: number,
+      log?: (name: string, args: string[]) => Error | undefined,
+    ) {
       const slow = { releasesFrom: Number.POSITIVE_INFINITY };
       const connection = redis.client();
       hookCommands(connection, (name, args) => {
-        log?.(name, args);
+        const failed = log?.(name, args);
+        if (failed) return failed;
         return isScriptOn(name, args, schedule) && args[1] === '8' && Date.now() < slow.releasesFrom
           ? new Error('connection lost')
           : 'send';

@@ -1,19 +1,20 @@
 import { describe, expect, it } from 'vitest';
 import { CoordinatorAdmin, StreamProducer } from '@redis-stream-coordinator/core';
-import { shardForKey } from '../../packages/core/src/producer/key-hash';
 import { pollUntil } from '../support/poll';
 import { useRedisServer } from '../support/vitest-redis';
-import { BLOCK_MS, giversFixtures, keyRouted, keys, recorder } from './givers-attack-fixtures';
+import { BLOCK_MS, giversFixtures, keyRouted, keys, recorder } from './resize-fixtures';
 
-// Attack review of 91f85ac ("Delayed order across resizes holds whichever owner is slow"): a shard
-// that received keys releases only below its givers' first score. These tests probe what that bound does not cover.
-// Each `it.fails` fails on the code as of 91f85ac (the branch stays green).
+// An attack review of 91f85ac ("Delayed order across resizes holds whichever owner is slow", a shard
+// that received keys releases only below its givers' first score) found each of these; every one
+// failed on 91f85ac and passes since: a due entry moved behind its key's shard's own due entries
+// waits in that shard's schedule, removed shards keep the givers of their earlier growths, and a
+// member behind its shard's routing marker releases nothing of its schedule.
 
 const redis = useRedisServer();
 const { aMember, aStream, redisNow, streamSeqs, slowReleaser } = giversFixtures(redis);
 
-describe('attack on 91f85ac: delayed order across resizes', () => {
-  it.fails("growth, the RECEIVER slow: the old shard's owner writes the key's due entry straight into the new shard's stream, ahead of the key's earlier-due entry still in the new shard's schedule", async () => {
+describe('delayed order across resizes: the attack review of the givers bound', () => {
+  it("growth, the receiving shard's owner slow: the old shard's owner moves the key's due entry behind the key's earlier-due entry still in the new shard's schedule, not into its stream ahead of it", async () => {
     const streamPrefix = await aStream(2, 'atk-recv-slow');
     const key = keyRouted([2, 4], [0, 2]);
     const { slow, recorded, member } = await slowReleaser(streamPrefix, keys.shardSchedule(streamPrefix, 2), 2);
@@ -26,10 +27,13 @@ describe('attack on 91f85ac: delayed order across resizes', () => {
     const second = await producer.send({ key, payload: { seq: 2 }, delayMs: 800 });
     expect(second.shardIndex).toBe(2);
     expect(second.dueAt!).toBeLessThan(first.dueAt!);
-    await pollUntil('the first moved into shard 2', async () => (await streamSeqs(streamPrefix, 2)).length === 1, { timeoutMs: 15_000 });
+    // Moved off shard 0 once due: behind the second, still in shard 2's schedule (its owner slow).
+    await pollUntil('the first moved off shard 0', async () => (await redis.client().zcard(keys.shardSchedule(streamPrefix, 0))) === 0, {
+      timeoutMs: 15_000,
+    });
+    expect(await streamSeqs(streamPrefix, 2)).toEqual([]);
     slow.releasesFrom = 0;
     await pollUntil('both handled', async () => recorded.seen.length === 2, { timeoutMs: 15_000 });
-    console.log('receiver slow:', { stream2: await streamSeqs(streamPrefix, 2), handled: recorded.seqsOf(key) });
     expect({ stream2: await streamSeqs(streamPrefix, 2), handled: recorded.seqsOf(key) }).toEqual({ stream2: [2, 1], handled: [2, 1] });
   });
 
@@ -55,25 +59,21 @@ describe('attack on 91f85ac: delayed order across resizes', () => {
     // Both due; shard 3 holds the second (its giver shard 0 still holds the first): as 91f85ac meant.
     await pollUntil('both due', async () => (await redisNow()) > second.dueAt! + 3 * BLOCK_MS, { timeoutMs: 10_000 });
     expect(await streamSeqs(streamPrefix, 3)).toEqual([]);
-    const shrunk = await admin.resizeShards(streamPrefix, 3, { ordered, graceMs: 50, switchDelayMs: 50 });
+    await admin.resizeShards(streamPrefix, 3, { ordered, graceMs: 50, switchDelayMs: 50 });
     // Give shard 3's owner a few turns with the new history while shard 0's owner is still slow.
     await new Promise((resolve) => setTimeout(resolve, 6 * BLOCK_MS));
-    const beforeSwitch = (await redisNow()) < Date.parse(shrunk.switchAt!);
-    const streamsBefore = await Promise.all([0, 1, 2, 3].map((i) => streamSeqs(streamPrefix, i)));
     slow.releasesFrom = 0;
     await pollUntil('both handled', async () => recorded.seen.length === 2, { timeoutMs: 15_000 });
-    const streams = await Promise.all([0, 1, 2, 3].map((i) => streamSeqs(streamPrefix, i)));
-    console.log(label, { key3: shardForKey(key, 3), beforeSwitch, streamsBefore, streams, handled: recorded.seqsOf(key) });
     expect(recorded.seqsOf(key)).toEqual([1, 2]);
   }
 
-  it.fails("growth 2 -> 4 then an ORDERED shrink 4 -> 3, before its switch: the member's givers already use the new count, so shard 3 (still live under 4) has none and releases the key's later entry ahead of the one still on shard 0", () =>
+  it("growth 2 -> 4 then an ordered shrink 4 -> 3, before its switch: shard 3 (still live under 4) waits for the key's earlier entry on shard 0, the giver of its growth", () =>
     growThenShrink('atk-chain-pending', true));
 
-  it.fails("growth 2 -> 4 then an UNORDERED shrink 4 -> 3: the removed shard 3, which received the key in the growth, has no givers and moves the key's due entry straight into its key's stream, past the key's earlier one still on shard 0", () =>
+  it("growth 2 -> 4 then an unordered shrink 4 -> 3: the removed shard 3, which received the key in the growth, moves the key's due entry only after the key's earlier one left shard 0", () =>
     growThenShrink('atk-chain-removed', false));
 
-  it.fails("ordered growth, every owner on time: the new shard is not released during the cutover, so the old shard's owner writes the key's later-due entry into its stream first", async () => {
+  it("ordered growth, every owner on time: the new shard is not released during the cutover, and the key's later-due entry moved there waits behind the key's earlier-due one in its schedule", async () => {
     const streamPrefix = await aStream(2, 'atk-recv-cutover');
     const key = keyRouted([2, 4], [0, 2]);
     const recorded = recorder();
@@ -87,16 +87,15 @@ describe('attack on 91f85ac: delayed order across resizes', () => {
     expect(second.shardIndex).toBe(2);
     expect(second.dueAt!).toBeLessThan(first.dueAt!);
     await pollUntil('both handled', async () => recorded.seen.length === 2, { timeoutMs: 15_000 });
-    console.log('cutover:', { stream2: await streamSeqs(streamPrefix, 2), handled: recorded.seqsOf(key) });
     expect(recorded.seqsOf(key)).toEqual([2, 1]);
     await member.stop();
   });
 
-  it.fails("unordered shrink 2 -> 1 while the member's metadata read fails: it releases with its resize history of before, so the surviving shard has no givers and releases the key's later entry ahead of the one still on the removed shard", async () => {
+  it("unordered shrink 2 -> 1 while the member's metadata read fails: behind the surviving shard's routing marker, it releases nothing of its schedule until it has read the resize", async () => {
     const streamPrefix = await aStream(2, 'atk-stale-history');
     const key = keyRouted([2, 1], [1, 0]);
     const metadataReads = { fail: false };
-    const { slow, recorded, member } = await slowReleaser(streamPrefix, keys.shardSchedule(streamPrefix, 1), 2, (name, args) =>
+    const { slow, recorded } = await slowReleaser(streamPrefix, keys.shardSchedule(streamPrefix, 1), 2, (name, args) =>
       metadataReads.fail && name === 'hmget' && args.includes('resizeHistory') ? new Error('connection lost') : undefined,
     );
     const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 100 });
@@ -116,12 +115,11 @@ describe('attack on 91f85ac: delayed order across resizes', () => {
     metadataReads.fail = false;
     slow.releasesFrom = 0;
     await pollUntil('both handled', async () => recorded.seen.length === 2, { timeoutMs: 15_000 });
-    console.log('stale history:', {
-      stream0Behind,
-      stream0: await streamSeqs(streamPrefix, 0),
-      handled: recorded.seqsOf(key),
-      problems: member.stats().problems.length,
+    // Nothing was released behind the marker: the stream holds the key's entries in order.
+    expect({ stream0Behind, stream0: await streamSeqs(streamPrefix, 0), handled: recorded.seqsOf(key) }).toEqual({
+      stream0Behind: [],
+      stream0: [1, 2],
+      handled: [1, 2],
     });
-    expect(recorded.seqsOf(key)).toEqual([1, 2]);
   });
 });

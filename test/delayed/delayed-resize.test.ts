@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { CoordinatorAdmin, KeyBuilder, StreamProducer, type StreamMessage } from '@redis-stream-coordinator/core';
+import { CoordinatorAdmin, KeyBuilder, StreamProducer } from '@redis-stream-coordinator/core';
 import { shardForKey } from '../../packages/core/src/producer/key-hash';
 import { fenceToken, settledMove, ShardClient } from '../../packages/core/src/redis/shard-client';
 import { hookCommands, isScriptOn } from '../support/command-hooks';
@@ -7,6 +7,7 @@ import type { KeyedPayload } from '../support/handler-recorder';
 import { memberFactory } from '../support/member-factory';
 import { pollUntil } from '../support/poll';
 import { uniqueName, useRedisServer } from '../support/vitest-redis';
+import { recorder } from './resize-fixtures';
 
 // docs/runtime.md, Delayed delivery ("Resharding"): a delayed entry takes its place in its key's
 // order when it is due, so it enters the stream of the shard its key routes to then, whatever the
@@ -34,18 +35,6 @@ async function aStream(shardCount: number, label: string): Promise<string> {
   const streamPrefix = uniqueName(label);
   await new CoordinatorAdmin(redis.client()).createStream({ streamPrefix, shardCount });
   return streamPrefix;
-}
-
-/** A handler that records each entry's key, seq and shard, in the order handled. */
-function recorder() {
-  const seen: { key: string | undefined; seq: number; shardIndex: number }[] = [];
-  return {
-    seen,
-    handler: (message: StreamMessage<KeyedPayload>) => {
-      seen.push({ key: message.key, seq: message.payload.seq, shardIndex: message.shardIndex });
-    },
-    seqsOf: (key: string) => seen.filter((s) => s.key === key).map((s) => s.seq),
-  };
 }
 
 /** What every shard's schedule and stream hold, as stored. */
@@ -202,33 +191,25 @@ describe('delayed entries across a resize', () => {
     expect(recorded.seen.map((s) => s.shardIndex)).toEqual([0, 0]);
   });
 
-  it("a surviving shard's schedule held for an ordered shrink releases before the switch, nothing after it, and all once the hold is lifted", async () => {
+  it("a release call releases only below its givers' bound, nothing while its caller is behind the shard's routing marker, and all once neither holds", async () => {
     const streamPrefix = await aStream(2, 'delayed-shrink-held');
     const key = keysThat('stay', 2, 1, 1)[0];
     const owner = await ownedBy(streamPrefix, 0, 'owner');
     const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 100 });
-    const resized = await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 1, { ordered: true, switchDelayMs: 1500 });
-    const before = await producer.send({ key, payload: { seq: 1 }, delayMs: 20 });
+    const resized = await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 1, { ordered: true, switchDelayMs: 300 });
+    const markerVersion = Number(await redis.client().hget(keys.shardRouting(streamPrefix, 0), 'version'));
+    await pollUntil('switched', async () => (await redisNow()) > Date.parse(resized.switchAt!));
+    const sent = await producer.send({ key, payload: { seq: 1 }, delayMs: 1 });
+    await pollUntil('due', async () => (await redisNow()) > sent.dueAt!);
     const schedule = keys.shardSchedule(streamPrefix, 0);
-    // Due before the switch: released although held (its id is below switchAt, which the cutover does not hold).
-    await pollUntil('released before the switch', async () => ((await owner.releaseDue(0, 1, 256, '', true))?.released ?? 0) === 1);
-    const [seconds] = await redis.client().time();
-    expect(Number(seconds) * 1000).toBeLessThan(Date.parse(resized.switchAt!));
-    expect(before.shardIndex).toBe(0);
-    await pollUntil('switched', async () => {
-      const [s, micros] = await redis.client().time();
-      return Number(s) * 1000 + Math.floor(Number(micros) / 1000) > Date.parse(resized.switchAt!);
-    });
-    const after = await producer.send({ key, payload: { seq: 2 }, delayMs: 1 });
-    await pollUntil('due', async () => {
-      const [s, micros] = await redis.client().time();
-      return Number(s) * 1000 + Math.floor(Number(micros) / 1000) > after.dueAt!;
-    });
-    expect(await owner.releaseDue(0, 1, 256, '', true)).toMatchObject({ released: 0, nextDueInMs: -1, moves: [] });
+    // A giver's first entry due at the same time: held (exclusive), counted, not timed.
+    expect(await owner.releaseDue(0, 1, 256, '', sent.dueAt!, markerVersion)).toMatchObject({ released: 0, heldDue: 1, nextDueInMs: -1 });
+    // A caller that has not read the resize (its history of the version before): nothing, not even counted.
+    expect(await owner.releaseDue(0, 1, 256, '', undefined, markerVersion - 1)).toMatchObject({ released: 0, heldDue: 0, moves: [] });
     expect(await redis.client().zcard(schedule)).toBe(1);
-    expect(await owner.releaseDue(0, 1, 256)).toMatchObject({ released: 1, moves: [] });
+    expect(await owner.releaseDue(0, 1, 256, '', sent.dueAt! + 1, markerVersion)).toMatchObject({ released: 1, heldDue: 0 });
     expect(await redis.client().zcard(schedule)).toBe(0);
-    expect((await storedEntries(streamPrefix, 1)).streams.map((e) => e.seq)).toEqual([1, 2]);
+    expect((await storedEntries(streamPrefix, 1)).streams.map((e) => e.seq)).toEqual([1]);
   });
 
   it('an owner killed between the two steps of a move loses nothing and writes nothing twice; a late resend of the first step writes nothing', async () => {
@@ -535,8 +516,8 @@ describe('delayed entries across a resize', () => {
     const schedules = [0, 1].map((i) => keys.shardSchedule(streamPrefix, i));
     const takenLogs = [0, 1, 2, 3].map((i) => keys.shardMovesTaken(streamPrefix, i));
     hookCommands(connection, async (name, args) => {
-      // The second step (a release call settling moves done, its ARGV[4]: fifth from the end): lost before it reaches Redis, twice.
-      if (schedules.some((s) => isScriptOn(name, args, s)) && /(^| )ds\d/.test(args[args.length - 5]) && lostRemovals < 2) {
+      // The second step (a release call settling moves done, its ARGV[4], after the sha, the key count and the keys): lost before it reaches Redis, twice.
+      if (schedules.some((s) => isScriptOn(name, args, s)) && /(^| )ds\d/.test(args[2 + Number(args[1]) + 3]) && lostRemovals < 2) {
         lostRemovals++;
         return new Error('connection lost');
       }

@@ -124,7 +124,8 @@ const DELAYED_ID = /^s\d{16}$/;
  * per key: deferFenced-5.lua, parkFenced-5.lua), or the stream id a deferral written before took.
  */
 const DEFERRED_ID = /^(?:d\d{16}[pn]?|\d{1,20}-\d{1,20})$/;
-const CURSOR = /^(-?\d{1,16}):(s\d{16}|d\d{16}[pn]?|\d{1,20}-\d{1,20})$/;
+// The score may end in '.5': an entry moved before it was due scores half a millisecond before its due time (acceptMove-5.lua).
+const CURSOR = /^(-?\d{1,16}(?:\.5)?):(s\d{16}|d\d{16}[pn]?|\d{1,20}-\d{1,20})$/;
 
 /**
  * Checks an id before it becomes a script argument (SPEC 10.4): it must be exactly the kind of id

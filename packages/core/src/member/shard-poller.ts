@@ -163,8 +163,8 @@ export class ShardPoller extends EventEmitter<PollerEvents> {
     this.shards.resizeHistory = { history, shardCount, metadataVersion };
   }
 
-  setHolds(holds: Map<number, string>, scheduleHolds?: ReadonlySet<number>): void {
-    this.shards.setHolds(holds, scheduleHolds);
+  setHolds(holds: Map<number, string>): void {
+    this.shards.setHolds(holds);
     this.dispatcher.dispatch();
     this.reader.interruptRead();
   }

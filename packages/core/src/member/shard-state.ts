@@ -217,12 +217,6 @@ export class ShardSet {
   private share: BufferShare | undefined;
   /** shardIndex -> stream id from which entries wait (ordered shrink, docs/resharding.md). */
   holds = new Map<number, string>();
-  /**
-   * Surviving shards of an ordered shrink whose cutover the group has not completed: once the shrink
-   * has switched, their schedules release nothing (releaseDue-8.lua ARGV[7]) until it completes,
-   * which is only once the removed shards' schedules are empty (every keyed entry moved).
-   */
-  scheduleHolds: ReadonlySet<number> = new Set();
   /** The stream's resize history as the last metadata sync read it (ScheduleGivers). */
   resizeHistory: { history: readonly ResizeStep[]; shardCount: number; metadataVersion: number } = {
     history: [],
@@ -347,9 +341,8 @@ export class ShardSet {
    * Replaces the holds: entries below a shard's new hold point (or of a shard with none) are queued,
    * and queued entries at or past it (read before the member heard of the hold) wait in `held`.
    */
-  setHolds(holds: Map<number, string>, scheduleHolds: ReadonlySet<number> = new Set()): void {
+  setHolds(holds: Map<number, string>): void {
     this.holds = holds;
-    this.scheduleHolds = scheduleHolds;
     for (const state of this.states.values()) {
       if (state.held.length === 0 && state.queue.length === 0) continue;
       const entries = inIdOrder(state.queue, state.held);

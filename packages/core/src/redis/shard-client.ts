@@ -42,7 +42,7 @@ export interface WaitingMove {
   version: number;
   key: string;
   fields: Buffer;
-  /** Its due time (Redis ms) when it is not due yet (taken off a shard a shrink removed), else ''. */
+  /** Its due time (Redis ms): acceptMove-5.lua puts it in its key's shard's schedule when not due, or behind due entries there; '' from a version that did not stamp it. */
   dueAt: string;
 }
 
@@ -369,18 +369,18 @@ export class ShardClient {
    * until the next is due (0: more are due now; -1: the schedule is empty), the new states of the keys
    * it counted out, the keys whose stale barrier it swept, and the first entries waiting to move
    * (their key's shard may be another now); or null when the shard has a newer owner (nothing moved).
-   * `scheduleHeld`: the member's group holds the shard in an ordered shrink's cutover; once the
-   * shrink switched, its schedule is left as it is (only the group's deferred retries are released).
    * `bound`: only schedule entries scored below it are released (ScheduleGivers: the first entry
    * still waiting on a shard that gave this one keys in a resize); undefined for none.
+   * `historyVersion`: the stream metadataVersion that bound was computed from; a shard whose
+   * routing marker is newer releases nothing of its schedule (the caller has not read that resize).
    */
   async releaseDue(
     shardIndex: number,
     grantEpoch: number,
     count: number,
     settled = '',
-    scheduleHeld = false,
     bound?: number,
+    historyVersion?: number,
   ): Promise<ReleaseOutcome | null> {
     const [stream, fence] = this.shardKeys(shardIndex);
     const reply = (await runScriptBuffer(
@@ -401,8 +401,9 @@ export class ShardClient {
         settled,
         shardIndex,
         this.consumerGroup,
-        scheduleHeld ? '1' : '',
+        '',
         bound === undefined || bound === Number.POSITIVE_INFINITY ? '' : String(bound),
+        historyVersion === undefined ? '' : String(historyVersion),
       ],
     )) as (number | Buffer | unknown[])[];
     if (Number(reply[0]) === -1) return null;

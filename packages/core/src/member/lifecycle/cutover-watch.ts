@@ -18,11 +18,8 @@ export interface CutoverWatchSettings {
    * completed (the short tier on a loaded machine: "waits for nothing (not completed)").
    */
   checkTimeoutMs: number;
-  /**
-   * Entries of these shards from this id on wait until the cutover completes (ordered shrink, a
-   * later group's steps); so do the schedules of `scheduleHolds` (scheduleHeldShards).
-   */
-  setHolds(holds: Map<number, string>, scheduleHolds: ReadonlySet<number>): void;
+  /** Entries of these shards from this id on wait until the cutover completes (ordered shrink, a later group's steps). */
+  setHolds(holds: Map<number, string>): void;
   /**
    * The stream's resize history, shard count and metadata version, read with the cutover: the
    * shards that gave each shard keys, whose schedules bound its releases (ScheduleGivers).
@@ -32,22 +29,6 @@ export interface CutoverWatchSettings {
   onCheckFailed(error: Error): void;
   /** This member completed the cutover: the group's metadata changed, heartbeat now. */
   onCompleted(): void;
-}
-
-/**
- * The surviving shards whose schedules wait, from the switch, until an ordered shrink's cutover
- * completes (docs/resharding.md, Shrinking): a removed shard's keyed delayed entries move to their
- * key's surviving shard once it has switched, whenever its owner gets to them, and a surviving
- * shard that released its own due entries of such a key meanwhile (sent after the switch, so later)
- * would put them in its stream ahead of the moved one. The cutover completes only once the removed
- * shards' schedules are empty, so nothing released after it can overtake a moved entry. A replayed
- * step (a group created after the resize) holds no schedule: its completion does not wait for the
- * removed shards' schedules, and it would hold every group's delayed entries on the shard while the
- * new group reads the stream's history.
- */
-export function scheduleHeldShards(cutover: Cutover | null): ReadonlySet<number> {
-  if (cutover === null || cutover.replay || !cutover.ordered || cutover.to >= cutover.from) return new Set();
-  return new Set(cutover.held);
 }
 
 /**
@@ -95,10 +76,7 @@ export class CutoverWatch {
     const cutover = read.cutover;
     const fresh = cutover !== null && cutover.version !== this.cutover?.version;
     this.cutover = cutover;
-    this.settings.setHolds(
-      new Map(cutover ? cutover.held.map((shard) => [shard, heldFrom(cutover, shard)]) : []),
-      scheduleHeldShards(cutover),
-    );
+    this.settings.setHolds(new Map(cutover ? cutover.held.map((shard) => [shard, heldFrom(cutover, shard)]) : []));
     clearTimeout(this.timer);
     // A replayed step (a group created after resizes) is checked at once when it is new: its switch
     // and grace are long past and its shards mostly processed, so a group with a long history crosses

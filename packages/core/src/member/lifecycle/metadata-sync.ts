@@ -46,7 +46,7 @@ export class MetadataSync {
       cutoverCheckIntervalMs: options.cutoverCheckIntervalMs,
       readTimeoutMs: callTimeoutMs,
       checkTimeoutMs: commandCallTimeoutMs(options),
-      setHolds: (holds, scheduleHolds) => poller.setHolds(holds, scheduleHolds),
+      setHolds: (holds) => poller.setHolds(holds),
       setResizeHistory: (history, shardCount, metadataVersion) => poller.setResizeHistory(history, shardCount, metadataVersion),
       onCheckFailed: (error) =>
         events.emit('error', new Error(`member ${options.memberId}: checking the group's cutover failed: ${error.message}`)),

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { ScheduleBound } from '../../redis/shard-client';
-import { giversOf, parseResizeHistory, type ResizeStep, ScheduleGivers } from './schedule-givers';
+import { boundOf, giversOf, parseResizeHistory, type ResizeStep, ScheduleGivers } from './schedule-givers';
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 const now = Date.now();
@@ -22,8 +22,9 @@ describe('giversOf', () => {
       { version: 2, from: 2, to: 4, switchAt: now - 1000 },
       { version: 3, from: 4, to: 3, switchAt: now },
     ];
-    // Under 2 shards, keys of shards 0 and 1 that route to shard 2 now; under 4, shard 3's.
-    expect(givenTo(history, 3, 4)).toEqual([[3], [3], [0, 1, 3], []]);
+    // Under 2 shards, keys of shards 0 and 1 that route to shard 2 now; under 4, shard 3's. Shard 3,
+    // removed, moves the keys it received in the growth: after their older entries on 0 and 1.
+    expect(givenTo(history, 3, 4)).toEqual([[3], [3], [0, 1, 3], [0, 1]]);
   });
 
   it('a shrink and a growth back give keys one way only: no two shards wait for each other', () => {
@@ -44,6 +45,24 @@ describe('giversOf', () => {
 
   it('a count the history ends on that is not the count now (an unordered growth since) still gives', () => {
     expect(givenTo([{ version: 2, from: 4, to: 2, switchAt: now - 366 * DAY_MS }], 3, 3)).toEqual([[], [], [0, 1]]);
+  });
+});
+
+describe('boundOf', () => {
+  it('two shards waiting for each other never both hold their first entries: the lower one releases a tie', () => {
+    // A survivor (0) waits for a removed shard (3) that received keys from it in a growth, and 3 for 0.
+    for (const [first0, first3] of [
+      [100, 100],
+      [100, 200],
+      [200, 100],
+      [99.5, 100],
+    ]) {
+      const zeroReleases = first0 < boundOf(0, 3, first3);
+      const threeReleases = first3 < boundOf(3, 0, first0);
+      expect(zeroReleases || threeReleases, `${first0} / ${first3}`).toBe(true);
+    }
+    expect(boundOf(0, 3, 100)).toBe(100.25);
+    expect(boundOf(3, 0, 100)).toBe(100);
   });
 });
 
@@ -87,44 +106,43 @@ describe('ScheduleGivers', () => {
     ]);
     const { sources } = givers(answers);
     sources.setHistory(shrink, 1, 2);
-    expect(await sources.bound(0)).toEqual({ bound: -5, by: 2 });
+    // Shard 2 is above shard 0: its bound is inclusive (boundOf).
+    expect(await sources.bound(0)).toEqual({ bound: -4.75, by: 2 });
   });
 
-  it('keeps a bound read after the switch until the shard may have entries due at it; an empty schedule for good', async () => {
+  it('reads each giver once a turn, whichever receivers need it', async () => {
     const answers = new Map<number, ScheduleBound>([
       [1, { first: now + 60_000, switched: true, version: 2 }],
-      [2, { first: null, switched: true, version: 2 }],
+      [2, { first: now - 10, switched: true, version: 2 }],
     ]);
     const { reads, sources } = givers(answers);
     sources.setHistory(shrink, 1, 2);
-    expect(await sources.bound(0)).toEqual({ bound: now + 60_000, by: 1 });
-    expect(await sources.bound(0)).toEqual({ bound: now + 60_000, by: 1 });
+    sources.beginTurn();
+    expect(await sources.bound(0)).toEqual({ bound: now - 9.75, by: 2 });
+    expect(await sources.bound(0)).toEqual({ bound: now - 9.75, by: 2 });
     expect(reads).toEqual([1, 2]);
-  });
-
-  it('reads a giver again while its first entry is due, or about to be', async () => {
-    const answers = new Map<number, ScheduleBound>([
-      [1, { first: now - 10, switched: true, version: 2 }],
-      [2, { first: null, switched: true, version: 2 }],
-    ]);
-    const { reads, sources } = givers(answers);
-    sources.setHistory(shrink, 1, 2);
-    expect(await sources.bound(0)).toEqual({ bound: now - 10, by: 1 });
-    answers.set(1, { first: null, switched: true, version: 2 });
-    expect(await sources.bound(0)).toEqual({ bound: Number.POSITIVE_INFINITY, by: 1 });
-    await sources.bound(0);
-    expect(reads).toEqual([1, 2, 1]);
-  });
-
-  it('uses a bound read before the switch, or under another version, once', async () => {
-    const answers = new Map<number, ScheduleBound>([
-      [1, { first: now + 60_000, switched: false, version: 2 }],
-      [2, { first: now + 60_000, switched: true, version: 3 }],
-    ]);
-    const { reads, sources } = givers(answers);
-    sources.setHistory(shrink, 1, 2);
-    expect(await sources.bound(0)).toEqual({ bound: now + 60_000, by: 1 });
-    await sources.bound(0);
+    // The next turn reads them again (an operator may have made an entry due meanwhile).
+    answers.set(1, { first: now - 20, switched: true, version: 2 });
+    sources.beginTurn();
+    expect(await sources.bound(0)).toEqual({ bound: now - 19.75, by: 1 });
     expect(reads).toEqual([1, 2, 1, 2]);
+  });
+
+  it('a giver found empty after its switch is not read again until the metadata changes; before its switch it is', async () => {
+    const answers = new Map<number, ScheduleBound>([
+      [1, { first: null, switched: true, version: 2 }],
+      [2, { first: null, switched: false, version: 2 }],
+    ]);
+    const { reads, sources } = givers(answers);
+    sources.setHistory(shrink, 1, 2);
+    for (let turn = 0; turn < 3; turn++) {
+      sources.beginTurn();
+      expect(await sources.bound(0)).toEqual({ bound: Number.POSITIVE_INFINITY, by: 1 });
+    }
+    expect(reads).toEqual([1, 2, 2, 2]);
+    sources.setHistory(shrink, 1, 3);
+    sources.beginTurn();
+    await sources.bound(0);
+    expect(reads).toEqual([1, 2, 2, 2, 1, 2]);
   });
 });

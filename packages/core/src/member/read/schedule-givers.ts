@@ -47,12 +47,14 @@ const LONGEST_WAIT_MS = OPTION_RANGES['producer.send.delayMs'].max;
  * or past the smaller count, so under an earlier count `c` below `countNow` a shard at or past `c`
  * got keys from `[0, c)`; under one above it, a shard below `countNow` from the removed `[countNow, c)`.
  * A count counts while entries routed with it may still wait: until LONGEST_WAIT_MS after the switch
- * away from it. A shard at or past `countNow` (removed, draining) gets none, and a live shard only
- * from shards of lower index, so no two shards ever wait for each other.
+ * away from it. A shard at or past `countNow` (removed, draining, or not switched away from yet)
+ * gets givers too: the keys it received in an earlier growth have older entries elsewhere, which its
+ * moves (and, before the switch, its releases) must not overtake. So a survivor may wait for a
+ * removed shard that waits for it: `boundOf` breaks such a tie by index, so they never wait for
+ * each other for good.
  */
 export function giversOf(shard: number, history: readonly ResizeStep[], countNow: number, nowMs: number): number[] {
   const givers = new Set<number>();
-  if (shard >= countNow) return [];
   // Each count of the history, with the last switch away from it (none: it is in effect, or was
   // until a resize the history does not keep, an unordered growth).
   const leftAt = new Map<number, number>();
@@ -61,18 +63,24 @@ export function giversOf(shard: number, history: readonly ResizeStep[], countNow
   for (const [count, left] of leftAt) {
     if (count === countNow || left + LONGEST_WAIT_MS < nowMs) continue;
     if (count < countNow && shard >= count) for (let s = 0; s < count; s++) givers.add(s);
-    if (count > countNow) for (let s = countNow; s < count; s++) givers.add(s);
+    if (count > countNow && shard < countNow) for (let s = countNow; s < count; s++) givers.add(s);
   }
   givers.delete(shard);
   return [...givers].sort((a, b) => a - b);
 }
 
 /**
- * How long before a giver's known first due time it is read again: a bound read earlier stays
- * true (it only grows), so it is read again only once the receiving shard may have entries due at
- * it; this covers the member's clock running behind Redis'.
+ * The bound a giver's first score sets its receiver: exclusive (an entry due at it waits), but for a
+ * giver of higher index, inclusive (a quarter millisecond past it: scores are whole or half ms).
+ * Every wait of a shard for a higher one is a shrink's survivor waiting for a removed shard, which
+ * may wait for the survivor in turn (it received keys from it in an earlier growth): around any such
+ * cycle one wait is inclusive and one exclusive, so the shard holding the lowest first entry always
+ * releases it. Between such entries of one due time, the lower shard's comes first (the order a
+ * key's entries of one due time across three resizes is not kept: docs/runtime.md).
  */
-const READ_AGAIN_BEFORE_MS = 1000;
+export function boundOf(receiver: number, giver: number, first: number): number {
+  return giver > receiver ? first + 0.25 : first;
+}
 
 /**
  * Delayed order across resizes, the receiving side (docs/runtime.md, Delayed delivery): a shard that
@@ -82,37 +90,44 @@ const READ_AGAIN_BEFORE_MS = 1000;
  * sent before the switch enters the key's stream before the key's later ones, however late its
  * shard's owner releases or moves it.
  *
- * A giver's first score read once it has switched to the latest count stays a lower bound of its
- * entries routed with an older count for good (new writes there are routed with the new count: its
- * own keys), so it is kept until the receiving shard's entries reach it; an empty schedule then
- * bounds nothing for good. Read before its switch, or under another version than the history's
- * latest, it is used once and read again.
+ * Each giver is read at most once per turn of the read loop, whichever receivers need it (a member
+ * owning every shard of a grown stream has thousands of receivers sharing the same givers). A giver
+ * found empty once its marker switched to its latest count is not read again until the stream's
+ * metadata changes: entries routed with an older count cannot arrive there any more, and nothing
+ * else a giver receives (its own keys' writes and moves) bounds a receiver. A giver holding entries
+ * is read again each turn: an operator's makeScheduledDue may lower its first score at any time.
  */
 export class ScheduleGivers {
   private history: readonly ResizeStep[] = [];
   private countNow = 0;
-  /** The stream's metadataVersion the history is of: the givers' markers carry it once written. */
-  private latest = 0;
+  private version = 0;
   private readonly givers = new Map<number, number[]>();
-  /** giver -> its first score read after the switch of the latest version (+Infinity: empty then). */
-  private readonly known = new Map<number, number>();
+  /** Givers found empty after their switch, under `version`. */
+  private readonly empty = new Set<number>();
+  /** This turn's reads: giver -> its first score (+Infinity: empty). */
+  private readonly thisTurn = new Map<number, number>();
 
   constructor(private readonly client: Pick<ShardClient, 'scheduleBound'>) {}
 
   /** The stream's resize history, shard count and metadata version, as the member's last metadata sync read them. */
   setHistory(history: readonly ResizeStep[], countNow: number, metadataVersion: number): void {
-    if (history === this.history && countNow === this.countNow && metadataVersion === this.latest) return;
+    if (history === this.history && countNow === this.countNow && metadataVersion === this.version) return;
     this.history = history;
     this.countNow = countNow;
     this.givers.clear();
-    if (metadataVersion !== this.latest) this.known.clear();
-    this.latest = metadataVersion;
+    if (metadataVersion !== this.version) this.empty.clear();
+    this.version = metadataVersion;
+  }
+
+  /** A new turn of the read loop: givers are read afresh (once). */
+  beginTurn(): void {
+    this.thisTurn.clear();
   }
 
   /**
    * The bound of `shard`'s release and the giver that sets it (the lowest first score among its
-   * givers; +Infinity when they hold nothing), or undefined when no resize gave it keys. Reads
-   * the givers it does not know a bound of far enough ahead, side by side; rejects when a read failed.
+   * givers; +Infinity when they hold nothing), or undefined when no resize gave it keys. Reads the
+   * givers not read this turn (nor known empty), side by side; rejects when a read failed.
    */
   async bound(shard: number): Promise<{ bound: number; by: number } | undefined> {
     let givers = this.givers.get(shard);
@@ -121,20 +136,19 @@ export class ScheduleGivers {
       this.givers.set(shard, givers);
     }
     if (givers.length === 0) return undefined;
-    const readAgainBelow = Date.now() + READ_AGAIN_BEFORE_MS;
-    const read = new Map<number, number>();
-    const stale = givers.filter((giver) => (this.known.get(giver) ?? Number.NEGATIVE_INFINITY) <= readAgainBelow);
-    const latest = this.latest;
-    await forShardsSideBySide(stale, async (giver) => {
+    const version = this.version;
+    const unread = givers.filter((giver) => !this.empty.has(giver) && !this.thisTurn.has(giver));
+    await forShardsSideBySide(unread, async (giver) => {
       const answer = await this.client.scheduleBound(giver);
       const first = answer.first ?? Number.POSITIVE_INFINITY;
-      read.set(giver, first);
-      if (answer.switched && answer.version === latest && this.latest === latest) this.known.set(giver, first);
-      else this.known.delete(giver);
+      if (this.version !== version) return;
+      this.thisTurn.set(giver, first);
+      if (answer.first === null && answer.switched) this.empty.add(giver);
     });
     let result = { bound: Number.POSITIVE_INFINITY, by: givers[0] };
     for (const giver of givers) {
-      const bound = read.get(giver) ?? this.known.get(giver) ?? Number.NEGATIVE_INFINITY;
+      const first = this.empty.has(giver) ? Number.POSITIVE_INFINITY : (this.thisTurn.get(giver) ?? Number.NEGATIVE_INFINITY);
+      const bound = boundOf(shard, giver, first);
       if (bound < result.bound) result = { bound, by: giver };
     }
     return result;

@@ -64,6 +64,7 @@ export class ScheduleRelease {
   async releaseDue(): Promise<void> {
     const { history, shardCount, metadataVersion } = this.shards.resizeHistory;
     this.givers.setHistory(history, shardCount, metadataVersion);
+    this.givers.beginTurn();
     const now = Date.now();
     const due = this.shards
       .all()
@@ -89,12 +90,10 @@ export class ScheduleRelease {
    * atomic), and the next call moves the rest. A refusal (a newer token) moves nothing: the shard
    * is someone else's, and the next heartbeat says so. Called again while more are due, and while
    * entries wait to move (their key's shard is another since a resize: moved, and the outcome
-   * settled in the next call), up to RELEASE_CALLS_PER_TURN calls a turn. A surviving shard of an
-   * ordered shrink that the group's cutover holds releases nothing of its schedule once the shrink
-   * has switched (ShardSet.scheduleHolds): a removed shard's keyed entries moved to it late must
-   * not land behind their keys' later entries released here meanwhile. Nor does any shard that
-   * received keys in a resize release entries due at or past the first entry still waiting in the
-   * schedule of a shard that gave them (ScheduleGivers), whichever group's member calls.
+   * settled in the next call), up to RELEASE_CALLS_PER_TURN calls a turn. A shard that received
+   * keys in a resize releases (and moves) only entries due before the first entry still waiting in
+   * the schedule of a shard that gave them (ScheduleGivers), whichever group's member calls: a
+   * key's entries moved late must not land behind its later entries released meanwhile.
    */
   private async release(state: ShardState): Promise<void> {
     let outcome: ReleaseOutcome | null = null;
@@ -115,8 +114,8 @@ export class ScheduleRelease {
             state.grantEpoch,
             RELEASED_PER_CALL,
             settled,
-            this.shards.scheduleHolds.has(state.index),
             bounded?.bound,
+            this.shards.resizeHistory.metadataVersion,
           ),
           commandCallTimeoutMs(this.options),
         );

@@ -26,7 +26,7 @@
   ARGV[3]  the stamp's shard count    ARGV[4] the stamp's marker version
   ARGV[5]  this shard's index          ARGV[6] the entry's fields (cmsgpack, as its schedule keeps them)
   ARGV[7]  a shard channel to SPUBLISH on once written, or '' for none (appendEntries-5.lua)
-  ARGV[8]  its due time (Redis ms), or '' when it is due
+  ARGV[8]  its due time (Redis ms; '' from a version that stamped a due entry without it)
 
   Output: the new entry's id (its schedule id when not due yet); 'DONE' (taken before); 'REFUSED'; 'WAIT'.
 ]]
@@ -53,9 +53,13 @@ end
 if tonumber(ARGV[5]) >= inEffect then return 'REFUSED' end
 
 local dueMs = tonumber(ARGV[8])
-if dueMs and dueMs > nowMs() then
-  -- Not due yet: into this shard's schedule with its due time and the count its key is routed with
-  -- here, released by this shard's owner when due (and moved on, should the count change again).
+-- Due, it goes to the stream unless this shard's schedule still holds an entry due no later (its
+-- owner slow, or the group's cutover holding this shard): released after it, it would come out of
+-- due order. Then it waits in the schedule too, and this shard's owner releases both in due order.
+if dueMs and (dueMs > nowMs() or redis.call('ZCOUNT', KEYS[4], 1, dueMs) > 0) then
+  -- Not due yet (or behind this shard's due entries): into this shard's schedule with its due time
+  -- and the count its key is routed with here, released by this shard's owner when due (and moved
+  -- on, should the count change again).
   local seqNow = nextScheduleSeq(KEYS[5], KEYS[2])
   if type(seqNow) == 'table' then return redis.error_reply(tostring(seqNow.err)) end
   local scheduled = string.format('s%016d', seqNow)

@@ -39,16 +39,8 @@
            first item that does not apply as given ends the list: the rest wait for the next call
   ARGV[5]  this shard's index: once a shrink removed it, its keyed entries not due yet move too
   ARGV[6]  consumerGroup (the barrier sweep reads its last-delivered id and pending entries)
-  ARGV[7]  '1': the caller's group holds this shard in an ordered shrink's cutover (a surviving
-           shard): once the shrink has switched (this shard's marker), nothing of its schedule is
-           released, settled or moved here, and its next due time is not answered (the caller
-           calls again after blockMs); the group's deferred retries are released as ever. A removed
-           shard's keyed entries move here (acceptMove-5.lua) only from the switch on, and an owner
-           may move them late: had this shard released its own due entries of a moved key meanwhile,
-           sent after the switch, the key's earlier entry moved after them would follow them in the
-           stream, and the cutover hands both out in stream order (docs/resharding.md, Shrinking).
-           The cutover completes only once the removed shards' schedules are empty, so whatever is
-           released here after it comes after every moved entry
+  ARGV[7]  unused (a version before this one held an ordered shrink's surviving shards here for
+           its group's cutover; ARGV[8] holds every caller of any group instead)
   ARGV[8]  the bound the shards that gave this shard keys in a resize set ('' for none): only its
            schedule's entries scored below it are released (scheduleBound-2.lua: the first score in
            those shards' schedules, read once each had switched). A key's delayed entry sent before
@@ -56,6 +48,9 @@
            after the switch must not enter the stream before it, whichever group's owner releases
            this shard (docs/runtime.md, Delayed delivery). Entries due but held by it are counted
            in the reply (heldDue); the caller reads the bound again and calls again later
+  ARGV[9]  the stream metadataVersion the caller's givers were computed from ('' for none): when
+           this shard's marker is of a newer one (a resize the caller has not heard of yet), nothing
+           of its schedule is released or moved (as with ARGV[7]) until the caller has read it
 
   Output: {released, nextDueInMs, states, swept, lost, heldDue, then per entry waiting to move (the first
   MOVES_REPLIED, in move order): id, seq, stamp count, stamp version, key, fields (cmsgpack), due
@@ -88,10 +83,12 @@ if not holdsFence(fence, ARGV[1]) then return { -1 } end
 local limit = math.min(tonumber(ARGV[2]) or 0, MAX_RELEASED)
 local now = nowMs()
 local inEffect = routingInEffect(marker, function() return now end)
--- Held (ARGV[7]) only once the shrink has switched: before it no entry here is routed with the new
--- count, and what is released then has an id below switchAt, which the cutover does not hold.
-local held = ARGV[7] == '1' and inEffect > 0 and inEffect < (tonumber(redis.call('HGET', marker, 'previous')) or 0)
-local stampNow = inEffect .. ' ' .. (redis.call('HGET', marker, 'version') or '0')
+local markerVersion = redis.call('HGET', marker, 'version') or '0'
+-- A caller behind this shard's marker (ARGV[9]) bounds its release by givers of an older history:
+-- a resize since may have given this shard keys whose earlier entries wait elsewhere. Nothing of
+-- the schedule is released, settled or moved then; the group's deferred retries are released.
+local held = ARGV[9] ~= nil and ARGV[9] ~= '' and tonumber(markerVersion) > (tonumber(ARGV[9]) or 0)
+local stampNow = inEffect .. ' ' .. markerVersion
 
 local released = 0
 local function forget(schedule, entries, id)
@@ -204,7 +201,8 @@ for i = 1, #due do
   if routed and inEffect > 0 and (moving > 0 or (routed ~= inEffectText and tonumber(routed) ~= inEffect)) then
     if moving >= MAX_MOVING then break end
     if runOpen then forgetRun() end
-    toMove(due[i], '')
+    -- Stamped with its due time (whole ms): its key's shard may still hold entries due before it.
+    toMove(due[i], string.format('%.0f', math.ceil(tonumber(redis.call('ZSCORE', schedule, due[i])))))
   else
     -- Each entry is written whole before the next: should an XADD fail (OOM), the script stops
     -- with the earlier ones released (and removed) and this one still scheduled.

@@ -4,7 +4,8 @@
   before a resize's switch wait in the schedule of the shard it routed to then; those sent after,
   in the schedule of the shard it routes to now. The earlier ones must enter the key's stream first
   (moved when due, or, off a removed shard, as soon as it switched), so the receiving shard releases
-  only entries due before the first entry still waiting here. Read-only.
+  only entries due before the first entry still waiting here. It writes nothing, but goes to the
+  master (not registered read-only): a replica behind it could miss an entry and answer too high.
 
   KEYS[1]  the shard's schedule (includes/schedule.lua)   KEYS[2]  its routing marker (includes/routing.lua)
 

@@ -21,6 +21,7 @@ export function keyRouted(counts: number[], shards: (number | undefined)[]): str
   }
 }
 
+/** A handler that records each entry's key, seq and shard, in the order handled. */
 export function recorder() {
   const seen: { key: string | undefined; seq: number; shardIndex: number }[] = [];
   return {
@@ -53,12 +54,7 @@ export function giversFixtures(redis: ReturnType<typeof useRedisServer>) {
      * A member owning every shard whose release calls on `schedule` fail until `slow.releasesFrom`;
      * `log` sees every command, and fails it by answering an Error.
      */
-    async slowReleaser(
-      streamPrefix: string,
-      schedule: string,
-      shards: number,
-      log?: (name: string, args: string[]) => Error | undefined,
-    ) {
+    async slowReleaser(streamPrefix: string, schedule: string, shards: number, log?: (name: string, args: string[]) => Error | undefined) {
       const slow = { releasesFrom: Number.POSITIVE_INFINITY };
       const connection = redis.client();
       hookCommands(connection, (name, args) => {

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { CoordinatorAdmin, type DeferredEvent, KeyBuilder, StreamProducer, type StreamMessage } from '@redis-stream-coordinator/core';
 import { runScript } from '../../packages/core/src/redis/scripts';
+import { packFields } from '../../packages/core/src/redis/packed-fields';
 import { ShardClient } from '../../packages/core/src/redis/shard-client';
 import type { KeyedPayload } from '../support/handler-recorder';
 import { memberFactory } from '../support/member-factory';
@@ -192,12 +193,24 @@ describe('deferred retries', () => {
     expect(fields).toEqual(['p', '{"seq":3000}', 'k', 'k2999', 'g', 'group', 'a', '1']);
   });
 
+  it("packFields packs an entry's fields byte for byte as Redis' cmsgpack.pack does, which unpacks them as they were", async () => {
+    const lengths = [0, 1, 31, 32, 255, 256, 65_535, 65_536];
+    const fields = lengths.map((n, i) => (i % 2 ? Buffer.alloc(n, i) : `${'é'.repeat(Math.floor(n / 2))}${'x'.repeat(n % 2)}`));
+    for (const list of [fields, Array.from({ length: 20 }, (_, i) => `v${i}`)]) {
+      const packed = packFields(list);
+      const repacked = (await redis.client().callBuffer('EVAL', 'return cmsgpack.pack(cmsgpack.unpack(ARGV[1]))', 0, packed)) as Buffer;
+      expect(Buffer.compare(repacked, packed)).toBe(0);
+      const unpacked = (await redis.client().callBuffer('EVAL', 'return cmsgpack.unpack(ARGV[1])', 0, packed)) as Buffer[];
+      expect(unpacked.map((b) => b.toString('hex'))).toEqual(list.map((v) => Buffer.from(v).toString('hex')));
+    }
+  });
+
   it('deferFenced-5.lua refuses more field values than an entry and its deferral have (12), and schedules and acknowledges nothing', async () => {
     const streamPrefix = await aStream('deferred-refused');
     const { id, release } = await oneEntryHeld(streamPrefix);
     // The owner's own token: only the count of values refuses the call.
     const token = String(await redis.client().get(keys.shardFence(streamPrefix, 0, 'group')));
-    const fields = Array.from({ length: 7 }, (_, i) => [`f${i}`, 'v']).flat(); // 14 values
+    const fields = Array.from({ length: 7 }, (_, i) => [`f${i}`, 'v']).flat(); // 14 values, packed as the member packs them
     const deferred = keys.shardDeferred(streamPrefix, 0, 'group');
     const call = runScript(
       redis.client(),
@@ -209,10 +222,10 @@ describe('deferred retries', () => {
         keys.shardDeferredEntries(streamPrefix, 0, 'group'),
         keys.shardDeferredKeys(streamPrefix, 0, 'group'),
       ],
-      ['group', token, id, 1000, 'kk', ...fields],
+      ['group', token, id, 1000, 'kk', packFields(fields)],
     ).catch((error: Error) => error);
     try {
-      expect(String(await call)).toMatch(/at most 12 field values, got 14/);
+      expect(String(await call)).toMatch(/at most 12 field values, packed, got 14/);
       expect(await redis.client().zcard(deferred)).toBe(0);
       expect(await pendingCount(streamPrefix)).toBe(1);
     } finally {

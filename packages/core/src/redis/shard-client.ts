@@ -4,6 +4,7 @@ import { MAX_SHARD_COUNT } from '../protocol/shard-count';
 import type { KeyBuilder } from './keys';
 import { findGroupInfo, isNoSuchKey, type StreamGroupInfo, trustedLag } from './responses';
 import { withReadDeadline } from './connection/read-deadline';
+import { packFields } from './packed-fields';
 import { readScheduleHeads } from './schedule-head';
 import { ensureScripts, pipelineScript, type RedisClient, runScript, runScriptBuffer } from './scripts';
 import { NotReplicatedError, type ReplicaWait, waitCommand, waitShortfall } from './connection/replica-wait';
@@ -504,7 +505,7 @@ export class ShardClient {
       this.redis,
       'deferFenced',
       [stream, fence, schedule, entries, keyStates],
-      [this.consumerGroup, this.token(grantEpoch), entry.id, delayMs, keyField ?? '', ...fields],
+      [this.consumerGroup, this.token(grantEpoch), entry.id, delayMs, keyField ?? '', packFields(fields)],
     );
     if (!Array.isArray(reply)) return null;
     const state = reply[1] as unknown[];
@@ -536,7 +537,7 @@ export class ShardClient {
       this.redis,
       'parkFenced',
       [stream, fence, ...this.deferredKeys(shardIndex)],
-      [this.consumerGroup, this.token(grantEpoch), entry.id, keyField, ORIGIN_ARGUMENT[origin], ...fields],
+      [this.consumerGroup, this.token(grantEpoch), entry.id, keyField, ORIGIN_ARGUMENT[origin], packFields(fields)],
     );
     if (!Array.isArray(reply)) return null;
     return { outcome: String(reply[0]) as 'park' | 'reappend' | 'hold' | 'run' | '', keyState: keyStateOf(reply[1] as unknown[]) };

@@ -14,7 +14,8 @@
   ARGV[4]  the delay (ms, from this script's Redis time)
   ARGV[5]  the entry's key field (includes/keyOrder.lua), counted in its key's state so that the
            key's later entries are parked behind it (deferredOrder 'key'); '' for none ('none')
-  ARGV[6..]  the fields the entry is released with (its own, its group `g` and attempts `a`)
+  ARGV[6]  the fields the entry is released with (its own, its group `g` and attempts `a`), packed
+           as its schedule keeps them (packFields: cmsgpack's bytes), at most 12 values
   A key that may have entries behind this one that a later release would not come out before
   (includes/keyOrder.lua keyMayDefer: entries in the schedule, or copies appended again since its
   last release and after this entry) defers nothing: 'busy', the caller retries in place, holding the key.
@@ -26,7 +27,6 @@
 --- @include "includes/fence"
 --- @include "includes/time"
 --- @include "includes/schedule"
---- @include "includes/boundedFields"
 --- @include "includes/compareStreamIds"
 --- @include "includes/keyOrder"
 
@@ -42,9 +42,9 @@ end
 local function pending()
   return #redis.call('XPENDING', stream, consumerGroup, entryId, entryId, 1) > 0
 end
--- At most an entry's 4 fields and the two of a deferral (entry-format.ts): 12 values.
-local fields, refused = boundedFields(6, 12, 'deferFenced')
-if not fields then return refused end
+-- At most an entry's 4 fields and the two of a deferral (entry-format.ts): 12 values, packed by the caller.
+local packed, refused = boundedPacked(ARGV[6], 12, 'deferFenced')
+if not packed then return refused end
 local dueMs = nowMs() + tonumber(ARGV[4])
 if state and not keyMayDefer(state, entryId) then
   -- Not pending any more (a resent call whose first run landed, counted in the key since): said so,
@@ -54,7 +54,7 @@ if state and not keyMayDefer(state, entryId) then
 end
 -- The schedule first: if it fails (WRONGTYPE, OOM) the script stops before the ack, so the entry
 -- stays pending and the caller tries again.
-local scheduled = scheduleEntry(schedule, entries, nextDeferralId(entries, keyField == '' and 'n' or ''), dueMs, fields, state and keyField or nil)
+local scheduled = schedulePacked(schedule, entries, nextDeferralId(entries, keyField == '' and 'n' or ''), dueMs, packed, state and keyField or nil)
 if type(scheduled) == 'table' then return redis.error_reply(tostring(scheduled.err)) end
 -- The ack's answer says whether the entry was still pending. Not (a resent call whose first run
 -- landed), the schedule entry just written is taken back in this same script (nobody saw it) and

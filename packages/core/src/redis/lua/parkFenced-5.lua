@@ -15,14 +15,14 @@
   KEYS[5]  the group's key states on the shard
   ARGV[1]  consumerGroup   ARGV[2]  the caller's token   ARGV[3]  the entry id
   ARGV[4]  the entry's key field   ARGV[5]  its origin: 'o' original, 'r' released copy, 'a' appended again
-  ARGV[6..]  the fields it is parked or appended with (its own, `g`, `a`, and `q` when `a` is 0)
+  ARGV[6]  the fields it is parked or appended with (its own, `g`, `a`, and `q` when `a` is 0),
+           packed as its schedule keeps them (packFields: cmsgpack's bytes), at most 14 values
   Output: {'park' | 'reappend' | 'hold' | 'run', key state} (includes/keyOrder.lua keyStateReply);
   {'', key state} when the entry is no longer pending (a resent call whose first run landed); -1
   when the caller no longer holds the shard (nothing written, nothing acknowledged).
 ]]
 --- @include "includes/fence"
 --- @include "includes/schedule"
---- @include "includes/boundedFields"
 --- @include "includes/compareStreamIds"
 --- @include "includes/keyOrder"
 
@@ -40,13 +40,14 @@ if verdict ~= 'park' and #redis.call('XPENDING', stream, consumerGroup, entryId,
   return { '', keyStateReply(keyField, state) }
 end
 if verdict == 'run' or verdict == 'hold' then return { verdict, keyStateReply(keyField, state) } end
--- An entry's 4 fields, `g`, `a` and `q` (entry-format.ts): 14 values.
-local fields, refused = boundedFields(6, 14, 'parkFenced')
-if not fields then return refused end
+-- An entry's 4 fields, `g`, `a` and `q` (entry-format.ts): 14 values, packed by the caller (a
+-- park stores them as they come: building a Lua table and packing it was a part of its cost).
+local packed, refused = boundedPacked(ARGV[6], 14, 'parkFenced')
+if not packed then return refused end
 -- The write first: if it fails (WRONGTYPE, OOM) the script stops before the ack, the entry stays
 -- pending and the caller tries again.
 if verdict == 'park' then
-  local scheduled = scheduleEntry(schedule, entries, nextDeferralId(entries, 'p'), state.due, fields, keyField)
+  local scheduled = schedulePacked(schedule, entries, nextDeferralId(entries, 'p'), state.due, packed, keyField)
   if type(scheduled) == 'table' then return redis.error_reply(tostring(scheduled.err)) end
   -- The ack's answer says whether the entry was still pending. Not, the schedule entry just written
   -- is taken back in this same script (nobody saw it) and nothing else is written: an XPENDING
@@ -61,6 +62,7 @@ if verdict == 'park' then
   redis.call('HSET', keyStates, keyField, keyStateText(state), PARKED_COUNT, (tonumber(read[2] or '0') or 0) + 1)
   return { verdict, keyStateReply(keyField, state) }
 end
+local fields = cmsgpack.unpack(packed)
 fields[#fields + 1] = 'r'
 fields[#fields + 1] = '1'
 state.barrier = redis.call('XADD', stream, '*', unpack(fields))

@@ -58,15 +58,16 @@ local function dueTimeOf(spec, now)
   return due
 end
 
--- Adds one entry to a schedule: its id, or Redis' error (a table with err) when a write failed,
--- leaving nothing of it behind. pcall: a failed write (OOM, WRONGTYPE) is the entry's, not the call's.
+-- Adds one entry to a schedule, its fields packed (cmsgpack, or as packFields packs them: the same
+-- bytes): its id, or Redis' error (a table with err) when a write failed, leaving nothing of it
+-- behind. pcall: a failed write (OOM, WRONGTYPE) is the entry's, not the call's.
 -- `keyField` (optional): the key field it is counted in, kept beside it (KEY_FIELD).
-local function scheduleEntry(scheduleKey, entriesKey, id, dueMs, fields, keyField)
+local function schedulePacked(scheduleKey, entriesKey, id, dueMs, packed, keyField)
   local stored
   if keyField then
-    stored = redis.pcall('HSET', entriesKey, id, cmsgpack.pack(fields), id .. KEY_FIELD, keyField)
+    stored = redis.pcall('HSET', entriesKey, id, packed, id .. KEY_FIELD, keyField)
   else
-    stored = redis.pcall('HSET', entriesKey, id, cmsgpack.pack(fields))
+    stored = redis.pcall('HSET', entriesKey, id, packed)
   end
   if type(stored) == 'table' then return stored end
   local added = redis.pcall('ZADD', scheduleKey, string.format('%.0f', dueMs), id)
@@ -75,4 +76,21 @@ local function scheduleEntry(scheduleKey, entriesKey, id, dueMs, fields, keyFiel
     return added
   end
   return id
+end
+
+-- schedulePacked with the fields as a list (packed here).
+local function scheduleEntry(scheduleKey, entriesKey, id, dueMs, fields, keyField)
+  return schedulePacked(scheduleKey, entriesKey, id, dueMs, cmsgpack.pack(fields), keyField)
+end
+
+-- Whether `packed` is a packed list of at most `max` values (max < 16: a msgpack fixarray): the
+-- bound on what a caller may schedule, as the fields of an entry and its deferral are counted;
+-- else the error to answer.
+local function boundedPacked(packed, max, script)
+  local head = string.byte(packed or '', 1) or 0
+  local count = (head >= 0x90 and head <= 0x9f) and (head - 0x90) or nil
+  if not count or count > max then
+    return nil, redis.error_reply(string.format('%s: at most %d field values, packed, got %s', script, max, count and tostring(count) or 'something else'))
+  end
+  return packed
 end

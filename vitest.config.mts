@@ -37,6 +37,8 @@ const SHARED_WORKER_FILES = [
   'test/delayed/deferred-retries.test.ts',
   'test/delayed/delayed-delivery.test.ts',
   'test/delayed/delayed-resize.test.ts',
+  'test/delayed/delayed-resize-givers-attack.test.ts',
+  'test/delayed/delayed-resize-givers-cache.test.ts',
   'test/docs/doc-examples.test.ts',
   'test/docs/doc-test-map.test.ts',
   'test/docs/spec-citations.test.ts',

@@ -101,11 +101,12 @@ export default defineConfig({
           name: 'tests',
           include: ['test/**/*.test.ts'],
           exclude: ['test/reliability/reliability.test.ts', ...SHARED_WORKER_FILES],
-          // Four files at a time on 2 cores: a file of test/member or test/attacks keeps a core busy
-          // about a fifth of its time (57 s of CPU for 18 files that run 295 s), so the third and
-          // fourth files wait on their own timers rather than for a core. At 126 files, three at a
-          // time took 317 s (the cores 63 % busy), four 257 s (76 %); two took 5.5 minutes at 91.
-          maxWorkers: 4,
+          // Five files at a time on 2 cores: a file of test/member or test/attacks keeps a core busy
+          // about a fifth of its time (57 s of CPU for 18 files that run 295 s), so the files past
+          // the second wait on their own timers rather than for a core. At 126 files, three at a
+          // time took 317 s (the cores 63 % busy), four 257 s (76 %); at 129 files four took npm test
+          // to 5 min 9 s (vitest 295 s), five to 4 min 36 s (vitest 264 s); two took 5.5 minutes at 91.
+          maxWorkers: 5,
           sequence: { groupOrder: 0 },
         },
       },
@@ -116,7 +117,7 @@ export default defineConfig({
           include: SHARED_WORKER_FILES,
           isolate: false,
           setupFiles: ['test/support/shared-worker-guard.ts'],
-          maxWorkers: 4,
+          maxWorkers: 5,
           sequence: { groupOrder: 0 },
         },
       },
@@ -124,17 +125,17 @@ export default defineConfig({
         // The packages' pure specs (no redis-server, no timer left running, fake timers and spies
         // restored after each test) in workers that each run several files: a fresh process per
         // file cost about 0.5 s of CPU each, half of what their 22 files took (20.6 s of CPU
-        // against 10.0 s). Named after 'tests' so that they fill the end of that project's run, in its four workers.
+        // against 10.0 s). Named after 'tests' so that they fill the end of that project's run, in its five workers.
         extends: true,
-        test: { name: 'unit-specs', include: ['packages/*/src/**/*.spec.ts'], isolate: false, maxWorkers: 4, sequence: { groupOrder: 0 } },
+        test: { name: 'unit-specs', include: ['packages/*/src/**/*.spec.ts'], isolate: false, maxWorkers: 5, sequence: { groupOrder: 0 } },
       },
       {
-        // The short chaos tier (two harnesses side by side, about 85 s) in one of the four workers from
+        // The short chaos tier (two harnesses side by side, about 85 s) in one of the five workers from
         // the start, while the others run the rest (test/support/slow-first-sequencer.mts): it keeps
         // about two thirds of a core busy (51 s of CPU in 76 s alone), so alone and last it left a
         // core idle for its whole run.
         extends: true,
-        test: { name: 'chaos-short-tier', include: ['test/reliability/reliability.test.ts'], maxWorkers: 4, sequence: { groupOrder: 0 } },
+        test: { name: 'chaos-short-tier', include: ['test/reliability/reliability.test.ts'], maxWorkers: 5, sequence: { groupOrder: 0 } },
       },
     ],
   },

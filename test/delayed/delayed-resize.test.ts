@@ -582,7 +582,7 @@ describe('delayed order across resizes, whichever owner is slow', () => {
     const [oldShard, newShard] = [shardForKey(key, 2), shardForKey(key, 4)];
     const { slow, recorded, member } = await slowReleaser(streamPrefix, keys.shardSchedule(streamPrefix, oldShard), 2);
     const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 100 });
-    const first = await producer.send({ key, payload: { seq: 1 }, delayMs: 6000 });
+    const first = await producer.send({ key, payload: { seq: 1 }, delayMs: 4500 });
     await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 4, { ordered: true, graceMs: 200 });
     await pollUntil('cutover completed, all four shards owned', async () => member.ownedShards().length === 4, { timeoutMs: 10_000 });
     expect(await redisNow()).toBeLessThan(first.dueAt!);
@@ -609,7 +609,7 @@ describe('delayed order across resizes, whichever owner is slow', () => {
     const key = keysThat('move', 2, 1, 1)[0];
     const { slow, recorded } = await slowReleaser(streamPrefix, keys.shardSchedule(streamPrefix, 1), 2);
     const producer = new StreamProducer(redis.client(), { streamPrefix, metadataRefreshMs: 100 });
-    const deliverAt = (await redisNow()) + 9000;
+    const deliverAt = (await redisNow()) + 5000;
     const first = await producer.send({ key, payload: { seq: 1 }, deliverAt });
     const resized = await new CoordinatorAdmin(redis.client()).resizeShards(streamPrefix, 1, {
       ordered: true,

@@ -35,7 +35,7 @@ export const SLOW_FILES_S: Readonly<Record<string, number>> = {
 
 /**
  * The short chaos tier (about 85 s, two harnesses side by side), the longest file of the run: it starts
- * at once, in the third of the four workers, beside the files that wait on late and missing answers
+ * at once, in the third of the five workers, beside the files that wait on late and missing answers
  * and stuck connections (mostly timers, little CPU), and ends well before the run does.
  * Started once every slow file had started (at 188 s of 317), it ended 40 s before the run, and the
  * files queued behind it ran late: npm test took past 5 minutes. Started first, beside resharding, a

@@ -50,7 +50,7 @@
            in the reply (heldDue); the caller reads the bound again and calls again later
   ARGV[9]  the stream metadataVersion the caller's givers were computed from ('' for none): when
            this shard's marker is of a newer one (a resize the caller has not heard of yet), nothing
-           of its schedule is released or moved (as with ARGV[7]) until the caller has read it
+           of its schedule is released, settled or moved until the caller has read it
 
   Output: {released, nextDueInMs, states, swept, lost, heldDue, then per entry waiting to move (the first
   MOVES_REPLIED, in move order): id, seq, stamp count, stamp version, key, fields (cmsgpack), due
@@ -91,6 +91,11 @@ local held = ARGV[9] ~= nil and ARGV[9] ~= '' and tonumber(markerVersion) > (ton
 local stampNow = inEffect .. ' ' .. markerVersion
 
 local released = 0
+-- A schedule score as a due time in whole ms: an entry moved here before it was due scores half a
+-- millisecond before its due time (acceptMove-5.lua).
+local function wholeMs(score)
+  return string.format('%.0f', math.ceil(tonumber(score)))
+end
 local function forget(schedule, entries, id)
   redis.call('ZREM', schedule, id)
   redis.call('HDEL', entries, id, id .. ROUTED_COUNT, id .. MOVE_STAMP)
@@ -201,8 +206,8 @@ for i = 1, #due do
   if routed and inEffect > 0 and (moving > 0 or (routed ~= inEffectText and tonumber(routed) ~= inEffect)) then
     if moving >= MAX_MOVING then break end
     if runOpen then forgetRun() end
-    -- Stamped with its due time (whole ms): its key's shard may still hold entries due before it.
-    toMove(due[i], string.format('%.0f', math.ceil(tonumber(redis.call('ZSCORE', schedule, due[i])))))
+    -- Stamped with its due time: its key's shard may still hold entries due before it.
+    toMove(due[i], wholeMs(redis.call('ZSCORE', schedule, due[i])))
   else
     -- Each entry is written whole before the next: should an XADD fail (OOM), the script stops
     -- with the earlier ones released (and removed) and this one still scheduled.
@@ -231,8 +236,7 @@ if runOpen then forgetRun() end
 if not failure and not held and inEffect > 0 and tonumber(ARGV[5]) >= inEffect and moving < MAX_MOVING then
   local ahead = redis.call('ZRANGEBYSCORE', schedule, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, math.min(limit, MAX_MOVING - moving))
   for i = 1, #ahead, 2 do
-    -- Its due time in whole ms (one moved here not due yet scores half a millisecond before it: acceptMove-5.lua).
-    if redis.call('HEXISTS', entries, ahead[i] .. ROUTED_COUNT) == 1 then toMove(ahead[i], string.format('%.0f', math.ceil(tonumber(ahead[i + 1])))) end
+    if redis.call('HEXISTS', entries, ahead[i] .. ROUTED_COUNT) == 1 then toMove(ahead[i], wholeMs(ahead[i + 1])) end
   end
 end
 

@@ -166,8 +166,15 @@ export function deadLetterFencing(lines: RecordLine[], deadLetters: DeadLetter[]
   const acceptedAcks = new Map<string, { member: string; t: number }[]>(); // group/shard -> acks, by time
   const ackedBy = new Map<string, { member: string; t: number }[]>(); // group/shard/id -> accepted acks of it
   const grantRecorded = new Map<string, number>(); // group/member/shard/epoch -> when the member recorded that grant
+  const firstRuns = new Map<string, number[]>(); // group/member/shard/id -> when its first attempts started, by time
   for (const line of sorted) {
     const g = line.g ?? '';
+    if (line.e === 'start' && (line.n === undefined || line.n === 1)) {
+      const k = `${g}/${line.m}/${line.s}/${line.id}`;
+      const list = firstRuns.get(k);
+      if (list) list.push(line.t);
+      else firstRuns.set(k, [line.t]);
+    }
     if (line.e === 'assigned') {
       for (const s of line.shards ?? []) {
         if (stops.length > 0) grantRecorded.set(`${g}/${line.m}/${s}/${line.ep}`, line.t);
@@ -201,8 +208,15 @@ export function deadLetterFencing(lines: RecordLine[], deadLetters: DeadLetter[]
     const groupLines = [...grants.keys()].some((k) => k.startsWith(`${d.group}/`)) ? d.group : '';
     const acks = acceptedAcks.get(`${groupLines}/${d.shard}`) ?? [];
     const name = `${d.group ? `${d.group}: ` : ''}shard ${d.shard} ${d.id} dead-lettered by ${d.member}`;
+    // The dead letter's life of the entry began with the writer's first attempt of it (the latest
+    // before the write): a reset after that and before the other ack moved the group back over an
+    // entry the writer still held, and the other member's run is of the re-read, another life.
+    const began = (firstRuns.get(`${d.group}/${d.member}/${d.shard}/${d.id}`) ?? []).filter((t) => t <= d.t).at(-1) ?? d.t;
     const other = (ackedBy.get(`${groupLines}/${d.shard}/${d.id}`) ?? []).find(
-      (a) => a.member !== d.member && !resetBetween(resets, d.group, d.shard, d.id, a.t, d.t),
+      (a) =>
+        a.member !== d.member &&
+        !resetBetween(resets, d.group, d.shard, d.id, a.t, d.t) &&
+        !resetBetween(resets, d.group, d.shard, d.id, a.t, began),
     );
     if (other) {
       problems.push(`${name}, also acknowledged by ${other.member}`);

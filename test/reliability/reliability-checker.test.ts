@@ -523,6 +523,22 @@ describe('reliability checker', () => {
     ];
     const after: DeadLetter = { group: '', shard: 0, id: '1-0', member: 'p1', t: 6200 };
     expect(check(produced.slice(0, 1), acknowledgedFirst, [reset], new Set(), { deadLetters: [after] }).unfencedDeadLetters).toEqual([]);
+    // Reset while p0 still held it (its first attempt before the reset, its dead letter after, both
+    // before p1 re-read it): the dead letter is of the life before the reset.
+    const heldOverReset = [
+      assigned('p0', 1, 1),
+      ...run('p0', 0, '1-0', 'a', 1, 5900, 5901),
+      ...run('p0', 0, '1-0', 'a', 1, 6050, 6051),
+      assigned('p1', 6500, 2),
+      ...run('p1', 0, '1-0', 'a', 1, 6600, 6601),
+      ack('p1', 0, ['1-0'], true, 6602),
+    ];
+    const heldLetter: DeadLetter = { ...letter, t: 6052 };
+    const withAttempts = heldOverReset.map((line) => (line.e === 'start' ? { ...line, n: line.t === 6050 ? 2 : 1 } : line));
+    expect(check(produced.slice(0, 1), withAttempts, [reset], new Set(), { deadLetters: [heldLetter] }).unfencedDeadLetters).toEqual([]);
+    expect(check(produced.slice(0, 1), withAttempts, [], new Set(), { deadLetters: [heldLetter] }).unfencedDeadLetters).toEqual([
+      'shard 0 1-0 dead-lettered by p0, also acknowledged by p1',
+    ]);
     // A reset that did not move the group back over the entry (its point is past it) separates nothing.
     const past: Fault = { ...reset, resets: [{ ...reset.resets![0], to: '1-0' }] };
     expect(check(produced.slice(0, 1), lines, [past], new Set(), { deadLetters: [letter] }).unfencedDeadLetters).toEqual([

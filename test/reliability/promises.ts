@@ -167,6 +167,7 @@ export function deadLetterFencing(lines: RecordLine[], deadLetters: DeadLetter[]
   const ackedBy = new Map<string, { member: string; t: number }[]>(); // group/shard/id -> accepted acks of it
   const grantRecorded = new Map<string, number>(); // group/member/shard/epoch -> when the member recorded that grant
   const firstRuns = new Map<string, number[]>(); // group/member/shard/id -> when its first attempts started, by time
+  const freshRuns = new Map<string, number[]>(); // group/member/shard/id -> runs of a first delivery (delivery count 1), by time
   for (const line of sorted) {
     const g = line.g ?? '';
     if (line.e === 'start' && (line.n === undefined || line.n === 1)) {
@@ -174,6 +175,12 @@ export function deadLetterFencing(lines: RecordLine[], deadLetters: DeadLetter[]
       const list = firstRuns.get(k);
       if (list) list.push(line.t);
       else firstRuns.set(k, [line.t]);
+    }
+    if (line.e === 'start' && line.dc === 1) {
+      const k = `${g}/${line.m}/${line.s}/${line.id}`;
+      const list = freshRuns.get(k);
+      if (list) list.push(line.t);
+      else freshRuns.set(k, [line.t]);
     }
     if (line.e === 'assigned') {
       for (const s of line.shards ?? []) {
@@ -212,11 +219,20 @@ export function deadLetterFencing(lines: RecordLine[], deadLetters: DeadLetter[]
     // before the write): a reset after that and before the other ack moved the group back over an
     // entry the writer still held, and the other member's run is of the re-read, another life.
     const began = (firstRuns.get(`${d.group}/${d.member}/${d.shard}/${d.id}`) ?? []).filter((t) => t <= d.t).at(-1) ?? d.t;
+    // Or the later of the two was of a delivery that came after the earlier one, as a first delivery
+    // (count 1): an entry acknowledged (a dead letter is an ack) is delivered again only when a reset
+    // moved its group back over it, whenever that reset was (the entry may have been pending at the
+    // earlier member across it, its reply or its queue slow).
+    const redelivered = (member: string, after: number, until: number) =>
+      (freshRuns.get(`${d.group}/${member}/${d.shard}/${d.id}`) ?? []).some(
+        (t) => t > after && t <= until && resetBetween(resets, d.group, d.shard, d.id, Number.NEGATIVE_INFINITY, t),
+      );
     const other = (ackedBy.get(`${groupLines}/${d.shard}/${d.id}`) ?? []).find(
       (a) =>
         a.member !== d.member &&
         !resetBetween(resets, d.group, d.shard, d.id, a.t, d.t) &&
-        !resetBetween(resets, d.group, d.shard, d.id, a.t, began),
+        !resetBetween(resets, d.group, d.shard, d.id, a.t, began) &&
+        !(a.t > d.t ? redelivered(a.member, d.t, a.t) : redelivered(d.member, a.t, d.t)),
     );
     if (other) {
       problems.push(`${name}, also acknowledged by ${other.member}`);

@@ -539,6 +539,22 @@ describe('reliability checker', () => {
     expect(check(produced.slice(0, 1), withAttempts, [], new Set(), { deadLetters: [heldLetter] }).unfencedDeadLetters).toEqual([
       'shard 0 1-0 dead-lettered by p0, also acknowledged by p1',
     ]);
+    // Pending at p0 across the reset, its first attempt after it (its queue slow), dead-lettered; then
+    // p1 is delivered it afresh (count 1) by the re-read and acknowledges it: two lives again.
+    const pendingAcross = [
+      assigned('p0', 1, 1),
+      ...run('p0', 0, '1-0', 'a', 1, 6050, 6051),
+      assigned('p1', 6500, 2),
+      ...run('p1', 0, '1-0', 'a', 1, 8000, 8001),
+      ack('p1', 0, ['1-0'], true, 8002),
+    ].map((line) => (line.e === 'start' ? { ...line, n: 1, dc: 1 } : line));
+    const acrossLetter: DeadLetter = { ...letter, t: 6052 };
+    expect(check(produced.slice(0, 1), pendingAcross, [reset], new Set(), { deadLetters: [acrossLetter] }).unfencedDeadLetters).toEqual([]);
+    // Delivered to p1 by a claim (count 2), not afresh: the same life, unfenced.
+    const claimed = pendingAcross.map((line) => (line.e === 'start' && line.m === 'p1' ? { ...line, dc: 2 } : line));
+    expect(check(produced.slice(0, 1), claimed, [reset], new Set(), { deadLetters: [acrossLetter] }).unfencedDeadLetters).toEqual([
+      'shard 0 1-0 dead-lettered by p0, also acknowledged by p1',
+    ]);
     // A reset that did not move the group back over the entry (its point is past it) separates nothing.
     const past: Fault = { ...reset, resets: [{ ...reset.resets![0], to: '1-0' }] };
     expect(check(produced.slice(0, 1), lines, [past], new Set(), { deadLetters: [letter] }).unfencedDeadLetters).toEqual([

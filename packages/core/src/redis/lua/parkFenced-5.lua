@@ -126,9 +126,12 @@ local function decide(i)
     -- The ack's answer says whether the entry was still pending. Not, the schedule entry just written
     -- is taken back in this same script (nobody saw it) and nothing else is written: an XPENDING
     -- ahead of the write cost a park about a fifth of its Redis time, and a resent call is rare.
-    if redis.call('XACK', stream, consumerGroup, entryId) == 0 then
+    -- A failed ack (not pending is no failure) takes the write back too: nothing of the entry stays.
+    local acked = redis.pcall('XACK', stream, consumerGroup, entryId)
+    if type(acked) == 'table' or acked == 0 then
       redis.call('ZREM', schedule, scheduled)
       redis.call('HDEL', entries, scheduled, scheduled .. KEY_FIELD)
+      if type(acked) == 'table' then error(acked) end
       return { '', keyStateReply(field, state) }
     end
     state.count = state.count + 1
@@ -143,9 +146,15 @@ local function decide(i)
     local copy = cmsgpack.unpack(packed)
     copy[#copy + 1] = 'r'
     copy[#copy + 1] = '1'
-    state.barrier = redis.call('XADD', stream, '*', unpack(copy))
+    local appended = redis.call('XADD', stream, '*', unpack(copy))
+    -- A failed ack takes the copy back: the entry stays pending, once.
+    local acked = redis.pcall('XACK', stream, consumerGroup, entryId)
+    if type(acked) == 'table' then
+      redis.call('XDEL', stream, appended)
+      error(acked)
+    end
+    state.barrier = appended
     change(field)
-    redis.call('XACK', stream, consumerGroup, entryId)
   end
   return { verdict, keyStateReply(field, state) }
 end

@@ -1,5 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { CoordinatorAdmin, KeyBuilder, type ParkedEvent, StreamProducer, type StreamMessage } from '@redis-stream-coordinator/core';
+import { packFields } from '../../packages/core/src/redis/packed-fields';
+import { runScript } from '../../packages/core/src/redis/scripts';
 import { fenceToken, ShardClient } from '../../packages/core/src/redis/shard-client';
 import type { KeyedPayload } from '../support/handler-recorder';
 import { memberFactory } from '../support/member-factory';
@@ -84,6 +86,52 @@ describe('deferredOrder', () => {
     await pollUntil('everything acknowledged', async () => (await pendingCount(streamPrefix)) === 0 && (await scheduleEmpty(streamPrefix)));
     expect((await admin.describeGroup(streamPrefix, 'group')).shards[0]).toMatchObject({ deferred: 0, parked: 0 });
   });
+
+  for (const lanes of [1, 4]) {
+    it(`a key's later entries read together are asked about together: parked in a call or two, not one each, and run after its retry in order (lanes ${lanes})`, async () => {
+      const streamPrefix = await aStream(`order-batched-${lanes}`);
+      const group = recorder({ 1: 1 });
+      const member = aMember({
+        streamPrefix,
+        ...oneWorker,
+        lanes,
+        runtimeMaxConcurrency: lanes,
+        retryBackoffMs: 1500,
+        handler: group.handler,
+      });
+      const parked: ParkedEvent[] = [];
+      member.on('parked', (event) => parked.push(event));
+      await member.start();
+      const producer = new StreamProducer(redis.client(), { streamPrefix });
+      await producer.send({ key: 'bad', payload: { seq: 1 } });
+      await pollUntil('the first deferred', async () => !(await scheduleEmpty(streamPrefix)));
+      // Each parkFenced call reads the key states once (HMGET), whatever it carries.
+      const monitor = await redis.client().monitor();
+      let parkCalls = 0;
+      const states = keys.shardDeferredKeys(streamPrefix, 0, 'group');
+      monitor.on('monitor', (_time: string, args: string[]) => {
+        if (args[0]?.toLowerCase() === 'hmget' && args[1] === states) parkCalls += 1;
+      });
+      try {
+        await producer.sendBatch(
+          Array.from({ length: 40 }, (_, i) =>
+            i % 2 === 0 ? { key: 'bad', payload: { seq: 2 + i / 2 } } : { key: `good-${i}`, payload: { seq: 100 + i } },
+          ),
+        );
+        await pollUntil('the later bad entries parked', async () => parked.length === 20, { timeoutMs: 10_000 });
+      } finally {
+        monitor.disconnect();
+      }
+      expect(parkCalls).toBeGreaterThan(0);
+      expect(parkCalls).toBeLessThanOrEqual(3);
+      await pollUntil('all handled', async () => group.of('bad').length === 22, { timeoutMs: 15_000 });
+      expect(group.of('bad')).toEqual([1, 1, ...Array.from({ length: 20 }, (_, i) => 2 + i)]);
+      await pollUntil(
+        'everything acknowledged',
+        async () => (await pendingCount(streamPrefix)) === 0 && (await scheduleEmpty(streamPrefix)),
+      );
+    });
+  }
 
   it("'none': the key's later entries do not wait, they run before its retry", async () => {
     const streamPrefix = await aStream('order-none');
@@ -274,6 +322,106 @@ describe('deferredOrder', () => {
     expect(first).toEqual({ scheduled: 1, fields: 2, state: '2|0|0|||', parked: '1', pending: 0 });
     expect((await owner.park(0, 1, entry, 0, 'kk', 'original'))?.outcome).toBe('');
     expect(await sideState()).toEqual(first);
+  });
+
+  /** A stream with its group, `count` entries of key `k` read by `owner` (pending), its token set: the entries. */
+  async function ownedEntries(label: string, count: number) {
+    const streamPrefix = await aStream(label);
+    const stream = keys.shardStream(streamPrefix, 0);
+    await redis.client().xgroup('CREATE', stream, 'group', '0', 'MKSTREAM');
+    const producer = new StreamProducer(redis.client(), { streamPrefix });
+    const entries: { id: string; fields: string[] }[] = [];
+    for (let seq = 1; seq <= count; seq++) {
+      const { id } = await producer.send({ key: 'k', payload: { seq } });
+      entries.push({ id, fields: ['p', JSON.stringify({ seq }), 'k', 'k'] });
+    }
+    await redis.client().xreadgroup('GROUP', 'group', 'owner', 'STREAMS', stream, '>');
+    await redis.client().set(keys.shardFence(streamPrefix, 0, 'group'), fenceToken('0', 1, 'owner'));
+    return { streamPrefix, stream, entries, owner: new ShardClient(redis.client(), keys, streamPrefix, 'group', 'owner') };
+  }
+
+  /** Calls of each named command since `before` (INFO commandstats; a script's own commands count). */
+  async function callsSince(before: Map<string, number>): Promise<Map<string, number>> {
+    const now = await commandCalls();
+    return new Map([...now].map(([name, calls]) => [name, calls - (before.get(name) ?? 0)]));
+  }
+  async function commandCalls(): Promise<Map<string, number>> {
+    const info = await redis.client().info('commandstats');
+    return new Map([...info.matchAll(/^cmdstat_(\w+):calls=(\d+)/gm)].map((m) => [m[1], Number(m[2])]));
+  }
+
+  it("parks asked in one turn go in one call, decided in the order asked: the key's sequence, state and parked count read and written once", async () => {
+    const { streamPrefix, entries, owner } = await ownedEntries('order-park-turn', 5);
+    const states = keys.shardDeferredKeys(streamPrefix, 0, 'group');
+    await redis.client().hset(states, 'kk', '1|0|0|||');
+    const before = await commandCalls();
+    const outcomes = await Promise.all(entries.map((entry) => owner.park(0, 1, entry, 0, 'kk', 'original')));
+    const calls = await callsSince(before);
+    expect(outcomes.map((o) => [o?.outcome, o?.keyState.count])).toEqual([
+      ['park', 2],
+      ['park', 3],
+      ['park', 4],
+      ['park', 5],
+      ['park', 6],
+    ]);
+    expect((calls.get('evalsha') ?? 0) + (calls.get('eval') ?? 0)).toBe(1);
+    expect([calls.get('hincrby'), calls.get('hmget'), calls.get('xack'), calls.get('zadd')]).toEqual([1, 1, 5, 5]);
+    expect(await redis.client().hget(states, 'kk')).toBe('6|0|0|||');
+    expect(await redis.client().hget(states, '#parked')).toBe('5');
+    // In the schedule in the order asked (one due time: members sort as strings, the sequence).
+    const scheduled = await redis.client().zrange(keys.shardDeferred(streamPrefix, 0, 'group'), '0', '-1');
+    const entriesKey = keys.shardDeferredEntries(streamPrefix, 0, 'group');
+    const seqs = [];
+    for (const id of scheduled)
+      seqs.push(JSON.parse(String((await redis.client().hgetBuffer(entriesKey, id))?.toString('latin1').match(/\{"seq":\d+\}/)?.[0])).seq);
+    expect(seqs).toEqual([1, 2, 3, 4, 5]);
+    expect(await redis.client().hget(entriesKey, '#seq')).toBe('5');
+    expect(await pendingCount(streamPrefix)).toBe(0);
+  });
+
+  it("a write that fails part way through a turn's call: the entries before it stand, their key's state written; it and the ones after it stay pending, each told Redis' error", async () => {
+    const { streamPrefix, entries, owner } = await ownedEntries('order-park-turn-fails', 3);
+    const states = keys.shardDeferredKeys(streamPrefix, 0, 'group');
+    // Key kk appended again (its barrier after the first entry): the first is appended again; key kj
+    // has a deferral, so its entries park, and the schedule is not a sorted set: their write fails.
+    await redis.client().hset(states, 'kk', `0|0|0|||${entries[2].id}`, 'kj', '1|0|0|||');
+    await redis.client().set(keys.shardDeferred(streamPrefix, 0, 'group'), 'not a schedule');
+    const asked = [
+      owner.park(0, 1, entries[0], 0, 'kk', 'original'),
+      owner.park(0, 1, entries[1], 0, 'kj', 'original'),
+      owner.park(0, 1, entries[2], 0, 'kk', 'original'),
+    ].map((call) =>
+      call.then(
+        (answer) => answer?.outcome ?? null,
+        (error: Error) => error.message,
+      ),
+    );
+    const [first, second, third] = await Promise.all(asked);
+    expect(first).toBe('reappend');
+    expect(second).toMatch(/WRONGTYPE/);
+    expect(third).toMatch(/WRONGTYPE/);
+    const state = await redis.client().hget(states, 'kk');
+    const appended = (await redis.client().xrange(keys.shardStream(streamPrefix, 0), '-', '+')).at(-1)![0];
+    expect(state).toBe(`0|0|0|||${appended}`);
+    expect(await redis.client().hget(states, 'kj')).toBe('1|0|0|||');
+    expect(await pendingCount(streamPrefix)).toBe(2);
+  });
+
+  it('parkFenced refuses a call of no entries, of values not in fours, or of more than 256 entries, naming what it got', async () => {
+    const { streamPrefix, stream } = await ownedEntries('order-park-bounds', 1);
+    const keysOf = [
+      stream,
+      keys.shardFence(streamPrefix, 0, 'group'),
+      keys.shardDeferred(streamPrefix, 0, 'group'),
+      keys.shardDeferredEntries(streamPrefix, 0, 'group'),
+      keys.shardDeferredKeys(streamPrefix, 0, 'group'),
+    ];
+    const token = fenceToken('0', 1, 'owner');
+    const call = (values: string[]) => runScript(redis.client(), 'parkFenced', keysOf, ['group', token, ...values]);
+    await expect(call([])).rejects.toThrow(/1 to 256 entries of four values each, got 0 values/);
+    await expect(call(['1-1', 'kk', 'o'])).rejects.toThrow(/got 3 values/);
+    const packed = packFields(['p', '{}', 'k', 'k']).toString('latin1');
+    await expect(call(Array.from({ length: 257 }, (_, i) => [`1-${i}`, 'kk', 'o', packed]).flat())).rejects.toThrow(/got 1028 values/);
   });
 
   it('a deferral sent again after its first run landed writes nothing twice, counted in its key or not', async () => {

@@ -5,6 +5,7 @@ import type { KeyBuilder } from './keys';
 import { findGroupInfo, isNoSuchKey, type StreamGroupInfo, trustedLag } from './responses';
 import { withReadDeadline } from './connection/read-deadline';
 import { packFields } from './packed-fields';
+import { ParkBatches } from './park-batches';
 import { readScheduleHeads } from './schedule-head';
 import { ensureScripts, pipelineScript, type RedisClient, runScript, runScriptBuffer } from './scripts';
 import { NotReplicatedError, type ReplicaWait, waitCommand, waitShortfall } from './connection/replica-wait';
@@ -521,7 +522,9 @@ export class ShardClient {
    * the group's schedule), 'reappend' (acknowledged and appended again at the stream end), 'hold'
    * or 'run' (nothing written), '' (no longer pending: a resent call whose first run landed), with
    * the key's state; null when the shard has a newer owner (nothing written, nothing acknowledged).
-   * `attempts` (the attempts it has used, 0 for an entry never run) travels with it.
+   * `attempts` (the attempts it has used, 0 for an entry never run) travels with it. Asked with
+   * the other parks of the turn on the shard, in one call (ParkBatches); a write that failed for
+   * it (or for an entry asked before it in that call) rejects with Redis' error.
    */
   async park(
     shardIndex: number,
@@ -531,17 +534,27 @@ export class ShardClient {
     keyField: string,
     origin: 'original' | 'released' | 'reappended',
   ): Promise<{ outcome: 'park' | 'reappend' | 'hold' | 'run' | ''; keyState: KeyState } | null> {
-    const [stream, fence] = this.shardKeys(shardIndex);
     const fields = deferredFields(entry, this.consumerGroup, attempts);
-    const reply = await runScript(
+    const reply = await this.parks.ask(shardIndex, grantEpoch, [entry.id, keyField, ORIGIN_ARGUMENT[origin], packFields(fields)]);
+    if (reply === null) return null;
+    return { outcome: String(reply[0]) as 'park' | 'reappend' | 'hold' | 'run' | '', keyState: keyStateOf(reply[1] as unknown[]) };
+  }
+
+  /** The flush of parks an ask made now goes out with (ParkBatches.turn): asks of one flush are decided in one go, in order. */
+  get parkTurn(): number {
+    return this.parks.turn;
+  }
+
+  /** The parks of a turn, one parkFenced-5.lua call per shard and grant (ParkBatches). */
+  private readonly parks = new ParkBatches((shardIndex, grantEpoch, args) => {
+    const [stream, fence] = this.shardKeys(shardIndex);
+    return runScript(
       this.redis,
       'parkFenced',
       [stream, fence, ...this.deferredKeys(shardIndex)],
-      [this.consumerGroup, this.token(grantEpoch), entry.id, keyField, ORIGIN_ARGUMENT[origin], packFields(fields)],
+      [this.consumerGroup, this.token(grantEpoch), ...args],
     );
-    if (!Array.isArray(reply)) return null;
-    return { outcome: String(reply[0]) as 'park' | 'reappend' | 'hold' | 'run' | '', keyState: keyStateOf(reply[1] as unknown[]) };
-  }
+  });
 
   /**
    * The group's key states on a shard (deferredOrder 'key'), read in HSCAN pages of `pageSize`

@@ -21,6 +21,7 @@ import { checkEntry, type DecodedPayload, type EntryCheck } from './entry-check'
 import { HandlerMessage } from './handler-message';
 import { type EntryOrigin, keyFieldOf } from './key-order';
 import { ManualSettlement } from './manual-ack';
+import { ParksAhead } from './parks-ahead';
 import type { Workers } from './workers';
 import { sleep } from '../abortable-sleep';
 
@@ -50,6 +51,7 @@ export class AttemptSequence {
   private readonly policy: AttemptPolicy;
   private readonly deadLetters: DeadLetterWriter;
   private readonly deferrals: DeferralWriter;
+  private readonly parksAhead: ParksAhead;
   private readonly batches: BatchRunner | undefined;
   /** ackMode 'manual': acks and nacks refused (`stats().refusedAcks`). */
   refusedAcks = 0;
@@ -65,6 +67,7 @@ export class AttemptSequence {
     this.policy = new AttemptPolicy(events, options);
     this.deadLetters = new DeadLetterWriter(shards, client, events, options);
     this.deferrals = new DeferralWriter(shards, client, events, options);
+    this.parksAhead = new ParksAhead(this.deferrals, client, options);
     if (options.batch)
       this.batches = new BatchRunner(
         acks,
@@ -99,7 +102,12 @@ export class AttemptSequence {
     // deferredOrder 'key', checked at dispatch (what the key's state is now, not when it was read):
     // the mirror lets most entries run with no call; the rest Redis decides (parkFenced-5.lua).
     const origin: EntryOrigin = deferral === undefined ? 'original' : deferral.reappended ? 'reappended' : 'released';
-    if (state.keyOrder && state.keyOrder.verdict(keyFieldOf(queued.entry.fields), queued.entry.id, origin) !== 'run')
+    // Asked ahead of its turn (ParksAhead): its answer decides, whatever the mirror says now (a park
+    // answered is an entry acknowledged and scheduled: it must not run).
+    if (
+      this.parksAhead.has(queued) ||
+      (state.keyOrder && state.keyOrder.verdict(keyFieldOf(queued.entry.fields), queued.entry.id, origin) !== 'run')
+    )
       return this.inKeyOrder(state, work, queued, used, origin);
     return this.check(state, work, queued, used);
   }
@@ -115,14 +123,31 @@ export class AttemptSequence {
   private async inKeyOrder(state: ShardState, work: Work, queued: QueuedEntry, used: number, origin: EntryOrigin): Promise<void> {
     this.workers.release(state, work);
     const field = keyFieldOf(queued.entry.fields);
+    let ask = this.parksAhead.take(queued);
     for (;;) {
-      const outcome = await this.deferrals.park(state, queued.entry, used, origin);
+      ask ??= this.parksAhead.ask(state, queued, used, origin);
+      const outcome = await ask.answer;
       if (outcome !== 'run' && outcome !== 'hold') return; // parked, appended again, refused, or the shard released
+      const mirrorRuns = () => state.keyOrder?.verdict(field, queued.entry.id, origin) === 'run';
+      if (ask.ahead) {
+        // Answered ahead of the turn: it holds if the mirror says 'run' now too (nothing of its key
+        // deferred since, its release over), else it asks again now.
+        if (mirrorRuns()) break;
+        ask = this.parksAhead.ask(state, queued, used, origin, ask);
+        continue;
+      }
       if (outcome === 'run') break;
       await sleep(HOLD_RECHECK_MS, state.released.signal);
-      if (state.released.signal.aborted) return;
-      if (state.keyOrder?.verdict(field, queued.entry.id, origin) === 'run') break;
+      if (state.released.signal.aborted) {
+        this.parksAhead.decided(state, ask);
+        return;
+      }
+      if (mirrorRuns()) break;
+      ask = this.parksAhead.ask(state, queued, used, origin, ask);
     }
+    // It runs: its key's later entries may be asked about (its handler's deferral, if any, is asked
+    // after them: 'busy', in place).
+    this.parksAhead.decided(state, ask);
     if (!(await this.workers.acquire(state, work))) return;
     return this.check(state, work, queued, used);
   }

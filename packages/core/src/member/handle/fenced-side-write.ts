@@ -61,7 +61,8 @@ export async function sideWriteWhileOwned<R>(
     state.problems.delete(write.problem);
     if (answer === null || (write.acked?.(answer) ?? true))
       events.emit('acknowledged', { shardIndex: state.index, grantEpoch: state.grantEpoch, ids: [entryId], accepted: answer !== null });
-    if (answer === null) {
+    // Refused: the shard is given up once, with one error (the parks of one call are refused together).
+    if (answer === null && !state.released.signal.aborted) {
       events.emit(
         'error',
         new ShardError(
@@ -70,7 +71,7 @@ export async function sideWriteWhileOwned<R>(
         ),
       );
       shards.lose(state, `shard ${state.index} has a newer owner (its fencing token refused the ${write.refused})`);
-    } else write.written(answer);
+    } else if (answer !== null) write.written(answer);
     return answer;
   }
   return undefined;

@@ -5,7 +5,7 @@ import type { KeyState } from '../../redis/shard-client';
 /**
  * The most key states a member mirrors per shard (SPEC 10.3: a buffer fed from outside is bounded):
  * a state is a few dozen bytes and its key. Past it the mirror is incomplete: an entry of a key it
- * does not hold asks Redis (parkFenced-5.lua, one call per such entry) instead of running at once.
+ * does not hold asks Redis (parkFenced-5.lua: the turn's such entries of a shard in one call) instead of running at once.
  */
 export const MIRRORED_KEY_STATES_MAX = 4096;
 

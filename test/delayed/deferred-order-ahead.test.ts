@@ -18,33 +18,41 @@ const aMember = memberFactory(redis, { blockMs: 300 });
 const keys = new KeyBuilder();
 const wait = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** seq -> how long its handler takes, and whether its first attempt is nacked to be deferred (ms). */
+type Plan = Record<number, { takesMs?: number; deferMs?: number }>;
+
+/** A member of manual acks, 4 lanes and one worker whose handler follows `plan`: what it ran and parked. */
+function plannedMember(streamPrefix: string, plan: Plan) {
+  const seen: { seq: number; key: string | undefined }[] = [];
+  const nacked = new Set<number>();
+  const handler = async (message: StreamMessage<KeyedPayload>) => {
+    const { seq } = message.payload;
+    seen.push({ seq, key: message.key });
+    const step = plan[seq] ?? {};
+    if (step.takesMs) await wait(step.takesMs);
+    if (step.deferMs !== undefined && !nacked.has(seq)) {
+      nacked.add(seq);
+      await message.nack({ defer: true, retryAfterMs: step.deferMs });
+      return;
+    }
+    await message.ack();
+  };
+  const member = aMember({ streamPrefix, ackMode: 'manual', lanes: 4, runtimeMaxConcurrency: 1, maxAttempts: 5, handler });
+  const parked: ParkedEvent[] = [];
+  member.on('parked', (event) => parked.push(event));
+  return { member, seen, parked };
+}
+
 describe('deferredOrder key: parks asked ahead of their turn', () => {
   it("an entry answered 'run' ahead of its turn whose key is deferred before its turn is parked before its key's later entries (lanes, one worker, manual acks)", async () => {
     const streamPrefix = await oneShardStream(redis, 'ahead-rerun');
-    const seen: { seq: number; key: string | undefined }[] = [];
-    const nacked = new Set<number>();
-    // seq -> how long its handler takes, and whether its first attempt is nacked to be deferred (ms).
-    const plan: Record<number, { takesMs?: number; deferMs?: number }> = {
+    const plan: Plan = {
       1: { deferMs: 60_000 }, // q0: key q deferred for the whole test (its later entries park)
       2: { deferMs: 60_000 }, // k0: key k deferred, then dropped by the admin (the member's mirror still counts it)
       10: { takesMs: 400, deferMs: 1_500 }, // Y (key k): runs, deferred
       20: { takesMs: 500 }, // W (key w): holds the only worker while Y's deferral is written
     };
-    const handler = async (message: StreamMessage<KeyedPayload>) => {
-      const { seq } = message.payload;
-      seen.push({ seq, key: message.key });
-      const step = plan[seq] ?? {};
-      if (step.takesMs) await wait(step.takesMs);
-      if (step.deferMs !== undefined && !nacked.has(seq)) {
-        nacked.add(seq);
-        await message.nack({ defer: true, retryAfterMs: step.deferMs });
-        return;
-      }
-      await message.ack();
-    };
-    const member = aMember({ streamPrefix, ackMode: 'manual', lanes: 4, runtimeMaxConcurrency: 1, maxAttempts: 5, handler });
-    const parked: ParkedEvent[] = [];
-    member.on('parked', (event) => parked.push(event));
+    const { member, seen, parked } = plannedMember(streamPrefix, plan);
     const deferred: number[] = [];
     member.on('deferred', () => deferred.push(1));
     await member.start();
@@ -92,27 +100,11 @@ describe('deferredOrder key: parks asked ahead of their turn', () => {
     const pipeline = redis.client().pipeline();
     for (let i = 0; i < 4200; i++) pipeline.hset(states, `kfiller-${i}`, '0|0|0|||1-1');
     await pipeline.exec();
-    const seen: { seq: number; key: string | undefined }[] = [];
-    const nacked = new Set<number>();
-    const plan: Record<number, { takesMs?: number; deferMs?: number }> = {
+    const plan: Plan = {
       10: { takesMs: 400, deferMs: 1_500 }, // Y (key k): runs, deferred
       20: { takesMs: 500 }, // W (key w): takes the only worker when Y fails
     };
-    const handler = async (message: StreamMessage<KeyedPayload>) => {
-      const { seq } = message.payload;
-      seen.push({ seq, key: message.key });
-      const step = plan[seq] ?? {};
-      if (step.takesMs) await wait(step.takesMs);
-      if (step.deferMs !== undefined && !nacked.has(seq)) {
-        nacked.add(seq);
-        await message.nack({ defer: true, retryAfterMs: step.deferMs });
-        return;
-      }
-      await message.ack();
-    };
-    const member = aMember({ streamPrefix, ackMode: 'manual', lanes: 4, runtimeMaxConcurrency: 1, maxAttempts: 5, handler });
-    const parked: ParkedEvent[] = [];
-    member.on('parked', (event) => parked.push(event));
+    const { member, seen, parked } = plannedMember(streamPrefix, plan);
     await member.start();
     const producer = new StreamProducer(redis.client(), { streamPrefix });
     const yx = (

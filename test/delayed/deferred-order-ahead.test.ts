@@ -43,6 +43,11 @@ function plannedMember(streamPrefix: string, plan: Plan) {
   return { member, seen, parked };
 }
 
+/** Sends (key, seq) entries in one batch: their ids, in order. */
+async function sendIds(producer: StreamProducer, entries: [string, number][]): Promise<string[]> {
+  return (await producer.sendBatch(entries.map(([key, seq]) => ({ key, payload: { seq } })))).map((r) => r.id);
+}
+
 describe('deferredOrder key: parks asked ahead of their turn', () => {
   it("an entry answered 'run' ahead of its turn whose key is deferred before its turn is parked before its key's later entries (lanes, one worker, manual acks)", async () => {
     const streamPrefix = await oneShardStream(redis, 'ahead-rerun');
@@ -71,21 +76,17 @@ describe('deferredOrder key: parks asked ahead of their turn', () => {
     await pollUntil('q0 deferred', async () => deferred.length === 2);
 
     // Y and X of key k: Y asks at its turn, X is asked ahead with it; both answered 'run'.
-    const yx = (
-      await producer.sendBatch([
-        { key: 'k', payload: { seq: 10 } },
-        { key: 'k', payload: { seq: 11 } },
-      ])
-    ).map((r) => r.id);
+    const yx = await sendIds(producer, [
+      ['k', 10],
+      ['k', 11],
+    ]);
     await pollUntil('Y running', async () => seen.some((s) => s.seq === 10));
     // While Y runs: W (holds the worker once Y fails), Q (key q: asks Redis at its turn), E (key k, after X).
-    const wqe = (
-      await producer.sendBatch([
-        { key: 'w', payload: { seq: 20 } },
-        { key: 'q', payload: { seq: 21 } },
-        { key: 'k', payload: { seq: 12 } },
-      ])
-    ).map((r) => r.id);
+    const wqe = await sendIds(producer, [
+      ['w', 20],
+      ['q', 21],
+      ['k', 12],
+    ]);
     // Y nacked (deferred 1.5 s), W runs 500 ms; then X's turn (re-asked: k is deferred now) and Q's, in one dispatch.
     await pollUntil('k handled: Y twice, X, E', async () => seen.filter((s) => s.key === 'k').length === 5, { timeoutMs: 15_000 });
     // X (written before E) must run before it, so be parked before it.
@@ -107,19 +108,15 @@ describe('deferredOrder key: parks asked ahead of their turn', () => {
     const { member, seen, parked } = plannedMember(streamPrefix, plan);
     await member.start();
     const producer = new StreamProducer(redis.client(), { streamPrefix });
-    const yx = (
-      await producer.sendBatch([
-        { key: 'k', payload: { seq: 10 } },
-        { key: 'k', payload: { seq: 11 } },
-      ])
-    ).map((r) => r.id);
+    const yx = await sendIds(producer, [
+      ['k', 10],
+      ['k', 11],
+    ]);
     await pollUntil('Y running', async () => seen.some((s) => s.seq === 10));
-    const we = (
-      await producer.sendBatch([
-        { key: 'w', payload: { seq: 20 } },
-        { key: 'k', payload: { seq: 12 } },
-      ])
-    ).map((r) => r.id);
+    const we = await sendIds(producer, [
+      ['w', 20],
+      ['k', 12],
+    ]);
     await pollUntil('k handled: Y twice, X, E', async () => seen.filter((s) => s.key === 'k').length === 4, { timeoutMs: 15_000 });
     expect(seen.filter((s) => s.key === 'k').map((s) => s.seq)).toEqual([10, 10, 11, 12]);
     expect(parked.filter((p) => p.key === 'k').map((p) => p.id)).toEqual([yx[1], we[1]]);

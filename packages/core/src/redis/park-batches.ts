@@ -87,7 +87,7 @@ export class ParkBatches {
     let failed: unknown;
     asks.forEach((ask, i) => {
       const answer = reply[i];
-      if (!Array.isArray(answer)) failed = new Error(`parkFenced: no answer for entry ${ask.args[0]}`);
+      if (!Array.isArray(answer)) failed ??= new Error(`parkFenced: no answer for entry ${ask.args[0]}`);
       else if (answer[0] === '!') failed ??= new Error(String(answer[1]));
       if (failed === undefined) ask.resolve(answer as unknown[]);
       else ask.reject(failed);

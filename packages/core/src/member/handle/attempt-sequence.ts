@@ -19,7 +19,7 @@ import { DeadLetterWriter, failureReason, isThenable } from './dead-letter-write
 import { DeferralWriter } from './deferral-writer';
 import { checkEntry, type DecodedPayload, type EntryCheck } from './entry-check';
 import { HandlerMessage } from './handler-message';
-import { type EntryOrigin, keyFieldOf } from './key-order';
+import { type EntryOrigin, keyFieldOf, originOf } from './key-order';
 import { ManualSettlement } from './manual-ack';
 import { ParksAhead } from './parks-ahead';
 import type { Workers } from './workers';
@@ -101,7 +101,7 @@ export class AttemptSequence {
     const used = deferral?.attempts ?? 0;
     // deferredOrder 'key', checked at dispatch (what the key's state is now, not when it was read):
     // the mirror lets most entries run with no call; the rest Redis decides (parkFenced-5.lua).
-    const origin: EntryOrigin = deferral === undefined ? 'original' : deferral.reappended ? 'reappended' : 'released';
+    const origin = originOf(deferral);
     // Asked ahead of its turn (ParksAhead): its answer decides, whatever the mirror says now (a park
     // answered is an entry acknowledged and scheduled: it must not run).
     if (

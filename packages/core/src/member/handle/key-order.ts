@@ -1,4 +1,4 @@
-import { ENTRY_FIELD } from '../../protocol/entry-format';
+import { type Deferral, ENTRY_FIELD } from '../../protocol/entry-format';
 import { compareStreamIds } from '../../protocol/stream-ids';
 import type { KeyState } from '../../redis/shard-client';
 
@@ -30,6 +30,11 @@ export function keyFieldOf(fields: readonly string[]): string {
  * from the group's schedule (deferred or parked), or a copy appended again (`r`).
  */
 export type EntryOrigin = 'original' | 'released' | 'reappended';
+
+/** An entry's origin from its deferral fields (deferralOf): none, an original. */
+export function originOf(deferral: Deferral | undefined): EntryOrigin {
+  return deferral === undefined ? 'original' : deferral.reappended ? 'reappended' : 'released';
+}
 
 /**
  * What the scripts decide for an entry of a key in state `state` (parkFenced-5.lua), as a pure

@@ -4,7 +4,7 @@ import type { ShardClient } from '../../redis/shard-client';
 import type { ResolvedMemberOptions } from '../member-options';
 import type { QueuedEntry, ShardState } from '../shard-state';
 import type { DeferralWriter } from './deferral-writer';
-import { type EntryOrigin, keyFieldOf } from './key-order';
+import { type EntryOrigin, keyFieldOf, originOf } from './key-order';
 
 /** What DeferralWriter.park answers. */
 type ParkOutcome = Awaited<ReturnType<DeferralWriter['park']>>;
@@ -127,7 +127,7 @@ export class ParksAhead {
       if (deferral !== undefined && deferral.consumerGroup !== this.options.consumerGroup) continue;
       const field = keyFieldOf(queued.entry.fields);
       if (passed.has(field)) continue;
-      const origin: EntryOrigin = deferral === undefined ? 'original' : deferral.reappended ? 'reappended' : 'released';
+      const origin = originOf(deferral);
       const holding = keys?.get(field);
       if (
         (holding !== undefined && [...holding].some((ask) => ask.turn !== turn)) ||

@@ -82,7 +82,7 @@ local function nextParkId()
     if type(taken) == 'table' then return taken end
     seq, firstSeq = taken, taken
   end
-  return string.format('d%016dp', seq)
+  return deferralId(seq, 'p')
 end
 
 -- The sequence, the changed key states and the parked count, written once, on every way out.
@@ -91,7 +91,7 @@ local function finish()
   local kept, gone = {}, {}
   for _, field in ipairs(touched) do
     local s = states[field]
-    if s.count <= 0 and s.barrier == '' then
+    if keyStateEmpty(s) then
       gone[#gone + 1] = field
     else
       kept[#kept + 1] = field

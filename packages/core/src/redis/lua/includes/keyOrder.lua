@@ -34,9 +34,14 @@ local function keyStateText(s)
   return string.format('%d|%.0f|%d|%s|%s|%s', math.max(s.count, 0), s.due, s.partial, s.floor, s.released, s.barrier)
 end
 
--- Writes a key's state; a state with nothing in the schedule and nothing appended is deleted.
+-- Whether a key's state has nothing in the schedule and nothing appended: it is deleted, not kept.
+local function keyStateEmpty(s)
+  return s.count <= 0 and s.barrier == ''
+end
+
+-- Writes a key's state; an empty one (keyStateEmpty) is deleted.
 local function writeKeyState(keysKey, field, s)
-  if s.count <= 0 and s.barrier == '' then
+  if keyStateEmpty(s) then
     redis.call('HDEL', keysKey, field)
   else
     redis.call('HSET', keysKey, field, keyStateText(s))
@@ -72,9 +77,14 @@ end
 -- deferredOrder 'none'): 'd' and the group's next sequence number, zero-padded, so that entries of
 -- one due time release in the order they were scheduled (members of one score sort as strings).
 -- Ids written before (stream ids) still release, first among their due time, counted in no key.
-local function nextDeferralId(entriesKey, kind)
-  local seq = redis.call('HINCRBY', entriesKey, DEFERRAL_SEQ, 1)
+-- `seq` the sequence number it takes.
+local function deferralId(seq, kind)
   return string.format('d%016d%s', seq, kind)
+end
+
+-- deferralId with the group's next sequence number (DEFERRAL_SEQ).
+local function nextDeferralId(entriesKey, kind)
+  return deferralId(redis.call('HINCRBY', entriesKey, DEFERRAL_SEQ, 1), kind)
 end
 
 -- The kind of a schedule member id: '' counted, 'p' parked, anything else not counted.
